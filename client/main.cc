@@ -1,0 +1,54 @@
+// trainctl: submit, list, inspect, watch, cancel and read logs of jobs.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "client/trainctl.h"
+
+int main(int argc, char** argv) {
+  trainyard::TrainctlOptions o;
+  if (const char* env = std::getenv("TRAINYARD_SERVER"); env != nullptr && *env != '\0') o.server = env;
+  std::string output = "table";
+  int timeout_s = static_cast<int>(o.rpc_timeout.count());
+
+  CLI::App app{"trainctl: control a trainyard-server"};
+  app.require_subcommand(1);
+  app.add_option("--server", o.server, "Server address HOST:PORT (env TRAINYARD_SERVER)")->capture_default_str();
+  app.add_option("-o,--output", output, "Output format")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  app.add_option("--timeout", timeout_s, "Deadline of each request, seconds")->check(CLI::Range(1, 3600));
+
+  std::string file, id, state;
+  bool watch = false, no_wait = false;
+  int rank = 0;
+  int64_t tail = 0;
+
+  auto* submit = app.add_subcommand("submit", "Submit a job spec (YAML or JSON)");
+  submit->add_option("FILE", file, "Job spec file")->required();
+  submit->add_flag("-w,--watch", watch, "Watch the job until it ends");
+  auto* list = app.add_subcommand("list", "List jobs");
+  list->add_option("--state", state, "Only jobs in this state");
+  auto* get = app.add_subcommand("get", "Show one job");
+  get->add_option("ID", id, "Job id")->required();
+  auto* watch_cmd = app.add_subcommand("watch", "Follow a job's progress until it ends");
+  watch_cmd->add_option("ID", id, "Job id")->required();
+  auto* cancel = app.add_subcommand("cancel", "Cancel a job and wait until its workers stopped");
+  cancel->add_option("ID", id, "Job id")->required();
+  cancel->add_flag("--no-wait", no_wait, "Return as soon as the cancel was accepted");
+  auto* logs = app.add_subcommand("logs", "Print a rank's worker log");
+  logs->add_option("ID", id, "Job id")->required();
+  logs->add_option("-r,--rank", rank, "Rank")->capture_default_str();
+  logs->add_option("--tail", tail, "Bytes from the end (default: server's, 1 MiB)");
+
+  CLI11_PARSE(app, argc, argv);
+  o.output = output == "json" ? trainyard::OutputFormat::kJson : trainyard::OutputFormat::kTable;
+  o.rpc_timeout = std::chrono::seconds(timeout_s);
+
+  trainyard::Trainctl ctl(o, std::cout, std::cerr);
+  if (*submit) return ctl.Submit(file, watch);
+  if (*list) return ctl.List(state);
+  if (*get) return ctl.Get(id);
+  if (*watch_cmd) return ctl.Watch(id);
+  if (*cancel) return ctl.Cancel(id, !no_wait);
+  if (*logs) return ctl.Logs(id, rank, tail);
+  return 2;
+}

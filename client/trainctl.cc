@@ -1,0 +1,335 @@
+#include "client/trainctl.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/job_state.h"
+#include "common/wire_convert.h"
+#include "trainyard/v1/trainyard.grpc.pb.h"
+
+namespace trainyard {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string StateName(v1::JobState s) {
+  auto st = FromProto(s);
+  return st ? std::string(JobStateName(*st)) : "UNKNOWN";
+}
+
+bool IsTerminalProto(v1::JobState s) {
+  auto st = FromProto(s);
+  return st && IsTerminal(*st);
+}
+
+std::string FormatTime(int64_t unix_millis) {
+  if (unix_millis == 0) return "-";
+  std::time_t t = unix_millis / 1000;
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+  int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>((s / 60) % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%02lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
+ordered_json JobJson(const v1::Job& j) {
+  ordered_json o;
+  o["id"] = j.id();
+  o["name"] = j.name();
+  o["state"] = StateName(j.state());
+  o["reason"] = j.reason();
+  o["num_processes"] = j.num_processes();
+  o["step"] = j.step();
+  o["max_steps"] = j.max_steps();
+  o["loss"] = j.loss();
+  o["first_loss"] = j.first_loss();
+  o["samples_per_second"] = j.samples_per_second();
+  o["attempt"] = j.attempt();
+  o["failed_rank"] = j.failed_rank();
+  o["created"] = FormatTime(j.created_unix_millis());
+  o["started"] = FormatTime(j.started_unix_millis());
+  o["ended"] = FormatTime(j.ended_unix_millis());
+  if (!j.spec_json().empty()) {
+    o["spec"] = ordered_json::parse(j.spec_json(), nullptr, /*allow_exceptions=*/false);
+  }
+  if (j.events_size() > 0) {
+    ordered_json events = ordered_json::array();
+    for (const auto& e : j.events()) {
+      events.push_back({{"time", FormatTime(e.unix_millis())}, {"state", StateName(e.state())}, {"reason", e.reason()}});
+    }
+    o["events"] = events;
+  }
+  return o;
+}
+
+}  // namespace
+
+struct Trainctl::Impl {
+  TrainctlOptions options;
+  std::ostream& out;
+  std::ostream& err;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::JobService::Stub> stub;
+
+  Impl(TrainctlOptions o, std::ostream& out_, std::ostream& err_) : options(std::move(o)), out(out_), err(err_) {
+    channel = grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+    stub = v1::JobService::NewStub(channel);
+  }
+
+  void Deadline(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
+  }
+
+  // Prints an RPC failure the way a person needs it; returns the exit code.
+  int Fail(const grpc::Status& s) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      err << "trainctl: cannot reach the trainyard server at " << options.server << " (" << s.error_message()
+          << "). Is trainyard-server running? Set --server or TRAINYARD_SERVER.\n";
+      return 2;
+    }
+    static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                   "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                   "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                   "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    int code = static_cast<int>(s.error_code());
+    err << "trainctl: " << (code >= 0 && code <= 16 ? kNames[code] : "ERROR") << ": " << s.error_message() << "\n";
+    return 2;
+  }
+
+  void PrintJob(const v1::Job& j) {
+    if (options.output == OutputFormat::kJson) {
+      out << JobJson(j).dump(2) << "\n";
+      return;
+    }
+    out << "id:           " << j.id() << "\n"
+        << "name:         " << j.name() << "\n"
+        << "state:        " << StateName(j.state()) << "\n"
+        << "reason:       " << j.reason() << "\n"
+        << "processes:    " << j.num_processes() << "\n"
+        << "step:         " << j.step() << " / " << j.max_steps() << "\n"
+        << "loss:         " << j.loss() << " (first " << j.first_loss() << ")\n"
+        << "samples/s:    " << std::fixed << std::setprecision(1) << j.samples_per_second() << "\n"
+        << std::defaultfloat << "attempt:      " << j.attempt() << "\n"
+        << "created:      " << FormatTime(j.created_unix_millis()) << "\n"
+        << "started:      " << FormatTime(j.started_unix_millis()) << "\n"
+        << "ended:        " << FormatTime(j.ended_unix_millis()) << "\n";
+    if (j.failed_rank() >= 0) out << "failed rank:  " << j.failed_rank() << "\n";
+    if (j.events_size() > 0) {
+      out << "events:\n";
+      for (const auto& e : j.events()) {
+        out << "  " << FormatTime(e.unix_millis()) << "  " << std::left << std::setw(10) << StateName(e.state())
+            << std::right << " " << e.reason() << "\n";
+      }
+    }
+  }
+
+  int FinalCode(const v1::Job& j) { return j.state() == v1::SUCCEEDED ? 0 : 1; }
+};
+
+Trainctl::Trainctl(TrainctlOptions options, std::ostream& out, std::ostream& err)
+    : impl_(std::make_unique<Impl>(std::move(options), out, err)) {}
+Trainctl::~Trainctl() = default;
+
+int Trainctl::Submit(const std::string& file, bool watch) {
+  Impl& s = *impl_;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    s.err << "trainctl: cannot read " << file << "\n";
+    return 2;
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  v1::SubmitJobRequest req;
+  req.set_spec(buf.str());
+  req.set_source_name(file);
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  s.Deadline(&ctx);
+  grpc::Status st = s.stub->SubmitJob(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  if (s.options.output == OutputFormat::kJson && !watch) {
+    s.PrintJob(resp.job());
+  } else {
+    s.out << "submitted " << resp.job().id() << " (" << resp.job().name() << "): " << StateName(resp.job().state())
+          << "\n";
+  }
+  return watch ? Watch(resp.job().id()) : 0;
+}
+
+int Trainctl::List(const std::string& state_filter) {
+  Impl& s = *impl_;
+  v1::ListJobsRequest req;
+  if (!state_filter.empty()) {
+    auto st = ParseJobState(state_filter);
+    if (!st) {
+      s.err << "trainctl: unknown state '" << state_filter
+            << "'; accepted: QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED, RECOVERING\n";
+      return 2;
+    }
+    req.add_states(ToProto(*st));
+  }
+  v1::ListJobsResponse resp;
+  grpc::ClientContext ctx;
+  s.Deadline(&ctx);
+  grpc::Status st = s.stub->ListJobs(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  if (s.options.output == OutputFormat::kJson) {
+    ordered_json arr = ordered_json::array();
+    for (const auto& j : resp.jobs()) arr.push_back(JobJson(j));
+    s.out << arr.dump(2) << "\n";
+    return 0;
+  }
+  s.out << std::left << std::setw(14) << "ID" << std::setw(20) << "NAME" << std::setw(11) << "STATE" << std::right
+        << std::setw(6) << "PROCS" << std::setw(16) << "STEP" << std::setw(11) << "LOSS" << std::setw(12)
+        << "SAMPLES/S" << "  CREATED\n";
+  for (const auto& j : resp.jobs()) {
+    std::ostringstream step;
+    step << j.step() << "/" << j.max_steps();
+    std::ostringstream loss;
+    loss << std::setprecision(4) << j.loss();
+    s.out << std::left << std::setw(14) << j.id() << std::setw(20) << j.name().substr(0, 19) << std::setw(11)
+          << StateName(j.state()) << std::right << std::setw(6) << j.num_processes() << std::setw(16) << step.str()
+          << std::setw(11) << loss.str() << std::setw(12) << std::fixed << std::setprecision(1)
+          << j.samples_per_second() << std::defaultfloat << "  " << FormatTime(j.created_unix_millis()) << "\n";
+  }
+  return 0;
+}
+
+int Trainctl::Get(const std::string& id) {
+  Impl& s = *impl_;
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::GetJobResponse resp;
+  grpc::ClientContext ctx;
+  s.Deadline(&ctx);
+  grpc::Status st = s.stub->GetJob(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  s.PrintJob(resp.job());
+  return 0;
+}
+
+int Trainctl::Watch(const std::string& id) {
+  Impl& s = *impl_;
+  const bool tty = isatty(STDOUT_FILENO) && &s.out == &std::cout;
+  v1::WatchJobRequest req;
+  req.set_id(id);
+  grpc::ClientContext ctx;  // no deadline: a watch lasts as long as the job
+  auto reader = s.stub->WatchJob(&ctx, req);
+  v1::WatchJobResponse resp;
+  v1::Job job;
+  bool have_job = false;
+  auto start = std::chrono::steady_clock::now();
+  auto last_line = start - std::chrono::hours(1);
+  int64_t first_step = -1;
+  std::string last_progress;
+  while (reader->Read(&resp)) {
+    if (resp.has_job()) {
+      const bool changed = !have_job || resp.job().state() != job.state();
+      job = resp.job();
+      have_job = true;
+      if (changed && !IsTerminalProto(job.state())) {
+        if (tty && !last_progress.empty()) s.out << "\n";
+        s.out << job.id() << ": " << StateName(job.state()) << " — " << job.reason() << "\n";
+        last_progress.clear();
+      }
+      continue;
+    }
+    if (!resp.has_metrics() || !have_job) continue;
+    const v1::MetricsSample& m = resp.metrics();
+    auto now = std::chrono::steady_clock::now();
+    if (first_step < 0) {
+      first_step = m.step();
+      start = now;
+    }
+    const int64_t max_steps = std::max<int64_t>(1, job.max_steps());
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    const int64_t done = m.step() - first_step;
+    const double eta = done > 0 ? elapsed / done * (max_steps - m.step()) : NAN;
+    const int width = 24;
+    const int filled = static_cast<int>(width * std::min<int64_t>(m.step(), max_steps) / max_steps);
+    std::ostringstream line;
+    line << "[" << std::string(filled, '#') << std::string(width - filled, '-') << "] step " << m.step() << "/"
+         << max_steps << "  " << std::fixed << std::setprecision(1) << m.samples_per_second() << " samples/s  loss "
+         << std::setprecision(4) << m.loss() << "  ETA " << FormatDuration(eta);
+    last_progress = line.str();
+    if (tty) {
+      s.out << "\r" << last_progress << "\033[K" << std::flush;
+    } else if (now - last_line >= std::chrono::seconds(2) || m.step() >= max_steps) {
+      s.out << last_progress << "\n" << std::flush;
+      last_line = now;
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (tty && !last_progress.empty()) s.out << "\n";
+  if (!st.ok()) return s.Fail(st);
+  if (!have_job) {
+    s.err << "trainctl: the watch of " << id << " ended without news of the job\n";
+    return 2;
+  }
+  if (!IsTerminalProto(job.state())) {
+    s.err << "trainctl: the watch of " << id << " ended while the job was " << StateName(job.state()) << "\n";
+    return 2;
+  }
+  s.out << job.id() << ": " << StateName(job.state()) << " — " << job.reason() << "\n";
+  if (s.options.output == OutputFormat::kJson) s.out << JobJson(job).dump(2) << "\n";
+  return s.FinalCode(job);
+}
+
+int Trainctl::Cancel(const std::string& id, bool wait) {
+  Impl& s = *impl_;
+  v1::CancelJobRequest req;
+  req.set_id(id);
+  v1::CancelJobResponse resp;
+  grpc::ClientContext ctx;
+  s.Deadline(&ctx);
+  grpc::Status st = s.stub->CancelJob(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  if (!wait || IsTerminalProto(resp.job().state())) {
+    s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — "
+          << (IsTerminalProto(resp.job().state()) ? resp.job().reason() : "stopping") << "\n";
+    return 0;
+  }
+  s.out << id << ": cancelling, waiting for its workers to stop\n";
+  int rc = Watch(id);
+  return rc == 1 ? 0 : rc;  // CANCELLED is the expected end here
+}
+
+int Trainctl::Logs(const std::string& id, int rank, int64_t tail_bytes) {
+  Impl& s = *impl_;
+  v1::GetLogsRequest req;
+  req.set_id(id);
+  req.set_rank(rank);
+  req.set_tail_bytes(tail_bytes);
+  v1::GetLogsResponse resp;
+  grpc::ClientContext ctx;
+  s.Deadline(&ctx);
+  grpc::Status st = s.stub->GetLogs(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  if (resp.truncated()) s.out << "... (showing the last " << resp.content().size() << " bytes of " << resp.path() << ")\n";
+  s.out << resp.content();
+  return 0;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,42 @@
+// Trainctl: the commands of the `trainctl` CLI, over one gRPC channel to the
+// coordinator. Each command prints to the given streams and returns the
+// process exit code (0 success, 1 the job or request failed, 2 the server
+// could not be reached or refused the request). Not thread-safe.
+#ifndef TRAINYARD_CLIENT_TRAINCTL_H_
+#define TRAINYARD_CLIENT_TRAINCTL_H_
+
+#include <chrono>
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+namespace trainyard {
+
+enum class OutputFormat { kTable, kJson };
+
+struct TrainctlOptions {
+  std::string server = "127.0.0.1:50051";
+  std::chrono::seconds rpc_timeout{30};
+  OutputFormat output = OutputFormat::kTable;
+};
+
+class Trainctl {
+ public:
+  Trainctl(TrainctlOptions options, std::ostream& out, std::ostream& err);
+  ~Trainctl();
+
+  int Submit(const std::string& file, bool watch);
+  int List(const std::string& state_filter);
+  int Get(const std::string& id);
+  int Watch(const std::string& id);
+  int Cancel(const std::string& id, bool wait);
+  int Logs(const std::string& id, int rank, int64_t tail_bytes);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_CLIENT_TRAINCTL_H_

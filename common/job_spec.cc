@@ -1,0 +1,380 @@
+#include "common/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace trainyard {
+namespace {
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A spec error carries the dotted field path; thrown inside the parser only
+// and turned into an InvalidArgument status at its boundary.
+struct SpecError {
+  std::string message;
+};
+
+[[noreturn]] void Fail(const std::string& path, const std::string& what) {
+  throw SpecError{absl::StrCat("spec field '", path, "': ", what)};
+}
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
+std::string Describe(const YAML::Node& node) {
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a list";
+  if (node.IsNull()) return "null";
+  return absl::StrCat("'", node.Scalar(), "'");
+}
+
+// Reads the keys of one YAML mapping, remembering which were consumed so that
+// unknown keys can be reported.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string path)
+      : node_(node), path_(std::move(path)) {
+    if (!node_.IsMap()) Fail(path_.empty() ? "<root>" : path_, "must be a mapping, got " + Describe(node_));
+  }
+
+  // Returns the child node, or an undefined node when absent.
+  YAML::Node Child(const std::string& key) {
+    seen_.insert(key);
+    return node_[key];
+  }
+
+  bool Has(const std::string& key) const { return static_cast<bool>(node_[key]); }
+  std::string PathOf(const std::string& key) const { return Join(path_, key); }
+
+  template <typename T>
+  void Int(const std::string& key, T* out, int64_t lo, int64_t hi) {
+    YAML::Node n = Child(key);
+    if (!n) return;
+    const std::string p = PathOf(key);
+    int64_t v = 0;
+    if (!n.IsScalar()) Fail(p, "must be an integer, got " + Describe(n));
+    try {
+      v = n.as<int64_t>();
+    } catch (const YAML::Exception&) {
+      Fail(p, "must be an integer, got " + Describe(n));
+    }
+    if (v < lo || v > hi) {
+      Fail(p, absl::StrCat("must be between ", lo, " and ", hi, ", got ", v));
+    }
+    *out = static_cast<T>(v);
+  }
+
+  void Double(const std::string& key, double* out, double lo, double hi) {
+    YAML::Node n = Child(key);
+    if (!n) return;
+    const std::string p = PathOf(key);
+    double v = 0;
+    if (!n.IsScalar()) Fail(p, "must be a number, got " + Describe(n));
+    try {
+      v = n.as<double>();
+    } catch (const YAML::Exception&) {
+      Fail(p, "must be a number, got " + Describe(n));
+    }
+    if (!std::isfinite(v) || v < lo || v > hi) {
+      std::ostringstream msg;
+      msg << "must be a finite number between " << lo << " and " << hi << ", got " << n.Scalar();
+      Fail(p, msg.str());
+    }
+    *out = v;
+  }
+
+  void Bool(const std::string& key, bool* out) {
+    YAML::Node n = Child(key);
+    if (!n) return;
+    if (!n.IsScalar()) Fail(PathOf(key), "must be true or false, got " + Describe(n));
+    try {
+      *out = n.as<bool>();
+    } catch (const YAML::Exception&) {
+      Fail(PathOf(key), "must be true or false, got " + Describe(n));
+    }
+  }
+
+  void String(const std::string& key, std::string* out, size_t max_len) {
+    YAML::Node n = Child(key);
+    if (!n) return;
+    if (!n.IsScalar()) Fail(PathOf(key), "must be a string, got " + Describe(n));
+    if (n.Scalar().size() > max_len) {
+      Fail(PathOf(key), absl::StrCat("must be at most ", max_len, " characters"));
+    }
+    *out = n.Scalar();
+  }
+
+  // Parses an enum from its case-insensitive name. `names` lists accepted
+  // spellings; `unimplemented` lists names that are valid in the spec format
+  // but not supported by this build.
+  template <typename E>
+  void Enum(const std::string& key, E* out,
+            const std::vector<std::pair<std::string, E>>& names,
+            const std::vector<std::string>& unimplemented = {}) {
+    YAML::Node n = Child(key);
+    if (!n) return;
+    std::vector<std::string> accepted;
+    for (const auto& [name, value] : names) accepted.push_back(name);
+    const std::string list = absl::StrJoin(accepted, ", ");
+    if (!n.IsScalar()) Fail(PathOf(key), absl::StrCat("must be one of: ", list, "; got ", Describe(n)));
+    const std::string v = Lower(n.Scalar());
+    for (const auto& [name, value] : names) {
+      if (Lower(name) == v) {
+        *out = value;
+        return;
+      }
+    }
+    for (const auto& name : unimplemented) {
+      if (Lower(name) == v) {
+        Fail(PathOf(key), absl::StrCat("'", n.Scalar(), "' is not supported by this version yet; accepted: ", list));
+      }
+    }
+    Fail(PathOf(key), absl::StrCat("unknown value '", n.Scalar(), "'; accepted: ", list));
+  }
+
+  // Fails on the first key that was never read.
+  void RejectUnknown() const {
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.Scalar();
+      if (!seen_.count(key)) {
+        std::vector<std::string> known(seen_.begin(), seen_.end());
+        Fail(PathOf(key), absl::StrCat("unknown key; accepted keys here: ", absl::StrJoin(known, ", ")));
+      }
+    }
+  }
+
+ private:
+  const YAML::Node node_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+constexpr size_t kMaxName = 128;
+
+void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
+  if (node.IsScalar()) {  // shorthand: `model: mlp`
+    YAML::Node map(YAML::NodeType::Map);
+    map["kind"] = node.Scalar();
+    ParseModel(map, path, m);
+    return;
+  }
+  MapReader r(node, path);
+  r.Enum<ModelKind>("kind", &m->kind, {{"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}},
+                    {"resnet", "gpt", "torchscript"});
+  if (YAML::Node h = r.Child("hidden")) {
+    const std::string p = r.PathOf("hidden");
+    if (!h.IsSequence()) Fail(p, "must be a list of layer widths, got " + Describe(h));
+    if (h.size() > 64) Fail(p, "must have at most 64 layers");
+    m->hidden.clear();
+    for (size_t i = 0; i < h.size(); ++i) {
+      const std::string pi = absl::StrCat(p, "[", i, "]");
+      int64_t w = 0;
+      try {
+        w = h[i].as<int64_t>();
+      } catch (const YAML::Exception&) {
+        Fail(pi, "must be an integer, got " + Describe(h[i]));
+      }
+      if (w < 1 || w > (1 << 16)) Fail(pi, absl::StrCat("must be between 1 and 65536, got ", w));
+      m->hidden.push_back(w);
+    }
+  }
+  r.Int("input_size", &m->input_size, 1, 1 << 20);
+  r.Int("num_classes", &m->num_classes, 2, 1 << 20);
+  r.RejectUnknown();
+  if (m->kind == ModelKind::kCnn && m->input_size != 784) {
+    Fail(Join(path, "input_size"), "the cnn model takes 1x28x28 images: input_size must be 784");
+  }
+}
+
+void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
+  MapReader r(node, path);
+  r.Enum<DataKind>("kind", &d->kind, {{"synthetic", DataKind::kSynthetic}}, {"mnist", "tokens"});
+  r.Int("batch_size", &d->batch_size, 1, 1 << 16);
+  r.Int("num_samples", &d->num_samples, 1, int64_t{1} << 34);
+  r.Int("seed", &d->seed, 0, std::numeric_limits<int64_t>::max());
+  r.Bool("shuffle", &d->shuffle);
+  r.RejectUnknown();
+}
+
+void ParseOptimizer(const YAML::Node& node, const std::string& path, OptimizerSpec* o) {
+  MapReader r(node, path);
+  r.Enum<OptimizerKind>("kind", &o->kind, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}});
+  r.Double("lr", &o->lr, 0.0, 1e3);
+  r.Double("weight_decay", &o->weight_decay, 0.0, 1e3);
+  r.Double("momentum", &o->momentum, 0.0, 1.0);
+  if (YAML::Node b = r.Child("betas")) {
+    const std::string p = r.PathOf("betas");
+    if (!b.IsSequence() || b.size() != 2) Fail(p, "must be a list of two numbers [beta1, beta2]");
+    try {
+      o->beta1 = b[0].as<double>();
+      o->beta2 = b[1].as<double>();
+    } catch (const YAML::Exception&) {
+      Fail(p, "must be a list of two numbers [beta1, beta2]");
+    }
+    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1)) {
+      Fail(p, "each beta must be in [0, 1)");
+    }
+  }
+  r.Double("eps", &o->eps, 0.0, 1.0);
+  r.RejectUnknown();
+  if (o->kind == OptimizerKind::kSgd && r.Has("betas")) Fail(r.PathOf("betas"), "applies to adamw only");
+  if (o->kind == OptimizerKind::kAdamW && r.Has("momentum")) Fail(r.PathOf("momentum"), "applies to sgd only");
+}
+
+void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
+  MapReader r(node, path);
+  r.Double("bucket_cap_mb", &d->bucket_cap_mb, 0.001, 4096);
+  r.Enum<CommHookType>("comm_hook", &d->comm_hook,
+                       {{"no", CommHookType::kNone}, {"none", CommHookType::kNone}},
+                       {"fp16", "bf16", "power_sgd", "batched_power_sgd"});
+  CommHookType wrapper = CommHookType::kNone;
+  r.Enum<CommHookType>("comm_wrapper", &wrapper,
+                       {{"no", CommHookType::kNone}, {"none", CommHookType::kNone}},
+                       {"fp16", "bf16"});
+  if (YAML::Node opts = r.Child("comm_state_option")) {
+    if (!opts.IsMap() || opts.size() != 0) {
+      Fail(r.PathOf("comm_state_option"), "options are only accepted by a stateful hook (power_sgd, batched_power_sgd)");
+    }
+  }
+  r.Bool("find_unused_parameters", &d->find_unused_parameters);
+  r.Bool("gradient_as_bucket_view", &d->gradient_as_bucket_view);
+  r.RejectUnknown();
+}
+
+JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
+  JobSpec s;
+  MapReader r(root, "");
+  r.String("name", &s.name, kMaxName);
+  if (s.name.empty()) Fail("name", "must not be empty");
+  for (char c : s.name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      Fail("name", "may contain only letters, digits, '-', '_' and '.'");
+    }
+  }
+  if (YAML::Node n = r.Child("model")) ParseModel(n, "model", &s.model);
+  if (YAML::Node n = r.Child("data")) ParseData(n, "data", &s.data);
+  if (YAML::Node n = r.Child("optimizer")) ParseOptimizer(n, "optimizer", &s.optimizer);
+  if (YAML::Node n = r.Child("ddp")) ParseDdp(n, "ddp", &s.ddp);
+  r.Int("max_steps", &s.max_steps, 1, int64_t{1} << 40);
+  r.Int("num_processes", &s.num_processes, 1, limits.max_num_processes);
+  r.Enum<Device>("device", &s.device, {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}});
+  r.Enum<DistributedType>("distributed_type", &s.distributed_type,
+                          {{"DDP", DistributedType::kDdp},
+                           {"MULTI_CPU", DistributedType::kDdp},
+                           {"MULTI_GPU", DistributedType::kDdp},
+                           {"NO", DistributedType::kNo}},
+                          {"FSDP"});
+  r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision, {{"no", MixedPrecision::kNo}},
+                         {"fp16", "bf16"});
+  r.Int("seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
+  r.Int("threads_per_process", &s.threads_per_process, 1, 256);
+  r.Int("metrics_every_steps", &s.metrics_every_steps, 1, kMaxInt);
+  r.Int("max_restarts", &s.max_restarts, 0, 1000);
+  r.RejectUnknown();
+  if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
+    Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text, const SpecLimits& limits) {
+  if (text.size() > limits.max_spec_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec is ", text.size(), " bytes; the limit is ", limits.max_spec_bytes));
+  }
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("spec is not valid YAML or JSON: ", e.what()));
+  }
+  if (!root || root.IsNull()) return absl::InvalidArgumentError("spec is empty");
+  try {
+    return ParseRoot(root, limits);
+  } catch (const SpecError& e) {
+    return absl::InvalidArgumentError(e.message);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("spec could not be read: ", e.what()));
+  }
+}
+
+const char* ModelKindName(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kMlp: return "mlp";
+    case ModelKind::kCnn: return "cnn";
+  }
+  return "?";
+}
+
+const char* OptimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdamW: return "adamw";
+  }
+  return "?";
+}
+
+const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+const char* DistributedTypeName(DistributedType type) {
+  return type == DistributedType::kDdp ? "DDP" : "NO";
+}
+
+std::string JobSpecToJson(const JobSpec& s) {
+  nlohmann::ordered_json j;
+  j["name"] = s.name;
+  j["model"] = {{"kind", ModelKindName(s.model.kind)},
+                {"hidden", s.model.hidden},
+                {"input_size", s.model.input_size},
+                {"num_classes", s.model.num_classes}};
+  j["data"] = {{"kind", "synthetic"},
+               {"batch_size", s.data.batch_size},
+               {"num_samples", s.data.num_samples},
+               {"seed", s.data.seed},
+               {"shuffle", s.data.shuffle}};
+  nlohmann::ordered_json opt = {{"kind", OptimizerKindName(s.optimizer.kind)},
+                                {"lr", s.optimizer.lr},
+                                {"weight_decay", s.optimizer.weight_decay}};
+  if (s.optimizer.kind == OptimizerKind::kSgd) {
+    opt["momentum"] = s.optimizer.momentum;
+  } else {
+    opt["betas"] = {s.optimizer.beta1, s.optimizer.beta2};
+    opt["eps"] = s.optimizer.eps;
+  }
+  j["optimizer"] = opt;
+  j["max_steps"] = s.max_steps;
+  j["num_processes"] = s.num_processes;
+  j["device"] = DeviceName(s.device);
+  j["distributed_type"] = DistributedTypeName(s.distributed_type);
+  j["mixed_precision"] = "no";
+  j["ddp"] = {{"bucket_cap_mb", s.ddp.bucket_cap_mb},
+              {"comm_hook", "no"},
+              {"find_unused_parameters", s.ddp.find_unused_parameters},
+              {"gradient_as_bucket_view", s.ddp.gradient_as_bucket_view}};
+  j["seed"] = s.seed;
+  j["threads_per_process"] = s.threads_per_process;
+  j["metrics_every_steps"] = s.metrics_every_steps;
+  j["max_restarts"] = s.max_restarts;
+  return j.dump();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,108 @@
+// JobSpec: the typed form of a job's YAML/JSON spec. Parsed once at the edge
+// (ParseJobSpec), validated field by field, and serialized back to canonical
+// JSON (JobSpecToJson) for storage and for the workers. Plain data: copy
+// freely; no synchronization needed.
+#ifndef TRAINYARD_COMMON_JOB_SPEC_H_
+#define TRAINYARD_COMMON_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace trainyard {
+
+enum class ModelKind { kMlp, kCnn };
+enum class DataKind { kSynthetic };
+enum class OptimizerKind { kSgd, kAdamW };
+enum class Device { kCpu, kCuda };
+enum class DistributedType { kNo, kDdp };
+enum class MixedPrecision { kNo };
+enum class CommHookType { kNone };
+
+struct ModelSpec {
+  ModelKind kind = ModelKind::kMlp;
+  // mlp: widths of the hidden layers (input 784, output num_classes).
+  std::vector<int64_t> hidden = {128};
+  // Width of the input (mlp) — 784 = 28x28 MNIST-shaped images.
+  int64_t input_size = 784;
+  int64_t num_classes = 10;
+};
+
+struct DataSpec {
+  DataKind kind = DataKind::kSynthetic;
+  // Per-rank micro-batch size.
+  int64_t batch_size = 64;
+  // Size of the dataset (synthetic: number of generated samples). Ranks draw
+  // disjoint shards of it, in the manner of PyTorch's DistributedSampler.
+  int64_t num_samples = 60000;
+  // Seed of the synthetic data and of the per-epoch shuffle.
+  uint64_t seed = 1234;
+  // Reshuffle every epoch (DistributedSampler's shuffle).
+  bool shuffle = true;
+};
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  double lr = 1e-3;
+  double weight_decay = 0.0;   // AdamW default in Trainyard: 0.0 (PyTorch: 0.01)
+  double momentum = 0.0;       // sgd only
+  double beta1 = 0.9;          // adamw only
+  double beta2 = 0.999;        // adamw only
+  double eps = 1e-8;           // adamw only
+};
+
+struct DdpSpec {
+  // Bucket size cap in MiB (PyTorch's bucket_cap_mb, default 25).
+  double bucket_cap_mb = 25.0;
+  CommHookType comm_hook = CommHookType::kNone;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+};
+
+struct JobSpec {
+  std::string name = "job";
+  ModelSpec model;
+  DataSpec data;
+  OptimizerSpec optimizer;
+  int64_t max_steps = 100;
+  int32_t num_processes = 1;
+  Device device = Device::kCpu;
+  DistributedType distributed_type = DistributedType::kDdp;
+  MixedPrecision mixed_precision = MixedPrecision::kNo;
+  DdpSpec ddp;
+  // Model-initialization seed, identical on all ranks.
+  uint64_t seed = 42;
+  // Intra-op threads per worker process (LibTorch's set_num_threads).
+  int32_t threads_per_process = 1;
+  // How often workers send metrics: every this many steps, and at least once
+  // a second.
+  int32_t metrics_every_steps = 1;
+  // Restarts allowed after a worker failure (used by the restart policy).
+  int32_t max_restarts = 0;
+};
+
+// Bounds a spec must respect beyond its own fields (set by the server).
+struct SpecLimits {
+  int32_t max_num_processes = 1024;
+  size_t max_spec_bytes = 1 << 20;
+};
+
+// Parses YAML or JSON text into a validated JobSpec. Every unknown key, wrong
+// type and out-of-range value is an InvalidArgument error naming the field
+// (dotted path) and the accepted values.
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
+                                     const SpecLimits& limits = {});
+
+// Canonical JSON of a spec; ParseJobSpec(JobSpecToJson(s)) == s.
+std::string JobSpecToJson(const JobSpec& spec);
+
+const char* ModelKindName(ModelKind kind);
+const char* OptimizerKindName(OptimizerKind kind);
+const char* DeviceName(Device device);
+const char* DistributedTypeName(DistributedType type);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_JOB_SPEC_H_

@@ -1,0 +1,37 @@
+// Job lifecycle states shared by the server, the client and the store.
+#ifndef TRAINYARD_COMMON_JOB_STATE_H_
+#define TRAINYARD_COMMON_JOB_STATE_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace trainyard {
+
+// QUEUED → STARTING → RUNNING → SUCCEEDED | FAILED | CANCELLED.
+// RECOVERING is entered when the coordinator restarts while a job runs.
+enum class JobState {
+  kQueued,
+  kStarting,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kRecovering,
+};
+
+inline constexpr JobState kAllJobStates[] = {
+    JobState::kQueued,    JobState::kStarting, JobState::kRunning,
+    JobState::kSucceeded, JobState::kFailed,   JobState::kCancelled,
+    JobState::kRecovering};
+
+// "QUEUED", "RUNNING", ...
+const char* JobStateName(JobState state);
+// Case-insensitive inverse of JobStateName.
+std::optional<JobState> ParseJobState(std::string_view name);
+// SUCCEEDED, FAILED and CANCELLED are terminal: nothing leaves them.
+bool IsTerminal(JobState state);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_JOB_STATE_H_

@@ -1,0 +1,27 @@
+// StepMetrics: what one rank reports about one training step. Plain data.
+#ifndef TRAINYARD_COMMON_STEP_METRICS_H_
+#define TRAINYARD_COMMON_STEP_METRICS_H_
+
+#include <cmath>
+#include <cstdint>
+
+namespace trainyard {
+
+struct StepMetrics {
+  int32_t rank = 0;
+  int64_t step = 0;
+  double loss = 0;
+  double samples_per_second = 0;
+  double step_seconds = 0;       // wall time of the whole step
+  double data_seconds = 0;       // waiting for the batch
+  double compute_seconds = 0;    // forward + backward (with DDP's overlapped allreduce)
+  double optimizer_seconds = 0;  // optimizer step
+  double learning_rate = 0;
+  int64_t samples = 0;           // samples this rank processed in the step
+  double eval_loss = std::nan("");
+  int64_t unix_millis = 0;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_STEP_METRICS_H_

@@ -1,0 +1,75 @@
+#include "common/wire_convert.h"
+
+namespace trainyard {
+
+v1::JobState ToProto(JobState state) {
+  switch (state) {
+    case JobState::kQueued: return v1::QUEUED;
+    case JobState::kStarting: return v1::STARTING;
+    case JobState::kRunning: return v1::RUNNING;
+    case JobState::kSucceeded: return v1::SUCCEEDED;
+    case JobState::kFailed: return v1::FAILED;
+    case JobState::kCancelled: return v1::CANCELLED;
+    case JobState::kRecovering: return v1::RECOVERING;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+std::optional<JobState> FromProto(v1::JobState state) {
+  switch (state) {
+    case v1::QUEUED: return JobState::kQueued;
+    case v1::STARTING: return JobState::kStarting;
+    case v1::RUNNING: return JobState::kRunning;
+    case v1::SUCCEEDED: return JobState::kSucceeded;
+    case v1::FAILED: return JobState::kFailed;
+    case v1::CANCELLED: return JobState::kCancelled;
+    case v1::RECOVERING: return JobState::kRecovering;
+    default: return std::nullopt;
+  }
+}
+
+void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
+  out->set_rank(m.rank);
+  out->set_step(m.step);
+  out->set_loss(m.loss);
+  out->set_samples_per_second(m.samples_per_second);
+  out->set_step_seconds(m.step_seconds);
+  out->set_data_seconds(m.data_seconds);
+  out->set_compute_seconds(m.compute_seconds);
+  out->set_optimizer_seconds(m.optimizer_seconds);
+  out->set_learning_rate(m.learning_rate);
+  out->set_samples(m.samples);
+  out->set_eval_loss(m.eval_loss);
+  out->set_unix_millis(m.unix_millis);
+}
+
+StepMetrics FromProto(const v1::MetricsSample& m) {
+  StepMetrics s;
+  s.rank = m.rank();
+  s.step = m.step();
+  s.loss = m.loss();
+  s.samples_per_second = m.samples_per_second();
+  s.step_seconds = m.step_seconds();
+  s.data_seconds = m.data_seconds();
+  s.compute_seconds = m.compute_seconds();
+  s.optimizer_seconds = m.optimizer_seconds();
+  s.learning_rate = m.learning_rate();
+  s.samples = m.samples();
+  s.eval_loss = m.eval_loss();
+  s.unix_millis = m.unix_millis();
+  return s;
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(status.code())),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(status.error_code())),
+                      status.error_message());
+}
+
+}  // namespace trainyard

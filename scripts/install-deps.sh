@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package Trainyard needs to build, test and run.
+# Idempotent: packages already present are left alone. Uses sudo when not root.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git ca-certificates curl procps iproute2
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  grpc-proto prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libgtest-dev libgmock-dev
+  libtorch-dev python3-torch python3-grpcio python3-numpy
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

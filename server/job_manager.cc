@@ -1,0 +1,527 @@
+#include "server/job_manager.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+int64_t NowMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string RandomHex(size_t bytes) {
+  static thread_local std::random_device rd;
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i) {
+    unsigned v = rd() & 0xff;
+    out.push_back(kHex[v >> 4]);
+    out.push_back(kHex[v & 15]);
+  }
+  return out;
+}
+
+// Equal-time comparison, so a token cannot be guessed byte by byte.
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// A port the OS considers free right now, for rank 0's rendezvous store.
+absl::StatusOr<int> PickFreePort(const std::string& addr) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::ResourceExhaustedError("socket() failed");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = addr == "127.0.0.1" ? htonl(INADDR_LOOPBACK) : htonl(INADDR_ANY);
+  sa.sin_port = 0;
+  socklen_t len = sizeof(sa);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    close(fd);
+    return absl::ResourceExhaustedError("cannot find a free port for the rendezvous");
+  }
+  int port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
+}
+
+}  // namespace
+
+// ---- JobWatch / WorkerChannel ----------------------------------------------
+
+bool JobWatch::Next(JobUpdate* out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_; });
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool JobWatch::closed_and_drained() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_ && queue_.empty();
+}
+
+void JobWatch::Push(JobUpdate update) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (queue_.size() >= kMaxQueued && !update.job) return;  // a slow watcher loses samples, not states
+    queue_.push_back(std::move(update));
+  }
+  cv_.notify_all();
+}
+
+void JobWatch::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+void WorkerChannel::Push(WorkerCommand command) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    queue_.push_back(std::move(command));
+  }
+  cv_.notify_all();
+}
+
+bool WorkerChannel::Pop(WorkerCommand* out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_; });
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void WorkerChannel::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool WorkerChannel::closed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+// ---- JobManager --------------------------------------------------------------
+
+JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options)
+    : store_(store), launcher_(launcher), metrics_(metrics), options_(std::move(options)),
+      free_slots_(options_.slots) {}
+
+JobManager::~JobManager() = default;
+
+void JobManager::set_coordinator_addr(const std::string& addr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_.coordinator_addr = addr;
+}
+
+int JobManager::free_slots() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return free_slots_;
+}
+
+absl::Status JobManager::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto jobs = store_->List(std::numeric_limits<int>::max());
+  if (!jobs.ok()) return jobs.status();
+  for (JobRecord& rec : *jobs) {
+    if (IsTerminal(rec.state)) {
+      counts_[rec.state]++;
+      continue;
+    }
+    auto spec = ParseJobSpec(rec.spec_json, options_.limits);
+    ActiveJob job;
+    job.record = rec;
+    if (!spec.ok()) {
+      counts_[rec.state]++;
+      Transition(job, JobState::kFailed,
+                 absl::StrCat("stored spec no longer valid: ", spec.status().message()));
+      continue;
+    }
+    job.spec = *spec;
+    counts_[rec.state]++;
+    if (rec.state == JobState::kQueued) {
+      active_.emplace(rec.id, std::move(job));
+      queue_.push_back(rec.id);
+    } else {
+      Transition(job, JobState::kFailed,
+                 "the coordinator restarted while the job was running; reattaching to running "
+                 "workers is not supported by this version");
+    }
+  }
+  PublishCounts();
+  TrySchedule();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text) {
+  auto spec = ParseJobSpec(spec_text, options_.limits);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!spec.ok()) {
+    metrics_->CountRejected();
+    return spec.status();
+  }
+  if (spec->num_processes > options_.slots) {
+    metrics_->CountRejected();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec field 'num_processes': ", spec->num_processes, " exceeds this server's ", options_.slots,
+        " slots (start the server with --slots N to allow more)"));
+  }
+  if (spec->device == Device::kCuda) {
+    metrics_->CountRejected();
+    return absl::InvalidArgumentError(
+        "spec field 'device': 'cuda' needs GPU nodes; this server has none (device: cpu runs here)");
+  }
+  if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
+    metrics_->CountRejected();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the queue already holds ", queue_.size(), " jobs (the limit); try again later"));
+  }
+  if (shut_down_) return absl::UnavailableError("the server is shutting down");
+
+  ActiveJob job;
+  job.spec = *spec;
+  JobRecord& r = job.record;
+  r.id = NewJobId();
+  r.name = spec->name;
+  r.state = JobState::kQueued;
+  r.reason = "submitted";
+  r.spec_json = JobSpecToJson(*spec);
+  r.num_processes = spec->num_processes;
+  r.max_steps = spec->max_steps;
+  r.created_unix_millis = NowMillis();
+  JobEvent event{r.created_unix_millis, JobState::kQueued, "submitted"};
+  if (auto s = store_->Insert(r, event); !s.ok()) return s;
+  metrics_->CountSubmitted();
+  counts_[JobState::kQueued]++;
+  PublishCounts();
+  std::string id = r.id;
+  JobRecord copy = r;
+  active_.emplace(id, std::move(job));
+  queue_.push_back(id);
+  spdlog::info("job {} ({}) queued: {} processes, {} steps", id, copy.name, copy.num_processes, copy.max_steps);
+  TrySchedule();
+  auto it = active_.find(id);
+  return it == active_.end() ? copy : it->second.record;
+}
+
+absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it != active_.end()) return it->second.record;
+  return store_->Get(id);
+}
+
+absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) {
+  return store_->Events(id);
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobManager::List(const std::set<JobState>& states, int limit) {
+  auto all = store_->List(std::numeric_limits<int>::max());
+  if (!all.ok()) return all.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<JobRecord> out;
+  for (JobRecord& r : *all) {
+    auto it = active_.find(r.id);
+    if (it != active_.end()) r = it->second.record;  // fresher than the store
+    if (states.empty() || states.count(r.state)) out.push_back(std::move(r));
+  }
+  if (limit > 0 && static_cast<int>(out.size()) > limit) {
+    out.erase(out.begin(), out.end() - limit);
+  }
+  return out;
+}
+
+absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    auto rec = store_->Get(id);
+    if (!rec.ok()) return rec.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has already ended (", JobStateName(rec->state), ")"));
+  }
+  ActiveJob& job = it->second;
+  if (job.record.state == JobState::kQueued) {
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+    Transition(job, JobState::kCancelled, "cancelled by user while queued");
+    JobRecord out = job.record;
+    Finish(id);
+    return out;
+  }
+  if (!job.cancel_requested) {
+    job.cancel_requested = true;
+    spdlog::info("job {}: cancel requested; stopping {} ranks", id, job.record.num_processes);
+    for (auto& [rank, ch] : job.channels) ch->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
+    launcher_->Stop(id, job.record.attempt);
+  }
+  return job.record;
+}
+
+absl::StatusOr<std::shared_ptr<JobWatch>> JobManager::Watch(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto watch = std::make_shared<JobWatch>();
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    auto rec = store_->Get(id);
+    if (!rec.ok()) return rec.status();
+    watch->Push({*rec, std::nullopt});
+    watch->Close();
+    return watch;
+  }
+  watch->Push({it->second.record, std::nullopt});
+  it->second.watchers.push_back(watch);
+  return watch;
+}
+
+absl::StatusOr<std::string> JobManager::LogPath(const std::string& id, int32_t rank) {
+  auto rec = Get(id);
+  if (!rec.ok()) return rec.status();
+  if (rec->attempt == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not started yet: no logs"));
+  }
+  if (rank < 0 || rank >= rec->num_processes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range: job ", id, " has ranks 0..", rec->num_processes - 1));
+  }
+  return absl::StrCat(LogDir(*rec, rec->attempt), "/rank-", rank, ".log");
+}
+
+absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job_id, int32_t rank,
+                                                          int32_t attempt, const std::string& token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(job_id);
+  if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " is not running"));
+  ActiveJob& job = it->second;
+  // Check the token before telling anything about the attempt.
+  if (job.record.worker_token.empty() || !ConstantTimeEquals(token, job.record.worker_token)) {
+    return absl::PermissionDeniedError(absl::StrCat("invalid worker token for job ", job_id));
+  }
+  if (attempt != job.record.attempt) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("attempt ", attempt, " of job ", job_id, " is stale; the current attempt is ", job.record.attempt));
+  }
+  if (rank < 0 || rank >= job.record.num_processes) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range for job ", job_id));
+  }
+  if (job.channels.count(rank)) {
+    return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " of job ", job_id, " is already connected"));
+  }
+  auto channel = std::make_shared<WorkerChannel>();
+  job.channels[rank] = channel;
+  job.attached.insert(rank);
+  if (job.cancel_requested) channel->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
+  if (job.record.state == JobState::kStarting &&
+      static_cast<int>(job.attached.size()) == job.record.num_processes) {
+    Transition(job, JobState::kRunning, absl::StrCat("all ", job.record.num_processes, " ranks connected"));
+  }
+  return WorkerAttachment{job.record.spec_json, job.record.num_processes, channel};
+}
+
+void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(job_id);
+  if (it == active_.end() || it->second.record.attempt != attempt) return;
+  ActiveJob& job = it->second;
+  for (const StepMetrics& m : samples) {
+    metrics_->RecordStep(job_id, m);
+    job.last_metrics[m.rank] = m;
+    if (m.rank != 0) continue;
+    if (job.record.step == 0 || m.step < job.record.step) job.record.first_loss = m.loss;
+    job.record.step = m.step;
+    job.record.loss = m.loss;
+    double total = 0;
+    for (const auto& [rank, last] : job.last_metrics) total += last.samples_per_second;
+    job.record.samples_per_second = total;
+    StepMetrics agg = m;
+    agg.samples_per_second = total;
+    for (auto& w : job.watchers) w->Push({std::nullopt, agg});
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (now - job.last_persist > std::chrono::seconds(1)) {
+    job.last_persist = now;
+    if (auto s = store_->Update(job.record, nullptr); !s.ok()) {
+      spdlog::warn("job {}: cannot persist progress: {}", job_id, std::string(s.message()));
+    }
+  }
+}
+
+void JobManager::ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, bool ok,
+                              const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(job_id);
+  if (it == active_.end() || it->second.record.attempt != attempt) return;
+  if (ok) {
+    spdlog::info("job {}: rank {} finished", job_id, rank);
+    return;
+  }
+  spdlog::warn("job {}: rank {} failed: {}", job_id, rank, error);
+  FailGroup(it->second, rank, absl::StrCat("rank ", rank, ": ", error));
+}
+
+void JobManager::DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
+                              const std::shared_ptr<WorkerChannel>& channel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  channel->Close();
+  auto it = active_.find(job_id);
+  if (it == active_.end() || it->second.record.attempt != attempt) return;
+  auto ch = it->second.channels.find(rank);
+  if (ch != it->second.channels.end() && ch->second == channel) it->second.channels.erase(ch);
+}
+
+void JobManager::OnRankExit(const RankExit& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(e.job_id);
+  if (it == active_.end() || it->second.record.attempt != e.attempt) return;
+  ActiveJob& job = it->second;
+  job.exited.insert(e.rank);
+  if (!e.ok() && !job.cancel_requested) FailGroup(job, e.rank, e.Describe());
+  if (static_cast<int>(job.exited.size()) < job.record.num_processes) return;
+
+  if (job.cancel_requested) {
+    Transition(job, JobState::kCancelled, "cancelled by user");
+  } else if (job.failed) {
+    Transition(job, JobState::kFailed, job.failure);
+  } else {
+    Transition(job, JobState::kSucceeded,
+               absl::StrCat("all ", job.record.num_processes, " ranks finished at step ", job.record.step));
+  }
+  Finish(e.job_id);
+  TrySchedule();
+}
+
+void JobManager::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shut_down_ = true;
+  std::vector<std::string> running;
+  for (auto& [id, job] : active_) {
+    if (job.record.state == JobState::kQueued) continue;
+    launcher_->Stop(id, job.record.attempt);
+    Transition(job, JobState::kFailed, "the coordinator shut down while the job was running");
+    running.push_back(id);
+  }
+  for (const auto& id : running) Finish(id);
+}
+
+// ---- private -----------------------------------------------------------------
+
+void JobManager::FailGroup(ActiveJob& job, int32_t rank, const std::string& reason) {
+  if (job.failed) return;  // keep the root cause: the first failure
+  job.failed = true;
+  job.failure = reason;
+  job.record.failed_rank = rank;
+  spdlog::warn("job {}: {}; stopping the other ranks", job.record.id, reason);
+  launcher_->Stop(job.record.id, job.record.attempt);
+}
+
+void JobManager::Transition(ActiveJob& job, JobState state, const std::string& reason) {
+  JobRecord& r = job.record;
+  counts_[r.state]--;
+  counts_[state]++;
+  r.state = state;
+  r.reason = reason;
+  const int64_t now = NowMillis();
+  if (state == JobState::kStarting && r.started_unix_millis == 0) r.started_unix_millis = now;
+  if (IsTerminal(state)) r.ended_unix_millis = now;
+  JobEvent event{now, state, reason};
+  absl::Status s = store_->Update(r, &event);
+  if (!s.ok()) spdlog::error("job {}: cannot persist {}: {}", r.id, JobStateName(state), std::string(s.message()));
+  spdlog::info("job {} -> {}: {}", r.id, JobStateName(state), reason);
+  for (auto& w : job.watchers) w->Push({r, std::nullopt});
+  PublishCounts();
+}
+
+void JobManager::Finish(const std::string& id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  ActiveJob& job = it->second;
+  free_slots_ += job.slots_held;
+  for (auto& [rank, ch] : job.channels) ch->Close();
+  for (auto& w : job.watchers) w->Close();
+  metrics_->RemoveJob(id);
+  active_.erase(it);
+}
+
+void JobManager::TrySchedule() {
+  while (!queue_.empty() && !shut_down_) {
+    auto it = active_.find(queue_.front());
+    if (it == active_.end()) {
+      queue_.pop_front();
+      continue;
+    }
+    if (it->second.record.num_processes > free_slots_) return;  // FIFO: the head waits
+    queue_.pop_front();
+    StartJob(it->second);
+  }
+}
+
+void JobManager::StartJob(ActiveJob& job) {
+  JobRecord& r = job.record;
+  auto port = PickFreePort(options_.master_addr);
+  if (!port.ok()) {
+    Transition(job, JobState::kFailed, std::string(port.status().message()));
+    Finish(r.id);
+    return;
+  }
+  r.attempt += 1;
+  r.worker_token = RandomHex(32);
+  job.slots_held = r.num_processes;
+  free_slots_ -= r.num_processes;
+  job.attached.clear();
+  job.exited.clear();
+  Transition(job, JobState::kStarting,
+             absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ")"));
+  LaunchRequest req;
+  req.job_id = r.id;
+  req.attempt = r.attempt;
+  req.world_size = r.num_processes;
+  req.master_addr = options_.master_addr;
+  req.master_port = *port;
+  req.coordinator_addr = options_.coordinator_addr;
+  req.token = r.worker_token;
+  req.log_dir = LogDir(r, r.attempt);
+  req.threads_per_process = job.spec.threads_per_process;
+  if (auto s = launcher_->Launch(req); !s.ok()) {
+    Transition(job, JobState::kFailed, absl::StrCat("launch failed: ", s.message()));
+    Finish(r.id);
+  }
+}
+
+void JobManager::PublishCounts() { metrics_->SetJobCounts(counts_); }
+
+std::string JobManager::NewJobId() {
+  for (;;) {
+    std::string id = "job-" + RandomHex(4);
+    if (active_.count(id)) continue;
+    if (store_->Get(id).status().code() == absl::StatusCode::kNotFound) return id;
+  }
+}
+
+std::string JobManager::LogDir(const JobRecord& job, int32_t attempt) const {
+  return absl::StrCat(options_.state_dir, "/jobs/", job.id, "/attempt-", attempt);
+}
+
+}  // namespace trainyard

@@ -1,0 +1,183 @@
+// JobManager: the coordinator's core. Owns the queue, the slot accounting and
+// the lifecycle of every job that has not ended; persists each state change
+// through the JobStore; starts and stops workers through the Launcher; feeds
+// ServerMetrics and the watchers of a job.
+//
+// Thread-safe: every public method may be called from any thread (gRPC
+// handlers, the launcher's exit thread). One mutex guards all state; the
+// store, launcher and metrics are called with it held and never call back
+// into the manager synchronously.
+#ifndef TRAINYARD_SERVER_JOB_MANAGER_H_
+#define TRAINYARD_SERVER_JOB_MANAGER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "common/step_metrics.h"
+#include "server/job_store.h"
+#include "server/launcher.h"
+#include "server/server_metrics.h"
+
+namespace trainyard {
+
+struct JobManagerOptions {
+  // CPU slots of this host; a job takes num_processes of them.
+  int slots = 1;
+  // Root of worker logs: <state_dir>/jobs/<id>/attempt-<n>/rank-<r>.log.
+  std::string state_dir = "trainyard-state";
+  // Where workers reach the WorkerService (host:port).
+  std::string coordinator_addr;
+  // Address rank 0 binds its rendezvous store on; other ranks connect to it.
+  std::string master_addr = "127.0.0.1";
+  SpecLimits limits;
+  // Jobs waiting in the queue at most; further submissions are refused.
+  int max_queued_jobs = 1000;
+};
+
+// One update for a watcher: the job's record after a state change, or one
+// metrics sample (rank 0's, with samples_per_second summed over ranks).
+struct JobUpdate {
+  std::optional<JobRecord> job;
+  std::optional<StepMetrics> metrics;
+};
+
+// A bounded queue of updates for one watcher. Closed after the job's final
+// state has been pushed.
+class JobWatch {
+ public:
+  // Waits up to `timeout` for an update. Returns false on timeout, or when
+  // closed and drained.
+  bool Next(JobUpdate* out, std::chrono::milliseconds timeout);
+  bool closed_and_drained();
+
+  void Push(JobUpdate update);  // drops metrics when full; never drops a job update
+  void Close();
+
+ private:
+  static constexpr size_t kMaxQueued = 4096;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<JobUpdate> queue_;  // guarded by mu_
+  bool closed_ = false;          // guarded by mu_
+};
+
+// A command for one connected worker.
+struct WorkerCommand {
+  enum class Kind { kStop };
+  Kind kind = Kind::kStop;
+  std::string reason;
+};
+
+// Commands flowing down one worker's stream.
+class WorkerChannel {
+ public:
+  void Push(WorkerCommand command);
+  // Waits up to `timeout`; false on timeout or when closed.
+  bool Pop(WorkerCommand* out, std::chrono::milliseconds timeout);
+  void Close();
+  bool closed();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<WorkerCommand> queue_;  // guarded by mu_
+  bool closed_ = false;              // guarded by mu_
+};
+
+struct WorkerAttachment {
+  std::string spec_json;
+  int32_t world_size = 0;
+  std::shared_ptr<WorkerChannel> channel;
+};
+
+class JobManager {
+ public:
+  JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options);
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Loads the store: queued jobs are queued again; jobs that were starting or
+  // running when the previous coordinator stopped are marked FAILED with that
+  // reason. Call once, before serving.
+  absl::Status Recover();
+  void set_coordinator_addr(const std::string& addr);
+
+  // People's side.
+  absl::StatusOr<JobRecord> Submit(const std::string& spec_text);
+  absl::StatusOr<JobRecord> Get(const std::string& id);
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id);
+  absl::StatusOr<std::vector<JobRecord>> List(const std::set<JobState>& states, int limit);
+  absl::StatusOr<JobRecord> Cancel(const std::string& id);
+  absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id);
+  absl::StatusOr<std::string> LogPath(const std::string& id, int32_t rank);
+
+  // Workers' side.
+  absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
+                                                const std::string& token);
+  void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples);
+  void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, bool ok, const std::string& error);
+  void DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
+                    const std::shared_ptr<WorkerChannel>& channel);
+
+  // The launcher's exit callback.
+  void OnRankExit(const RankExit& exit);
+
+  // Stops every running job's workers and marks those jobs FAILED.
+  void Shutdown();
+
+  int free_slots();
+
+ private:
+  struct ActiveJob {
+    JobRecord record;
+    JobSpec spec;
+    int slots_held = 0;
+    std::set<int32_t> attached;
+    std::set<int32_t> exited;
+    std::map<int32_t, std::shared_ptr<WorkerChannel>> channels;
+    std::map<int32_t, StepMetrics> last_metrics;
+    std::vector<std::shared_ptr<JobWatch>> watchers;
+    bool cancel_requested = false;
+    bool failed = false;
+    std::string failure;
+    std::chrono::steady_clock::time_point last_persist{};
+  };
+
+  // All REQUIRE mu_ held.
+  void Transition(ActiveJob& job, JobState state, const std::string& reason);
+  void TrySchedule();
+  void StartJob(ActiveJob& job);
+  void FailGroup(ActiveJob& job, int32_t rank, const std::string& reason);
+  void Finish(const std::string& id);
+  void PublishCounts();
+  std::string NewJobId();
+  std::string LogDir(const JobRecord& job, int32_t attempt) const;
+
+  JobStore* const store_;
+  Launcher* const launcher_;
+  ServerMetrics* const metrics_;
+  JobManagerOptions options_;
+
+  std::mutex mu_;
+  std::map<std::string, ActiveJob> active_;  // guarded by mu_; every job not ended
+  std::deque<std::string> queue_;            // guarded by mu_; FIFO of QUEUED ids
+  int free_slots_;                           // guarded by mu_
+  std::map<JobState, int> counts_;           // guarded by mu_
+  bool shut_down_ = false;                   // guarded by mu_
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_JOB_MANAGER_H_

@@ -1,0 +1,65 @@
+// JobStore: durable record of jobs and their state-change events.
+//
+// Open() returns the SQLite implementation (WAL journal, synchronous=FULL so
+// a committed transition survives power loss). All methods are safe to call
+// concurrently from several threads; the store serializes them internally.
+#ifndef TRAINYARD_SERVER_JOB_STORE_H_
+#define TRAINYARD_SERVER_JOB_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_state.h"
+
+namespace trainyard {
+
+struct JobRecord {
+  std::string id;
+  std::string name;
+  JobState state = JobState::kQueued;
+  std::string reason;            // why the job is in `state`
+  std::string spec_json;         // canonical spec (JobSpecToJson)
+  int32_t num_processes = 1;
+  int64_t max_steps = 0;
+  int64_t step = 0;              // last step reported by rank 0
+  double loss = 0;               // last loss reported by rank 0
+  double first_loss = 0;         // loss of the first reported step
+  double samples_per_second = 0; // last aggregate throughput
+  int64_t created_unix_millis = 0;
+  int64_t started_unix_millis = 0;
+  int64_t ended_unix_millis = 0;
+  int32_t attempt = 0;           // 0 until first launched
+  int32_t failed_rank = -1;
+  std::string worker_token;      // per-attempt secret shared with the workers
+};
+
+struct JobEvent {
+  int64_t unix_millis = 0;
+  JobState state = JobState::kQueued;
+  std::string reason;
+};
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // Opens (creating if needed) the SQLite database at `path`.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+
+  // Inserts a new job together with its first event, atomically.
+  virtual absl::Status Insert(const JobRecord& job, const JobEvent& event) = 0;
+  // Overwrites the job's row; with `event`, also appends it, atomically.
+  virtual absl::Status Update(const JobRecord& job, const JobEvent* event) = 0;
+  virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
+  // Jobs in creation order, oldest first; at most `limit` (the newest ones).
+  virtual absl::StatusOr<std::vector<JobRecord>> List(int limit) = 0;
+  virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_JOB_STORE_H_

@@ -1,0 +1,215 @@
+// LocalLauncher: one trainyard-worker process per rank, forked on this host.
+#include "absl/status/statusor.h"
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/launcher.h"
+
+namespace trainyard {
+
+std::string RankExit::Describe() const {
+  if (signal != 0) return absl::StrCat("rank ", rank, " was killed by signal ", signal, " (", strsignal(signal), ")");
+  return absl::StrCat("rank ", rank, " exited with code ", exit_code);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Proc {
+  pid_t pid = -1;
+  std::string job_id;
+  int32_t attempt = 0;
+  int32_t rank = 0;
+  bool term_sent = false;
+  Clock::time_point kill_at = Clock::time_point::max();
+};
+
+class LocalLauncher final : public Launcher {
+ public:
+  LocalLauncher(LocalLauncherOptions options, ExitCallback on_exit)
+      : options_(std::move(options)), on_exit_(std::move(on_exit)) {
+    reaper_ = std::thread([this] { ReapLoop(); });
+  }
+
+  ~LocalLauncher() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutting_down_ = true;
+      for (auto& [pid, p] : procs_) kill(-pid, SIGKILL);
+    }
+    cv_.notify_all();
+    reaper_.join();
+    // Reap what the loop left (it stops at shutdown).
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [pid, p] : procs_) waitpid(pid, nullptr, 0);
+  }
+
+  absl::Status Launch(const LaunchRequest& r) override {
+    std::error_code ec;
+    std::filesystem::create_directories(r.log_dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create log dir ", r.log_dir, ": ", ec.message()));
+    if (access(options_.worker_binary.c_str(), X_OK) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker binary ", options_.worker_binary, " is not executable: ", strerror(errno)));
+    }
+    std::vector<pid_t> started;
+    for (int32_t rank = 0; rank < r.world_size; ++rank) {
+      std::vector<std::string> args = {
+          options_.worker_binary,
+          "--job", r.job_id,
+          "--rank", std::to_string(rank),
+          "--world-size", std::to_string(r.world_size),
+          "--attempt", std::to_string(r.attempt),
+          "--master-addr", r.master_addr,
+          "--master-port", std::to_string(r.master_port),
+          "--server", r.coordinator_addr,
+          "--threads", std::to_string(r.threads_per_process),
+      };
+      for (const auto& a : options_.extra_worker_args) args.push_back(a);
+      std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");
+      absl::StatusOr<pid_t> pid = Spawn(args, log_path, r.token);
+      if (!pid.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (pid_t p : started) {
+          kill(-p, SIGKILL);
+          procs_[p].term_sent = true;
+        }
+        return pid.status();
+      }
+      started.push_back(*pid);
+      std::lock_guard<std::mutex> lock(mu_);
+      procs_[*pid] = Proc{*pid, r.job_id, r.attempt, rank};
+    }
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+
+  void Stop(const std::string& job_id, int32_t attempt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [pid, p] : procs_) {
+      if (p.job_id != job_id || p.attempt != attempt || p.term_sent) continue;
+      kill(-pid, SIGTERM);
+      p.term_sent = true;
+      p.kill_at = Clock::now() + options_.stop_grace;
+    }
+    cv_.notify_all();
+  }
+
+  int LiveProcesses(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (auto& [pid, p] : procs_) n += p.job_id == job_id;
+    return n;
+  }
+
+ private:
+  // The worker's token travels in its environment, not on the command line,
+  // so `ps` does not show it.
+  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log_path,
+                              const std::string& token) {
+    int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::string token_env = "TRAINYARD_WORKER_TOKEN=" + token;
+    std::vector<char*> envp;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (strncmp(*e, "TRAINYARD_WORKER_TOKEN=", 23) != 0) envp.push_back(*e);
+    }
+    envp.push_back(const_cast<char*>(token_env.c_str()));
+    envp.push_back(nullptr);
+
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(log_fd);
+      return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", strerror(errno)));
+    }
+    if (pid == 0) {
+      // Child: own process group (so a stop reaches its threads' children
+      // too), default signal mask and handlers, logs on stdout/stderr.
+      setpgid(0, 0);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGPIPE, SIG_DFL);
+      int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, 0);
+      dup2(log_fd, 1);
+      dup2(log_fd, 2);
+      execve(argv[0], argv.data(), envp.data());
+      dprintf(2, "trainyard: exec %s failed: %s\n", argv[0], strerror(errno));
+      _exit(127);
+    }
+    setpgid(pid, pid);  // also from the parent, so kill(-pid) never races the child
+    close(log_fd);
+    return pid;
+  }
+
+  void ReapLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!shutting_down_) {
+      std::vector<RankExit> exits;
+      for (auto it = procs_.begin(); it != procs_.end();) {
+        Proc& p = it->second;
+        int status = 0;
+        pid_t r = waitpid(p.pid, &status, WNOHANG);
+        if (r == p.pid || (r < 0 && errno == ECHILD)) {
+          RankExit e{p.job_id, p.attempt, p.rank};
+          if (r == p.pid && WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+          if (r == p.pid && WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+          // Anything the worker left in its process group goes with it.
+          kill(-p.pid, SIGKILL);
+          exits.push_back(e);
+          it = procs_.erase(it);
+          continue;
+        }
+        if (p.term_sent && Clock::now() >= p.kill_at) {
+          kill(-p.pid, SIGKILL);
+          p.kill_at = Clock::time_point::max();
+        }
+        ++it;
+      }
+      if (!exits.empty()) {
+        lock.unlock();
+        for (const auto& e : exits) on_exit_(e);
+        lock.lock();
+        continue;
+      }
+      // Children are polled: SIGCHLD cannot be routed to one thread reliably
+      // in a process that also hosts gRPC's threads.
+      cv_.wait_for(lock, std::chrono::milliseconds(procs_.empty() ? 500 : 50));
+    }
+  }
+
+  const LocalLauncherOptions options_;
+  const ExitCallback on_exit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<pid_t, Proc> procs_;  // guarded by mu_
+  bool shutting_down_ = false;   // guarded by mu_
+  std::thread reaper_;
+};
+
+}  // namespace
+
+std::unique_ptr<Launcher> MakeLocalLauncher(LocalLauncherOptions options, Launcher::ExitCallback on_exit) {
+  return std::make_unique<LocalLauncher>(std::move(options), std::move(on_exit));
+}
+
+}  // namespace trainyard

@@ -1,0 +1,55 @@
+// trainyard-server: the coordinator daemon.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  trainyard::ServerOptions o;
+  int stop_grace_ms = static_cast<int>(o.stop_grace.count());
+  CLI::App app{"trainyard-server: schedules and tracks distributed training jobs"};
+  app.add_option("--listen", o.listen, "gRPC address HOST:PORT (port 0 = any free port)")->capture_default_str();
+  app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address HOST:PORT")->capture_default_str();
+  app.add_option("--state-dir", o.state_dir, "Directory for the SQLite job store and worker logs")->capture_default_str();
+  app.add_option("--slots", o.slots, "CPU slots (worker processes) this host runs at once; default: number of CPUs")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--worker-binary", o.worker_binary, "trainyard-worker to launch; default: beside this binary");
+  app.add_option("--stop-grace-ms", stop_grace_ms, "Grace between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
+  app.add_option("--max-queued-jobs", o.max_queued_jobs, "Jobs the queue holds at most")->capture_default_str();
+  app.add_option("--ready-file", o.ready_file, "Write the bound ports as JSON to this file once serving");
+  CLI11_PARSE(app, argc, argv);
+  o.stop_grace = std::chrono::milliseconds(stop_grace_ms);
+
+  // Signals are taken by one thread with sigwait; every other thread (gRPC's,
+  // the launcher's) inherits the blocked mask. Workers get a clean mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  trainyard::Server server(o);
+  if (auto s = server.Start(); !s.ok()) {
+    std::cerr << "trainyard-server: " << s.message() << "\n";
+    return 1;
+  }
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    spdlog::info("trainyard-server: signal {} received, shutting down", sig);
+    server.Shutdown();
+  });
+  signals.detach();
+  server.Wait();
+  server.Shutdown();
+  spdlog::info("trainyard-server: stopped");
+  return 0;
+}

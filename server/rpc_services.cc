@@ -1,0 +1,192 @@
+#include "server/rpc_services.h"
+
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/wire_convert.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+constexpr int64_t kDefaultLogTail = 1 << 20;
+constexpr int64_t kMaxLogTail = 16 << 20;
+constexpr size_t kMaxIdLength = 64;
+
+absl::Status CheckId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("field 'id': a job id is required");
+  if (id.size() > kMaxIdLength) return absl::InvalidArgumentError("field 'id': too long to be a job id");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void JobToProto(const JobRecord& j, const std::vector<JobEvent>& events, v1::Job* out) {
+  out->set_id(j.id);
+  out->set_name(j.name);
+  out->set_state(ToProto(j.state));
+  out->set_reason(j.reason);
+  out->set_spec_json(j.spec_json);
+  out->set_num_processes(j.num_processes);
+  out->set_max_steps(j.max_steps);
+  out->set_step(j.step);
+  out->set_loss(j.loss);
+  out->set_first_loss(j.first_loss);
+  out->set_samples_per_second(j.samples_per_second);
+  out->set_created_unix_millis(j.created_unix_millis);
+  out->set_started_unix_millis(j.started_unix_millis);
+  out->set_ended_unix_millis(j.ended_unix_millis);
+  out->set_attempt(j.attempt);
+  out->set_failed_rank(j.failed_rank);
+  for (const JobEvent& e : events) {
+    v1::JobEvent* pe = out->add_events();
+    pe->set_unix_millis(e.unix_millis);
+    pe->set_state(ToProto(e.state));
+    pe->set_reason(e.reason);
+  }
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                                       v1::SubmitJobResponse* resp) {
+  auto job = manager_->Submit(req->spec());
+  if (!job.ok()) {
+    std::string source = req->source_name().empty() ? "" : absl::StrCat(req->source_name(), ": ");
+    return grpc::Status(static_cast<grpc::StatusCode>(job.status().code()),
+                        absl::StrCat(source, job.status().message()));
+  }
+  JobToProto(*job, {}, resp->mutable_job());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::GetJobResponse* resp) {
+  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  auto job = manager_->Get(req->id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  auto events = manager_->Events(req->id());
+  if (!events.ok()) return ToGrpcStatus(events.status());
+  JobToProto(*job, *events, resp->mutable_job());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+                                      v1::ListJobsResponse* resp) {
+  std::set<JobState> states;
+  for (int s : req->states()) {
+    auto st = FromProto(static_cast<v1::JobState>(s));
+    if (!st) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("field 'states': unknown state ", s));
+    states.insert(*st);
+  }
+  if (req->limit() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'limit': must be >= 0");
+  auto jobs = manager_->List(states, req->limit() == 0 ? 1000 : req->limit());
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  for (const JobRecord& j : *jobs) JobToProto(j, {}, resp->add_jobs());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+                                       v1::CancelJobResponse* resp) {
+  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  auto job = manager_->Cancel(req->id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  JobToProto(*job, {}, resp->mutable_job());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                                      grpc::ServerWriter<v1::WatchJobResponse>* writer) {
+  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  auto watch = manager_->Watch(req->id());
+  if (!watch.ok()) return ToGrpcStatus(watch.status());
+  JobUpdate update;
+  while (!ctx->IsCancelled() && !shutting_down_) {
+    if (!(*watch)->Next(&update, std::chrono::milliseconds(200))) {
+      if ((*watch)->closed_and_drained()) break;
+      continue;
+    }
+    v1::WatchJobResponse resp;
+    if (update.job) JobToProto(*update.job, {}, resp.mutable_job());
+    if (update.metrics) ToProto(*update.metrics, resp.mutable_metrics());
+    if (!writer->Write(resp)) break;
+  }
+  if (shutting_down_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext*, const v1::GetLogsRequest* req, v1::GetLogsResponse* resp) {
+  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (req->tail_bytes() < 0 || req->tail_bytes() > kMaxLogTail) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("field 'tail_bytes': must be between 0 and ", kMaxLogTail));
+  }
+  auto path = manager_->LogPath(req->id(), req->rank());
+  if (!path.ok()) return ToGrpcStatus(path.status());
+  std::ifstream in(*path, std::ios::binary | std::ios::ate);
+  if (!in) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no log file at ", *path));
+  const int64_t size = in.tellg();
+  const int64_t tail = req->tail_bytes() == 0 ? kDefaultLogTail : req->tail_bytes();
+  const int64_t start = size > tail ? size - tail : 0;
+  std::string content(static_cast<size_t>(size - start), '\0');
+  in.seekg(start);
+  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  resp->set_path(*path);
+  resp->set_content(std::move(content));
+  resp->set_truncated(start > 0);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
+                                        grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  v1::WorkerMessage msg;
+  if (!stream->Read(&msg) || !msg.has_hello()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be a hello");
+  }
+  const v1::WorkerHello hello = msg.hello();
+  auto attached = manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token());
+  if (!attached.ok()) {
+    spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(), std::string(attached.status().message()));
+    return ToGrpcStatus(attached.status());
+  }
+  auto channel = attached->channel;
+  v1::CoordinatorMessage welcome;
+  welcome.mutable_welcome()->set_spec_json(attached->spec_json);
+  welcome.mutable_welcome()->set_world_size(attached->world_size);
+  if (!stream->Write(welcome)) {
+    manager_->DetachWorker(hello.job_id(), hello.attempt(), hello.rank(), channel);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker went away");
+  }
+  // Commands go down from their own thread while this one reads; the sync API
+  // allows one reader and one writer at a time.
+  std::thread writer([&] {
+    WorkerCommand cmd;
+    while (!channel->closed() && !ctx->IsCancelled()) {
+      if (!channel->Pop(&cmd, std::chrono::milliseconds(200))) continue;
+      v1::CoordinatorMessage down;
+      down.mutable_stop()->set_reason(cmd.reason);
+      if (!stream->Write(down)) break;
+    }
+  });
+  bool got_result = false;
+  while (stream->Read(&msg)) {
+    if (msg.has_metrics()) {
+      std::vector<StepMetrics> samples;
+      samples.reserve(msg.metrics().samples_size());
+      for (const auto& s : msg.metrics().samples()) {
+        StepMetrics m = FromProto(s);
+        m.rank = hello.rank();  // a worker speaks only for its own rank
+        samples.push_back(m);
+      }
+      manager_->ReportMetrics(hello.job_id(), hello.attempt(), samples);
+    } else if (msg.has_result()) {
+      manager_->ReportResult(hello.job_id(), hello.attempt(), hello.rank(), msg.result().ok(), msg.result().error());
+      got_result = true;
+      break;
+    }
+  }
+  manager_->DetachWorker(hello.job_id(), hello.attempt(), hello.rank(), channel);
+  writer.join();
+  if (!got_result) spdlog::info("job {} rank {}: stream closed before a result", hello.job_id(), hello.rank());
+  return grpc::Status::OK;
+}
+
+}  // namespace trainyard

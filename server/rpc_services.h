@@ -1,0 +1,48 @@
+// The gRPC services: thin layers that convert requests, call the JobManager
+// and map its Status to gRPC codes. Thread-safe as the JobManager is.
+#ifndef TRAINYARD_SERVER_RPC_SERVICES_H_
+#define TRAINYARD_SERVER_RPC_SERVICES_H_
+
+#include <atomic>
+
+#include "server/job_manager.h"
+#include "trainyard/v1/trainyard.grpc.pb.h"
+
+namespace trainyard {
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  explicit JobServiceImpl(JobManager* manager) : manager_(manager) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::GetJobResponse*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::CancelJobResponse*) override;
+  grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
+                        grpc::ServerWriter<v1::WatchJobResponse>*) override;
+  grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::GetLogsResponse*) override;
+
+  // Ends open WatchJob streams (server shutdown).
+  void Shutdown() { shutting_down_ = true; }
+
+ private:
+  JobManager* const manager_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::Service {
+ public:
+  explicit WorkerServiceImpl(JobManager* manager) : manager_(manager) {}
+
+  grpc::Status Connect(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>*) override;
+
+ private:
+  JobManager* const manager_;
+};
+
+void JobToProto(const JobRecord& job, const std::vector<JobEvent>& events, v1::Job* out);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_RPC_SERVICES_H_

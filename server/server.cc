@@ -1,0 +1,151 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/job_manager.h"
+#include "server/rpc_services.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : p.parent_path().string();
+}
+
+// "host:port" → host (IPv6 brackets kept).
+std::string HostOf(const std::string& addr) {
+  auto pos = addr.rfind(':');
+  return pos == std::string::npos ? addr : addr.substr(0, pos);
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions options;
+  std::unique_ptr<JobStore> store;
+  std::shared_ptr<prometheus::Registry> registry;
+  std::unique_ptr<ServerMetrics> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<JobManager> manager;
+  std::unique_ptr<Launcher> launcher;
+  std::unique_ptr<JobServiceImpl> job_service;
+  std::unique_ptr<WorkerServiceImpl> worker_service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  int grpc_port = 0;
+  int metrics_port = 0;
+  std::mutex shutdown_mu;
+  bool shut_down = false;  // guarded by shutdown_mu
+};
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) { impl_->options = std::move(options); }
+
+Server::~Server() { Shutdown(); }
+
+absl::Status Server::Start() {
+  Impl& s = *impl_;
+  ServerOptions& o = s.options;
+  if (o.slots <= 0) o.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.worker_binary.empty()) o.worker_binary = SelfDir() + "/trainyard-worker";
+  std::error_code ec;
+  std::filesystem::create_directories(o.state_dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("--state-dir ", o.state_dir, ": ", ec.message()));
+  o.state_dir = std::filesystem::absolute(o.state_dir).lexically_normal().string();
+  if (!o.state_dir.empty() && o.state_dir.back() == '/') o.state_dir.pop_back();
+
+  auto store = JobStore::Open(o.state_dir + "/trainyard.db");
+  if (!store.ok()) return store.status();
+  s.store = std::move(*store);
+
+  s.registry = std::make_shared<prometheus::Registry>();
+  s.metrics = std::make_unique<ServerMetrics>(s.registry);
+  try {
+    s.exposer = std::make_unique<prometheus::Exposer>(o.metrics_listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("--metrics-listen ", o.metrics_listen, ": ", e.what()));
+  }
+  s.exposer->RegisterCollectable(s.registry);
+  auto ports = s.exposer->GetListeningPorts();
+  s.metrics_port = ports.empty() ? 0 : ports.front();
+
+  JobManagerOptions mo;
+  mo.slots = o.slots;
+  mo.state_dir = o.state_dir;
+  mo.max_queued_jobs = o.max_queued_jobs;
+  mo.limits.max_num_processes = o.max_num_processes;
+  // The launcher reports exits to the manager; it is destroyed before the
+  // manager (Shutdown), so no callback outlives it.
+  LocalLauncherOptions lo;
+  lo.worker_binary = o.worker_binary;
+  lo.stop_grace = o.stop_grace;
+  Impl* self = impl_.get();
+  s.launcher = MakeLocalLauncher(lo, [self](const RankExit& e) { self->manager->OnRankExit(e); });
+  s.manager = std::make_unique<JobManager>(s.store.get(), s.launcher.get(), s.metrics.get(), mo);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  s.job_service = std::make_unique<JobServiceImpl>(s.manager.get());
+  s.worker_service = std::make_unique<WorkerServiceImpl>(s.manager.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &s.grpc_port);
+  builder.RegisterService(s.job_service.get());
+  builder.RegisterService(s.worker_service.get());
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  s.grpc_server = builder.BuildAndStart();
+  if (!s.grpc_server || s.grpc_port == 0) {
+    return absl::UnavailableError(absl::StrCat("--listen ", o.listen, ": cannot listen there"));
+  }
+  std::string host = HostOf(o.listen);
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+  s.manager->set_coordinator_addr(absl::StrCat(host, ":", s.grpc_port));
+  if (auto st = s.manager->Recover(); !st.ok()) return st;
+
+  spdlog::info("trainyard-server: gRPC on {}:{}, metrics on {}, state in {}, {} slots, worker {}", HostOf(o.listen),
+               s.grpc_port, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port), o.state_dir, o.slots,
+               o.worker_binary);
+  if (!o.ready_file.empty()) {
+    std::string tmp = o.ready_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << "{\"grpc_port\": " << s.grpc_port << ", \"metrics_port\": " << s.metrics_port
+          << ", \"pid\": " << getpid() << "}\n";
+    }
+    std::filesystem::rename(tmp, o.ready_file, ec);
+    if (ec) return absl::InternalError(absl::StrCat("--ready-file ", o.ready_file, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+void Server::Wait() {
+  if (impl_->grpc_server) impl_->grpc_server->Wait();
+}
+
+void Server::Shutdown() {
+  Impl& s = *impl_;
+  // A second caller waits until the first has finished.
+  std::lock_guard<std::mutex> lock(s.shutdown_mu);
+  if (s.shut_down) return;
+  s.shut_down = true;
+  if (s.job_service) s.job_service->Shutdown();
+  if (s.manager) s.manager->Shutdown();
+  if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  s.launcher.reset();  // kills and reaps what is left; no callback after this
+}
+
+int Server::grpc_port() const { return impl_->grpc_port; }
+int Server::metrics_port() const { return impl_->metrics_port; }
+
+}  // namespace trainyard

@@ -1,0 +1,46 @@
+// Server: wires the coordinator together — job store, launcher, job manager,
+// gRPC services (with health checking and reflection) and the Prometheus
+// exposer. Start() then Wait(); Shutdown() may be called from another thread.
+#ifndef TRAINYARD_SERVER_SERVER_H_
+#define TRAINYARD_SERVER_SERVER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace trainyard {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";       // gRPC; port 0 = any free port
+  std::string metrics_listen = "127.0.0.1:9464";  // Prometheus /metrics; port 0 = any
+  std::string state_dir = "trainyard-state";    // SQLite db and worker logs
+  int slots = 0;                                // 0 = number of CPUs
+  std::string worker_binary;                    // empty = trainyard-worker beside the server
+  std::chrono::milliseconds stop_grace{5000};   // SIGTERM → SIGKILL
+  std::string ready_file;                       // written once serving: {"grpc_port":..,"metrics_port":..}
+  int max_queued_jobs = 1000;
+  int max_num_processes = 1024;
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+
+  absl::Status Start();
+  void Wait();
+  void Shutdown();
+
+  int grpc_port() const;
+  int metrics_port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_SERVER_H_

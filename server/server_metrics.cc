@@ -1,0 +1,107 @@
+#include "server/server_metrics.h"
+
+namespace trainyard {
+namespace {
+
+const prometheus::Histogram::BucketBoundaries& StepBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return kBuckets;
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)),
+      jobs_(prometheus::BuildGauge().Name("trainyard_jobs").Help("Jobs known to the server, by state").Register(*registry_)),
+      submitted_(prometheus::BuildCounter()
+                     .Name("trainyard_job_submissions_total")
+                     .Help("Job submissions, by outcome (accepted or rejected)")
+                     .Register(*registry_)),
+      step_(prometheus::BuildGauge().Name("trainyard_job_step").Help("Last completed training step").Register(*registry_)),
+      samples_per_second_(prometheus::BuildGauge()
+                              .Name("trainyard_job_samples_per_second")
+                              .Help("Training throughput of one rank over its last step")
+                              .Register(*registry_)),
+      loss_(prometheus::BuildGauge().Name("trainyard_job_loss").Help("Training loss at the last step").Register(*registry_)),
+      learning_rate_(prometheus::BuildGauge()
+                         .Name("trainyard_job_learning_rate")
+                         .Help("Learning rate at the last step")
+                         .Register(*registry_)),
+      samples_(prometheus::BuildCounter()
+                   .Name("trainyard_job_samples_total")
+                   .Help("Samples processed by one rank")
+                   .Register(*registry_)),
+      step_duration_(prometheus::BuildHistogram()
+                         .Name("trainyard_job_step_duration_seconds")
+                         .Help("Step time by phase: step (whole), data, compute (forward+backward with "
+                               "overlapped gradient communication), optimizer")
+                         .Register(*registry_)) {
+  for (JobState s : kAllJobStates) jobs_.Add({{"state", std::string(JobStateName(s))}}).Set(0);
+  submitted_.Add({{"outcome", "accepted"}});
+  submitted_.Add({{"outcome", "rejected"}});
+}
+
+void ServerMetrics::SetJobCounts(const std::map<JobState, int>& counts) {
+  for (JobState s : kAllJobStates) {
+    auto it = counts.find(s);
+    jobs_.Add({{"state", std::string(JobStateName(s))}}).Set(it == counts.end() ? 0 : it->second);
+  }
+}
+
+void ServerMetrics::CountSubmitted() { submitted_.Add({{"outcome", "accepted"}}).Increment(); }
+void ServerMetrics::CountRejected() { submitted_.Add({{"outcome", "rejected"}}).Increment(); }
+
+ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, int32_t rank) {
+  auto key = std::make_pair(job_id, rank);
+  auto it = series_.find(key);
+  if (it != series_.end()) return it->second;
+  const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(rank)}};
+  auto phase = [&](const char* name) {
+    auto l = labels;
+    l["phase"] = name;
+    return &step_duration_.Add(l, StepBuckets());
+  };
+  RankSeries s{&step_.Add(labels),          &samples_per_second_.Add(labels),
+               &loss_.Add(labels),          &learning_rate_.Add(labels),
+               &samples_.Add(labels),       phase("step"),
+               phase("data"),               phase("compute"),
+               phase("optimizer")};
+  return series_.emplace(key, s).first->second;
+}
+
+void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RankSeries& s = SeriesFor(job_id, m.rank);
+  s.step->Set(static_cast<double>(m.step));
+  s.samples_per_second->Set(m.samples_per_second);
+  s.loss->Set(m.loss);
+  s.learning_rate->Set(m.learning_rate);
+  s.samples->Increment(static_cast<double>(m.samples));
+  s.step_seconds->Observe(m.step_seconds);
+  s.data_seconds->Observe(m.data_seconds);
+  s.compute_seconds->Observe(m.compute_seconds);
+  s.optimizer_seconds->Observe(m.optimizer_seconds);
+}
+
+void ServerMetrics::RemoveJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = series_.begin(); it != series_.end();) {
+    if (it->first.first != job_id) {
+      ++it;
+      continue;
+    }
+    RankSeries& s = it->second;
+    step_.Remove(s.step);
+    samples_per_second_.Remove(s.samples_per_second);
+    loss_.Remove(s.loss);
+    learning_rate_.Remove(s.learning_rate);
+    samples_.Remove(s.samples);
+    for (auto* h : {s.step_seconds, s.data_seconds, s.compute_seconds, s.optimizer_seconds}) {
+      step_duration_.Remove(h);
+    }
+    it = series_.erase(it);
+  }
+}
+
+}  // namespace trainyard

@@ -1,0 +1,68 @@
+// ServerMetrics: the Prometheus series the coordinator exports.
+//
+// Per server: trainyard_jobs{state}. Per job and rank: step, samples/s, loss,
+// samples total and step-duration histograms split by phase. A job's series
+// are removed when it ends (RemoveJob). Thread-safe.
+#ifndef TRAINYARD_SERVER_SERVER_METRICS_H_
+#define TRAINYARD_SERVER_SERVER_METRICS_H_
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/job_state.h"
+#include "common/step_metrics.h"
+
+namespace trainyard {
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
+
+  void SetJobCounts(const std::map<JobState, int>& counts);
+  void RecordStep(const std::string& job_id, const StepMetrics& m);
+  void CountSubmitted();
+  void CountRejected();
+  void RemoveJob(const std::string& job_id);
+
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  struct RankSeries {
+    prometheus::Gauge* step;
+    prometheus::Gauge* samples_per_second;
+    prometheus::Gauge* loss;
+    prometheus::Gauge* learning_rate;
+    prometheus::Counter* samples;
+    prometheus::Histogram* step_seconds;
+    prometheus::Histogram* data_seconds;
+    prometheus::Histogram* compute_seconds;
+    prometheus::Histogram* optimizer_seconds;
+  };
+  RankSeries& SeriesFor(const std::string& job_id, int32_t rank);  // REQUIRES: mu_ held
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Counter>& submitted_;
+  prometheus::Family<prometheus::Gauge>& step_;
+  prometheus::Family<prometheus::Gauge>& samples_per_second_;
+  prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& learning_rate_;
+  prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Histogram>& step_duration_;
+
+  std::mutex mu_;
+  std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_SERVER_METRICS_H_

@@ -1,0 +1,260 @@
+// SQLite implementation of JobStore.
+#include <sqlite3.h>
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "server/job_store.h"
+
+namespace trainyard {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  spec_json TEXT NOT NULL,
+  num_processes INTEGER NOT NULL,
+  max_steps INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  loss REAL NOT NULL,
+  first_loss REAL NOT NULL,
+  samples_per_second REAL NOT NULL,
+  created_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  ended_ms INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  failed_rank INTEGER NOT NULL,
+  worker_token TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL REFERENCES jobs(id),
+  unix_ms INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_events_by_job ON job_events(job_id, seq);
+)sql";
+
+constexpr const char* kJobColumns =
+    "id, name, state, reason, spec_json, num_processes, max_steps, step, loss, first_loss, "
+    "samples_per_second, created_ms, started_ms, ended_ms, attempt, failed_rank, worker_token";
+
+// Owns one prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& sql) {
+    rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, const std::string& v) { sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  std::string Text(int i) {
+    const unsigned char* t = sqlite3_column_text(stmt_, i);
+    return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(stmt_, i)) : std::string();
+  }
+  int64_t Int(int i) { return sqlite3_column_int64(stmt_, i); }
+  double Real(int i) { return sqlite3_column_double(stmt_, i); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+class SqliteJobStore final : public JobStore {
+ public:
+  explicit SqliteJobStore(sqlite3* db) : db_(db) {}
+  ~SqliteJobStore() override { sqlite3_close(db_); }
+
+  absl::Status Init() {
+    // WAL + synchronous=FULL: a committed transaction is on disk when
+    // COMMIT returns, and readers never block the writer.
+    for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
+                               "PRAGMA foreign_keys=ON;", "PRAGMA busy_timeout=5000;"}) {
+      if (auto s = Exec(pragma); !s.ok()) return s;
+    }
+    return Exec(kSchema);
+  }
+
+  absl::Status Insert(const JobRecord& job, const JobEvent& event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+    Stmt st(db_, absl::StrCat("INSERT INTO jobs (", kJobColumns,
+                              ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?);"));
+    if (!st.ok()) return Rollback(Error("prepare insert"));
+    BindJob(st, job);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("insert job " + job.id));
+    if (auto s = AppendEvent(job.id, event); !s.ok()) return Rollback(s);
+    return Exec("COMMIT;");
+  }
+
+  absl::Status Update(const JobRecord& job, const JobEvent* event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+    Stmt st(db_,
+            "UPDATE jobs SET id=?1, name=?2, state=?3, reason=?4, spec_json=?5, num_processes=?6, "
+            "max_steps=?7, step=?8, loss=?9, first_loss=?10, samples_per_second=?11, created_ms=?12, "
+            "started_ms=?13, ended_ms=?14, attempt=?15, failed_rank=?16, worker_token=?17 "
+            "WHERE id=?1;");
+    if (!st.ok()) return Rollback(Error("prepare update"));
+    BindJob(st, job);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("update job " + job.id));
+    if (sqlite3_changes(db_) != 1) {
+      Exec("ROLLBACK;");
+      return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
+    }
+    if (event != nullptr) {
+      if (auto s = AppendEvent(job.id, *event); !s.ok()) return Rollback(s);
+    }
+    return Exec("COMMIT;");
+  }
+
+  absl::StatusOr<JobRecord> Get(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt st(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id=?;"));
+    if (!st.ok()) return Error("prepare get");
+    st.Bind(1, id);
+    int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+    if (rc != SQLITE_ROW) return Error("get job " + id);
+    return ReadJob(st);
+  }
+
+  absl::StatusOr<std::vector<JobRecord>> List(int limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt st(db_, absl::StrCat("SELECT ", kJobColumns,
+                              " FROM (SELECT * FROM jobs ORDER BY seq DESC LIMIT ?) ORDER BY seq ASC;"));
+    if (!st.ok()) return Error("prepare list");
+    st.Bind(1, static_cast<int64_t>(limit));
+    std::vector<JobRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(ReadJob(st));
+    if (rc != SQLITE_DONE) return Error("list jobs");
+    return out;
+  }
+
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt st(db_, "SELECT unix_ms, state, reason FROM job_events WHERE job_id=? ORDER BY seq;");
+    if (!st.ok()) return Error("prepare events");
+    st.Bind(1, id);
+    std::vector<JobEvent> out;
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      JobEvent e;
+      e.unix_millis = st.Int(0);
+      e.state = ParseJobState(st.Text(1)).value_or(JobState::kFailed);
+      e.reason = st.Text(2);
+      out.push_back(std::move(e));
+    }
+    if (rc != SQLITE_DONE) return Error("list events");
+    return out;
+  }
+
+ private:
+  // REQUIRES: mu_ held (or during Init).
+  absl::Status Exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      return absl::InternalError(absl::StrCat("sqlite: ", msg));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Error(const std::string& what) {
+    return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db_)));
+  }
+
+  absl::Status Rollback(absl::Status s) {
+    Exec("ROLLBACK;");
+    return s;
+  }
+
+  absl::Status AppendEvent(const std::string& id, const JobEvent& e) {
+    Stmt st(db_, "INSERT INTO job_events (job_id, unix_ms, state, reason) VALUES (?,?,?,?);");
+    if (!st.ok()) return Error("prepare event");
+    st.Bind(1, id);
+    st.Bind(2, e.unix_millis);
+    st.Bind(3, std::string(JobStateName(e.state)));
+    st.Bind(4, e.reason);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Error("insert event");
+    return absl::OkStatus();
+  }
+
+  static void BindJob(Stmt& st, const JobRecord& j) {
+    st.Bind(1, j.id);
+    st.Bind(2, j.name);
+    st.Bind(3, std::string(JobStateName(j.state)));
+    st.Bind(4, j.reason);
+    st.Bind(5, j.spec_json);
+    st.Bind(6, static_cast<int64_t>(j.num_processes));
+    st.Bind(7, j.max_steps);
+    st.Bind(8, j.step);
+    st.Bind(9, j.loss);
+    st.Bind(10, j.first_loss);
+    st.Bind(11, j.samples_per_second);
+    st.Bind(12, j.created_unix_millis);
+    st.Bind(13, j.started_unix_millis);
+    st.Bind(14, j.ended_unix_millis);
+    st.Bind(15, static_cast<int64_t>(j.attempt));
+    st.Bind(16, static_cast<int64_t>(j.failed_rank));
+    st.Bind(17, j.worker_token);
+  }
+
+  static JobRecord ReadJob(Stmt& st) {
+    JobRecord j;
+    j.id = st.Text(0);
+    j.name = st.Text(1);
+    j.state = ParseJobState(st.Text(2)).value_or(JobState::kFailed);
+    j.reason = st.Text(3);
+    j.spec_json = st.Text(4);
+    j.num_processes = static_cast<int32_t>(st.Int(5));
+    j.max_steps = st.Int(6);
+    j.step = st.Int(7);
+    j.loss = st.Real(8);
+    j.first_loss = st.Real(9);
+    j.samples_per_second = st.Real(10);
+    j.created_unix_millis = st.Int(11);
+    j.started_unix_millis = st.Int(12);
+    j.ended_unix_millis = st.Int(13);
+    j.attempt = static_cast<int32_t>(st.Int(14));
+    j.failed_rank = static_cast<int32_t>(st.Int(15));
+    j.worker_token = st.Text(16);
+    return j;
+  }
+
+  std::mutex mu_;
+  sqlite3* db_;  // guarded by mu_
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("cannot open job store ", path, ": ", msg));
+  }
+  auto store = std::make_unique<SqliteJobStore>(db);
+  if (auto s = store->Init(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot initialize job store ", path, ": ", s.message()));
+  }
+  return std::unique_ptr<JobStore>(std::move(store));
+}
+
+}  // namespace trainyard

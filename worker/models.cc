@@ -1,0 +1,73 @@
+#include "worker/models.h"
+
+#include <torch/torch.h>
+
+namespace trainyard {
+namespace {
+
+// Multi-layer perceptron: input → hidden... (ReLU) → num_classes.
+class Mlp final : public Model {
+ public:
+  explicit Mlp(const ModelSpec& spec) : input_size_(spec.input_size) {
+    int64_t in = spec.input_size;
+    for (size_t i = 0; i < spec.hidden.size(); ++i) {
+      layers_.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(in, spec.hidden[i])));
+      in = spec.hidden[i];
+    }
+    layers_.push_back(register_module("fc" + std::to_string(spec.hidden.size()), torch::nn::Linear(in, spec.num_classes)));
+  }
+
+  at::Tensor forward(const at::Tensor& input) override {
+    at::Tensor x = input.reshape({input.size(0), input_size_});
+    for (size_t i = 0; i + 1 < layers_.size(); ++i) x = torch::relu(layers_[i]->forward(x));
+    return layers_.back()->forward(x);
+  }
+
+  std::vector<int64_t> sample_shape() const override { return {input_size_}; }
+
+ private:
+  int64_t input_size_;
+  std::vector<torch::nn::Linear> layers_;
+};
+
+// The classic MNIST CNN: two 3x3 convolutions, max-pool, two linear layers.
+class Cnn final : public Model {
+ public:
+  explicit Cnn(const ModelSpec& spec)
+      : conv1_(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3)))),
+        conv2_(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3)))),
+        fc1_(register_module("fc1", torch::nn::Linear(32 * 12 * 12, 128))),
+        fc2_(register_module("fc2", torch::nn::Linear(128, spec.num_classes))) {}
+
+  at::Tensor forward(const at::Tensor& input) override {
+    at::Tensor x = input.reshape({input.size(0), 1, 28, 28});
+    x = torch::relu(conv1_->forward(x));
+    x = torch::relu(conv2_->forward(x));
+    x = torch::max_pool2d(x, 2);
+    x = torch::relu(fc1_->forward(x.flatten(1)));
+    return fc2_->forward(x);
+  }
+
+  std::vector<int64_t> sample_shape() const override { return {1, 28, 28}; }
+
+ private:
+  torch::nn::Conv2d conv1_;
+  torch::nn::Conv2d conv2_;
+  torch::nn::Linear fc1_;
+  torch::nn::Linear fc2_;
+};
+
+}  // namespace
+
+std::shared_ptr<Model> BuildModel(const ModelSpec& spec, uint64_t seed) {
+  // Module constructors draw from the default generator: seed it, build, and
+  // so get the same weights on every rank.
+  torch::manual_seed(seed);
+  switch (spec.kind) {
+    case ModelKind::kMlp: return std::make_shared<Mlp>(spec);
+    case ModelKind::kCnn: return std::make_shared<Cnn>(spec);
+  }
+  throw std::invalid_argument("unknown model kind");
+}
+
+}  // namespace trainyard
