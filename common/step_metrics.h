@@ -22,6 +22,13 @@ struct StepMetrics {
   int64_t unix_millis = 0;
 };
 
+// Receives every step's metrics from a rank's training thread.
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual void OnStep(const StepMetrics& metrics) = 0;
+};
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COMMON_STEP_METRICS_H_

@@ -378,6 +378,7 @@ void JobManager::ReportResult(const std::string& job_id, int32_t attempt, int32_
     spdlog::info("job {}: rank {} finished", job_id, rank);
     return;
   }
+  if (it->second.cancel_requested) return;  // a stop we asked for is no failure
   spdlog::warn("job {}: rank {} failed: {}", job_id, rank, error);
   FailGroup(it->second, rank, absl::StrCat("rank ", rank, ": ", error));
 }

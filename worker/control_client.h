@@ -1,0 +1,57 @@
+// ControlClient: a worker's bidirectional stream to the coordinator.
+// Up: hello, batched step metrics (every N steps or once a second), the final
+// result. Down: the welcome (the job's spec) and stop commands, which set the
+// stop flag the trainer polls. Internally runs one reader and one sender
+// thread; OnStep may be called from the training thread while they run.
+#ifndef TRAINYARD_WORKER_CONTROL_CLIENT_H_
+#define TRAINYARD_WORKER_CONTROL_CLIENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/step_metrics.h"
+
+namespace trainyard {
+
+struct ControlOptions {
+  std::string server;  // host:port of the coordinator
+  std::string job_id;
+  int32_t rank = 0;
+  int32_t attempt = 1;
+  std::string token;
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
+  int32_t metrics_every_steps = 10;
+  size_t max_buffered_samples = 100000;  // oldest dropped beyond this
+};
+
+struct Welcome {
+  std::string spec_json;
+  int32_t world_size = 0;
+};
+
+class ControlClient final : public MetricsSink {
+ public:
+  // Connects, says hello and waits for the welcome. `stop_flag` is set when
+  // the coordinator sends a stop command; it must outlive the client.
+  static absl::StatusOr<std::unique_ptr<ControlClient>> Connect(const ControlOptions& options,
+                                                                std::atomic<bool>* stop_flag);
+  ~ControlClient() override;
+
+  const Welcome& welcome() const;
+  void set_metrics_every_steps(int32_t n);
+  void OnStep(const StepMetrics& metrics) override;
+  // Flushes metrics, sends the result and closes the stream (bounded wait).
+  void Finish(bool ok, const std::string& error, int64_t final_step);
+
+ private:
+  struct Impl;
+  explicit ControlClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_CONTROL_CLIENT_H_

@@ -1,0 +1,86 @@
+// Training data: datasets, PyTorch-style distributed sampling and a per-rank
+// loader whose position (epoch, offset) is part of the training state.
+// Not thread-safe: one loader per rank, used by the training thread.
+#ifndef TRAINYARD_WORKER_DATA_H_
+#define TRAINYARD_WORKER_DATA_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace trainyard {
+
+struct Batch {
+  at::Tensor inputs;   // [B, sample_shape...]
+  at::Tensor targets;  // [B] class indices (int64)
+};
+
+// A map-style dataset: any sample can be read by index.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual Batch Get(const std::vector<int64_t>& indices) const = 0;
+};
+
+// Deterministic fake data that can be learned: sample i is N(0, 1) noise
+// drawn from a generator seeded by (seed, i); its label is the argmax of a
+// fixed random linear "teacher" applied to it. Any rank reads the same sample
+// for the same index.
+class SyntheticDataset final : public Dataset {
+ public:
+  SyntheticDataset(std::vector<int64_t> sample_shape, int64_t num_classes, int64_t num_samples, uint64_t seed);
+  int64_t size() const override { return num_samples_; }
+  Batch Get(const std::vector<int64_t>& indices) const override;
+
+ private:
+  std::vector<int64_t> sample_shape_;
+  int64_t num_samples_;
+  uint64_t seed_;
+  at::Tensor teacher_;  // [num_classes, prod(sample_shape)]
+};
+
+// The semantics of torch.utils.data.DistributedSampler: every epoch the
+// indices are (optionally) shuffled with seed + epoch, padded by wrapping
+// around to a multiple of the world size (or trimmed when drop_last), and
+// rank r takes every world_size-th index starting at r — disjoint shards.
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, int32_t rank, int32_t world_size, bool shuffle, uint64_t seed,
+                     bool drop_last = false);
+  std::vector<int64_t> Indices(int64_t epoch) const;
+  int64_t num_samples() const { return num_samples_; }  // per rank, per epoch
+
+ private:
+  int64_t dataset_size_;
+  int32_t rank_;
+  int32_t world_size_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  int64_t num_samples_;
+};
+
+// Yields this rank's batches epoch after epoch.
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler, int64_t batch_size);
+  Batch Next();
+  int64_t epoch() const { return epoch_; }
+  int64_t offset() const { return offset_; }  // next index within the epoch's shard
+  void Seek(int64_t epoch, int64_t offset);
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  DistributedSampler sampler_;
+  int64_t batch_size_;
+  int64_t epoch_ = 0;
+  int64_t offset_ = 0;
+  std::vector<int64_t> indices_;  // the current epoch's shard
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_DATA_H_

@@ -1,0 +1,75 @@
+#include "worker/ddp.h"
+
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+namespace trainyard {
+
+struct DistributedDataParallel::Impl {
+  std::vector<at::Tensor> params;  // the ones that require grad
+  std::unique_ptr<c10d::Reducer> reducer;
+  size_t buckets = 0;
+  bool gradient_as_bucket_view = false;
+};
+
+DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& all_params,
+                                                 const std::vector<at::Tensor>& buffers,
+                                                 c10::intrusive_ptr<c10d::ProcessGroup> pg, const DdpSpec& options)
+    : impl_(std::make_unique<Impl>()) {
+  constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // Python DDP's broadcast_bucket_size
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> state(all_params.begin(), all_params.end());
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    if (!state.empty()) c10d::broadcast_coalesced(pg, state, kBroadcastBucketBytes, 0);
+  }
+  for (const at::Tensor& p : all_params) {
+    if (p.requires_grad()) impl_->params.push_back(p);
+  }
+  if (impl_->params.empty()) throw std::invalid_argument("DDP: the model has no trainable parameters");
+
+  const auto cap = static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
+  const std::vector<bool> expect_sparse(impl_->params.size(), false);
+  auto [bucket_indices, per_bucket_limits] = c10d::compute_bucket_assignment_by_size(
+      impl_->params, {static_cast<size_t>(c10d::kDefaultFirstBucketBytes), cap}, expect_sparse);
+  // Gradients become ready roughly in reverse order of the parameters.
+  std::reverse(bucket_indices.begin(), bucket_indices.end());
+  std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
+  impl_->buckets = bucket_indices.size();
+  impl_->gradient_as_bucket_view = options.gradient_as_bucket_view;
+  impl_->reducer = std::make_unique<c10d::Reducer>(
+      impl_->params, std::move(bucket_indices), std::move(per_bucket_limits), std::move(pg), expect_sparse,
+      static_cast<int64_t>(cap), options.find_unused_parameters, options.gradient_as_bucket_view,
+      std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(c10d::kDefaultFirstBucketBytes));
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+void DistributedDataParallel::PrepareForward() {
+  impl_->reducer->rebuild_buckets();
+  impl_->reducer->prepare_for_forward();
+}
+
+void DistributedDataParallel::PrepareBackward(const std::vector<at::Tensor>& outputs) {
+  impl_->reducer->prepare_for_backward(outputs);
+}
+
+void DistributedDataParallel::ZeroGrad() {
+  torch::NoGradGuard no_grad;
+  for (at::Tensor& p : impl_->params) {
+    at::Tensor& g = p.mutable_grad();
+    if (!g.defined()) continue;
+    if (impl_->gradient_as_bucket_view) {
+      g.zero_();  // the bucket view must stay in place
+    } else {
+      g = at::Tensor();
+    }
+  }
+}
+
+size_t DistributedDataParallel::num_buckets() const { return impl_->buckets; }
+
+}  // namespace trainyard

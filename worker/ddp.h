@@ -1,0 +1,44 @@
+// DistributedDataParallel: PyTorch's own c10d::Reducer around a module's
+// parameters — bucketing, gradient allreduce overlapped with backward,
+// averaging — driven explicitly by the training loop. Not thread-safe: used
+// from the training thread only.
+#ifndef TRAINYARD_WORKER_DDP_H_
+#define TRAINYARD_WORKER_DDP_H_
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "common/job_spec.h"
+
+namespace trainyard {
+
+class DistributedDataParallel {
+ public:
+  // Broadcasts rank 0's parameters and buffers to every rank, then builds the
+  // Reducer's buckets (reverse parameter order, as Python DDP does).
+  // `params`: every parameter; those without requires_grad are skipped.
+  DistributedDataParallel(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers,
+                          c10::intrusive_ptr<c10d::ProcessGroup> process_group, const DdpSpec& options);
+  ~DistributedDataParallel();
+
+  // Call before every forward.
+  void PrepareForward();
+  // Call after forward, before backward, on steps whose gradients must be
+  // synchronized. Skipping it accumulates locally (no_sync).
+  void PrepareBackward(const std::vector<at::Tensor>& outputs);
+  // Zeroes gradients (Optimizer::zero_grad cannot when grads are bucket views).
+  void ZeroGrad();
+
+  size_t num_buckets() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_DDP_H_

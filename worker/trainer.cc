@@ -1,0 +1,165 @@
+#include "worker/trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "worker/data.h"
+#include "worker/ddp.h"
+#include "worker/models.h"
+
+namespace trainyard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int64_t NowMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerSpec& o, std::vector<at::Tensor> params) {
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+  }
+  throw std::invalid_argument("unknown optimizer");
+}
+
+// Control word exchanged by all ranks every step (allreduce MAX), so that a
+// request seen by one rank takes effect on every rank after the same step.
+enum ControlSlot : int64_t { kStopSlot = 0, kControlSlots = 1 };
+
+}  // namespace
+
+struct Trainer::Impl {
+  JobSpec spec;
+  int32_t rank;
+  int32_t world_size;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  MetricsSink* sink;
+  const std::atomic<bool>* stop_requested;
+
+  std::shared_ptr<Model> model;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<DataLoader> loader;
+  int64_t step = 0;
+
+  // Started at the beginning of a step, waited for at its end.
+  at::Tensor control;
+  c10::intrusive_ptr<c10d::Work> control_work;
+
+  void StartControl() {
+    if (!pg) return;
+    control = at::zeros({kControlSlots}, at::kLong);
+    control[kStopSlot] = (stop_requested != nullptr && stop_requested->load()) ? 1 : 0;
+    std::vector<at::Tensor> t = {control};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::MAX;
+    control_work = pg->allreduce(t, opts);
+  }
+
+  // Returns true when some rank asked to stop.
+  bool FinishControl() {
+    if (!pg) return stop_requested != nullptr && stop_requested->load();
+    control_work->wait();
+    control_work.reset();
+    return control[kStopSlot].item<int64_t>() != 0;
+  }
+};
+
+Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                 MetricsSink* sink, const std::atomic<bool>* stop_requested)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.spec = std::move(spec);
+  s.rank = rank;
+  s.world_size = world_size;
+  s.pg = std::move(pg);
+  s.sink = sink;
+  s.stop_requested = stop_requested;
+  if (world_size > 1 && !s.pg) throw std::invalid_argument("a process group is required when world_size > 1");
+
+  s.model = BuildModel(s.spec.model, s.spec.seed);
+  if (s.pg && s.spec.distributed_type == DistributedType::kDdp) {
+    s.ddp = std::make_unique<DistributedDataParallel>(s.model->parameters(), s.model->buffers(), s.pg, s.spec.ddp);
+  }
+  s.optimizer = MakeOptimizer(s.spec.optimizer, s.model->parameters());
+  auto dataset = std::make_shared<SyntheticDataset>(s.model->sample_shape(), s.spec.model.num_classes,
+                                                    s.spec.data.num_samples, s.spec.data.seed);
+  DistributedSampler sampler(dataset->size(), rank, world_size, s.spec.data.shuffle, s.spec.data.seed);
+  s.loader = std::make_unique<DataLoader>(dataset, sampler, s.spec.data.batch_size);
+}
+
+Trainer::~Trainer() = default;
+
+Model& Trainer::model() { return *impl_->model; }
+int64_t Trainer::step() const { return impl_->step; }
+
+double Trainer::Step() {
+  Impl& s = *impl_;
+  const auto t0 = Clock::now();
+  Batch batch = s.loader->Next();
+  const auto t1 = Clock::now();
+
+  if (s.ddp) s.ddp->PrepareForward();
+  at::Tensor logits = s.model->forward(batch.inputs);
+  at::Tensor loss = torch::nn::functional::cross_entropy(logits, batch.targets);
+  if (s.ddp) s.ddp->PrepareBackward({});
+  loss.backward();
+  const auto t2 = Clock::now();
+
+  s.optimizer->step();
+  if (s.ddp) {
+    s.ddp->ZeroGrad();
+  } else {
+    s.optimizer->zero_grad();
+  }
+  const auto t3 = Clock::now();
+  ++s.step;
+
+  const double loss_value = loss.item<double>();
+  if (s.sink != nullptr) {
+    StepMetrics m;
+    m.rank = s.rank;
+    m.step = s.step;
+    m.loss = loss_value;
+    m.samples = batch.inputs.size(0);
+    m.data_seconds = Seconds(t1 - t0);
+    m.compute_seconds = Seconds(t2 - t1);
+    m.optimizer_seconds = Seconds(t3 - t2);
+    m.step_seconds = Seconds(t3 - t0);
+    m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
+    m.learning_rate = s.spec.optimizer.lr;
+    m.unix_millis = NowMillis();
+    s.sink->OnStep(m);
+  }
+  return loss_value;
+}
+
+TrainResult Trainer::Run() {
+  Impl& s = *impl_;
+  s.model->train();
+  TrainResult result;
+  while (s.step < s.spec.max_steps) {
+    s.StartControl();
+    const double loss = Step();
+    if (s.step == 1) result.first_loss = loss;
+    result.last_loss = loss;
+    if (s.FinishControl()) {
+      result.stopped = true;
+      break;
+    }
+  }
+  result.final_step = s.step;
+  return result;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,51 @@
+// Trainer: one rank's training loop — data, forward, backward (with DDP's
+// gradient allreduce), optimizer — plus the per-step control exchange that
+// makes every rank stop at the same step boundary. Runs on the calling
+// thread; LibTorch errors propagate as exceptions.
+#ifndef TRAINYARD_WORKER_TRAINER_H_
+#define TRAINYARD_WORKER_TRAINER_H_
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/job_spec.h"
+#include "common/step_metrics.h"
+
+namespace trainyard {
+
+class Model;
+
+struct TrainResult {
+  int64_t final_step = 0;
+  bool stopped = false;  // ended early on request (stop flag on any rank)
+  double first_loss = 0;
+  double last_loss = 0;
+};
+
+class Trainer {
+ public:
+  // `process_group` may be null when world_size == 1. `stop_requested` is
+  // polled once per step; when any rank has it set, all ranks stop after the
+  // same step.
+  Trainer(JobSpec spec, int32_t rank, int32_t world_size, c10::intrusive_ptr<c10d::ProcessGroup> process_group,
+          MetricsSink* sink, const std::atomic<bool>* stop_requested);
+  ~Trainer();
+
+  TrainResult Run();
+  // Runs one optimizer step (for tests and benchmarks); returns the loss.
+  double Step();
+
+  Model& model();
+  int64_t step() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_TRAINER_H_

@@ -1,0 +1,124 @@
+#include "worker/worker_main.h"
+
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "spdlog/spdlog.h"
+#include "worker/control_client.h"
+#include "worker/process_group.h"
+#include "worker/trainer.h"
+
+namespace trainyard {
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+void OnSignal(int) { g_stop_requested.store(true); }
+
+// Logs progress lines for the worker's log file; forwards to the coordinator.
+class LoggingSink final : public MetricsSink {
+ public:
+  LoggingSink(MetricsSink* next, int32_t rank, int64_t max_steps)
+      : next_(next), rank_(rank), every_(std::max<int64_t>(1, max_steps / 20)) {}
+  void OnStep(const StepMetrics& m) override {
+    if (next_ != nullptr) next_->OnStep(m);
+    if (m.step == 1 || m.step % every_ == 0) {
+      spdlog::info("rank {} step {} loss {:.4f} {:.1f} samples/s (data {:.2f} ms, compute {:.2f} ms, optimizer {:.2f} ms)",
+                   rank_, m.step, m.loss, m.samples_per_second, m.data_seconds * 1e3, m.compute_seconds * 1e3,
+                   m.optimizer_seconds * 1e3);
+    }
+  }
+
+ private:
+  MetricsSink* next_;
+  int32_t rank_;
+  int64_t every_;
+};
+
+std::string ErrorText(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+}  // namespace
+
+int RunWorker(const WorkerArgs& args) {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  ControlOptions co;
+  co.server = args.server;
+  co.job_id = args.job_id;
+  co.rank = args.rank;
+  co.attempt = args.attempt;
+  co.token = args.token;
+  auto control = ControlClient::Connect(co, &g_stop_requested);
+  if (!control.ok()) {
+    spdlog::error("rank {}: {}", args.rank, std::string(control.status().message()));
+    return kExitFailed;
+  }
+  ControlClient& ctl = **control;
+  auto spec = ParseJobSpec(ctl.welcome().spec_json);
+  if (!spec.ok()) {
+    const std::string err = absl::StrCat("the job's spec is invalid here: ", std::string(spec.status().message()));
+    spdlog::error("rank {}: {}", args.rank, err);
+    ctl.Finish(false, err, 0);
+    return kExitFailed;
+  }
+  if (ctl.welcome().world_size != args.world_size) {
+    const std::string err = absl::StrCat("world size mismatch: launched with ", args.world_size,
+                                         ", the coordinator says ", ctl.welcome().world_size);
+    ctl.Finish(false, err, 0);
+    return kExitFailed;
+  }
+  ctl.set_metrics_every_steps(spec->metrics_every_steps);
+  at::set_num_threads(args.threads);
+
+  int64_t final_step = 0;
+  try {
+    c10::intrusive_ptr<c10d::Store> store;
+    c10::intrusive_ptr<c10d::ProcessGroup> pg;
+    if (args.world_size > 1) {
+      RendezvousOptions ro;
+      ro.master_addr = args.master_addr;
+      ro.master_port = args.master_port;
+      ro.rank = args.rank;
+      ro.world_size = args.world_size;
+      ro.bind_addr = args.bind_addr;
+      spdlog::info("rank {}/{}: rendezvous at {}:{}", args.rank, args.world_size, args.master_addr, args.master_port);
+      store = ConnectStore(ro);
+      pg = MakeProcessGroup(spec->device, store, args.rank, args.world_size, args.bind_addr, ro.timeout);
+    }
+    LoggingSink sink(&ctl, args.rank, spec->max_steps);
+    Trainer trainer(*spec, args.rank, args.world_size, pg, &sink, &g_stop_requested);
+    spdlog::info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps,
+                 args.world_size);
+    TrainResult result = trainer.Run();
+    final_step = result.final_step;
+    if (result.stopped) {
+      spdlog::info("rank {}: stopped on request after step {}", args.rank, result.final_step);
+      ctl.Finish(false, absl::StrCat("stopped on request after step ", result.final_step), final_step);
+      return kExitStopped;
+    }
+    spdlog::info("rank {}: done, {} steps, loss {:.4f} -> {:.4f}", args.rank, result.final_step, result.first_loss,
+                 result.last_loss);
+    if (pg) pg->barrier()->wait();  // nobody tears down the group under a peer
+  } catch (const std::exception& e) {
+    const std::string err = ErrorText(e);
+    spdlog::error("rank {}: training failed: {}", args.rank, err);
+    ctl.Finish(false, err, final_step);
+    return kExitFailed;
+  }
+  ctl.Finish(true, "", final_step);
+  return kExitOk;
+}
+
+}  // namespace trainyard

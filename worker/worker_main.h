@@ -1,0 +1,33 @@
+// RunWorker: the whole life of one trainyard-worker process — connect to the
+// coordinator, rendezvous, train, report. Returns the process exit code.
+#ifndef TRAINYARD_WORKER_WORKER_MAIN_H_
+#define TRAINYARD_WORKER_WORKER_MAIN_H_
+
+#include <string>
+
+namespace trainyard {
+
+// Exit codes of trainyard-worker.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitStopped = 3;  // stopped on request (signal or stop command)
+
+struct WorkerArgs {
+  std::string server;
+  std::string job_id;
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  int32_t attempt = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string bind_addr = "127.0.0.1";
+  std::string token;
+  int32_t threads = 1;
+};
+
+int RunWorker(const WorkerArgs& args);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_WORKER_MAIN_H_
