@@ -1,0 +1,209 @@
+"""End to end: a real trainyard-server, real workers and trainctl on loopback.
+
+Run by ctest with the build's bin directory as the first argument. Ports are
+chosen by the OS (port 0) and read back from the server's --ready-file.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import grpc
+
+BIN = None  # set from argv
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class Server:
+    def __init__(self, state_dir, slots=2):
+        self.state_dir = state_dir
+        self.ready = os.path.join(state_dir, "ready.json")
+        if os.path.exists(self.ready):
+            os.remove(self.ready)
+        self.log = open(os.path.join(state_dir, "server.log"), "ab")
+        self.proc = subprocess.Popen(
+            [os.path.join(BIN, "trainyard-server"), "--listen", "127.0.0.1:0",
+             "--metrics-listen", "127.0.0.1:0", "--state-dir", state_dir,
+             "--slots", str(slots), "--ready-file", self.ready, "--stop-grace-ms", "3000"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        info = wait_for(lambda: self._read_ready(), 30, "the server's ready file")
+        self.grpc_port = info["grpc_port"]
+        self.metrics_port = info["metrics_port"]
+        self.addr = f"127.0.0.1:{self.grpc_port}"
+
+    def _read_ready(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited with {self.proc.returncode}")
+        try:
+            with open(self.ready) as f:
+                return json.load(f)
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def ctl(self, *args, timeout=300):
+        return subprocess.run([os.path.join(BIN, "trainctl"), "--server", self.addr, *args],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def job(self, job_id):
+        r = self.ctl("-o", "json", "get", job_id)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def scrape(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+            return resp.read().decode()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        self.log.close()
+        return self.proc.returncode
+
+
+def worker_pids(job_id):
+    out = subprocess.run(["pgrep", "-f", f"trainyard-worker --job {job_id} "], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def write_spec(dir_, name, text):
+    path = os.path.join(dir_, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+SMALL_JOB = """
+name: e2e-small
+model: {kind: mlp, hidden: [64]}
+data: {kind: synthetic, batch_size: 32, num_samples: 4096}
+optimizer: {kind: adamw, lr: 0.003}
+max_steps: %d
+num_processes: 2
+metrics_every_steps: 5
+"""
+
+
+class EndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-e2e-")
+        cls.server = Server(cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def test_1_ddp_job_succeeds_with_metrics(self):
+        s = self.server
+        spec = write_spec(self.tmp.name, "small.yaml", SMALL_JOB % 2000)
+        r = s.ctl("-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = json.loads(r.stdout)["id"]
+        wait_for(lambda: s.job(job_id)["step"] > 0 or s.job(job_id)["state"] in ("SUCCEEDED", "FAILED"),
+                 120, "the first reported step")
+        self.assertEqual(s.job(job_id)["state"], "RUNNING", s.job(job_id))
+        # While it runs, /metrics carries its throughput per rank.
+        text = s.scrape()
+        lines = [l for l in text.splitlines()
+                 if l.startswith("trainyard_job_samples_per_second{") and f'job="{job_id}"' in l]
+        self.assertEqual(len(lines), 2, text)
+        self.assertTrue(all(float(l.rsplit(" ", 1)[1]) > 0 for l in lines), lines)
+        self.assertIn('trainyard_jobs{state="RUNNING"} 1', text)
+
+        w = s.ctl("watch", job_id)
+        self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
+        self.assertIn("SUCCEEDED", w.stdout)
+        self.assertIn("samples/s", w.stdout)
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "SUCCEEDED")
+        self.assertEqual(job["step"], 2000)
+        self.assertLess(job["loss"], job["first_loss"], job)
+        self.assertEqual([e["state"] for e in job["events"]], ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"])
+        # Series of an ended job are removed.
+        self.assertNotIn(f'job="{job_id}"', s.scrape())
+        logs = s.ctl("logs", job_id, "--rank", "1")
+        self.assertEqual(logs.returncode, 0, logs.stderr)
+        self.assertIn("rank 1: done, 2000 steps", logs.stdout)
+        self.assertEqual(worker_pids(job_id), [])
+
+    def test_2_cancel_running_job(self):
+        s = self.server
+        spec = write_spec(self.tmp.name, "long.yaml", SMALL_JOB % 10_000_000)
+        r = s.ctl("-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = json.loads(r.stdout)["id"]
+        wait_for(lambda: s.job(job_id)["step"] > 10, 120, "the long job to train")
+        self.assertEqual(len(worker_pids(job_id)), 2)
+        c = s.ctl("cancel", job_id)
+        self.assertEqual(c.returncode, 0, c.stdout + c.stderr)
+        self.assertIn("CANCELLED", c.stdout)
+        self.assertEqual(s.job(job_id)["state"], "CANCELLED")
+        self.assertEqual(worker_pids(job_id), [])
+
+    def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
+        s = self.server
+        cases = {
+            "optimizer: {kind: adamw, lr: -1}\n": "optimizer.lr",
+            "num_processes: 64\n": "num_processes",
+            "model: {kind: mlp, widths: [3]}\n": "model.widths",
+            "max_steps: 0\n": "max_steps",
+            "model: {kind: [\n": "not valid YAML",
+        }
+        for text, field in cases.items():
+            path = write_spec(self.tmp.name, "bad.yaml", text)
+            r = s.ctl("submit", path)
+            self.assertEqual(r.returncode, 2, text)
+            self.assertIn("INVALID_ARGUMENT", r.stderr)
+            self.assertIn(field, r.stderr)
+        self.assertEqual(s.ctl("list").returncode, 0)
+        self.assertIn('trainyard_job_submissions_total{outcome="rejected"} 5', s.scrape())
+
+    def test_4_health_and_reflection(self):
+        ch = grpc.insecure_channel(self.server.addr)
+        check = ch.unary_unary("/grpc.health.v1.Health/Check")
+        self.assertEqual(check(b"", timeout=10), b"\x08\x01")  # status: SERVING
+        reflect = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+        replies = b"".join(reflect(iter([b"\x3a\x00"]), timeout=10))  # list_services: ""
+        self.assertIn(b"trainyard.v1.JobService", replies)
+        self.assertIn(b"trainyard.v1.WorkerService", replies)
+        ch.close()
+
+    def test_5_errors_for_unknown_jobs_and_unreachable_server(self):
+        r = self.server.ctl("get", "job-doesnotexist")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("NOT_FOUND", r.stderr)
+        r = subprocess.run([os.path.join(BIN, "trainctl"), "--server", "127.0.0.1:1", "--timeout", "2", "list"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot reach the trainyard server at 127.0.0.1:1", r.stderr)
+
+    def test_6_history_survives_a_server_restart(self):
+        before = json.loads(self.server.ctl("-o", "json", "list").stdout)
+        self.assertGreaterEqual(len(before), 2)
+        self.assertEqual(self.server.stop(), 0)
+        type(self).server = Server(self.tmp.name)
+        after = json.loads(self.server.ctl("-o", "json", "list").stdout)
+        self.assertEqual([(j["id"], j["state"], j["step"]) for j in after],
+                         [(j["id"], j["state"], j["step"]) for j in before])
+
+
+if __name__ == "__main__":
+    BIN = sys.argv.pop(1)
+    unittest.main(verbosity=2)

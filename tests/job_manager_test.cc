@@ -1,0 +1,234 @@
+// Scheduler tests: FIFO queue, slot accounting and the job lifecycle, with a
+// launcher that records launches and lets the test end ranks.
+#include "server/job_manager.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <mutex>
+
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+class RecordingLauncher final : public Launcher {
+ public:
+  absl::Status Launch(const LaunchRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fail_next_) {
+      fail_next_ = false;
+      return absl::ResourceExhaustedError("no fork today");
+    }
+    launched_.push_back(r);
+    live_[r.job_id] = r.world_size;
+    return absl::OkStatus();
+  }
+  void Stop(const std::string& job_id, int32_t attempt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_.push_back(job_id + "#" + std::to_string(attempt));
+  }
+  int LiveProcesses(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_[job_id];
+  }
+  std::vector<LaunchRequest> launched() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return launched_;
+  }
+  std::vector<std::string> stopped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopped_;
+  }
+  void FailNext() {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_next_ = true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<LaunchRequest> launched_;
+  std::vector<std::string> stopped_;
+  std::map<std::string, int> live_;
+  bool fail_next_ = false;
+};
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    manager_.reset();
+    store_.reset();
+    auto store = JobStore::Open(dir_.path() + "/jobs.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    JobManagerOptions o;
+    o.slots = 4;
+    o.state_dir = dir_.path();
+    o.coordinator_addr = "127.0.0.1:1";
+    manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
+    ASSERT_TRUE(manager_->Recover().ok());
+  }
+
+  std::string Submit(int procs) {
+    auto job = manager_->Submit("max_steps: 10\nnum_processes: " + std::to_string(procs) + "\n");
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id : "";
+  }
+
+  JobState StateOf(const std::string& id) {
+    auto job = manager_->Get(id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->state : JobState::kFailed;
+  }
+
+  void ExitAll(const std::string& id, int code) {
+    auto job = manager_->Get(id);
+    ASSERT_TRUE(job.ok());
+    for (int r = 0; r < job->num_processes; ++r) manager_->OnRankExit({id, job->attempt, r, code, 0});
+  }
+
+  TempDir dir_;
+  RecordingLauncher launcher_;
+  ServerMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+};
+
+TEST_F(JobManagerTest, StartsJobsWhileSlotsLastThenQueuesFifo) {
+  const std::string a = Submit(2), b = Submit(2), c = Submit(3), d = Submit(1);
+  EXPECT_EQ(StateOf(a), JobState::kStarting);
+  EXPECT_EQ(StateOf(b), JobState::kStarting);
+  EXPECT_EQ(StateOf(c), JobState::kQueued);
+  // d would fit in no slot either; FIFO keeps it behind c.
+  EXPECT_EQ(StateOf(d), JobState::kQueued);
+  EXPECT_EQ(manager_->free_slots(), 0);
+
+  ExitAll(a, 0);
+  EXPECT_EQ(StateOf(a), JobState::kSucceeded);
+  EXPECT_EQ(manager_->free_slots(), 2);
+  EXPECT_EQ(StateOf(c), JobState::kQueued);  // needs 3, only 2 free: head waits
+
+  ExitAll(b, 0);
+  EXPECT_EQ(StateOf(c), JobState::kStarting);
+  EXPECT_EQ(StateOf(d), JobState::kStarting);
+  EXPECT_EQ(manager_->free_slots(), 0);
+  ASSERT_EQ(launcher_.launched().size(), 4u);
+  EXPECT_EQ(launcher_.launched()[2].job_id, c);
+  EXPECT_EQ(launcher_.launched()[2].world_size, 3);
+}
+
+TEST_F(JobManagerTest, RejectsJobsLargerThanTheServer) {
+  auto job = manager_->Submit("num_processes: 5\n");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(job.status().message()).find("num_processes"), std::string::npos);
+  EXPECT_NE(std::string(job.status().message()).find("4 slots"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, FirstFailureIsTheRootCauseAndStopsTheGroup) {
+  const std::string a = Submit(2);
+  auto job = manager_->Get(a);
+  ASSERT_TRUE(job.ok());
+  manager_->ReportResult(a, job->attempt, 1, false, "boom in forward");
+  manager_->OnRankExit({a, job->attempt, 1, 1, 0});
+  EXPECT_EQ(launcher_.stopped().size(), 1u);
+  manager_->OnRankExit({a, job->attempt, 0, 0, 9});  // killed by the stop
+  auto ended = manager_->Get(a);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(ended->state, JobState::kFailed);
+  EXPECT_EQ(ended->failed_rank, 1);
+  EXPECT_NE(ended->reason.find("boom in forward"), std::string::npos) << ended->reason;
+  EXPECT_EQ(manager_->free_slots(), 4);
+}
+
+TEST_F(JobManagerTest, CancelQueuedAndRunning) {
+  const std::string a = Submit(4), b = Submit(1);
+  EXPECT_EQ(StateOf(b), JobState::kQueued);
+  auto cb = manager_->Cancel(b);
+  ASSERT_TRUE(cb.ok());
+  EXPECT_EQ(cb->state, JobState::kCancelled);
+
+  auto ca = manager_->Cancel(a);
+  ASSERT_TRUE(ca.ok());
+  EXPECT_EQ(launcher_.stopped().size(), 1u);
+  ExitAll(a, 143);
+  EXPECT_EQ(StateOf(a), JobState::kCancelled);
+  EXPECT_EQ(manager_->Cancel(a).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->Cancel("job-nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, WorkerTokensAreChecked) {
+  const std::string a = Submit(2);
+  auto launch = launcher_.launched().at(0);
+  EXPECT_EQ(manager_->AttachWorker(a, 0, launch.attempt, "forged").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(manager_->AttachWorker(a, 0, launch.attempt + 1, launch.token).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->AttachWorker(a, 2, launch.attempt, launch.token).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto w0 = manager_->AttachWorker(a, 0, launch.attempt, launch.token);
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  EXPECT_EQ(manager_->AttachWorker(a, 0, launch.attempt, launch.token).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(StateOf(a), JobState::kStarting);
+  auto w1 = manager_->AttachWorker(a, 1, launch.attempt, launch.token);
+  ASSERT_TRUE(w1.ok());
+  EXPECT_EQ(StateOf(a), JobState::kRunning);
+  EXPECT_EQ(w1->world_size, 2);
+}
+
+TEST_F(JobManagerTest, LaunchFailureFailsTheJobAndFreesSlots) {
+  launcher_.FailNext();
+  const std::string a = Submit(2);
+  EXPECT_EQ(StateOf(a), JobState::kFailed);
+  auto job = manager_->Get(a);
+  EXPECT_NE(job->reason.find("no fork today"), std::string::npos);
+  EXPECT_EQ(manager_->free_slots(), 4);
+}
+
+TEST_F(JobManagerTest, HistorySurvivesRestart) {
+  const std::string a = Submit(1);
+  ExitAll(a, 0);
+  const std::string b = Submit(4);   // running when the coordinator stops
+  const std::string c = Submit(1);   // queued behind it
+  Open();
+  EXPECT_EQ(StateOf(a), JobState::kSucceeded);
+  EXPECT_EQ(StateOf(b), JobState::kFailed);
+  EXPECT_NE(manager_->Get(b)->reason.find("coordinator restarted"), std::string::npos);
+  EXPECT_EQ(StateOf(c), JobState::kStarting);  // requeued and scheduled
+  auto events = manager_->Events(a);
+  ASSERT_TRUE(events.ok());
+  ASSERT_GE(events->size(), 3u);
+  EXPECT_EQ(events->back().state, JobState::kSucceeded);
+}
+
+TEST_F(JobManagerTest, WatchSeesStatesAndMetricsUntilTheEnd) {
+  const std::string a = Submit(1);
+  auto watch = manager_->Watch(a);
+  ASSERT_TRUE(watch.ok());
+  auto launch = launcher_.launched().at(0);
+  ASSERT_TRUE(manager_->AttachWorker(a, 0, launch.attempt, launch.token).ok());
+  StepMetrics m;
+  m.step = 3;
+  m.loss = 1.5;
+  m.samples_per_second = 100;
+  manager_->ReportMetrics(a, launch.attempt, {m});
+  ExitAll(a, 0);
+  std::vector<JobUpdate> updates;
+  JobUpdate u;
+  while ((*watch)->Next(&u, std::chrono::milliseconds(0))) updates.push_back(u);
+  EXPECT_TRUE((*watch)->closed_and_drained());
+  ASSERT_GE(updates.size(), 4u);
+  EXPECT_EQ(updates.front().job->state, JobState::kStarting);
+  bool saw_metrics = false;
+  for (const auto& up : updates) saw_metrics |= up.metrics && up.metrics->step == 3;
+  EXPECT_TRUE(saw_metrics);
+  ASSERT_TRUE(updates.back().job.has_value());
+  EXPECT_EQ(updates.back().job->state, JobState::kSucceeded);
+  EXPECT_EQ(manager_->Get(a)->step, 3);
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,134 @@
+#include "common/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace trainyard {
+namespace {
+
+std::string ErrorOf(const std::string& text) {
+  auto spec = ParseJobSpec(text);
+  EXPECT_FALSE(spec.ok()) << "accepted: " << text;
+  if (spec.ok()) return "";
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+TEST(JobSpecTest, ParsesTheExample) {
+  std::ifstream in(std::string(TRAINYARD_SOURCE_DIR) + "/examples/mnist-ddp.yaml");
+  ASSERT_TRUE(in) << "examples/mnist-ddp.yaml missing";
+  std::stringstream buf;
+  buf << in.rdbuf();
+  auto spec = ParseJobSpec(buf.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "mnist-ddp");
+  EXPECT_EQ(spec->num_processes, 2);
+  EXPECT_EQ(spec->model.kind, ModelKind::kMlp);
+  EXPECT_EQ(spec->model.hidden, (std::vector<int64_t>{512, 256}));
+  EXPECT_EQ(spec->optimizer.kind, OptimizerKind::kAdamW);
+  EXPECT_DOUBLE_EQ(spec->optimizer.weight_decay, 0.01);
+  EXPECT_EQ(spec->distributed_type, DistributedType::kDdp);
+}
+
+TEST(JobSpecTest, DefaultsForAMinimalSpec) {
+  auto spec = ParseJobSpec("name: tiny\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JobSpec d;
+  EXPECT_EQ(spec->max_steps, d.max_steps);
+  EXPECT_EQ(spec->num_processes, 1);
+  EXPECT_EQ(spec->data.batch_size, 64);
+  EXPECT_EQ(spec->device, Device::kCpu);
+}
+
+TEST(JobSpecTest, JsonAndYamlAreEquivalentAndRoundTrip) {
+  auto yaml = ParseJobSpec(
+      "name: a\nmodel: {kind: cnn}\noptimizer: {kind: sgd, lr: 0.1, momentum: 0.9}\nmax_steps: 7\n"
+      "num_processes: 2\nddp: {bucket_cap_mb: 1.5, gradient_as_bucket_view: true}\n");
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  const std::string json = JobSpecToJson(*yaml);
+  auto again = ParseJobSpec(json);
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << json;
+  EXPECT_EQ(JobSpecToJson(*again), json);
+  EXPECT_EQ(again->model.kind, ModelKind::kCnn);
+  EXPECT_DOUBLE_EQ(again->optimizer.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(again->ddp.bucket_cap_mb, 1.5);
+  EXPECT_TRUE(again->ddp.gradient_as_bucket_view);
+}
+
+TEST(JobSpecTest, ModelShorthandAndAccelerateNames) {
+  auto spec = ParseJobSpec("model: cnn\ndistributed_type: MULTI_CPU\nnum_processes: 4\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.kind, ModelKind::kCnn);
+  EXPECT_EQ(spec->distributed_type, DistributedType::kDdp);
+}
+
+struct BadSpec {
+  std::string text;
+  std::vector<std::string> expected;  // substrings the message must contain
+  friend void PrintTo(const BadSpec& b, std::ostream* os) { *os << b.text; }
+};
+
+class JobSpecRejects : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(JobSpecRejects, NamesTheField) {
+  const std::string msg = ErrorOf(GetParam().text);
+  for (const auto& part : GetParam().expected) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Validation, JobSpecRejects,
+    ::testing::Values(
+        BadSpec{"modle: {kind: mlp}\n", {"'modle'", "unknown key", "model"}},
+        BadSpec{"model: {kind: mlp, depth: 3}\n", {"'model.depth'", "unknown key", "hidden"}},
+        BadSpec{"model: {kind: transformer}\n", {"'model.kind'", "transformer", "mlp, cnn"}},
+        BadSpec{"model: {kind: gpt}\n", {"'model.kind'", "not supported by this version"}},
+        BadSpec{"model: {hidden: [10, -1]}\n", {"'model.hidden[1]'", "between 1 and"}},
+        BadSpec{"model: {hidden: 10}\n", {"'model.hidden'", "list"}},
+        BadSpec{"num_processes: 0\n", {"'num_processes'", "between 1 and"}},
+        BadSpec{"num_processes: two\n", {"'num_processes'", "integer", "'two'"}},
+        BadSpec{"num_processes: 1.5\n", {"'num_processes'", "integer"}},
+        BadSpec{"max_steps: 0\n", {"'max_steps'", "between 1 and"}},
+        BadSpec{"optimizer: {kind: adamw, lr: -0.1}\n", {"'optimizer.lr'", "between 0 and"}},
+        BadSpec{"optimizer: {kind: adam}\n", {"'optimizer.kind'", "sgd, adamw"}},
+        BadSpec{"optimizer: {kind: sgd, betas: [0.9, 0.99]}\n", {"'optimizer.betas'", "adamw only"}},
+        BadSpec{"optimizer: {kind: adamw, betas: [0.9]}\n", {"'optimizer.betas'", "two numbers"}},
+        BadSpec{"optimizer: {kind: adamw, momentum: 0.9}\n", {"'optimizer.momentum'", "sgd only"}},
+        BadSpec{"optimizer: {lr: .inf}\n", {"'optimizer.lr'", "finite"}},
+        BadSpec{"data: {kind: synthetic, batch_size: 0}\n", {"'data.batch_size'"}},
+        BadSpec{"data: {kind: imagenet}\n", {"'data.kind'", "synthetic"}},
+        BadSpec{"data: {shuffle: maybe}\n", {"'data.shuffle'", "true or false"}},
+        BadSpec{"device: tpu\n", {"'device'", "cpu, cuda"}},
+        BadSpec{"distributed_type: FSDP\n", {"'distributed_type'", "not supported by this version"}},
+        BadSpec{"mixed_precision: fp8\n", {"'mixed_precision'", "accepted: no"}},
+        BadSpec{"ddp: {comm_hook: power_sgd}\n", {"'ddp.comm_hook'", "not supported by this version"}},
+        BadSpec{"ddp: {comm_hook: zip}\n", {"'ddp.comm_hook'", "unknown value"}},
+        BadSpec{"ddp: {comm_state_option: {matrix_approximation_rank: 2}}\n", {"'ddp.comm_state_option'", "stateful"}},
+        BadSpec{"ddp: {bucket_cap_mb: 0}\n", {"'ddp.bucket_cap_mb'"}},
+        BadSpec{"distributed_type: NO\nnum_processes: 2\n", {"'num_processes'", "NO"}},
+        BadSpec{"name: 'a b'\n", {"'name'", "letters"}},
+        BadSpec{"name: ''\n", {"'name'", "empty"}},
+        BadSpec{"model: {kind: cnn, input_size: 100}\n", {"'model.input_size'", "784"}},
+        BadSpec{"- just\n- a list\n", {"must be a mapping"}},
+        BadSpec{"name: [unclosed\n", {"not valid YAML or JSON"}},
+        BadSpec{"", {"empty"}}));
+
+TEST(JobSpecTest, RejectsOversizedSpec) {
+  SpecLimits limits;
+  limits.max_spec_bytes = 100;
+  auto spec = ParseJobSpec("name: x\n" + std::string(200, '#'), limits);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(std::string(spec.status().message()).find("limit"), std::string::npos);
+}
+
+TEST(JobSpecTest, RespectsProcessLimit) {
+  SpecLimits limits;
+  limits.max_num_processes = 8;
+  auto spec = ParseJobSpec("num_processes: 9\n", limits);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(std::string(spec.status().message()).find("between 1 and 8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainyard

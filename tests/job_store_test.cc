@@ -1,0 +1,99 @@
+#include "server/job_store.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+JobRecord MakeJob(const std::string& id) {
+  JobRecord r;
+  r.id = id;
+  r.name = "n-" + id;
+  r.state = JobState::kQueued;
+  r.reason = "submitted";
+  r.spec_json = R"({"name":"n"})";
+  r.num_processes = 2;
+  r.max_steps = 100;
+  r.created_unix_millis = 1000;
+  return r;
+}
+
+TEST(JobStoreTest, RoundTripAcrossReopen) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Insert(MakeJob("a"), {1000, JobState::kQueued, "submitted"}).ok());
+    ASSERT_TRUE((*store)->Insert(MakeJob("b"), {1001, JobState::kQueued, "submitted"}).ok());
+    JobRecord a = MakeJob("a");
+    a.state = JobState::kRunning;
+    a.reason = "all ranks connected";
+    a.step = 42;
+    a.loss = 0.5;
+    a.first_loss = 2.25;
+    a.samples_per_second = 1234.5;
+    a.attempt = 1;
+    a.worker_token = "secret";
+    JobEvent e{2000, JobState::kRunning, "all ranks connected"};
+    ASSERT_TRUE((*store)->Update(a, &e).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto a = (*store)->Get("a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->state, JobState::kRunning);
+  EXPECT_EQ(a->step, 42);
+  EXPECT_DOUBLE_EQ(a->loss, 0.5);
+  EXPECT_DOUBLE_EQ(a->first_loss, 2.25);
+  EXPECT_DOUBLE_EQ(a->samples_per_second, 1234.5);
+  EXPECT_EQ(a->attempt, 1);
+  EXPECT_EQ(a->worker_token, "secret");
+  EXPECT_EQ(a->spec_json, R"({"name":"n"})");
+  auto events = (*store)->Events("a");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].state, JobState::kQueued);
+  EXPECT_EQ((*events)[1].state, JobState::kRunning);
+  EXPECT_EQ((*events)[1].reason, "all ranks connected");
+  auto all = (*store)->List(100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, "a");  // creation order
+  EXPECT_EQ((*all)[1].id, "b");
+  auto newest = (*store)->List(1);
+  ASSERT_TRUE(newest.ok());
+  ASSERT_EQ(newest->size(), 1u);
+  EXPECT_EQ((*newest)[0].id, "b");
+}
+
+TEST(JobStoreTest, MissingJobIsNotFound) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->Get("nope").status().code(), absl::StatusCode::kNotFound);
+  JobRecord ghost = MakeJob("ghost");
+  EXPECT_EQ((*store)->Update(ghost, nullptr).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobStoreTest, DuplicateIdIsRejectedAndLeavesNoEvent) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Insert(MakeJob("a"), {1, JobState::kQueued, "first"}).ok());
+  EXPECT_FALSE((*store)->Insert(MakeJob("a"), {2, JobState::kQueued, "second"}).ok());
+  auto events = (*store)->Events("a");
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->size(), 1u);  // the failed insert rolled back
+}
+
+TEST(JobStoreTest, UnwritablePathIsAClearError) {
+  auto store = JobStore::Open("/nonexistent-dir/x/jobs.db");
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(std::string(store.status().message()).find("/nonexistent-dir/x/jobs.db"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,144 @@
+// LocalLauncher with real child processes: a shell script stands in for the
+// worker binary and behaves according to the job id it is given.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "server/launcher.h"
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+constexpr const char* kFakeWorker = R"(#!/bin/sh
+case "$*" in
+  *"--job exit3"*) exit 3 ;;
+  *"--job sleeper"*) exec sleep 1000 ;;
+  *"--job stubborn"*) trap '' TERM; while :; do sleep 1; done ;;
+esac
+echo "args: $*"
+echo "token: $TRAINYARD_WORKER_TOKEN"
+exit 0
+)";
+
+class LocalLauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    script_ = dir_.path() + "/fake-worker.sh";
+    std::ofstream(script_) << kFakeWorker;
+    chmod(script_.c_str(), 0755);
+  }
+
+  std::unique_ptr<Launcher> Make(std::chrono::milliseconds grace) {
+    LocalLauncherOptions o;
+    o.worker_binary = script_;
+    o.stop_grace = grace;
+    return MakeLocalLauncher(o, [this](const RankExit& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      exits_.push_back(e);
+    });
+  }
+
+  LaunchRequest Request(const std::string& job, int world) {
+    LaunchRequest r;
+    r.job_id = job;
+    r.attempt = 1;
+    r.world_size = world;
+    r.master_port = 12345;
+    r.coordinator_addr = "127.0.0.1:1";
+    r.token = "tok-" + job;
+    r.log_dir = dir_.path() + "/logs/" + job;
+    return r;
+  }
+
+  std::vector<RankExit> Exits() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exits_;
+  }
+
+  TempDir dir_;
+  std::string script_;
+  std::mutex mu_;
+  std::vector<RankExit> exits_;
+};
+
+TEST_F(LocalLauncherTest, RunsEveryRankWithItsArgumentsAndLog) {
+  auto launcher = Make(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(launcher->Launch(Request("ok", 2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 2; }, std::chrono::seconds(10)));
+  for (const RankExit& e : Exits()) {
+    EXPECT_TRUE(e.ok()) << e.Describe();
+    EXPECT_EQ(e.job_id, "ok");
+  }
+  EXPECT_EQ(launcher->LiveProcesses("ok"), 0);
+  std::ifstream log(dir_.path() + "/logs/ok/rank-1.log");
+  std::stringstream buf;
+  buf << log.rdbuf();
+  EXPECT_NE(buf.str().find("--rank 1 --world-size 2"), std::string::npos) << buf.str();
+  EXPECT_NE(buf.str().find("--master-port 12345"), std::string::npos) << buf.str();
+  EXPECT_NE(buf.str().find("token: tok-ok"), std::string::npos) << buf.str();
+  EXPECT_EQ(buf.str().find("tok-ok --"), std::string::npos) << "the token must not be on the command line";
+}
+
+TEST_F(LocalLauncherTest, ReportsExitCodes) {
+  auto launcher = Make(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(launcher->Launch(Request("exit3", 1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Exits()[0].exit_code, 3);
+  EXPECT_FALSE(Exits()[0].ok());
+  EXPECT_NE(Exits()[0].Describe().find("exited with code 3"), std::string::npos);
+}
+
+TEST_F(LocalLauncherTest, StopTerminatesThenKillsAfterGrace) {
+  auto launcher = Make(std::chrono::milliseconds(300));
+  ASSERT_TRUE(launcher->Launch(Request("sleeper", 1)).ok());
+  ASSERT_TRUE(launcher->Launch(Request("stubborn", 1)).ok());
+  EXPECT_EQ(launcher->LiveProcesses("sleeper"), 1);
+  launcher->Stop("sleeper", 1);
+  launcher->Stop("stubborn", 1);
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 2; }, std::chrono::seconds(10)));
+  for (const RankExit& e : Exits()) {
+    if (e.job_id == "sleeper") EXPECT_EQ(e.signal, SIGTERM) << e.Describe();
+    if (e.job_id == "stubborn") EXPECT_EQ(e.signal, SIGKILL) << e.Describe();
+  }
+  EXPECT_EQ(launcher->LiveProcesses("sleeper"), 0);
+  EXPECT_EQ(launcher->LiveProcesses("stubborn"), 0);
+}
+
+TEST_F(LocalLauncherTest, StopOfAnotherAttemptLeavesProcessesAlone) {
+  auto launcher = Make(std::chrono::milliseconds(100));
+  ASSERT_TRUE(launcher->Launch(Request("sleeper", 1)).ok());
+  launcher->Stop("sleeper", 2);
+  launcher->Stop("other", 1);
+  EXPECT_EQ(launcher->LiveProcesses("sleeper"), 1);
+  EXPECT_TRUE(Exits().empty());
+  launcher->Stop("sleeper", 1);
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 1; }, std::chrono::seconds(10)));
+}
+
+TEST_F(LocalLauncherTest, MissingBinaryIsAClearError) {
+  LocalLauncherOptions o;
+  o.worker_binary = dir_.path() + "/no-such-worker";
+  auto launcher = MakeLocalLauncher(o, [](const RankExit&) {});
+  absl::Status s = launcher->Launch(Request("x", 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(s.message()).find("no-such-worker"), std::string::npos);
+}
+
+TEST_F(LocalLauncherTest, DestructorLeavesNoProcessBehind) {
+  pid_t child = 0;
+  {
+    auto launcher = Make(std::chrono::milliseconds(100));
+    ASSERT_TRUE(launcher->Launch(Request("sleeper", 2)).ok());
+    EXPECT_EQ(launcher->LiveProcesses("sleeper"), 2);
+  }
+  // Every child was reaped by the destructor: none is left to wait for.
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+  (void)child;
+}
+
+}  // namespace
+}  // namespace trainyard
