@@ -51,6 +51,7 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<DataLoader> loader;
   int64_t step = 0;
+  bool stop_agreed = false;  // set by the step whose control exchange carried a stop
 
   // Started at the beginning of a step, waited for at its end.
   at::Tensor control;
@@ -106,6 +107,7 @@ int64_t Trainer::step() const { return impl_->step; }
 double Trainer::Step() {
   Impl& s = *impl_;
   const auto t0 = Clock::now();
+  s.StartControl();
   Batch batch = s.loader->Next();
   const auto t1 = Clock::now();
 
@@ -123,9 +125,11 @@ double Trainer::Step() {
     s.optimizer->zero_grad();
   }
   const auto t3 = Clock::now();
+  const double loss_value = loss.item<double>();
+  s.stop_agreed = s.FinishControl();
+  const auto t4 = Clock::now();
   ++s.step;
 
-  const double loss_value = loss.item<double>();
   if (s.sink != nullptr) {
     StepMetrics m;
     m.rank = s.rank;
@@ -135,7 +139,7 @@ double Trainer::Step() {
     m.data_seconds = Seconds(t1 - t0);
     m.compute_seconds = Seconds(t2 - t1);
     m.optimizer_seconds = Seconds(t3 - t2);
-    m.step_seconds = Seconds(t3 - t0);
+    m.step_seconds = Seconds(t4 - t0);
     m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
     m.learning_rate = s.spec.optimizer.lr;
     m.unix_millis = NowMillis();
@@ -149,11 +153,10 @@ TrainResult Trainer::Run() {
   s.model->train();
   TrainResult result;
   while (s.step < s.spec.max_steps) {
-    s.StartControl();
     const double loss = Step();
     if (s.step == 1) result.first_loss = loss;
     result.last_loss = loss;
-    if (s.FinishControl()) {
+    if (s.stop_agreed) {
       result.stopped = true;
       break;
     }

@@ -35,7 +35,8 @@ class Trainer {
   ~Trainer();
 
   TrainResult Run();
-  // Runs one optimizer step (for tests and benchmarks); returns the loss.
+  // Runs one optimizer step, including the step's control exchange (for
+  // tests and benchmarks); returns the loss.
   double Step();
 
   Model& model();

@@ -1,0 +1,243 @@
+// bench/ddp_overhead: DDP overhead of Trainyard's worker vs PyTorch's Python
+// DDP, by the method of the PyTorch/XLA DDP note: per-rank samples/s of the
+// same model and per-rank batch at world 1 without DDP and at world 2 with
+// DDP (1 intra-op thread per rank, Gloo on loopback), with mean, median,
+// p90, standard deviation and coefficient of variation over steps.
+//
+// Trainyard's steps run through the worker's real Trainer (model, Reducer
+// DDP, optimizer and the per-step control exchange); the synthetic data
+// loading time is excluded from the step time, as the Python peer trains on
+// a pre-made batch. Ranks are child processes of this program.
+//
+//   ddp_overhead [--steps N] [--warmup W] [--python /usr/bin/python3]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "common/job_spec.h"
+#include "worker/process_group.h"
+#include "worker/trainer.h"
+
+namespace trainyard {
+namespace {
+
+struct Config {
+  std::string label;
+  std::vector<int64_t> hidden;
+  int64_t batch;
+  int steps;
+};
+
+struct Stats {
+  double mean = 0, median = 0, p90 = 0, std = 0, cv = 0;
+};
+
+Stats Summarize(std::vector<double> sps) {
+  Stats s;
+  if (sps.empty()) return s;
+  std::sort(sps.begin(), sps.end());
+  const double n = static_cast<double>(sps.size());
+  s.mean = std::accumulate(sps.begin(), sps.end(), 0.0) / n;
+  s.median = sps[sps.size() / 2];
+  s.p90 = sps[std::min(sps.size() - 1, static_cast<size_t>(std::ceil(0.9 * n)) - 1)];
+  double var = 0;
+  for (double v : sps) var += (v - s.mean) * (v - s.mean);
+  s.std = std::sqrt(var / n);
+  s.cv = s.std / s.mean;
+  return s;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  int port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
+}
+
+// Collects per-step training time (step minus data loading) after warm-up.
+class TimingSink final : public MetricsSink {
+ public:
+  explicit TimingSink(int warmup) : warmup_(warmup) {}
+  void OnStep(const StepMetrics& m) override {
+    if (m.step > warmup_) train_seconds.push_back(m.step_seconds - m.data_seconds);
+  }
+  std::vector<double> train_seconds;
+
+ private:
+  int warmup_;
+};
+
+// One rank of a Trainyard run; rank 0 prints its step times as JSON.
+int RunRank(int rank, int world, int port, const Config& c, int warmup) {
+  at::set_num_threads(1);
+  JobSpec spec;
+  spec.model.hidden = c.hidden;
+  spec.data.batch_size = c.batch;
+  spec.data.num_samples = 60000;
+  spec.optimizer.kind = OptimizerKind::kAdamW;
+  spec.optimizer.lr = 1e-3;
+  spec.optimizer.weight_decay = 0.01;
+  spec.max_steps = warmup + c.steps;
+  spec.num_processes = world;
+  spec.distributed_type = world > 1 ? DistributedType::kDdp : DistributedType::kNo;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<c10d::Store> store;
+  if (world > 1) {
+    RendezvousOptions ro;
+    ro.master_port = port;
+    ro.rank = rank;
+    ro.world_size = world;
+    store = ConnectStore(ro);
+    pg = MakeProcessGroup(Device::kCpu, store, rank, world, "127.0.0.1", std::chrono::seconds(120));
+  }
+  TimingSink sink(warmup);
+  Trainer trainer(spec, rank, world, pg, &sink, nullptr);
+  trainer.Run();
+  if (pg) pg->barrier()->wait();
+  if (rank == 0) std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}}.dump() << std::endl;
+  return 0;
+}
+
+// Runs `world` copies of argv (with RANK etc. in the environment) and returns
+// rank 0's JSON line.
+nlohmann::json RunProcesses(const std::vector<std::string>& argv, int world) {
+  const int port = FreePort();
+  int pipefd[2];
+  if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (r == 0) dup2(pipefd[1], 1);
+      close(pipefd[0]);
+      close(pipefd[1]);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("OMP_NUM_THREADS", "1", 1);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  close(pipefd[1]);
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("a rank of " + argv[0] + " failed");
+  }
+  auto pos = out.rfind("{\"train_seconds\"");
+  if (pos == std::string::npos) throw std::runtime_error("no timing output from " + argv[0]);
+  return nlohmann::json::parse(out.substr(pos));
+}
+
+std::vector<double> SamplesPerSecond(const nlohmann::json& j, int64_t batch) {
+  std::vector<double> sps;
+  for (double t : j["train_seconds"]) sps.push_back(static_cast<double>(batch) / t);
+  return sps;
+}
+
+std::string Join(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace
+}  // namespace trainyard
+
+int main(int argc, char** argv) {
+  using namespace trainyard;
+  CLI::App app{"DDP overhead: Trainyard vs PyTorch Python DDP"};
+  int steps_scale = 100, warmup = 20;
+  std::string python = "/usr/bin/python3";
+  std::string role = "orchestrate";
+  int rank_hidden_cfg = 0;
+  app.add_option("--steps-percent", steps_scale, "Scale the measured step counts (percent)")->capture_default_str();
+  app.add_option("--warmup", warmup, "Warm-up steps not measured")->capture_default_str();
+  app.add_option("--python", python, "Python with torch (Debian's python3-torch)")->capture_default_str();
+  app.add_option("--role", role, "internal: orchestrate | rank");
+  app.add_option("--config", rank_hidden_cfg, "internal: config index");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<Config> configs = {
+      {"MLP 784-1024-1024-10, batch 64", {1024, 1024}, 64, 300 * steps_scale / 100},
+      {"MLP 784-128-10, batch 32", {128}, 32, 2000 * steps_scale / 100},
+  };
+  if (role == "rank") {
+    return RunRank(std::stoi(getenv("RANK")), std::stoi(getenv("WORLD_SIZE")), std::stoi(getenv("MASTER_PORT")),
+                   configs.at(rank_hidden_cfg), warmup);
+  }
+
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string script = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_ddp.py";
+  std::ostringstream md;
+  md << "| model | implementation | world | mean samples/s/rank | median | p90 | std | CV | DDP overhead |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  std::vector<std::pair<std::string, double>> overheads;
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    const Config& c = configs[ci];
+    struct Run {
+      std::string impl;
+      int world;
+      Stats stats;
+    };
+    std::vector<Run> runs;
+    for (int world : {1, 2}) {
+      std::vector<std::string> ty = {self, "--role", "rank", "--config", std::to_string(ci), "--warmup",
+                                     std::to_string(warmup), "--steps-percent", std::to_string(steps_scale)};
+      runs.push_back({"Trainyard (C++ Reducer)", world, Summarize(SamplesPerSecond(RunProcesses(ty, world), c.batch))});
+      std::vector<std::string> py = {python, script, "--hidden", Join(c.hidden), "--batch", std::to_string(c.batch),
+                                     "--steps", std::to_string(c.steps), "--warmup", std::to_string(warmup)};
+      runs.push_back({"PyTorch DDP (Python)", world, Summarize(SamplesPerSecond(RunProcesses(py, world), c.batch))});
+    }
+    for (const std::string impl : {"Trainyard (C++ Reducer)", "PyTorch DDP (Python)"}) {
+      const Run* w1 = nullptr;
+      const Run* w2 = nullptr;
+      for (const Run& r : runs) {
+        if (r.impl == impl) (r.world == 1 ? w1 : w2) = &r;
+      }
+      const double overhead = 1.0 - w2->stats.mean / w1->stats.mean;
+      overheads.push_back({c.label + " / " + impl, overhead});
+      for (const Run* r : {w1, w2}) {
+        char line[512];
+        std::snprintf(line, sizeof(line), "| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", c.label.c_str(),
+                      impl.c_str(), r->world, r->stats.mean, r->stats.median, r->stats.p90, r->stats.std,
+                      r->stats.cv, r->world == 2 ? (std::to_string(overhead * 100).substr(0, 5) + "%").c_str() : "");
+        md << line;
+      }
+    }
+  }
+  std::cout << md.str();
+  std::cout << "\nDDP overhead = 1 - mean(world 2 with DDP) / mean(world 1 without DDP), per-rank samples/s.\n";
+  std::cout << "command: " << argv[0] << " --steps-percent " << steps_scale << " --warmup " << warmup << "\n";
+  return 0;
+}
