@@ -146,6 +146,16 @@ struct Trainctl::Impl {
   }
 
   int FinalCode(const v1::Job& j) { return j.state() == v1::SUCCEEDED ? 0 : 1; }
+
+  static v1::JobState LastState(Impl& s, const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::GetJobResponse resp;
+    grpc::ClientContext ctx;
+    s.Deadline(&ctx);
+    if (!s.stub->GetJob(&ctx, req, &resp).ok()) return v1::JOB_STATE_UNSPECIFIED;
+    return resp.job().state();
+  }
 };
 
 Trainctl::Trainctl(TrainctlOptions options, std::ostream& out, std::ostream& err)
@@ -313,7 +323,9 @@ int Trainctl::Cancel(const std::string& id, bool wait) {
   }
   s.out << id << ": cancelling, waiting for its workers to stop\n";
   int rc = Watch(id);
-  return rc == 1 ? 0 : rc;  // CANCELLED is the expected end here
+  if (rc == 2) return rc;
+  auto final_state = Impl::LastState(s, id);
+  return final_state == v1::CANCELLED ? 0 : 1;
 }
 
 int Trainctl::Logs(const std::string& id, int rank, int64_t tail_bytes) {

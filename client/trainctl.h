@@ -1,7 +1,8 @@
 // Trainctl: the commands of the `trainctl` CLI, over one gRPC channel to the
 // coordinator. Each command prints to the given streams and returns the
-// process exit code (0 success, 1 the job or request failed, 2 the server
-// could not be reached or refused the request). Not thread-safe.
+// process exit code: 0 success; 1 the job ended other than as asked
+// (watch: not SUCCEEDED; cancel: not CANCELLED); 2 the request failed (server
+// unreachable, or it refused the request). Not thread-safe.
 #ifndef TRAINYARD_CLIENT_TRAINCTL_H_
 #define TRAINYARD_CLIENT_TRAINCTL_H_
 

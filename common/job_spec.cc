@@ -141,7 +141,9 @@ class MapReader {
       }
     }
     for (const auto& name : unimplemented) {
-      if (Lower(name) == v) {
+      // "torchscript:" stands for every "torchscript:PATH".
+      const bool prefix = !name.empty() && name.back() == ':';
+      if (Lower(name) == v || (prefix && v.rfind(Lower(name), 0) == 0)) {
         Fail(PathOf(key), absl::StrCat("'", n.Scalar(), "' is not supported by this version yet; accepted: ", list));
       }
     }
@@ -177,7 +179,7 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   }
   MapReader r(node, path);
   r.Enum<ModelKind>("kind", &m->kind, {{"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}},
-                    {"resnet", "gpt", "torchscript"});
+                    {"resnet", "gpt", "torchscript", "torchscript:"});
   if (YAML::Node h = r.Child("hidden")) {
     const std::string p = r.PathOf("hidden");
     if (!h.IsSequence()) Fail(p, "must be a list of layer widths, got " + Describe(h));
@@ -205,7 +207,7 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
 
 void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
   MapReader r(node, path);
-  r.Enum<DataKind>("kind", &d->kind, {{"synthetic", DataKind::kSynthetic}}, {"mnist", "tokens"});
+  r.Enum<DataKind>("kind", &d->kind, {{"synthetic", DataKind::kSynthetic}}, {"mnist", "tokens", "mnist:", "tokens:", "image_folder:"});
   r.Int("batch_size", &d->batch_size, 1, 1 << 16);
   r.Int("num_samples", &d->num_samples, 1, int64_t{1} << 34);
   r.Int("seed", &d->seed, 0, std::numeric_limits<int64_t>::max());
@@ -235,6 +237,7 @@ void ParseOptimizer(const YAML::Node& node, const std::string& path, OptimizerSp
   r.Double("eps", &o->eps, 0.0, 1.0);
   r.RejectUnknown();
   if (o->kind == OptimizerKind::kSgd && r.Has("betas")) Fail(r.PathOf("betas"), "applies to adamw only");
+  if (o->kind == OptimizerKind::kSgd && r.Has("eps")) Fail(r.PathOf("eps"), "applies to adamw only");
   if (o->kind == OptimizerKind::kAdamW && r.Has("momentum")) Fail(r.PathOf("momentum"), "applies to sgd only");
 }
 

@@ -9,7 +9,8 @@
 namespace trainyard {
 
 // QUEUED → STARTING → RUNNING → SUCCEEDED | FAILED | CANCELLED.
-// RECOVERING is entered when the coordinator restarts while a job runs.
+// RECOVERING is reserved for jobs whose workers are reattaching after a
+// coordinator restart; this version marks such jobs FAILED instead.
 enum class JobState {
   kQueued,
   kStarting,

@@ -414,7 +414,7 @@ void JobManager::OnRankExit(const RankExit& e) {
   TrySchedule();
 }
 
-void JobManager::Shutdown() {
+std::vector<std::string> JobManager::Shutdown() {
   std::lock_guard<std::mutex> lock(mu_);
   shut_down_ = true;
   std::vector<std::string> running;
@@ -425,6 +425,7 @@ void JobManager::Shutdown() {
     running.push_back(id);
   }
   for (const auto& id : running) Finish(id);
+  return running;
 }
 
 // ---- private -----------------------------------------------------------------

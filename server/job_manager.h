@@ -134,8 +134,9 @@ class JobManager {
   // The launcher's exit callback.
   void OnRankExit(const RankExit& exit);
 
-  // Stops every running job's workers and marks those jobs FAILED.
-  void Shutdown();
+  // Stops every running job's workers (SIGTERM, SIGKILL after the grace)
+  // and marks those jobs FAILED. Returns their ids.
+  std::vector<std::string> Shutdown();
 
   int free_slots();
 

@@ -22,7 +22,12 @@ int main(int argc, char** argv) {
   app.add_option("--stop-grace-ms", stop_grace_ms, "Grace between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600000));
-  app.add_option("--max-queued-jobs", o.max_queued_jobs, "Jobs the queue holds at most")->capture_default_str();
+  app.add_option("--max-queued-jobs", o.max_queued_jobs, "Jobs the queue holds at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--max-num-processes", o.max_num_processes, "Largest num_processes a spec may ask for")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--ready-file", o.ready_file, "Write the bound ports as JSON to this file once serving");
   CLI11_PARSE(app, argc, argv);
   o.stop_grace = std::chrono::milliseconds(stop_grace_ms);

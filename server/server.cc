@@ -140,7 +140,18 @@ void Server::Shutdown() {
   if (s.shut_down) return;
   s.shut_down = true;
   if (s.job_service) s.job_service->Shutdown();
-  if (s.manager) s.manager->Shutdown();
+  std::vector<std::string> stopping;
+  if (s.manager) stopping = s.manager->Shutdown();
+  // Give stopping workers their grace before the launcher kills what is left.
+  const auto deadline = std::chrono::steady_clock::now() + s.options.stop_grace + std::chrono::seconds(1);
+  auto live = [&] {
+    int n = 0;
+    for (const auto& id : stopping) n += s.launcher ? s.launcher->LiveProcesses(id) : 0;
+    return n;
+  };
+  while (live() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   s.launcher.reset();  // kills and reaps what is left; no callback after this
 }

@@ -193,6 +193,17 @@ TEST(TrainerTest, TwoRanksTrainAndStopTogether) {
     EXPECT_LT(r.last_loss, r.first_loss * 0.8) << r.first_loss << " -> " << r.last_loss;
   }
 
+  // find_unused_parameters: the Reducer walks the graph from the outputs.
+  spec.ddp.find_unused_parameters = true;
+  spec.max_steps = 5;
+  RunRanks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
+    Trainer t(spec, rank, 2, pg, nullptr, nullptr);
+    results[rank] = t.Run();
+  });
+  for (const auto& r : results) EXPECT_EQ(r.final_step, 5);
+  spec.ddp.find_unused_parameters = false;
+  spec.max_steps = 120;
+
   std::atomic<bool> stop_rank1{false};
   struct StopAt : MetricsSink {
     std::atomic<bool>* flag;

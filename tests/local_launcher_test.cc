@@ -17,7 +17,7 @@ constexpr const char* kFakeWorker = R"(#!/bin/sh
 case "$*" in
   *"--job exit3"*) exit 3 ;;
   *"--job sleeper"*) exec sleep 1000 ;;
-  *"--job stubborn"*) trap '' TERM; while :; do sleep 1; done ;;
+  *"--job stubborn"*) trap '' TERM; echo trap-set; while :; do sleep 1; done ;;
 esac
 echo "args: $*"
 echo "token: $TRAINYARD_WORKER_TOKEN"
@@ -97,6 +97,14 @@ TEST_F(LocalLauncherTest, StopTerminatesThenKillsAfterGrace) {
   ASSERT_TRUE(launcher->Launch(Request("sleeper", 1)).ok());
   ASSERT_TRUE(launcher->Launch(Request("stubborn", 1)).ok());
   EXPECT_EQ(launcher->LiveProcesses("sleeper"), 1);
+  // The stubborn worker must have installed its SIGTERM trap before we stop it.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::ifstream log(dir_.path() + "/logs/stubborn/rank-0.log");
+        std::string line;
+        return std::getline(log, line) && line == "trap-set";
+      },
+      std::chrono::seconds(10)));
   launcher->Stop("sleeper", 1);
   launcher->Stop("stubborn", 1);
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 2; }, std::chrono::seconds(10)));

@@ -102,7 +102,11 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
     return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
                         absl::StrCat("the coordinator refused the worker: ", st.error_message()));
   }
-  if (!first.has_welcome()) return absl::InternalError("the coordinator's first message was not a welcome");
+  if (!first.has_welcome()) {
+    impl->ctx.TryCancel();
+    impl->stream->Finish();
+    return absl::InternalError("the coordinator's first message was not a welcome");
+  }
   impl->welcome.spec_json = first.welcome().spec_json();
   impl->welcome.world_size = first.welcome().world_size();
   Impl* raw = impl.get();

@@ -114,7 +114,8 @@ double Trainer::Step() {
   if (s.ddp) s.ddp->PrepareForward();
   at::Tensor logits = s.model->forward(batch.inputs);
   at::Tensor loss = torch::nn::functional::cross_entropy(logits, batch.targets);
-  if (s.ddp) s.ddp->PrepareBackward({});
+  // With find_unused_parameters the Reducer walks the graph from the outputs.
+  if (s.ddp) s.ddp->PrepareBackward(s.spec.ddp.find_unused_parameters ? std::vector<at::Tensor>{logits} : std::vector<at::Tensor>{});
   loss.backward();
   const auto t2 = Clock::now();
 
