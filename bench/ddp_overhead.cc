@@ -29,7 +29,9 @@
 
 #include "common/job_spec.h"
 #include "worker/process_group.h"
+#include "worker/shm_collectives.h"
 #include "worker/trainer.h"
+#include "worker/worker_main.h"
 
 namespace trainyard {
 namespace {
@@ -87,7 +89,9 @@ class TimingSink final : public MetricsSink {
 };
 
 // One rank of a Trainyard run; rank 0 prints its step times as JSON.
-int RunRank(int rank, int world, int port, const Config& c, int warmup) {
+// With no_ddp, `world` processes train independently at the same time: the
+// cost of sharing the machine, without any communication.
+int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_ddp, const std::string& transport) {
   at::set_num_threads(1);
   JobSpec spec;
   spec.model.hidden = c.hidden;
@@ -97,8 +101,12 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup) {
   spec.optimizer.lr = 1e-3;
   spec.optimizer.weight_decay = 0.01;
   spec.max_steps = warmup + c.steps;
+  const bool reporter = rank == 0;
+  if (no_ddp) world = 1, rank = 0;
   spec.num_processes = world;
   spec.distributed_type = world > 1 ? DistributedType::kDdp : DistributedType::kNo;
+  spec.ddp.intra_host_transport =
+      transport == "shm" ? IntraHostTransport::kSharedMemory : IntraHostTransport::kProcessGroup;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   c10::intrusive_ptr<c10d::Store> store;
   if (world > 1) {
@@ -109,11 +117,13 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup) {
     store = ConnectStore(ro);
     pg = MakeProcessGroup(Device::kCpu, store, rank, world, "127.0.0.1", std::chrono::seconds(120));
   }
+  std::unique_ptr<ShmCollectives> shm;
+  if (world > 1) shm = MaybeSharedMemory(spec, store, rank, world);
   TimingSink sink(warmup);
-  Trainer trainer(spec, rank, world, pg, &sink, nullptr);
+  Trainer trainer(spec, rank, world, DistContext{pg, shm.get()}, &sink, nullptr);
   trainer.Run();
   if (pg) pg->barrier()->wait();
-  if (rank == 0) std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}}.dump() << std::endl;
+  if (reporter) std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}}.dump() << std::endl;
   return 0;
 }
 
@@ -181,11 +191,15 @@ int main(int argc, char** argv) {
   std::string python = "/usr/bin/python3";
   std::string role = "orchestrate";
   int rank_hidden_cfg = 0;
+  bool no_ddp = false;
+  std::string transport = "shm";
   app.add_option("--steps-percent", steps_scale, "Scale the measured step counts (percent)")->capture_default_str();
   app.add_option("--warmup", warmup, "Warm-up steps not measured")->capture_default_str();
   app.add_option("--python", python, "Python with torch (Debian's python3-torch)")->capture_default_str();
   app.add_option("--role", role, "internal: orchestrate | rank");
   app.add_option("--config", rank_hidden_cfg, "internal: config index");
+  app.add_flag("--no-ddp", no_ddp, "internal: ranks train independently");
+  app.add_option("--transport", transport, "internal: shm | process_group");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<Config> configs = {
@@ -194,50 +208,65 @@ int main(int argc, char** argv) {
   };
   if (role == "rank") {
     return RunRank(std::stoi(getenv("RANK")), std::stoi(getenv("WORLD_SIZE")), std::stoi(getenv("MASTER_PORT")),
-                   configs.at(rank_hidden_cfg), warmup);
+                   configs.at(rank_hidden_cfg), warmup, no_ddp, transport);
   }
 
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string script = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_ddp.py";
   std::ostringstream md;
-  md << "| model | implementation | world | mean samples/s/rank | median | p90 | std | CV | DDP overhead |\n"
+  md << "| model | implementation | setup | mean samples/s/rank | median | p90 | std | CV | DDP overhead vs 1 process (vs 2 processes) |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
-  std::vector<std::pair<std::string, double>> overheads;
   for (size_t ci = 0; ci < configs.size(); ++ci) {
     const Config& c = configs[ci];
     struct Run {
       std::string impl;
-      int world;
+      std::string setup;
       Stats stats;
     };
     std::vector<Run> runs;
-    for (int world : {1, 2}) {
-      std::vector<std::string> ty = {self, "--role", "rank", "--config", std::to_string(ci), "--warmup",
-                                     std::to_string(warmup), "--steps-percent", std::to_string(steps_scale)};
-      runs.push_back({"Trainyard (C++ Reducer)", world, Summarize(SamplesPerSecond(RunProcesses(ty, world), c.batch))});
-      std::vector<std::string> py = {python, script, "--hidden", Join(c.hidden), "--batch", std::to_string(c.batch),
-                                     "--steps", std::to_string(c.steps), "--warmup", std::to_string(warmup)};
-      runs.push_back({"PyTorch DDP (Python)", world, Summarize(SamplesPerSecond(RunProcesses(py, world), c.batch))});
-    }
-    for (const std::string impl : {"Trainyard (C++ Reducer)", "PyTorch DDP (Python)"}) {
-      const Run* w1 = nullptr;
-      const Run* w2 = nullptr;
+    auto trainyard = [&](int procs, const std::vector<std::string>& extra) {
+      std::vector<std::string> a = {self, "--role", "rank", "--config", std::to_string(ci), "--warmup",
+                                    std::to_string(warmup), "--steps-percent", std::to_string(steps_scale)};
+      a.insert(a.end(), extra.begin(), extra.end());
+      return Summarize(SamplesPerSecond(RunProcesses(a, procs), c.batch));
+    };
+    auto pytorch = [&](int procs, const std::vector<std::string>& extra) {
+      std::vector<std::string> a = {python, script, "--hidden", Join(c.hidden), "--batch", std::to_string(c.batch),
+                                    "--steps", std::to_string(c.steps), "--warmup", std::to_string(warmup)};
+      a.insert(a.end(), extra.begin(), extra.end());
+      return Summarize(SamplesPerSecond(RunProcesses(a, procs), c.batch));
+    };
+    const std::string kTy = "Trainyard", kPy = "PyTorch DDP (Python)";
+    runs.push_back({kTy, "1 process", trainyard(1, {})});
+    runs.push_back({kPy, "1 process", pytorch(1, {})});
+    runs.push_back({kTy, "2 processes, no DDP", trainyard(2, {"--no-ddp"})});
+    runs.push_back({kPy, "2 processes, no DDP", pytorch(2, {"--no-ddp"})});
+    runs.push_back({kTy, "2 ranks, DDP, shared memory", trainyard(2, {"--transport", "shm"})});
+    runs.push_back({kTy, "2 ranks, DDP, Gloo", trainyard(2, {"--transport", "process_group"})});
+    runs.push_back({kPy, "2 ranks, DDP, Gloo", pytorch(2, {})});
+    auto find = [&](const std::string& impl, const std::string& setup) -> const Stats& {
       for (const Run& r : runs) {
-        if (r.impl == impl) (r.world == 1 ? w1 : w2) = &r;
+        if (r.impl == impl && r.setup == setup) return r.stats;
       }
-      const double overhead = 1.0 - w2->stats.mean / w1->stats.mean;
-      overheads.push_back({c.label + " / " + impl, overhead});
-      for (const Run* r : {w1, w2}) {
-        char line[512];
-        std::snprintf(line, sizeof(line), "| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", c.label.c_str(),
-                      impl.c_str(), r->world, r->stats.mean, r->stats.median, r->stats.p90, r->stats.std,
-                      r->stats.cv, r->world == 2 ? (std::to_string(overhead * 100).substr(0, 5) + "%").c_str() : "");
-        md << line;
+      throw std::logic_error("missing run");
+    };
+    for (const Run& r : runs) {
+      char extra[96] = "";
+      if (r.setup.rfind("2 ranks", 0) == 0) {
+        const double vs1 = 1.0 - r.stats.mean / find(r.impl, "1 process").mean;
+        const double vs2 = 1.0 - r.stats.mean / find(r.impl, "2 processes, no DDP").mean;
+        std::snprintf(extra, sizeof(extra), "%.1f%% (%.1f%%)", vs1 * 100, vs2 * 100);
       }
+      char line[640];
+      std::snprintf(line, sizeof(line), "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", c.label.c_str(),
+                    r.impl.c_str(), r.setup.c_str(), r.stats.mean, r.stats.median, r.stats.p90, r.stats.std,
+                    r.stats.cv, extra);
+      md << line;
     }
   }
   std::cout << md.str();
-  std::cout << "\nDDP overhead = 1 - mean(world 2 with DDP) / mean(world 1 without DDP), per-rank samples/s.\n";
+  std::cout << "\nDDP overhead = 1 - mean(2 ranks with DDP) / mean(1 process without DDP), per-rank samples/s;\n"
+            << "in parentheses against 2 independent processes without DDP (machine sharing factored out).\n";
   std::cout << "command: " << argv[0] << " --steps-percent " << steps_scale << " --warmup " << warmup << "\n";
   return 0;
 }

@@ -23,10 +23,11 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--no-ddp", action="store_true", help="train independently (no process group)")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = 1 if a.no_ddp else int(os.environ.get("WORLD_SIZE", "1"))
 
     torch.manual_seed(42)
     layers, width = [], a.input

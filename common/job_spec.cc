@@ -258,6 +258,10 @@ void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
   }
   r.Bool("find_unused_parameters", &d->find_unused_parameters);
   r.Bool("gradient_as_bucket_view", &d->gradient_as_bucket_view);
+  r.Enum<IntraHostTransport>("intra_host_transport", &d->intra_host_transport,
+                             {{"auto", IntraHostTransport::kAuto},
+                              {"shm", IntraHostTransport::kSharedMemory},
+                              {"process_group", IntraHostTransport::kProcessGroup}});
   r.RejectUnknown();
 }
 
@@ -336,6 +340,15 @@ const char* OptimizerKindName(OptimizerKind kind) {
   return "?";
 }
 
+const char* IntraHostTransportName(IntraHostTransport t) {
+  switch (t) {
+    case IntraHostTransport::kAuto: return "auto";
+    case IntraHostTransport::kSharedMemory: return "shm";
+    case IntraHostTransport::kProcessGroup: return "process_group";
+  }
+  return "?";
+}
+
 const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 
 const char* DistributedTypeName(DistributedType type) {
@@ -372,7 +385,8 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["ddp"] = {{"bucket_cap_mb", s.ddp.bucket_cap_mb},
               {"comm_hook", "no"},
               {"find_unused_parameters", s.ddp.find_unused_parameters},
-              {"gradient_as_bucket_view", s.ddp.gradient_as_bucket_view}};
+              {"gradient_as_bucket_view", s.ddp.gradient_as_bucket_view},
+              {"intra_host_transport", IntraHostTransportName(s.ddp.intra_host_transport)}};
   j["seed"] = s.seed;
   j["threads_per_process"] = s.threads_per_process;
   j["metrics_every_steps"] = s.metrics_every_steps;

@@ -20,6 +20,8 @@ enum class Device { kCpu, kCuda };
 enum class DistributedType { kNo, kDdp };
 enum class MixedPrecision { kNo };
 enum class CommHookType { kNone };
+// How DDP's gradient allreduce travels between ranks of one host.
+enum class IntraHostTransport { kAuto, kSharedMemory, kProcessGroup };
 
 struct ModelSpec {
   ModelKind kind = ModelKind::kMlp;
@@ -59,6 +61,10 @@ struct DdpSpec {
   CommHookType comm_hook = CommHookType::kNone;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+  // auto: shared memory when every rank is on one host and device is cpu,
+  // else the process group (Gloo/NCCL). shm: require shared memory.
+  // process_group: always the process group.
+  IntraHostTransport intra_host_transport = IntraHostTransport::kAuto;
 };
 
 struct JobSpec {
@@ -102,6 +108,7 @@ const char* ModelKindName(ModelKind kind);
 const char* OptimizerKindName(OptimizerKind kind);
 const char* DeviceName(Device device);
 const char* DistributedTypeName(DistributedType type);
+const char* IntraHostTransportName(IntraHostTransport transport);
 
 }  // namespace trainyard
 

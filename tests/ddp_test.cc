@@ -11,6 +11,7 @@
 #include "worker/ddp.h"
 #include "worker/models.h"
 #include "worker/process_group.h"
+#include "worker/shm_collectives.h"
 #include "worker/trainer.h"
 
 namespace trainyard {
@@ -20,15 +21,19 @@ constexpr int kWorld = 2;
 constexpr int kSteps = 6;
 constexpr int64_t kPerRankBatch = 16;
 
-// Runs fn(rank, pg) on kWorld threads with real Gloo groups.
-void RunRanks(int world, const std::function<void(int, c10::intrusive_ptr<c10d::ProcessGroup>)>& fn) {
+// Runs fn(rank, pg) on `world` threads with real Gloo groups (and, with
+// `shm`, shared-memory collectives: fn gets them through `shm_out`).
+void RunRanks(int world, const std::function<void(int, c10::intrusive_ptr<c10d::ProcessGroup>)>& fn,
+              bool shm = false, std::vector<std::unique_ptr<ShmCollectives>>* shm_out = nullptr) {
   auto store = c10::make_intrusive<c10d::HashStore>();
+  if (shm_out) shm_out->resize(world);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(world);
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
         auto pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+        if (shm) (*shm_out)[r] = ShmCollectives::Create(store, r, world, "test");
         fn(r, pg);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -51,9 +56,10 @@ struct Case {
   OptimizerKind optimizer;
   double bucket_cap_mb;
   bool grad_as_bucket_view;
+  bool shm = false;
   friend void PrintTo(const Case& c, std::ostream* os) {
     *os << ModelKindName(c.model) << "/" << OptimizerKindName(c.optimizer) << "/bucket_mb=" << c.bucket_cap_mb
-        << (c.grad_as_bucket_view ? "/bucket_view" : "");
+        << (c.grad_as_bucket_view ? "/bucket_view" : "") << (c.shm ? "/shm" : "/gloo");
   }
 };
 
@@ -87,12 +93,13 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
   std::vector<std::vector<at::Tensor>> results(kWorld);
   std::vector<std::shared_ptr<Model>> models;
   for (int r = 0; r < kWorld; ++r) models.push_back(BuildModel(ms, seed + 100 * r));  // DDP must broadcast rank 0's
+  std::vector<std::unique_ptr<ShmCollectives>> shm;
   RunRanks(kWorld, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
     auto& model = models[rank];
     DdpSpec ds;
     ds.bucket_cap_mb = c.bucket_cap_mb;
     ds.gradient_as_bucket_view = c.grad_as_bucket_view;
-    DistributedDataParallel ddp(model->parameters(), model->buffers(), pg, ds);
+    DistributedDataParallel ddp(model->parameters(), model->buffers(), pg, ds, c.shm ? shm[rank].get() : nullptr);
     auto opt = MakeOpt(c.optimizer, model->parameters());
     for (int s = 0; s < kSteps; ++s) {
       at::Tensor x = inputs[s].narrow(0, rank * kPerRankBatch, kPerRankBatch);
@@ -105,7 +112,7 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
       ddp.ZeroGrad();
     }
     for (const auto& p : model->parameters()) results[rank].push_back(p.detach().clone());
-  });
+  }, c.shm, &shm);
 
   auto ref_params = ref->parameters();
   for (int r = 0; r < kWorld; ++r) {
@@ -129,7 +136,10 @@ INSTANTIATE_TEST_SUITE_P(Models, DdpEquivalence,
                                            // tiny buckets: several buckets per step
                                            Case{ModelKind::kMlp, OptimizerKind::kSgd, 0.002, false},
                                            Case{ModelKind::kMlp, OptimizerKind::kSgd, 0.002, true},
-                                           Case{ModelKind::kCnn, OptimizerKind::kSgd, 0.05, false}));
+                                           Case{ModelKind::kCnn, OptimizerKind::kSgd, 0.05, false},
+                                           Case{ModelKind::kMlp, OptimizerKind::kSgd, 25, false, true},
+                                           Case{ModelKind::kMlp, OptimizerKind::kAdamW, 0.002, true, true},
+                                           Case{ModelKind::kCnn, OptimizerKind::kSgd, 0.05, false, true}));
 
 TEST(DistributedSamplerTest, ShardsAreDisjointAndCoverTheDataset) {
   const int64_t n = 103;
@@ -184,7 +194,7 @@ TEST(TrainerTest, TwoRanksTrainAndStopTogether) {
   spec.num_processes = 2;
   std::vector<TrainResult> results(2);
   RunRanks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
-    Trainer t(spec, rank, 2, pg, nullptr, nullptr);
+    Trainer t(spec, rank, 2, DistContext{pg, nullptr}, nullptr, nullptr);
     results[rank] = t.Run();
   });
   for (const auto& r : results) {
@@ -197,7 +207,7 @@ TEST(TrainerTest, TwoRanksTrainAndStopTogether) {
   spec.ddp.find_unused_parameters = true;
   spec.max_steps = 5;
   RunRanks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
-    Trainer t(spec, rank, 2, pg, nullptr, nullptr);
+    Trainer t(spec, rank, 2, DistContext{pg, nullptr}, nullptr, nullptr);
     results[rank] = t.Run();
   });
   for (const auto& r : results) EXPECT_EQ(r.final_step, 5);
@@ -213,7 +223,7 @@ TEST(TrainerTest, TwoRanksTrainAndStopTogether) {
   } sink;
   sink.flag = &stop_rank1;
   RunRanks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
-    Trainer t(spec, rank, 2, pg, rank == 1 ? &sink : nullptr, rank == 1 ? &stop_rank1 : nullptr);
+    Trainer t(spec, rank, 2, DistContext{pg, nullptr}, rank == 1 ? &sink : nullptr, rank == 1 ? &stop_rank1 : nullptr);
     results[rank] = t.Run();
   });
   // The flag is raised during step 17, after that step's control exchange
@@ -222,6 +232,80 @@ TEST(TrainerTest, TwoRanksTrainAndStopTogether) {
     EXPECT_TRUE(r.stopped);
     EXPECT_EQ(r.final_step, 18);
   }
+}
+
+// Shared-memory allreduce against a float64 reference, across sizes that are
+// smaller than, equal to and several times the segment's chunk.
+TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
+  constexpr int kRanks = 3;
+  const std::vector<int64_t> sizes = {1, 2, 7, 96, 97, 1000, 12345};
+  torch::manual_seed(5);
+  std::vector<std::vector<at::Tensor>> inputs(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    for (int64_t n : sizes) inputs[r].push_back(torch::randn({n}));
+  }
+  std::vector<std::vector<at::Tensor>> outputs(kRanks);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        // A 384-byte segment chunk (96 floats): most tensors need several chunks.
+        auto shm = ShmCollectives::Create(store, r, kRanks, "sum", 384);
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          outputs[r].clear();
+          for (const auto& t : inputs[r]) {
+            at::Tensor x = t.clone();
+            shm->AllreduceSum(x);
+            outputs[r].push_back(x);
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    at::Tensor ref = torch::zeros({sizes[i]}, torch::kDouble);
+    for (int r = 0; r < kRanks; ++r) ref += inputs[r][i].to(torch::kDouble);
+    for (int r = 0; r < kRanks; ++r) {
+      // fp32 sum of 3 terms: within a few ulps of the exact sum.
+      EXPECT_TRUE(torch::allclose(outputs[r][i].to(torch::kDouble), ref, 1e-6, 1e-6)) << "size " << sizes[i];
+      EXPECT_TRUE(torch::equal(outputs[r][i], outputs[0][i])) << "ranks disagree at size " << sizes[i];
+    }
+  }
+}
+
+TEST(ShmCollectivesTest, AMissingPeerTimesOutWithAClearError) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::unique_ptr<ShmCollectives> shm0, shm1;
+  std::thread t1([&] { shm1 = ShmCollectives::Create(store, 1, 2, "late", 1024, std::chrono::milliseconds(300)); });
+  shm0 = ShmCollectives::Create(store, 0, 2, "late", 1024, std::chrono::milliseconds(300));
+  t1.join();
+  at::Tensor x = torch::ones({10});
+  try {
+    shm0->AllreduceSum(x);  // rank 1 never calls
+    FAIL() << "expected a timeout";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 did not arrive"), std::string::npos) << e.what();
+  }
+  at::Tensor bf = torch::ones({4}, torch::kBFloat16);
+  EXPECT_THROW(shm0->AllreduceSum(bf), std::invalid_argument);
+}
+
+TEST(ShmCollectivesTest, HostCheckSeesOneHost) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  bool a = false, b = false;
+  std::thread t([&] { b = ShmCollectives::AllRanksOnThisHost(store, 1, 2, "h"); });
+  a = ShmCollectives::AllRanksOnThisHost(store, 0, 2, "h");
+  t.join();
+  EXPECT_TRUE(a);
+  EXPECT_TRUE(b);
+  store->set("h2/host/1", std::vector<uint8_t>{'x'});  // a rank elsewhere
+  EXPECT_FALSE(ShmCollectives::AllRanksOnThisHost(store, 0, 2, "h2"));
 }
 
 }  // namespace

@@ -6,7 +6,34 @@
 
 #include <algorithm>
 
+#include "worker/shm_collectives.h"
+
 namespace trainyard {
+namespace {
+
+// Averages each bucket through shared memory on the autograd thread, in
+// bucket order (the Reducer launches buckets in index order on every rank).
+class ShmAllreduceHook final : public c10d::CommHookInterface {
+ public:
+  ShmAllreduceHook(ShmCollectives* shm, int32_t world_size) : shm_(shm), world_size_(world_size) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    at::Tensor& buffer = bucket.getBufferRef();
+    shm_->AllreduceSum(buffer);
+    buffer.div_(world_size_);
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+    future->markCompleted(c10::IValue(buffer));
+    return future;
+  }
+
+  at::Tensor parseHookResult(const c10::IValue& result) override { return result.toTensor(); }
+
+ private:
+  ShmCollectives* shm_;
+  int32_t world_size_;
+};
+
+}  // namespace
 
 struct DistributedDataParallel::Impl {
   std::vector<at::Tensor> params;  // the ones that require grad
@@ -17,8 +44,10 @@ struct DistributedDataParallel::Impl {
 
 DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& all_params,
                                                  const std::vector<at::Tensor>& buffers,
-                                                 c10::intrusive_ptr<c10d::ProcessGroup> pg, const DdpSpec& options)
+                                                 c10::intrusive_ptr<c10d::ProcessGroup> pg, const DdpSpec& options,
+                                                 ShmCollectives* shm)
     : impl_(std::make_unique<Impl>()) {
+  const int32_t world_size = pg->getSize();
   constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // Python DDP's broadcast_bucket_size
   {
     torch::NoGradGuard no_grad;
@@ -44,6 +73,7 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
       impl_->params, std::move(bucket_indices), std::move(per_bucket_limits), std::move(pg), expect_sparse,
       static_cast<int64_t>(cap), options.find_unused_parameters, options.gradient_as_bucket_view,
       std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(c10d::kDefaultFirstBucketBytes));
+  if (shm != nullptr) impl_->reducer->register_comm_hook(std::make_unique<ShmAllreduceHook>(shm, world_size));
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;

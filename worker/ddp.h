@@ -15,13 +15,18 @@
 
 namespace trainyard {
 
+class ShmCollectives;
+
 class DistributedDataParallel {
  public:
   // Broadcasts rank 0's parameters and buffers to every rank, then builds the
   // Reducer's buckets (reverse parameter order, as Python DDP does).
   // `params`: every parameter; those without requires_grad are skipped.
+  // With `shm`, gradient buckets are averaged through shared memory (all
+  // ranks on one host) instead of the process group; `shm` must outlive this.
   DistributedDataParallel(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers,
-                          c10::intrusive_ptr<c10d::ProcessGroup> process_group, const DdpSpec& options);
+                          c10::intrusive_ptr<c10d::ProcessGroup> process_group, const DdpSpec& options,
+                          ShmCollectives* shm = nullptr);
   ~DistributedDataParallel();
 
   // Call before every forward.

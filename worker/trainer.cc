@@ -76,21 +76,22 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, c10::intrusive_ptr<c10d::ProcessGroup> pg,
-                 MetricsSink* sink, const std::atomic<bool>* stop_requested)
+Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
+                 const std::atomic<bool>* stop_requested)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.spec = std::move(spec);
   s.rank = rank;
   s.world_size = world_size;
-  s.pg = std::move(pg);
+  s.pg = std::move(dist.process_group);
   s.sink = sink;
   s.stop_requested = stop_requested;
   if (world_size > 1 && !s.pg) throw std::invalid_argument("a process group is required when world_size > 1");
 
   s.model = BuildModel(s.spec.model, s.spec.seed);
   if (s.pg && s.spec.distributed_type == DistributedType::kDdp) {
-    s.ddp = std::make_unique<DistributedDataParallel>(s.model->parameters(), s.model->buffers(), s.pg, s.spec.ddp);
+    s.ddp = std::make_unique<DistributedDataParallel>(s.model->parameters(), s.model->buffers(), s.pg, s.spec.ddp,
+                                                      dist.shm);
   }
   s.optimizer = MakeOptimizer(s.spec.optimizer, s.model->parameters());
   auto dataset = std::make_shared<SyntheticDataset>(s.model->sample_shape(), s.spec.model.num_classes,

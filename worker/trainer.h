@@ -17,6 +17,15 @@
 namespace trainyard {
 
 class Model;
+class ShmCollectives;
+
+// The communication a rank has: null pointers when world_size == 1.
+struct DistContext {
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  // Shared-memory collectives among ranks of one host, when available and
+  // selected (ddp.intra_host_transport); not owned.
+  ShmCollectives* shm = nullptr;
+};
 
 struct TrainResult {
   int64_t final_step = 0;
@@ -27,11 +36,11 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // `process_group` may be null when world_size == 1. `stop_requested` is
-  // polled once per step; when any rank has it set, all ranks stop after the
-  // same step.
-  Trainer(JobSpec spec, int32_t rank, int32_t world_size, c10::intrusive_ptr<c10d::ProcessGroup> process_group,
-          MetricsSink* sink, const std::atomic<bool>* stop_requested);
+  // `dist` may be empty when world_size == 1. `stop_requested` is polled
+  // once per step; when any rank has it set, all ranks stop after the same
+  // step.
+  Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
+          const std::atomic<bool>* stop_requested);
   ~Trainer();
 
   TrainResult Run();

@@ -10,6 +10,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/control_client.h"
 #include "worker/process_group.h"
+#include "worker/shm_collectives.h"
 #include "worker/trainer.h"
 
 namespace trainyard {
@@ -46,6 +47,28 @@ std::string ErrorText(const std::exception& e) {
 }
 
 }  // namespace
+
+std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int32_t rank, int32_t world_size) {
+  const IntraHostTransport t = spec.ddp.intra_host_transport;
+  if (spec.distributed_type != DistributedType::kDdp || world_size < 2 || t == IntraHostTransport::kProcessGroup ||
+      spec.device != Device::kCpu) {
+    if (t == IntraHostTransport::kSharedMemory && spec.device != Device::kCpu) {
+      throw std::invalid_argument("ddp.intra_host_transport shm needs device cpu");
+    }
+    return nullptr;
+  }
+  const bool one_host = ShmCollectives::AllRanksOnThisHost(store, rank, world_size, "trainyard");
+  if (!one_host) {
+    if (t == IntraHostTransport::kSharedMemory) {
+      throw std::invalid_argument("ddp.intra_host_transport shm needs every rank on one host");
+    }
+    spdlog::info("rank {}: ranks span several hosts; gradients travel through the process group", rank);
+    return nullptr;
+  }
+  spdlog::info("rank {}: all {} ranks on this host; gradients travel through shared memory", rank, world_size);
+  return ShmCollectives::Create(store, rank, world_size, "trainyard");
+}
 
 int RunWorker(const WorkerArgs& args) {
   struct sigaction sa {};
@@ -86,6 +109,7 @@ int RunWorker(const WorkerArgs& args) {
   try {
     c10::intrusive_ptr<c10d::Store> store;
     c10::intrusive_ptr<c10d::ProcessGroup> pg;
+    std::unique_ptr<ShmCollectives> shm;
     if (args.world_size > 1) {
       RendezvousOptions ro;
       ro.master_addr = args.master_addr;
@@ -96,9 +120,10 @@ int RunWorker(const WorkerArgs& args) {
       spdlog::info("rank {}/{}: rendezvous at {}:{}", args.rank, args.world_size, args.master_addr, args.master_port);
       store = ConnectStore(ro);
       pg = MakeProcessGroup(spec->device, store, args.rank, args.world_size, args.bind_addr, ro.timeout);
+      shm = MaybeSharedMemory(*spec, store, args.rank, args.world_size);
     }
     LoggingSink sink(&ctl, args.rank, spec->max_steps);
-    Trainer trainer(*spec, args.rank, args.world_size, pg, &sink, &g_stop_requested);
+    Trainer trainer(*spec, args.rank, args.world_size, DistContext{pg, shm.get()}, &sink, &g_stop_requested);
     spdlog::info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps,
                  args.world_size);
     TrainResult result = trainer.Run();

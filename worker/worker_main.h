@@ -3,6 +3,9 @@
 #ifndef TRAINYARD_WORKER_WORKER_MAIN_H_
 #define TRAINYARD_WORKER_WORKER_MAIN_H_
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
 #include <string>
 
 namespace trainyard {
@@ -27,6 +30,13 @@ struct WorkerArgs {
 };
 
 int RunWorker(const WorkerArgs& args);
+
+// The shared-memory gradient path when the spec allows it and every rank is
+// on this host (collective over all ranks); null otherwise.
+class ShmCollectives;
+struct JobSpec;
+std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int32_t rank, int32_t world_size);
 
 }  // namespace trainyard
 

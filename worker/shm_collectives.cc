@@ -1,0 +1,169 @@
+#include "worker/shm_collectives.h"
+
+#include <fcntl.h>
+#include <immintrin.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+namespace trainyard {
+namespace {
+
+constexpr size_t kCacheLine = 64;
+
+// One counter per rank, each on its own cache line.
+struct alignas(kCacheLine) RankCounter {
+  std::atomic<uint64_t> epoch;
+  char pad[kCacheLine - sizeof(std::atomic<uint64_t>)];
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters must be lock-free");
+
+size_t HeaderBytes(int32_t world) {
+  return (sizeof(RankCounter) * static_cast<size_t>(world) + 4095) / 4096 * 4096;
+}
+
+std::string HostIdentity() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return std::string(host) + "/" + boot;
+}
+
+std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::string String(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+}  // namespace
+
+bool ShmCollectives::AllRanksOnThisHost(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                                        int32_t world_size, const std::string& key_prefix) {
+  const std::string mine = HostIdentity();
+  store->set(key_prefix + "/host/" + std::to_string(rank), Bytes(mine));
+  bool same = true;
+  for (int32_t r = 0; r < world_size; ++r) {
+    same = same && String(store->get(key_prefix + "/host/" + std::to_string(r))) == mine;
+  }
+  return same;
+}
+
+std::unique_ptr<ShmCollectives> ShmCollectives::Create(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                                                       int32_t world_size, const std::string& key_prefix,
+                                                       size_t chunk_bytes, std::chrono::milliseconds timeout) {
+  const size_t chunk_floats = std::max<size_t>(chunk_bytes / sizeof(float) / world_size * world_size, world_size);
+  // Layout: counters | world input slots | one result slot.
+  const size_t bytes = HeaderBytes(world_size) + (static_cast<size_t>(world_size) + 1) * chunk_floats * sizeof(float);
+  std::string name;
+  int fd = -1;
+  if (rank == 0) {
+    std::random_device rd;
+    name = "/trainyard-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + strerror(errno));
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      close(fd);
+      shm_unlink(name.c_str());
+      throw std::runtime_error("cannot size shared memory segment " + name + ": " + strerror(errno));
+    }
+    store->set(key_prefix + "/shm/name", Bytes(name));
+  } else {
+    name = String(store->get(key_prefix + "/shm/name"));
+    fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + strerror(errno));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    if (rank == 0) shm_unlink(name.c_str());
+    throw std::runtime_error("mmap of " + name + " failed: " + strerror(errno));
+  }
+  // Everyone has mapped it once all have said so; then the name can go.
+  store->add(key_prefix + "/shm/mapped", 1);
+  if (rank == 0) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (store->add(key_prefix + "/shm/mapped", 0) < world_size) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        munmap(base, bytes);
+        shm_unlink(name.c_str());
+        throw std::runtime_error("shared memory rendezvous timed out");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    shm_unlink(name.c_str());
+  }
+  return std::unique_ptr<ShmCollectives>(new ShmCollectives(rank, world_size, base, bytes, chunk_floats, timeout));
+}
+
+ShmCollectives::ShmCollectives(int32_t rank, int32_t world, void* base, size_t bytes, size_t chunk_floats,
+                               std::chrono::milliseconds timeout)
+    : rank_(rank), world_(world), base_(base), mapped_bytes_(bytes), chunk_floats_(chunk_floats), timeout_(timeout) {}
+
+ShmCollectives::~ShmCollectives() { munmap(base_, mapped_bytes_); }
+
+void ShmCollectives::Barrier() {
+  auto* counters = static_cast<RankCounter*>(base_);
+  const uint64_t target = ++epoch_;
+  counters[rank_].epoch.store(target, std::memory_order_release);
+  for (int32_t r = 0; r < world_; ++r) {
+    if (counters[r].epoch.load(std::memory_order_acquire) >= target) continue;
+    // Spin briefly (the peer is usually a core away), then yield, then nap:
+    // with more ranks than cores spinning would steal the peer's CPU.
+    auto start = std::chrono::steady_clock::now();
+    for (uint64_t i = 0; counters[r].epoch.load(std::memory_order_acquire) < target; ++i) {
+      if (i < 4000) {
+        _mm_pause();
+        continue;
+      }
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited > timeout_) {
+        throw std::runtime_error("shared-memory allreduce: rank " + std::to_string(r) + " did not arrive within " +
+                                 std::to_string(timeout_.count()) + " ms");
+      }
+      if (waited < std::chrono::milliseconds(2)) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+}
+
+void ShmCollectives::AllreduceSum(at::Tensor& tensor) {
+  if (tensor.scalar_type() != at::kFloat || !tensor.is_contiguous() || !tensor.device().is_cpu()) {
+    throw std::invalid_argument("shared-memory allreduce takes contiguous fp32 CPU tensors");
+  }
+  float* data = tensor.data_ptr<float>();
+  const size_t n = static_cast<size_t>(tensor.numel());
+  auto* slots = reinterpret_cast<float*>(static_cast<char*>(base_) + HeaderBytes(world_));
+  float* result = slots + static_cast<size_t>(world_) * chunk_floats_;
+  for (size_t begin = 0; begin < n; begin += chunk_floats_) {
+    const size_t len = std::min(chunk_floats_, n - begin);
+    std::memcpy(slots + static_cast<size_t>(rank_) * chunk_floats_, data + begin, len * sizeof(float));
+    Barrier();  // every input is in place
+    // This rank sums its slice of every input, in rank order (the same order
+    // on every rank, so results are bitwise identical everywhere).
+    const size_t per = (len + world_ - 1) / world_;
+    const size_t lo = std::min(len, per * static_cast<size_t>(rank_));
+    const size_t hi = std::min(len, lo + per);
+    if (hi > lo) {
+      std::memcpy(result + lo, slots + lo, (hi - lo) * sizeof(float));
+      for (int32_t r = 1; r < world_; ++r) {
+        const float* in = slots + static_cast<size_t>(r) * chunk_floats_;
+        for (size_t i = lo; i < hi; ++i) result[i] += in[i];
+      }
+    }
+    Barrier();  // every slice is summed
+    std::memcpy(data + begin, result, len * sizeof(float));
+    // The next chunk's first barrier keeps anyone from overwriting the
+    // result before all have copied it out: writes to `result` happen only
+    // after that barrier.
+  }
+}
+
+}  // namespace trainyard
