@@ -245,15 +245,50 @@ void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
   MapReader r(node, path);
   r.Double("bucket_cap_mb", &d->bucket_cap_mb, 0.001, 4096);
   r.Enum<CommHookType>("comm_hook", &d->comm_hook,
-                       {{"no", CommHookType::kNone}, {"none", CommHookType::kNone}},
-                       {"fp16", "bf16", "power_sgd", "batched_power_sgd"});
-  CommHookType wrapper = CommHookType::kNone;
-  r.Enum<CommHookType>("comm_wrapper", &wrapper,
-                       {{"no", CommHookType::kNone}, {"none", CommHookType::kNone}},
-                       {"fp16", "bf16"});
+                       {{"no", CommHookType::kNone},
+                        {"none", CommHookType::kNone},
+                        {"fp16", CommHookType::kFp16},
+                        {"bf16", CommHookType::kBf16},
+                        {"power_sgd", CommHookType::kPowerSgd},
+                        {"batched_power_sgd", CommHookType::kBatchedPowerSgd}});
+  r.Enum<CommWrapper>("comm_wrapper", &d->comm_wrapper,
+                      {{"no", CommWrapper::kNone},
+                       {"none", CommWrapper::kNone},
+                       {"fp16", CommWrapper::kFp16},
+                       {"bf16", CommWrapper::kBf16}});
+  const bool power_sgd =
+      d->comm_hook == CommHookType::kPowerSgd || d->comm_hook == CommHookType::kBatchedPowerSgd;
+  if (d->comm_wrapper != CommWrapper::kNone && !power_sgd) {
+    Fail(r.PathOf("comm_wrapper"),
+         absl::StrCat("'", CommWrapperName(d->comm_wrapper), "' wraps a stateful hook (power_sgd, batched_power_sgd); "
+                      "with comm_hook '", CommHookName(d->comm_hook), "' use comm_hook: fp16 or bf16 instead"));
+  }
   if (YAML::Node opts = r.Child("comm_state_option")) {
-    if (!opts.IsMap() || opts.size() != 0) {
-      Fail(r.PathOf("comm_state_option"), "options are only accepted by a stateful hook (power_sgd, batched_power_sgd)");
+    const std::string p = r.PathOf("comm_state_option");
+    if (!opts.IsMap()) Fail(p, "must be a mapping of PowerSGD options, got " + Describe(opts));
+    if (opts.size() > 0 && !power_sgd) {
+      Fail(p, absl::StrCat("comm_hook '", CommHookName(d->comm_hook),
+                           "' is stateless and takes no options; they apply to power_sgd and batched_power_sgd"));
+    }
+    MapReader o(opts, p);
+    PowerSgdOptions& ps = d->power_sgd;
+    o.Int("matrix_approximation_rank", &ps.matrix_approximation_rank, 1, 1 << 16);
+    o.Int("start_powerSGD_iter", &ps.start_powerSGD_iter, 0, int64_t{1} << 40);
+    o.Double("min_compression_rate", &ps.min_compression_rate, 0.0, 1e12);
+    o.Bool("use_error_feedback", &ps.use_error_feedback);
+    o.Bool("warm_start", &ps.warm_start);
+    o.Double("orthogonalization_epsilon", &ps.orthogonalization_epsilon, 0.0, 1.0);
+    o.Int("random_seed", &ps.random_seed, 0, std::numeric_limits<int64_t>::max());
+    o.Bool("batch_tensors_with_same_shape", &ps.batch_tensors_with_same_shape);
+    o.RejectUnknown();
+    if ((ps.use_error_feedback || ps.warm_start) && ps.start_powerSGD_iter <= 1) {
+      Fail(o.PathOf("start_powerSGD_iter"),
+           "must be > 1 when use_error_feedback or warm_start is on (DDP rebuilds its buckets after the first "
+           "step), as in PyTorch");
+    }
+    if (ps.batch_tensors_with_same_shape && d->comm_hook == CommHookType::kBatchedPowerSgd) {
+      Fail(o.PathOf("batch_tensors_with_same_shape"),
+           "applies to power_sgd; batched_power_sgd already compresses the whole bucket as one matrix");
     }
   }
   r.Bool("find_unused_parameters", &d->find_unused_parameters);
@@ -263,6 +298,11 @@ void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
                               {"shm", IntraHostTransport::kSharedMemory},
                               {"process_group", IntraHostTransport::kProcessGroup}});
   r.RejectUnknown();
+  if (d->comm_hook != CommHookType::kNone && d->intra_host_transport == IntraHostTransport::kSharedMemory) {
+    Fail(r.PathOf("intra_host_transport"),
+         "'shm' carries uncompressed fp32 gradients; comm hooks compress for the process group: use auto or "
+         "process_group with a comm_hook");
+  }
 }
 
 JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
@@ -340,6 +380,26 @@ const char* OptimizerKindName(OptimizerKind kind) {
   return "?";
 }
 
+const char* CommHookName(CommHookType hook) {
+  switch (hook) {
+    case CommHookType::kNone: return "no";
+    case CommHookType::kFp16: return "fp16";
+    case CommHookType::kBf16: return "bf16";
+    case CommHookType::kPowerSgd: return "power_sgd";
+    case CommHookType::kBatchedPowerSgd: return "batched_power_sgd";
+  }
+  return "?";
+}
+
+const char* CommWrapperName(CommWrapper wrapper) {
+  switch (wrapper) {
+    case CommWrapper::kNone: return "no";
+    case CommWrapper::kFp16: return "fp16";
+    case CommWrapper::kBf16: return "bf16";
+  }
+  return "?";
+}
+
 const char* IntraHostTransportName(IntraHostTransport t) {
   switch (t) {
     case IntraHostTransport::kAuto: return "auto";
@@ -383,10 +443,22 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["distributed_type"] = DistributedTypeName(s.distributed_type);
   j["mixed_precision"] = "no";
   j["ddp"] = {{"bucket_cap_mb", s.ddp.bucket_cap_mb},
-              {"comm_hook", "no"},
+              {"comm_hook", CommHookName(s.ddp.comm_hook)},
+              {"comm_wrapper", CommWrapperName(s.ddp.comm_wrapper)},
               {"find_unused_parameters", s.ddp.find_unused_parameters},
               {"gradient_as_bucket_view", s.ddp.gradient_as_bucket_view},
               {"intra_host_transport", IntraHostTransportName(s.ddp.intra_host_transport)}};
+  if (s.ddp.comm_hook == CommHookType::kPowerSgd || s.ddp.comm_hook == CommHookType::kBatchedPowerSgd) {
+    const PowerSgdOptions& ps = s.ddp.power_sgd;
+    j["ddp"]["comm_state_option"] = {{"matrix_approximation_rank", ps.matrix_approximation_rank},
+                                     {"start_powerSGD_iter", ps.start_powerSGD_iter},
+                                     {"min_compression_rate", ps.min_compression_rate},
+                                     {"use_error_feedback", ps.use_error_feedback},
+                                     {"warm_start", ps.warm_start},
+                                     {"orthogonalization_epsilon", ps.orthogonalization_epsilon},
+                                     {"random_seed", ps.random_seed},
+                                     {"batch_tensors_with_same_shape", ps.batch_tensors_with_same_shape}};
+  }
   j["seed"] = s.seed;
   j["threads_per_process"] = s.threads_per_process;
   j["metrics_every_steps"] = s.metrics_every_steps;

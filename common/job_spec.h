@@ -19,7 +19,11 @@ enum class OptimizerKind { kSgd, kAdamW };
 enum class Device { kCpu, kCuda };
 enum class DistributedType { kNo, kDdp };
 enum class MixedPrecision { kNo };
-enum class CommHookType { kNone };
+// DDP communication hooks (PyTorch's names: allreduce, fp16_compress,
+// bf16_compress, powerSGD, batched_powerSGD).
+enum class CommHookType { kNone, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd };
+// What a wrapped hook communicates in: fp32 (no wrapper), fp16 or bf16.
+enum class CommWrapper { kNone, kFp16, kBf16 };
 // How DDP's gradient allreduce travels between ranks of one host.
 enum class IntraHostTransport { kAuto, kSharedMemory, kProcessGroup };
 
@@ -55,10 +59,24 @@ struct OptimizerSpec {
   double eps = 1e-8;           // adamw only
 };
 
+// PyTorch's PowerSGDState options, with its defaults.
+struct PowerSgdOptions {
+  int32_t matrix_approximation_rank = 1;
+  int64_t start_powerSGD_iter = 1000;  // plain allreduce before this step
+  double min_compression_rate = 2.0;   // below it a matrix travels uncompressed
+  bool use_error_feedback = true;
+  bool warm_start = true;
+  double orthogonalization_epsilon = 0.0;
+  uint64_t random_seed = 0;
+  bool batch_tensors_with_same_shape = false;
+};
+
 struct DdpSpec {
   // Bucket size cap in MiB (PyTorch's bucket_cap_mb, default 25).
   double bucket_cap_mb = 25.0;
   CommHookType comm_hook = CommHookType::kNone;
+  CommWrapper comm_wrapper = CommWrapper::kNone;
+  PowerSgdOptions power_sgd;  // comm_state_option of the PowerSGD hooks
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   // auto: shared memory when every rank is on one host and device is cpu,
@@ -109,6 +127,8 @@ const char* OptimizerKindName(OptimizerKind kind);
 const char* DeviceName(Device device);
 const char* DistributedTypeName(DistributedType type);
 const char* IntraHostTransportName(IntraHostTransport transport);
+const char* CommHookName(CommHookType hook);
+const char* CommWrapperName(CommWrapper wrapper);
 
 }  // namespace trainyard
 

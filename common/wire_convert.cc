@@ -41,6 +41,9 @@ void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
   out->set_samples(m.samples);
   out->set_eval_loss(m.eval_loss);
   out->set_unix_millis(m.unix_millis);
+  out->set_comm_wire_bytes(m.comm_wire_bytes);
+  out->set_comm_fp32_bytes(m.comm_fp32_bytes);
+  out->set_comm_hook_seconds(m.comm_hook_seconds);
 }
 
 StepMetrics FromProto(const v1::MetricsSample& m) {
@@ -57,6 +60,9 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
   s.samples = m.samples();
   s.eval_loss = m.eval_loss();
   s.unix_millis = m.unix_millis();
+  s.comm_wire_bytes = m.comm_wire_bytes();
+  s.comm_fp32_bytes = m.comm_fp32_bytes();
+  s.comm_hook_seconds = m.comm_hook_seconds();
   return s;
 }
 

@@ -36,7 +36,23 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                          .Name("trainyard_job_step_duration_seconds")
                          .Help("Step time by phase: step (whole), data, compute (forward+backward with "
                                "overlapped gradient communication), optimizer")
-                         .Register(*registry_)) {
+                         .Register(*registry_)),
+      comm_wire_bytes_(prometheus::BuildCounter()
+                           .Name("trainyard_job_comm_wire_bytes_total")
+                           .Help("Gradient payload bytes handed to collectives (after compression)")
+                           .Register(*registry_)),
+      comm_fp32_bytes_(prometheus::BuildCounter()
+                           .Name("trainyard_job_comm_fp32_equivalent_bytes_total")
+                           .Help("Bytes plain fp32 allreduce would have carried for the same gradients")
+                           .Register(*registry_)),
+      comm_ratio_(prometheus::BuildGauge()
+                      .Name("trainyard_job_comm_compression_ratio")
+                      .Help("Wire bytes / fp32-equivalent bytes of gradient communication at the last step")
+                      .Register(*registry_)),
+      comm_hook_seconds_(prometheus::BuildCounter()
+                             .Name("trainyard_job_comm_hook_seconds_total")
+                             .Help("Time spent in the DDP communication hook")
+                             .Register(*registry_)) {
   for (JobState s : kAllJobStates) jobs_.Add({{"state", std::string(JobStateName(s))}}).Set(0);
   submitted_.Add({{"outcome", "accepted"}});
   submitted_.Add({{"outcome", "rejected"}});
@@ -66,7 +82,9 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
                &loss_.Add(labels),          &learning_rate_.Add(labels),
                &samples_.Add(labels),       phase("step"),
                phase("data"),               phase("compute"),
-               phase("optimizer")};
+               phase("optimizer"),          &comm_wire_bytes_.Add(labels),
+               &comm_fp32_bytes_.Add(labels), &comm_ratio_.Add(labels),
+               &comm_hook_seconds_.Add(labels)};
   return series_.emplace(key, s).first->second;
 }
 
@@ -82,6 +100,10 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
   s.data_seconds->Observe(m.data_seconds);
   s.compute_seconds->Observe(m.compute_seconds);
   s.optimizer_seconds->Observe(m.optimizer_seconds);
+  s.comm_wire_bytes->Increment(static_cast<double>(m.comm_wire_bytes));
+  s.comm_fp32_bytes->Increment(static_cast<double>(m.comm_fp32_bytes));
+  if (m.comm_fp32_bytes > 0) s.comm_ratio->Set(static_cast<double>(m.comm_wire_bytes) / m.comm_fp32_bytes);
+  s.comm_hook_seconds->Increment(m.comm_hook_seconds);
 }
 
 void ServerMetrics::RemoveJob(const std::string& job_id) {
@@ -100,6 +122,10 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
     for (auto* h : {s.step_seconds, s.data_seconds, s.compute_seconds, s.optimizer_seconds}) {
       step_duration_.Remove(h);
     }
+    comm_wire_bytes_.Remove(s.comm_wire_bytes);
+    comm_fp32_bytes_.Remove(s.comm_fp32_bytes);
+    comm_ratio_.Remove(s.comm_ratio);
+    comm_hook_seconds_.Remove(s.comm_hook_seconds);
     it = series_.erase(it);
   }
 }

@@ -46,6 +46,10 @@ class ServerMetrics {
     prometheus::Histogram* data_seconds;
     prometheus::Histogram* compute_seconds;
     prometheus::Histogram* optimizer_seconds;
+    prometheus::Counter* comm_wire_bytes;
+    prometheus::Counter* comm_fp32_bytes;
+    prometheus::Gauge* comm_ratio;
+    prometheus::Counter* comm_hook_seconds;
   };
   RankSeries& SeriesFor(const std::string& job_id, int32_t rank);  // REQUIRES: mu_ held
 
@@ -58,6 +62,10 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& learning_rate_;
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Histogram>& step_duration_;
+  prometheus::Family<prometheus::Counter>& comm_wire_bytes_;
+  prometheus::Family<prometheus::Counter>& comm_fp32_bytes_;
+  prometheus::Family<prometheus::Gauge>& comm_ratio_;
+  prometheus::Family<prometheus::Counter>& comm_hook_seconds_;
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_

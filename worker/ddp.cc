@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "worker/shm_collectives.h"
 
@@ -15,11 +16,18 @@ namespace {
 // bucket order (the Reducer launches buckets in index order on every rank).
 class ShmAllreduceHook final : public c10d::CommHookInterface {
  public:
-  ShmAllreduceHook(ShmCollectives* shm, int32_t world_size) : shm_(shm), world_size_(world_size) {}
+  ShmAllreduceHook(ShmCollectives* shm, int32_t world_size, CommStats* stats)
+      : shm_(shm), world_size_(world_size), stats_(stats) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     at::Tensor& buffer = bucket.getBufferRef();
+    const auto start = std::chrono::steady_clock::now();
     shm_->AllreduceSum(buffer);
+    const int64_t bytes = buffer.numel() * static_cast<int64_t>(sizeof(float));
+    stats_->wire_bytes += bytes;
+    stats_->fp32_equivalent_bytes += bytes;
+    stats_->hook_nanos +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     buffer.div_(world_size_);
     auto future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
     future->markCompleted(c10::IValue(buffer));
@@ -31,15 +39,21 @@ class ShmAllreduceHook final : public c10d::CommHookInterface {
  private:
   ShmCollectives* shm_;
   int32_t world_size_;
+  CommStats* stats_;
 };
 
 }  // namespace
 
 struct DistributedDataParallel::Impl {
   std::vector<at::Tensor> params;  // the ones that require grad
+  c10::intrusive_ptr<c10d::ProcessGroup> reducer_pg;
   std::unique_ptr<c10d::Reducer> reducer;
   size_t buckets = 0;
   bool gradient_as_bucket_view = false;
+  CommStats stats;
+  CommHook* hook = nullptr;     // owned by the reducer
+  bool builtin_allreduce = false;  // no hook: count the Reducer's own traffic
+  int64_t grad_bytes = 0;
 };
 
 DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& all_params,
@@ -69,11 +83,35 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
   std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
   impl_->buckets = bucket_indices.size();
   impl_->gradient_as_bucket_view = options.gradient_as_bucket_view;
+  impl_->reducer_pg = pg;
   impl_->reducer = std::make_unique<c10d::Reducer>(
       impl_->params, std::move(bucket_indices), std::move(per_bucket_limits), std::move(pg), expect_sparse,
       static_cast<int64_t>(cap), options.find_unused_parameters, options.gradient_as_bucket_view,
       std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(c10d::kDefaultFirstBucketBytes));
-  if (shm != nullptr) impl_->reducer->register_comm_hook(std::make_unique<ShmAllreduceHook>(shm, world_size));
+  for (const at::Tensor& p : impl_->params) impl_->grad_bytes += p.numel() * p.element_size();
+  if (options.comm_hook != CommHookType::kNone) {
+    std::unique_ptr<CommHook> hook = MakeCommHook(options, impl_->reducer_pg, &impl_->stats);
+    impl_->hook = hook.get();
+    impl_->reducer->register_comm_hook(std::move(hook));
+  } else if (shm != nullptr) {
+    impl_->reducer->register_comm_hook(std::make_unique<ShmAllreduceHook>(shm, world_size, &impl_->stats));
+  } else {
+    impl_->builtin_allreduce = true;
+  }
+}
+
+const CommStats& DistributedDataParallel::comm_stats() const { return impl_->stats; }
+
+std::map<std::string, at::Tensor> DistributedDataParallel::CommHookState() const {
+  return impl_->hook != nullptr ? impl_->hook->State() : std::map<std::string, at::Tensor>{};
+}
+
+void DistributedDataParallel::LoadCommHookState(const std::map<std::string, at::Tensor>& state) {
+  if (impl_->hook == nullptr) {
+    if (!state.empty()) throw std::invalid_argument("comm hook state given, but this job has no stateful hook");
+    return;
+  }
+  impl_->hook->LoadState(state);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
@@ -85,6 +123,10 @@ void DistributedDataParallel::PrepareForward() {
 
 void DistributedDataParallel::PrepareBackward(const std::vector<at::Tensor>& outputs) {
   impl_->reducer->prepare_for_backward(outputs);
+  if (impl_->builtin_allreduce) {
+    impl_->stats.wire_bytes += impl_->grad_bytes;
+    impl_->stats.fp32_equivalent_bytes += impl_->grad_bytes;
+  }
 }
 
 void DistributedDataParallel::ZeroGrad() {

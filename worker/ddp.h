@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "worker/comm_hooks.h"
 
 namespace trainyard {
 
@@ -38,6 +39,13 @@ class DistributedDataParallel {
   void ZeroGrad();
 
   size_t num_buckets() const;
+
+  // Gradient-communication counters (cumulative).
+  const CommStats& comm_stats() const;
+  // The comm hook's state (empty without a stateful hook) — part of the
+  // training state a checkpoint saves. Call between steps.
+  std::map<std::string, at::Tensor> CommHookState() const;
+  void LoadCommHookState(const std::map<std::string, at::Tensor>& state);
 
  private:
   struct Impl;

@@ -51,7 +51,8 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<DataLoader> loader;
   int64_t step = 0;
-  bool stop_agreed = false;  // set by the step whose control exchange carried a stop
+  bool stop_agreed = false;
+  int64_t last_wire = 0, last_fp32 = 0, last_hook_nanos = 0;  // CommStats at the previous step  // set by the step whose control exchange carried a stop
 
   // Started at the beginning of a step, waited for at its end.
   at::Tensor control;
@@ -103,6 +104,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
 Trainer::~Trainer() = default;
 
 Model& Trainer::model() { return *impl_->model; }
+DistributedDataParallel* Trainer::ddp() { return impl_->ddp.get(); }
 int64_t Trainer::step() const { return impl_->step; }
 
 double Trainer::Step() {
@@ -144,6 +146,16 @@ double Trainer::Step() {
     m.step_seconds = Seconds(t4 - t0);
     m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
     m.learning_rate = s.spec.optimizer.lr;
+    if (s.ddp) {
+      const CommStats& cs = s.ddp->comm_stats();
+      const int64_t wire = cs.wire_bytes.load(), fp32 = cs.fp32_equivalent_bytes.load(), nanos = cs.hook_nanos.load();
+      m.comm_wire_bytes = wire - s.last_wire;
+      m.comm_fp32_bytes = fp32 - s.last_fp32;
+      m.comm_hook_seconds = static_cast<double>(nanos - s.last_hook_nanos) * 1e-9;
+      s.last_wire = wire;
+      s.last_fp32 = fp32;
+      s.last_hook_nanos = nanos;
+    }
     m.unix_millis = NowMillis();
     s.sink->OnStep(m);
   }

@@ -17,6 +17,7 @@
 namespace trainyard {
 
 class Model;
+class DistributedDataParallel;
 class ShmCollectives;
 
 // The communication a rank has: null pointers when world_size == 1.
@@ -49,6 +50,8 @@ class Trainer {
   double Step();
 
   Model& model();
+  // Null unless the job runs DDP over several ranks.
+  DistributedDataParallel* ddp();
   int64_t step() const;
 
  private:
