@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "tests/dist_test_util.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/models.h"
@@ -20,29 +21,6 @@ namespace {
 constexpr int kWorld = 2;
 constexpr int kSteps = 6;
 constexpr int64_t kPerRankBatch = 16;
-
-// Runs fn(rank, pg) on `world` threads with real Gloo groups (and, with
-// `shm`, shared-memory collectives: fn gets them through `shm_out`).
-void RunRanks(int world, const std::function<void(int, c10::intrusive_ptr<c10d::ProcessGroup>)>& fn,
-              bool shm = false, std::vector<std::unique_ptr<ShmCollectives>>* shm_out = nullptr) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  if (shm_out) shm_out->resize(world);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
-        if (shm) (*shm_out)[r] = ShmCollectives::Create(store, r, world, "test");
-        fn(r, pg);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
 
 std::unique_ptr<torch::optim::Optimizer> MakeOpt(OptimizerKind kind, const std::vector<at::Tensor>& params) {
   if (kind == OptimizerKind::kSgd) {

@@ -105,9 +105,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"device: tpu\n", {"'device'", "cpu, cuda"}},
         BadSpec{"distributed_type: FSDP\n", {"'distributed_type'", "not supported by this version"}},
         BadSpec{"mixed_precision: fp8\n", {"'mixed_precision'", "accepted: no"}},
-        BadSpec{"ddp: {comm_hook: power_sgd}\n", {"'ddp.comm_hook'", "not supported by this version"}},
         BadSpec{"ddp: {comm_hook: zip}\n", {"'ddp.comm_hook'", "unknown value"}},
-        BadSpec{"ddp: {comm_state_option: {matrix_approximation_rank: 2}}\n", {"'ddp.comm_state_option'", "stateful"}},
+        BadSpec{"ddp: {comm_state_option: {matrix_approximation_rank: 2}}\n", {"'ddp.comm_state_option'", "stateless"}},
+        BadSpec{"ddp: {comm_hook: fp16, comm_state_option: {warm_start: false}}\n",
+                {"'ddp.comm_state_option'", "'fp16' is stateless"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, comm_state_option: {rank: 2}}\n",
+                {"'ddp.comm_state_option.rank'", "unknown key", "matrix_approximation_rank"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, comm_state_option: {matrix_approximation_rank: two}}\n",
+                {"'ddp.comm_state_option.matrix_approximation_rank'", "integer"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, comm_state_option: {matrix_approximation_rank: 0}}\n",
+                {"'ddp.comm_state_option.matrix_approximation_rank'", "between 1 and"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, comm_state_option: {use_error_feedback: maybe}}\n",
+                {"'ddp.comm_state_option.use_error_feedback'", "true or false"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, comm_state_option: {min_compression_rate: -1}}\n",
+                {"'ddp.comm_state_option.min_compression_rate'"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, comm_state_option: {start_powerSGD_iter: 1}}\n",
+                {"'ddp.comm_state_option.start_powerSGD_iter'", "> 1"}},
+        BadSpec{"ddp: {comm_hook: batched_power_sgd, comm_state_option: {batch_tensors_with_same_shape: true}}\n",
+                {"'ddp.comm_state_option.batch_tensors_with_same_shape'", "power_sgd"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, comm_state_option: [1, 2]}\n", {"'ddp.comm_state_option'", "mapping"}},
+        BadSpec{"ddp: {comm_hook: fp16, comm_wrapper: fp16}\n", {"'ddp.comm_wrapper'", "stateful hook"}},
+        BadSpec{"ddp: {comm_hook: bf16, comm_wrapper: fp16}\n", {"'ddp.comm_wrapper'", "bf16"}},
+        BadSpec{"ddp: {comm_wrapper: bf16}\n", {"'ddp.comm_wrapper'", "comm_hook 'no'"}},
+        BadSpec{"ddp: {comm_wrapper: fp8, comm_hook: power_sgd}\n", {"'ddp.comm_wrapper'", "no, none, fp16, bf16"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, intra_host_transport: shm}\n", {"'ddp.intra_host_transport'", "comm_hook"}},
+        BadSpec{"ddp: {intra_host_transport: tcp}\n", {"'ddp.intra_host_transport'", "auto, shm, process_group"}},
         BadSpec{"ddp: {bucket_cap_mb: 0}\n", {"'ddp.bucket_cap_mb'"}},
         BadSpec{"distributed_type: NO\nnum_processes: 2\n", {"'num_processes'", "NO"}},
         BadSpec{"name: 'a b'\n", {"'name'", "letters"}},
@@ -116,6 +138,46 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"- just\n- a list\n", {"must be a mapping"}},
         BadSpec{"name: [unclosed\n", {"not valid YAML or JSON"}},
         BadSpec{"", {"empty"}}));
+
+TEST(JobSpecTest, PowerSgdOptionsWithPyTorchDefaults) {
+  auto spec = ParseJobSpec("ddp: {comm_hook: power_sgd, comm_wrapper: bf16}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const PowerSgdOptions& o = spec->ddp.power_sgd;
+  EXPECT_EQ(o.matrix_approximation_rank, 1);
+  EXPECT_EQ(o.start_powerSGD_iter, 1000);
+  EXPECT_DOUBLE_EQ(o.min_compression_rate, 2.0);
+  EXPECT_TRUE(o.use_error_feedback);
+  EXPECT_TRUE(o.warm_start);
+  EXPECT_DOUBLE_EQ(o.orthogonalization_epsilon, 0.0);
+  EXPECT_EQ(o.random_seed, 0u);
+  EXPECT_FALSE(o.batch_tensors_with_same_shape);
+  EXPECT_EQ(spec->ddp.comm_wrapper, CommWrapper::kBf16);
+
+  auto full = ParseJobSpec(
+      "ddp:\n  comm_hook: power_sgd\n  comm_wrapper: fp16\n  comm_state_option:\n"
+      "    matrix_approximation_rank: 2\n    start_powerSGD_iter: 10\n    min_compression_rate: 1.5\n"
+      "    use_error_feedback: false\n    warm_start: false\n    orthogonalization_epsilon: 1.0e-8\n"
+      "    random_seed: 7\n    batch_tensors_with_same_shape: true\n");
+  ASSERT_TRUE(full.ok()) << full.status();
+  auto again = ParseJobSpec(JobSpecToJson(*full));
+  ASSERT_TRUE(again.ok()) << again.status();
+  const PowerSgdOptions& f = again->ddp.power_sgd;
+  EXPECT_EQ(f.matrix_approximation_rank, 2);
+  EXPECT_EQ(f.start_powerSGD_iter, 10);
+  EXPECT_DOUBLE_EQ(f.min_compression_rate, 1.5);
+  EXPECT_FALSE(f.use_error_feedback);
+  EXPECT_FALSE(f.warm_start);
+  EXPECT_DOUBLE_EQ(f.orthogonalization_epsilon, 1e-8);
+  EXPECT_EQ(f.random_seed, 7u);
+  EXPECT_TRUE(f.batch_tensors_with_same_shape);
+  EXPECT_EQ(again->ddp.comm_hook, CommHookType::kPowerSgd);
+  EXPECT_EQ(again->ddp.comm_wrapper, CommWrapper::kFp16);
+
+  // Without error feedback and warm start, PowerSGD may start at once.
+  EXPECT_TRUE(ParseJobSpec("ddp: {comm_hook: power_sgd, comm_state_option: {start_powerSGD_iter: 0, "
+                           "use_error_feedback: false, warm_start: false}}\n")
+                  .ok());
+}
 
 TEST(JobSpecTest, RejectsOversizedSpec) {
   SpecLimits limits;

@@ -76,8 +76,11 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
 
   const auto cap = static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
   const std::vector<bool> expect_sparse(impl_->params.size(), false);
-  auto [bucket_indices, per_bucket_limits] = c10d::compute_bucket_assignment_by_size(
-      impl_->params, {static_cast<size_t>(c10d::kDefaultFirstBucketBytes), cap}, expect_sparse);
+  // The first bucket is small (1 MiB, as in PyTorch) so communication starts
+  // early; a bucket_cap_mb below that caps it too.
+  const size_t first_cap = std::min(cap, static_cast<size_t>(c10d::kDefaultFirstBucketBytes));
+  auto [bucket_indices, per_bucket_limits] =
+      c10d::compute_bucket_assignment_by_size(impl_->params, {first_cap, cap}, expect_sparse);
   // Gradients become ready roughly in reverse order of the parameters.
   std::reverse(bucket_indices.begin(), bucket_indices.end());
   std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
@@ -87,7 +90,7 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
   impl_->reducer = std::make_unique<c10d::Reducer>(
       impl_->params, std::move(bucket_indices), std::move(per_bucket_limits), std::move(pg), expect_sparse,
       static_cast<int64_t>(cap), options.find_unused_parameters, options.gradient_as_bucket_view,
-      std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(c10d::kDefaultFirstBucketBytes));
+      std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(first_cap));
   for (const at::Tensor& p : impl_->params) impl_->grad_bytes += p.numel() * p.element_size();
   if (options.comm_hook != CommHookType::kNone) {
     std::unique_ptr<CommHook> hook = MakeCommHook(options, impl_->reducer_pg, &impl_->stats);

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <mutex>
+
 namespace trainyard {
 namespace {
 
@@ -61,7 +63,10 @@ class Cnn final : public Model {
 
 std::shared_ptr<Model> BuildModel(const ModelSpec& spec, uint64_t seed) {
   // Module constructors draw from the default generator: seed it, build, and
-  // so get the same weights on every rank.
+  // so get the same weights on every rank. The lock keeps ranks that run as
+  // threads of one process (tests, benchmarks) from interleaving their draws.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   torch::manual_seed(seed);
   switch (spec.kind) {
     case ModelKind::kMlp: return std::make_shared<Mlp>(spec);

@@ -1,0 +1,44 @@
+// Ranks as threads over real Gloo process groups sharing a HashStore.
+#ifndef TRAINYARD_TESTS_DIST_TEST_UTIL_H_
+#define TRAINYARD_TESTS_DIST_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "worker/process_group.h"
+#include "worker/shm_collectives.h"
+
+namespace trainyard {
+
+// Runs fn(rank, pg) on `world` threads; with `shm`, also creates
+// shared-memory collectives per rank into *shm_out. Exceptions in a rank
+// fail the test with that rank's message.
+inline void RunRanks(int world, const std::function<void(int, c10::intrusive_ptr<c10d::ProcessGroup>)>& fn,
+                     bool shm = false, std::vector<std::unique_ptr<ShmCollectives>>* shm_out = nullptr) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  if (shm_out) shm_out->resize(world);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+        if (shm) (*shm_out)[r] = ShmCollectives::Create(store, r, world, "test");
+        fn(r, pg);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TESTS_DIST_TEST_UTIL_H_
