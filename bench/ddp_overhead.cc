@@ -27,6 +27,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "bench/bench_util.h"
 #include "common/job_spec.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
@@ -43,37 +44,8 @@ struct Config {
   int steps;
 };
 
-struct Stats {
-  double mean = 0, median = 0, p90 = 0, std = 0, cv = 0;
-};
-
-Stats Summarize(std::vector<double> sps) {
-  Stats s;
-  if (sps.empty()) return s;
-  std::sort(sps.begin(), sps.end());
-  const double n = static_cast<double>(sps.size());
-  s.mean = std::accumulate(sps.begin(), sps.end(), 0.0) / n;
-  s.median = sps[sps.size() / 2];
-  s.p90 = sps[std::min(sps.size() - 1, static_cast<size_t>(std::ceil(0.9 * n)) - 1)];
-  double var = 0;
-  for (double v : sps) var += (v - s.mean) * (v - s.mean);
-  s.std = std::sqrt(var / n);
-  s.cv = s.std / s.mean;
-  return s;
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  int port = ntohs(sa.sin_port);
-  close(fd);
-  return port;
-}
+using bench::Stats;
+using bench::Summarize;
 
 // Collects per-step training time (step minus data loading) after warm-up.
 class TimingSink final : public MetricsSink {
@@ -127,46 +99,8 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
   return 0;
 }
 
-// Runs `world` copies of argv (with RANK etc. in the environment) and returns
-// rank 0's JSON line.
 nlohmann::json RunProcesses(const std::vector<std::string>& argv, int world) {
-  const int port = FreePort();
-  int pipefd[2];
-  if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      if (r == 0) dup2(pipefd[1], 1);
-      close(pipefd[0]);
-      close(pipefd[1]);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("OMP_NUM_THREADS", "1", 1);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  close(pipefd[1]);
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(pipefd[0]);
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("a rank of " + argv[0] + " failed");
-  }
-  auto pos = out.rfind("{\"train_seconds\"");
-  if (pos == std::string::npos) throw std::runtime_error("no timing output from " + argv[0]);
-  return nlohmann::json::parse(out.substr(pos));
+  return bench::RunRanks(std::vector<std::vector<std::string>>(static_cast<size_t>(world), argv));
 }
 
 std::vector<double> SamplesPerSecond(const nlohmann::json& j, int64_t batch) {

@@ -45,14 +45,17 @@ class GradientComm {
   GradientComm(c10::intrusive_ptr<c10d::ProcessGroup> process_group, CommStats* stats);
 
   // In-place sum over all ranks of a contiguous fp32 tensor, carried on the
-  // wire as `wire`. bf16 on Gloo (which cannot reduce bf16) travels as bytes
-  // through an allgather and is summed in fp32 in rank order on arrival: the
-  // same bytes a 2-rank ring allreduce sends, and identical results on every
-  // rank. On NCCL bf16 uses the real bf16 allreduce.
+  // wire as `wire`. bf16 on Gloo (which cannot reduce bf16) travels as
+  // bytes in a ring allreduce built from send/recv, adding in fp32 on
+  // arrival and rounding to bf16 as a bf16 allreduce does: the bytes of a
+  // ring allreduce, and identical results on every rank. On NCCL bf16 uses
+  // the real bf16 allreduce.
   void AllreduceSum(at::Tensor& tensor, WireDtype wire);
   int32_t world_size() const { return world_size_; }
 
  private:
+  at::Tensor RingAllreduceBf16(const at::Tensor& values);
+
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   CommStats* stats_;
   int32_t world_size_;

@@ -1,0 +1,94 @@
+#include "bench/bench_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+namespace trainyard::bench {
+
+Stats Summarize(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const double n = static_cast<double>(v.size());
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
+  s.median = v[v.size() / 2];
+  s.p90 = v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(0.9 * n)) - 1)];
+  double var = 0;
+  for (double x : v) var += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(var / n);
+  s.cv = s.mean != 0 ? s.std / s.mean : 0;
+  return s;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("no free port");
+  }
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const std::string& master_addr) {
+  const int world = static_cast<int>(argvs.size());
+  const int port = FreePort();
+  int pipefd[2];
+  if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (r == 0) dup2(pipefd[1], 1);
+      close(pipefd[0]);
+      close(pipefd[1]);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("MASTER_ADDR", master_addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("OMP_NUM_THREADS", "1", 1);
+      std::vector<char*> args;
+      for (const auto& a : argvs[r]) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  close(pipefd[1]);
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  bool failed = false;
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  if (failed) throw std::runtime_error("a rank of " + argvs[0][0] + " failed");
+  std::istringstream lines(out);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.front() == '{') last = line;
+  }
+  if (last.empty()) throw std::runtime_error("no JSON result from " + argvs[0][0]);
+  return nlohmann::json::parse(last);
+}
+
+}  // namespace trainyard::bench
