@@ -19,10 +19,18 @@ class Mlp final : public Model {
     layers_.push_back(register_module("fc" + std::to_string(spec.hidden.size()), torch::nn::Linear(in, spec.num_classes)));
   }
 
-  at::Tensor forward(const at::Tensor& input) override {
-    at::Tensor x = input.reshape({input.size(0), input_size_});
-    for (size_t i = 0; i + 1 < layers_.size(); ++i) x = torch::relu(layers_[i]->forward(x));
-    return layers_.back()->forward(x);
+  std::vector<Layer> layers() override {
+    std::vector<Layer> out;
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      torch::nn::Linear lin = layers_[i];
+      const bool first = i == 0, last = i + 1 == layers_.size();
+      const int64_t in = input_size_;
+      out.push_back({"Linear", lin.ptr(), [lin, first, last, in](const at::Tensor& x) mutable {
+                       at::Tensor y = lin->forward(first ? x.reshape({x.size(0), in}) : x);
+                       return last ? y : torch::relu(y);
+                     }});
+    }
+    return out;
   }
 
   std::vector<int64_t> sample_shape() const override { return {input_size_}; }
@@ -41,13 +49,15 @@ class Cnn final : public Model {
         fc1_(register_module("fc1", torch::nn::Linear(32 * 12 * 12, 128))),
         fc2_(register_module("fc2", torch::nn::Linear(128, spec.num_classes))) {}
 
-  at::Tensor forward(const at::Tensor& input) override {
-    at::Tensor x = input.reshape({input.size(0), 1, 28, 28});
-    x = torch::relu(conv1_->forward(x));
-    x = torch::relu(conv2_->forward(x));
-    x = torch::max_pool2d(x, 2);
-    x = torch::relu(fc1_->forward(x.flatten(1)));
-    return fc2_->forward(x);
+  std::vector<Layer> layers() override {
+    auto c1 = conv1_, c2 = conv2_;
+    auto f1 = fc1_, f2 = fc2_;
+    return {
+        {"Conv2d", c1.ptr(), [c1](const at::Tensor& x) mutable { return torch::relu(c1->forward(x.reshape({x.size(0), 1, 28, 28}))); }},
+        {"Conv2d", c2.ptr(), [c2](const at::Tensor& x) mutable { return torch::max_pool2d(torch::relu(c2->forward(x)), 2).flatten(1); }},
+        {"Linear", f1.ptr(), [f1](const at::Tensor& x) mutable { return torch::relu(f1->forward(x)); }},
+        {"Linear", f2.ptr(), [f2](const at::Tensor& x) mutable { return f2->forward(x); }},
+    };
   }
 
   std::vector<int64_t> sample_shape() const override { return {1, 28, 28}; }

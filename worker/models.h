@@ -5,16 +5,33 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/job_spec.h"
 
 namespace trainyard {
 
-// A classifier: input [batch, ...] → logits [batch, num_classes].
+// One stage of a model's forward: what FSDP wraps by. `module` holds the
+// parameters the stage uses (a parameter used by several stages is shared).
+struct Layer {
+  std::string type;  // module type name, e.g. "Linear", "Conv2d", "Block"
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<at::Tensor(const at::Tensor&)> forward;
+};
+
+// A classifier: input [batch, ...] → logits [batch, num_classes]. Its
+// forward is the composition of its layers, in order.
 class Model : public torch::nn::Module {
  public:
-  virtual at::Tensor forward(const at::Tensor& input) = 0;
+  at::Tensor forward(const at::Tensor& input) {
+    at::Tensor x = input;
+    for (const Layer& layer : layers()) x = layer.forward(x);
+    return x;
+  }
+  virtual std::vector<Layer> layers() = 0;
   // Shape of one input sample, e.g. {784} or {1, 28, 28}.
   virtual std::vector<int64_t> sample_shape() const = 0;
 };
