@@ -1,0 +1,289 @@
+#include "worker/fsdp.h"
+
+#include <ATen/native/Resize.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+#include <stdexcept>
+
+namespace trainyard {
+namespace {
+
+struct Unit {
+  FsdpUnitInfo info;
+  bool reshard_after_forward = false;
+  std::vector<at::Tensor> params;  // the modules' parameters: views of `full` while gathered
+  std::vector<int64_t> offsets;
+  int64_t padded = 0;
+  at::Tensor shard;      // leaf, requires grad: the optimizer's parameter
+  at::Tensor full;       // [padded]; storage freed while resharded (unless unsharded group)
+  at::Tensor flat_grad;  // [padded] during backward
+  bool gathered = false;
+  int pending = 0;  // parameters whose gradients have not arrived
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+};
+
+size_t Bytes(const Unit& u) { return static_cast<size_t>(u.padded) * u.full.element_size(); }
+
+}  // namespace
+
+struct FullyShardedModel::Impl {
+  std::shared_ptr<Model> model;
+  FsdpOptions options;
+  Collectives* shard_group = nullptr;
+  Collectives* replicate_group = nullptr;
+  int32_t world_size = 1;
+  int32_t shard_size = 1;
+  int32_t shard_rank = 0;
+  std::vector<Layer> layers;
+  std::vector<std::unique_ptr<Unit>> units;  // units[0] is the root
+  std::vector<int> unit_of_layer;            // -1: root's
+  std::vector<FsdpUnitInfo> infos;
+
+  void Unshard(Unit& u) {
+    if (u.gathered) return;
+    if (shard_size > 1) {
+      at::native::resize_bytes_cpu(u.full.storage().unsafeGetStorageImpl(), Bytes(u));
+      at::Tensor target = u.full.variable_data();
+      shard_group->AllGatherInto(target, u.shard.detach());
+    }
+    u.gathered = true;
+  }
+
+  void Reshard(Unit& u) {
+    if (!u.gathered || shard_size == 1) return;
+    at::native::resize_bytes_cpu(u.full.storage().unsafeGetStorageImpl(), 0);
+    u.gathered = false;
+  }
+
+  // Before the unit's backward: parameters gathered, gradients accumulate
+  // into one flat buffer through views.
+  void PreBackward(Unit& u) {
+    Unshard(u);
+    if (u.flat_grad.defined()) return;
+    u.flat_grad = at::zeros({u.padded}, u.full.options());
+    u.pending = 0;
+    for (size_t i = 0; i < u.params.size(); ++i) {
+      at::Tensor& p = u.params[i];
+      if (!p.requires_grad()) continue;
+      p.mutable_grad() = u.flat_grad.narrow(0, u.offsets[i], p.numel()).view(p.sizes());
+      ++u.pending;
+    }
+  }
+
+  // After the unit's backward: reduce the gradient into the shard's.
+  void PostBackward(Unit& u) {
+    if (!u.flat_grad.defined()) return;
+    at::Tensor grad;
+    if (shard_size > 1) {
+      grad = at::empty({u.info.shard_numel}, u.flat_grad.options());
+      shard_group->ReduceScatterSum(grad, u.flat_grad);
+    } else {
+      grad = u.flat_grad;
+    }
+    if (replicate_group != nullptr && replicate_group->size() > 1) replicate_group->AllreduceSum(grad);
+    grad.div_(world_size);
+    for (at::Tensor& p : u.params) p.mutable_grad() = at::Tensor();
+    u.flat_grad = at::Tensor();
+    at::Tensor& g = u.shard.mutable_grad();
+    if (g.defined()) {
+      g.add_(grad);
+    } else {
+      g = shard_size > 1 ? grad : grad.clone();  // an unsharded flat grad aliases the params' grads
+    }
+    Reshard(u);
+  }
+
+  void OnGradReady(Unit& u) {
+    if (--u.pending == 0) PostBackward(u);
+  }
+};
+
+namespace {
+
+// Runs `on_ready` after a parameter's gradient has been accumulated.
+class AccumulatePostHook final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AccumulatePostHook(std::function<void()> on_ready) : on_ready_(std::move(on_ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    on_ready_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> on_ready_;
+};
+
+}  // namespace
+
+FullyShardedModel::FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions options, Collectives* shard_group,
+                                     Collectives* replicate_group, int32_t world_size)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.model = std::move(model);
+  s.options = std::move(options);
+  s.shard_group = shard_group;
+  s.replicate_group = replicate_group;
+  s.world_size = world_size;
+  s.shard_size = shard_group != nullptr ? shard_group->size() : 1;
+  s.shard_rank = shard_group != nullptr ? shard_group->rank() : 0;
+  s.layers = s.model->layers();
+  const bool reshard = s.shard_size > 1 && (s.options.strategy == ShardingStrategy::kFullShard ||
+                                            s.options.strategy == ShardingStrategy::kHybridShard);
+
+  // Which layers use which parameters; a parameter used by several layers
+  // belongs to the root, which stays gathered through forward and backward.
+  std::map<c10::TensorImpl*, std::set<size_t>> users;
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    for (const at::Tensor& p : s.layers[l].module->parameters()) users[p.unsafeGetTensorImpl()].insert(l);
+  }
+  // Group layers into units by the wrap policy.
+  std::vector<std::vector<size_t>> groups;
+  if (s.options.wrap_policy == WrapPolicy::kSizeBased) {
+    std::vector<size_t> current;
+    int64_t count = 0;
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      current.push_back(l);
+      for (const at::Tensor& p : s.layers[l].module->parameters()) count += p.numel();
+      if (count >= s.options.min_num_params) {
+        groups.push_back(current);
+        current.clear();
+        count = 0;
+      }
+    }
+    // The tail that never reached the size stays with the root.
+  } else if (s.options.wrap_policy == WrapPolicy::kTransformerBased) {
+    std::set<std::string> types(s.options.layer_types.begin(), s.options.layer_types.end());
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      if (types.count(s.layers[l].type)) groups.push_back({l});
+    }
+  }
+  s.units.push_back(std::make_unique<Unit>());  // root
+  s.unit_of_layer.assign(s.layers.size(), 0);
+  std::set<c10::TensorImpl*> owned;
+  for (const auto& group : groups) {
+    auto u = std::make_unique<Unit>();
+    u->info.layers = group;
+    for (size_t l : group) {
+      for (const at::Tensor& p : s.layers[l].module->parameters()) {
+        auto* impl = p.unsafeGetTensorImpl();
+        bool only_here = true;
+        for (size_t user : users[impl]) only_here &= std::find(group.begin(), group.end(), user) != group.end();
+        if (only_here && owned.insert(impl).second) u->params.push_back(p);
+      }
+    }
+    if (u->params.empty()) continue;
+    for (size_t l : group) s.unit_of_layer[l] = static_cast<int>(s.units.size());
+    u->reshard_after_forward = reshard;
+    s.units.push_back(std::move(u));
+  }
+  for (const at::Tensor& p : s.model->parameters()) {
+    if (owned.insert(p.unsafeGetTensorImpl()).second) s.units[0]->params.push_back(p);
+  }
+
+  // Flatten, pad, synchronize, shard.
+  for (auto& up : s.units) {
+    Unit& u = *up;
+    int64_t total = 0;
+    for (const at::Tensor& p : u.params) {
+      u.offsets.push_back(total);
+      total += p.numel();
+    }
+    u.info.num_params = total;
+    u.padded = std::max<int64_t>(1, (total + s.shard_size - 1) / s.shard_size) * s.shard_size;
+    u.info.shard_numel = u.padded / s.shard_size;
+    const auto options = u.params.empty() ? at::TensorOptions(at::kFloat) : u.params[0].options().requires_grad(false);
+    u.full = at::zeros({u.padded}, options);
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < u.params.size(); ++i) {
+        u.full.narrow(0, u.offsets[i], u.params[i].numel()).copy_(u.params[i].reshape({-1}));
+      }
+      if (s.options.sync_module_states) {
+        if (s.replicate_group != nullptr && s.replicate_group->size() > 1) s.replicate_group->Broadcast(u.full, 0);
+        if (s.shard_size > 1) s.shard_group->Broadcast(u.full, 0);
+      }
+    }
+    if (s.shard_size > 1) {
+      u.shard = u.full.narrow(0, s.shard_rank * u.info.shard_numel, u.info.shard_numel).clone();
+    } else {
+      u.shard = u.full.detach();  // unsharded: the flat buffer itself
+    }
+    u.shard.requires_grad_(true);
+    for (size_t i = 0; i < u.params.size(); ++i) {
+      at::Tensor& p = u.params[i];
+      p.set_data(u.full.narrow(0, u.offsets[i], p.numel()).view(p.sizes()));
+      if (!p.requires_grad()) continue;
+      auto acc = torch::autograd::impl::grad_accumulator(p);
+      Impl* impl = &s;
+      Unit* unit = &u;
+      acc->add_post_hook(std::make_unique<AccumulatePostHook>([impl, unit] { impl->OnGradReady(*unit); }));
+      u.accumulators.push_back(acc);
+    }
+    u.gathered = true;
+    s.Reshard(u);
+    s.infos.push_back(u.info);
+  }
+}
+
+FullyShardedModel::~FullyShardedModel() = default;
+
+at::Tensor FullyShardedModel::Forward(const at::Tensor& input) {
+  Impl& s = *impl_;
+  s.Unshard(*s.units[0]);
+  at::Tensor x = input;
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    Unit& u = *s.units[s.unit_of_layer[l]];
+    s.Unshard(u);
+    x = s.layers[l].forward(x);
+    const bool last_of_unit = l + 1 == s.layers.size() || s.unit_of_layer[l + 1] != s.unit_of_layer[l];
+    if (s.unit_of_layer[l] == 0 || !last_of_unit || !x.requires_grad()) continue;
+    // Before this unit's backward: gather again (FULL_SHARD) and set up
+    // its flat gradient.
+    Impl* impl = &s;
+    Unit* unit = &u;
+    x.register_hook([impl, unit](const at::Tensor& grad) {
+      impl->PreBackward(*unit);
+      return grad;
+    });
+    if (u.reshard_after_forward) s.Reshard(u);
+  }
+  return x;
+}
+
+void FullyShardedModel::PrepareBackward() { impl_->PreBackward(*impl_->units[0]); }
+
+void FullyShardedModel::FinishBackward() {
+  Impl& s = *impl_;
+  for (auto it = s.units.rbegin(); it != s.units.rend(); ++it) s.PostBackward(**it);
+  for (auto& u : s.units) s.Reshard(*u);
+}
+
+std::vector<at::Tensor> FullyShardedModel::ShardParameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& u : impl_->units) out.push_back(u->shard);
+  return out;
+}
+
+std::vector<at::Tensor> FullyShardedModel::FullParameters() {
+  Impl& s = *impl_;
+  torch::NoGradGuard no_grad;
+  std::map<c10::TensorImpl*, at::Tensor> gathered;
+  for (auto& u : s.units) {
+    const bool was = u->gathered;
+    s.Unshard(*u);
+    for (const at::Tensor& p : u->params) gathered[p.unsafeGetTensorImpl()] = p.detach().clone();
+    if (!was) s.Reshard(*u);
+  }
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : s.model->parameters()) out.push_back(gathered.at(p.unsafeGetTensorImpl()));
+  return out;
+}
+
+const std::vector<FsdpUnitInfo>& FullyShardedModel::units() const { return impl_->infos; }
+Model& FullyShardedModel::model() { return *impl_->model; }
+
+}  // namespace trainyard

@@ -1,0 +1,86 @@
+// FullyShardedModel: Trainyard's C++ FSDP over a Model's layers.
+//
+// Each unit (a run of layers chosen by the wrap policy, plus a root unit for
+// every parameter no wrapped unit owns) keeps its parameters in one flat
+// buffer padded to a multiple of the shard group size; each rank owns one
+// contiguous shard, a leaf tensor the optimizer steps on (so optimizer state
+// is sharded too). Before a unit's forward its full parameters are gathered
+// into that buffer, which the module's own parameters are views of; after
+// its backward (detected by post hooks on the parameters' gradient
+// accumulators) the flat gradient is reduce-scattered into the shard's
+// gradient, all-reduced across replicas for HYBRID strategies and averaged
+// over the world. FULL_SHARD frees gathered parameters after each unit's
+// forward and gathers them again before its backward (a hook on the unit's
+// output); SHARD_GRAD_OP keeps them from forward to backward; both free them
+// after backward. NO_SHARD is a shard group of one: parameters stay in place
+// and gradients are all-reduced (DDP's arithmetic).
+//
+// Collectives are issued on the thread that runs forward and backward, in
+// unit order, which is the same on every rank. Not thread-safe.
+#ifndef TRAINYARD_WORKER_FSDP_H_
+#define TRAINYARD_WORKER_FSDP_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/collectives.h"
+#include "worker/models.h"
+
+namespace trainyard {
+
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
+enum class WrapPolicy { kNoWrap, kSizeBased, kTransformerBased };
+
+struct FsdpOptions {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  WrapPolicy wrap_policy = WrapPolicy::kSizeBased;
+  // SIZE_BASED_WRAP: consecutive layers are grouped until a unit holds at
+  // least this many parameters.
+  int64_t min_num_params = 100000000;
+  // TRANSFORMER_BASED_WRAP: every layer of one of these types is a unit.
+  std::vector<std::string> layer_types;
+  // Broadcast rank 0's initial weights before sharding.
+  bool sync_module_states = true;
+};
+
+struct FsdpUnitInfo {
+  std::vector<size_t> layers;  // indices into Model::layers(); empty for the root
+  int64_t num_params = 0;      // parameter values (unpadded)
+  int64_t shard_numel = 0;
+};
+
+class FullyShardedModel {
+ public:
+  // `shard_group`: ranks sharing one copy of the parameters (the world for
+  // FULL_SHARD/SHARD_GRAD_OP, a node for HYBRID, null for NO_SHARD).
+  // `replicate_group`: ranks holding the same shard (null for FULL_SHARD and
+  // SHARD_GRAD_OP, the world for NO_SHARD). Both must outlive this object.
+  FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions options, Collectives* shard_group,
+                    Collectives* replicate_group, int32_t world_size);
+  ~FullyShardedModel();
+
+  at::Tensor Forward(const at::Tensor& input);
+  // Call after the loss is computed and before backward().
+  void PrepareBackward();
+  // Call after backward(): finishes units whose hooks did not fire (unused
+  // parameters) and frees every gathered buffer.
+  void FinishBackward();
+
+  // The shards, in unit order: what the optimizer steps on.
+  std::vector<at::Tensor> ShardParameters() const;
+  // Gathers the full parameters (collective), in Model::parameters() order.
+  std::vector<at::Tensor> FullParameters();
+  const std::vector<FsdpUnitInfo>& units() const;
+  Model& model();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_FSDP_H_
