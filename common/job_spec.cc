@@ -178,8 +178,8 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
     return;
   }
   MapReader r(node, path);
-  r.Enum<ModelKind>("kind", &m->kind, {{"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}},
-                    {"resnet", "gpt", "torchscript", "torchscript:"});
+  r.Enum<ModelKind>("kind", &m->kind, {{"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}, {"gpt", ModelKind::kGpt}},
+                    {"resnet", "torchscript", "torchscript:"});
   if (YAML::Node h = r.Child("hidden")) {
     const std::string p = r.PathOf("hidden");
     if (!h.IsSequence()) Fail(p, "must be a list of layer widths, got " + Describe(h));
@@ -199,7 +199,23 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   }
   r.Int("input_size", &m->input_size, 1, 1 << 20);
   r.Int("num_classes", &m->num_classes, 2, 1 << 20);
+  r.Int("layers", &m->layers, 1, 256);
+  r.Int("width", &m->width, 8, 1 << 14);
+  r.Int("heads", &m->heads, 1, 256);
+  r.Int("context", &m->context, 2, 1 << 16);
+  r.Int("vocab", &m->vocab, 2, 1 << 20);
+  r.Bool("tied_head", &m->tied_head);
   r.RejectUnknown();
+  const bool gpt = m->kind == ModelKind::kGpt;
+  for (const char* key : {"layers", "width", "heads", "context", "vocab", "tied_head"}) {
+    if (!gpt && r.Has(key)) Fail(r.PathOf(key), "applies to the gpt model only");
+  }
+  for (const char* key : {"hidden", "input_size", "num_classes"}) {
+    if (gpt && r.Has(key)) Fail(r.PathOf(key), "does not apply to the gpt model (it uses layers, width, heads, context, vocab)");
+  }
+  if (gpt && m->width % m->heads != 0) {
+    Fail(Join(path, "heads"), absl::StrCat("must divide width (", m->width, "), got ", m->heads));
+  }
   if (m->kind == ModelKind::kCnn && m->input_size != 784) {
     Fail(Join(path, "input_size"), "the cnn model takes 1x28x28 images: input_size must be 784");
   }
@@ -305,6 +321,86 @@ void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
   }
 }
 
+void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
+  MapReader r(node, path);
+  if (YAML::Node n = r.Child("fsdp_sharding_strategy")) {
+    // Accelerate takes the name or its number (1..5).
+    const std::string p = r.PathOf("fsdp_sharding_strategy");
+    const std::vector<std::pair<std::string, ShardingStrategy>> names = {
+        {"FULL_SHARD", ShardingStrategy::kFullShard},     {"SHARD_GRAD_OP", ShardingStrategy::kShardGradOp},
+        {"NO_SHARD", ShardingStrategy::kNoShard},         {"HYBRID_SHARD", ShardingStrategy::kHybridShard},
+        {"HYBRID_SHARD_ZERO2", ShardingStrategy::kHybridShardZero2}};
+    if (!n.IsScalar()) Fail(p, "must be a strategy name or number, got " + Describe(n));
+    const std::string v = n.Scalar();
+    bool found = false;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (v == std::to_string(i + 1) || Lower(v) == Lower(names[i].first)) {
+        f->sharding_strategy = names[i].second;
+        found = true;
+      }
+    }
+    if (!found) {
+      Fail(p, absl::StrCat("unknown value '", v, "'; accepted: FULL_SHARD (1), SHARD_GRAD_OP (2), NO_SHARD (3), "
+                                              "HYBRID_SHARD (4), HYBRID_SHARD_ZERO2 (5)"));
+    }
+  }
+  r.Enum<WrapPolicy>("fsdp_auto_wrap_policy", &f->auto_wrap_policy,
+                     {{"NO_WRAP", WrapPolicy::kNoWrap},
+                      {"SIZE_BASED_WRAP", WrapPolicy::kSizeBased},
+                      {"TRANSFORMER_BASED_WRAP", WrapPolicy::kTransformerBased}});
+  if (YAML::Node n = r.Child("fsdp_transformer_layer_cls_to_wrap")) {
+    const std::string p = r.PathOf("fsdp_transformer_layer_cls_to_wrap");
+    std::vector<std::string> names;
+    if (n.IsScalar()) {  // Accelerate writes "Block" or "BlockA,BlockB"
+      std::stringstream in(n.Scalar());
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        item.erase(0, item.find_first_not_of(' '));
+        item.erase(item.find_last_not_of(' ') + 1);
+        if (!item.empty()) names.push_back(item);
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& e : n) {
+        if (!e.IsScalar()) Fail(p, "must list layer type names");
+        names.push_back(e.Scalar());
+      }
+    } else {
+      Fail(p, "must be a layer type name, a comma-separated list or a list, got " + Describe(n));
+    }
+    if (names.empty() || names.size() > 64) Fail(p, "must name between 1 and 64 layer types");
+    f->transformer_layer_cls_to_wrap = names;
+  }
+  r.Int("fsdp_min_num_params", &f->min_num_params, 1, int64_t{1} << 50);
+  r.Bool("fsdp_offload_params", &f->offload_params);
+  const std::vector<std::pair<std::string, BackwardPrefetch>> prefetch = {
+      {"BACKWARD_PRE", BackwardPrefetch::kBackwardPre},
+      {"BACKWARD_POST", BackwardPrefetch::kBackwardPost},
+      {"NO_PREFETCH", BackwardPrefetch::kNoPrefetch}};
+  r.Enum<BackwardPrefetch>("fsdp_backward_prefetch", &f->backward_prefetch, prefetch);
+  r.Enum<BackwardPrefetch>("fsdp_backward_prefetch_policy", &f->backward_prefetch, prefetch);
+  if (r.Has("fsdp_backward_prefetch") && r.Has("fsdp_backward_prefetch_policy")) {
+    Fail(r.PathOf("fsdp_backward_prefetch_policy"), "give fsdp_backward_prefetch or its older name, not both");
+  }
+  r.Bool("fsdp_forward_prefetch", &f->forward_prefetch);
+  r.Enum<StateDictType>("fsdp_state_dict_type", &f->state_dict_type,
+                        {{"FULL_STATE_DICT", StateDictType::kFullStateDict},
+                         {"SHARDED_STATE_DICT", StateDictType::kShardedStateDict}},
+                        {"LOCAL_STATE_DICT"});
+  r.Bool("fsdp_sync_module_states", &f->sync_module_states);
+  r.Bool("fsdp_use_orig_params", &f->use_orig_params);
+  r.Bool("fsdp_cpu_ram_efficient_loading", &f->cpu_ram_efficient_loading);
+  r.Int("ranks_per_node", &f->ranks_per_node, 0, 1 << 16);
+  r.RejectUnknown();
+  if (f->auto_wrap_policy == WrapPolicy::kTransformerBased && f->transformer_layer_cls_to_wrap.empty()) {
+    Fail(r.PathOf("fsdp_transformer_layer_cls_to_wrap"),
+         "is required with TRANSFORMER_BASED_WRAP (e.g. Block for the gpt model, Linear for mlp)");
+  }
+  if (f->cpu_ram_efficient_loading && !f->sync_module_states) {
+    Fail(r.PathOf("fsdp_sync_module_states"),
+         "must be true with fsdp_cpu_ram_efficient_loading (only rank 0 loads weights), as in Accelerate");
+  }
+}
+
 JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   JobSpec s;
   MapReader r(root, "");
@@ -319,6 +415,7 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   if (YAML::Node n = r.Child("data")) ParseData(n, "data", &s.data);
   if (YAML::Node n = r.Child("optimizer")) ParseOptimizer(n, "optimizer", &s.optimizer);
   if (YAML::Node n = r.Child("ddp")) ParseDdp(n, "ddp", &s.ddp);
+  if (YAML::Node n = r.Child("fsdp_config")) ParseFsdp(n, "fsdp_config", &s.fsdp);
   r.Int("max_steps", &s.max_steps, 1, int64_t{1} << 40);
   r.Int("num_processes", &s.num_processes, 1, limits.max_num_processes);
   r.Enum<Device>("device", &s.device, {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}});
@@ -326,8 +423,8 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
                           {{"DDP", DistributedType::kDdp},
                            {"MULTI_CPU", DistributedType::kDdp},
                            {"MULTI_GPU", DistributedType::kDdp},
-                           {"NO", DistributedType::kNo}},
-                          {"FSDP"});
+                           {"FSDP", DistributedType::kFsdp},
+                           {"NO", DistributedType::kNo}});
   r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision, {{"no", MixedPrecision::kNo}},
                          {"fp16", "bf16"});
   r.Int("seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
@@ -335,6 +432,13 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   r.Int("metrics_every_steps", &s.metrics_every_steps, 1, kMaxInt);
   r.Int("max_restarts", &s.max_restarts, 0, 1000);
   r.RejectUnknown();
+  if (s.fsdp.ranks_per_node > 0 && s.num_processes % s.fsdp.ranks_per_node != 0) {
+    Fail("fsdp_config.ranks_per_node",
+         absl::StrCat("must divide num_processes (", s.num_processes, "), got ", s.fsdp.ranks_per_node));
+  }
+  if (s.distributed_type == DistributedType::kFsdp && s.ddp.comm_hook != CommHookType::kNone) {
+    Fail("ddp.comm_hook", "applies to distributed_type DDP, not FSDP");
+  }
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));
   }
@@ -368,6 +472,7 @@ const char* ModelKindName(ModelKind kind) {
   switch (kind) {
     case ModelKind::kMlp: return "mlp";
     case ModelKind::kCnn: return "cnn";
+    case ModelKind::kGpt: return "gpt";
   }
   return "?";
 }
@@ -412,16 +517,60 @@ const char* IntraHostTransportName(IntraHostTransport t) {
 const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 
 const char* DistributedTypeName(DistributedType type) {
-  return type == DistributedType::kDdp ? "DDP" : "NO";
+  switch (type) {
+    case DistributedType::kDdp: return "DDP";
+    case DistributedType::kFsdp: return "FSDP";
+    case DistributedType::kNo: return "NO";
+  }
+  return "?";
+}
+
+const char* ShardingStrategyName(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::kFullShard: return "FULL_SHARD";
+    case ShardingStrategy::kShardGradOp: return "SHARD_GRAD_OP";
+    case ShardingStrategy::kNoShard: return "NO_SHARD";
+    case ShardingStrategy::kHybridShard: return "HYBRID_SHARD";
+    case ShardingStrategy::kHybridShardZero2: return "HYBRID_SHARD_ZERO2";
+  }
+  return "?";
+}
+
+const char* WrapPolicyName(WrapPolicy p) {
+  switch (p) {
+    case WrapPolicy::kNoWrap: return "NO_WRAP";
+    case WrapPolicy::kSizeBased: return "SIZE_BASED_WRAP";
+    case WrapPolicy::kTransformerBased: return "TRANSFORMER_BASED_WRAP";
+  }
+  return "?";
+}
+
+const char* BackwardPrefetchName(BackwardPrefetch p) {
+  switch (p) {
+    case BackwardPrefetch::kBackwardPre: return "BACKWARD_PRE";
+    case BackwardPrefetch::kBackwardPost: return "BACKWARD_POST";
+    case BackwardPrefetch::kNoPrefetch: return "NO_PREFETCH";
+  }
+  return "?";
+}
+
+const char* StateDictTypeName(StateDictType t) {
+  return t == StateDictType::kShardedStateDict ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT";
 }
 
 std::string JobSpecToJson(const JobSpec& s) {
   nlohmann::ordered_json j;
   j["name"] = s.name;
-  j["model"] = {{"kind", ModelKindName(s.model.kind)},
-                {"hidden", s.model.hidden},
-                {"input_size", s.model.input_size},
-                {"num_classes", s.model.num_classes}};
+  if (s.model.kind == ModelKind::kGpt) {
+    j["model"] = {{"kind", "gpt"},           {"layers", s.model.layers}, {"width", s.model.width},
+                  {"heads", s.model.heads},  {"context", s.model.context}, {"vocab", s.model.vocab},
+                  {"tied_head", s.model.tied_head}};
+  } else {
+    j["model"] = {{"kind", ModelKindName(s.model.kind)},
+                  {"hidden", s.model.hidden},
+                  {"input_size", s.model.input_size},
+                  {"num_classes", s.model.num_classes}};
+  }
   j["data"] = {{"kind", "synthetic"},
                {"batch_size", s.data.batch_size},
                {"num_samples", s.data.num_samples},
@@ -458,6 +607,23 @@ std::string JobSpecToJson(const JobSpec& s) {
                                      {"orthogonalization_epsilon", ps.orthogonalization_epsilon},
                                      {"random_seed", ps.random_seed},
                                      {"batch_tensors_with_same_shape", ps.batch_tensors_with_same_shape}};
+  }
+  if (s.distributed_type == DistributedType::kFsdp) {
+    const FsdpSpec& f = s.fsdp;
+    j["fsdp_config"] = {{"fsdp_sharding_strategy", ShardingStrategyName(f.sharding_strategy)},
+                        {"fsdp_auto_wrap_policy", WrapPolicyName(f.auto_wrap_policy)},
+                        {"fsdp_min_num_params", f.min_num_params},
+                        {"fsdp_offload_params", f.offload_params},
+                        {"fsdp_backward_prefetch", BackwardPrefetchName(f.backward_prefetch)},
+                        {"fsdp_forward_prefetch", f.forward_prefetch},
+                        {"fsdp_state_dict_type", StateDictTypeName(f.state_dict_type)},
+                        {"fsdp_sync_module_states", f.sync_module_states},
+                        {"fsdp_use_orig_params", f.use_orig_params},
+                        {"fsdp_cpu_ram_efficient_loading", f.cpu_ram_efficient_loading},
+                        {"ranks_per_node", f.ranks_per_node}};
+    if (!f.transformer_layer_cls_to_wrap.empty()) {
+      j["fsdp_config"]["fsdp_transformer_layer_cls_to_wrap"] = f.transformer_layer_cls_to_wrap;
+    }
   }
   j["seed"] = s.seed;
   j["threads_per_process"] = s.threads_per_process;

@@ -13,11 +13,11 @@
 
 namespace trainyard {
 
-enum class ModelKind { kMlp, kCnn };
+enum class ModelKind { kMlp, kCnn, kGpt };
 enum class DataKind { kSynthetic };
 enum class OptimizerKind { kSgd, kAdamW };
 enum class Device { kCpu, kCuda };
-enum class DistributedType { kNo, kDdp };
+enum class DistributedType { kNo, kDdp, kFsdp };
 enum class MixedPrecision { kNo };
 // DDP communication hooks (PyTorch's names: allreduce, fp16_compress,
 // bf16_compress, powerSGD, batched_powerSGD).
@@ -34,6 +34,13 @@ struct ModelSpec {
   // Width of the input (mlp) — 784 = 28x28 MNIST-shaped images.
   int64_t input_size = 784;
   int64_t num_classes = 10;
+  // gpt: a decoder-only transformer on token ids.
+  int64_t layers = 4;
+  int64_t width = 256;
+  int64_t heads = 4;
+  int64_t context = 128;
+  int64_t vocab = 512;
+  bool tied_head = true;  // the output head reuses the token embedding
 };
 
 struct DataSpec {
@@ -85,6 +92,29 @@ struct DdpSpec {
   IntraHostTransport intra_host_transport = IntraHostTransport::kAuto;
 };
 
+// FSDP (Accelerate's fsdp_config). Names and numbers as Accelerate's.
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
+enum class WrapPolicy { kNoWrap, kSizeBased, kTransformerBased };
+enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
+enum class StateDictType { kFullStateDict, kShardedStateDict };
+
+struct FsdpSpec {
+  ShardingStrategy sharding_strategy = ShardingStrategy::kFullShard;  // fsdp_sharding_strategy
+  WrapPolicy auto_wrap_policy = WrapPolicy::kNoWrap;                  // fsdp_auto_wrap_policy
+  std::vector<std::string> transformer_layer_cls_to_wrap;             // e.g. ["Block"]
+  int64_t min_num_params = 100000000;                                 // fsdp_min_num_params (Accelerate: 1e8)
+  bool offload_params = false;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
+  bool forward_prefetch = false;
+  StateDictType state_dict_type = StateDictType::kFullStateDict;
+  bool sync_module_states = true;
+  bool use_orig_params = true;
+  bool cpu_ram_efficient_loading = true;
+  // Ranks per "node" for HYBRID strategies (0: every rank on one node).
+  // Lets one machine stand for several nodes.
+  int32_t ranks_per_node = 0;
+};
+
 struct JobSpec {
   std::string name = "job";
   ModelSpec model;
@@ -96,6 +126,7 @@ struct JobSpec {
   DistributedType distributed_type = DistributedType::kDdp;
   MixedPrecision mixed_precision = MixedPrecision::kNo;
   DdpSpec ddp;
+  FsdpSpec fsdp;  // used when distributed_type is FSDP
   // Model-initialization seed, identical on all ranks.
   uint64_t seed = 42;
   // Intra-op threads per worker process (LibTorch's set_num_threads).
@@ -128,6 +159,10 @@ const char* DeviceName(Device device);
 const char* DistributedTypeName(DistributedType type);
 const char* IntraHostTransportName(IntraHostTransport transport);
 const char* CommHookName(CommHookType hook);
+const char* ShardingStrategyName(ShardingStrategy strategy);
+const char* WrapPolicyName(WrapPolicy policy);
+const char* BackwardPrefetchName(BackwardPrefetch prefetch);
+const char* StateDictTypeName(StateDictType type);
 const char* CommWrapperName(CommWrapper wrapper);
 
 }  // namespace trainyard

@@ -157,6 +157,29 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(s.job(job_id)["state"], "CANCELLED")
         self.assertEqual(worker_pids(job_id), [])
 
+    def test_2b_fsdp_gpt_job(self):
+        s = self.server
+        spec = write_spec(self.tmp.name, "fsdp.yaml", """
+name: e2e-fsdp
+model: {kind: gpt, layers: 2, width: 32, heads: 4, context: 16, vocab: 64}
+data: {kind: synthetic, batch_size: 4, num_samples: 2000}
+optimizer: {kind: adamw, lr: 0.003}
+max_steps: 60
+num_processes: 2
+distributed_type: FSDP
+fsdp_config: {fsdp_sharding_strategy: 1, fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP,
+              fsdp_transformer_layer_cls_to_wrap: Block}
+""")
+        r = s.ctl("-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = json.loads(r.stdout)["id"]
+        w = s.ctl("watch", job_id)
+        self.assertEqual(w.returncode, 0, w.stdout + w.stderr + s.ctl("logs", job_id).stdout)
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "SUCCEEDED")
+        self.assertEqual(job["spec"]["fsdp_config"]["fsdp_sharding_strategy"], "FULL_SHARD")
+        self.assertLess(job["loss"], job["first_loss"], job)
+
     def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
         s = self.server
         cases = {

@@ -83,7 +83,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"modle: {kind: mlp}\n", {"'modle'", "unknown key", "model"}},
         BadSpec{"model: {kind: mlp, depth: 3}\n", {"'model.depth'", "unknown key", "hidden"}},
         BadSpec{"model: {kind: transformer}\n", {"'model.kind'", "transformer", "mlp, cnn"}},
-        BadSpec{"model: {kind: gpt}\n", {"'model.kind'", "not supported by this version"}},
+        BadSpec{"model: {kind: resnet}\n", {"'model.kind'", "not supported by this version"}},
+        BadSpec{"model: {kind: gpt, width: 30, heads: 4}\n", {"'model.heads'", "divide width"}},
+        BadSpec{"model: {kind: gpt, hidden: [3]}\n", {"'model.hidden'", "gpt"}},
+        BadSpec{"model: {kind: mlp, layers: 3}\n", {"'model.layers'", "gpt model only"}},
         BadSpec{"model: {hidden: [10, -1]}\n", {"'model.hidden[1]'", "between 1 and"}},
         BadSpec{"model: {hidden: 10}\n", {"'model.hidden'", "list"}},
         BadSpec{"num_processes: 0\n", {"'num_processes'", "between 1 and"}},
@@ -103,7 +106,27 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"data: {kind: imagenet}\n", {"'data.kind'", "synthetic"}},
         BadSpec{"data: {shuffle: maybe}\n", {"'data.shuffle'", "true or false"}},
         BadSpec{"device: tpu\n", {"'device'", "cpu, cuda"}},
-        BadSpec{"distributed_type: FSDP\n", {"'distributed_type'", "not supported by this version"}},
+        BadSpec{"distributed_type: DeepSpeed\n", {"'distributed_type'", "FSDP"}},
+        BadSpec{"fsdp_config: {fsdp_sharding_strategy: 7}\n", {"'fsdp_config.fsdp_sharding_strategy'", "FULL_SHARD (1)"}},
+        BadSpec{"fsdp_config: {fsdp_sharding_strategy: HALF_SHARD}\n",
+                {"'fsdp_config.fsdp_sharding_strategy'", "HALF_SHARD"}},
+        BadSpec{"fsdp_config: {fsdp_auto_wrap_policy: LAYER_WRAP}\n",
+                {"'fsdp_config.fsdp_auto_wrap_policy'", "TRANSFORMER_BASED_WRAP"}},
+        BadSpec{"fsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n",
+                {"'fsdp_config.fsdp_transformer_layer_cls_to_wrap'", "required"}},
+        BadSpec{"fsdp_config: {fsdp_min_num_params: 0}\n", {"'fsdp_config.fsdp_min_num_params'"}},
+        BadSpec{"fsdp_config: {fsdp_offload_params: sometimes}\n", {"'fsdp_config.fsdp_offload_params'"}},
+        BadSpec{"fsdp_config: {fsdp_backward_prefetch: BACKWARD_LATER}\n",
+                {"'fsdp_config.fsdp_backward_prefetch'", "BACKWARD_PRE"}},
+        BadSpec{"fsdp_config: {fsdp_backward_prefetch: NO_PREFETCH, fsdp_backward_prefetch_policy: NO_PREFETCH}\n",
+                {"'fsdp_config.fsdp_backward_prefetch_policy'", "not both"}},
+        BadSpec{"fsdp_config: {fsdp_state_dict_type: LOCAL_STATE_DICT}\n",
+                {"'fsdp_config.fsdp_state_dict_type'", "not supported"}},
+        BadSpec{"fsdp_config: {fsdp_sync_module_states: false}\n",
+                {"'fsdp_config.fsdp_sync_module_states'", "cpu_ram_efficient_loading"}},
+        BadSpec{"fsdp_config: {fsdp_sharding: FULL_SHARD}\n", {"'fsdp_config.fsdp_sharding'", "unknown key"}},
+        BadSpec{"num_processes: 4\nfsdp_config: {ranks_per_node: 3}\n", {"'fsdp_config.ranks_per_node'", "divide"}},
+        BadSpec{"distributed_type: FSDP\nddp: {comm_hook: fp16}\n", {"'ddp.comm_hook'", "not FSDP"}},
         BadSpec{"mixed_precision: fp8\n", {"'mixed_precision'", "accepted: no"}},
         BadSpec{"ddp: {comm_hook: zip}\n", {"'ddp.comm_hook'", "unknown value"}},
         BadSpec{"ddp: {comm_state_option: {matrix_approximation_rank: 2}}\n", {"'ddp.comm_state_option'", "stateless"}},
@@ -177,6 +200,43 @@ TEST(JobSpecTest, PowerSgdOptionsWithPyTorchDefaults) {
   EXPECT_TRUE(ParseJobSpec("ddp: {comm_hook: power_sgd, comm_state_option: {start_powerSGD_iter: 0, "
                            "use_error_feedback: false, warm_start: false}}\n")
                   .ok());
+}
+
+TEST(JobSpecTest, AccelerateFsdpConfigKeysVerbatim) {
+  auto spec = ParseJobSpec(
+      "model: {kind: gpt, layers: 2, width: 64, heads: 4, context: 32, vocab: 128}\n"
+      "distributed_type: FSDP\nnum_processes: 4\n"
+      "fsdp_config:\n"
+      "  fsdp_sharding_strategy: 4\n"
+      "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+      "  fsdp_transformer_layer_cls_to_wrap: Block\n"
+      "  fsdp_backward_prefetch_policy: BACKWARD_POST\n"
+      "  fsdp_forward_prefetch: true\n"
+      "  fsdp_offload_params: false\n"
+      "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"
+      "  fsdp_sync_module_states: true\n"
+      "  fsdp_use_orig_params: true\n"
+      "  fsdp_cpu_ram_efficient_loading: true\n"
+      "  fsdp_min_num_params: 1000\n"
+      "  ranks_per_node: 2\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->distributed_type, DistributedType::kFsdp);
+  EXPECT_EQ(spec->fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
+  EXPECT_EQ(spec->fsdp.auto_wrap_policy, WrapPolicy::kTransformerBased);
+  EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Block"}));
+  EXPECT_EQ(spec->fsdp.backward_prefetch, BackwardPrefetch::kBackwardPost);
+  EXPECT_EQ(spec->fsdp.state_dict_type, StateDictType::kShardedStateDict);
+  EXPECT_EQ(spec->fsdp.ranks_per_node, 2);
+  EXPECT_EQ(spec->model.kind, ModelKind::kGpt);
+  auto again = ParseJobSpec(JobSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status() << JobSpecToJson(*spec);
+  EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
+  auto names = ParseJobSpec("fsdp_config: {fsdp_sharding_strategy: shard_grad_op, "
+                            "fsdp_transformer_layer_cls_to_wrap: 'Block, Linear', "
+                            "fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(names->fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(names->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Block", "Linear"}));
 }
 
 TEST(JobSpecTest, RejectsOversizedSpec) {

@@ -26,13 +26,11 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "worker/collectives.h"
 #include "worker/models.h"
 
 namespace trainyard {
-
-enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
-enum class WrapPolicy { kNoWrap, kSizeBased, kTransformerBased };
 
 struct FsdpOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;

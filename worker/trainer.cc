@@ -6,6 +6,7 @@
 
 #include "worker/data.h"
 #include "worker/ddp.h"
+#include "worker/fsdp.h"
 #include "worker/models.h"
 
 namespace trainyard {
@@ -48,6 +49,7 @@ struct Trainer::Impl {
 
   std::shared_ptr<Model> model;
   std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<FullyShardedModel> fsdp;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<DataLoader> loader;
   int64_t step = 0;
@@ -94,9 +96,26 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
     s.ddp = std::make_unique<DistributedDataParallel>(s.model->parameters(), s.model->buffers(), s.pg, s.spec.ddp,
                                                       dist.shm);
   }
-  s.optimizer = MakeOptimizer(s.spec.optimizer, s.model->parameters());
-  auto dataset = std::make_shared<SyntheticDataset>(s.model->sample_shape(), s.spec.model.num_classes,
-                                                    s.spec.data.num_samples, s.spec.data.seed);
+  if (s.spec.distributed_type == DistributedType::kFsdp) {
+    FsdpOptions fo;
+    fo.strategy = s.spec.fsdp.sharding_strategy;
+    fo.wrap_policy = s.spec.fsdp.auto_wrap_policy;
+    fo.min_num_params = s.spec.fsdp.min_num_params;
+    fo.layer_types = s.spec.fsdp.transformer_layer_cls_to_wrap;
+    fo.sync_module_states = s.spec.fsdp.sync_module_states;
+    s.fsdp = std::make_unique<FullyShardedModel>(s.model, fo, dist.shard_group, dist.replicate_group, world_size);
+    s.optimizer = MakeOptimizer(s.spec.optimizer, s.fsdp->ShardParameters());
+  } else {
+    s.optimizer = MakeOptimizer(s.spec.optimizer, s.model->parameters());
+  }
+  std::shared_ptr<Dataset> dataset;
+  if (s.spec.model.kind == ModelKind::kGpt) {
+    dataset = std::make_shared<SyntheticTokens>(s.spec.model.context, s.spec.model.vocab, s.spec.data.num_samples,
+                                                s.spec.data.seed);
+  } else {
+    dataset = std::make_shared<SyntheticDataset>(s.model->sample_shape(), s.spec.model.num_classes,
+                                                 s.spec.data.num_samples, s.spec.data.seed);
+  }
   DistributedSampler sampler(dataset->size(), rank, world_size, s.spec.data.shuffle, s.spec.data.seed);
   s.loader = std::make_unique<DataLoader>(dataset, sampler, s.spec.data.batch_size);
 }
@@ -105,6 +124,7 @@ Trainer::~Trainer() = default;
 
 Model& Trainer::model() { return *impl_->model; }
 DistributedDataParallel* Trainer::ddp() { return impl_->ddp.get(); }
+FullyShardedModel* Trainer::fsdp() { return impl_->fsdp.get(); }
 int64_t Trainer::step() const { return impl_->step; }
 
 double Trainer::Step() {
@@ -115,11 +135,15 @@ double Trainer::Step() {
   const auto t1 = Clock::now();
 
   if (s.ddp) s.ddp->PrepareForward();
-  at::Tensor logits = s.model->forward(batch.inputs);
-  at::Tensor loss = torch::nn::functional::cross_entropy(logits, batch.targets);
+  at::Tensor logits = s.fsdp ? s.fsdp->Forward(batch.inputs) : s.model->forward(batch.inputs);
+  // [B, C] logits with [B] targets, or [B, T, V] with [B, T] (language models).
+  at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                         batch.targets.reshape({-1}));
   // With find_unused_parameters the Reducer walks the graph from the outputs.
   if (s.ddp) s.ddp->PrepareBackward(s.spec.ddp.find_unused_parameters ? std::vector<at::Tensor>{logits} : std::vector<at::Tensor>{});
+  if (s.fsdp) s.fsdp->PrepareBackward();
   loss.backward();
+  if (s.fsdp) s.fsdp->FinishBackward();
   const auto t2 = Clock::now();
 
   s.optimizer->step();

@@ -19,6 +19,8 @@ namespace trainyard {
 class Model;
 class DistributedDataParallel;
 class ShmCollectives;
+class Collectives;
+class FullyShardedModel;
 
 // The communication a rank has: null pointers when world_size == 1.
 struct DistContext {
@@ -26,6 +28,10 @@ struct DistContext {
   // Shared-memory collectives among ranks of one host, when available and
   // selected (ddp.intra_host_transport); not owned.
   ShmCollectives* shm = nullptr;
+  // FSDP: the ranks sharing one copy of the parameters, and the ranks
+  // holding the same shard (see FullyShardedModel); not owned.
+  Collectives* shard_group = nullptr;
+  Collectives* replicate_group = nullptr;
 };
 
 struct TrainResult {
@@ -52,6 +58,8 @@ class Trainer {
   Model& model();
   // Null unless the job runs DDP over several ranks.
   DistributedDataParallel* ddp();
+  // Null unless the job runs FSDP.
+  FullyShardedModel* fsdp();
   int64_t step() const;
 
  private:

@@ -9,6 +9,7 @@
 #include "common/job_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/control_client.h"
+#include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
@@ -71,6 +72,26 @@ std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10
   return ShmCollectives::Create(store, rank, world_size, "trainyard");
 }
 
+FsdpGroups MakeFsdpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                          const c10::intrusive_ptr<c10d::ProcessGroup>& world, int32_t rank, int32_t world_size,
+                          const std::string& bind_addr, std::chrono::milliseconds timeout) {
+  FsdpGroups g;
+  switch (spec.fsdp.sharding_strategy) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp: g.shard = MakeCollectives(world); break;
+    case ShardingStrategy::kNoShard: g.replicate = MakeCollectives(world); break;
+    case ShardingStrategy::kHybridShard:
+    case ShardingStrategy::kHybridShardZero2: {
+      const int32_t per_node = spec.fsdp.ranks_per_node > 0 ? spec.fsdp.ranks_per_node : world_size;
+      HybridGroups h = MakeHybridGroups(store, spec.device, rank, world_size, per_node, bind_addr, timeout);
+      g.shard = std::move(h.shard);
+      g.replicate = std::move(h.replicate);
+      break;
+    }
+  }
+  return g;
+}
+
 int RunWorker(const WorkerArgs& args) {
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -111,6 +132,7 @@ int RunWorker(const WorkerArgs& args) {
     c10::intrusive_ptr<c10d::Store> store;
     c10::intrusive_ptr<c10d::ProcessGroup> pg;
     std::unique_ptr<ShmCollectives> shm;
+    FsdpGroups fsdp_groups;
     if (args.world_size > 1) {
       RendezvousOptions ro;
       ro.master_addr = args.master_addr;
@@ -122,9 +144,14 @@ int RunWorker(const WorkerArgs& args) {
       store = ConnectStore(ro);
       pg = MakeProcessGroup(spec->device, store, args.rank, args.world_size, args.bind_addr, ro.timeout);
       shm = MaybeSharedMemory(*spec, store, args.rank, args.world_size);
+      if (spec->distributed_type == DistributedType::kFsdp) {
+        fsdp_groups = MakeFsdpGroups(*spec, store, pg, args.rank, args.world_size, args.bind_addr, ro.timeout);
+      }
     }
     LoggingSink sink(&ctl, args.rank, spec->max_steps);
-    Trainer trainer(*spec, args.rank, args.world_size, DistContext{pg, shm.get()}, &sink, &g_stop_requested);
+    Trainer trainer(*spec, args.rank, args.world_size,
+                    DistContext{pg, shm.get(), fsdp_groups.shard.get(), fsdp_groups.replicate.get()}, &sink,
+                    &g_stop_requested);
     spdlog::info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps,
                  args.world_size);
     TrainResult result = trainer.Run();

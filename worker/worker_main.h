@@ -3,8 +3,12 @@
 #ifndef TRAINYARD_WORKER_WORKER_MAIN_H_
 #define TRAINYARD_WORKER_WORKER_MAIN_H_
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "worker/collectives.h"
+
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -35,6 +39,16 @@ int RunWorker(const WorkerArgs& args);
 // on this host (collective over all ranks); null otherwise.
 class ShmCollectives;
 struct JobSpec;
+// FSDP's shard and replicate groups for the job's sharding strategy.
+class Collectives;
+struct FsdpGroups {
+  std::unique_ptr<Collectives> shard;
+  std::unique_ptr<Collectives> replicate;
+};
+FsdpGroups MakeFsdpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                          const c10::intrusive_ptr<c10d::ProcessGroup>& world, int32_t rank, int32_t world_size,
+                          const std::string& bind_addr, std::chrono::milliseconds timeout);
+
 std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
                                                   int32_t rank, int32_t world_size);
 
