@@ -22,6 +22,14 @@ struct StepMetrics {
   int64_t comm_wire_bytes = 0;        // gradient payload handed to collectives this step
   int64_t comm_fp32_bytes = 0;        // what plain fp32 allreduce would have carried
   double comm_hook_seconds = 0;       // time in the comm hook this step
+  // Bytes this rank holds at the end of the step (unique storages).
+  int64_t param_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  // FSDP collectives this step: payload bytes and time.
+  int64_t allgather_bytes = 0;
+  int64_t reduce_scatter_bytes = 0;
+  double sharded_comm_seconds = 0;
   int64_t unix_millis = 0;
 };
 

@@ -44,6 +44,12 @@ void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
   out->set_comm_wire_bytes(m.comm_wire_bytes);
   out->set_comm_fp32_bytes(m.comm_fp32_bytes);
   out->set_comm_hook_seconds(m.comm_hook_seconds);
+  out->set_param_bytes(m.param_bytes);
+  out->set_grad_bytes(m.grad_bytes);
+  out->set_optimizer_bytes(m.optimizer_bytes);
+  out->set_allgather_bytes(m.allgather_bytes);
+  out->set_reduce_scatter_bytes(m.reduce_scatter_bytes);
+  out->set_sharded_comm_seconds(m.sharded_comm_seconds);
 }
 
 StepMetrics FromProto(const v1::MetricsSample& m) {
@@ -63,6 +69,12 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
   s.comm_wire_bytes = m.comm_wire_bytes();
   s.comm_fp32_bytes = m.comm_fp32_bytes();
   s.comm_hook_seconds = m.comm_hook_seconds();
+  s.param_bytes = m.param_bytes();
+  s.grad_bytes = m.grad_bytes();
+  s.optimizer_bytes = m.optimizer_bytes();
+  s.allgather_bytes = m.allgather_bytes();
+  s.reduce_scatter_bytes = m.reduce_scatter_bytes();
+  s.sharded_comm_seconds = m.sharded_comm_seconds();
   return s;
 }
 

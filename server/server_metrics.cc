@@ -52,7 +52,19 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       comm_hook_seconds_(prometheus::BuildCounter()
                              .Name("trainyard_job_comm_hook_seconds_total")
                              .Help("Time spent in the DDP communication hook")
-                             .Register(*registry_)) {
+                             .Register(*registry_)),
+      memory_bytes_(prometheus::BuildGauge()
+                        .Name("trainyard_job_memory_bytes")
+                        .Help("Bytes a rank holds, by kind: parameters, gradients, optimizer state (tensor storages)")
+                        .Register(*registry_)),
+      sharded_bytes_(prometheus::BuildCounter()
+                         .Name("trainyard_job_fsdp_collective_bytes_total")
+                         .Help("FSDP collective payload, by op: all_gather, reduce_scatter")
+                         .Register(*registry_)),
+      sharded_seconds_(prometheus::BuildCounter()
+                           .Name("trainyard_job_fsdp_collective_seconds_total")
+                           .Help("Time spent in FSDP collectives")
+                           .Register(*registry_)) {
   for (JobState s : kAllJobStates) jobs_.Add({{"state", std::string(JobStateName(s))}}).Set(0);
   submitted_.Add({{"outcome", "accepted"}});
   submitted_.Add({{"outcome", "rejected"}});
@@ -73,6 +85,11 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
   auto it = series_.find(key);
   if (it != series_.end()) return it->second;
   const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(rank)}};
+  auto with = [&](const char* key, const char* value) {
+    auto l = labels;
+    l[key] = value;
+    return l;
+  };
   auto phase = [&](const char* name) {
     auto l = labels;
     l["phase"] = name;
@@ -84,7 +101,13 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
                phase("data"),               phase("compute"),
                phase("optimizer"),          &comm_wire_bytes_.Add(labels),
                &comm_fp32_bytes_.Add(labels), &comm_ratio_.Add(labels),
-               &comm_hook_seconds_.Add(labels)};
+               &comm_hook_seconds_.Add(labels),
+               &memory_bytes_.Add(with("kind", "parameters")),
+               &memory_bytes_.Add(with("kind", "gradients")),
+               &memory_bytes_.Add(with("kind", "optimizer_state")),
+               &sharded_bytes_.Add(with("op", "all_gather")),
+               &sharded_bytes_.Add(with("op", "reduce_scatter")),
+               &sharded_seconds_.Add(labels)};
   return series_.emplace(key, s).first->second;
 }
 
@@ -104,6 +127,12 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
   s.comm_fp32_bytes->Increment(static_cast<double>(m.comm_fp32_bytes));
   if (m.comm_fp32_bytes > 0) s.comm_ratio->Set(static_cast<double>(m.comm_wire_bytes) / m.comm_fp32_bytes);
   s.comm_hook_seconds->Increment(m.comm_hook_seconds);
+  s.param_bytes->Set(static_cast<double>(m.param_bytes));
+  s.grad_bytes->Set(static_cast<double>(m.grad_bytes));
+  s.optimizer_bytes->Set(static_cast<double>(m.optimizer_bytes));
+  s.allgather_bytes->Increment(static_cast<double>(m.allgather_bytes));
+  s.reduce_scatter_bytes->Increment(static_cast<double>(m.reduce_scatter_bytes));
+  s.sharded_comm_seconds->Increment(m.sharded_comm_seconds);
 }
 
 void ServerMetrics::RemoveJob(const std::string& job_id) {
@@ -126,6 +155,10 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
     comm_fp32_bytes_.Remove(s.comm_fp32_bytes);
     comm_ratio_.Remove(s.comm_ratio);
     comm_hook_seconds_.Remove(s.comm_hook_seconds);
+    for (auto* g : {s.param_bytes, s.grad_bytes, s.optimizer_bytes}) memory_bytes_.Remove(g);
+    sharded_bytes_.Remove(s.allgather_bytes);
+    sharded_bytes_.Remove(s.reduce_scatter_bytes);
+    sharded_seconds_.Remove(s.sharded_comm_seconds);
     it = series_.erase(it);
   }
 }

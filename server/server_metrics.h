@@ -50,6 +50,12 @@ class ServerMetrics {
     prometheus::Counter* comm_fp32_bytes;
     prometheus::Gauge* comm_ratio;
     prometheus::Counter* comm_hook_seconds;
+    prometheus::Gauge* param_bytes;
+    prometheus::Gauge* grad_bytes;
+    prometheus::Gauge* optimizer_bytes;
+    prometheus::Counter* allgather_bytes;
+    prometheus::Counter* reduce_scatter_bytes;
+    prometheus::Counter* sharded_comm_seconds;
   };
   RankSeries& SeriesFor(const std::string& job_id, int32_t rank);  // REQUIRES: mu_ held
 
@@ -66,6 +72,9 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& comm_fp32_bytes_;
   prometheus::Family<prometheus::Gauge>& comm_ratio_;
   prometheus::Family<prometheus::Counter>& comm_hook_seconds_;
+  prometheus::Family<prometheus::Gauge>& memory_bytes_;
+  prometheus::Family<prometheus::Counter>& sharded_bytes_;
+  prometheus::Family<prometheus::Counter>& sharded_seconds_;
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -41,13 +42,23 @@ struct FullyShardedModel::Impl {
   std::vector<std::unique_ptr<Unit>> units;  // units[0] is the root
   std::vector<int> unit_of_layer;            // -1: root's
   std::vector<FsdpUnitInfo> infos;
+  FullyShardedModel::CommCounters counters;
+
+  template <typename F>
+  void Timed(F&& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    counters.nanos +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
 
   void Unshard(Unit& u) {
     if (u.gathered) return;
     if (shard_size > 1) {
       at::native::resize_bytes_cpu(u.full.storage().unsafeGetStorageImpl(), Bytes(u));
       at::Tensor target = u.full.variable_data();
-      shard_group->AllGatherInto(target, u.shard.detach());
+      Timed([&] { shard_group->AllGatherInto(target, u.shard.detach()); });
+      counters.allgather_bytes += static_cast<int64_t>(Bytes(u));
     }
     u.gathered = true;
   }
@@ -79,11 +90,15 @@ struct FullyShardedModel::Impl {
     at::Tensor grad;
     if (shard_size > 1) {
       grad = at::empty({u.info.shard_numel}, u.flat_grad.options());
-      shard_group->ReduceScatterSum(grad, u.flat_grad);
+      Timed([&] { shard_group->ReduceScatterSum(grad, u.flat_grad); });
+      counters.reduce_scatter_bytes += static_cast<int64_t>(u.flat_grad.nbytes());
     } else {
       grad = u.flat_grad;
     }
-    if (replicate_group != nullptr && replicate_group->size() > 1) replicate_group->AllreduceSum(grad);
+    if (replicate_group != nullptr && replicate_group->size() > 1) {
+      Timed([&] { replicate_group->AllreduceSum(grad); });
+      counters.reduce_scatter_bytes += static_cast<int64_t>(grad.nbytes());
+    }
     grad.div_(world_size);
     for (at::Tensor& p : u.params) p.mutable_grad() = at::Tensor();
     u.flat_grad = at::Tensor();
@@ -284,6 +299,7 @@ std::vector<at::Tensor> FullyShardedModel::FullParameters() {
 }
 
 const std::vector<FsdpUnitInfo>& FullyShardedModel::units() const { return impl_->infos; }
+const FullyShardedModel::CommCounters& FullyShardedModel::comm() const { return impl_->counters; }
 Model& FullyShardedModel::model() { return *impl_->model; }
 
 }  // namespace trainyard

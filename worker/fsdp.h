@@ -72,6 +72,14 @@ class FullyShardedModel {
   // Gathers the full parameters (collective), in Model::parameters() order.
   std::vector<at::Tensor> FullParameters();
   const std::vector<FsdpUnitInfo>& units() const;
+
+  // Cumulative collective traffic of this rank.
+  struct CommCounters {
+    int64_t allgather_bytes = 0;       // payload gathered (full unit sizes)
+    int64_t reduce_scatter_bytes = 0;  // gradient payload reduced (incl. replica all-reduce)
+    int64_t nanos = 0;                 // time inside collectives
+  };
+  const CommCounters& comm() const;
   Model& model();
 
  private:

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <set>
 
 #include "worker/data.h"
 #include "worker/ddp.h"
@@ -54,7 +55,8 @@ struct Trainer::Impl {
   std::unique_ptr<DataLoader> loader;
   int64_t step = 0;
   bool stop_agreed = false;
-  int64_t last_wire = 0, last_fp32 = 0, last_hook_nanos = 0;  // CommStats at the previous step  // set by the step whose control exchange carried a stop
+  int64_t last_wire = 0, last_fp32 = 0, last_hook_nanos = 0;  // CommStats at the previous step
+  int64_t last_allgather = 0, last_reduce_scatter = 0, last_sharded_nanos = 0;  // FSDP counters, likewise  // set by the step whose control exchange carried a stop
 
   // Started at the beginning of a step, waited for at its end.
   at::Tensor control;
@@ -125,6 +127,30 @@ Trainer::~Trainer() = default;
 Model& Trainer::model() { return *impl_->model; }
 DistributedDataParallel* Trainer::ddp() { return impl_->ddp.get(); }
 FullyShardedModel* Trainer::fsdp() { return impl_->fsdp.get(); }
+
+Trainer::MemoryBytes Trainer::Memory() const {
+  const Impl& s = *impl_;
+  std::set<const c10::StorageImpl*> seen;
+  auto bytes = [&](const at::Tensor& t) -> int64_t {
+    if (!t.defined() || !t.has_storage()) return 0;
+    return seen.insert(t.storage().unsafeGetStorageImpl()).second ? static_cast<int64_t>(t.storage().nbytes()) : 0;
+  };
+  MemoryBytes m;
+  std::vector<at::Tensor> params = s.model->parameters();
+  if (s.fsdp) {
+    for (const at::Tensor& p : s.fsdp->ShardParameters()) params.push_back(p);
+  }
+  for (const at::Tensor& p : params) m.params += bytes(p);
+  for (const at::Tensor& p : params) m.grads += bytes(p.grad());
+  for (const auto& [key, state] : s.optimizer->state()) {
+    if (auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {
+      m.optimizer += bytes(adam->exp_avg()) + bytes(adam->exp_avg_sq()) + bytes(adam->max_exp_avg_sq());
+    } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
+      m.optimizer += bytes(sgd->momentum_buffer());
+    }
+  }
+  return m;
+}
 int64_t Trainer::step() const { return impl_->step; }
 
 double Trainer::Step() {
@@ -147,8 +173,12 @@ double Trainer::Step() {
   const auto t2 = Clock::now();
 
   s.optimizer->step();
+  // Steady state: after the step, before gradients are released.
+  const MemoryBytes mem = s.sink != nullptr ? Memory() : MemoryBytes{};
   if (s.ddp) {
     s.ddp->ZeroGrad();
+  } else if (s.fsdp) {
+    for (at::Tensor& p : s.fsdp->ShardParameters()) p.mutable_grad() = at::Tensor();  // freed, as set_to_none
   } else {
     s.optimizer->zero_grad();
   }
@@ -170,6 +200,18 @@ double Trainer::Step() {
     m.step_seconds = Seconds(t4 - t0);
     m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
     m.learning_rate = s.spec.optimizer.lr;
+    m.param_bytes = mem.params;
+    m.grad_bytes = mem.grads;
+    m.optimizer_bytes = mem.optimizer;
+    if (s.fsdp) {
+      const auto& c = s.fsdp->comm();
+      m.allgather_bytes = c.allgather_bytes - s.last_allgather;
+      m.reduce_scatter_bytes = c.reduce_scatter_bytes - s.last_reduce_scatter;
+      m.sharded_comm_seconds = static_cast<double>(c.nanos - s.last_sharded_nanos) * 1e-9;
+      s.last_allgather = c.allgather_bytes;
+      s.last_reduce_scatter = c.reduce_scatter_bytes;
+      s.last_sharded_nanos = c.nanos;
+    }
     if (s.ddp) {
       const CommStats& cs = s.ddp->comm_stats();
       const int64_t wire = cs.wire_bytes.load(), fp32 = cs.fp32_equivalent_bytes.load(), nanos = cs.hook_nanos.load();

@@ -60,6 +60,14 @@ class Trainer {
   DistributedDataParallel* ddp();
   // Null unless the job runs FSDP.
   FullyShardedModel* fsdp();
+
+  // Bytes this rank holds now, counted from tensor storages (each storage
+  // once; freed FSDP buffers count zero).
+  struct MemoryBytes {
+    int64_t params = 0, grads = 0, optimizer = 0;
+    int64_t total() const { return params + grads + optimizer; }
+  };
+  MemoryBytes Memory() const;
   int64_t step() const;
 
  private:

@@ -1,0 +1,154 @@
+// bench/fsdp: samples/s and per-rank bytes of parameters + gradients +
+// optimizer state for DDP and each FSDP sharding strategy, at N = 2 and 4
+// ranks (processes on this machine), on the GPT. Memory is counted from
+// tensor storages at the end of a step (the worker's Trainer::Memory), not
+// RSS. HYBRID strategies take 2 ranks per "node" at N = 4 and 1 at N = 2.
+//
+//   fsdp [--steps N] [--warmup W]
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "bench/bench_util.h"
+#include "common/job_spec.h"
+#include "worker/process_group.h"
+#include "worker/shm_collectives.h"
+#include "worker/trainer.h"
+#include "worker/worker_main.h"
+
+namespace trainyard {
+namespace {
+
+struct Setup {
+  std::string label;
+  DistributedType type;
+  ShardingStrategy strategy;
+  IntraHostTransport transport;
+};
+
+const std::vector<Setup>& Setups() {
+  static const std::vector<Setup> kSetups = {
+      {"DDP (shared memory)", DistributedType::kDdp, ShardingStrategy::kFullShard, IntraHostTransport::kAuto},
+      {"DDP (Gloo)", DistributedType::kDdp, ShardingStrategy::kFullShard, IntraHostTransport::kProcessGroup},
+      {"FSDP FULL_SHARD", DistributedType::kFsdp, ShardingStrategy::kFullShard, IntraHostTransport::kAuto},
+      {"FSDP SHARD_GRAD_OP", DistributedType::kFsdp, ShardingStrategy::kShardGradOp, IntraHostTransport::kAuto},
+      {"FSDP NO_SHARD", DistributedType::kFsdp, ShardingStrategy::kNoShard, IntraHostTransport::kAuto},
+      {"FSDP HYBRID_SHARD", DistributedType::kFsdp, ShardingStrategy::kHybridShard, IntraHostTransport::kAuto},
+      {"FSDP HYBRID_SHARD_ZERO2", DistributedType::kFsdp, ShardingStrategy::kHybridShardZero2,
+       IntraHostTransport::kAuto},
+  };
+  return kSetups;
+}
+
+JobSpec SpecFor(const Setup& setup, int world, int steps) {
+  JobSpec spec;
+  spec.model.kind = ModelKind::kGpt;
+  spec.model.layers = 4;
+  spec.model.width = 256;
+  spec.model.heads = 4;
+  spec.model.context = 64;
+  spec.model.vocab = 512;
+  spec.data.batch_size = 4;
+  spec.optimizer.kind = OptimizerKind::kAdamW;
+  spec.optimizer.lr = 1e-3;
+  spec.max_steps = steps;
+  spec.num_processes = world;
+  spec.distributed_type = setup.type;
+  spec.ddp.intra_host_transport = setup.transport;
+  spec.fsdp.sharding_strategy = setup.strategy;
+  spec.fsdp.auto_wrap_policy = WrapPolicy::kTransformerBased;
+  spec.fsdp.transformer_layer_cls_to_wrap = {"Block"};
+  spec.fsdp.ranks_per_node = world == 4 ? 2 : 1;
+  return spec;
+}
+
+class Sink final : public MetricsSink {
+ public:
+  explicit Sink(int warmup) : warmup_(warmup) {}
+  void OnStep(const StepMetrics& m) override {
+    if (m.step > warmup_) seconds.push_back(m.step_seconds - m.data_seconds);
+    last = m;
+  }
+  std::vector<double> seconds;
+  StepMetrics last;
+
+ private:
+  int warmup_;
+};
+
+int RunRank(int setup_index, int steps, int warmup) {
+  at::set_num_threads(1);
+  const int rank = std::stoi(getenv("RANK"));
+  const int world = std::stoi(getenv("WORLD_SIZE"));
+  JobSpec spec = SpecFor(Setups().at(setup_index), world, warmup + steps);
+  RendezvousOptions ro;
+  ro.master_port = std::stoi(getenv("MASTER_PORT"));
+  ro.rank = rank;
+  ro.world_size = world;
+  auto store = ConnectStore(ro);
+  auto pg = MakeProcessGroup(Device::kCpu, store, rank, world, "127.0.0.1", std::chrono::minutes(5));
+  auto shm = MaybeSharedMemory(spec, store, rank, world);
+  FsdpGroups groups;
+  if (spec.distributed_type == DistributedType::kFsdp) {
+    groups = MakeFsdpGroups(spec, store, pg, rank, world, "127.0.0.1", std::chrono::minutes(5));
+  }
+  Sink sink(warmup);
+  Trainer trainer(spec, rank, world, DistContext{pg, shm.get(), groups.shard.get(), groups.replicate.get()}, &sink,
+                  nullptr);
+  trainer.Run();
+  pg->barrier()->wait();
+  if (rank == 0) {
+    std::cout << nlohmann::json{{"seconds", sink.seconds},
+                                {"param_bytes", sink.last.param_bytes},
+                                {"grad_bytes", sink.last.grad_bytes},
+                                {"optimizer_bytes", sink.last.optimizer_bytes}}
+                     .dump()
+              << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace trainyard
+
+int main(int argc, char** argv) {
+  using namespace trainyard;
+  CLI::App app{"Trainyard FSDP: throughput and per-rank memory by sharding strategy"};
+  int steps = 6, warmup = 2, setup = 0;
+  std::string role = "orchestrate";
+  app.add_option("--steps", steps, "Measured steps per run")->capture_default_str();
+  app.add_option("--warmup", warmup, "Unmeasured first steps")->capture_default_str();
+  app.add_option("--role", role, "internal");
+  app.add_option("--setup", setup, "internal");
+  CLI11_PARSE(app, argc, argv);
+  if (role == "rank") return RunRank(setup, steps, warmup);
+
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::cout << "| N | setup | samples/s (all ranks) | step s (mean) | CV | params MB/rank | grads MB/rank | "
+               "optimizer MB/rank | total MB/rank | total / DDP |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  for (int world : {2, 4}) {
+    double ddp_total = 0;
+    for (size_t i = 0; i < Setups().size(); ++i) {
+      std::vector<std::string> a = {self, "--role", "rank", "--setup", std::to_string(i), "--steps",
+                                    std::to_string(steps), "--warmup", std::to_string(warmup)};
+      auto j = bench::RunRanks(std::vector<std::vector<std::string>>(world, a));
+      const bench::Stats st = bench::Summarize(j["seconds"].get<std::vector<double>>());
+      const double params = j["param_bytes"].get<double>() / 1e6, grads = j["grad_bytes"].get<double>() / 1e6,
+                   opt = j["optimizer_bytes"].get<double>() / 1e6, total = params + grads + opt;
+      if (i == 0) ddp_total = total;
+      const double samples = static_cast<double>(world) * 4 / st.mean;
+      char line[512];
+      std::snprintf(line, sizeof(line), "| %d | %s | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", world,
+                    Setups()[i].label.c_str(), samples, st.mean, st.cv, params, grads, opt, total, total / ddp_total);
+      std::cout << line << std::flush;
+    }
+  }
+  std::cout << "\nmodel: GPT 4 layers, width 256, 4 heads, context 64, vocab 512 (3.3M parameters), batch 4 "
+               "sequences per rank, AdamW, 1 thread per rank; FSDP wraps each Block (TRANSFORMER_BASED_WRAP); "
+            << steps << " measured steps after " << warmup << ".\ncommand: " << argv[0] << " --steps " << steps
+            << " --warmup " << warmup << "\n";
+  return 0;
+}
