@@ -431,6 +431,7 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   r.Int("threads_per_process", &s.threads_per_process, 1, 256);
   r.Int("metrics_every_steps", &s.metrics_every_steps, 1, kMaxInt);
   r.Int("max_restarts", &s.max_restarts, 0, 1000);
+  r.Double("max_grad_norm", &s.max_grad_norm, 0.0, 1e9);
   r.RejectUnknown();
   if (s.fsdp.ranks_per_node > 0 && s.num_processes % s.fsdp.ranks_per_node != 0) {
     Fail("fsdp_config.ranks_per_node",
@@ -629,6 +630,7 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["threads_per_process"] = s.threads_per_process;
   j["metrics_every_steps"] = s.metrics_every_steps;
   j["max_restarts"] = s.max_restarts;
+  j["max_grad_norm"] = s.max_grad_norm;
   return j.dump();
 }
 

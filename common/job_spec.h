@@ -134,6 +134,9 @@ struct JobSpec {
   // How often workers send metrics: every this many steps, and at least once
   // a second.
   int32_t metrics_every_steps = 1;
+  // Clip gradients to this global L2 norm before each optimizer step (over
+  // all ranks and shards); 0 = no clipping (Accelerate's clip_grad_norm_).
+  double max_grad_norm = 0.0;
   // Restarts allowed after a worker failure (used by the restart policy).
   int32_t max_restarts = 0;
 };

@@ -19,6 +19,7 @@ struct StepMetrics {
   double learning_rate = 0;
   int64_t samples = 0;           // samples this rank processed in the step
   double eval_loss = std::nan("");
+  double grad_norm = std::nan("");    // global gradient norm before clipping (when clipping)
   int64_t comm_wire_bytes = 0;        // gradient payload handed to collectives this step
   int64_t comm_fp32_bytes = 0;        // what plain fp32 allreduce would have carried
   double comm_hook_seconds = 0;       // time in the comm hook this step

@@ -50,6 +50,7 @@ void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
   out->set_allgather_bytes(m.allgather_bytes);
   out->set_reduce_scatter_bytes(m.reduce_scatter_bytes);
   out->set_sharded_comm_seconds(m.sharded_comm_seconds);
+  out->set_grad_norm(m.grad_norm);
 }
 
 StepMetrics FromProto(const v1::MetricsSample& m) {
@@ -75,6 +76,7 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
   s.allgather_bytes = m.allgather_bytes();
   s.reduce_scatter_bytes = m.reduce_scatter_bytes();
   s.sharded_comm_seconds = m.sharded_comm_seconds();
+  s.grad_norm = m.grad_norm();
   return s;
 }
 

@@ -1,5 +1,7 @@
 #include "server/server_metrics.h"
 
+#include <cmath>
+
 namespace trainyard {
 namespace {
 
@@ -64,7 +66,11 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       sharded_seconds_(prometheus::BuildCounter()
                            .Name("trainyard_job_fsdp_collective_seconds_total")
                            .Help("Time spent in FSDP collectives")
-                           .Register(*registry_)) {
+                           .Register(*registry_)),
+      grad_norm_(prometheus::BuildGauge()
+                     .Name("trainyard_job_grad_norm")
+                     .Help("Global gradient norm before clipping at the last step (jobs with max_grad_norm)")
+                     .Register(*registry_)) {
   for (JobState s : kAllJobStates) jobs_.Add({{"state", std::string(JobStateName(s))}}).Set(0);
   submitted_.Add({{"outcome", "accepted"}});
   submitted_.Add({{"outcome", "rejected"}});
@@ -107,7 +113,8 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
                &memory_bytes_.Add(with("kind", "optimizer_state")),
                &sharded_bytes_.Add(with("op", "all_gather")),
                &sharded_bytes_.Add(with("op", "reduce_scatter")),
-               &sharded_seconds_.Add(labels)};
+               &sharded_seconds_.Add(labels),
+               &grad_norm_.Add(labels)};
   return series_.emplace(key, s).first->second;
 }
 
@@ -133,6 +140,7 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
   s.allgather_bytes->Increment(static_cast<double>(m.allgather_bytes));
   s.reduce_scatter_bytes->Increment(static_cast<double>(m.reduce_scatter_bytes));
   s.sharded_comm_seconds->Increment(m.sharded_comm_seconds);
+  if (!std::isnan(m.grad_norm)) s.grad_norm->Set(m.grad_norm);
 }
 
 void ServerMetrics::RemoveJob(const std::string& job_id) {
@@ -159,6 +167,7 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
     sharded_bytes_.Remove(s.allgather_bytes);
     sharded_bytes_.Remove(s.reduce_scatter_bytes);
     sharded_seconds_.Remove(s.sharded_comm_seconds);
+    grad_norm_.Remove(s.grad_norm);
     it = series_.erase(it);
   }
 }

@@ -56,6 +56,7 @@ class ServerMetrics {
     prometheus::Counter* allgather_bytes;
     prometheus::Counter* reduce_scatter_bytes;
     prometheus::Counter* sharded_comm_seconds;
+    prometheus::Gauge* grad_norm;
   };
   RankSeries& SeriesFor(const std::string& job_id, int32_t rank);  // REQUIRES: mu_ held
 
@@ -75,6 +76,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& memory_bytes_;
   prometheus::Family<prometheus::Counter>& sharded_bytes_;
   prometheus::Family<prometheus::Counter>& sharded_seconds_;
+  prometheus::Family<prometheus::Gauge>& grad_norm_;
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_

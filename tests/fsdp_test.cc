@@ -233,6 +233,67 @@ TEST(FsdpGpt, BlocksWrappedMatchSingleProcess) {
   }
 }
 
+// Clipping by global norm over all shards equals clip_grad_norm_ on the
+// unsharded model (small max_norm, so every step clips).
+TEST(FsdpClipping, GlobalNormOverShardsMatchesUnshardedClipping) {
+  at::set_num_threads(1);
+  constexpr int kWorld = 4;
+  constexpr double kMaxNorm = 0.05;
+  torch::manual_seed(23);
+  at::Tensor inputs = torch::randn({3, kWorld * kPerRank, 784});
+  at::Tensor targets = torch::randint(0, 10, {3, kWorld * kPerRank}, torch::kLong);
+  auto Sgd = [](const std::vector<at::Tensor>& p) {
+    return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.5));
+  };
+  auto ref = BuildModel(Mlp(), 2);
+  auto ref_opt = Sgd(ref->parameters());
+  std::vector<double> ref_norms;
+  for (int s = 0; s < 3; ++s) {
+    ref_opt->zero_grad();
+    torch::nn::functional::cross_entropy(ref->forward(inputs[s]), targets[s]).backward();
+    ref_norms.push_back(torch::nn::utils::clip_grad_norm_(ref->parameters(), kMaxNorm));
+    ref_opt->step();
+  }
+  ASSERT_GT(ref_norms[0], kMaxNorm * 2) << "the test must clip";
+  for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kHybridShard}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<std::vector<at::Tensor>> results(kWorld);
+    std::vector<std::vector<double>> norms(kWorld);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] {
+        Groups g = MakeGroups(strategy, store, r, kWorld, 2);
+        FsdpOptions o;
+        o.strategy = strategy;
+        o.wrap_policy = WrapPolicy::kTransformerBased;
+        o.layer_types = {"Linear"};
+        FullyShardedModel fsdp(BuildModel(Mlp(), 2), o, g.shard.get(), g.replicate.get(), kWorld);
+        auto opt = Sgd(fsdp.ShardParameters());
+        for (int s = 0; s < 3; ++s) {
+          opt->zero_grad();
+          at::Tensor loss = torch::nn::functional::cross_entropy(
+              fsdp.Forward(inputs[s].narrow(0, r * kPerRank, kPerRank)), targets[s].narrow(0, r * kPerRank, kPerRank));
+          fsdp.PrepareBackward();
+          loss.backward();
+          fsdp.FinishBackward();
+          norms[r].push_back(fsdp.ClipGradNorm(kMaxNorm));
+          opt->step();
+        }
+        results[r] = fsdp.FullParameters();
+      });
+    }
+    for (auto& t : threads) t.join();
+    auto expected = ref->parameters();
+    for (int r = 0; r < kWorld; ++r) {
+      for (int s = 0; s < 3; ++s) EXPECT_NEAR(norms[r][s], ref_norms[s], 1e-5 * ref_norms[s]) << "step " << s;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-5, 1e-6))
+            << ShardingStrategyName(strategy) << " rank " << r << " param " << i;
+      }
+    }
+  }
+}
+
 // Bytes of unique storages: parameters (gathered buffers count only while
 // allocated), their shards, gradients and AdamW state.
 int64_t StateBytes(const std::vector<at::Tensor>& module_params, const std::vector<at::Tensor>& optimized,

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -275,6 +276,26 @@ void FullyShardedModel::FinishBackward() {
   Impl& s = *impl_;
   for (auto it = s.units.rbegin(); it != s.units.rend(); ++it) s.PostBackward(**it);
   for (auto& u : s.units) s.Reshard(*u);
+}
+
+double FullyShardedModel::ClipGradNorm(double max_norm) {
+  Impl& s = *impl_;
+  torch::NoGradGuard no_grad;
+  at::Tensor sq = at::zeros({1}, at::kDouble);
+  for (auto& u : s.units) {
+    const at::Tensor& g = u->shard.grad();
+    if (g.defined()) sq += g.to(at::kDouble).pow(2).sum();
+  }
+  if (s.shard_size > 1) s.shard_group->AllreduceSum(sq);
+  const double norm = std::sqrt(sq.item<double>());
+  const double coef = max_norm / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_'s formula
+  if (coef < 1.0) {
+    for (auto& u : s.units) {
+      at::Tensor& g = u->shard.mutable_grad();
+      if (g.defined()) g.mul_(coef);
+    }
+  }
+  return norm;
 }
 
 std::vector<at::Tensor> FullyShardedModel::ShardParameters() const {

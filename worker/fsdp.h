@@ -67,6 +67,12 @@ class FullyShardedModel {
   // parameters) and frees every gathered buffer.
   void FinishBackward();
 
+  // Clips the gradients (call after FinishBackward) so that their global L2
+  // norm — over every shard of every unit, as if unsharded — is at most
+  // `max_norm`; returns the norm before clipping. Collective over the shard
+  // group. Replicas hold identical shards and are not counted twice.
+  double ClipGradNorm(double max_norm);
+
   // The shards, in unit order: what the optimizer steps on.
   std::vector<at::Tensor> ShardParameters() const;
   // Gathers the full parameters (collective), in Model::parameters() order.

@@ -170,6 +170,13 @@ double Trainer::Step() {
   if (s.fsdp) s.fsdp->PrepareBackward();
   loss.backward();
   if (s.fsdp) s.fsdp->FinishBackward();
+  double grad_norm = std::nan("");
+  if (s.spec.max_grad_norm > 0) {
+    // DDP's gradients are already averaged and identical on every rank;
+    // FSDP's norm is taken over all shards.
+    grad_norm = s.fsdp ? s.fsdp->ClipGradNorm(s.spec.max_grad_norm)
+                       : torch::nn::utils::clip_grad_norm_(s.model->parameters(), s.spec.max_grad_norm);
+  }
   const auto t2 = Clock::now();
 
   s.optimizer->step();
@@ -200,6 +207,7 @@ double Trainer::Step() {
     m.step_seconds = Seconds(t4 - t0);
     m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
     m.learning_rate = s.spec.optimizer.lr;
+    m.grad_norm = grad_norm;
     m.param_bytes = mem.params;
     m.grad_bytes = mem.grads;
     m.optimizer_bytes = mem.optimizer;
