@@ -61,6 +61,7 @@ struct Case {
   WrapPolicy policy;
   int world;
   const char* name;
+  bool offload = false;
   friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
@@ -87,6 +88,7 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
   o.wrap_policy = c.policy;
   o.min_num_params = 3000;  // SIZE_BASED: each Linear but the last closes a unit
   o.layer_types = {"Linear"};
+  o.offload_params = c.offload;
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::vector<at::Tensor>> results(c.world);
   std::vector<size_t> units(c.world);
@@ -112,6 +114,9 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
         }
         results[r] = fsdp.FullParameters();
         units[r] = fsdp.units().size();
+        for (const at::Tensor& shard : fsdp.ShardParameters()) {
+          if (!shard.device().is_cpu()) errors[r] = "a shard left CPU memory";
+        }
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -148,7 +153,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2"},
                       Case{ShardingStrategy::kHybridShard, WrapPolicy::kSizeBased, 4, "HYBRID_SHARD/size/2x2"},
                       Case{ShardingStrategy::kHybridShardZero2, WrapPolicy::kTransformerBased, 4,
-                           "HYBRID_SHARD_ZERO2/layer/2x2"}),
+                           "HYBRID_SHARD_ZERO2/layer/2x2"},
+                      Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2/offload", true},
+                      Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2/offload", true}),
     [](const auto& info) {
       std::string n = info.param.name;
       for (char& ch : n) {

@@ -29,6 +29,16 @@ struct Unit {
 
 size_t Bytes(const Unit& u) { return static_cast<size_t>(u.padded) * u.full.element_size(); }
 
+// Frees (0) or re-allocates a gathered buffer's storage in place; views of it
+// stay attached. CPU only in this build: CUDA storages need the CUDA
+// allocator's resize, which a CPU LibTorch does not link.
+void ResizeStorage(const at::Tensor& t, size_t bytes) {
+  if (!t.device().is_cpu()) {
+    throw std::runtime_error("FSDP buffer resizing on " + t.device().str() + " is not supported by this build");
+  }
+  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+}
+
 }  // namespace
 
 struct FullyShardedModel::Impl {
@@ -55,18 +65,26 @@ struct FullyShardedModel::Impl {
 
   void Unshard(Unit& u) {
     if (u.gathered) return;
-    if (shard_size > 1) {
-      at::native::resize_bytes_cpu(u.full.storage().unsafeGetStorageImpl(), Bytes(u));
+    if (shard_size == 1 && options.offload_params) {
+      ResizeStorage(u.full, Bytes(u));
+      u.full.variable_data().copy_(u.shard.detach().to(options.compute_device));
+    } else if (shard_size > 1) {
+      ResizeStorage(u.full, Bytes(u));
       at::Tensor target = u.full.variable_data();
-      Timed([&] { shard_group->AllGatherInto(target, u.shard.detach()); });
+      at::Tensor source = u.shard.detach().to(options.compute_device);  // offload: CPU -> device
+      Timed([&] { shard_group->AllGatherInto(target, source); });
       counters.allgather_bytes += static_cast<int64_t>(Bytes(u));
     }
     u.gathered = true;
   }
 
+  // An unsharded unit whose shard is its buffer never moves; with offload
+  // the buffer is a device copy that must be refreshed from the shard.
+  bool Static() const { return shard_size == 1 && !options.offload_params; }
+
   void Reshard(Unit& u) {
-    if (!u.gathered || shard_size == 1) return;
-    at::native::resize_bytes_cpu(u.full.storage().unsafeGetStorageImpl(), 0);
+    if (!u.gathered || Static()) return;
+    ResizeStorage(u.full, 0);
     u.gathered = false;
   }
 
@@ -101,13 +119,14 @@ struct FullyShardedModel::Impl {
       counters.reduce_scatter_bytes += static_cast<int64_t>(grad.nbytes());
     }
     grad.div_(world_size);
+    if (options.offload_params) grad = grad.to(at::kCPU);  // the shard's gradient lives with the shard
     for (at::Tensor& p : u.params) p.mutable_grad() = at::Tensor();
     u.flat_grad = at::Tensor();
     at::Tensor& g = u.shard.mutable_grad();
     if (g.defined()) {
       g.add_(grad);
     } else {
-      g = shard_size > 1 ? grad : grad.clone();  // an unsharded flat grad aliases the params' grads
+      g = shard_size > 1 || options.offload_params ? grad : grad.clone();  // else it aliases the params' grads
     }
     Reshard(u);
   }
@@ -211,7 +230,9 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions o
     u.info.num_params = total;
     u.padded = std::max<int64_t>(1, (total + s.shard_size - 1) / s.shard_size) * s.shard_size;
     u.info.shard_numel = u.padded / s.shard_size;
-    const auto options = u.params.empty() ? at::TensorOptions(at::kFloat) : u.params[0].options().requires_grad(false);
+    const auto options = (u.params.empty() ? at::TensorOptions(at::kFloat) : u.params[0].options())
+                             .requires_grad(false)
+                             .device(s.options.compute_device);
     u.full = at::zeros({u.padded}, options);
     {
       torch::NoGradGuard no_grad;
@@ -223,7 +244,9 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions o
         if (s.shard_size > 1) s.shard_group->Broadcast(u.full, 0);
       }
     }
-    if (s.shard_size > 1) {
+    if (s.options.offload_params) {
+      u.shard = u.full.narrow(0, s.shard_rank * u.info.shard_numel, u.info.shard_numel).to(at::kCPU, false, true);
+    } else if (s.shard_size > 1) {
       u.shard = u.full.narrow(0, s.shard_rank * u.info.shard_numel, u.info.shard_numel).clone();
     } else {
       u.shard = u.full.detach();  // unsharded: the flat buffer itself

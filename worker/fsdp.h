@@ -42,6 +42,12 @@ struct FsdpOptions {
   std::vector<std::string> layer_types;
   // Broadcast rank 0's initial weights before sharding.
   bool sync_module_states = true;
+  // Keep shards (and so their gradients and optimizer state) in CPU memory;
+  // each unit's shard is copied to `compute_device` for its all-gather and
+  // its reduced gradient copied back. With a CPU compute device (this build)
+  // the copies are no-ops on the same path.
+  bool offload_params = false;
+  c10::Device compute_device = c10::Device(c10::kCPU);
 };
 
 struct FsdpUnitInfo {
