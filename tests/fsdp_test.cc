@@ -62,6 +62,8 @@ struct Case {
   int world;
   const char* name;
   bool offload = false;
+  bool forward_prefetch = false;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNoPrefetch;
   friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
@@ -89,6 +91,9 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
   o.min_num_params = 3000;  // SIZE_BASED: each Linear but the last closes a unit
   o.layer_types = {"Linear"};
   o.offload_params = c.offload;
+  o.forward_prefetch = c.forward_prefetch;
+  o.backward_prefetch = c.backward_prefetch;
+  std::vector<int64_t> prefetches(c.world);
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::vector<at::Tensor>> results(c.world);
   std::vector<size_t> units(c.world);
@@ -114,6 +119,7 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
         }
         results[r] = fsdp.FullParameters();
         units[r] = fsdp.units().size();
+        prefetches[r] = fsdp.comm().prefetches;
         for (const at::Tensor& shard : fsdp.ShardParameters()) {
           if (!shard.device().is_cpu()) errors[r] = "a shard left CPU memory";
         }
@@ -130,6 +136,12 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
   const size_t expected_units =
       c.policy == WrapPolicy::kNoWrap ? 1 : c.policy == WrapPolicy::kSizeBased ? 3 : 5;
   EXPECT_EQ(units[0], expected_units);
+  const bool prefetching = c.forward_prefetch || c.backward_prefetch != BackwardPrefetch::kNoPrefetch;
+  if (prefetching && c.strategy != ShardingStrategy::kNoShard) {
+    EXPECT_GT(prefetches[0], 0) << "no all-gather was started ahead of need";
+  } else {
+    EXPECT_EQ(prefetches[0], 0);
+  }
   auto expected = ref->parameters();
   for (int r = 0; r < c.world; ++r) {
     ASSERT_EQ(results[r].size(), expected.size());
@@ -155,7 +167,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{ShardingStrategy::kHybridShardZero2, WrapPolicy::kTransformerBased, 4,
                            "HYBRID_SHARD_ZERO2/layer/2x2"},
                       Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2/offload", true},
-                      Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2/offload", true}),
+                      Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2/offload", true},
+                      Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2,
+                           "FULL_SHARD/layer/2/forward_prefetch+BACKWARD_PRE", false, true,
+                           BackwardPrefetch::kBackwardPre},
+                      Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2,
+                           "FULL_SHARD/layer/2/BACKWARD_POST", false, false, BackwardPrefetch::kBackwardPost},
+                      Case{ShardingStrategy::kHybridShard, WrapPolicy::kTransformerBased, 4,
+                           "HYBRID_SHARD/layer/2x2/forward_prefetch+BACKWARD_PRE", false, true,
+                           BackwardPrefetch::kBackwardPre}),
     [](const auto& info) {
       std::string n = info.param.name;
       for (char& ch : n) {

@@ -30,14 +30,19 @@ class GlooCollectives final : public Collectives {
   c10::intrusive_ptr<c10d::ProcessGroup> process_group() const override { return pg_; }
 
   void AllGatherInto(at::Tensor& full, const at::Tensor& shard) override {
+    AllGatherIntoAsync(full, shard)->wait();
+  }
+
+  c10::intrusive_ptr<c10d::Work> AllGatherIntoAsync(at::Tensor& full, const at::Tensor& shard) override {
     CheckShapes(full, shard, size());
     const bool bytes = GlooNeedsBytes(shard);
     at::Tensor out = bytes ? full.view(at::kByte) : full;
     at::Tensor in = bytes ? shard.view(at::kByte) : shard;
-    // All-gather into views of the flat output: no copy afterwards.
+    // All-gather into views of the flat output: no copy afterwards. The work
+    // keeps its tensors alive.
     std::vector<std::vector<at::Tensor>> outputs = {out.chunk(size())};
     std::vector<at::Tensor> inputs = {in};
-    pg_->allgather(outputs, inputs)->wait();
+    return pg_->allgather(outputs, inputs);
   }
 
   void ReduceScatterSum(at::Tensor& shard, const at::Tensor& full) override {
@@ -93,9 +98,12 @@ class NativeCollectives final : public Collectives {
   int32_t size() const override { return pg_->getSize(); }
   c10::intrusive_ptr<c10d::ProcessGroup> process_group() const override { return pg_; }
   void AllGatherInto(at::Tensor& full, const at::Tensor& shard) override {
+    AllGatherIntoAsync(full, shard)->wait();
+  }
+  c10::intrusive_ptr<c10d::Work> AllGatherIntoAsync(at::Tensor& full, const at::Tensor& shard) override {
     CheckShapes(full, shard, size());
     at::Tensor in = shard;
-    pg_->_allgather_base(full, in)->wait();
+    return pg_->_allgather_base(full, in);
   }
   void ReduceScatterSum(at::Tensor& shard, const at::Tensor& full) override {
     CheckShapes(full, shard, size());

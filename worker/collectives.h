@@ -31,6 +31,9 @@ class Collectives {
   // full.numel() == size() * shard.numel(); afterwards full's r-th slice is
   // rank r's shard. Contiguous tensors of one dtype.
   virtual void AllGatherInto(at::Tensor& full, const at::Tensor& shard) = 0;
+  // The same, started and returned at once: wait() on the result before
+  // reading `full`. Both tensors must stay alive until then.
+  virtual c10::intrusive_ptr<c10d::Work> AllGatherIntoAsync(at::Tensor& full, const at::Tensor& shard) = 0;
   // shard = sum over ranks of their full's rank()-th slice.
   virtual void ReduceScatterSum(at::Tensor& shard, const at::Tensor& full) = 0;
   virtual void AllreduceSum(at::Tensor& tensor) = 0;

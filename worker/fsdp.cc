@@ -23,6 +23,8 @@ struct Unit {
   at::Tensor full;       // [padded]; storage freed while resharded (unless unsharded group)
   at::Tensor flat_grad;  // [padded] during backward
   bool gathered = false;
+  c10::intrusive_ptr<c10d::Work> gathering;  // a prefetch in flight
+  at::Tensor gather_target, gather_source;   // kept alive while it is
   int pending = 0;  // parameters whose gradients have not arrived
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
 };
@@ -51,7 +53,8 @@ struct FullyShardedModel::Impl {
   int32_t shard_rank = 0;
   std::vector<Layer> layers;
   std::vector<std::unique_ptr<Unit>> units;  // units[0] is the root
-  std::vector<int> unit_of_layer;            // -1: root's
+  std::vector<int> unit_of_layer;            // 0: root's
+  std::vector<int> forward_order;            // wrapped units in forward order
   std::vector<FsdpUnitInfo> infos;
   FullyShardedModel::CommCounters counters;
 
@@ -63,8 +66,27 @@ struct FullyShardedModel::Impl {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   }
 
+  // Starts the unit's all-gather without waiting (prefetch).
+  void StartUnshard(Unit& u) {
+    if (u.gathered || u.gathering || shard_size == 1) return;
+    ResizeStorage(u.full, Bytes(u));
+    u.gather_target = u.full.variable_data();
+    u.gather_source = u.shard.detach().to(options.compute_device);
+    u.gathering = shard_group->AllGatherIntoAsync(u.gather_target, u.gather_source);
+    counters.allgather_bytes += static_cast<int64_t>(Bytes(u));
+    ++counters.prefetches;
+  }
+
   void Unshard(Unit& u) {
     if (u.gathered) return;
+    if (u.gathering) {
+      Timed([&] { u.gathering->wait(); });
+      u.gathering.reset();
+      u.gather_target = at::Tensor();
+      u.gather_source = at::Tensor();
+      u.gathered = true;
+      return;
+    }
     if (shard_size == 1 && options.offload_params) {
       ResizeStorage(u.full, Bytes(u));
       u.full.variable_data().copy_(u.shard.detach().to(options.compute_device));
@@ -88,10 +110,24 @@ struct FullyShardedModel::Impl {
     u.gathered = false;
   }
 
+  // The wrapped unit that runs after (+1) or before (-1) `u` in forward.
+  Unit* Neighbour(const Unit& u, int direction) {
+    for (size_t i = 0; i < forward_order.size(); ++i) {
+      if (units[forward_order[i]].get() != &u) continue;
+      const long j = static_cast<long>(i) + direction;
+      if (j < 0 || j >= static_cast<long>(forward_order.size())) return nullptr;
+      return units[forward_order[j]].get();
+    }
+    return nullptr;
+  }
+
   // Before the unit's backward: parameters gathered, gradients accumulate
   // into one flat buffer through views.
   void PreBackward(Unit& u) {
     Unshard(u);
+    if (options.backward_prefetch == BackwardPrefetch::kBackwardPre) {
+      if (Unit* next = Neighbour(u, -1)) StartUnshard(*next);
+    }
     if (u.flat_grad.defined()) return;
     u.flat_grad = at::zeros({u.padded}, u.full.options());
     u.pending = 0;
@@ -119,6 +155,11 @@ struct FullyShardedModel::Impl {
       counters.reduce_scatter_bytes += static_cast<int64_t>(grad.nbytes());
     }
     grad.div_(world_size);
+    if (options.backward_prefetch == BackwardPrefetch::kBackwardPost) {
+      if (Unit* next = Neighbour(u, -1)) {
+        if (next->flat_grad.defined() || !next->gathered) StartUnshard(*next);
+      }
+    }
     if (options.offload_params) grad = grad.to(at::kCPU);  // the shard's gradient lives with the shard
     for (at::Tensor& p : u.params) p.mutable_grad() = at::Tensor();
     u.flat_grad = at::Tensor();
@@ -212,6 +253,7 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions o
     }
     if (u->params.empty()) continue;
     for (size_t l : group) s.unit_of_layer[l] = static_cast<int>(s.units.size());
+    s.forward_order.push_back(static_cast<int>(s.units.size()));
     u->reshard_after_forward = reshard;
     s.units.push_back(std::move(u));
   }
@@ -276,7 +318,11 @@ at::Tensor FullyShardedModel::Forward(const at::Tensor& input) {
   at::Tensor x = input;
   for (size_t l = 0; l < s.layers.size(); ++l) {
     Unit& u = *s.units[s.unit_of_layer[l]];
+    const bool first_of_unit = l == 0 || s.unit_of_layer[l - 1] != s.unit_of_layer[l];
     s.Unshard(u);
+    if (first_of_unit && s.options.forward_prefetch && s.unit_of_layer[l] != 0) {
+      if (Unit* next = s.Neighbour(u, +1)) s.StartUnshard(*next);
+    }
     x = s.layers[l].forward(x);
     const bool last_of_unit = l + 1 == s.layers.size() || s.unit_of_layer[l + 1] != s.unit_of_layer[l];
     if (s.unit_of_layer[l] == 0 || !last_of_unit || !x.requires_grad()) continue;
@@ -298,6 +344,11 @@ void FullyShardedModel::PrepareBackward() { impl_->PreBackward(*impl_->units[0])
 void FullyShardedModel::FinishBackward() {
   Impl& s = *impl_;
   for (auto it = s.units.rbegin(); it != s.units.rend(); ++it) s.PostBackward(**it);
+  // A prefetch nobody waited for would hold parameters from before the
+  // optimizer step: finish it and free the buffer.
+  for (auto& u : s.units) {
+    if (u->gathering) s.Unshard(*u);
+  }
   for (auto& u : s.units) s.Reshard(*u);
 }
 

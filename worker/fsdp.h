@@ -48,6 +48,11 @@ struct FsdpOptions {
   // the copies are no-ops on the same path.
   bool offload_params = false;
   c10::Device compute_device = c10::Device(c10::kCPU);
+  // Start the next unit's all-gather while this one computes: in forward
+  // (forward_prefetch), and in backward before (BACKWARD_PRE) or after
+  // (BACKWARD_POST) the current unit's gradient computation.
+  bool forward_prefetch = false;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
 };
 
 struct FsdpUnitInfo {
@@ -89,7 +94,8 @@ class FullyShardedModel {
   struct CommCounters {
     int64_t allgather_bytes = 0;       // payload gathered (full unit sizes)
     int64_t reduce_scatter_bytes = 0;  // gradient payload reduced (incl. replica all-reduce)
-    int64_t nanos = 0;                 // time inside collectives
+    int64_t nanos = 0;                 // time inside collectives (waiting, for prefetched gathers)
+    int64_t prefetches = 0;            // all-gathers started ahead of need
   };
   const CommCounters& comm() const;
   Model& model();

@@ -106,6 +106,8 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
     fo.layer_types = s.spec.fsdp.transformer_layer_cls_to_wrap;
     fo.sync_module_states = s.spec.fsdp.sync_module_states;
     fo.offload_params = s.spec.fsdp.offload_params;
+    fo.forward_prefetch = s.spec.fsdp.forward_prefetch;
+    fo.backward_prefetch = s.spec.fsdp.backward_prefetch;
     fo.compute_device = s.spec.device == Device::kCuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
     s.fsdp = std::make_unique<FullyShardedModel>(s.model, fo, dist.shard_group, dist.replicate_group, world_size);
     s.optimizer = MakeOptimizer(s.spec.optimizer, s.fsdp->ShardParameters());
