@@ -425,8 +425,8 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
                            {"MULTI_GPU", DistributedType::kDdp},
                            {"FSDP", DistributedType::kFsdp},
                            {"NO", DistributedType::kNo}});
-  r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision, {{"no", MixedPrecision::kNo}},
-                         {"fp16", "bf16"});
+  r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision,
+                         {{"no", MixedPrecision::kNo}, {"bf16", MixedPrecision::kBf16}, {"fp16", MixedPrecision::kFp16}});
   r.Int("seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
   r.Int("threads_per_process", &s.threads_per_process, 1, 256);
   r.Int("metrics_every_steps", &s.metrics_every_steps, 1, kMaxInt);
@@ -439,6 +439,13 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   }
   if (s.distributed_type == DistributedType::kFsdp && s.ddp.comm_hook != CommHookType::kNone) {
     Fail("ddp.comm_hook", "applies to distributed_type DDP, not FSDP");
+  }
+  if (s.mixed_precision != MixedPrecision::kNo && s.distributed_type != DistributedType::kFsdp) {
+    Fail("mixed_precision", "is supported with distributed_type FSDP in this version (DDP and single-process "
+                            "autocast are not implemented yet)");
+  }
+  if (s.mixed_precision == MixedPrecision::kFp16 && s.device == Device::kCpu) {
+    Fail("mixed_precision", "'fp16' needs device cuda: LibTorch has no fp16 matrix kernels on CPU; use bf16");
   }
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));
@@ -591,7 +598,9 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["num_processes"] = s.num_processes;
   j["device"] = DeviceName(s.device);
   j["distributed_type"] = DistributedTypeName(s.distributed_type);
-  j["mixed_precision"] = "no";
+  j["mixed_precision"] = s.mixed_precision == MixedPrecision::kBf16   ? "bf16"
+                         : s.mixed_precision == MixedPrecision::kFp16 ? "fp16"
+                                                                      : "no";
   j["ddp"] = {{"bucket_cap_mb", s.ddp.bucket_cap_mb},
               {"comm_hook", CommHookName(s.ddp.comm_hook)},
               {"comm_wrapper", CommWrapperName(s.ddp.comm_wrapper)},

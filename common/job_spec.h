@@ -18,7 +18,7 @@ enum class DataKind { kSynthetic };
 enum class OptimizerKind { kSgd, kAdamW };
 enum class Device { kCpu, kCuda };
 enum class DistributedType { kNo, kDdp, kFsdp };
-enum class MixedPrecision { kNo };
+enum class MixedPrecision { kNo, kBf16, kFp16 };
 // DDP communication hooks (PyTorch's names: allreduce, fp16_compress,
 // bf16_compress, powerSGD, batched_powerSGD).
 enum class CommHookType { kNone, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd };

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+#include <map>
 #include <set>
 #include <thread>
 
@@ -318,6 +319,83 @@ TEST(FsdpClipping, GlobalNormOverShardsMatchesUnshardedClipping) {
             << ShardingStrategyName(strategy) << " rank " << r << " param " << i;
       }
     }
+  }
+}
+
+// bf16 mixed precision (gathered parameters, compute and gradient reduction
+// in bf16, fp32 shards) against the fp32 single-process run. bf16 keeps 8
+// significant bits, so each gradient carries relative errors of ~1e-2; the
+// test bounds the relative error of the whole update (parameters minus
+// their initial values) after 4 SGD steps, and checks that gathers
+// moved bf16 (half the bytes of the fp32 run). Measured: the first layer's
+// update, whose gradient multiplies bf16 inputs by bf16 back-propagated
+// errors through three layers, is 5.0% off; the bound is 8%.
+TEST(FsdpMixedPrecision, Bf16UpdatesTrackFp32) {
+  at::set_num_threads(1);
+  constexpr int kWorld = 2, kMpSteps = 4;
+  torch::manual_seed(31);
+  at::Tensor inputs = torch::randn({kMpSteps, kWorld * kPerRank, 784});
+  at::Tensor targets = torch::randint(0, 10, {kMpSteps, kWorld * kPerRank}, torch::kLong);
+  auto Sgd = [](const std::vector<at::Tensor>& p) {
+    return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1));
+  };
+  auto init = BuildModel(Mlp(), 4)->parameters();
+  auto ref = BuildModel(Mlp(), 4);
+  auto ref_opt = Sgd(ref->parameters());
+  for (int s = 0; s < kMpSteps; ++s) {
+    ref_opt->zero_grad();
+    torch::nn::functional::cross_entropy(ref->forward(inputs[s]), targets[s]).backward();
+    ref_opt->step();
+  }
+  std::map<at::ScalarType, std::vector<at::Tensor>> results;
+  std::map<at::ScalarType, int64_t> gathered_bytes;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<std::vector<at::Tensor>> out(kWorld);
+    std::vector<int64_t> bytes(kWorld);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] {
+        Groups g = MakeGroups(ShardingStrategy::kFullShard, store, r, kWorld, 2);
+        FsdpOptions o;
+        o.wrap_policy = WrapPolicy::kTransformerBased;
+        o.layer_types = {"Linear"};
+        o.param_dtype = dtype;
+        FullyShardedModel fsdp(BuildModel(Mlp(), 4), o, g.shard.get(), nullptr, kWorld);
+        auto opt = Sgd(fsdp.ShardParameters());
+        for (int s = 0; s < kMpSteps; ++s) {
+          opt->zero_grad();
+          at::Tensor logits = fsdp.Forward(inputs[s].narrow(0, r * kPerRank, kPerRank));
+          if (dtype != at::kFloat) EXPECT_EQ(logits.scalar_type(), dtype);
+          at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat),
+                                                                 targets[s].narrow(0, r * kPerRank, kPerRank));
+          fsdp.PrepareBackward();
+          loss.backward();
+          fsdp.FinishBackward();
+          opt->step();
+        }
+        for (const at::Tensor& shard : fsdp.ShardParameters()) EXPECT_EQ(shard.scalar_type(), at::kFloat);
+        out[r] = fsdp.FullParameters();
+        bytes[r] = fsdp.comm().allgather_bytes;
+      });
+    }
+    for (auto& t : threads) t.join();
+    results[dtype] = out[0];
+    gathered_bytes[dtype] = bytes[0];
+  }
+  EXPECT_EQ(gathered_bytes[at::kBFloat16] * 2, gathered_bytes[at::kFloat]);
+  auto expected = ref->parameters();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    at::Tensor ref_update = (expected[i] - init[i]).to(at::kDouble);
+    at::Tensor fp32_update = (results[at::kFloat][i] - init[i]).to(at::kDouble);
+    at::Tensor bf16_update = (results[at::kBFloat16][i] - init[i]).to(at::kDouble);
+    const double scale = ref_update.norm().item<double>();
+    ASSERT_GT(scale, 0);
+    EXPECT_LT((fp32_update - ref_update).norm().item<double>() / scale, 1e-4) << "param " << i;
+    const double rel = (bf16_update - ref_update).norm().item<double>() / scale;
+    EXPECT_LT(rel, 0.08) << "param " << i;
+    std::cout << "param " << i << ": bf16 update off by " << rel * 100 << "%\n";
+    EXPECT_GT(rel, 0) << "bf16 run identical to fp32: was it in bf16 at all?";
   }
 }
 

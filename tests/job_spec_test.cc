@@ -107,6 +107,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"data: {shuffle: maybe}\n", {"'data.shuffle'", "true or false"}},
         BadSpec{"device: tpu\n", {"'device'", "cpu, cuda"}},
         BadSpec{"max_grad_norm: -1\n", {"'max_grad_norm'", "between 0"}},
+        BadSpec{"mixed_precision: bf16\n", {"'mixed_precision'", "FSDP"}},
+        BadSpec{"distributed_type: FSDP\nmixed_precision: fp16\n", {"'mixed_precision'", "cuda"}},
         BadSpec{"distributed_type: DeepSpeed\n", {"'distributed_type'", "FSDP"}},
         BadSpec{"fsdp_config: {fsdp_sharding_strategy: 7}\n", {"'fsdp_config.fsdp_sharding_strategy'", "FULL_SHARD (1)"}},
         BadSpec{"fsdp_config: {fsdp_sharding_strategy: HALF_SHARD}\n",

@@ -71,7 +71,7 @@ struct FullyShardedModel::Impl {
     if (u.gathered || u.gathering || shard_size == 1) return;
     ResizeStorage(u.full, Bytes(u));
     u.gather_target = u.full.variable_data();
-    u.gather_source = u.shard.detach().to(options.compute_device);
+    u.gather_source = u.shard.detach().to(options.compute_device, options.param_dtype);
     u.gathering = shard_group->AllGatherIntoAsync(u.gather_target, u.gather_source);
     counters.allgather_bytes += static_cast<int64_t>(Bytes(u));
     ++counters.prefetches;
@@ -87,13 +87,14 @@ struct FullyShardedModel::Impl {
       u.gathered = true;
       return;
     }
-    if (shard_size == 1 && options.offload_params) {
+    if (shard_size == 1 && !Static()) {
       ResizeStorage(u.full, Bytes(u));
-      u.full.variable_data().copy_(u.shard.detach().to(options.compute_device));
+      u.full.variable_data().copy_(u.shard.detach().to(options.compute_device, options.param_dtype));
     } else if (shard_size > 1) {
       ResizeStorage(u.full, Bytes(u));
       at::Tensor target = u.full.variable_data();
-      at::Tensor source = u.shard.detach().to(options.compute_device);  // offload: CPU -> device
+      // offload: CPU -> device; mixed precision: fp32 shard -> param dtype
+      at::Tensor source = u.shard.detach().to(options.compute_device, options.param_dtype);
       Timed([&] { shard_group->AllGatherInto(target, source); });
       counters.allgather_bytes += static_cast<int64_t>(Bytes(u));
     }
@@ -102,7 +103,7 @@ struct FullyShardedModel::Impl {
 
   // An unsharded unit whose shard is its buffer never moves; with offload
   // the buffer is a device copy that must be refreshed from the shard.
-  bool Static() const { return shard_size == 1 && !options.offload_params; }
+  bool Static() const { return shard_size == 1 && !options.offload_params && options.param_dtype == at::kFloat; }
 
   void Reshard(Unit& u) {
     if (!u.gathered || Static()) return;
@@ -155,6 +156,7 @@ struct FullyShardedModel::Impl {
       counters.reduce_scatter_bytes += static_cast<int64_t>(grad.nbytes());
     }
     grad.div_(world_size);
+    if (grad.scalar_type() != at::kFloat) grad = grad.to(at::kFloat);  // reduced in low precision, kept in fp32
     if (options.backward_prefetch == BackwardPrefetch::kBackwardPost) {
       if (Unit* next = Neighbour(u, -1)) {
         if (next->flat_grad.defined() || !next->gathered) StartUnshard(*next);
@@ -167,7 +169,7 @@ struct FullyShardedModel::Impl {
     if (g.defined()) {
       g.add_(grad);
     } else {
-      g = shard_size > 1 || options.offload_params ? grad : grad.clone();  // else it aliases the params' grads
+      g = Static() ? grad.clone() : grad;  // a static unit's flat grad aliases the params' grads
     }
     Reshard(u);
   }
@@ -275,7 +277,7 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions o
     const auto options = (u.params.empty() ? at::TensorOptions(at::kFloat) : u.params[0].options())
                              .requires_grad(false)
                              .device(s.options.compute_device);
-    u.full = at::zeros({u.padded}, options);
+    u.full = at::zeros({u.padded}, options);  // fp32 while sharding; param dtype below
     {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < u.params.size(); ++i) {
@@ -288,12 +290,13 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions o
     }
     if (s.options.offload_params) {
       u.shard = u.full.narrow(0, s.shard_rank * u.info.shard_numel, u.info.shard_numel).to(at::kCPU, false, true);
-    } else if (s.shard_size > 1) {
+    } else if (s.shard_size > 1 || s.options.param_dtype != at::kFloat) {
       u.shard = u.full.narrow(0, s.shard_rank * u.info.shard_numel, u.info.shard_numel).clone();
     } else {
       u.shard = u.full.detach();  // unsharded: the flat buffer itself
     }
     u.shard.requires_grad_(true);
+    if (s.options.param_dtype != at::kFloat) u.full = u.full.to(s.options.param_dtype);
     for (size_t i = 0; i < u.params.size(); ++i) {
       at::Tensor& p = u.params[i];
       p.set_data(u.full.narrow(0, u.offsets[i], p.numel()).view(p.sizes()));
@@ -316,6 +319,7 @@ at::Tensor FullyShardedModel::Forward(const at::Tensor& input) {
   Impl& s = *impl_;
   s.Unshard(*s.units[0]);
   at::Tensor x = input;
+  if (s.options.param_dtype != at::kFloat && x.is_floating_point()) x = x.to(s.options.param_dtype);
   for (size_t l = 0; l < s.layers.size(); ++l) {
     Unit& u = *s.units[s.unit_of_layer[l]];
     const bool first_of_unit = l == 0 || s.unit_of_layer[l - 1] != s.unit_of_layer[l];
@@ -381,12 +385,19 @@ std::vector<at::Tensor> FullyShardedModel::ShardParameters() const {
 std::vector<at::Tensor> FullyShardedModel::FullParameters() {
   Impl& s = *impl_;
   torch::NoGradGuard no_grad;
+  // Gathered from the fp32 shards (not the possibly low-precision buffers).
   std::map<c10::TensorImpl*, at::Tensor> gathered;
   for (auto& u : s.units) {
-    const bool was = u->gathered;
-    s.Unshard(*u);
-    for (const at::Tensor& p : u->params) gathered[p.unsafeGetTensorImpl()] = p.detach().clone();
-    if (!was) s.Reshard(*u);
+    at::Tensor shard = u->shard.detach().to(at::kCPU);
+    at::Tensor flat = shard;
+    if (s.shard_size > 1) {
+      flat = at::empty({u->padded}, shard.options());
+      s.shard_group->AllGatherInto(flat, shard);
+    }
+    for (size_t i = 0; i < u->params.size(); ++i) {
+      const at::Tensor& p = u->params[i];
+      gathered[p.unsafeGetTensorImpl()] = flat.narrow(0, u->offsets[i], p.numel()).view(p.sizes()).clone();
+    }
   }
   std::vector<at::Tensor> out;
   for (const at::Tensor& p : s.model->parameters()) out.push_back(gathered.at(p.unsafeGetTensorImpl()));

@@ -53,6 +53,10 @@ struct FsdpOptions {
   // (BACKWARD_POST) the current unit's gradient computation.
   bool forward_prefetch = false;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
+  // Mixed precision (Accelerate's bf16 for FSDP): shards stay fp32; gathered
+  // parameters, compute and gradient reduction run in this dtype;
+  // floating-point forward inputs are cast to it. kFloat = off.
+  at::ScalarType param_dtype = at::kFloat;
 };
 
 struct FsdpUnitInfo {

@@ -107,6 +107,9 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
     fo.sync_module_states = s.spec.fsdp.sync_module_states;
     fo.offload_params = s.spec.fsdp.offload_params;
     fo.forward_prefetch = s.spec.fsdp.forward_prefetch;
+    fo.param_dtype = s.spec.mixed_precision == MixedPrecision::kBf16   ? at::kBFloat16
+                     : s.spec.mixed_precision == MixedPrecision::kFp16 ? at::kHalf
+                                                                      : at::kFloat;
     fo.backward_prefetch = s.spec.fsdp.backward_prefetch;
     fo.compute_device = s.spec.device == Device::kCuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
     s.fsdp = std::make_unique<FullyShardedModel>(s.model, fo, dist.shard_group, dist.replicate_group, world_size);
@@ -167,7 +170,7 @@ double Trainer::Step() {
   if (s.ddp) s.ddp->PrepareForward();
   at::Tensor logits = s.fsdp ? s.fsdp->Forward(batch.inputs) : s.model->forward(batch.inputs);
   // [B, C] logits with [B] targets, or [B, T, V] with [B, T] (language models).
-  at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+  at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
                                                          batch.targets.reshape({-1}));
   // With find_unused_parameters the Reducer walks the graph from the outputs.
   if (s.ddp) s.ddp->PrepareBackward(s.spec.ddp.find_unused_parameters ? std::vector<at::Tensor>{logits} : std::vector<at::Tensor>{});
