@@ -185,8 +185,9 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
-// The GPT with one unit per Block (TRANSFORMER_BASED_WRAP), a tied head in
-// the root, FULL_SHARD and HYBRID_SHARD: equal to one process on the full batch.
+// The GPT with one unit per Block (TRANSFORMER_BASED_WRAP) and a tied head
+// in the root, under every strategy (HYBRID as 2 nodes x 2 ranks): equal to
+// one process on the full batch.
 TEST(FsdpGpt, BlocksWrappedMatchSingleProcess) {
   at::set_num_threads(1);
   ModelSpec ms;
@@ -221,7 +222,9 @@ TEST(FsdpGpt, BlocksWrappedMatchSingleProcess) {
     loss_of(ref->forward(b.inputs), b.targets).backward();
     ref_opt->step();
   }
-  for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kHybridShard}) {
+  for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                    ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard,
+                                    ShardingStrategy::kHybridShardZero2}) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     std::vector<std::vector<at::Tensor>> results(kWorld);
     std::vector<size_t> units(kWorld);
