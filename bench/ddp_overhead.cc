@@ -9,7 +9,7 @@
 // loading time is excluded from the step time, as the Python peer trains on
 // a pre-made batch. Ranks are child processes of this program.
 //
-//   ddp_overhead [--steps N] [--warmup W] [--python /usr/bin/python3]
+//   ddp_overhead [--steps-percent P] [--warmup W] [--python /usr/bin/python3]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

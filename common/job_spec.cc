@@ -437,6 +437,19 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
     Fail("fsdp_config.ranks_per_node",
          absl::StrCat("must divide num_processes (", s.num_processes, "), got ", s.fsdp.ranks_per_node));
   }
+  if (s.fsdp.auto_wrap_policy == WrapPolicy::kTransformerBased) {
+    // The layer types each model is made of (worker/models.cc).
+    const std::vector<std::string> types = s.model.kind == ModelKind::kGpt   ? std::vector<std::string>{"Embedding", "Block", "Head"}
+                                           : s.model.kind == ModelKind::kCnn ? std::vector<std::string>{"Conv2d", "Linear"}
+                                                                             : std::vector<std::string>{"Linear"};
+    for (const std::string& name : s.fsdp.transformer_layer_cls_to_wrap) {
+      if (std::find(types.begin(), types.end(), name) == types.end()) {
+        Fail("fsdp_config.fsdp_transformer_layer_cls_to_wrap",
+             absl::StrCat("the ", ModelKindName(s.model.kind), " model has no layer of type '", name,
+                          "'; its layer types: ", absl::StrJoin(types, ", ")));
+      }
+    }
+  }
   if (s.distributed_type == DistributedType::kFsdp && s.ddp.comm_hook != CommHookType::kNone) {
     Fail("ddp.comm_hook", "applies to distributed_type DDP, not FSDP");
   }

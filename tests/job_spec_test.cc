@@ -32,6 +32,18 @@ TEST(JobSpecTest, ParsesTheExample) {
   EXPECT_EQ(spec->distributed_type, DistributedType::kDdp);
 }
 
+TEST(JobSpecTest, ParsesTheFsdpExample) {
+  std::ifstream in(std::string(TRAINYARD_SOURCE_DIR) + "/examples/gpt-fsdp.yaml");
+  ASSERT_TRUE(in) << "examples/gpt-fsdp.yaml missing";
+  std::stringstream buf;
+  buf << in.rdbuf();
+  auto spec = ParseJobSpec(buf.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->distributed_type, DistributedType::kFsdp);
+  EXPECT_EQ(spec->model.kind, ModelKind::kGpt);
+  EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Block"}));
+}
+
 TEST(JobSpecTest, DefaultsForAMinimalSpec) {
   auto spec = ParseJobSpec("name: tiny\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -118,6 +130,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"fsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n",
                 {"'fsdp_config.fsdp_transformer_layer_cls_to_wrap'", "required"}},
         BadSpec{"fsdp_config: {fsdp_min_num_params: 0}\n", {"'fsdp_config.fsdp_min_num_params'"}},
+        BadSpec{"model: gpt\nfsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP, "
+                "fsdp_transformer_layer_cls_to_wrap: GPT2Block}\n",
+                {"'fsdp_config.fsdp_transformer_layer_cls_to_wrap'", "GPT2Block", "Embedding, Block, Head"}},
         BadSpec{"fsdp_config: {fsdp_offload_params: sometimes}\n", {"'fsdp_config.fsdp_offload_params'"}},
         BadSpec{"fsdp_config: {fsdp_backward_prefetch: BACKWARD_LATER}\n",
                 {"'fsdp_config.fsdp_backward_prefetch'", "BACKWARD_PRE"}},
@@ -234,12 +249,12 @@ TEST(JobSpecTest, AccelerateFsdpConfigKeysVerbatim) {
   auto again = ParseJobSpec(JobSpecToJson(*spec));
   ASSERT_TRUE(again.ok()) << again.status() << JobSpecToJson(*spec);
   EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
-  auto names = ParseJobSpec("fsdp_config: {fsdp_sharding_strategy: shard_grad_op, "
-                            "fsdp_transformer_layer_cls_to_wrap: 'Block, Linear', "
+  auto names = ParseJobSpec("model: cnn\nfsdp_config: {fsdp_sharding_strategy: shard_grad_op, "
+                            "fsdp_transformer_layer_cls_to_wrap: 'Conv2d, Linear', "
                             "fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_EQ(names->fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
-  EXPECT_EQ(names->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Block", "Linear"}));
+  EXPECT_EQ(names->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Conv2d", "Linear"}));
 }
 
 TEST(JobSpecTest, RejectsOversizedSpec) {
