@@ -1,0 +1,191 @@
+#include "common/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace trainyard {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kPrefix = "checkpoint_";
+constexpr const char* kStaging = ".staging-checkpoint_";
+
+absl::Status FsyncPath(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("fsync ", path, ": ", strerror(errno)));
+  return absl::OkStatus();
+}
+
+// N from "checkpoint_<N>", or -1.
+int64_t IndexOf(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  const std::string digits = name.substr(std::strlen(kPrefix));
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+std::string Hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FileChecksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return Hex64(h);
+}
+
+CheckpointDir::CheckpointDir(std::string project_dir) : root_((fs::path(project_dir) / "checkpoints").string()) {}
+
+int64_t CheckpointDir::NextIndex() const {
+  int64_t next = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(kStaging, 0) == 0) name = kPrefix + name.substr(std::strlen(kStaging));
+    const int64_t i = IndexOf(name.substr(0, name.find('.') == std::string::npos ? name.size() : name.find('.')));
+    if (i >= 0) next = std::max(next, i + 1);
+  }
+  return next;
+}
+
+absl::StatusOr<std::string> CheckpointDir::Begin(int64_t index) const {
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", root_, ": ", ec.message()));
+  const std::string staging = (fs::path(root_) / absl::StrCat(kStaging, index, ".", ::getpid())).string();
+  fs::remove_all(staging, ec);
+  if (!fs::create_directory(staging, ec) || ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", staging, ": ", ec.message()));
+  }
+  return staging;
+}
+
+absl::Status CheckpointDir::Commit(const std::string& staging, int64_t index, const std::string& metadata_json) const {
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::recursive_directory_iterator(staging)) {
+    if (e.is_regular_file()) paths.push_back(e.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const fs::path& p : paths) {
+    if (auto s = FsyncPath(p.string(), false); !s.ok()) return s;
+    auto sum = FileChecksum(p.string());
+    if (!sum.ok()) return sum.status();
+    files[fs::relative(p, staging).string()] = {{"size", fs::file_size(p)}, {"xxh3", *sum}};
+  }
+  nlohmann::ordered_json manifest = {{"format", "trainyard-checkpoint-v1"}, {"index", index}, {"files", files}};
+  auto meta = nlohmann::json::parse(metadata_json.empty() ? "{}" : metadata_json, nullptr, false);
+  if (meta.is_discarded()) return absl::InvalidArgumentError("checkpoint metadata is not JSON");
+  manifest["metadata"] = meta;
+  const std::string manifest_path = (fs::path(staging) / kManifest).string();
+  {
+    std::ofstream out(manifest_path, std::ios::trunc);
+    out << manifest.dump(2) << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", manifest_path));
+  }
+  if (auto s = FsyncPath(manifest_path, false); !s.ok()) return s;
+  if (auto s = FsyncPath(staging, true); !s.ok()) return s;
+  const std::string final_path = (fs::path(root_) / absl::StrCat(kPrefix, index)).string();
+  std::error_code ec;
+  if (fs::exists(final_path, ec)) return absl::AlreadyExistsError(absl::StrCat(final_path, " already exists"));
+  fs::rename(staging, final_path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename to ", final_path, ": ", ec.message()));
+  return FsyncPath(root_, true);
+}
+
+CheckpointScan CheckpointDir::List(bool verify) const {
+  CheckpointScan scan;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    const std::string name = e.path().filename().string();
+    const int64_t index = IndexOf(name);
+    if (index < 0 || !e.is_directory()) continue;
+    const std::string dir = e.path().string();
+    std::ifstream in(e.path() / kManifest);
+    if (!in) {
+      scan.skipped.push_back({dir, "no manifest (incomplete write)"});
+      continue;
+    }
+    auto manifest = nlohmann::json::parse(in, nullptr, false);
+    if (manifest.is_discarded() || !manifest.contains("files") || manifest.value("index", -1) != index) {
+      scan.skipped.push_back({dir, "manifest is not valid"});
+      continue;
+    }
+    std::string problem;
+    for (auto& [file, info] : manifest["files"].items()) {
+      const fs::path p = e.path() / file;
+      std::error_code fec;
+      const auto size = fs::file_size(p, fec);
+      if (fec) {
+        problem = absl::StrCat("missing file ", file);
+        break;
+      }
+      if (size != info.value("size", uint64_t{0})) {
+        problem = absl::StrCat(file, " has ", size, " bytes, the manifest says ", info.value("size", uint64_t{0}));
+        break;
+      }
+      if (verify) {
+        auto sum = FileChecksum(p.string());
+        if (!sum.ok() || *sum != info.value("xxh3", std::string())) {
+          problem = absl::StrCat(file, " fails its checksum");
+          break;
+        }
+      }
+    }
+    if (!problem.empty()) {
+      scan.skipped.push_back({dir, problem});
+      continue;
+    }
+    scan.complete.push_back({index, fs::absolute(e.path()).string(), manifest["metadata"].dump()});
+  }
+  std::sort(scan.complete.begin(), scan.complete.end(), [](const auto& a, const auto& b) { return a.index > b.index; });
+  return scan;
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointDir::ApplyTotalLimit(int limit) const {
+  if (limit < 1) return absl::InvalidArgumentError("total_limit must be at least 1");
+  CheckpointScan scan = List(/*verify=*/false);
+  std::vector<std::string> deleted;
+  std::error_code ec;
+  for (size_t i = static_cast<size_t>(limit); i < scan.complete.size(); ++i) {
+    fs::remove_all(scan.complete[i].path, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot delete ", scan.complete[i].path, ": ", ec.message()));
+    deleted.push_back(scan.complete[i].path);
+  }
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    if (e.path().filename().string().rfind(kStaging, 0) == 0) {
+      fs::remove_all(e.path(), ec);
+      deleted.push_back(e.path().string());
+    }
+  }
+  return deleted;
+}
+
+}  // namespace trainyard

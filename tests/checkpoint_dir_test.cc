@@ -1,0 +1,111 @@
+// Checkpoint directories on a real filesystem: atomic commit with a
+// manifest, skipping of incomplete or corrupt checkpoints with a reason,
+// numbering that continues, and retention that keeps the newest.
+#include "common/checkpoint_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+namespace fs = std::filesystem;
+
+void WriteFile(const std::string& path, const std::string& content) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << content;
+}
+
+std::string Commit(const CheckpointDir& dir, int64_t n, const std::string& payload) {
+  auto staging = dir.Begin(n);
+  EXPECT_TRUE(staging.ok()) << staging.status();
+  WriteFile(*staging + "/model.safetensors", payload);
+  WriteFile(*staging + "/rank-0/optimizer.bin", payload + payload);
+  EXPECT_TRUE(dir.Commit(*staging, n, R"({"step": )" + std::to_string(n * 10) + "}").ok());
+  return dir.root() + "/checkpoint_" + std::to_string(n);
+}
+
+TEST(CheckpointDirTest, CommitsAtomicallyAndListsNewestFirst) {
+  TempDir project;
+  CheckpointDir dir(project.path());
+  EXPECT_EQ(dir.NextIndex(), 0);
+  Commit(dir, 0, "zero");
+  Commit(dir, 1, "one");
+  EXPECT_EQ(dir.NextIndex(), 2);
+  CheckpointScan scan = dir.List(/*verify=*/true);
+  ASSERT_EQ(scan.complete.size(), 2u);
+  EXPECT_EQ(scan.complete[0].index, 1);
+  EXPECT_EQ(scan.complete[1].index, 0);
+  EXPECT_NE(scan.complete[0].metadata_json.find("\"step\":10"), std::string::npos) << scan.complete[0].metadata_json;
+  EXPECT_TRUE(scan.skipped.empty());
+  EXPECT_TRUE(fs::exists(scan.complete[0].path + "/manifest.json"));
+  // No staging directory is left behind.
+  for (const auto& e : fs::directory_iterator(dir.root())) {
+    EXPECT_EQ(e.path().filename().string().rfind(".staging", 0), std::string::npos) << e.path();
+  }
+}
+
+TEST(CheckpointDirTest, SkipsIncompleteAndCorruptCheckpointsWithReasons) {
+  TempDir project;
+  CheckpointDir dir(project.path());
+  Commit(dir, 0, "good");
+  const std::string corrupt = Commit(dir, 1, "will be flipped");
+  const std::string truncated = Commit(dir, 2, "will be cut");
+  // A crash before the manifest: a directory that looks like a checkpoint.
+  WriteFile(dir.root() + "/checkpoint_3/model.safetensors", "partial");
+  {
+    std::fstream f(corrupt + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0);
+    f.put('W');  // same size, different bytes
+  }
+  fs::resize_file(truncated + "/rank-0/optimizer.bin", 3);
+
+  CheckpointScan quick = dir.List(/*verify=*/false);
+  ASSERT_EQ(quick.complete.size(), 2u);  // sizes alone miss the flipped byte
+  CheckpointScan scan = dir.List(/*verify=*/true);
+  ASSERT_EQ(scan.complete.size(), 1u);
+  EXPECT_EQ(scan.complete[0].index, 0);
+  ASSERT_EQ(scan.skipped.size(), 3u);
+  std::map<std::string, std::string> why(scan.skipped.begin(), scan.skipped.end());
+  EXPECT_NE(why[dir.root() + "/checkpoint_3"].find("no manifest"), std::string::npos);
+  EXPECT_NE(why[corrupt].find("fails its checksum"), std::string::npos);
+  EXPECT_NE(why[truncated].find("bytes, the manifest says"), std::string::npos);
+  // Numbering continues after every directory seen, complete or not.
+  EXPECT_EQ(dir.NextIndex(), 4);
+}
+
+TEST(CheckpointDirTest, TotalLimitKeepsTheNewestComplete) {
+  TempDir project;
+  CheckpointDir dir(project.path());
+  for (int n = 0; n < 5; ++n) Commit(dir, n, "payload " + std::to_string(n));
+  // The newest directory is incomplete: it must not count, and the newest
+  // complete one must survive.
+  WriteFile(dir.root() + "/checkpoint_5/model.safetensors", "partial");
+  auto deleted = dir.ApplyTotalLimit(2);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->size(), 3u);
+  CheckpointScan scan = dir.List(true);
+  ASSERT_EQ(scan.complete.size(), 2u);
+  EXPECT_EQ(scan.complete[0].index, 4);
+  EXPECT_EQ(scan.complete[1].index, 3);
+  EXPECT_TRUE(fs::exists(dir.root() + "/checkpoint_5"));  // not ours to delete
+  EXPECT_EQ(dir.ApplyTotalLimit(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(dir.NextIndex(), 6);
+}
+
+TEST(CheckpointDirTest, RefusesToOverwriteACommittedCheckpoint) {
+  TempDir project;
+  CheckpointDir dir(project.path());
+  Commit(dir, 0, "first");
+  auto staging = dir.Begin(0);
+  ASSERT_TRUE(staging.ok());
+  WriteFile(*staging + "/model.safetensors", "second");
+  EXPECT_EQ(dir.Commit(*staging, 0, "{}").code(), absl::StatusCode::kAlreadyExists);
+}
+
+}  // namespace
+}  // namespace trainyard
