@@ -22,16 +22,35 @@ bool GlooNeedsBytes(const at::Tensor& t) {
   return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kShort || t.scalar_type() == at::kBool;
 }
 
-class GlooCollectives final : public Collectives {
+// What every backend shares: the group, and plain allreduce / broadcast.
+class GroupCollectives : public Collectives {
  public:
-  explicit GlooCollectives(c10::intrusive_ptr<c10d::ProcessGroup> pg) : pg_(std::move(pg)) {}
+  explicit GroupCollectives(c10::intrusive_ptr<c10d::ProcessGroup> pg) : pg_(std::move(pg)) {}
   int32_t rank() const override { return pg_->getRank(); }
   int32_t size() const override { return pg_->getSize(); }
   c10::intrusive_ptr<c10d::ProcessGroup> process_group() const override { return pg_; }
-
   void AllGatherInto(at::Tensor& full, const at::Tensor& shard) override {
     AllGatherIntoAsync(full, shard)->wait();
   }
+
+ protected:
+  void PlainAllreduce(const at::Tensor& t) {
+    std::vector<at::Tensor> v = {t};
+    pg_->allreduce(v)->wait();
+  }
+  void PlainBroadcast(const at::Tensor& t, int32_t root) {
+    std::vector<at::Tensor> v = {t};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    pg_->broadcast(v, opts)->wait();
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+};
+
+class GlooCollectives final : public GroupCollectives {
+ public:
+  using GroupCollectives::GroupCollectives;
 
   c10::intrusive_ptr<c10d::Work> AllGatherIntoAsync(at::Tensor& full, const at::Tensor& shard) override {
     CheckShapes(full, shard, size());
@@ -75,31 +94,16 @@ class GlooCollectives final : public Collectives {
       t.copy_(padded.narrow(0, 0, t.numel()).view_as(t));
       return;
     }
-    std::vector<at::Tensor> v = {t};
-    pg_->allreduce(v)->wait();
+    PlainAllreduce(t);
   }
 
-  void Broadcast(at::Tensor& t, int32_t root) override {
-    std::vector<at::Tensor> v = {GlooNeedsBytes(t) ? t.view(at::kByte) : t};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root;
-    pg_->broadcast(v, opts)->wait();
-  }
-
- private:
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  void Broadcast(at::Tensor& t, int32_t root) override { PlainBroadcast(GlooNeedsBytes(t) ? t.view(at::kByte) : t, root); }
 };
 
 // NCCL has the real collectives (compiled everywhere, run only on GPUs).
-class NativeCollectives final : public Collectives {
+class NativeCollectives final : public GroupCollectives {
  public:
-  explicit NativeCollectives(c10::intrusive_ptr<c10d::ProcessGroup> pg) : pg_(std::move(pg)) {}
-  int32_t rank() const override { return pg_->getRank(); }
-  int32_t size() const override { return pg_->getSize(); }
-  c10::intrusive_ptr<c10d::ProcessGroup> process_group() const override { return pg_; }
-  void AllGatherInto(at::Tensor& full, const at::Tensor& shard) override {
-    AllGatherIntoAsync(full, shard)->wait();
-  }
+  using GroupCollectives::GroupCollectives;
   c10::intrusive_ptr<c10d::Work> AllGatherIntoAsync(at::Tensor& full, const at::Tensor& shard) override {
     CheckShapes(full, shard, size());
     at::Tensor in = shard;
@@ -110,19 +114,8 @@ class NativeCollectives final : public Collectives {
     at::Tensor in = full;
     pg_->_reduce_scatter_base(shard, in)->wait();
   }
-  void AllreduceSum(at::Tensor& t) override {
-    std::vector<at::Tensor> v = {t};
-    pg_->allreduce(v)->wait();
-  }
-  void Broadcast(at::Tensor& t, int32_t root) override {
-    std::vector<at::Tensor> v = {t};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root;
-    pg_->broadcast(v, opts)->wait();
-  }
-
- private:
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  void AllreduceSum(at::Tensor& t) override { PlainAllreduce(t); }
+  void Broadcast(at::Tensor& t, int32_t root) override { PlainBroadcast(t, root); }
 };
 
 }  // namespace
