@@ -175,13 +175,42 @@ struct PowerSgdState {
   }
 };
 
-// powerSGD_hook: per-tensor rank-r approximation M ≈ P·Qᵀ.
-class PowerSgdHook final : public OrderedCommHook {
+// What both PowerSGD variants share: options, state, the plain-allreduce
+// phase before start_powerSGD_iter and the end-of-bucket bookkeeping.
+class PowerSgdBase : public OrderedCommHook {
  public:
-  PowerSgdHook(c10::intrusive_ptr<c10d::ProcessGroup> pg, CommStats* stats, PowerSgdOptions options, WireDtype wire)
+  PowerSgdBase(c10::intrusive_ptr<c10d::ProcessGroup> pg, CommStats* stats, PowerSgdOptions options, WireDtype wire)
       : OrderedCommHook(std::move(pg), stats), o_(options), wire_(wire) {}
   std::map<std::string, at::Tensor> State() const override { return state_.Save(); }
   void LoadState(const std::map<std::string, at::Tensor>& s) override { state_.Load(s); }
+
+ protected:
+  // Before start_powerSGD_iter: a plain average. Returns true when done.
+  bool AverageBeforeStart(c10d::GradBucket& bucket, at::Tensor& buffer) {
+    if (state_.iter >= o_.start_powerSGD_iter) return false;
+    Average(buffer, wire_);
+    if (bucket.isLast()) ++state_.iter;
+    return true;
+  }
+
+  // After a compressed bucket: forget P/Q without warm start; count steps.
+  void FinishBucket(const c10d::GradBucket& bucket) {
+    if (!o_.warm_start) {
+      state_.p.erase(bucket.getIndex());
+      state_.q.erase(bucket.getIndex());
+    }
+    if (bucket.isLast()) ++state_.iter;
+  }
+
+  PowerSgdOptions o_;
+  WireDtype wire_;
+  PowerSgdState state_;  // touched only by the communication thread, or between steps
+};
+
+// powerSGD_hook: per-tensor rank-r approximation M ≈ P·Qᵀ.
+class PowerSgdHook final : public PowerSgdBase {
+ public:
+  using PowerSgdBase::PowerSgdBase;
 
  private:
   // Tensors of one shape compressed together ([k, n, m]); k = 1 unless
@@ -195,11 +224,7 @@ class PowerSgdHook final : public OrderedCommHook {
   at::Tensor Communicate(c10d::GradBucket& bucket) override {
     const size_t idx = bucket.getIndex();
     at::Tensor buffer = bucket.getBufferRef();
-    if (state_.iter < o_.start_powerSGD_iter) {
-      Average(buffer, wire_);
-      if (bucket.isLast()) ++state_.iter;
-      return buffer;
-    }
+    if (AverageBeforeStart(bucket, buffer)) return buffer;
     at::Tensor input_copy;
     if (o_.use_error_feedback) {
       auto it = state_.error.find(idx);
@@ -319,37 +344,21 @@ class PowerSgdHook final : public OrderedCommHook {
       }
     }
     if (o_.use_error_feedback) state_.error[idx] = input_copy - buffer;
-    if (!o_.warm_start) {
-      state_.p.erase(idx);
-      state_.q.erase(idx);
-    }
-    if (bucket.isLast()) ++state_.iter;
+    FinishBucket(bucket);
     return buffer;
   }
-
-  PowerSgdOptions o_;
-  WireDtype wire_;
-  PowerSgdState state_;  // touched only by the communication thread, or between steps
 };
 
 // batched_powerSGD_hook: the whole bucket, zero-padded, as one square matrix.
-class BatchedPowerSgdHook final : public OrderedCommHook {
+class BatchedPowerSgdHook final : public PowerSgdBase {
  public:
-  BatchedPowerSgdHook(c10::intrusive_ptr<c10d::ProcessGroup> pg, CommStats* stats, PowerSgdOptions options,
-                      WireDtype wire)
-      : OrderedCommHook(std::move(pg), stats), o_(options), wire_(wire) {}
-  std::map<std::string, at::Tensor> State() const override { return state_.Save(); }
-  void LoadState(const std::map<std::string, at::Tensor>& s) override { state_.Load(s); }
+  using PowerSgdBase::PowerSgdBase;
 
  private:
   at::Tensor Communicate(c10d::GradBucket& bucket) override {
     const size_t idx = bucket.getIndex();
     at::Tensor buffer = bucket.getBufferRef();
-    if (state_.iter < o_.start_powerSGD_iter) {
-      Average(buffer, wire_);
-      if (bucket.isLast()) ++state_.iter;
-      return buffer;
-    }
+    if (AverageBeforeStart(bucket, buffer)) return buffer;
     const int64_t length = buffer.numel();
     const auto side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(length))));
     const int64_t r = std::min<int64_t>(side, o_.matrix_approximation_rank);
@@ -387,17 +396,9 @@ class BatchedPowerSgdHook final : public OrderedCommHook {
     at::Tensor approx = at::bmm(P, Q.transpose(1, 2)).reshape({-1});
     if (o_.use_error_feedback) state_.error[idx] = input_copy - approx;
     buffer.copy_(approx.narrow(0, 0, length));
-    if (!o_.warm_start) {
-      state_.p.erase(idx);
-      state_.q.erase(idx);
-    }
-    if (bucket.isLast()) ++state_.iter;
+    FinishBucket(bucket);
     return buffer;
   }
-
-  PowerSgdOptions o_;
-  WireDtype wire_;
-  PowerSgdState state_;
 };
 
 }  // namespace
