@@ -134,7 +134,7 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
   auto key = std::make_pair(job_id, rank);
   auto it = series_.find(key);
   if (it != series_.end()) return it->second;
-  const std::map<std::string, std::string> labels = {{"job", job_id}, {"rank", std::to_string(rank)}};
+  const std::map<std::string, std::string> labels = {{"job_id", job_id}, {"rank", std::to_string(rank)}};
   auto with = [&](const char* key, const char* value) {
     auto l = labels;
     l[key] = value;
@@ -200,7 +200,7 @@ void ServerMetrics::RecordCheckpoint(const std::string& job_id, const Checkpoint
   checkpoint_duration_.Add({{"type", type}}, kBuckets).Observe(c.seconds);
   auto it = checkpoint_series_.find(job_id);
   if (it == checkpoint_series_.end()) {
-    const std::map<std::string, std::string> labels = {{"job", job_id}};
+    const std::map<std::string, std::string> labels = {{"job_id", job_id}};
     it = checkpoint_series_
              .emplace(job_id, CheckpointSeries{&last_checkpoint_step_.Add(labels), &last_checkpoint_time_.Add(labels),
                                                &last_checkpoint_bytes_.Add(labels),
@@ -221,7 +221,7 @@ void ServerMetrics::CountRestart(const std::string&) {
 void ServerMetrics::SetGoodput(const std::string& job_id, double goodput) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = goodput_series_.find(job_id);
-  if (it == goodput_series_.end()) it = goodput_series_.emplace(job_id, &goodput_.Add({{"job", job_id}})).first;
+  if (it == goodput_series_.end()) it = goodput_series_.emplace(job_id, &goodput_.Add({{"job_id", job_id}})).first;
   it->second->Set(goodput);
 }
 

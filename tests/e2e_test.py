@@ -122,7 +122,7 @@ class EndToEnd(unittest.TestCase):
         # While it runs, /metrics carries its throughput per rank.
         text = s.scrape()
         lines = [l for l in text.splitlines()
-                 if l.startswith("trainyard_job_samples_per_second{") and f'job="{job_id}"' in l]
+                 if l.startswith("trainyard_job_samples_per_second{") and f'job_id="{job_id}"' in l]
         self.assertEqual(len(lines), 2, text)
         self.assertTrue(all(float(l.rsplit(" ", 1)[1]) > 0 for l in lines), lines)
         self.assertIn('trainyard_jobs{state="RUNNING"} 1', text)
@@ -143,7 +143,7 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual([(c["index"], c["step"], c["type"], c["trigger"]) for c in listed], [(0, 2000, "full", "final")])
         self.assertTrue(os.path.isfile(os.path.join(listed[0]["path"], "model.safetensors")))
         # Series of an ended job are removed.
-        self.assertNotIn(f'job="{job_id}"', s.scrape())
+        self.assertNotIn(f'job_id="{job_id}"', s.scrape())
         logs = s.ctl("logs", job_id, "--rank", "1")
         self.assertEqual(logs.returncode, 0, logs.stderr)
         self.assertIn("rank 1: done, 2000 steps", logs.stdout)
@@ -207,7 +207,7 @@ fsdp_config: {fsdp_sharding_strategy: 1, fsdp_auto_wrap_policy: TRANSFORMER_BASE
         wait_for(lambda: s.job(job_id)["step"] > step + 20, 60, "training to continue")
         self.assertEqual(s.job(job_id)["state"], "RUNNING")
         text = s.scrape()
-        self.assertIn(f'trainyard_job_last_checkpoint_step{{job="{job_id}"}}', text)
+        self.assertIn(f'trainyard_job_last_checkpoint_step{{job_id="{job_id}"}}', text)
         self.assertIn('trainyard_checkpoints_total{result="ok",type="sharded"}', text)
 
         c = s.ctl("cancel", job_id, "--checkpoint")
