@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
   resume->add_option("--num-processes", nproc, "World size of the resumed job (default: as before)")
       ->check(CLI::Range(1, 1 << 16));
   resume->add_flag("-w,--watch", watch, "Watch the job until it ends");
+  auto* join_info = app.add_subcommand("join-info", "Print the worker token and join command of a launcher: external job");
+  join_info->add_option("ID", id, "Job id")->required();
   auto* logs = app.add_subcommand("logs", "Print a rank's worker log");
   logs->add_option("ID", id, "Job id")->required();
   logs->add_option("-r,--rank", rank, "Rank")->capture_default_str();
@@ -108,5 +110,6 @@ int main(int argc, char** argv) {
   if (*checkpoints) return ctl.Checkpoints(id);
   if (*resume) return ctl.Resume(id, from, nproc, watch);
   if (*logs) return ctl.Logs(id, rank, tail);
+  if (*join_info) return ctl.JoinInfo(id);
   return 2;
 }

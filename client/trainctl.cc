@@ -449,6 +449,29 @@ int Trainctl::Resume(const std::string& id, const std::string& from, int num_pro
   return watch ? Watch(id) : 0;
 }
 
+int Trainctl::JoinInfo(const std::string& id) {
+  Impl& s = *impl_;
+  v1::GetJoinInfoRequest req;
+  req.set_id(id);
+  v1::GetJoinInfoResponse resp;
+  grpc::ClientContext ctx;
+  s.Deadline(&ctx);
+  grpc::Status st = s.stub->GetJoinInfo(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  if (s.options.output == OutputFormat::kJson) {
+    nlohmann::json j = {{"job_id", resp.job_id()},       {"token", resp.token()},
+                        {"world_size", resp.world_size()}, {"attempt", resp.attempt()},
+                        {"coordinator_addr", resp.coordinator_addr()}};
+    s.out << j.dump(2) << "\n";
+    return 0;
+  }
+  s.out << "job " << resp.job_id() << ": " << resp.world_size() << " ranks (attempt " << resp.attempt() << ")\n"
+        << "On each host, for each of its ranks R:\n"
+        << "  TRAINYARD_WORKER_TOKEN=" << resp.token() << " trainyard-worker --join " << resp.job_id()
+        << " --server " << resp.coordinator_addr() << " --rank R\n";
+  return 0;
+}
+
 int Trainctl::Logs(const std::string& id, int rank, int64_t tail_bytes) {
   Impl& s = *impl_;
   v1::GetLogsRequest req;

@@ -48,6 +48,9 @@ class Trainctl {
   // Starts an ended job again from `from` (or its latest checkpoint) with
   // num_processes (0: as before); with `watch`, follows it.
   int Resume(const std::string& id, const std::string& from, int num_processes, bool watch);
+  // Prints what workers of a launcher: external job need to join it: the
+  // token (secret) and world size, with the command to run on each host.
+  int JoinInfo(const std::string& id);
   int Logs(const std::string& id, int rank, int64_t tail_bytes);
 
  private:

@@ -518,6 +518,45 @@ void ParseCheckpoint(const YAML::Node& node, const std::string& path, Checkpoint
   }
 }
 
+// Characters of Slurm option values we pass through: no whitespace, quotes
+// or shell syntax (they go to sbatch as single arguments, never to a shell).
+bool SlurmSafe(const std::string& v) {
+  for (char c : v) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_.:,=+/@%[]()|&!*", c) != nullptr)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void ParseSlurm(const YAML::Node& node, const std::string& path, SlurmSpec* s) {
+  MapReader r(node, path);
+  r.Int("nodes", &s->nodes, 1, 1 << 16);
+  for (const auto& [key, out] : {std::pair<const char*, std::string*>{"partition", &s->partition},
+                                 {"account", &s->account},
+                                 {"qos", &s->qos},
+                                 {"time_limit", &s->time_limit},
+                                 {"constraint", &s->constraint}}) {
+    r.String(key, out, kMaxName);
+    if (!SlurmSafe(*out)) {
+      Fail(r.PathOf(key), "may contain only letters, digits and -_.:,=+/@%[]()|&!*");
+    }
+  }
+  if (YAML::Node n = r.Child("extra_args")) {
+    const std::string p = r.PathOf("extra_args");
+    if (!n.IsSequence()) Fail(p, "must be a list of sbatch options like --exclusive or --mem=8G, got " + Describe(n));
+    if (n.size() > 64) Fail(p, "must have at most 64 entries");
+    for (const auto& e : n) {
+      if (!e.IsScalar() || e.Scalar().size() > kMaxName || e.Scalar().rfind("--", 0) != 0 || !SlurmSafe(e.Scalar())) {
+        Fail(p, "each entry must be one sbatch option starting with -- (letters, digits and -_.:,=+/@%[]()|&!*), got " +
+                    Describe(e));
+      }
+      s->extra_args.push_back(e.Scalar());
+    }
+  }
+  r.RejectUnknown();
+}
+
 JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   JobSpec s;
   MapReader r(root, "");
@@ -560,7 +599,14 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   r.Enum<LossKind>("loss", &s.loss, {{"cross_entropy", LossKind::kCrossEntropy}, {"mse", LossKind::kMse}});
   r.Int("eval_every_steps", &s.eval_every_steps, 0, int64_t{1} << 40);
   r.Int("eval_batches", &s.eval_batches, 1, 1 << 20);
+  r.Enum<LauncherKind>("launcher", &s.launcher,
+                       {{"default", LauncherKind::kDefault}, {"local", LauncherKind::kLocal},
+                        {"slurm", LauncherKind::kSlurm}, {"external", LauncherKind::kExternal}});
+  if (YAML::Node n = r.Child("slurm")) ParseSlurm(n, "slurm", &s.slurm);
   r.RejectUnknown();
+  if (s.num_processes % s.slurm.nodes != 0) {
+    Fail("slurm.nodes", absl::StrCat("must divide num_processes (", s.num_processes, "), got ", s.slurm.nodes));
+  }
   if (s.scheduler.warmup_steps > s.max_steps) {
     Fail("scheduler.warmup_steps", absl::StrCat("must be at most max_steps (", s.max_steps, "), got ", s.scheduler.warmup_steps));
   }
@@ -852,6 +898,11 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["loss"] = LossKindName(s.loss);
   j["eval_every_steps"] = s.eval_every_steps;
   j["eval_batches"] = s.eval_batches;
+  j["launcher"] = std::string(LauncherKindName(s.launcher));
+  j["slurm"] = {{"nodes", s.slurm.nodes},       {"partition", s.slurm.partition},
+                {"account", s.slurm.account},   {"qos", s.slurm.qos},
+                {"time_limit", s.slurm.time_limit}, {"constraint", s.slurm.constraint},
+                {"extra_args", s.slurm.extra_args}};
   const CheckpointSpec& c = s.checkpoint;
   j["checkpoint"] = {{"project_dir", c.project_dir},   {"every_steps", c.every_steps},
                      {"total_limit", c.total_limit},   {"resume_from", c.resume_from},
@@ -859,6 +910,16 @@ std::string JobSpecToJson(const JobSpec& s) {
                      {"save_final", c.save_final}};
   // Strings were checked to be UTF-8; replace rather than throw all the same.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+const char* LauncherKindName(LauncherKind k) {
+  switch (k) {
+    case LauncherKind::kDefault: return "default";
+    case LauncherKind::kLocal: return "local";
+    case LauncherKind::kSlurm: return "slurm";
+    case LauncherKind::kExternal: return "external";
+  }
+  return "default";
 }
 
 int64_t ParseSize(const std::string& text) {

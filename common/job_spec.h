@@ -162,6 +162,26 @@ struct CheckpointSpec {
   bool save_final = true;
 };
 
+// Who starts a job's workers.
+enum class LauncherKind {
+  kDefault,   // the server's --launcher
+  kLocal,     // fork/exec on the server's host
+  kSlurm,     // sbatch + srun
+  kExternal,  // started elsewhere; they join with trainyard-worker --join
+};
+
+// Slurm submission options (launcher: slurm). Empty fields are left to the
+// cluster's defaults.
+struct SlurmSpec {
+  int32_t nodes = 1;              // sbatch --nodes; num_processes must be a multiple
+  std::string partition;          // --partition
+  std::string account;            // --account
+  std::string qos;                // --qos
+  std::string time_limit;         // --time (e.g. "2:00:00", "1-00:00:00")
+  std::string constraint;         // --constraint
+  std::vector<std::string> extra_args;  // further sbatch options, each "--name[=value]"
+};
+
 struct JobSpec {
   std::string name = "job";
   ModelSpec model;
@@ -216,7 +236,11 @@ struct JobSpec {
   // eval_batches batches per rank.
   int64_t eval_every_steps = 0;
   int32_t eval_batches = 8;
+  LauncherKind launcher = LauncherKind::kDefault;
+  SlurmSpec slurm;
 };
+
+const char* LauncherKindName(LauncherKind k);
 
 // Bounds a spec must respect beyond its own fields (set by the server).
 struct SpecLimits {

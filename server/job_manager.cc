@@ -16,6 +16,7 @@
 #include "common/checkpoint_dir.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/paths.h"
 #include "spdlog/spdlog.h"
 
@@ -139,6 +140,8 @@ bool WorkerChannel::closed() {
 JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options)
     : store_(store), launcher_(launcher), metrics_(metrics), options_(std::move(options)),
       free_slots_(options_.slots) {
+  for (int g = 0; g < options_.gpus; ++g) free_gpu_ids_.insert(g);
+  launchers_[LauncherKind::kLocal] = launcher;
   std::error_code ec;
   options_.state_dir = std::filesystem::absolute(options_.state_dir, ec).lexically_normal().string();
   if (options_.allowed_roots.empty()) {
@@ -174,14 +177,102 @@ absl::Status JobManager::CheckPaths(JobSpec& spec, const std::string& job_id) {
 
 JobManager::~JobManager() = default;
 
-void JobManager::set_coordinator_addr(const std::string& addr) {
+void JobManager::set_coordinator_addr(const std::string& addr, const std::string& remote_addr) {
   std::lock_guard<std::mutex> lock(mu_);
   options_.coordinator_addr = addr;
+  options_.remote_coordinator_addr = remote_addr.empty() ? addr : remote_addr;
 }
 
 int JobManager::free_slots() {
   std::lock_guard<std::mutex> lock(mu_);
   return free_slots_;
+}
+
+int JobManager::free_gpus() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(free_gpu_ids_.size());
+}
+
+void JobManager::RegisterLauncher(LauncherKind kind, Launcher* launcher) {
+  std::lock_guard<std::mutex> lock(mu_);
+  launchers_[kind] = launcher;
+}
+
+LauncherKind JobManager::KindOf(const ActiveJob& job) const {
+  return job.spec.launcher == LauncherKind::kDefault ? options_.default_launcher : job.spec.launcher;
+}
+
+Launcher* JobManager::LauncherOf(const ActiveJob& job) {
+  auto it = launchers_.find(KindOf(job));
+  return it == launchers_.end() ? nullptr : it->second;
+}
+
+absl::Status JobManager::CheckResources(const JobSpec& spec) {
+  const LauncherKind kind = spec.launcher == LauncherKind::kDefault ? options_.default_launcher : spec.launcher;
+  if (kind == LauncherKind::kExternal) return absl::OkStatus();
+  auto it = launchers_.find(kind);
+  if (it == launchers_.end() || it->second == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'launcher': ", LauncherKindName(kind),
+                                                   " is not available on this server"));
+  }
+  if (auto s = it->second->Available(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'launcher': ", s.message()));
+  }
+  if (kind != LauncherKind::kLocal) return absl::OkStatus();  // the cluster's scheduler decides
+  if (spec.slurm.nodes > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'slurm.nodes': ", spec.slurm.nodes,
+                                                   " nodes need launcher slurm or external; the local launcher runs on one host"));
+  }
+  if (spec.device == Device::kCuda) {
+    if (spec.num_processes > options_.gpus) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec field 'device': cuda needs one GPU per process (", spec.num_processes, "); this server has ",
+          options_.gpus, options_.gpus == 0 ? " (no GPU found; --gpus N sets the count)" : " (--gpus)",
+          ". device: cpu runs on CPU slots"));
+    }
+    return absl::OkStatus();
+  }
+  if (spec.num_processes > options_.slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec field 'num_processes': ", spec.num_processes, " exceeds this server's ", options_.slots,
+        " slots (start the server with --slots N to allow more)"));
+  }
+  return absl::OkStatus();
+}
+
+bool JobManager::Fits(const ActiveJob& job) const {
+  if (KindOf(job) != LauncherKind::kLocal) return true;
+  if (job.spec.device == Device::kCuda) return job.record.num_processes <= static_cast<int>(free_gpu_ids_.size());
+  return job.record.num_processes <= free_slots_;
+}
+
+void JobManager::ReleaseResources(ActiveJob& job) {
+  free_slots_ += job.slots_held;
+  job.slots_held = 0;
+  for (int g : job.gpus) free_gpu_ids_.insert(g);
+  job.gpus.clear();
+}
+
+LaunchRequest JobManager::MakeLaunchRequest(const ActiveJob& job) const {
+  const JobRecord& r = job.record;
+  LaunchRequest req;
+  req.job_id = r.id;
+  req.attempt = r.attempt;
+  req.world_size = r.num_processes;
+  req.master_addr = job.master_addr;
+  req.master_port = job.master_port;
+  req.coordinator_addr =
+      KindOf(job) == LauncherKind::kLocal ? options_.coordinator_addr : options_.remote_coordinator_addr;
+  req.token = r.worker_token;
+  req.log_dir = LogDir(r, r.attempt);
+  req.threads_per_process = job.spec.threads_per_process;
+  req.job_name = job.spec.name;
+  req.cuda = job.spec.device == Device::kCuda;
+  req.gpus = job.gpus;
+  req.preemptible = job.spec.preemptible;
+  req.preemption_grace_s = job.spec.preemption_grace_s;
+  req.slurm = job.spec.slurm;
+  return req;
 }
 
 absl::Status JobManager::Recover() {
@@ -209,9 +300,24 @@ absl::Status JobManager::Recover() {
       queue_.push_back(rec.id);
     } else {
       // Its workers may still be training: wait for them to reattach.
-      job.adopted = true;
-      job.slots_held = rec.num_processes;
-      free_slots_ -= rec.num_processes;
+      const LauncherKind kind = KindOf(job);
+      if (kind == LauncherKind::kLocal) {
+        // Not this process's children: followed through /proc.
+        job.adopted = true;
+        if (job.spec.device == Device::kCuda) {
+          // Which GPUs it held is not stored: hold as many.
+          for (int32_t i = 0; i < rec.num_processes && !free_gpu_ids_.empty(); ++i) {
+            job.gpus.push_back(*free_gpu_ids_.begin());
+            free_gpu_ids_.erase(free_gpu_ids_.begin());
+          }
+        } else {
+          job.slots_held = rec.num_processes;
+          free_slots_ -= rec.num_processes;
+        }
+      } else if (kind == LauncherKind::kSlurm) {
+        // The Slurm job is found by name and followed like a new one.
+        if (Launcher* l = LauncherOf(job)) l->Adopt(MakeLaunchRequest(job));
+      }
       job.reattach_deadline =
           std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                  std::chrono::duration<double>(job.spec.reattach_timeout_s));
@@ -237,16 +343,10 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
     metrics_->CountRejected();
     return spec.status();
   }
-  if (spec->num_processes > options_.slots) {
+  if (spec->launcher == LauncherKind::kDefault) spec->launcher = options_.default_launcher;
+  if (auto s = CheckResources(*spec); !s.ok()) {
     metrics_->CountRejected();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec field 'num_processes': ", spec->num_processes, " exceeds this server's ", options_.slots,
-        " slots (start the server with --slots N to allow more)"));
-  }
-  if (spec->device == Device::kCuda) {
-    metrics_->CountRejected();
-    return absl::InvalidArgumentError(
-        "spec field 'device': 'cuda' needs GPU nodes; this server has none (device: cpu runs here)");
+    return s;
   }
   if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
     metrics_->CountRejected();
@@ -450,10 +550,11 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
                                                    options_.limits.max_num_processes, ", got ", num_processes));
   }
   if (num_processes > 0) spec->num_processes = num_processes;
-  if (spec->num_processes > options_.slots) {
-    return absl::InvalidArgumentError(absl::StrCat("num_processes ", spec->num_processes, " exceeds this server's ",
-                                                   options_.slots, " slots"));
+  if (spec->num_processes % spec->slurm.nodes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_processes ", spec->num_processes,
+                                                   " is not a multiple of slurm.nodes ", spec->slurm.nodes));
   }
+  if (auto s = CheckResources(*spec); !s.ok()) return s;
   if (spec->fsdp.ranks_per_node > 0 && spec->num_processes % spec->fsdp.ranks_per_node != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_processes ", spec->num_processes,
                                                    " is not a multiple of fsdp_config.ranks_per_node ",
@@ -513,8 +614,30 @@ absl::StatusOr<std::string> JobManager::LogPath(const std::string& id, int32_t r
   return absl::StrCat(LogDir(*rec, rec->attempt), "/rank-", rank, ".log");
 }
 
+absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    auto rec = store_->Get(id);
+    if (!rec.ok()) return rec.status();
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has ended (", JobStateName(rec->state), ")"));
+  }
+  const ActiveJob& job = it->second;
+  if (KindOf(job) != LauncherKind::kExternal) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is started by the ", LauncherKindName(KindOf(job)),
+                                                      " launcher; only launcher: external jobs take joining workers"));
+  }
+  if (job.record.worker_token.empty()) {
+    return absl::UnavailableError(absl::StrCat("job ", id, " is ", JobStateName(job.record.state),
+                                               "; it takes workers once it is started"));
+  }
+  return JoinInfo{id, job.record.worker_token, job.record.num_processes, job.record.attempt,
+                  options_.remote_coordinator_addr};
+}
+
 absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job_id, int32_t rank,
-                                                          int32_t attempt, const std::string& token) {
+                                                          int32_t attempt, const std::string& token,
+                                                          const std::string& advertise_addr, int32_t rendezvous_port) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = active_.find(job_id);
   if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " is not running"));
@@ -523,15 +646,41 @@ absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job
   if (job.record.worker_token.empty() || !ConstantTimeEquals(token, job.record.worker_token)) {
     return absl::PermissionDeniedError(absl::StrCat("invalid worker token for job ", job_id));
   }
+  const bool external = KindOf(job) == LauncherKind::kExternal;
+  if (attempt == 0 && external) attempt = job.record.attempt;  // joining
   if (attempt != job.record.attempt) {
     return absl::FailedPreconditionError(
         absl::StrCat("attempt ", attempt, " of job ", job_id, " is stale; the current attempt is ", job.record.attempt));
   }
+  if (job.record.state == JobState::kQueued) {
+    return absl::UnavailableError(absl::StrCat("job ", job_id, " is queued; it takes workers once it is started"));
+  }
   if (rank < 0 || rank >= job.record.num_processes) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range for job ", job_id));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for job ", job_id, " (ranks 0..", job.record.num_processes - 1, ")"));
   }
   if (job.channels.count(rank)) {
     return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " of job ", job_id, " is already connected"));
+  }
+  if (external) {
+    if (job.exited.count(rank) || job.failed || job.cancel_requested || job.preempted) {
+      return absl::FailedPreconditionError(absl::StrCat("attempt ", attempt, " of job ", job_id,
+                                                        " is stopping; join again when the next one starts"));
+    }
+    if (job.record.state == JobState::kStarting) {
+      if (rank == 0) {
+        if (advertise_addr.empty() || rendezvous_port <= 0 || rendezvous_port > 65535) {
+          return absl::InvalidArgumentError("rank 0 of a joined job must say where its rendezvous store listens "
+                                            "(trainyard-worker --advertise-addr, --master-port)");
+        }
+        job.master_addr = advertise_addr;
+        job.master_port = rendezvous_port;
+        AddEvent(job, absl::StrCat("rank 0 joined; rendezvous at ", advertise_addr, ":", rendezvous_port));
+      } else if (job.master_addr.empty()) {
+        return absl::UnavailableError(absl::StrCat("waiting for rank 0 of job ", job_id, " to join"));
+      }
+    }
+    job.detached_at.erase(rank);
   }
   auto channel = std::make_shared<WorkerChannel>();
   job.channels[rank] = channel;
@@ -548,7 +697,8 @@ absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job
     job.last_progress = std::chrono::steady_clock::now();
     Transition(job, JobState::kRunning, absl::StrCat("all ", job.record.num_processes, " ranks connected"));
   }
-  return WorkerAttachment{job.record.spec_json, job.record.num_processes, channel};
+  return WorkerAttachment{job.record.spec_json, job.record.num_processes, job.record.attempt,
+                          job.master_addr,     job.master_port,          channel};
 }
 
 void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) {
@@ -587,6 +737,8 @@ void JobManager::ReportResult(const std::string& job_id, int32_t attempt, int32_
   std::lock_guard<std::mutex> lock(mu_);
   auto it = active_.find(job_id);
   if (it == active_.end() || it->second.record.attempt != attempt) return;
+  // External ranks have no launcher to report their exit: their result is it.
+  it->second.result_codes[rank] = ok ? 0 : preempted ? 4 : error.rfind("stopped on request", 0) == 0 ? 3 : 1;
   if (ok) {
     spdlog::info("job {}: rank {} finished", job_id, rank);
     it->second.results_ok.insert(rank);
@@ -608,15 +760,32 @@ void JobManager::DetachWorker(const std::string& job_id, int32_t attempt, int32_
   channel->Close();
   auto it = active_.find(job_id);
   if (it == active_.end() || it->second.record.attempt != attempt) return;
-  auto ch = it->second.channels.find(rank);
-  if (ch != it->second.channels.end() && ch->second == channel) it->second.channels.erase(ch);
+  ActiveJob& job = it->second;
+  auto ch = job.channels.find(rank);
+  if (ch == job.channels.end() || ch->second != channel) return;
+  job.channels.erase(ch);
+  if (KindOf(job) != LauncherKind::kExternal || job.exited.count(rank)) return;
+  auto code = job.result_codes.find(rank);
+  if (code == job.result_codes.end()) {
+    // Lost without a result: it may reconnect (a network blip); the
+    // watchdog fails it after reattach_timeout_s.
+    job.detached_at[rank] = std::chrono::steady_clock::now();
+    return;
+  }
+  RankExit e{job_id, attempt, rank};
+  e.exit_code = code->second;
+  HandleRankExit(job, e);
 }
 
 void JobManager::OnRankExit(const RankExit& e) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = active_.find(e.job_id);
   if (it == active_.end() || it->second.record.attempt != e.attempt) return;
-  ActiveJob& job = it->second;
+  HandleRankExit(it->second, e);
+}
+
+void JobManager::HandleRankExit(ActiveJob& job, const RankExit& e) {
+  if (job.exited.count(e.rank)) return;
   job.exited.insert(e.rank);
   constexpr int kExitPreempted = 4;  // the worker's code: checkpointed, then stopped (preemption)
   if (e.signal == 0 && e.exit_code == kExitPreempted) {
@@ -629,6 +798,10 @@ void JobManager::OnRankExit(const RankExit& e) {
 
   if (job.cancel_requested) {
     Transition(job, JobState::kCancelled, "cancelled by user");
+  } else if (job.failed && job.reattach_failed && !shut_down_) {
+    // The coordinator's loss, not the job's: no restart is counted.
+    Requeue(job, absl::StrCat("restart from the latest checkpoint after: ", job.failure));
+    return;
   } else if (job.failed && job.restarts < job.spec.max_restarts && !shut_down_) {
     ++job.restarts;
     metrics_->CountRestart(job.record.id);
@@ -665,6 +838,45 @@ void JobManager::CheckProgress() {
   }
   for (const std::string& id : finished) Finish(id);
   if (!finished.empty()) TrySchedule();
+  // Groups followed by their launcher (Slurm) or their streams (external)
+  // after a coordinator restart; ranks of external jobs that are gone.
+  std::vector<RankExit> gone;
+  for (auto& [id, job] : active_) {
+    if (job.adopted || job.record.state == JobState::kQueued) continue;
+    if (job.record.state == JobState::kRecovering && now > job.reattach_deadline && !job.failed &&
+        !job.cancel_requested) {
+      job.reattach_failed = true;
+      FailGroup(job, -1, absl::StrCat("the workers did not reattach within reattach_timeout_s (",
+                                      job.spec.reattach_timeout_s, " s) after a coordinator restart"));
+    }
+    if (KindOf(job) != LauncherKind::kExternal) continue;
+    const bool stopping = job.failed || job.cancel_requested || job.preempted;
+    const auto reattach = std::chrono::duration<double>(job.spec.reattach_timeout_s);
+    for (int32_t rank = 0; rank < job.record.num_processes; ++rank) {
+      if (job.exited.count(rank) || job.channels.count(rank)) continue;
+      auto lost = job.detached_at.find(rank);
+      RankExit e{id, job.record.attempt, rank};
+      if (stopping) {
+        // Not connected while its attempt stops: nothing to wait for.
+        e.exit_code = job.preempted && !job.failed ? 4 : 3;
+        e.detail = absl::StrCat("rank ", rank, " was not connected when attempt ", job.record.attempt, " stopped");
+      } else if (lost != job.detached_at.end() && now - lost->second > reattach) {
+        e.exit_code = 1;
+        e.detail = absl::StrCat("rank ", rank, " lost its connection without a result and did not reconnect within ",
+                                job.spec.reattach_timeout_s, " s");
+      } else {
+        continue;
+      }
+      gone.push_back(e);
+    }
+  }
+  for (const RankExit& e : gone) {
+    auto it = active_.find(e.job_id);  // an earlier exit may have ended or requeued it
+    if (it != active_.end() && it->second.record.attempt == e.attempt &&
+        it->second.record.state != JobState::kQueued) {
+      HandleRankExit(it->second, e);
+    }
+  }
   for (auto& [id, job] : active_) {
     if (job.record.state != JobState::kRunning || job.failed || job.cancel_requested || job.preempted) continue;
     const double timeout = job.spec.step_timeout_s;
@@ -710,7 +922,13 @@ std::vector<pid_t> FindWorkerPids(const std::string& job_id, int32_t attempt) {
 }  // namespace
 
 void JobManager::StopGroup(ActiveJob& job) {
-  launcher_->Stop(job.record.id, job.record.attempt);
+  if (KindOf(job) == LauncherKind::kExternal) {
+    // No process of ours: the workers stop on the command; ranks that are
+    // not connected are accounted for by CheckProgress.
+    for (auto& [rank, ch] : job.channels) ch->Push({WorkerCommand::Kind::kStop, "the attempt is stopping"});
+    return;
+  }
+  if (Launcher* l = LauncherOf(job)) l->Stop(job.record.id, job.record.attempt);
   if (!job.adopted) return;
   for (pid_t pid : FindWorkerPids(job.record.id, job.record.attempt)) kill(pid, SIGINT);
   job.kill_at = std::chrono::steady_clock::now() + options_.stop_grace;
@@ -767,8 +985,7 @@ void JobManager::Requeue(ActiveJob& job, const std::string& reason) {
   // What this attempt kept for goodput: steps up to its last checkpoint.
   job.kept_step_seconds += job.checkpointed_step_seconds;
   job.attempt_step_seconds = job.checkpointed_step_seconds = 0;
-  free_slots_ += job.slots_held;
-  job.slots_held = 0;
+  ReleaseResources(job);
   job.failed = false;
   job.preempted = false;
   job.adopted = false;
@@ -778,6 +995,10 @@ void JobManager::Requeue(ActiveJob& job, const std::string& reason) {
   job.failure.clear();
   job.channels.clear();
   job.last_metrics.clear();
+  job.result_codes.clear();
+  job.detached_at.clear();
+  job.master_addr.clear();
+  job.master_port = 0;
   job.spec.checkpoint.resume_from = "latest";
   r.spec_json = JobSpecToJson(job.spec);
   Transition(job, JobState::kQueued, reason);
@@ -838,7 +1059,7 @@ void JobManager::Finish(const std::string& id) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   ActiveJob& job = it->second;
-  free_slots_ += job.slots_held;
+  ReleaseResources(job);
   for (auto& [rank, ch] : job.channels) ch->Close();
   for (auto& w : job.watchers) w->Close();
   metrics_->RemoveJob(id);
@@ -847,46 +1068,83 @@ void JobManager::Finish(const std::string& id) {
 }
 
 void JobManager::TrySchedule() {
-  while (!queue_.empty() && !shut_down_) {
-    auto it = active_.find(queue_.front());
+  // FIFO within each resource of this host: a job waits only behind earlier
+  // jobs that need the same kind (CPU slots or GPUs). Slurm and external
+  // jobs take none of them and start at once.
+  enum Pool { kNone, kSlots, kGpus };
+  std::set<Pool> blocked;
+  for (size_t i = 0; i < queue_.size() && !shut_down_;) {
+    auto it = active_.find(queue_[i]);
     if (it == active_.end()) {
-      queue_.pop_front();
+      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
-    if (it->second.record.num_processes > free_slots_) return;  // FIFO: the head waits
-    queue_.pop_front();
+    const ActiveJob& job = it->second;
+    const Pool pool = KindOf(job) != LauncherKind::kLocal ? kNone
+                      : job.spec.device == Device::kCuda  ? kGpus
+                                                          : kSlots;
+    if (pool != kNone && (blocked.count(pool) || !Fits(job))) {
+      blocked.insert(pool);
+      ++i;
+      continue;
+    }
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
     StartJob(it->second);
   }
 }
 
 void JobManager::StartJob(ActiveJob& job) {
   JobRecord& r = job.record;
-  auto port = PickFreePort(options_.master_addr);
-  if (!port.ok()) {
-    Transition(job, JobState::kFailed, std::string(port.status().message()));
+  const LauncherKind kind = KindOf(job);
+  Launcher* launcher = LauncherOf(job);
+  if (kind != LauncherKind::kExternal && launcher == nullptr) {
+    Transition(job, JobState::kFailed, absl::StrCat("launcher ", LauncherKindName(kind), " is not available on this server"));
     Finish(r.id);
     return;
   }
+  job.master_addr.clear();
+  job.master_port = 0;
+  if (kind != LauncherKind::kExternal) {
+    // Local: rank 0 serves the store on this host. Slurm: on the first node
+    // of the step (the worker reads it from Slurm); the port is a guess
+    // that is free here.
+    auto port = PickFreePort(options_.master_addr);
+    if (!port.ok()) {
+      Transition(job, JobState::kFailed, std::string(port.status().message()));
+      Finish(r.id);
+      return;
+    }
+    job.master_port = *port;
+    if (kind == LauncherKind::kLocal) job.master_addr = options_.master_addr;
+  }
   r.attempt += 1;
-  r.worker_token = RandomHex(32);  // a new token fences the previous attempt's workers
+  // A new token fences the previous attempt's workers. Joined workers are
+  // fenced by the attempt number alone: their token is the job's.
+  if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = RandomHex(32);
   if (job.first_start == std::chrono::steady_clock::time_point{}) job.first_start = std::chrono::steady_clock::now();
-  job.slots_held = r.num_processes;
-  free_slots_ -= r.num_processes;
+  if (kind == LauncherKind::kLocal && job.spec.device == Device::kCuda) {
+    for (int32_t i = 0; i < r.num_processes; ++i) {
+      job.gpus.push_back(*free_gpu_ids_.begin());
+      free_gpu_ids_.erase(free_gpu_ids_.begin());
+    }
+  } else if (kind == LauncherKind::kLocal) {
+    job.slots_held = r.num_processes;
+    free_slots_ -= r.num_processes;
+  }
   job.attached.clear();
   job.exited.clear();
+  job.result_codes.clear();
+  job.detached_at.clear();
+  if (kind == LauncherKind::kExternal) {
+    Transition(job, JobState::kStarting,
+               absl::StrCat("attempt ", r.attempt, ": waiting for ", r.num_processes,
+                            " ranks to join (trainyard-worker --join ", r.id, "; `trainctl join-info ", r.id, "`)"));
+    return;
+  }
   Transition(job, JobState::kStarting,
-             absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ")"));
-  LaunchRequest req;
-  req.job_id = r.id;
-  req.attempt = r.attempt;
-  req.world_size = r.num_processes;
-  req.master_addr = options_.master_addr;
-  req.master_port = *port;
-  req.coordinator_addr = options_.coordinator_addr;
-  req.token = r.worker_token;
-  req.log_dir = LogDir(r, r.attempt);
-  req.threads_per_process = job.spec.threads_per_process;
-  if (auto s = launcher_->Launch(req); !s.ok()) {
+             absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
+                          job.gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(job.gpus, ",")), ")"));
+  if (auto s = launcher->Launch(MakeLaunchRequest(job)); !s.ok()) {
     Transition(job, JobState::kFailed, absl::StrCat("launch failed: ", s.message()));
     Finish(r.id);
   }

@@ -36,8 +36,10 @@ struct JobManagerOptions {
   int slots = 1;
   // Root of worker logs: <state_dir>/jobs/<id>/attempt-<n>/rank-<r>.log.
   std::string state_dir = "trainyard-state";
-  // Where workers reach the WorkerService (host:port).
+  // Where workers reach the WorkerService (host:port): local ones, and
+  // those on other hosts.
   std::string coordinator_addr;
+  std::string remote_coordinator_addr;
   // Address rank 0 binds its rendezvous store on; other ranks connect to it.
   std::string master_addr = "127.0.0.1";
   SpecLimits limits;
@@ -49,6 +51,19 @@ struct JobManagerOptions {
   // What stopped workers get between SIGINT and SIGKILL (adopted groups;
   // the launcher has its own).
   std::chrono::milliseconds stop_grace{10000};
+  // GPUs of this host for local CUDA jobs: one per rank, never shared.
+  int gpus = 0;
+  // The launcher of specs that name none (launcher: default).
+  LauncherKind default_launcher = LauncherKind::kLocal;
+};
+
+// What workers started outside the server need to join a job.
+struct JoinInfo {
+  std::string job_id;
+  std::string token;
+  int32_t world_size = 0;
+  int32_t attempt = 0;
+  std::string coordinator_addr;
 };
 
 // One update for a watcher: the job's record after a state change, or one
@@ -108,11 +123,16 @@ class WorkerChannel {
 struct WorkerAttachment {
   std::string spec_json;
   int32_t world_size = 0;
+  int32_t attempt = 0;
+  // Rank 0's rendezvous store; empty address: the launcher told the worker.
+  std::string master_addr;
+  int master_port = 0;
   std::shared_ptr<WorkerChannel> channel;
 };
 
 class JobManager {
  public:
+  // `launcher` starts local jobs; RegisterLauncher adds others.
   JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options);
   ~JobManager();
   JobManager(const JobManager&) = delete;
@@ -124,7 +144,11 @@ class JobManager {
   // the same attempt and token and go on; a group that does not is stopped
   // and restarted from its latest checkpoint. Call once, before serving.
   absl::Status Recover();
-  void set_coordinator_addr(const std::string& addr);
+  // Where workers reach the WorkerService: local ones, and those on other
+  // hosts (Slurm, external; default: the same).
+  void set_coordinator_addr(const std::string& addr, const std::string& remote_addr = "");
+  // Makes `kind` (slurm) available to jobs. Call before Recover.
+  void RegisterLauncher(LauncherKind kind, Launcher* launcher);
 
   // People's side.
   // Queues a job. `accelerate_config`, when not empty, is an Accelerate
@@ -150,10 +174,17 @@ class JobManager {
   absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes);
   absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id);
   absl::StatusOr<std::string> LogPath(const std::string& id, int32_t rank);
+  // The worker token of a job whose launcher is external (not ended).
+  absl::StatusOr<JoinInfo> GetJoinInfo(const std::string& id);
 
   // Workers' side.
+  // attempt 0: join the current attempt (external jobs only). Rank 0 of an
+  // external job says where its rendezvous store listens
+  // (advertise_addr:rendezvous_port); the other ranks wait for it
+  // (UNAVAILABLE until then).
   absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
-                                                const std::string& token);
+                                                const std::string& token, const std::string& advertise_addr = "",
+                                                int32_t rendezvous_port = 0);
   void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples);
   // `preempted`: the rank checkpointed and stopped on a preemption signal.
   void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, bool ok, const std::string& error,
@@ -175,6 +206,7 @@ class JobManager {
   std::vector<std::string> Shutdown();
 
   int free_slots();
+  int free_gpus();
 
  private:
   struct ActiveJob {
@@ -204,10 +236,27 @@ class JobManager {
     std::chrono::steady_clock::time_point first_start{};
     bool failed = false;
     std::string failure;
+    std::vector<int> gpus;                 // held by a local CUDA job's ranks
+    std::string master_addr;               // this attempt's rendezvous
+    int master_port = 0;
+    // External jobs: each rank's end as reported (0 ok, 1 failed, 3
+    // stopped, 4 preempted), and when ranks without one lost their stream.
+    std::map<int32_t, int> result_codes;
+    std::map<int32_t, std::chrono::steady_clock::time_point> detached_at;
     std::chrono::steady_clock::time_point last_persist{};
   };
 
   // All REQUIRE mu_ held.
+  LauncherKind KindOf(const ActiveJob& job) const;
+  Launcher* LauncherOf(const ActiveJob& job);
+  // A spec this server can run at all: slots, GPUs, the launcher.
+  absl::Status CheckResources(const JobSpec& spec);
+  bool Fits(const ActiveJob& job) const;
+  void ReleaseResources(ActiveJob& job);
+  // One rank's end, from a launcher or (external jobs) from its stream; may
+  // requeue or finish the job.
+  void HandleRankExit(ActiveJob& job, const RankExit& e);
+  LaunchRequest MakeLaunchRequest(const ActiveJob& job) const;
   void Transition(ActiveJob& job, JobState state, const std::string& reason);
   void TrySchedule();
   void StartJob(ActiveJob& job);
@@ -238,6 +287,8 @@ class JobManager {
   std::map<std::string, ActiveJob> active_;  // guarded by mu_; every job not ended
   std::deque<std::string> queue_;            // guarded by mu_; FIFO of QUEUED ids
   int free_slots_;                           // guarded by mu_
+  std::set<int> free_gpu_ids_;               // guarded by mu_
+  std::map<LauncherKind, Launcher*> launchers_;
   std::map<JobState, int> counts_;           // guarded by mu_
   bool shut_down_ = false;                   // guarded by mu_
   int64_t next_request_id_ = 1;              // guarded by mu_

@@ -1,6 +1,8 @@
 // Launcher: starts and stops the worker processes of one job attempt.
 //
-// Implementations: LocalLauncher (fork/exec on this host). Launchers report
+// Implementations: LocalLauncher (fork/exec on this host), SlurmLauncher
+// (sbatch + srun; state from squeue/scontrol). Workers of `launcher:
+// external` jobs are started by someone else and need no Launcher. Launchers report
 // each rank's end through the ExitCallback given at construction, from their
 // own thread; implementations are safe to call from several threads.
 #ifndef TRAINYARD_SERVER_LAUNCHER_H_
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/job_spec.h"
 
 namespace trainyard {
 
@@ -26,6 +29,14 @@ struct LaunchRequest {
   std::string token;                      // per-attempt worker secret
   std::string log_dir;                    // one rank-<r>.log per rank
   int32_t threads_per_process = 1;
+  std::string job_name;                   // the spec's name (Slurm --job-name)
+  bool cuda = false;                      // device: cuda
+  // Local launcher, CUDA jobs: the GPU index each rank gets
+  // (CUDA_VISIBLE_DEVICES), one per rank, never shared between jobs.
+  std::vector<int> gpus;
+  bool preemptible = false;               // Slurm: --requeue
+  double preemption_grace_s = 60;         // Slurm: --signal lead time
+  SlurmSpec slurm;                        // Slurm: nodes, partition, ...
 };
 
 // How one rank's process ended.
@@ -35,6 +46,7 @@ struct RankExit {
   int32_t rank = 0;
   int exit_code = 0;     // valid when signal == 0
   int signal = 0;        // non-zero when killed by a signal
+  std::string detail;    // the launcher's own account, when it has one
   bool ok() const { return signal == 0 && exit_code == 0; }
   std::string Describe() const;
 };
@@ -52,6 +64,16 @@ class Launcher {
   virtual void Stop(const std::string& job_id, int32_t attempt) = 0;
   // Number of this job's processes that have not yet been reaped.
   virtual int LiveProcesses(const std::string& job_id) = 0;
+  // Whether jobs can be launched at all (e.g. sbatch is installed); the
+  // error names what is missing.
+  virtual absl::Status Available() { return absl::OkStatus(); }
+  // After a coordinator restart: follows an attempt an earlier coordinator
+  // launched, reporting its ranks' ends like its own. False when this
+  // launcher cannot (the local launcher: not its children).
+  virtual bool Adopt(const LaunchRequest& request) {
+    (void)request;
+    return false;
+  }
 };
 
 struct LocalLauncherOptions {
@@ -65,6 +87,25 @@ struct LocalLauncherOptions {
 // tracks and reaps them.
 std::unique_ptr<Launcher> MakeLocalLauncher(LocalLauncherOptions options,
                                             Launcher::ExitCallback on_exit);
+
+struct SlurmLauncherOptions {
+  std::string worker_binary;             // as seen on the compute nodes
+  std::chrono::milliseconds stop_grace{5000};
+  std::chrono::milliseconds poll_interval{500};
+  // Directory of sbatch, squeue, scontrol and scancel; empty: PATH.
+  std::string slurm_bin_dir;
+  // sbatch defaults for every job (a job's slurm: section wins).
+  std::string partition, account;
+  std::vector<std::string> extra_sbatch_args;
+  std::vector<std::string> extra_worker_args;
+};
+
+// Creates the Slurm launcher: one batch job per attempt (`sbatch`, one
+// `srun` step of world_size tasks), followed with squeue/scontrol, stopped
+// with scancel. Each rank writes its exit code under the attempt's log dir;
+// ranks that end without one (killed) are reported as killed once Slurm
+// says the job has ended.
+std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit);
 
 }  // namespace trainyard
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@
 namespace trainyard {
 
 std::string RankExit::Describe() const {
+  if (!detail.empty()) return detail;
   if (signal != 0) return absl::StrCat("rank ", rank, " was killed by signal ", signal, " (", strsignal(signal), ")");
   return absl::StrCat("rank ", rank, " exited with code ", exit_code);
 }
@@ -80,7 +82,12 @@ class LocalLauncher final : public Launcher {
       };
       for (const auto& a : options_.extra_worker_args) args.push_back(a);
       std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");
-      absl::StatusOr<pid_t> pid = Spawn(args, log_path, r.token);
+      // torchrun's names for the rank's place on this host; a CUDA rank sees
+      // only its own GPU (as cuda:0).
+      std::vector<std::string> env = {absl::StrCat("LOCAL_RANK=", rank),
+                                      absl::StrCat("LOCAL_WORLD_SIZE=", r.world_size)};
+      if (!r.gpus.empty()) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", r.gpus.at(rank)));
+      absl::StatusOr<pid_t> pid = Spawn(args, log_path, r.token, env);
       if (!pid.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         for (pid_t p : started) {
@@ -121,18 +128,27 @@ class LocalLauncher final : public Launcher {
   // The worker's token travels in its environment, not on the command line,
   // so `ps` does not show it.
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log_path,
-                              const std::string& token) {
+                              const std::string& token, const std::vector<std::string>& extra_env) {
     int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     std::string token_env = "TRAINYARD_WORKER_TOKEN=" + token;
+    auto replaced = [&](const char* entry) {
+      const std::string_view e(entry);
+      if (e.rfind("TRAINYARD_WORKER_TOKEN=", 0) == 0) return true;
+      for (const std::string& x : extra_env) {
+        if (e.rfind(x.substr(0, x.find('=') + 1), 0) == 0) return true;
+      }
+      return false;
+    };
     std::vector<char*> envp;
     for (char** e = environ; *e != nullptr; ++e) {
-      if (strncmp(*e, "TRAINYARD_WORKER_TOKEN=", 23) != 0) envp.push_back(*e);
+      if (!replaced(*e)) envp.push_back(*e);
     }
     envp.push_back(const_cast<char*>(token_env.c_str()));
+    for (const std::string& x : extra_env) envp.push_back(const_cast<char*>(x.c_str()));
     envp.push_back(nullptr);
 
     pid_t pid = fork();

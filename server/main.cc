@@ -39,6 +39,22 @@ int main(int argc, char** argv) {
   app.add_option("--tls-client-ca", o.tls_client_ca, "CA (PEM) client certificates must be signed by: mutual TLS");
   app.add_option("--tls-worker-ca", o.tls_worker_ca,
                  "CA (PEM) workers check the server's certificate against (default: --tls-client-ca)");
+  app.add_option("--launcher", o.launcher,
+                 "Launcher of jobs whose spec names none: local (fork/exec here), slurm (sbatch/srun) or external "
+                 "(workers join with trainyard-worker --join)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"local", "slurm", "external"}));
+  app.add_option("--gpus", o.gpus, "GPUs for local CUDA jobs, one per rank; default: as many as the driver reports")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--advertise-addr", o.advertise_addr,
+                 "HOST[:PORT] workers on other hosts (Slurm, external) reach this server at; default: the --listen "
+                 "host, or this host's name when listening on all addresses");
+  app.add_option("--slurm-bin-dir", o.slurm_bin_dir, "Directory of sbatch, squeue and scancel (default: PATH)");
+  app.add_option("--slurm-partition", o.slurm_partition, "sbatch --partition for jobs that name none");
+  app.add_option("--slurm-account", o.slurm_account, "sbatch --account for jobs that name none");
+  app.add_option("--slurm-sbatch-arg", o.slurm_extra_args, "Extra sbatch option for every Slurm job; repeatable");
+  app.add_option("--slurm-worker-binary", o.slurm_worker_binary,
+                 "trainyard-worker as the compute nodes see it (default: --worker-binary)");
   app.add_option("--ready-file", o.ready_file, "Write the bound ports as JSON to this file once serving");
   CLI11_PARSE(app, argc, argv);
   o.stop_grace = std::chrono::milliseconds(stop_grace_ms);

@@ -183,6 +183,20 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::GetJoinInfo(grpc::ServerContext* ctx, const v1::GetJoinInfoRequest* req,
+                                         v1::GetJoinInfoResponse* resp) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  auto info = manager_->GetJoinInfo(req->id());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  resp->set_job_id(info->job_id);
+  resp->set_token(info->token);
+  resp->set_world_size(info->world_size);
+  resp->set_attempt(info->attempt);
+  resp->set_coordinator_addr(info->coordinator_addr);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::WatchJobResponse>* writer) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
@@ -234,17 +248,25 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be a hello");
   }
   const v1::WorkerHello hello = msg.hello();
-  auto attached = manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token());
+  if (hello.advertise_addr().size() > 255) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'advertise_addr': at most 255 characters");
+  }
+  auto attached = manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(),
+                                         hello.advertise_addr(), hello.rendezvous_port());
   if (!attached.ok()) {
     spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(), std::string(attached.status().message()));
     return ToGrpcStatus(attached.status());
   }
   auto channel = attached->channel;
+  const int32_t attempt = attached->attempt;  // a joining worker said 0
   v1::CoordinatorMessage welcome;
   welcome.mutable_welcome()->set_spec_json(attached->spec_json);
   welcome.mutable_welcome()->set_world_size(attached->world_size);
+  welcome.mutable_welcome()->set_attempt(attempt);
+  welcome.mutable_welcome()->set_master_addr(attached->master_addr);
+  welcome.mutable_welcome()->set_master_port(attached->master_port);
   if (!stream->Write(welcome)) {
-    manager_->DetachWorker(hello.job_id(), hello.attempt(), hello.rank(), channel);
+    manager_->DetachWorker(hello.job_id(), attempt, hello.rank(), channel);
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker went away");
   }
   // Commands go down from their own thread while this one reads; the sync API
@@ -277,17 +299,17 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
         m.rank = hello.rank();  // a worker speaks only for its own rank
         samples.push_back(m);
       }
-      manager_->ReportMetrics(hello.job_id(), hello.attempt(), samples);
+      manager_->ReportMetrics(hello.job_id(), attempt, samples);
     } else if (msg.has_checkpoint()) {
-      if (hello.rank() == 0) manager_->ReportCheckpoint(hello.job_id(), hello.attempt(), FromProto(msg.checkpoint()));
+      if (hello.rank() == 0) manager_->ReportCheckpoint(hello.job_id(), attempt, FromProto(msg.checkpoint()));
     } else if (msg.has_result()) {
-      manager_->ReportResult(hello.job_id(), hello.attempt(), hello.rank(), msg.result().ok(), msg.result().error(),
+      manager_->ReportResult(hello.job_id(), attempt, hello.rank(), msg.result().ok(), msg.result().error(),
                              msg.result().preempted());
       got_result = true;
       break;
     }
   }
-  manager_->DetachWorker(hello.job_id(), hello.attempt(), hello.rank(), channel);
+  manager_->DetachWorker(hello.job_id(), attempt, hello.rank(), channel);
   writer.join();
   if (!got_result) spdlog::info("job {} rank {}: stream closed before a result", hello.job_id(), hello.rank());
   return grpc::Status::OK;

@@ -29,6 +29,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
                                v1::ListCheckpointsResponse*) override;
   grpc::Status ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest*, v1::ResumeJobResponse*) override;
+  grpc::Status GetJoinInfo(grpc::ServerContext*, const v1::GetJoinInfoRequest*, v1::GetJoinInfoResponse*) override;
 
   // Ends open WatchJob streams (server shutdown).
   void Shutdown() { shutting_down_ = true; }

@@ -37,6 +37,21 @@ std::string HostOf(const std::string& addr) {
 
 }  // namespace
 
+namespace {
+
+// GPUs the NVIDIA driver reports on this host (0 without one).
+int DetectGpus() {
+  std::error_code ec;
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
 struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<JobStore> store;
@@ -45,6 +60,7 @@ struct Server::Impl {
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<JobManager> manager;
   std::unique_ptr<Launcher> launcher;
+  std::unique_ptr<Launcher> slurm_launcher;
   std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<WorkerServiceImpl> worker_service;
   std::unique_ptr<grpc::Server> grpc_server;
@@ -90,6 +106,16 @@ absl::Status Server::Start() {
 
   JobManagerOptions mo;
   mo.slots = o.slots;
+  if (o.launcher == "local") {
+    mo.default_launcher = LauncherKind::kLocal;
+  } else if (o.launcher == "slurm") {
+    mo.default_launcher = LauncherKind::kSlurm;
+  } else if (o.launcher == "external") {
+    mo.default_launcher = LauncherKind::kExternal;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--launcher ", o.launcher, ": must be local, slurm or external"));
+  }
+  mo.gpus = o.gpus >= 0 ? o.gpus : DetectGpus();
   mo.state_dir = o.state_dir;
   mo.max_queued_jobs = o.max_queued_jobs;
   mo.limits.max_num_processes = o.max_num_processes;
@@ -117,6 +143,19 @@ absl::Status Server::Start() {
   Impl* self = impl_.get();
   s.launcher = MakeLocalLauncher(lo, [self](const RankExit& e) { self->manager->OnRankExit(e); });
   s.manager = std::make_unique<JobManager>(s.store.get(), s.launcher.get(), s.metrics.get(), mo);
+  SlurmLauncherOptions so;
+  so.worker_binary = o.slurm_worker_binary.empty() ? o.worker_binary : o.slurm_worker_binary;
+  so.stop_grace = o.stop_grace;
+  so.slurm_bin_dir = o.slurm_bin_dir;
+  so.partition = o.slurm_partition;
+  so.account = o.slurm_account;
+  so.extra_sbatch_args = o.slurm_extra_args;
+  so.extra_worker_args = lo.extra_worker_args;
+  s.slurm_launcher = MakeSlurmLauncher(so, [self](const RankExit& e) { self->manager->OnRankExit(e); });
+  s.manager->RegisterLauncher(LauncherKind::kSlurm, s.slurm_launcher.get());
+  if (mo.default_launcher == LauncherKind::kSlurm) {
+    if (auto st = s.slurm_launcher->Available(); !st.ok()) return st;
+  }
 
   std::string token;
   if (!o.auth_token_file.empty()) {
@@ -162,8 +201,17 @@ absl::Status Server::Start() {
     return absl::UnavailableError(absl::StrCat("--listen ", o.listen, ": cannot listen there"));
   }
   std::string host = HostOf(o.listen);
-  if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
-  s.manager->set_coordinator_addr(absl::StrCat(host, ":", s.grpc_port));
+  const bool wildcard = host == "0.0.0.0" || host == "[::]" || host.empty();
+  // Local workers use loopback when the server listens everywhere; remote
+  // ones need a name of this host.
+  std::string remote = o.advertise_addr;
+  if (remote.empty()) {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    remote = wildcard ? std::string(name) : host;
+  }
+  if (remote.find(':') == std::string::npos || remote.back() == ']') remote = absl::StrCat(remote, ":", s.grpc_port);
+  s.manager->set_coordinator_addr(absl::StrCat(wildcard ? "127.0.0.1" : host, ":", s.grpc_port), remote);
   if (auto st = s.manager->Recover(); !st.ok()) return st;
   // The hang watchdog.
   s.watchdog = std::thread([self] {
@@ -173,9 +221,10 @@ absl::Status Server::Start() {
     }
   });
 
-  spdlog::info("trainyard-server: gRPC on {}:{}, metrics on {}, state in {}, {} slots, worker {}", HostOf(o.listen),
-               s.grpc_port, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port), o.state_dir, o.slots,
-               o.worker_binary);
+  spdlog::info("trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, state in {}, {} slots, "
+               "{} GPUs, default launcher {}, worker {}",
+               HostOf(o.listen), s.grpc_port, remote, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port),
+               o.state_dir, o.slots, mo.gpus, o.launcher, o.worker_binary);
   if (!o.ready_file.empty()) {
     std::string tmp = o.ready_file + ".tmp";
     {
@@ -214,7 +263,10 @@ void Server::Shutdown() {
   const auto deadline = std::chrono::steady_clock::now() + s.options.stop_grace + std::chrono::seconds(1);
   auto live = [&] {
     int n = 0;
-    for (const auto& id : stopping) n += s.launcher ? s.launcher->LiveProcesses(id) : 0;
+    for (const auto& id : stopping) {
+      n += s.launcher ? s.launcher->LiveProcesses(id) : 0;
+      n += s.slurm_launcher ? s.slurm_launcher->LiveProcesses(id) : 0;
+    }
     return n;
   };
   while (live() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -222,6 +274,7 @@ void Server::Shutdown() {
   }
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   s.launcher.reset();  // kills and reaps what is left; no callback after this
+  s.slurm_launcher.reset();
 }
 
 int Server::grpc_port() const { return impl_->grpc_port; }

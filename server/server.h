@@ -36,6 +36,19 @@ struct ServerOptions {
   // tls_client_ca). Under mutual TLS, local workers present the server's
   // certificate and key, which must then allow client authentication.
   std::string tls_worker_ca;
+  // Launcher of jobs whose spec names none: local, slurm or external.
+  std::string launcher = "local";
+  // GPUs for local CUDA jobs; -1: as many as the NVIDIA driver reports.
+  int gpus = -1;
+  // HOST[:PORT] workers on other hosts (Slurm, external) reach the gRPC
+  // service at; default: the --listen host, or this host's name when that
+  // is a wildcard address.
+  std::string advertise_addr;
+  // Slurm launcher: where sbatch & co. are (empty: PATH), sbatch defaults,
+  // and the worker binary as the compute nodes see it (default
+  // --worker-binary).
+  std::string slurm_bin_dir, slurm_partition, slurm_account, slurm_worker_binary;
+  std::vector<std::string> slurm_extra_args;
 };
 
 class Server {

@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 
 #include <mutex>
+#include <set>
 
 #include "tests/test_util.h"
 
@@ -57,7 +58,7 @@ class JobManagerTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(); }
 
-  void Open() {
+  void Open(int gpus = 0) {
     manager_.reset();
     store_.reset();
     auto store = JobStore::Open(dir_.path() + "/jobs.db");
@@ -67,6 +68,7 @@ class JobManagerTest : public ::testing::Test {
     o.slots = 4;
     o.state_dir = dir_.path();
     o.coordinator_addr = "127.0.0.1:1";
+    o.gpus = gpus;
     manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
     ASSERT_TRUE(manager_->Recover().ok());
   }
@@ -125,6 +127,131 @@ TEST_F(JobManagerTest, RejectsJobsLargerThanTheServer) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(job.status().message()).find("num_processes"), std::string::npos);
   EXPECT_NE(std::string(job.status().message()).find("4 slots"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, CudaJobsOnAServerWithoutGpusAreRejectedAtSubmit) {
+  auto job = manager_->Submit("num_processes: 1\ndevice: cuda\n");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(job.status().message()).find("this server has 0"), std::string::npos) << job.status();
+  EXPECT_NE(std::string(job.status().message()).find("--gpus"), std::string::npos) << job.status();
+}
+
+TEST_F(JobManagerTest, GpusAreHandedOutOnePerRankNeverShared) {
+  Open(/*gpus=*/3);
+  EXPECT_EQ(manager_->Submit("num_processes: 4\ndevice: cuda\n").status().code(),
+            absl::StatusCode::kInvalidArgument);  // more than the server has
+  auto a = manager_->Submit("max_steps: 10\nnum_processes: 2\ndevice: cuda\n");
+  auto b = manager_->Submit("max_steps: 10\nnum_processes: 2\ndevice: cuda\n");
+  auto c = manager_->Submit("max_steps: 10\nnum_processes: 4\n");  // CPU: slots, not GPUs
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(StateOf(a->id), JobState::kStarting);
+  EXPECT_EQ(StateOf(b->id), JobState::kQueued);  // one GPU free, two needed
+  EXPECT_EQ(StateOf(c->id), JobState::kStarting);
+  EXPECT_EQ(manager_->free_gpus(), 1);
+  EXPECT_EQ(manager_->free_slots(), 0);
+  ASSERT_EQ(launcher_.launched().size(), 2u);
+  EXPECT_EQ(launcher_.launched()[0].gpus, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(launcher_.launched()[0].cuda);
+  EXPECT_TRUE(launcher_.launched()[1].gpus.empty());
+  // b waits at the head; a later 1-GPU job waits behind it (FIFO).
+  auto d = manager_->Submit("max_steps: 10\nnum_processes: 1\ndevice: cuda\n");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(StateOf(d->id), JobState::kQueued);
+  ExitAll(a->id, 0);
+  EXPECT_EQ(StateOf(b->id), JobState::kStarting);
+  EXPECT_EQ(StateOf(d->id), JobState::kStarting);
+  ASSERT_EQ(launcher_.launched().size(), 4u);
+  const std::vector<int> gb = launcher_.launched()[2].gpus, gd = launcher_.launched()[3].gpus;
+  ASSERT_EQ(gb.size(), 2u);
+  ASSERT_EQ(gd.size(), 1u);
+  std::set<int> all(gb.begin(), gb.end());
+  all.insert(gd.begin(), gd.end());
+  EXPECT_EQ(all, (std::set<int>{0, 1, 2}));  // disjoint, all three in use
+  EXPECT_EQ(manager_->free_gpus(), 0);
+  // A failed attempt gives its GPUs back before the restart takes them again.
+  ExitAll(b->id, 1);
+  EXPECT_EQ(StateOf(b->id), JobState::kFailed);
+  EXPECT_EQ(manager_->free_gpus(), 2);
+  ExitAll(d->id, 0);
+  EXPECT_EQ(manager_->free_gpus(), 3);
+}
+
+TEST_F(JobManagerTest, ExternalJobsWaitForJoiningWorkers) {
+  auto job = manager_->Submit("max_steps: 10\nnum_processes: 2\nlauncher: external\nmax_restarts: 1\n");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id;
+  EXPECT_EQ(StateOf(id), JobState::kStarting);
+  EXPECT_TRUE(launcher_.launched().empty());  // nobody is started by the server
+  EXPECT_EQ(manager_->free_slots(), 4);       // nor does it take this host's slots
+  auto info = manager_->GetJoinInfo(id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->world_size, 2);
+  EXPECT_EQ(info->attempt, 1);
+  // Rank 1 first: it waits for rank 0's rendezvous address.
+  EXPECT_EQ(manager_->AttachWorker(id, 1, 0, info->token).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(manager_->AttachWorker(id, 0, 0, "forged", "10.0.0.1", 29400).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(manager_->AttachWorker(id, 0, 0, info->token).status().code(), absl::StatusCode::kInvalidArgument)
+      << "rank 0 must say where its store listens";
+  auto w0 = manager_->AttachWorker(id, 0, 0, info->token, "10.0.0.1", 29400);
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  EXPECT_EQ(w0->attempt, 1);
+  auto w1 = manager_->AttachWorker(id, 1, 0, info->token, "10.0.0.2", 0);
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  EXPECT_EQ(w1->master_addr, "10.0.0.1");
+  EXPECT_EQ(w1->master_port, 29400);
+  EXPECT_EQ(StateOf(id), JobState::kRunning);
+
+  // Rank 1 fails: rank 0 is told to stop; both ends come from their streams.
+  manager_->ReportResult(id, 1, 1, false, "boom");
+  manager_->DetachWorker(id, 1, 1, w1->channel);
+  WorkerCommand cmd;
+  ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
+  EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kStop);
+  manager_->ReportResult(id, 1, 0, false, "stopped on request after step 3");
+  manager_->DetachWorker(id, 1, 0, w0->channel);
+  // Restarted: attempt 2 waits for joins again, with the same token.
+  EXPECT_EQ(StateOf(id), JobState::kStarting);
+  auto info2 = manager_->GetJoinInfo(id);
+  ASSERT_TRUE(info2.ok());
+  EXPECT_EQ(info2->attempt, 2);
+  EXPECT_EQ(info2->token, info->token);
+  EXPECT_EQ(manager_->AttachWorker(id, 0, 1, info->token, "10.0.0.1", 29400).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // the old attempt is fenced
+  auto v0 = manager_->AttachWorker(id, 0, 0, info->token, "10.0.0.3", 29401);
+  auto v1 = manager_->AttachWorker(id, 1, 0, info->token);
+  ASSERT_TRUE(v0.ok() && v1.ok());
+  EXPECT_EQ(v1->master_addr, "10.0.0.3");
+  EXPECT_EQ(StateOf(id), JobState::kRunning);
+  for (int r = 0; r < 2; ++r) manager_->ReportResult(id, 2, r, true, "");
+  manager_->DetachWorker(id, 2, 0, v0->channel);
+  manager_->DetachWorker(id, 2, 1, v1->channel);
+  EXPECT_EQ(StateOf(id), JobState::kSucceeded);
+}
+
+TEST_F(JobManagerTest, CancellingAnExternalJobNobodyJoinedEndsIt) {
+  auto job = manager_->Submit("num_processes: 3\nlauncher: external\n");
+  ASSERT_TRUE(job.ok());
+  auto w0 = manager_->AttachWorker(job->id, 0, 0, manager_->GetJoinInfo(job->id)->token, "10.0.0.1", 29400);
+  ASSERT_TRUE(w0.ok());
+  ASSERT_TRUE(manager_->Cancel(job->id).ok());
+  WorkerCommand cmd;
+  ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
+  EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kStop);
+  manager_->ReportResult(job->id, 1, 0, false, "stopped on request after step 0");
+  manager_->DetachWorker(job->id, 1, 0, w0->channel);
+  // Ranks 1 and 2 never came: the watchdog accounts for them.
+  manager_->CheckProgress();
+  EXPECT_EQ(StateOf(job->id), JobState::kCancelled);
+}
+
+TEST_F(JobManagerTest, LauncherMustBeAvailable) {
+  auto job = manager_->Submit("num_processes: 1\nlauncher: slurm\n");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(std::string(job.status().message()).find("launcher"), std::string::npos) << job.status();
+  EXPECT_EQ(manager_->Submit("num_processes: 2\nslurm: {nodes: 2}\n").status().code(),
+            absl::StatusCode::kInvalidArgument);  // the local launcher runs on one host
 }
 
 TEST_F(JobManagerTest, FirstFailureIsTheRootCauseAndStopsTheGroup) {

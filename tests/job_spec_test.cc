@@ -1,4 +1,5 @@
 #include "common/job_spec.h"
+#include "common/placement.h"
 
 #include <gtest/gtest.h>
 
@@ -111,6 +112,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"model: {kind: resnet}\ndistributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP, "
                 "fsdp_transformer_layer_cls_to_wrap: Block}\n", {"'fsdp_config.fsdp_transformer_layer_cls_to_wrap'", "BasicBlock"}},
         BadSpec{"preemptible: sometimes\n", {"'preemptible'", "true or false"}},
+        BadSpec{"launcher: kubernetes\n", {"'launcher'", "local, slurm, external"}},
+        BadSpec{"num_processes: 3\nslurm: {nodes: 2}\n", {"'slurm.nodes'", "divide num_processes"}},
+        BadSpec{"slurm: {partition: 'gpu; rm -rf /'}\n", {"'slurm.partition'", "may contain only"}},
+        BadSpec{"slurm: {extra_args: ['-N 2']}\n", {"'slurm.extra_args'", "starting with --"}},
+        BadSpec{"slurm: {extra_args: '--exclusive'}\n", {"'slurm.extra_args'", "list"}},
+        BadSpec{"slurm: {gres: 'gpu:1'}\n", {"'slurm.gres'", "unknown key"}},
         BadSpec{"preemption_grace_s: 0\n", {"'preemption_grace_s'", "between 1"}},
         BadSpec{"model: {kind: gpt, width: 30, heads: 4}\n", {"'model.heads'", "divide width"}},
         BadSpec{"model: {kind: gpt, hidden: [3]}\n", {"'model.hidden'", "gpt"}},
@@ -297,6 +304,60 @@ TEST(JobSpecTest, AccelerateFsdpConfigKeysVerbatim) {
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_EQ(names->fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
   EXPECT_EQ(names->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Conv2d", "Linear"}));
+}
+
+TEST(JobSpecTest, LauncherAndSlurmSectionRoundTrip) {
+  auto spec = ParseJobSpec(
+      "num_processes: 4\nlauncher: slurm\nslurm: {nodes: 2, partition: gpu, account: ml, qos: high, "
+      "time_limit: '1-00:00:00', constraint: 'a100|h100', extra_args: ['--exclusive', '--mem=8G']}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->launcher, LauncherKind::kSlurm);
+  EXPECT_EQ(spec->slurm.nodes, 2);
+  EXPECT_EQ(spec->slurm.time_limit, "1-00:00:00");
+  EXPECT_EQ(spec->slurm.extra_args, (std::vector<std::string>{"--exclusive", "--mem=8G"}));
+  auto again = ParseJobSpec(JobSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
+  auto plain = ParseJobSpec("num_processes: 1\n");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->launcher, LauncherKind::kDefault);
+  EXPECT_EQ(ParseJobSpec("launcher: EXTERNAL\n")->launcher, LauncherKind::kExternal);
+}
+
+TEST(PlacementTest, FirstHostOfASlurmHostList) {
+  EXPECT_EQ(FirstSlurmHost("vm"), "vm");
+  EXPECT_EQ(FirstSlurmHost("node[07-09,12]"), "node07");
+  EXPECT_EQ(FirstSlurmHost("gpu[3,5-6]"), "gpu3");
+  EXPECT_EQ(FirstSlurmHost("a1,b[2-3]"), "a1");
+  EXPECT_EQ(FirstSlurmHost("n[1-2]-ib,m1"), "n1-ib");
+  EXPECT_EQ(FirstSlurmHost(""), "");
+}
+
+TEST(PlacementTest, RankFromTheEnvironmentThatStartedTheWorker) {
+  for (const char* v : {"TRAINYARD_RANK", "SLURM_PROCID", "RANK", "JOB_COMPLETION_INDEX"}) unsetenv(v);
+  EXPECT_FALSE(RankFromEnvironment().has_value());
+  setenv("JOB_COMPLETION_INDEX", "3", 1);  // Kubernetes Indexed Job
+  std::string source;
+  EXPECT_EQ(RankFromEnvironment(&source), 3);
+  EXPECT_EQ(source, "JOB_COMPLETION_INDEX");
+  setenv("SLURM_PROCID", "5", 1);  // Slurm wins over Kubernetes' and torchrun's
+  EXPECT_EQ(RankFromEnvironment(&source), 5);
+  EXPECT_EQ(source, "SLURM_PROCID");
+  setenv("TRAINYARD_RANK", "x", 1);  // not a number: ignored
+  EXPECT_EQ(RankFromEnvironment(), 5);
+  setenv("TRAINYARD_RANK", "1", 1);
+  EXPECT_EQ(RankFromEnvironment(), 1);
+  for (const char* v : {"TRAINYARD_RANK", "SLURM_PROCID", "JOB_COMPLETION_INDEX"}) unsetenv(v);
+}
+
+TEST(PlacementTest, AddressesAndHostParts) {
+  EXPECT_EQ(HostPart("10.0.0.1:50051"), "10.0.0.1");
+  EXPECT_EQ(HostPart("[::1]:50051"), "::1");
+  EXPECT_EQ(HostPart("trainyard.svc:50051"), "trainyard.svc");
+  EXPECT_EQ(LocalAddressToward("127.0.0.1"), "127.0.0.1");
+  EXPECT_TRUE(IsLoopback("127.0.0.1"));
+  EXPECT_FALSE(IsLoopback("10.231.0.1"));
+  EXPECT_GT(PickFreePortOn("127.0.0.1"), 0);
 }
 
 TEST(JobSpecTest, RejectsOversizedSpec) {

@@ -21,6 +21,7 @@ case "$*" in
 esac
 echo "args: $*"
 echo "token: $TRAINYARD_WORKER_TOKEN"
+echo "gpu: [$CUDA_VISIBLE_DEVICES] local: $LOCAL_RANK"
 exit 0
 )";
 
@@ -81,6 +82,31 @@ TEST_F(LocalLauncherTest, RunsEveryRankWithItsArgumentsAndLog) {
   EXPECT_NE(buf.str().find("--master-port 12345"), std::string::npos) << buf.str();
   EXPECT_NE(buf.str().find("token: tok-ok"), std::string::npos) << buf.str();
   EXPECT_EQ(buf.str().find("tok-ok --"), std::string::npos) << "the token must not be on the command line";
+}
+
+TEST_F(LocalLauncherTest, EachCudaRankSeesOnlyItsOwnGpu) {
+  auto launcher = Make(std::chrono::milliseconds(1000));
+  LaunchRequest r = Request("gpus", 2);
+  r.cuda = true;
+  r.gpus = {3, 1};
+  ASSERT_TRUE(launcher->Launch(r).ok());
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 2; }, std::chrono::seconds(10)));
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream log(dir_.path() + "/logs/gpus/rank-" + std::to_string(rank) + ".log");
+    std::stringstream buf;
+    buf << log.rdbuf();
+    const std::string want = "gpu: [" + std::to_string(r.gpus[rank]) + "] local: " + std::to_string(rank);
+    EXPECT_NE(buf.str().find(want), std::string::npos) << buf.str();
+  }
+  // CPU jobs get no CUDA_VISIBLE_DEVICES of ours.
+  ASSERT_TRUE(launcher->Launch(Request("cpu", 1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 3; }, std::chrono::seconds(10)));
+  std::ifstream log(dir_.path() + "/logs/cpu/rank-0.log");
+  std::stringstream buf;
+  buf << log.rdbuf();
+  if (std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+    EXPECT_NE(buf.str().find("gpu: [] local: 0"), std::string::npos) << buf.str();
+  }
 }
 
 TEST_F(LocalLauncherTest, ReportsExitCodes) {

@@ -55,6 +55,8 @@ struct ControlClient::Impl {
     hello.mutable_hello()->set_rank(options.rank);
     hello.mutable_hello()->set_attempt(options.attempt);
     hello.mutable_hello()->set_token(options.token);
+    hello.mutable_hello()->set_advertise_addr(options.advertise_addr);
+    hello.mutable_hello()->set_rendezvous_port(options.rendezvous_port);
     if (!c->stream->Write(hello) || !c->stream->Read(first)) {
       grpc::Status st = c->stream->Finish();
       return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
@@ -228,10 +230,26 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   impl->stub = v1::WorkerService::NewStub(impl->channel);
   v1::CoordinatorMessage first;
   auto conn = impl->Open(&first);
+  // A joining worker may be early: the job is queued, or rank 0 has not
+  // joined yet. Ask again until join_timeout.
+  const auto join_deadline = std::chrono::steady_clock::now() + options.join_timeout;
+  auto backoff = std::chrono::milliseconds(200);
+  while (!conn.ok() && conn.status().code() == absl::StatusCode::kUnavailable && options.attempt == 0 &&
+         std::chrono::steady_clock::now() < join_deadline) {
+    spdlog::info("{}; asking again in {} ms", std::string(conn.status().message()), backoff.count());
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    conn = impl->Open(&first);
+  }
   if (!conn.ok()) return conn.status();
   impl->conn = *conn;
   impl->welcome.spec_json = first.welcome().spec_json();
   impl->welcome.world_size = first.welcome().world_size();
+  impl->welcome.attempt = first.welcome().attempt();
+  impl->welcome.master_addr = first.welcome().master_addr();
+  impl->welcome.master_port = first.welcome().master_port();
+  // Reconnections speak for the attempt joined.
+  if (impl->options.attempt == 0) impl->options.attempt = impl->welcome.attempt;
   Impl* raw = impl.get();
   impl->reader = std::thread([raw] { raw->ReadLoop(); });
   impl->sender = std::thread([raw] { raw->SendLoop(); });

@@ -21,8 +21,14 @@ struct ControlOptions {
   std::string server;  // host:port of the coordinator
   std::string job_id;
   int32_t rank = 0;
-  int32_t attempt = 1;
+  int32_t attempt = 1;  // 0: join the current attempt (external jobs)
   std::string token;
+  // Rank 0 of a joined job: where its rendezvous store listens.
+  std::string advertise_addr;
+  int32_t rendezvous_port = 0;
+  // How long a joining worker waits for its job to start and for rank 0 to
+  // join (the coordinator answers UNAVAILABLE meanwhile).
+  std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
   // TLS: PEM contents (empty ca: plain text).
   std::string ca_pem, cert_pem, key_pem;
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
@@ -36,6 +42,9 @@ struct ControlOptions {
 struct Welcome {
   std::string spec_json;
   int32_t world_size = 0;
+  int32_t attempt = 0;
+  std::string master_addr;  // empty: the launcher's (command line, Slurm)
+  int32_t master_port = 0;
 };
 
 class ControlClient final : public MetricsSink {

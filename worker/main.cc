@@ -1,32 +1,107 @@
-// trainyard-worker: one rank of a training job. Started by a launcher.
+// trainyard-worker: one rank of a training job. Started by a launcher
+// (local, Slurm), or by anyone with `--join JOB` for jobs whose launcher is
+// external (Kubernetes Indexed Jobs, a person on each node).
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
+#include "common/placement.h"
 #include "worker/worker_main.h"
+
+namespace {
+
+// Leaves <dir>/rank-<r>.exit holding the exit code, for launchers that
+// cannot wait for the process (Slurm).
+void WriteExitStatus(const std::string& dir, int32_t rank, int code) {
+  const std::string path = dir + "/rank-" + std::to_string(rank) + ".exit";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << code << "\n";
+    if (!out.good()) return;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   trainyard::WorkerArgs a;
+  std::string join, exit_status_dir;
+  int rank = -1;
+  double join_timeout_s = 600;
   CLI::App app{"trainyard-worker: one rank of a Trainyard training job"};
-  app.add_option("--server", a.server, "Coordinator address HOST:PORT")->required();
-  app.add_option("--job", a.job_id, "Job id")->required();
-  app.add_option("--rank", a.rank, "This process's rank")->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--world-size", a.world_size, "Number of ranks")->required()->check(CLI::PositiveNumber);
+  app.add_option("--server", a.server, "Coordinator address HOST:PORT")->required()->envname("TRAINYARD_SERVER");
+  auto* job = app.add_option("--job", a.job_id, "Job id (started by the coordinator's launcher)");
+  app.add_option("--join", join,
+                 "Join job JOB's current attempt (launcher: external); world size and rendezvous come from the "
+                 "coordinator")
+      ->envname("TRAINYARD_JOB")
+      ->excludes(job);
+  app.add_option("--rank", rank,
+                 "This process's rank (default: env TRAINYARD_RANK, SLURM_PROCID, RANK or JOB_COMPLETION_INDEX)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--world-size", a.world_size, "Number of ranks (default: the coordinator's)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--attempt", a.attempt, "Attempt number of the job")->capture_default_str();
-  app.add_option("--master-addr", a.master_addr, "Rendezvous host (rank 0 serves the store)")->capture_default_str();
-  app.add_option("--master-port", a.master_port, "Rendezvous port")->check(CLI::Range(1, 65535))->capture_default_str();
-  app.add_option("--bind-addr", a.bind_addr, "Address this rank's collectives bind to")->capture_default_str();
+  app.add_option("--master-addr", a.master_addr,
+                 "Rendezvous host, where rank 0 serves the store (default: the coordinator's, else the Slurm "
+                 "step's first node, else MASTER_ADDR)");
+  app.add_option("--master-port", a.master_port,
+                 "Rendezvous port (default: the coordinator's; rank 0 joining: a free port)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--bind-addr", a.bind_addr,
+                 "Address this rank's collectives bind to and peers reach it at (default: this host's address "
+                 "toward the rendezvous host)");
+  app.add_option("--advertise-addr", a.advertise_addr,
+                 "Rank 0 joining: the address other ranks reach its store at (default: this host's address toward "
+                 "the coordinator)")
+      ->envname("TRAINYARD_ADVERTISE_ADDR");
+  app.add_option("--join-timeout-s", join_timeout_s,
+                 "How long a joining worker waits for the job to start and rank 0 to join")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 7 * 86400.0));
   app.add_option("--threads", a.threads, "Intra-op threads")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--token", a.token, "Worker token (default: env TRAINYARD_WORKER_TOKEN)");
   app.add_option("--coordinator-ca", a.coordinator_ca, "CA (PEM) of a TLS coordinator's certificate");
   app.add_option("--tls-cert", a.tls_cert, "This worker's certificate (PEM), for a mutual-TLS coordinator");
   app.add_option("--tls-key", a.tls_key, "This worker's private key (PEM)");
+  app.add_option("--exit-status-dir", exit_status_dir,
+                 "Write the exit code to DIR/rank-<rank>.exit before exiting (for launchers such as Slurm's)");
   CLI11_PARSE(app, argc, argv);
-  if (a.rank >= a.world_size) {
+  if (a.job_id.empty() && join.empty()) {
+    std::fprintf(stderr, "trainyard-worker: give --job JOB (started by a launcher) or --join JOB (env TRAINYARD_JOB)\n");
+    return trainyard::kExitUsage;
+  }
+  if (!join.empty()) {
+    a.job_id = join;
+    a.attempt = 0;
+  }
+  a.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(join_timeout_s * 1000));
+  if (rank < 0) {
+    std::string source;
+    auto env_rank = trainyard::RankFromEnvironment(&source);
+    if (!env_rank) {
+      std::fprintf(stderr,
+                   "trainyard-worker: no rank: give --rank R or set TRAINYARD_RANK (Slurm's SLURM_PROCID, torchrun's "
+                   "RANK and Kubernetes' JOB_COMPLETION_INDEX are read too)\n");
+      return trainyard::kExitUsage;
+    }
+    rank = *env_rank;
+  }
+  a.rank = rank;
+  if (a.world_size > 0 && a.rank >= a.world_size) {
     std::fprintf(stderr, "trainyard-worker: --rank %d must be below --world-size %d\n", a.rank, a.world_size);
     return trainyard::kExitUsage;
   }
   if (a.token.empty()) {
     if (const char* t = std::getenv("TRAINYARD_WORKER_TOKEN")) a.token = t;
   }
-  return trainyard::RunWorker(a);
+  const int code = trainyard::RunWorker(a);
+  if (!exit_status_dir.empty()) WriteExitStatus(exit_status_dir, a.rank, code);
+  return code;
 }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -34,7 +35,11 @@ std::string HostIdentity() {
   gethostname(host, sizeof(host) - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return std::string(host) + "/" + boot;
+  // Separate network namespaces are separate hosts as far as the job is
+  // concerned (containers, test "hosts"): their traffic must cross the link.
+  std::error_code ec;
+  const std::string net = std::filesystem::read_symlink("/proc/self/ns/net", ec).string();
+  return std::string(host) + "/" + boot + "/" + net;
 }
 
 std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }

@@ -1,5 +1,10 @@
 #include "worker/trainer.h"
 
+#include <cstdlib>
+#include <cstring>
+
+#include "common/placement.h"
+
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -23,6 +28,15 @@
 
 namespace trainyard {
 namespace {
+
+// This rank's GPU: the only one visible (the local launcher's
+// CUDA_VISIBLE_DEVICES), or the LOCAL_RANK-th of the node's (Slurm --gres).
+int8_t CudaDeviceIndex() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && *visible != '\0' && std::strchr(visible, ',') == nullptr) return 0;
+  return static_cast<int8_t>(LocalRankFromEnvironment());
+}
+
 
 using Clock = std::chrono::steady_clock;
 
@@ -260,7 +274,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
                      : s.spec.mixed_precision == MixedPrecision::kFp16 ? at::kHalf
                                                                       : at::kFloat;
     fo.backward_prefetch = s.spec.fsdp.backward_prefetch;
-    fo.compute_device = s.spec.device == Device::kCuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+    fo.compute_device = s.spec.device == Device::kCuda ? c10::Device(c10::kCUDA, CudaDeviceIndex()) : c10::Device(c10::kCPU);
     s.fsdp = std::make_unique<FullyShardedModel>(s.model, fo, dist.shard_group, dist.replicate_group, world_size);
     if (s.spec.ddp.broadcast_buffers) s.buffers = s.model->buffers();
     s.optimizer = MakeOptimizer(s.spec.optimizer, s.fsdp->ShardParameters());

@@ -1,4 +1,6 @@
 #include "worker/worker_main.h"
+
+#include "common/placement.h"
 #include "common/paths.h"
 
 #include <malloc.h>
@@ -133,6 +135,17 @@ int RunWorker(const WorkerArgs& args) {
   co.rank = args.rank;
   co.attempt = args.attempt;
   co.token = args.token;
+  co.join_timeout = args.join_timeout;
+  if (args.attempt == 0 && args.rank == 0) {
+    // Joining as rank 0: this host serves the rendezvous store.
+    co.advertise_addr = args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
+    if (co.advertise_addr.empty()) {
+      spdlog::error("rank 0: cannot tell this host's address toward {}; give --advertise-addr", args.server);
+      return kExitUsage;
+    }
+    co.rendezvous_port = args.master_port > 0 ? args.master_port
+                                              : PickFreePortOn(args.bind_addr.empty() ? "0.0.0.0" : args.bind_addr);
+  }
   for (const auto& [path, out] : {std::pair<std::string, std::string*>{args.coordinator_ca, &co.ca_pem},
                                   {args.tls_cert, &co.cert_pem}, {args.tls_key, &co.key_pem}}) {
     if (!path.empty() && !ReadFileToString(path, out)) {
@@ -153,7 +166,8 @@ int RunWorker(const WorkerArgs& args) {
     ctl.Finish(false, err, 0);
     return kExitFailed;
   }
-  if (ctl.welcome().world_size != args.world_size) {
+  const int32_t world_size = ctl.welcome().world_size;
+  if (args.world_size != 0 && world_size != args.world_size) {
     const std::string err = absl::StrCat("world size mismatch: launched with ", args.world_size,
                                          ", the coordinator says ", ctl.welcome().world_size);
     ctl.Finish(false, err, 0);
@@ -161,6 +175,19 @@ int RunWorker(const WorkerArgs& args) {
   }
   ctl.set_metrics_every_steps(spec->metrics_every_steps);
   at::set_num_threads(args.threads);
+  // Where the rendezvous is, and the address this rank's transport uses.
+  std::string master_addr = !ctl.welcome().master_addr.empty() ? ctl.welcome().master_addr : args.master_addr;
+  if (master_addr.empty()) master_addr = RendezvousHostFromEnvironment();
+  if (master_addr.empty()) master_addr = "127.0.0.1";
+  const int master_port = ctl.welcome().master_port > 0 ? ctl.welcome().master_port : args.master_port;
+  std::string bind_addr = args.bind_addr;
+  if (bind_addr.empty()) bind_addr = IsLoopback(master_addr) ? "127.0.0.1" : LocalAddressToward(master_addr);
+  if (bind_addr.empty()) {
+    const std::string err = absl::StrCat("cannot tell this host's address toward the rendezvous host ", master_addr,
+                                         "; give --bind-addr");
+    ctl.Finish(false, err, 0);
+    return kExitFailed;
+  }
 
   int64_t final_step = 0;
   try {
@@ -168,23 +195,23 @@ int RunWorker(const WorkerArgs& args) {
     c10::intrusive_ptr<c10d::ProcessGroup> pg;
     std::unique_ptr<ShmCollectives> shm;
     FsdpGroups fsdp_groups;
-    if (args.world_size > 1) {
+    if (world_size > 1) {
       RendezvousOptions ro;
-      ro.master_addr = args.master_addr;
-      ro.master_port = args.master_port;
+      ro.master_addr = master_addr;
+      ro.master_port = master_port;
       ro.rank = args.rank;
-      ro.world_size = args.world_size;
-      ro.bind_addr = args.bind_addr;
-      spdlog::info("rank {}/{}: rendezvous at {}:{}", args.rank, args.world_size, args.master_addr, args.master_port);
+      ro.world_size = world_size;
+      ro.bind_addr = bind_addr;
+      spdlog::info("rank {}/{}: rendezvous at {}:{}", args.rank, world_size, master_addr, master_port);
       store = ConnectStore(ro);
-      pg = MakeProcessGroup(spec->device, store, args.rank, args.world_size, args.bind_addr, ro.timeout);
-      shm = MaybeSharedMemory(*spec, store, args.rank, args.world_size);
+      pg = MakeProcessGroup(spec->device, store, args.rank, world_size, bind_addr, ro.timeout);
+      shm = MaybeSharedMemory(*spec, store, args.rank, world_size);
       if (spec->distributed_type == DistributedType::kFsdp) {
-        fsdp_groups = MakeFsdpGroups(*spec, store, pg, args.rank, args.world_size, args.bind_addr, ro.timeout);
+        fsdp_groups = MakeFsdpGroups(*spec, store, pg, args.rank, world_size, bind_addr, ro.timeout);
       }
     }
     LoggingSink sink(&ctl, args.rank, spec->max_steps);
-    Trainer trainer(*spec, args.rank, args.world_size,
+    Trainer trainer(*spec, args.rank, world_size,
                     DistContext{pg, shm.get(), fsdp_groups.shard.get(), fsdp_groups.replicate.get()}, &sink,
                     &g_control);
     if (!trainer.resumed_from().empty()) {
@@ -192,7 +219,7 @@ int RunWorker(const WorkerArgs& args) {
     }
     for (const std::string& note : trainer.resume_notes()) spdlog::info("rank {}: {}", args.rank, note);
     spdlog::info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps,
-                 args.world_size);
+                 world_size);
     TrainResult result = trainer.Run();
     final_step = result.final_step;
     if (result.preempted) {

@@ -25,11 +25,20 @@ struct WorkerArgs {
   std::string server;
   std::string job_id;
   int32_t rank = 0;
-  int32_t world_size = 1;
-  int32_t attempt = 1;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string bind_addr = "127.0.0.1";
+  int32_t world_size = 0;  // 0: the coordinator's
+  int32_t attempt = 1;     // 0: join the current attempt (--join)
+  // Rendezvous: rank 0's store. Empty address: the coordinator's, else
+  // the first node of the Slurm step, else MASTER_ADDR, else loopback.
+  std::string master_addr;
+  int master_port = 0;     // 0: the coordinator's; rank 0 joining: a free one
+  // Address this rank's collectives bind to and peers reach it at; empty:
+  // the local address toward the rendezvous host.
+  std::string bind_addr;
+  // Rank 0 joining: the address other ranks reach its store at; empty: the
+  // local address toward the coordinator.
+  std::string advertise_addr;
+  // Joining: how long to wait for the job to start and rank 0 to join.
+  std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
   std::string token;
   int32_t threads = 1;
   // TLS to the coordinator: the CA its certificate is checked against, and

@@ -1,0 +1,127 @@
+#include "common/placement.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+
+namespace trainyard {
+
+std::string FirstSlurmHost(const std::string& hostlist) {
+  std::string out;
+  size_t i = 0;
+  while (i < hostlist.size() && hostlist[i] != ',' && hostlist[i] != '[') out += hostlist[i++];
+  if (i < hostlist.size() && hostlist[i] == '[') {
+    ++i;
+    while (i < hostlist.size() && hostlist[i] != '-' && hostlist[i] != ',' && hostlist[i] != ']') out += hostlist[i++];
+    // A suffix after the bracket ("n[1-2]-ib") belongs to every host.
+    const size_t close = hostlist.find(']', i);
+    if (close != std::string::npos) {
+      for (size_t j = close + 1; j < hostlist.size() && hostlist[j] != ','; ++j) out += hostlist[j];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::optional<int> IntFromEnv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > (1 << 20)) return std::nullopt;
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+std::optional<int> RankFromEnvironment(std::string* source) {
+  for (const char* name : {"TRAINYARD_RANK", "SLURM_PROCID", "RANK", "JOB_COMPLETION_INDEX"}) {
+    if (auto v = IntFromEnv(name)) {
+      if (source) *source = name;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+int LocalRankFromEnvironment() {
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (auto v = IntFromEnv(name)) return *v;
+  }
+  return 0;
+}
+
+std::string RendezvousHostFromEnvironment() {
+  for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return FirstSlurmHost(v);
+  }
+  const char* m = std::getenv("MASTER_ADDR");
+  return m == nullptr ? "" : m;
+}
+
+std::string LocalAddressToward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  for (addrinfo* a = res; a != nullptr && out.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {0};
+      const void* src = local.ss_family == AF_INET
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (inet_ntop(local.ss_family, src, buf, sizeof(buf)) != nullptr) out = buf;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+std::string HostPart(const std::string& host_port) {
+  if (!host_port.empty() && host_port[0] == '[') {
+    const size_t close = host_port.find(']');
+    return close == std::string::npos ? host_port : host_port.substr(1, close - 1);
+  }
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos || host_port.find(':') != colon) return host_port;  // no port, or bare IPv6
+  return host_port.substr(0, colon);
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+int PickFreePortOn(const std::string& bind_addr) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  if (inet_pton(AF_INET, bind_addr.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
+  int port = 0;
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace trainyard

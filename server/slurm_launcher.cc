@@ -1,0 +1,445 @@
+// SlurmLauncher: one Slurm batch job per attempt. The batch script runs one
+// `srun` step with a task per rank; each task is a trainyard-worker that
+// takes its rank from SLURM_PROCID and its rendezvous host from the step's
+// first node, and writes its exit code to <log_dir>/rank-<r>.exit. A thread
+// polls those files and `squeue`; ranks still unaccounted for when Slurm says
+// the job has ended were killed.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "server/launcher.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct CommandResult {
+  int exit_code = -1;  // -1: could not run or timed out
+  std::string out, err;
+};
+
+// Runs argv (no shell) with `extra_env` added, capturing stdout and stderr;
+// kills it after `timeout`.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  CommandResult res;
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    res.err = strerror(errno);
+    return res;
+  }
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    res.err = strerror(errno);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    return res;
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    bool replaced = false;
+    for (const auto& x : extra_env) replaced |= entry.rfind(x.substr(0, x.find('=') + 1), 0) == 0;
+    if (!replaced) env_store.push_back(entry);
+  }
+  for (const auto& x : extra_env) env_store.push_back(x);
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    res.err = strerror(errno);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    return res;
+  }
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    execvpe(args[0], args.data(), envp.data());
+    dprintf(2, "cannot run %s: %s", args[0], strerror(errno));
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  const auto deadline = Clock::now() + timeout;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  bool timed_out = false;
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        (i == 0 ? res.out : res.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    res.err = absl::StrCat(argv[0], " did not answer within ", timeout.count(), " ms");
+    return res;
+  }
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return res;
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+// One argument for /bin/sh: single-quoted.
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+bool Terminal(const std::string& state) {
+  static const std::set<std::string> kEnded = {"COMPLETED", "FAILED",        "CANCELLED",  "TIMEOUT",
+                                               "NODE_FAIL", "PREEMPTED",     "OUT_OF_MEMORY", "BOOT_FAIL",
+                                               "DEADLINE",  "SPECIAL_EXIT", "REVOKED"};
+  return kEnded.count(state) > 0;
+}
+
+struct Attempt {
+  std::string job_id;
+  int32_t attempt = 0;
+  int32_t world_size = 0;
+  std::string slurm_name;  // trainyard-<job>-a<attempt>
+  std::string slurm_id;    // empty: not found (adopted after it was gone)
+  std::string log_dir;
+  std::set<int32_t> reported;
+  std::string last_state;
+  bool stop_sent = false;
+  Clock::time_point kill_at = Clock::time_point::max();
+  bool cancelled_leftover = false;
+};
+
+class SlurmLauncher final : public Launcher {
+ public:
+  SlurmLauncher(SlurmLauncherOptions options, ExitCallback on_exit)
+      : options_(std::move(options)), on_exit_(std::move(on_exit)) {
+    poller_ = std::thread([this] { PollLoop(); });
+  }
+
+  ~SlurmLauncher() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutting_down_ = true;
+    }
+    cv_.notify_all();
+    poller_.join();
+  }
+
+  absl::Status Available() override {
+    const std::string sbatch = Tool("sbatch");
+    if (sbatch.find('/') != std::string::npos) {
+      if (access(sbatch.c_str(), X_OK) == 0) return absl::OkStatus();
+    } else if (const char* path = std::getenv("PATH")) {
+      for (const auto dir : absl::StrSplit(path, ':')) {
+        if (access(absl::StrCat(dir, "/sbatch").c_str(), X_OK) == 0) return absl::OkStatus();
+      }
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("the slurm launcher needs sbatch (", sbatch,
+                     "): install slurm-client or start the server with --slurm-bin-dir DIR"));
+  }
+
+  absl::Status Launch(const LaunchRequest& r) override {
+    std::error_code ec;
+    std::filesystem::create_directories(r.log_dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create log dir ", r.log_dir, ": ", ec.message()));
+    const std::string name = SlurmName(r.job_id, r.attempt);
+    const std::string script_path = absl::StrCat(r.log_dir, "/job.sbatch");
+    {
+      std::vector<std::string> worker = {
+          options_.worker_binary,
+          "--job", r.job_id,
+          "--world-size", std::to_string(r.world_size),
+          "--attempt", std::to_string(r.attempt),
+          "--master-port", std::to_string(r.master_port),
+          "--server", r.coordinator_addr,
+          "--threads", std::to_string(r.threads_per_process),
+          "--exit-status-dir", r.log_dir,
+      };
+      if (!r.master_addr.empty()) {
+        worker.push_back("--master-addr");
+        worker.push_back(r.master_addr);
+      }
+      for (const auto& a : options_.extra_worker_args) worker.push_back(a);
+      std::vector<std::string> quoted;
+      for (const auto& a : worker) quoted.push_back(ShellQuote(a));
+      std::ofstream f(script_path, std::ios::trunc);
+      f << "#!/bin/sh\n"
+        << "# trainyard job " << r.job_id << " attempt " << r.attempt << " (" << r.job_name
+        << "), submitted by trainyard-server.\n"
+        << "# One task per rank: rank = SLURM_PROCID, rendezvous on the step's first node.\n"
+        << "exec srun --kill-on-bad-exit=0 --open-mode=append --output=" << ShellQuote(r.log_dir + "/rank-%t.log")
+        << " \\\n  " << absl::StrJoin(quoted, " ") << "\n";
+      if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", script_path));
+    }
+    chmod(script_path.c_str(), 0750);
+
+    std::vector<std::string> args = {Tool("sbatch"), "--parsable",
+                                     "--job-name=" + name,
+                                     absl::StrCat("--ntasks=", r.world_size),
+                                     absl::StrCat("--nodes=", r.slurm.nodes),
+                                     absl::StrCat("--cpus-per-task=", r.threads_per_process),
+                                     "--output=" + r.log_dir + "/slurm-%j.out",
+                                     // Workers checkpoint and exit on SIGTERM: give them the
+                                     // grace before the time limit (preemption sends SIGTERM too).
+                                     absl::StrCat("--signal=TERM@", std::clamp<int64_t>(
+                                                                        static_cast<int64_t>(r.preemption_grace_s), 1, 65535)),
+                                     r.preemptible ? "--requeue" : "--no-requeue"};
+    if (r.cuda) args.push_back(absl::StrCat("--gres=gpu:", r.world_size / std::max(1, r.slurm.nodes)));
+    const std::string partition = r.slurm.partition.empty() ? options_.partition : r.slurm.partition;
+    const std::string account = r.slurm.account.empty() ? options_.account : r.slurm.account;
+    if (!partition.empty()) args.push_back("--partition=" + partition);
+    if (!account.empty()) args.push_back("--account=" + account);
+    if (!r.slurm.qos.empty()) args.push_back("--qos=" + r.slurm.qos);
+    if (!r.slurm.time_limit.empty()) args.push_back("--time=" + r.slurm.time_limit);
+    if (!r.slurm.constraint.empty()) args.push_back("--constraint=" + r.slurm.constraint);
+    for (const auto& a : options_.extra_sbatch_args) args.push_back(a);
+    for (const auto& a : r.slurm.extra_args) args.push_back(a);
+    args.push_back(script_path);
+    // The token travels in the job's environment (sbatch exports ours), not
+    // in the script or on a command line.
+    CommandResult res = RunCommand(args, {"TRAINYARD_WORKER_TOKEN=" + r.token});
+    if (res.exit_code != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sbatch failed", res.exit_code > 0 ? absl::StrCat(" (exit ", res.exit_code, ")") : "", ": ",
+                       Trim(res.err.empty() ? res.out : res.err)));
+    }
+    const std::string printed = Trim(res.out);  // "<id>" or "<id>;<cluster>"
+    const std::string id = printed.substr(0, printed.find(';'));
+    if (id.empty() || !std::all_of(id.begin(), id.end(), ::isdigit)) {
+      return absl::InternalError(absl::StrCat("sbatch printed no job id: ", Trim(res.out), " ", Trim(res.err)));
+    }
+    spdlog::info("job {} attempt {}: Slurm job {} ({} tasks on {} node(s))", r.job_id, r.attempt, id, r.world_size,
+                 r.slurm.nodes);
+    Track(r, name, id);
+    return absl::OkStatus();
+  }
+
+  bool Adopt(const LaunchRequest& r) override {
+    const std::string name = SlurmName(r.job_id, r.attempt);
+    CommandResult res = RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", name, "-o", "%i|%T"}, {});
+    if (res.exit_code != 0) {
+      spdlog::warn("job {}: squeue failed while adopting attempt {}: {}", r.job_id, r.attempt, Trim(res.err));
+    }
+    std::string id;
+    for (const auto line : absl::StrSplit(res.out, '\n', absl::SkipWhitespace())) {
+      std::vector<std::string> f = absl::StrSplit(Trim(std::string(line)), '|');
+      if (f.size() == 2 && (id.empty() || !Terminal(f[1]))) id = f[0];
+    }
+    spdlog::info("job {} attempt {}: following Slurm job {}", r.job_id, r.attempt, id.empty() ? "(gone)" : id);
+    Track(r, name, id);
+    return true;
+  }
+
+  void Stop(const std::string& job_id, int32_t attempt) override {
+    std::string id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = attempts_.find({job_id, attempt});
+      if (it == attempts_.end() || it->second.stop_sent) return;
+      it->second.stop_sent = true;
+      it->second.kill_at = Clock::now() + options_.stop_grace;
+      id = it->second.slurm_id;
+    }
+    if (id.empty()) return;
+    // SIGINT to every step's tasks: the workers stop at once, no checkpoint
+    // (SIGTERM would be preemption). A job still pending is just cancelled.
+    CommandResult res = RunCommand({Tool("scancel"), "--signal=INT", id}, {});
+    if (res.exit_code != 0) RunCommand({Tool("scancel"), id}, {});
+    cv_.notify_all();
+  }
+
+  int LiveProcesses(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const auto& [key, a] : attempts_) {
+      if (key.first == job_id) n += a.world_size - static_cast<int>(a.reported.size());
+    }
+    return n;
+  }
+
+ private:
+  static std::string SlurmName(const std::string& job_id, int32_t attempt) {
+    return absl::StrCat("trainyard-", job_id, "-a", attempt);
+  }
+
+  std::string Tool(const std::string& name) const {
+    return options_.slurm_bin_dir.empty() ? name : options_.slurm_bin_dir + "/" + name;
+  }
+
+  void Track(const LaunchRequest& r, const std::string& name, const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Attempt a;
+    a.job_id = r.job_id;
+    a.attempt = r.attempt;
+    a.world_size = r.world_size;
+    a.slurm_name = name;
+    a.slurm_id = id;
+    a.log_dir = r.log_dir;
+    attempts_[{r.job_id, r.attempt}] = std::move(a);
+    cv_.notify_all();
+  }
+
+  // Exit codes the ranks wrote since the last look.
+  static std::vector<RankExit> NewExitFiles(Attempt& a) {
+    std::vector<RankExit> out;
+    for (int32_t rank = 0; rank < a.world_size; ++rank) {
+      if (a.reported.count(rank)) continue;
+      std::ifstream f(absl::StrCat(a.log_dir, "/rank-", rank, ".exit"));
+      int code = 0;
+      if (!(f >> code)) continue;
+      RankExit e{a.job_id, a.attempt, rank};
+      e.exit_code = code;
+      a.reported.insert(rank);
+      out.push_back(e);
+    }
+    return out;
+  }
+
+  void PollLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!shutting_down_) {
+      cv_.wait_for(lock, options_.poll_interval);
+      if (shutting_down_ || attempts_.empty()) continue;
+      // Slurm's view of our jobs, one squeue call for all (outside the lock).
+      std::vector<std::string> names;
+      for (const auto& [key, a] : attempts_) names.push_back(a.slurm_name);
+      lock.unlock();
+      CommandResult q = RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T"}, {});
+      lock.lock();
+      std::map<std::string, std::string> states;  // slurm id -> state
+      for (const auto line : absl::StrSplit(q.out, '\n', absl::SkipWhitespace())) {
+        std::vector<std::string> f = absl::StrSplit(Trim(std::string(line)), '|');
+        if (f.size() == 2) states[f[0]] = f[1];
+      }
+      std::vector<RankExit> exits;
+      std::vector<std::string> to_cancel, to_kill;
+      for (auto it = attempts_.begin(); it != attempts_.end();) {
+        Attempt& a = it->second;
+        for (RankExit& e : NewExitFiles(a)) exits.push_back(e);
+        bool ended = a.slurm_id.empty();
+        if (!ended && q.exit_code == 0) {
+          auto s = states.find(a.slurm_id);
+          // Not listed any more: purged after it ended (MinJobAge).
+          ended = s == states.end() || Terminal(s->second);
+          if (s != states.end() && s->second != a.last_state) {
+            spdlog::info("job {} attempt {}: Slurm job {} is {}", a.job_id, a.attempt, a.slurm_id, s->second);
+            a.last_state = s->second;
+          }
+        }
+        if (a.stop_sent && Clock::now() >= a.kill_at && !a.slurm_id.empty()) {
+          to_kill.push_back(a.slurm_id);
+          a.kill_at = Clock::time_point::max();
+        }
+        if (ended) {
+          for (RankExit& e : NewExitFiles(a)) exits.push_back(e);  // written just before the end
+          for (int32_t rank = 0; rank < a.world_size; ++rank) {
+            if (a.reported.count(rank)) continue;
+            RankExit e{a.job_id, a.attempt, rank};
+            e.signal = SIGKILL;
+            e.detail = absl::StrCat("rank ", rank, " ended without an exit status (Slurm job ",
+                                    a.slurm_id.empty() ? "gone" : a.slurm_id, " ",
+                                    a.last_state.empty() ? "ended" : a.last_state, ")");
+            exits.push_back(e);
+            a.reported.insert(rank);
+          }
+        }
+        if (static_cast<int>(a.reported.size()) == a.world_size) {
+          // Every rank is accounted for; what is left of the Slurm job (a
+          // batch step, or a requeued copy after preemption) must not run
+          // stale workers.
+          if (!ended && !a.slurm_id.empty()) to_cancel.push_back(a.slurm_id);
+          it = attempts_.erase(it);
+          continue;
+        }
+        ++it;
+      }
+      lock.unlock();
+      for (const auto& id : to_kill) {
+        RunCommand({Tool("scancel"), "--signal=KILL", id}, {});
+        RunCommand({Tool("scancel"), id}, {});
+      }
+      for (const auto& id : to_cancel) RunCommand({Tool("scancel"), id}, {});
+      for (const auto& e : exits) on_exit_(e);
+      lock.lock();
+    }
+  }
+
+  const SlurmLauncherOptions options_;
+  const ExitCallback on_exit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<std::string, int32_t>, Attempt> attempts_;  // guarded by mu_
+  bool shutting_down_ = false;                                   // guarded by mu_
+  std::thread poller_;
+};
+
+}  // namespace
+
+std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit) {
+  return std::make_unique<SlurmLauncher>(std::move(options), std::move(on_exit));
+}
+
+}  // namespace trainyard
