@@ -9,6 +9,7 @@ PACKAGES=(
   grpc-proto prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgtest-dev libgmock-dev libxxhash-dev zlib1g-dev
   clang libclang-rt-dev libtorch-dev libgloo-dev python3-torch python3-grpcio python3-numpy python3-venv
+  prometheus python3-yaml
 )
 
 SUDO=""
@@ -28,5 +29,11 @@ fi
 
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Keep package scripts from starting services (the prometheus package would
+# start a Prometheus on :9090): invoke-rc.d honours a policy-rc.d that exits 101.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  $SUDO sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,7 +1,8 @@
 // SlurmLauncher: one Slurm batch job per attempt. The batch script runs one
 // `srun` step with a task per rank; each task is a trainyard-worker that
 // takes its rank from SLURM_PROCID and its rendezvous host from the step's
-// first node, and writes its exit code to <log_dir>/rank-<r>.exit. A thread
+// first node, under a small shell that writes its exit code to
+// <log_dir>/rank-<r>.exit. A thread
 // polls those files and `squeue`; ranks still unaccounted for when Slurm says
 // the job has ended were killed.
 #include <fcntl.h>
@@ -179,12 +180,22 @@ class SlurmLauncher final : public Launcher {
   }
 
   ~SlurmLauncher() override {
+    std::vector<std::string> stopping;
     {
       std::lock_guard<std::mutex> lock(mu_);
       shutting_down_ = true;
+      for (const auto& [key, a] : attempts_) {
+        if (a.stop_sent && !a.slurm_id.empty()) stopping.push_back(a.slurm_id);
+      }
     }
     cv_.notify_all();
     poller_.join();
+    // What was asked to stop and is still there gets no more grace: nobody
+    // would follow it any more.
+    for (const auto& id : stopping) {
+      RunCommand({Tool("scancel"), "--signal=KILL", id}, {});
+      RunCommand({Tool("scancel"), id}, {});
+    }
   }
 
   absl::Status Available() override {
@@ -207,8 +218,32 @@ class SlurmLauncher final : public Launcher {
     if (ec) return absl::InternalError(absl::StrCat("cannot create log dir ", r.log_dir, ": ", ec.message()));
     const std::string name = SlurmName(r.job_id, r.attempt);
     const std::string script_path = absl::StrCat(r.log_dir, "/job.sbatch");
+    const std::string rank_path = absl::StrCat(r.log_dir, "/rank.sh");
+    {
+      // Each task: the worker under a small shell that forwards INT/TERM
+      // and records its exit code, 128+N when signal N killed it (kill -9,
+      // the OOM killer), where the server looks for it.
+      std::ofstream f(rank_path, std::ios::trunc);
+      f << "#!/bin/sh\n"
+        << "# One rank of a trainyard job: runs the worker, forwards INT/TERM to it and\n"
+        << "# records its exit code for trainyard-server.\n"
+        << "\"$@\" &\n"
+        << "pid=$!\n"
+        << "trap 'kill -INT $pid 2>/dev/null' INT\n"
+        << "trap 'kill -TERM $pid 2>/dev/null' TERM\n"
+        << "while :; do\n"
+        << "  wait $pid; rc=$?\n"
+        << "  kill -0 $pid 2>/dev/null || break\n"
+        << "done\n"
+        << "f=\"$TRAINYARD_EXIT_DIR/rank-$SLURM_PROCID.exit\"\n"
+        << "echo $rc > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"\n"
+        << "exit $rc\n";
+      if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", rank_path));
+    }
+    chmod(rank_path.c_str(), 0750);
     {
       std::vector<std::string> worker = {
+          rank_path,
           options_.worker_binary,
           "--job", r.job_id,
           "--world-size", std::to_string(r.world_size),
@@ -216,7 +251,6 @@ class SlurmLauncher final : public Launcher {
           "--master-port", std::to_string(r.master_port),
           "--server", r.coordinator_addr,
           "--threads", std::to_string(r.threads_per_process),
-          "--exit-status-dir", r.log_dir,
       };
       if (!r.master_addr.empty()) {
         worker.push_back("--master-addr");
@@ -230,6 +264,7 @@ class SlurmLauncher final : public Launcher {
         << "# trainyard job " << r.job_id << " attempt " << r.attempt << " (" << r.job_name
         << "), submitted by trainyard-server.\n"
         << "# One task per rank: rank = SLURM_PROCID, rendezvous on the step's first node.\n"
+        << "export TRAINYARD_EXIT_DIR=" << ShellQuote(r.log_dir) << "\n"
         << "exec srun --kill-on-bad-exit=0 --open-mode=append --output=" << ShellQuote(r.log_dir + "/rank-%t.log")
         << " \\\n  " << absl::StrJoin(quoted, " ") << "\n";
       if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", script_path));
@@ -351,7 +386,11 @@ class SlurmLauncher final : public Launcher {
       int code = 0;
       if (!(f >> code)) continue;
       RankExit e{a.job_id, a.attempt, rank};
-      e.exit_code = code;
+      if (code > 128) {
+        e.signal = code - 128;  // the shell's account of a signal
+      } else {
+        e.exit_code = code;
+      }
       a.reported.insert(rank);
       out.push_back(e);
     }
