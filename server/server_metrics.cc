@@ -105,13 +105,17 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                    .Register(*registry_)),
       restarts_(prometheus::BuildCounter()
                     .Name("trainyard_job_restarts_total")
-                    .Help("Whole-group restarts of jobs from their latest checkpoint after a failure or hang")
+                    .Help("Whole-group restarts of the job from its latest checkpoint after a failure or hang")
                     .Register(*registry_)),
+      restarts_all_(prometheus::BuildCounter()
+                        .Name("trainyard_restarts_total")
+                        .Help("Whole-group restarts of all jobs since the server started")
+                        .Register(*registry_)),
       goodput_(prometheus::BuildGauge()
                    .Name("trainyard_job_goodput")
                    .Help("Share of the job's wall time since it first started spent on steps that were kept")
                    .Register(*registry_)) {
-  restarts_.Add({});
+  restarts_all_.Add({});
   for (const char* type : {"full", "sharded"}) {
     for (const char* result : {"ok", "failed"}) checkpoints_.Add({{"type", type}, {"result", result}});
   }
@@ -145,21 +149,19 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
     l["phase"] = name;
     return &step_duration_.Add(l, StepBuckets());
   };
-  RankSeries s{&step_.Add(labels),          &samples_per_second_.Add(labels),
-               &loss_.Add(labels),          &learning_rate_.Add(labels),
-               &samples_.Add(labels),       phase("step"),
-               phase("data"),               phase("compute"),
-               phase("optimizer"),          &comm_wire_bytes_.Add(labels),
-               &comm_fp32_bytes_.Add(labels), &comm_ratio_.Add(labels),
-               &comm_hook_seconds_.Add(labels),
-               &memory_bytes_.Add(with("kind", "parameters")),
-               &memory_bytes_.Add(with("kind", "gradients")),
-               &memory_bytes_.Add(with("kind", "optimizer_state")),
-               &sharded_bytes_.Add(with("op", "all_gather")),
-               &sharded_bytes_.Add(with("op", "reduce_scatter")),
-               &sharded_seconds_.Add(labels),
-               &grad_norm_.Add(labels),
-               &eval_loss_.Add(labels)};
+  RankSeries s{};
+  s.step = &step_.Add(labels);
+  s.samples_per_second = &samples_per_second_.Add(labels);
+  s.loss = &loss_.Add(labels);
+  s.learning_rate = &learning_rate_.Add(labels);
+  s.samples = &samples_.Add(labels);
+  s.step_seconds = phase("step");
+  s.data_seconds = phase("data");
+  s.compute_seconds = phase("compute");
+  s.optimizer_seconds = phase("optimizer");
+  s.param_bytes = &memory_bytes_.Add(with("kind", "parameters"));
+  s.grad_bytes = &memory_bytes_.Add(with("kind", "gradients"));
+  s.optimizer_bytes = &memory_bytes_.Add(with("kind", "optimizer_state"));
   return series_.emplace(key, s).first->second;
 }
 
@@ -175,18 +177,46 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
   s.data_seconds->Observe(m.data_seconds);
   s.compute_seconds->Observe(m.compute_seconds);
   s.optimizer_seconds->Observe(m.optimizer_seconds);
-  s.comm_wire_bytes->Increment(static_cast<double>(m.comm_wire_bytes));
-  s.comm_fp32_bytes->Increment(static_cast<double>(m.comm_fp32_bytes));
-  if (m.comm_fp32_bytes > 0) s.comm_ratio->Set(static_cast<double>(m.comm_wire_bytes) / m.comm_fp32_bytes);
-  s.comm_hook_seconds->Increment(m.comm_hook_seconds);
   s.param_bytes->Set(static_cast<double>(m.param_bytes));
   s.grad_bytes->Set(static_cast<double>(m.grad_bytes));
   s.optimizer_bytes->Set(static_cast<double>(m.optimizer_bytes));
-  s.allgather_bytes->Increment(static_cast<double>(m.allgather_bytes));
-  s.reduce_scatter_bytes->Increment(static_cast<double>(m.reduce_scatter_bytes));
-  s.sharded_comm_seconds->Increment(m.sharded_comm_seconds);
-  if (!std::isnan(m.grad_norm)) s.grad_norm->Set(m.grad_norm);
-  if (!std::isnan(m.eval_loss)) s.eval_loss->Set(m.eval_loss);
+  const std::map<std::string, std::string> labels = {{"job_id", job_id}, {"rank", std::to_string(m.rank)}};
+  auto with = [&](const char* key, const char* value) {
+    auto l = labels;
+    l[key] = value;
+    return l;
+  };
+  if (m.comm_fp32_bytes > 0 && s.comm_wire_bytes == nullptr) {  // DDP gradients travelled
+    s.comm_wire_bytes = &comm_wire_bytes_.Add(labels);
+    s.comm_fp32_bytes = &comm_fp32_bytes_.Add(labels);
+    s.comm_ratio = &comm_ratio_.Add(labels);
+    s.comm_hook_seconds = &comm_hook_seconds_.Add(labels);
+  }
+  if (s.comm_wire_bytes != nullptr) {
+    s.comm_wire_bytes->Increment(static_cast<double>(m.comm_wire_bytes));
+    s.comm_fp32_bytes->Increment(static_cast<double>(m.comm_fp32_bytes));
+    if (m.comm_fp32_bytes > 0) s.comm_ratio->Set(static_cast<double>(m.comm_wire_bytes) / m.comm_fp32_bytes);
+    s.comm_hook_seconds->Increment(m.comm_hook_seconds);
+  }
+  if (m.allgather_bytes + m.reduce_scatter_bytes > 0 && s.allgather_bytes == nullptr) {  // FSDP collectives
+    s.allgather_bytes = &sharded_bytes_.Add(with("op", "all_gather"));
+    s.reduce_scatter_bytes = &sharded_bytes_.Add(with("op", "reduce_scatter"));
+    s.sharded_comm_seconds = &sharded_seconds_.Add(labels);
+  }
+  if (s.allgather_bytes != nullptr) {
+    s.allgather_bytes->Increment(static_cast<double>(m.allgather_bytes));
+    s.reduce_scatter_bytes->Increment(static_cast<double>(m.reduce_scatter_bytes));
+    s.sharded_comm_seconds->Increment(m.sharded_comm_seconds);
+  }
+  if (!std::isnan(m.grad_norm)) {
+    if (s.grad_norm == nullptr) s.grad_norm = &grad_norm_.Add(labels);
+    s.grad_norm->Set(m.grad_norm);
+  }
+  if (!std::isnan(m.eval_loss)) {
+    if (s.eval_loss == nullptr) s.eval_loss = &eval_loss_.Add(labels);
+    s.eval_loss->Set(m.eval_loss);
+  }
+  RestartsOf(job_id);  // at 0 from the first step, so increase() sees the first restart
 }
 
 void ServerMetrics::RecordCheckpoint(const std::string& job_id, const CheckpointEvent& c) {
@@ -213,9 +243,16 @@ void ServerMetrics::RecordCheckpoint(const std::string& job_id, const Checkpoint
   it->second.seconds->Set(c.seconds);
 }
 
-void ServerMetrics::CountRestart(const std::string&) {
+prometheus::Counter& ServerMetrics::RestartsOf(const std::string& job_id) {
+  auto it = restart_series_.find(job_id);
+  if (it == restart_series_.end()) it = restart_series_.emplace(job_id, &restarts_.Add({{"job_id", job_id}})).first;
+  return *it->second;
+}
+
+void ServerMetrics::CountRestart(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  restarts_.Add({}).Increment();
+  RestartsOf(job_id).Increment();
+  restarts_all_.Add({}).Increment();
 }
 
 void ServerMetrics::SetGoodput(const std::string& job_id, double goodput) {
@@ -227,6 +264,10 @@ void ServerMetrics::SetGoodput(const std::string& job_id, double goodput) {
 
 void ServerMetrics::RemoveJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto r = restart_series_.find(job_id); r != restart_series_.end()) {
+    restarts_.Remove(r->second);
+    restart_series_.erase(r);
+  }
   if (auto g = goodput_series_.find(job_id); g != goodput_series_.end()) {
     goodput_.Remove(g->second);
     goodput_series_.erase(g);
@@ -252,16 +293,20 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
     for (auto* h : {s.step_seconds, s.data_seconds, s.compute_seconds, s.optimizer_seconds}) {
       step_duration_.Remove(h);
     }
-    comm_wire_bytes_.Remove(s.comm_wire_bytes);
-    comm_fp32_bytes_.Remove(s.comm_fp32_bytes);
-    comm_ratio_.Remove(s.comm_ratio);
-    comm_hook_seconds_.Remove(s.comm_hook_seconds);
+    if (s.comm_wire_bytes != nullptr) {
+      comm_wire_bytes_.Remove(s.comm_wire_bytes);
+      comm_fp32_bytes_.Remove(s.comm_fp32_bytes);
+      comm_ratio_.Remove(s.comm_ratio);
+      comm_hook_seconds_.Remove(s.comm_hook_seconds);
+    }
     for (auto* g : {s.param_bytes, s.grad_bytes, s.optimizer_bytes}) memory_bytes_.Remove(g);
-    sharded_bytes_.Remove(s.allgather_bytes);
-    sharded_bytes_.Remove(s.reduce_scatter_bytes);
-    sharded_seconds_.Remove(s.sharded_comm_seconds);
-    grad_norm_.Remove(s.grad_norm);
-    eval_loss_.Remove(s.eval_loss);
+    if (s.allgather_bytes != nullptr) {
+      sharded_bytes_.Remove(s.allgather_bytes);
+      sharded_bytes_.Remove(s.reduce_scatter_bytes);
+      sharded_seconds_.Remove(s.sharded_comm_seconds);
+    }
+    if (s.grad_norm != nullptr) grad_norm_.Remove(s.grad_norm);
+    if (s.eval_loss != nullptr) eval_loss_.Remove(s.eval_loss);
     it = series_.erase(it);
   }
 }

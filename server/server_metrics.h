@@ -44,6 +44,9 @@ class ServerMetrics {
   prometheus::Registry& registry() { return *registry_; }
 
  private:
+  // Series that apply to every job are made with the rank's first sample;
+  // the others (null until then) when the job first reports them: DDP
+  // communication, FSDP collectives, gradient norm, held-out loss.
   struct RankSeries {
     prometheus::Gauge* step;
     prometheus::Gauge* samples_per_second;
@@ -100,9 +103,12 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& last_checkpoint_time_;
   prometheus::Family<prometheus::Gauge>& last_checkpoint_bytes_;
   prometheus::Family<prometheus::Gauge>& last_checkpoint_seconds_;
-  prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Counter>& restarts_;        // per job
+  prometheus::Family<prometheus::Counter>& restarts_all_;    // server-wide
   prometheus::Family<prometheus::Gauge>& goodput_;
   std::map<std::string, prometheus::Gauge*> goodput_series_;  // guarded by mu_
+  std::map<std::string, prometheus::Counter*> restart_series_;  // guarded by mu_
+  prometheus::Counter& RestartsOf(const std::string& job_id);  // REQUIRES: mu_ held
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_

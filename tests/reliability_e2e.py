@@ -120,7 +120,7 @@ class Faults(unittest.TestCase):
                              f"{job_id}: final parameters differ from the uninterrupted run")
             kills_total += kills
         self.assertEqual(kills_total, 20)
-        self.assertIn("trainyard_job_restarts_total 20", s.scrape())
+        self.assertIn("trainyard_restarts_total 20", s.scrape())
 
     def test_2_hung_worker_is_detected_and_restarted(self):
         s = self.server
