@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -178,6 +179,61 @@ class SlurmE2E(unittest.TestCase):
                                                  "num_processes: 2\nslurm: {partition: 'a b'}\n"))
         self.assertEqual(r.returncode, 2)
         self.assertIn("slurm.partition", r.stderr)
+
+
+class SlurmCoordinatorRestart(unittest.TestCase):
+    """kill -9 the server while a Slurm job trains: the new server finds the
+    Slurm job by name and follows it; the workers reattach. Then kill -9 the
+    server again and a worker while it is away: the new server reads the
+    rank's exit status and restarts the job from its checkpoint."""
+
+    def test_kill_9_the_server_under_slurm(self):
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-slurm-coord-")
+        os.chmod(tmp.name, 0o755)
+        port = free_port()
+        s = Server(tmp.name, slots=2, listen=f"127.0.0.1:{port}", extra=["--launcher", "slurm"])
+        try:
+            r = s.ctl("-o", "json", "submit", write_spec(tmp.name, "j.yaml", LONG_JOB % 800 + "reattach_timeout_s: 60\n"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job_id = json.loads(r.stdout)["id"]
+            wait_for(lambda: s.job(job_id)["state"] == "RUNNING" and s.job(job_id)["step"] >= 30, 120,
+                     "the job to train under Slurm")
+            s.proc.kill()  # kill -9: the Slurm job trains on
+            s.proc.wait()
+            s.log.close()
+            s = Server(tmp.name, slots=2, listen=f"127.0.0.1:{port}", extra=["--launcher", "slurm"])
+            wait_for(lambda: s.job(job_id)["state"] == "RUNNING", 90, "the workers to reattach")
+            self.assertIn("RECOVERING", [e["state"] for e in s.job(job_id)["events"]])
+            self.assertEqual(s.job(job_id)["attempt"], 1)
+            mark = s.job(job_id)["step"]
+            wait_for(lambda: s.job(job_id)["step"] >= mark + 30, 120, "training to go on")
+            # Away again, and a worker dies meanwhile.
+            s.proc.kill()
+            s.proc.wait()
+            s.log.close()
+            victims = slurm_worker_pids(job_id, rank=1)
+            self.assertEqual(len(victims), 1)
+            os.kill(victims[0], signal.SIGKILL)
+            exit_file = os.path.join(tmp.name, "jobs", job_id, "attempt-1", "rank-1.exit")
+            wait_for(lambda: os.path.exists(exit_file), 30, "rank 1's exit status")
+            self.assertEqual(read(exit_file).strip(), "137")
+            s = Server(tmp.name, slots=2, listen=f"127.0.0.1:{port}", extra=["--launcher", "slurm"])
+            wait_for(lambda: s.job(job_id)["attempt"] == 2, 120, "the restart after the worker's death")
+            evs = events(s, job_id)
+            self.assertTrue(any("restart 1 of 2" in e and "signal 9" in e for e in evs), evs)
+            w = s.ctl("watch", job_id, timeout=600)
+            self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
+            self.assertEqual(s.job(job_id)["step"], 800)
+            wait_for(lambda: not slurm_worker_pids(job_id), 30, "no worker of the job left")
+        finally:
+            s.stop()
+            tmp.cleanup()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def start_slurm():
