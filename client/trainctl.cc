@@ -468,7 +468,9 @@ int Trainctl::JoinInfo(const std::string& id) {
   s.out << "job " << resp.job_id() << ": " << resp.world_size() << " ranks (attempt " << resp.attempt() << ")\n"
         << "On each host, for each of its ranks R:\n"
         << "  TRAINYARD_WORKER_TOKEN=" << resp.token() << " trainyard-worker --join " << resp.job_id()
-        << " --server " << resp.coordinator_addr() << " --rank R\n";
+        << " --server " << resp.coordinator_addr() << " --rank R\n"
+        << "(without --rank a worker takes TRAINYARD_RANK, SLURM_PROCID, RANK or JOB_COMPLETION_INDEX from its "
+           "environment)\n";
   return 0;
 }
 
