@@ -271,10 +271,11 @@ class ConfigMerge {
     } else if (key == "num_machines") {
       auto n = IntValue(value, path);
       if (!n.ok()) return n.status();
-      if (*n != 1) {
-        return FieldError(path, absl::StrCat("must be 1 in this version, got ", *n,
-                                             "; multi-machine jobs need a multi-host launcher, which this "
-                                             "version does not have"));
+      if (*n < 1) return FieldError(path, absl::StrCat("must be at least 1, got ", *n));
+      if (*n > 1) {
+        // Machines are Slurm's nodes: num_processes stays the world size.
+        if (!spec_["slurm"]) spec_["slurm"] = YAML::Node(YAML::NodeType::Map);
+        Set(spec_["slurm"], "nodes", value, "slurm.nodes", path, value);
       }
     } else if (key == "machine_rank") {
       auto n = IntValue(value, path);

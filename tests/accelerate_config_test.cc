@@ -138,6 +138,17 @@ TEST(AccelerateConfigTest, MultiCpuMapsToDdpOnCpu) {
   EXPECT_EQ(warnings, (std::vector<std::string>{"accelerate_config.use_cpu (true) overrides the spec's device (cuda)"}));
 }
 
+TEST(AccelerateConfigTest, MachinesAreSlurmNodes) {
+  std::vector<std::string> warnings;
+  auto spec = ParseJobSpecWithAccelerateConfig("name: m\nlauncher: slurm\n",
+                                               "distributed_type: MULTI_CPU\nnum_processes: 8\nnum_machines: 2\n", {},
+                                               &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->num_processes, 8);  // Accelerate's num_processes is the whole world
+  EXPECT_EQ(spec->slurm.nodes, 2);
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST(AccelerateConfigTest, MultiGpuKeepsTheSpecsDeviceWithAWarning) {
   std::vector<std::string> warnings;
   auto spec = ParseJobSpecWithAccelerateConfig("name: g\n", "distributed_type: MULTI_GPU\nnum_processes: 2\n", {},
@@ -280,7 +291,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"distributed_type: XLA\n", {"spec field 'accelerate_config.distributed_type'", "not supported"}},
         BadConfig{"distributed_type: MULTI_QPU\n",
                   {"spec field 'accelerate_config.distributed_type'", "unknown value 'MULTI_QPU'"}},
-        BadConfig{"num_machines: 2\n", {"spec field 'accelerate_config.num_machines'", "multi-host launcher"}},
+        BadConfig{"num_machines: 0\n", {"spec field 'accelerate_config.num_machines'", "at least 1"}},
+        BadConfig{"num_processes: 3\nnum_machines: 2\n", {"accelerate_config.num_machines", "divide num_processes"}},
         BadConfig{"num_machines: two\n", {"spec field 'accelerate_config.num_machines'", "integer"}},
         BadConfig{"mixed_precision: fp8\n", {"spec field 'accelerate_config.mixed_precision'", "'fp8'"}},
         BadConfig{"mixed_precision: fp32\n",

@@ -49,10 +49,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--attempt", a.attempt, "Attempt number of the job")->capture_default_str();
   app.add_option("--master-addr", a.master_addr,
-                 "Rendezvous host, where rank 0 serves the store (default: the coordinator's, else the Slurm "
-                 "step's first node, else MASTER_ADDR)");
+                 "Rendezvous host, where rank 0 serves the store, when the coordinator names none (then: this, "
+                 "else the Slurm step's first node, else MASTER_ADDR, else loopback)");
   app.add_option("--master-port", a.master_port,
-                 "Rendezvous port (default: the coordinator's; rank 0 joining: a free port)")
+                 "Rendezvous port when the coordinator names none; rank 0 joining: the port its store listens on "
+                 "(default: a free one)")
       ->check(CLI::Range(1, 65535));
   app.add_option("--bind-addr", a.bind_addr,
                  "Address this rank's collectives bind to and peers reach it at (default: this host's address "
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
                  "How long a joining worker waits for the job to start and rank 0 to join")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 7 * 86400.0));
-  app.add_option("--threads", a.threads, "Intra-op threads")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--threads", a.threads, "Intra-op threads (default: the spec's threads_per_process)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--token", a.token, "Worker token (default: env TRAINYARD_WORKER_TOKEN)");
   app.add_option("--coordinator-ca", a.coordinator_ca, "CA (PEM) of a TLS coordinator's certificate");
   app.add_option("--tls-cert", a.tls_cert, "This worker's certificate (PEM), for a mutual-TLS coordinator");

@@ -174,7 +174,7 @@ int RunWorker(const WorkerArgs& args) {
     return kExitFailed;
   }
   ctl.set_metrics_every_steps(spec->metrics_every_steps);
-  at::set_num_threads(args.threads);
+  at::set_num_threads(args.threads > 0 ? args.threads : spec->threads_per_process);
   // Where the rendezvous is, and the address this rank's transport uses.
   std::string master_addr = !ctl.welcome().master_addr.empty() ? ctl.welcome().master_addr : args.master_addr;
   if (master_addr.empty()) master_addr = RendezvousHostFromEnvironment();

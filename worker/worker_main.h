@@ -40,7 +40,7 @@ struct WorkerArgs {
   // Joining: how long to wait for the job to start and rank 0 to join.
   std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
   std::string token;
-  int32_t threads = 1;
+  int32_t threads = 0;  // 0: the spec's threads_per_process
   // TLS to the coordinator: the CA its certificate is checked against, and
   // for mutual TLS this worker's certificate and key (PEM files).
   std::string coordinator_ca, tls_cert, tls_key;
