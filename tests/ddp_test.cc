@@ -222,7 +222,7 @@ TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
   for (int r = 0; r < kRanks; ++r) {
     for (int64_t n : sizes) inputs[r].push_back(torch::randn({n}));
   }
-  std::vector<std::vector<at::Tensor>> outputs(kRanks);
+  std::vector<std::vector<at::Tensor>> outputs(kRanks), means(kRanks);
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(kRanks);
@@ -239,6 +239,11 @@ TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
             outputs[r].push_back(x);
           }
         }
+        for (const auto& t : inputs[r]) {  // the mean: divided in the same pass
+          at::Tensor x = t.clone();
+          shm->AllreduceSum(x, static_cast<float>(kRanks));
+          means[r].push_back(x);
+        }
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -253,6 +258,8 @@ TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
       // fp32 sum of 3 terms: within a few ulps of the exact sum.
       EXPECT_TRUE(torch::allclose(outputs[r][i].to(torch::kDouble), ref, 1e-6, 1e-6)) << "size " << sizes[i];
       EXPECT_TRUE(torch::equal(outputs[r][i], outputs[0][i])) << "ranks disagree at size " << sizes[i];
+      // Bitwise the sum divided afterwards (what DDP's mean used to be).
+      EXPECT_TRUE(torch::equal(means[r][i], outputs[0][i] / kRanks)) << "mean at size " << sizes[i];
     }
   }
 }

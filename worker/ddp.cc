@@ -22,13 +22,12 @@ class ShmAllreduceHook final : public c10d::CommHookInterface {
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     at::Tensor& buffer = bucket.getBufferRef();
     const auto start = std::chrono::steady_clock::now();
-    shm_->AllreduceSum(buffer);
+    shm_->AllreduceSum(buffer, static_cast<float>(world_size_));  // the mean, in the same pass
     const int64_t bytes = buffer.numel() * static_cast<int64_t>(sizeof(float));
     stats_->wire_bytes += bytes;
     stats_->fp32_equivalent_bytes += bytes;
     stats_->hook_nanos +=
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-    buffer.div_(world_size_);
     auto future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
     future->markCompleted(c10::IValue(buffer));
     return future;

@@ -38,8 +38,10 @@ class ShmCollectives {
                                  const std::string& key_prefix);
   ~ShmCollectives();
 
-  // In-place sum over all ranks of a contiguous fp32 CPU tensor.
-  void AllreduceSum(at::Tensor& tensor);
+  // In-place sum over all ranks of a contiguous fp32 CPU tensor, divided by
+  // `divisor` (the world size for a mean) in the same pass. Every rank gets
+  // bitwise the same result: the sum in rank order, then the division.
+  void AllreduceSum(at::Tensor& tensor, float divisor = 1.0f);
 
   int32_t rank() const { return rank_; }
   int32_t world_size() const { return world_; }
