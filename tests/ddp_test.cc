@@ -264,6 +264,40 @@ TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
   }
 }
 
+// The control word's exchange: elementwise max, the same on every rank, over
+// many calls in a row (the two buffers alternate).
+TEST(ShmCollectivesTest, MaxOfSmallWordsOnEveryRank) {
+  constexpr int kRanks = 3, kCalls = 200;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::vector<std::vector<int64_t>>> got(kRanks);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto shm = ShmCollectives::Create(store, r, kRanks, "max", 1 << 12);
+        for (int call = 0; call < kCalls; ++call) {
+          // Rank (call % kRanks) holds the largest value of word 0; word 1 is
+          // -rank; word 4 is set by one rank on some calls only.
+          std::vector<int64_t> w = {r == call % kRanks ? 1000 + call : call, -r, 0, 0, (call % 7 == 0 && r == 2) ? 1 : 0};
+          shm->AllreduceMax(w.data(), static_cast<int>(w.size()));
+          got[r].push_back(w);
+        }
+        std::vector<int64_t> too_many(ShmCollectives::kMaxWords + 1);
+        EXPECT_THROW(shm->AllreduceMax(too_many.data(), static_cast<int>(too_many.size())), std::invalid_argument);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int call = 0; call < kCalls; ++call) {
+    const std::vector<int64_t> want = {1000 + call, 0, 0, 0, call % 7 == 0 ? 1 : 0};
+    for (int r = 0; r < kRanks; ++r) EXPECT_EQ(got[r][call], want) << "rank " << r << " call " << call;
+  }
+}
+
 TEST(ShmCollectivesTest, AMissingPeerTimesOutWithAClearError) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::unique_ptr<ShmCollectives> shm0, shm1;

@@ -27,8 +27,21 @@ struct alignas(kCacheLine) RankCounter {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters must be lock-free");
 
+// Each rank's words for AllreduceMax, on its own cache line.
+struct alignas(kCacheLine) RankWords {
+  int64_t v[ShmCollectives::kMaxWords];
+};
+static_assert(sizeof(RankWords) == kCacheLine, "one cache line per rank's words");
+
+// Header: the counters, then two buffers of words (by call parity).
 size_t HeaderBytes(int32_t world) {
-  return (sizeof(RankCounter) * static_cast<size_t>(world) + 4095) / 4096 * 4096;
+  const size_t w = static_cast<size_t>(world);
+  return (sizeof(RankCounter) * w + 2 * sizeof(RankWords) * w + 4095) / 4096 * 4096;
+}
+
+RankWords* WordsOf(void* base, int32_t world, uint64_t parity) {
+  auto* first = reinterpret_cast<RankWords*>(static_cast<char*>(base) + sizeof(RankCounter) * world);
+  return first + parity * static_cast<uint64_t>(world);
 }
 
 std::string HostIdentity() {
@@ -137,6 +150,19 @@ void ShmCollectives::Barrier() {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     }
+  }
+}
+
+void ShmCollectives::AllreduceMax(int64_t* values, int n) {
+  if (n < 0 || n > kMaxWords) throw std::invalid_argument("AllreduceMax takes at most 8 values");
+  // Call k writes buffer k % 2. A rank can write buffer p again (call k + 2)
+  // only after the barrier of call k + 1, which every rank reaches after
+  // reading call k's words: one barrier per call is enough.
+  RankWords* words = WordsOf(base_, world_, word_calls_++ % 2);
+  std::memcpy(words[rank_].v, values, sizeof(int64_t) * static_cast<size_t>(n));
+  Barrier();
+  for (int32_t r = 0; r < world_; ++r) {
+    for (int i = 0; i < n; ++i) values[i] = std::max(values[i], words[r].v[i]);
   }
 }
 

@@ -43,6 +43,11 @@ class ShmCollectives {
   // bitwise the same result: the sum in rank order, then the division.
   void AllreduceSum(at::Tensor& tensor, float divisor = 1.0f);
 
+  // In-place elementwise maximum over all ranks of `n` ≤ kMaxWords values
+  // (the trainer's per-step control word): one barrier.
+  static constexpr int kMaxWords = 8;
+  void AllreduceMax(int64_t* values, int n);
+
   int32_t rank() const { return rank_; }
   int32_t world_size() const { return world_; }
 
@@ -57,6 +62,7 @@ class ShmCollectives {
   size_t mapped_bytes_;
   size_t chunk_floats_;
   std::chrono::milliseconds timeout_;
+  uint64_t word_calls_ = 0;  // AllreduceMax alternates between two buffers
   uint64_t epoch_ = 0;  // barriers passed so far
 };
 

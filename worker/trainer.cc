@@ -25,6 +25,7 @@
 #include "worker/loss_scaler.h"
 #include "worker/fsdp.h"
 #include "worker/models.h"
+#include "worker/shm_collectives.h"
 
 namespace trainyard {
 namespace {
@@ -145,6 +146,7 @@ struct Trainer::Impl {
   int32_t rank;
   int32_t world_size;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  ShmCollectives* shm = nullptr;  // DDP's shared-memory path; also carries the control word
   MetricsSink* sink;
   TrainerControl* control;
 
@@ -206,7 +208,9 @@ struct Trainer::Impl {
       word[kStopAfterSlot] = local_request.stop_after ? 1 : 0;
     }
     controlw = at::tensor(std::vector<int64_t>(word, word + kControlSlots), at::kLong);
-    if (!pg) return;
+    // With shared memory the exchange is a barrier at the step's end (no
+    // Gloo round trip and its threads' wake-ups on every step).
+    if (!pg || shm != nullptr) return;
     std::vector<at::Tensor> t = {controlw};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::MAX;
@@ -215,7 +219,9 @@ struct Trainer::Impl {
 
   // Returns true when some rank asked to stop; sets the agreed checkpoint.
   bool FinishControl() {
-    if (pg) {
+    if (shm != nullptr) {
+      shm->AllreduceMax(controlw.data_ptr<int64_t>(), kControlSlots);
+    } else if (pg) {
       control_work->wait();
       control_work.reset();
     }
@@ -260,6 +266,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   if (s.pg && s.spec.distributed_type == DistributedType::kDdp) {
     s.ddp = std::make_unique<DistributedDataParallel>(s.model->parameters(), s.model->buffers(), s.pg, s.spec.ddp,
                                                       dist.shm);
+    s.shm = dist.shm;
   }
   if (s.spec.distributed_type == DistributedType::kFsdp) {
     FsdpOptions fo;
