@@ -298,6 +298,44 @@ TEST(ShmCollectivesTest, MaxOfSmallWordsOnEveryRank) {
   }
 }
 
+// Broadcast of byte strings from any root, smaller than and several times the
+// segment's chunk, between allreduces that use the same slots.
+TEST(ShmCollectivesTest, BroadcastCopiesTheRootsBytes) {
+  constexpr int kRanks = 3;
+  const std::vector<size_t> sizes = {0, 5, 384, 1000, 5000};
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::vector<std::vector<uint8_t>>> got(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto shm = ShmCollectives::Create(store, r, kRanks, "bcast", 384);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const int root = static_cast<int>(i % kRanks);
+          std::vector<uint8_t> b(sizes[i]);
+          for (size_t j = 0; j < b.size(); ++j) b[j] = static_cast<uint8_t>(r * 31 + j * 7);
+          shm->Broadcast(b.data(), b.size(), root);
+          got[r].push_back(b);
+          at::Tensor x = torch::full({300}, static_cast<float>(r));  // the same slots, in between
+          shm->AllreduceSum(x);
+          if (!torch::equal(x, torch::full({300}, 3.0f))) throw std::runtime_error("allreduce in between is wrong");
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int root = static_cast<int>(i % kRanks);
+    std::vector<uint8_t> want(sizes[i]);
+    for (size_t j = 0; j < want.size(); ++j) want[j] = static_cast<uint8_t>(root * 31 + j * 7);
+    for (int r = 0; r < kRanks; ++r) EXPECT_EQ(got[r][i], want) << "rank " << r << " size " << sizes[i];
+  }
+}
+
 TEST(ShmCollectivesTest, AMissingPeerTimesOutWithAClearError) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::unique_ptr<ShmCollectives> shm0, shm1;

@@ -14,6 +14,7 @@
 #include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/trainer.h"
+#include "worker/shm_collectives.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {
@@ -31,13 +32,15 @@ inline void RunTrainers(const JobSpec& spec, int world, const std::function<void
       try {
         c10::intrusive_ptr<c10d::ProcessGroup> pg;
         FsdpGroups g;
+        std::unique_ptr<ShmCollectives> shm;  // as the worker: DDP over shared memory unless the spec says not
         if (world > 1) {
           pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+          shm = MaybeSharedMemory(spec, store, r, world);
           if (spec.distributed_type == DistributedType::kFsdp) {
             g = MakeFsdpGroups(spec, store, pg, r, world, "127.0.0.1", std::chrono::seconds(60));
           }
         }
-        Trainer t(spec, r, world, DistContext{pg, nullptr, g.shard.get(), g.replicate.get()},
+        Trainer t(spec, r, world, DistContext{pg, shm.get(), g.shard.get(), g.replicate.get()},
                   r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
         fn(r, t);
       } catch (const std::exception& e) {

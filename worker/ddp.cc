@@ -1,5 +1,7 @@
 #include "worker/ddp.h"
 
+#include <cstring>
+
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/torch.h>
@@ -56,6 +58,8 @@ struct DistributedDataParallel::Impl {
   int64_t grad_bytes = 0;
   std::vector<at::Tensor> buffers;  // synchronized before each forward (broadcast_buffers)
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  ShmCollectives* shm = nullptr;    // when gradients go through shared memory, so do buffers
+  std::vector<uint8_t> buffer_bytes;  // their packed bytes, reused
 };
 
 DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& all_params,
@@ -104,6 +108,7 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
     impl_->reducer->register_comm_hook(std::move(hook));
   } else if (shm != nullptr) {
     impl_->reducer->register_comm_hook(std::make_unique<ShmAllreduceHook>(shm, world_size, &impl_->stats));
+    impl_->shm = shm;
   } else {
     impl_->builtin_allreduce = true;
   }
@@ -128,6 +133,30 @@ DistributedDataParallel::~DistributedDataParallel() = default;
 void DistributedDataParallel::SyncBuffers() {
   if (impl_->buffers.empty()) return;
   torch::NoGradGuard no_grad;
+  if (impl_->shm != nullptr) {
+    // Rank 0's buffers, packed into one byte string, through shared memory.
+    std::vector<uint8_t>& bytes = impl_->buffer_bytes;
+    size_t total = 0;
+    for (const at::Tensor& b : impl_->buffers) total += static_cast<size_t>(b.nbytes());
+    bytes.resize(total);
+    const bool root = impl_->shm->rank() == 0;
+    size_t offset = 0;
+    if (root) {
+      for (const at::Tensor& b : impl_->buffers) {
+        const at::Tensor c = b.contiguous();
+        std::memcpy(bytes.data() + offset, c.data_ptr(), c.nbytes());
+        offset += c.nbytes();
+      }
+    }
+    impl_->shm->Broadcast(bytes.data(), total, 0);
+    if (!root) {
+      for (at::Tensor& b : impl_->buffers) {
+        b.copy_(torch::from_blob(bytes.data() + offset, b.sizes(), b.options()));
+        offset += b.nbytes();
+      }
+    }
+    return;
+  }
   c10d::broadcast_coalesced(impl_->pg, impl_->buffers, 250 * 1024 * 1024, 0);
 }
 

@@ -153,6 +153,24 @@ void ShmCollectives::Barrier() {
   }
 }
 
+void ShmCollectives::Broadcast(void* data, size_t bytes, int32_t root) {
+  if (root < 0 || root >= world_) throw std::invalid_argument("Broadcast: root out of range");
+  // The root's input slot carries it: input slots are read only between an
+  // operation's two barriers, so writing one before the first is safe.
+  char* area = reinterpret_cast<char*>(base_) + HeaderBytes(world_) +
+               static_cast<size_t>(root) * chunk_floats_ * sizeof(float);
+  const size_t chunk = chunk_floats_ * sizeof(float);
+  auto* p = static_cast<char*>(data);
+  for (size_t begin = 0; begin < bytes || begin == 0; begin += chunk) {
+    const size_t len = std::min(chunk, bytes - begin);
+    if (rank_ == root) std::memcpy(area, p + begin, len);
+    Barrier();  // the chunk is in place
+    if (rank_ != root) std::memcpy(p + begin, area, len);
+    Barrier();  // everyone has it: the slot is free again
+    if (bytes == 0) break;
+  }
+}
+
 void ShmCollectives::AllreduceMax(int64_t* values, int n) {
   if (n < 0 || n > kMaxWords) throw std::invalid_argument("AllreduceMax takes at most 8 values");
   // Call k writes buffer k % 2. A rank can write buffer p again (call k + 2)

@@ -43,6 +43,9 @@ class ShmCollectives {
   // bitwise the same result: the sum in rank order, then the division.
   void AllreduceSum(at::Tensor& tensor, float divisor = 1.0f);
 
+  // Copies `bytes` bytes at `data` from rank `root` to every other rank.
+  void Broadcast(void* data, size_t bytes, int32_t root);
+
   // In-place elementwise maximum over all ranks of `n` ≤ kMaxWords values
   // (the trainer's per-step control word): one barrier.
   static constexpr int kMaxWords = 8;
