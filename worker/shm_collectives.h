@@ -30,7 +30,7 @@ class ShmCollectives {
   // `chunk_bytes` bounds the segment (tensors larger than it go in chunks).
   static std::unique_ptr<ShmCollectives> Create(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
                                                 int32_t world_size, const std::string& key_prefix,
-                                                size_t chunk_bytes = 16 << 20,
+                                                size_t chunk_bytes = 128 << 10,
                                                 std::chrono::milliseconds timeout = std::chrono::minutes(5));
   // True when every rank runs on this host (same hostname and boot id), the
   // condition for Create. Collective over all ranks; uses `store`.
