@@ -105,7 +105,7 @@ struct DdpSpec {
   CommWrapper comm_wrapper = CommWrapper::kNone;
   PowerSgdOptions power_sgd;  // comm_state_option of the PowerSGD hooks
   bool find_unused_parameters = false;
-  bool gradient_as_bucket_view = false;
+  bool gradient_as_bucket_view = true;
   // Rank 0's buffers (BatchNorm statistics) are broadcast before every
   // forward, as PyTorch's DDP(broadcast_buffers=True).
   bool broadcast_buffers = true;
