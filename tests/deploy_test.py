@@ -44,21 +44,13 @@ DASHBOARD = os.path.join(DEPLOY, "grafana", "trainyard-dashboard.json")
 METRICS_DOC = os.path.join(REPO, "docs", "metrics.md")
 BIN = None  # set in __main__
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402  (Server, wait_for)
+from e2e_test import wait_for  # noqa: E402
+
 REQUIRED_ALERTS = {"TrainyardJobFailed", "TrainyardJobNoProgress", "TrainyardGoodputLow",
                    "TrainyardRestartsRising", "TrainyardCheckpointOverdue"}
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-def wait_for(condition, timeout, what):
-    """Polls condition() until it returns a true value, at most timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def promtool():
@@ -543,49 +535,13 @@ def stop_process(proc, timeout=30):
             proc.wait()
 
 
-class Server:
-    """trainyard-server on loopback with OS-chosen ports, read from --ready-file."""
-
-    def __init__(self, state_dir, slots):
-        self.ready = os.path.join(state_dir, "ready.json")
-        self.log = open(os.path.join(state_dir, "server.log"), "ab")
-        self.proc = subprocess.Popen(
-            [os.path.join(BIN, "trainyard-server"), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-             "--state-dir", state_dir, "--slots", str(slots), "--ready-file", self.ready, "--stop-grace-ms", "3000"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        info = wait_for(self._read_ready, 30, "the server's ready file")
-        self.addr = f"127.0.0.1:{info['grpc_port']}"
-        self.metrics_port = info["metrics_port"]
-
-    def _read_ready(self):
-        if self.proc.poll() is not None:
-            raise AssertionError(f"trainyard-server exited with {self.proc.returncode}")
-        try:
-            with open(self.ready) as f:
-                return json.load(f)
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-
-    def ctl(self, *args, timeout=120):
-        return subprocess.run([os.path.join(BIN, "trainctl"), "--server", self.addr, *args],
-                              capture_output=True, text=True, timeout=timeout)
+class Server(e2e_test.Server):
+    """e2e_test's server (loopback, OS-chosen ports from --ready-file), plus submit."""
 
     def submit(self, spec_path):
         r = self.ctl("-o", "json", "submit", spec_path)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)["id"]
-
-    def job(self, job_id):
-        r = self.ctl("-o", "json", "get", job_id)
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
-
-    def scrape(self):
-        return http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
-
-    def stop(self):
-        stop_process(self.proc)
-        self.log.close()
 
 
 class Prometheus:
@@ -820,7 +776,7 @@ def _take_bin_dir(argv):
 
 
 if __name__ == "__main__":
-    BIN = os.path.abspath(_take_bin_dir(sys.argv))
+    BIN = e2e_test.BIN = os.path.abspath(_take_bin_dir(sys.argv))
     for b in ("trainyard-server", "trainyard-worker", "trainctl"):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             sys.exit(f"deploy_test: {b} not found in {BIN}; pass --bin DIR or set TRAINYARD_BIN")

@@ -32,6 +32,16 @@ def in_ns(ns, args):
     return ["ip", "netns", "exec", ns, *args]
 
 
+def training(name, steps, batch):
+    """The model, data and optimizer every job of this test shares."""
+    return f"""name: {name}
+model: {{kind: mlp, hidden: [64, 32]}}
+data: {{kind: synthetic, batch_size: {batch}, num_samples: 4096}}
+optimizer: {{kind: sgd, lr: 0.05}}
+max_steps: {steps}
+"""
+
+
 def read(path):
     with open(path, errors="replace") as f:
         return f.read()
@@ -151,16 +161,8 @@ class MultiHost(unittest.TestCase):
 
     def reference(self, name, steps, batch):
         """The same training in one local process with the world's batch."""
-        job_id = self.submit(f"{name}-ref.yaml", f"""
-name: {name}-ref
-launcher: local
-model: {{kind: mlp, hidden: [64, 32]}}
-data: {{kind: synthetic, batch_size: {batch * 4}, num_samples: 4096}}
-optimizer: {{kind: sgd, lr: 0.05}}
-max_steps: {steps}
-num_processes: 1
-distributed_type: NO
-""")
+        job_id = self.submit(f"{name}-ref.yaml", training(f"{name}-ref", steps, batch * 4) +
+                             "launcher: local\nnum_processes: 1\ndistributed_type: NO\n")
         r = self.ctl("watch", job_id)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         return self.final_params(job_id)
@@ -172,15 +174,7 @@ distributed_type: NO
 
     def test_ddp_across_two_hosts(self):
         before = veth_bytes("ty-hostb", "ty-veth-b")
-        job_id = self.submit("ddp.yaml", """
-name: mh-ddp
-launcher: external
-model: {kind: mlp, hidden: [64, 32]}
-data: {kind: synthetic, batch_size: 8, num_samples: 4096}
-optimizer: {kind: sgd, lr: 0.05}
-max_steps: 12
-num_processes: 4
-""")
+        job_id = self.submit("ddp.yaml", training("mh-ddp", 12, 8) + "launcher: external\nnum_processes: 4\n")
         self.assertEqual(self.job(job_id)["state"], "STARTING")
         logs = self.run_joined(job_id)
         self.assertTrue(any("ranks span several hosts" in t for t in logs), "shared memory must not cross hosts")
@@ -195,13 +189,7 @@ num_processes: 4
 
     def test_hybrid_shard_sharded_within_replicated_across(self):
         before = veth_bytes("ty-hostb", "ty-veth-b")
-        job_id = self.submit("hybrid.yaml", """
-name: mh-hybrid
-launcher: external
-model: {kind: mlp, hidden: [64, 32]}
-data: {kind: synthetic, batch_size: 8, num_samples: 4096}
-optimizer: {kind: sgd, lr: 0.05}
-max_steps: 12
+        job_id = self.submit("hybrid.yaml", training("mh-hybrid", 12, 8) + """launcher: external
 num_processes: 4
 distributed_type: FSDP
 fsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD, ranks_per_node: 2}
