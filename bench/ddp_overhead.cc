@@ -54,9 +54,12 @@ class TimingSink final : public MetricsSink {
  public:
   explicit TimingSink(int warmup) : warmup_(warmup) {}
   void OnStep(const StepMetrics& m) override {
-    if (m.step > warmup_) train_seconds.push_back(m.step_seconds - m.data_seconds);
+    if (m.step <= warmup_) return;
+    train_seconds.push_back(m.step_seconds - m.data_seconds);
+    hook_seconds += m.comm_hook_seconds;
   }
   std::vector<double> train_seconds;
+  double hook_seconds = 0;  // in the gradient allreduce (shared-memory hook)
 
  private:
   int warmup_;
@@ -100,7 +103,7 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
   Trainer trainer(spec, rank, world, DistContext{pg, shm.get()}, &sink, nullptr);
   trainer.Run();
   if (pg) pg->barrier()->wait();
-  if (reporter) std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}}.dump() << std::endl;
+  if (reporter) std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}, {"hook_seconds", sink.hook_seconds}}.dump() << std::endl;
   return 0;
 }
 
@@ -168,11 +171,19 @@ int main(int argc, char** argv) {
       Stats stats;
     };
     std::vector<Run> runs;
+    double allreduce_ms = 0, step_ms = 0;  // per step, rank 0, shared-memory DDP
     auto trainyard = [&](int procs, const std::vector<std::string>& extra) {
       std::vector<std::string> a = {self, "--role", "rank", "--config", std::to_string(ci), "--warmup",
                                     std::to_string(warmup), "--steps-percent", std::to_string(steps_scale)};
       a.insert(a.end(), extra.begin(), extra.end());
-      return Summarize(SamplesPerSecond(RunProcesses(a, procs), c.batch));
+      const nlohmann::json j = RunProcesses(a, procs);
+      const double steps = static_cast<double>(j["train_seconds"].size());
+      if (steps > 0 && j.value("hook_seconds", 0.0) > 0) {
+        allreduce_ms = 1e3 * j["hook_seconds"].get<double>() / steps;
+        step_ms = 0;
+        for (double t : j["train_seconds"]) step_ms += 1e3 * t / steps;
+      }
+      return Summarize(SamplesPerSecond(j, c.batch));
     };
     auto pytorch = [&](int procs, const std::vector<std::string>& extra) {
       std::vector<std::string> a = {python,      script,       "--model", ModelKindName(c.kind),
@@ -207,6 +218,12 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof(line), "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", c.label.c_str(),
                     r.impl.c_str(), r.setup.c_str(), r.stats.mean, r.stats.median, r.stats.p90, r.stats.std,
                     r.stats.cv, extra);
+      md << line;
+    }
+    if (step_ms > 0) {
+      char line[200];
+      std::snprintf(line, sizeof(line), "| %s | Trainyard | shared-memory allreduce per step (rank 0) | %.2f ms of %.1f ms |  |  |  |  |  |\n",
+                    c.label.c_str(), allreduce_ms, step_ms);
       md << line;
     }
   }

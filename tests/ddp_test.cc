@@ -90,6 +90,15 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
       ddp.ZeroGrad();
     }
     for (const auto& p : model->parameters()) results[rank].push_back(p.detach().clone());
+    if (c.shm && c.grad_as_bucket_view) {
+      // The gradients are views of buckets that live in shared memory.
+      const auto* area = static_cast<const char*>(shm[rank]->resident(rank));
+      ASSERT_NE(area, nullptr);
+      for (const auto& p : model->parameters()) {
+        const auto* g = static_cast<const char*>(p.grad().data_ptr());
+        EXPECT_TRUE(g >= area && g + p.grad().nbytes() <= area + shm[rank]->resident_bytes());
+      }
+    }
   }, c.shm, &shm);
 
   auto ref_params = ref->parameters();
@@ -117,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(Models, DdpEquivalence,
                                            Case{ModelKind::kCnn, OptimizerKind::kSgd, 0.05, false},
                                            Case{ModelKind::kMlp, OptimizerKind::kSgd, 25, false, true},
                                            Case{ModelKind::kMlp, OptimizerKind::kAdamW, 0.002, true, true},
-                                           Case{ModelKind::kCnn, OptimizerKind::kSgd, 0.05, false, true}));
+                                           Case{ModelKind::kCnn, OptimizerKind::kSgd, 0.05, false, true},
+                                           Case{ModelKind::kCnn, OptimizerKind::kSgd, 0.05, true, true}));
 
 TEST(DistributedSamplerTest, ShardsAreDisjointAndCoverTheDataset) {
   const int64_t n = 103;
@@ -266,6 +276,68 @@ TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
 
 // The control word's exchange: elementwise max, the same on every rank, over
 // many calls in a row (the two buffers alternate).
+TEST(ShmCollectivesTest, ResidentTensorsSumLikePrivateOnesAndRanksMustAgree) {
+  constexpr int kRanks = 3;
+  // (offset in floats, length): unaligned starts and lengths, slices of a
+  // cache line or less per rank, one tensor spanning most of the area.
+  const std::vector<std::pair<size_t, size_t>> places = {{0, 1}, {3, 7}, {16, 48}, {100, 1001}, {2000, 30000}};
+  constexpr size_t kAreaFloats = 40000;
+  torch::manual_seed(11);
+  std::vector<std::vector<at::Tensor>> inputs(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    for (const auto& pl : places) inputs[r].push_back(torch::randn({static_cast<int64_t>(pl.second)}));
+  }
+  std::vector<std::vector<at::Tensor>> resident(kRanks), reference(kRanks);
+  std::vector<int> disagreements(kRanks, 0);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto shm = ShmCollectives::Create(store, r, kRanks, "resident", 384);
+        if (!shm->ReserveResident(kAreaFloats * sizeof(float))) throw std::runtime_error("no resident area");
+        if (shm->resident_bytes() < kAreaFloats * sizeof(float)) throw std::runtime_error("area too small");
+        void* before = shm->resident(r);
+        // Already large enough: kept, no collective call.
+        if (!shm->ReserveResident(16) || shm->resident(r) != before) throw std::runtime_error("area replaced");
+        auto* area = static_cast<float*>(shm->resident(r));
+        for (size_t i = 0; i < places.size(); ++i) {
+          at::Tensor x = torch::from_blob(area + places[i].first, {static_cast<int64_t>(places[i].second)});
+          x.copy_(inputs[r][i]);
+          shm->AllreduceSum(x, static_cast<float>(kRanks));
+          resident[r].push_back(x.clone());
+          at::Tensor y = inputs[r][i].clone();  // outside the area: the copying path
+          shm->AllreduceSum(y, static_cast<float>(kRanks));
+          reference[r].push_back(y);
+        }
+        // Rank 1 passes a different place: every rank is told, none sums.
+        at::Tensor z = torch::from_blob(area + (r == 1 ? 64 : 0), {32});
+        try {
+          shm->AllreduceSum(z);
+        } catch (const std::runtime_error& e) {
+          if (std::string(e.what()).find("ranks passed different tensors") != std::string::npos) ++disagreements[r];
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(disagreements[r], 1) << "rank " << r;
+    for (size_t i = 0; i < places.size(); ++i) {
+      // Bitwise the copying path's result, and close to a float64 mean.
+      EXPECT_TRUE(torch::equal(resident[r][i], reference[r][i])) << "rank " << r << " place " << i;
+      at::Tensor mean = torch::zeros({static_cast<int64_t>(places[i].second)}, torch::kDouble);
+      for (int q = 0; q < kRanks; ++q) mean += inputs[q][i].to(torch::kDouble);
+      mean /= kRanks;
+      EXPECT_TRUE(torch::allclose(resident[r][i].to(torch::kDouble), mean, 1e-6, 1e-6)) << "place " << i;
+    }
+  }
+}
+
 TEST(ShmCollectivesTest, MaxOfSmallWordsOnEveryRank) {
   constexpr int kRanks = 3, kCalls = 200;
   auto store = c10::make_intrusive<c10d::HashStore>();

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <c10/core/StorageImpl.h>
+#include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/torch.h>
@@ -60,6 +62,36 @@ struct DistributedDataParallel::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   ShmCollectives* shm = nullptr;    // when gradients go through shared memory, so do buffers
   std::vector<uint8_t> buffer_bytes;  // their packed bytes, reused
+
+  // Moves every gradient bucket (and with it the gradients that are views
+  // of it) into the resident shared-memory area, bucket after bucket at the
+  // same offsets on every rank: the allreduce then reads the other ranks'
+  // buckets where they are instead of copying them through the segment. The
+  // bucket keeps its storage object, only the bytes move, so every view
+  // follows. Without room in shared memory the buckets stay where they are.
+  void MoveBucketsToSharedMemory() {
+    constexpr size_t kAlign = 64;  // buckets start on cache lines
+    std::vector<c10d::GradBucket> grad_buckets = reducer->get_grad_buckets(/*return_zero_tensors=*/false);
+    size_t total = 0;
+    for (const c10d::GradBucket& b : grad_buckets) {
+      const at::Tensor& t = b.getBuffer();
+      if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage().nbytes() != t.nbytes()) return;
+      total += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
+    }
+    if (!shm->ReserveResident(total)) {
+      spdlog::warn("shared memory too small for {} bytes of gradient buckets per rank; they are copied instead",
+                   total);
+      return;
+    }
+    char* area = static_cast<char*>(shm->resident(shm->rank()));
+    size_t offset = 0;
+    for (const c10d::GradBucket& b : grad_buckets) {
+      const at::Tensor& t = b.getBuffer();
+      std::memcpy(area + offset, t.data_ptr(), t.nbytes());
+      t.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr(area + offset, t.device()));
+      offset += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
+    }
+  }
 };
 
 DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& all_params,
@@ -109,6 +141,7 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
   } else if (shm != nullptr) {
     impl_->reducer->register_comm_hook(std::make_unique<ShmAllreduceHook>(shm, world_size, &impl_->stats));
     impl_->shm = shm;
+    impl_->MoveBucketsToSharedMemory();
   } else {
     impl_->builtin_allreduce = true;
   }
@@ -166,7 +199,9 @@ void DistributedDataParallel::PrepareForward() {
   // bucket, and a resumed job's first step would run on the initial
   // assignment again: with such a hook the initial assignment is kept for
   // good, so restored state always meets the buckets it was made for.
-  if (!impl_->stateful_hook) impl_->reducer->rebuild_buckets();
+  if (!impl_->stateful_hook && impl_->reducer->rebuild_buckets() && impl_->shm != nullptr) {
+    impl_->MoveBucketsToSharedMemory();
+  }
   impl_->reducer->prepare_for_forward();
 }
 

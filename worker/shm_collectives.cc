@@ -72,27 +72,42 @@ bool ShmCollectives::AllRanksOnThisHost(const c10::intrusive_ptr<c10d::Store>& s
   return same;
 }
 
-std::unique_ptr<ShmCollectives> ShmCollectives::Create(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
-                                                       int32_t world_size, const std::string& key_prefix,
-                                                       size_t chunk_bytes, std::chrono::milliseconds timeout) {
-  const size_t chunk_floats = std::max<size_t>(chunk_bytes / sizeof(float) / world_size * world_size, world_size);
-  // Layout: counters | world input slots | one result slot.
-  const size_t bytes = HeaderBytes(world_size) + (static_cast<size_t>(world_size) + 1) * chunk_floats * sizeof(float);
+namespace {
+
+// Maps a segment of `bytes` on every rank (collective): rank 0 creates it
+// and publishes its name under `key`; the name is unlinked once every rank
+// has mapped it, so nothing outlives the processes. With `reserve`, rank 0
+// allocates the pages up front (a tmpfs that is too small fails here, not
+// with SIGBUS on first touch) and a failure returns nullptr on every rank
+// instead of throwing.
+void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int32_t rank,
+                 int32_t world_size, size_t bytes, std::chrono::milliseconds timeout, bool reserve) {
   std::string name;
   int fd = -1;
   if (rank == 0) {
     std::random_device rd;
     name = "/trainyard-" + std::to_string(getpid()) + "-" + std::to_string(rd());
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + strerror(errno));
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      close(fd);
-      shm_unlink(name.c_str());
-      throw std::runtime_error("cannot size shared memory segment " + name + ": " + strerror(errno));
+    std::string error;
+    if (fd < 0) {
+      error = "shm_open(" + name + ") failed: " + strerror(errno);
+    } else if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      error = "cannot size shared memory segment " + name + ": " + strerror(errno);
+    } else if (reserve) {
+      const int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      if (rc != 0) error = "cannot reserve " + std::to_string(bytes) + " bytes of shared memory: " + strerror(rc);
     }
-    store->set(key_prefix + "/shm/name", Bytes(name));
+    if (!error.empty()) {
+      if (fd >= 0) close(fd);
+      shm_unlink(name.c_str());
+      if (!reserve) throw std::runtime_error(error);
+      store->set(key + "/name", Bytes(""));  // the others give up too
+      return nullptr;
+    }
+    store->set(key + "/name", Bytes(name));
   } else {
-    name = String(store->get(key_prefix + "/shm/name"));
+    name = String(store->get(key + "/name"));
+    if (name.empty()) return nullptr;
     fd = shm_open(name.c_str(), O_RDWR, 0600);
     if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + strerror(errno));
   }
@@ -103,10 +118,10 @@ std::unique_ptr<ShmCollectives> ShmCollectives::Create(const c10::intrusive_ptr<
     throw std::runtime_error("mmap of " + name + " failed: " + strerror(errno));
   }
   // Everyone has mapped it once all have said so; then the name can go.
-  store->add(key_prefix + "/shm/mapped", 1);
+  store->add(key + "/mapped", 1);
   if (rank == 0) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (store->add(key_prefix + "/shm/mapped", 0) < world_size) {
+    while (store->add(key + "/mapped", 0) < world_size) {
       if (std::chrono::steady_clock::now() > deadline) {
         munmap(base, bytes);
         shm_unlink(name.c_str());
@@ -116,14 +131,48 @@ std::unique_ptr<ShmCollectives> ShmCollectives::Create(const c10::intrusive_ptr<
     }
     shm_unlink(name.c_str());
   }
-  return std::unique_ptr<ShmCollectives>(new ShmCollectives(rank, world_size, base, bytes, chunk_floats, timeout));
+  return base;
+}
+
+}  // namespace
+
+std::unique_ptr<ShmCollectives> ShmCollectives::Create(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                                                       int32_t world_size, const std::string& key_prefix,
+                                                       size_t chunk_bytes, std::chrono::milliseconds timeout) {
+  const size_t chunk_floats = std::max<size_t>(chunk_bytes / sizeof(float) / world_size * world_size, world_size);
+  // Layout: counters | world input slots | one result slot.
+  const size_t bytes = HeaderBytes(world_size) + (static_cast<size_t>(world_size) + 1) * chunk_floats * sizeof(float);
+  void* base = MapSegment(store, key_prefix + "/shm", rank, world_size, bytes, timeout, /*reserve=*/false);
+  auto shm = std::unique_ptr<ShmCollectives>(new ShmCollectives(rank, world_size, base, bytes, chunk_floats, timeout));
+  shm->store_ = store;
+  shm->key_prefix_ = key_prefix;
+  return shm;
+}
+
+bool ShmCollectives::ReserveResident(size_t bytes_per_rank) {
+  if (resident_ != nullptr && bytes_per_rank <= resident_stride_) return true;
+  if (resident_ != nullptr) munmap(resident_, resident_stride_ * static_cast<size_t>(world_));
+  resident_ = nullptr;
+  const size_t stride = (std::max<size_t>(bytes_per_rank, 1) + 4095) / 4096 * 4096;
+  const std::string key = key_prefix_ + "/resident/" + std::to_string(resident_segments_++);
+  resident_ = static_cast<char*>(
+      MapSegment(store_, key, rank_, world_, stride * static_cast<size_t>(world_), timeout_, /*reserve=*/true));
+  resident_stride_ = resident_ != nullptr ? stride : 0;
+  return resident_ != nullptr;
+}
+
+void* ShmCollectives::resident(int32_t rank) const {
+  return resident_ != nullptr ? resident_ + static_cast<size_t>(rank) * resident_stride_ : nullptr;
 }
 
 ShmCollectives::ShmCollectives(int32_t rank, int32_t world, void* base, size_t bytes, size_t chunk_floats,
                                std::chrono::milliseconds timeout)
     : rank_(rank), world_(world), base_(base), mapped_bytes_(bytes), chunk_floats_(chunk_floats), timeout_(timeout) {}
 
-ShmCollectives::~ShmCollectives() { munmap(base_, mapped_bytes_); }
+ShmCollectives::~ShmCollectives() {
+  munmap(base_, mapped_bytes_);
+  if (resident_ != nullptr) munmap(resident_, resident_stride_ * static_cast<size_t>(world_));
+}
 
 void ShmCollectives::Barrier() {
   auto* counters = static_cast<RankCounter*>(base_);
@@ -186,22 +235,44 @@ void ShmCollectives::AllreduceMax(int64_t* values, int n) {
 
 namespace {
 
-// out[i] = (in[0][i] + in[1][i] + ... ) / divisor for i in [0, n), summed in
-// rank order: the same bits on every rank. SSE2 (every x86-64): the loop is
-// memory-bound, wider vectors would not make it faster.
-void SumSlices(float* __restrict out, const float* const* in, int32_t count, size_t n, float divisor) {
+// out[0][i] = out[1][i] = (in[0][i] + in[1][i] + ...) / divisor for i in
+// [0, n), summed in rank order: the same bits on every rank. SSE2 (every
+// x86-64): the loop is memory-bound, wider vectors would not make it faster.
+void SumSlicesTo(float* const out[2], const float* const* in, int32_t count, size_t n, float divisor) {
   size_t i = 0;
   const __m128 d = _mm_set1_ps(divisor);
   for (; i + 4 <= n; i += 4) {
     __m128 acc = _mm_loadu_ps(in[0] + i);
     for (int32_t r = 1; r < count; ++r) acc = _mm_add_ps(acc, _mm_loadu_ps(in[r] + i));
     if (divisor != 1.0f) acc = _mm_div_ps(acc, d);
-    _mm_storeu_ps(out + i, acc);
+    _mm_storeu_ps(out[0] + i, acc);
+    _mm_storeu_ps(out[1] + i, acc);
   }
   for (; i < n; ++i) {
     float acc = in[0][i];
     for (int32_t r = 1; r < count; ++r) acc += in[r][i];
-    out[i] = divisor != 1.0f ? acc / divisor : acc;
+    if (divisor != 1.0f) acc /= divisor;
+    out[0][i] = out[1][i] = acc;
+  }
+}
+
+// out[k][i] = (in[0][i] + ... + in[count-1][i]) / divisor for every k and
+// i in [0, n): one pass that reads every input once and writes every output
+// once. Outputs may be the inputs (in place).
+void SumSlicesToAll(float* const* out, const float* const* in, int32_t count, size_t n, float divisor) {
+  size_t i = 0;
+  const __m128 d = _mm_set1_ps(divisor);
+  for (; i + 4 <= n; i += 4) {
+    __m128 acc = _mm_loadu_ps(in[0] + i);
+    for (int32_t r = 1; r < count; ++r) acc = _mm_add_ps(acc, _mm_loadu_ps(in[r] + i));
+    if (divisor != 1.0f) acc = _mm_div_ps(acc, d);
+    for (int32_t r = 0; r < count; ++r) _mm_storeu_ps(out[r] + i, acc);
+  }
+  for (; i < n; ++i) {
+    float acc = in[0][i];
+    for (int32_t r = 1; r < count; ++r) acc += in[r][i];
+    if (divisor != 1.0f) acc /= divisor;
+    for (int32_t r = 0; r < count; ++r) out[r][i] = acc;
   }
 }
 
@@ -213,6 +284,25 @@ void ShmCollectives::AllreduceSum(at::Tensor& tensor, float divisor) {
   }
   float* data = tensor.data_ptr<float>();
   const size_t n = static_cast<size_t>(tensor.numel());
+  if (resident_ != nullptr) {
+    // Every rank must take the same path: the tensor's place in the resident
+    // area (-1: elsewhere) and length are compared before anything moves.
+    const char* mine = static_cast<const char*>(resident(rank_));
+    const auto* p = reinterpret_cast<const char*>(data);
+    const bool inside = n > 0 && p >= mine && p + n * sizeof(float) <= mine + resident_stride_;
+    const int64_t offset = inside ? static_cast<int64_t>(p - mine) : -1;
+    int64_t words[4] = {offset, -offset, static_cast<int64_t>(n), -static_cast<int64_t>(n)};
+    AllreduceMax(words, 4);  // a barrier: every rank's tensor is complete
+    if (words[0] != -words[1] || words[2] != -words[3]) {
+      throw std::runtime_error("shared-memory allreduce: ranks passed different tensors (offset " +
+                               std::to_string(offset) + ", " + std::to_string(n) + " floats on rank " +
+                               std::to_string(rank_) + ")");
+    }
+    if (inside) {
+      AllreduceResident(static_cast<size_t>(offset), n, divisor);
+      return;
+    }
+  }
   auto* slots = reinterpret_cast<float*>(static_cast<char*>(base_) + HeaderBytes(world_));
   float* result = slots + static_cast<size_t>(world_) * chunk_floats_;
   std::vector<const float*> in(static_cast<size_t>(world_));
@@ -227,8 +317,9 @@ void ShmCollectives::AllreduceSum(at::Tensor& tensor, float divisor) {
     const size_t hi = std::min(len, lo + per);
     if (hi > lo) {
       for (int32_t r = 0; r < world_; ++r) in[r] = slots + static_cast<size_t>(r) * chunk_floats_ + lo;
-      SumSlices(data + begin + lo, in.data(), world_, hi - lo, divisor);
-      std::memcpy(result + lo, data + begin + lo, (hi - lo) * sizeof(float));
+      float* out[2] = {data + begin + lo, result + lo};
+      // Written to this rank's tensor and to the result slot in one pass.
+      SumSlicesTo(out, in.data(), world_, hi - lo, divisor);
     }
     Barrier();  // every slice is reduced
     // The other ranks' slices.
@@ -238,6 +329,23 @@ void ShmCollectives::AllreduceSum(at::Tensor& tensor, float divisor) {
     // result before all have copied it out: writes to `result` happen only
     // after that barrier.
   }
+}
+
+void ShmCollectives::AllreduceResident(size_t offset, size_t n, float divisor) {
+  // Every rank's copy is in place (the caller's barrier). Each rank reduces
+  // one slice, a whole number of cache lines, across all copies and writes
+  // the result into all of them: one read and one write of the tensor per
+  // rank, against five passes when the tensors are private.
+  constexpr size_t kLineFloats = kCacheLine / sizeof(float);
+  const size_t per = ((n + world_ - 1) / world_ + kLineFloats - 1) / kLineFloats * kLineFloats;
+  const size_t lo = std::min(n, per * static_cast<size_t>(rank_));
+  const size_t hi = std::min(n, lo + per);
+  if (hi > lo) {
+    std::vector<float*> copies(static_cast<size_t>(world_));
+    for (int32_t r = 0; r < world_; ++r) copies[r] = reinterpret_cast<float*>(static_cast<char*>(resident(r)) + offset) + lo;
+    SumSlicesToAll(copies.data(), copies.data(), world_, hi - lo, divisor);
+  }
+  Barrier();  // every slice is reduced everywhere
 }
 
 }  // namespace trainyard

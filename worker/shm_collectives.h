@@ -5,7 +5,9 @@
 // 400 KB between two processes on loopback, with 4 ms tails from thread
 // wake-ups); this path copies each rank's tensor into the segment, lets each
 // rank sum one slice of every rank's copy, and copies the sums back — two
-// spin barriers and three memory passes.
+// spin barriers per chunk. Tensors that already live in the resident area
+// (ReserveResident: DDP's gradient buckets) skip the copies: each rank sums
+// its slice across every rank's copy and writes the result into all of them.
 //
 // Every rank must call the collectives in the same order (as with any
 // process group). Not thread-safe: one calling thread per rank. A peer that
@@ -26,7 +28,8 @@ class ShmCollectives {
  public:
   // Collective over all ranks: rank 0 creates the segment and publishes its
   // name in `store` under `key_prefix`; the segment is unlinked as soon as
-  // every rank has mapped it, so nothing outlives the processes.
+  // every rank has mapped it, so nothing outlives the processes. `store` is
+  // kept for ReserveResident.
   // `chunk_bytes` bounds the segment (tensors larger than it go in chunks).
   static std::unique_ptr<ShmCollectives> Create(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
                                                 int32_t world_size, const std::string& key_prefix,
@@ -41,7 +44,19 @@ class ShmCollectives {
   // In-place sum over all ranks of a contiguous fp32 CPU tensor, divided by
   // `divisor` (the world size for a mean) in the same pass. Every rank gets
   // bitwise the same result: the sum in rank order, then the division.
+  // A tensor inside this rank's resident area must be at the same offset on
+  // every rank (checked: ranks that disagree get an error, not a wrong sum).
   void AllreduceSum(at::Tensor& tensor, float divisor = 1.0f);
+
+  // Maps (collective) a resident area of `bytes_per_rank` for every rank,
+  // each rank's readable and writable by all: memory for tensors that are
+  // reduced often, such as gradient buckets. Keeps the current area when it
+  // is large enough; a new one replaces it otherwise (its contents are not
+  // carried over). False on every rank when shared memory is too small.
+  bool ReserveResident(size_t bytes_per_rank);
+  // Rank `rank`'s part of the resident area (nullptr before ReserveResident).
+  void* resident(int32_t rank) const;
+  size_t resident_bytes() const { return resident_stride_; }  // per rank
 
   // Copies `bytes` bytes at `data` from rank `root` to every other rank.
   void Broadcast(void* data, size_t bytes, int32_t root);
@@ -58,6 +73,7 @@ class ShmCollectives {
   ShmCollectives(int32_t rank, int32_t world, void* base, size_t bytes, size_t chunk_floats,
                  std::chrono::milliseconds timeout);
   void Barrier();
+  void AllreduceResident(size_t offset, size_t n, float divisor);
 
   int32_t rank_;
   int32_t world_;
@@ -67,6 +83,11 @@ class ShmCollectives {
   std::chrono::milliseconds timeout_;
   uint64_t word_calls_ = 0;  // AllreduceMax alternates between two buffers
   uint64_t epoch_ = 0;  // barriers passed so far
+  c10::intrusive_ptr<c10d::Store> store_;  // for segments mapped later
+  std::string key_prefix_;
+  char* resident_ = nullptr;  // world parts of resident_stride_ bytes
+  size_t resident_stride_ = 0;
+  int resident_segments_ = 0;
 };
 
 }  // namespace trainyard
