@@ -7,9 +7,12 @@
 // Trainyard's steps run through the worker's real Trainer (model, Reducer
 // DDP, optimizer and the per-step control exchange); the synthetic data
 // loading time is excluded from the step time, as the Python peer trains on
-// a pre-made batch. Ranks are child processes of this program.
+// a pre-made batch. Ranks are child processes of this program. Every setup
+// runs `--rounds` times, interleaved with the others, and its steps are
+// pooled: on a shared machine whose speed drifts over minutes, setups run
+// one after the other would otherwise each meet a different machine.
 //
-//   ddp_overhead [--steps-percent P] [--warmup W] [--python /usr/bin/python3]
+//   ddp_overhead [--steps-percent P] [--warmup W] [--rounds R] [--only K] [--python /usr/bin/python3]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -22,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -136,7 +140,13 @@ int main(int argc, char** argv) {
   bool no_ddp = false;
   std::string transport = "shm";
   app.add_option("--steps-percent", steps_scale, "Scale the measured step counts (percent)")->capture_default_str();
-  app.add_option("--warmup", warmup, "Warm-up steps not measured")->capture_default_str();
+  app.add_option("--warmup", warmup, "Warm-up steps not measured (in every process)")->capture_default_str();
+  int rounds = 3;
+  app.add_option("--rounds", rounds, "Run every setup this many times, interleaved, each with 1/rounds of the steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  int round_steps = 0;
+  app.add_option("--round-steps", round_steps, "internal: measured steps of this process");
   app.add_option("--python", python, "Python with torch (Debian's python3-torch)")->capture_default_str();
   app.add_option("--role", role, "internal: orchestrate | rank");
   app.add_option("--config", rank_hidden_cfg, "internal: config index");
@@ -153,8 +163,10 @@ int main(int argc, char** argv) {
       {"ResNet-18 (16 channels, BatchNorm) 3x32x32, batch 32", ModelKind::kResNet, {}, 32, 60 * steps_scale / 100},
   };
   if (role == "rank") {
+    Config c = configs.at(rank_hidden_cfg);
+    if (round_steps > 0) c.steps = round_steps;
     return RunRank(std::stoi(getenv("RANK")), std::stoi(getenv("WORLD_SIZE")), std::stoi(getenv("MASTER_PORT")),
-                   configs.at(rank_hidden_cfg), warmup, no_ddp, transport);
+                   c, warmup, no_ddp, transport);
   }
 
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
@@ -171,36 +183,55 @@ int main(int argc, char** argv) {
       Stats stats;
     };
     std::vector<Run> runs;
-    double allreduce_ms = 0, step_ms = 0;  // per step, rank 0, shared-memory DDP
+    // Samples/s of every step measured, per setup, pooled over the rounds.
+    const int round_steps = std::max(1, c.steps / rounds);
+    double hook_s = 0, step_s = 0, hook_steps = 0;  // rank 0 of shared-memory DDP, summed over rounds
     auto trainyard = [&](int procs, const std::vector<std::string>& extra) {
       std::vector<std::string> a = {self, "--role", "rank", "--config", std::to_string(ci), "--warmup",
-                                    std::to_string(warmup), "--steps-percent", std::to_string(steps_scale)};
+                                    std::to_string(warmup), "--round-steps", std::to_string(round_steps)};
       a.insert(a.end(), extra.begin(), extra.end());
       const nlohmann::json j = RunProcesses(a, procs);
-      const double steps = static_cast<double>(j["train_seconds"].size());
-      if (steps > 0 && j.value("hook_seconds", 0.0) > 0) {
-        allreduce_ms = 1e3 * j["hook_seconds"].get<double>() / steps;
-        step_ms = 0;
-        for (double t : j["train_seconds"]) step_ms += 1e3 * t / steps;
+      if (j.value("hook_seconds", 0.0) > 0) {
+        hook_s += j["hook_seconds"].get<double>();
+        for (double t : j["train_seconds"]) step_s += t;
+        hook_steps += static_cast<double>(j["train_seconds"].size());
       }
-      return Summarize(SamplesPerSecond(j, c.batch));
+      return SamplesPerSecond(j, c.batch);
     };
     auto pytorch = [&](int procs, const std::vector<std::string>& extra) {
       std::vector<std::string> a = {python,      script,       "--model", ModelKindName(c.kind),
                                     "--hidden",  Join(c.hidden), "--channels", std::to_string(c.channels),
-                                    "--batch",   std::to_string(c.batch), "--steps", std::to_string(c.steps),
+                                    "--batch",   std::to_string(c.batch), "--steps", std::to_string(round_steps),
                                     "--warmup",  std::to_string(warmup)};
       a.insert(a.end(), extra.begin(), extra.end());
-      return Summarize(SamplesPerSecond(RunProcesses(a, procs), c.batch));
+      return SamplesPerSecond(RunProcesses(a, procs), c.batch);
     };
     const std::string kTy = "Trainyard", kPy = "PyTorch DDP (Python)";
-    runs.push_back({kTy, "1 process", trainyard(1, {})});
-    runs.push_back({kPy, "1 process", pytorch(1, {})});
-    runs.push_back({kTy, "2 processes, no DDP", trainyard(2, {"--no-ddp"})});
-    runs.push_back({kPy, "2 processes, no DDP", pytorch(2, {"--no-ddp"})});
-    runs.push_back({kTy, "2 ranks, DDP, shared memory", trainyard(2, {"--transport", "shm"})});
-    runs.push_back({kTy, "2 ranks, DDP, Gloo", trainyard(2, {"--transport", "process_group"})});
-    runs.push_back({kPy, "2 ranks, DDP, Gloo", pytorch(2, {})});
+    struct Setup {
+      std::string impl, setup;
+      std::function<std::vector<double>()> run;
+    };
+    const std::vector<Setup> setups = {
+        {kTy, "1 process", [&] { return trainyard(1, {}); }},
+        {kPy, "1 process", [&] { return pytorch(1, {}); }},
+        {kTy, "2 processes, no DDP", [&] { return trainyard(2, {"--no-ddp"}); }},
+        {kPy, "2 processes, no DDP", [&] { return pytorch(2, {"--no-ddp"}); }},
+        {kTy, "2 ranks, DDP, shared memory", [&] { return trainyard(2, {"--transport", "shm"}); }},
+        {kTy, "2 ranks, DDP, Gloo", [&] { return trainyard(2, {"--transport", "process_group"}); }},
+        {kPy, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {}); }},
+    };
+    // Rounds interleave the setups (A B C … A B C …), so a drift of the
+    // machine's speed during the run weighs on all of them alike.
+    std::vector<std::vector<double>> samples(setups.size());
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i < setups.size(); ++i) {
+        std::vector<double> v = setups[i].run();
+        samples[i].insert(samples[i].end(), v.begin(), v.end());
+      }
+    }
+    for (size_t i = 0; i < setups.size(); ++i) runs.push_back({setups[i].impl, setups[i].setup, Summarize(samples[i])});
+    const double allreduce_ms = hook_steps > 0 ? 1e3 * hook_s / hook_steps : 0;
+    const double step_ms = hook_steps > 0 ? 1e3 * step_s / hook_steps : 0;
     auto find = [&](const std::string& impl, const std::string& setup) -> const Stats& {
       for (const Run& r : runs) {
         if (r.impl == impl && r.setup == setup) return r.stats;
@@ -231,6 +262,7 @@ int main(int argc, char** argv) {
   std::cout << "\nDDP overhead = 1 - mean(2 ranks with DDP) / mean(1 process without DDP), per-rank samples/s;\n"
             << "in parentheses against 2 independent processes without DDP (machine sharing factored out).\n";
   std::cout << "command: " << argv[0] << " --steps-percent " << steps_scale << " --warmup " << warmup
+            << " --rounds " << rounds
             << (only >= 0 ? " --only " + std::to_string(only) : std::string()) << "\n";
   return 0;
 }
