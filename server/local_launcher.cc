@@ -134,22 +134,10 @@ class LocalLauncher final : public Launcher {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    std::string token_env = "TRAINYARD_WORKER_TOKEN=" + token;
-    auto replaced = [&](const char* entry) {
-      const std::string_view e(entry);
-      if (e.rfind("TRAINYARD_WORKER_TOKEN=", 0) == 0) return true;
-      for (const std::string& x : extra_env) {
-        if (e.rfind(x.substr(0, x.find('=') + 1), 0) == 0) return true;
-      }
-      return false;
-    };
-    std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!replaced(*e)) envp.push_back(*e);
-    }
-    envp.push_back(const_cast<char*>(token_env.c_str()));
-    for (const std::string& x : extra_env) envp.push_back(const_cast<char*>(x.c_str()));
-    envp.push_back(nullptr);
+    std::vector<std::string> env_strings = extra_env;
+    env_strings.push_back("TRAINYARD_WORKER_TOKEN=" + token);
+    env_strings = EnvironmentWith(env_strings);
+    std::vector<char*> envp = ExecEnvironment(env_strings);
 
     pid_t pid = fork();
     if (pid < 0) {

@@ -60,17 +60,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::vector
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  std::vector<std::string> env_store;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    bool replaced = false;
-    for (const auto& x : extra_env) replaced |= entry.rfind(x.substr(0, x.find('=') + 1), 0) == 0;
-    if (!replaced) env_store.push_back(entry);
-  }
-  for (const auto& x : extra_env) env_store.push_back(x);
-  std::vector<char*> envp;
-  for (auto& e : env_store) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> env_strings = EnvironmentWith(extra_env);
+  std::vector<char*> envp = ExecEnvironment(env_strings);
 
   const pid_t pid = fork();
   if (pid < 0) {

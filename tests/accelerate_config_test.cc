@@ -17,34 +17,19 @@ namespace trainyard {
 namespace {
 
 // The default_config.yaml that `accelerate config` wrote for FSDP, verbatim
-// (Hugging Face transformers' FSDP guide).
-constexpr char kSeedConfig[] = R"(compute_environment: LOCAL_MACHINE
-debug: false
-distributed_type: FSDP
-downcast_bf16: 'no'
-fsdp_config:
-  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-  fsdp_backward_prefetch_policy: BACKWARD_PRE
-  fsdp_cpu_ram_efficient_loading: true
-  fsdp_forward_prefetch: false
-  fsdp_offload_params: true
-  fsdp_sharding_strategy: 1
-  fsdp_state_dict_type: SHARDED_STATE_DICT
-  fsdp_sync_module_states: true
-  fsdp_transformer_layer_cls_to_wrap: BertLayer
-  fsdp_use_orig_params: true
-machine_rank: 0
-main_training_function: main
-mixed_precision: bf16
-num_machines: 1
-num_processes: 2
-rdzv_backend: static
-same_network: true
-tpu_env: []
-tpu_use_cluster: false
-tpu_use_sudo: false
-use_cpu: false
-)";
+// (Hugging Face transformers' FSDP guide), as examples/ ships it.
+const std::string& SeedConfig() {
+  static const std::string text = [] {
+    std::ifstream in(std::filesystem::path(TRAINYARD_SOURCE_DIR) / "examples" / "accelerate_fsdp_config.yaml");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (ss.str().find("distributed_type: FSDP") == std::string::npos) {
+      throw std::runtime_error("examples/accelerate_fsdp_config.yaml is missing or not the FSDP config");
+    }
+    return ss.str();
+  }();
+  return text;
+}
 
 constexpr char kGptSpec[] = R"(name: accel
 model: {kind: gpt, layers: 2, width: 32, heads: 4, context: 16, vocab: 64}
@@ -69,7 +54,7 @@ bool AnyContains(const std::vector<std::string>& lines, const std::string& needl
 
 TEST(AccelerateConfigTest, TheSeedConfigAppliesToAGptSpec) {
   std::vector<std::string> warnings;
-  auto spec = ParseJobSpecWithAccelerateConfig(kGptSpec, kSeedConfig, {}, &warnings);
+  auto spec = ParseJobSpecWithAccelerateConfig(kGptSpec, SeedConfig(), {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->name, "accel");
   EXPECT_EQ(spec->max_steps, 20);
@@ -102,8 +87,8 @@ TEST(AccelerateConfigTest, TheSeedConfigAppliesToAGptSpec) {
 
 TEST(AccelerateConfigTest, AnEmbeddedConfigGivesTheSameSpec) {
   std::vector<std::string> separate_warnings, embedded_warnings;
-  auto separate = ParseJobSpecWithAccelerateConfig(kGptSpec, kSeedConfig, {}, &separate_warnings);
-  auto embedded = ParseJobSpecWithAccelerateConfig(Embedded(kGptSpec, kSeedConfig), "", {}, &embedded_warnings);
+  auto separate = ParseJobSpecWithAccelerateConfig(kGptSpec, SeedConfig(), {}, &separate_warnings);
+  auto embedded = ParseJobSpecWithAccelerateConfig(Embedded(kGptSpec, SeedConfig()), "", {}, &embedded_warnings);
   ASSERT_TRUE(separate.ok()) << separate.status();
   ASSERT_TRUE(embedded.ok()) << embedded.status();
   EXPECT_EQ(JobSpecToJson(*embedded), JobSpecToJson(*separate));
@@ -177,7 +162,7 @@ TEST(AccelerateConfigTest, TheConfigWinsOverTheSpecWithAWarning) {
                                 "fsdp_config: {fsdp_min_num_params: 1000, fsdp_backward_prefetch: BACKWARD_POST,\n"
                                 "              fsdp_offload_params: false, fsdp_state_dict_type: SHARDED_STATE_DICT}\n";
   std::vector<std::string> warnings;
-  auto spec = ParseJobSpecWithAccelerateConfig(spec_text, kSeedConfig, {}, &warnings);
+  auto spec = ParseJobSpecWithAccelerateConfig(spec_text, SeedConfig(), {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->num_processes, 2);
   EXPECT_EQ(spec->distributed_type, DistributedType::kFsdp);
@@ -229,7 +214,7 @@ TEST(AccelerateConfigTest, WarningsAreBounded) {
 }
 
 TEST(AccelerateConfigTest, HuggingFaceLayersAreKeptForOtherModels) {
-  auto spec = ParseJobSpecWithAccelerateConfig("name: mlp\nmodel: {kind: mlp}\n", kSeedConfig, {}, nullptr);
+  auto spec = ParseJobSpecWithAccelerateConfig("name: mlp\nmodel: {kind: mlp}\n", SeedConfig(), {}, nullptr);
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("'accelerate_config.fsdp_config.fsdp_transformer_layer_cls_to_wrap'"),
             std::string::npos)
@@ -238,7 +223,7 @@ TEST(AccelerateConfigTest, HuggingFaceLayersAreKeptForOtherModels) {
 }
 
 TEST(AccelerateConfigTest, TheSpecsOwnErrorsKeepTheirField) {
-  auto spec = ParseJobSpecWithAccelerateConfig(std::string(kGptSpec) + "optimizer: {lr: -1}\n", kSeedConfig, {},
+  auto spec = ParseJobSpecWithAccelerateConfig(std::string(kGptSpec) + "optimizer: {lr: -1}\n", SeedConfig(), {},
                                                nullptr);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
@@ -246,7 +231,7 @@ TEST(AccelerateConfigTest, TheSpecsOwnErrorsKeepTheirField) {
 }
 
 TEST(AccelerateConfigTest, BothAnEmbeddedAndASeparateConfigIsAnError) {
-  auto spec = ParseJobSpecWithAccelerateConfig(Embedded(kGptSpec, kSeedConfig), kSeedConfig, {}, nullptr);
+  auto spec = ParseJobSpecWithAccelerateConfig(Embedded(kGptSpec, SeedConfig()), SeedConfig(), {}, nullptr);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(spec.status().message().find("spec field 'accelerate_config'"), std::string::npos) << spec.status();
@@ -317,7 +302,7 @@ TEST(AccelerateConfigTest, UnreadableInputs) {
   EXPECT_NE(yaml.status().message().find("accelerate config is not valid YAML"), std::string::npos) << yaml.status();
   SpecLimits small;
   small.max_spec_bytes = 64;
-  auto big = ParseJobSpecWithAccelerateConfig("name: b\n", kSeedConfig, small, nullptr);
+  auto big = ParseJobSpecWithAccelerateConfig("name: b\n", SeedConfig(), small, nullptr);
   ASSERT_FALSE(big.ok());
   EXPECT_NE(big.status().message().find("the limit is 64"), std::string::npos) << big.status();
   auto null_embedded = ParseJobSpecWithAccelerateConfig("name: n\naccelerate_config:\n", "", {}, nullptr);

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+#include <functional>
 #include <thread>
 
 #include "tests/dist_test_util.h"
@@ -87,18 +88,18 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
       ddp.PrepareBackward({});
       loss.backward();
       opt->step();
+      if (c.shm && c.grad_as_bucket_view) {
+        // The gradients are views of buckets that live in shared memory.
+        const auto* area = static_cast<const char*>(shm[rank]->resident(rank));
+        ASSERT_NE(area, nullptr);
+        for (const auto& p : model->parameters()) {
+          const auto* g = static_cast<const char*>(p.grad().data_ptr());
+          EXPECT_TRUE(g >= area && g + p.grad().nbytes() <= area + shm[rank]->resident_bytes());
+        }
+      }
       ddp.ZeroGrad();
     }
     for (const auto& p : model->parameters()) results[rank].push_back(p.detach().clone());
-    if (c.shm && c.grad_as_bucket_view) {
-      // The gradients are views of buckets that live in shared memory.
-      const auto* area = static_cast<const char*>(shm[rank]->resident(rank));
-      ASSERT_NE(area, nullptr);
-      for (const auto& p : model->parameters()) {
-        const auto* g = static_cast<const char*>(p.grad().data_ptr());
-        EXPECT_TRUE(g >= area && g + p.grad().nbytes() <= area + shm[rank]->resident_bytes());
-      }
-    }
   }, c.shm, &shm);
 
   auto ref_params = ref->parameters();
@@ -222,6 +223,33 @@ TEST(TrainerTest, TwoRanksTrainAndStopTogether) {
   }
 }
 
+// Runs `body(rank, shm)` on `ranks` threads, each with its own
+// ShmCollectives over one store (segment chunks of `chunk_bytes`). True when
+// no rank threw; each error is reported as a test failure.
+bool RunShmRanks(int ranks, const std::string& key, size_t chunk_bytes,
+                 const std::function<void(int, ShmCollectives&)>& body) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto shm = ShmCollectives::Create(store, r, ranks, key, chunk_bytes);
+        body(r, *shm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  bool ok = true;
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    ok = ok && errors[r].empty();
+  }
+  return ok;
+}
+
 // Shared-memory allreduce against a float64 reference, across sizes that are
 // smaller than, equal to and several times the segment's chunk.
 TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
@@ -233,34 +261,22 @@ TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
     for (int64_t n : sizes) inputs[r].push_back(torch::randn({n}));
   }
   std::vector<std::vector<at::Tensor>> outputs(kRanks), means(kRanks);
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(kRanks);
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        // A 384-byte segment chunk (96 floats): most tensors need several chunks.
-        auto shm = ShmCollectives::Create(store, r, kRanks, "sum", 384);
-        for (int repeat = 0; repeat < 3; ++repeat) {
-          outputs[r].clear();
-          for (const auto& t : inputs[r]) {
-            at::Tensor x = t.clone();
-            shm->AllreduceSum(x);
-            outputs[r].push_back(x);
-          }
-        }
-        for (const auto& t : inputs[r]) {  // the mean: divided in the same pass
-          at::Tensor x = t.clone();
-          shm->AllreduceSum(x, static_cast<float>(kRanks));
-          means[r].push_back(x);
-        }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+  // A 384-byte segment chunk (96 floats): most tensors need several chunks.
+  ASSERT_TRUE(RunShmRanks(kRanks, "sum", 384, [&](int r, ShmCollectives& shm) {
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      outputs[r].clear();
+      for (const auto& t : inputs[r]) {
+        at::Tensor x = t.clone();
+        shm.AllreduceSum(x);
+        outputs[r].push_back(x);
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+    }
+    for (const auto& t : inputs[r]) {  // the mean: divided in the same pass
+      at::Tensor x = t.clone();
+      shm.AllreduceSum(x, static_cast<float>(kRanks));
+      means[r].push_back(x);
+    }
+  }));
   for (size_t i = 0; i < sizes.size(); ++i) {
     at::Tensor ref = torch::zeros({sizes[i]}, torch::kDouble);
     for (int r = 0; r < kRanks; ++r) ref += inputs[r][i].to(torch::kDouble);
@@ -274,8 +290,9 @@ TEST(ShmCollectivesTest, SumsMatchAReferenceAndAreIdenticalOnEveryRank) {
   }
 }
 
-// The control word's exchange: elementwise max, the same on every rank, over
-// many calls in a row (the two buffers alternate).
+// Tensors in the resident area (where DDP keeps its buckets) sum in place
+// to bitwise what the copying path gives, at any offset and length; ranks
+// that pass different places are all told so.
 TEST(ShmCollectivesTest, ResidentTensorsSumLikePrivateOnesAndRanksMustAgree) {
   constexpr int kRanks = 3;
   // (offset in floats, length): unaligned starts and lengths, slices of a
@@ -289,43 +306,31 @@ TEST(ShmCollectivesTest, ResidentTensorsSumLikePrivateOnesAndRanksMustAgree) {
   }
   std::vector<std::vector<at::Tensor>> resident(kRanks), reference(kRanks);
   std::vector<int> disagreements(kRanks, 0);
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(kRanks);
+  ASSERT_TRUE(RunShmRanks(kRanks, "resident", 384, [&](int r, ShmCollectives& shm) {
+    if (!shm.ReserveResident(kAreaFloats * sizeof(float))) throw std::runtime_error("no resident area");
+    if (shm.resident_bytes() < kAreaFloats * sizeof(float)) throw std::runtime_error("area too small");
+    void* before = shm.resident(r);
+    // Already large enough: kept, no collective call.
+    if (!shm.ReserveResident(16) || shm.resident(r) != before) throw std::runtime_error("area replaced");
+    auto* area = static_cast<float*>(shm.resident(r));
+    for (size_t i = 0; i < places.size(); ++i) {
+      at::Tensor x = torch::from_blob(area + places[i].first, {static_cast<int64_t>(places[i].second)});
+      x.copy_(inputs[r][i]);
+      shm.AllreduceSum(x, static_cast<float>(kRanks));
+      resident[r].push_back(x.clone());
+      at::Tensor y = inputs[r][i].clone();  // outside the area: the copying path
+      shm.AllreduceSum(y, static_cast<float>(kRanks));
+      reference[r].push_back(y);
+    }
+    // Rank 1 passes a different place: every rank is told, none sums.
+    at::Tensor z = torch::from_blob(area + (r == 1 ? 64 : 0), {32});
+    try {
+      shm.AllreduceSum(z);
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()).find("ranks passed different tensors") != std::string::npos) ++disagreements[r];
+    }
+  }));
   for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto shm = ShmCollectives::Create(store, r, kRanks, "resident", 384);
-        if (!shm->ReserveResident(kAreaFloats * sizeof(float))) throw std::runtime_error("no resident area");
-        if (shm->resident_bytes() < kAreaFloats * sizeof(float)) throw std::runtime_error("area too small");
-        void* before = shm->resident(r);
-        // Already large enough: kept, no collective call.
-        if (!shm->ReserveResident(16) || shm->resident(r) != before) throw std::runtime_error("area replaced");
-        auto* area = static_cast<float*>(shm->resident(r));
-        for (size_t i = 0; i < places.size(); ++i) {
-          at::Tensor x = torch::from_blob(area + places[i].first, {static_cast<int64_t>(places[i].second)});
-          x.copy_(inputs[r][i]);
-          shm->AllreduceSum(x, static_cast<float>(kRanks));
-          resident[r].push_back(x.clone());
-          at::Tensor y = inputs[r][i].clone();  // outside the area: the copying path
-          shm->AllreduceSum(y, static_cast<float>(kRanks));
-          reference[r].push_back(y);
-        }
-        // Rank 1 passes a different place: every rank is told, none sums.
-        at::Tensor z = torch::from_blob(area + (r == 1 ? 64 : 0), {32});
-        try {
-          shm->AllreduceSum(z);
-        } catch (const std::runtime_error& e) {
-          if (std::string(e.what()).find("ranks passed different tensors") != std::string::npos) ++disagreements[r];
-        }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) {
-    ASSERT_EQ(errors[r], "") << "rank " << r;
     EXPECT_EQ(disagreements[r], 1) << "rank " << r;
     for (size_t i = 0; i < places.size(); ++i) {
       // Bitwise the copying path's result, and close to a float64 mean.
@@ -338,32 +343,22 @@ TEST(ShmCollectivesTest, ResidentTensorsSumLikePrivateOnesAndRanksMustAgree) {
   }
 }
 
+// The control word's exchange: elementwise max, the same on every rank, over
+// many calls in a row (the two buffers alternate).
 TEST(ShmCollectivesTest, MaxOfSmallWordsOnEveryRank) {
   constexpr int kRanks = 3, kCalls = 200;
-  auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::vector<std::vector<int64_t>>> got(kRanks);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(kRanks);
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto shm = ShmCollectives::Create(store, r, kRanks, "max", 1 << 12);
-        for (int call = 0; call < kCalls; ++call) {
-          // Rank (call % kRanks) holds the largest value of word 0; word 1 is
-          // -rank; word 4 is set by one rank on some calls only.
-          std::vector<int64_t> w = {r == call % kRanks ? 1000 + call : call, -r, 0, 0, (call % 7 == 0 && r == 2) ? 1 : 0};
-          shm->AllreduceMax(w.data(), static_cast<int>(w.size()));
-          got[r].push_back(w);
-        }
-        std::vector<int64_t> too_many(ShmCollectives::kMaxWords + 1);
-        EXPECT_THROW(shm->AllreduceMax(too_many.data(), static_cast<int>(too_many.size())), std::invalid_argument);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  ASSERT_TRUE(RunShmRanks(kRanks, "max", 1 << 12, [&](int r, ShmCollectives& shm) {
+    for (int call = 0; call < kCalls; ++call) {
+      // Rank (call % kRanks) holds the largest value of word 0; word 1 is
+      // -rank; word 4 is set by one rank on some calls only.
+      std::vector<int64_t> w = {r == call % kRanks ? 1000 + call : call, -r, 0, 0, (call % 7 == 0 && r == 2) ? 1 : 0};
+      shm.AllreduceMax(w.data(), static_cast<int>(w.size()));
+      got[r].push_back(w);
+    }
+    std::vector<int64_t> too_many(ShmCollectives::kMaxWords + 1);
+    EXPECT_THROW(shm.AllreduceMax(too_many.data(), static_cast<int>(too_many.size())), std::invalid_argument);
+  }));
   for (int call = 0; call < kCalls; ++call) {
     const std::vector<int64_t> want = {1000 + call, 0, 0, 0, call % 7 == 0 ? 1 : 0};
     for (int r = 0; r < kRanks; ++r) EXPECT_EQ(got[r][call], want) << "rank " << r << " call " << call;
@@ -375,31 +370,19 @@ TEST(ShmCollectivesTest, MaxOfSmallWordsOnEveryRank) {
 TEST(ShmCollectivesTest, BroadcastCopiesTheRootsBytes) {
   constexpr int kRanks = 3;
   const std::vector<size_t> sizes = {0, 5, 384, 1000, 5000};
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(kRanks);
   std::vector<std::vector<std::vector<uint8_t>>> got(kRanks);
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto shm = ShmCollectives::Create(store, r, kRanks, "bcast", 384);
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          const int root = static_cast<int>(i % kRanks);
-          std::vector<uint8_t> b(sizes[i]);
-          for (size_t j = 0; j < b.size(); ++j) b[j] = static_cast<uint8_t>(r * 31 + j * 7);
-          shm->Broadcast(b.data(), b.size(), root);
-          got[r].push_back(b);
-          at::Tensor x = torch::full({300}, static_cast<float>(r));  // the same slots, in between
-          shm->AllreduceSum(x);
-          if (!torch::equal(x, torch::full({300}, 3.0f))) throw std::runtime_error("allreduce in between is wrong");
-        }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  ASSERT_TRUE(RunShmRanks(kRanks, "bcast", 384, [&](int r, ShmCollectives& shm) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int root = static_cast<int>(i % kRanks);
+      std::vector<uint8_t> b(sizes[i]);
+      for (size_t j = 0; j < b.size(); ++j) b[j] = static_cast<uint8_t>(r * 31 + j * 7);
+      shm.Broadcast(b.data(), b.size(), root);
+      got[r].push_back(b);
+      at::Tensor x = torch::full({300}, static_cast<float>(r));  // the same slots, in between
+      shm.AllreduceSum(x);
+      if (!torch::equal(x, torch::full({300}, 3.0f))) throw std::runtime_error("allreduce in between is wrong");
+    }
+  }));
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int root = static_cast<int>(i % kRanks);
     std::vector<uint8_t> want(sizes[i]);

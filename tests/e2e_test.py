@@ -313,34 +313,8 @@ checkpoint: {every_steps: 1, total_limit: 2}
         s = self.server
         # The default_config.yaml `accelerate config` writes for FSDP (Hugging
         # Face transformers' FSDP guide), as is: BertLayer and all.
-        config = write_spec(self.tmp.name, "default_config.yaml", """\
-compute_environment: LOCAL_MACHINE
-debug: false
-distributed_type: FSDP
-downcast_bf16: 'no'
-fsdp_config:
-  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-  fsdp_backward_prefetch_policy: BACKWARD_PRE
-  fsdp_cpu_ram_efficient_loading: true
-  fsdp_forward_prefetch: false
-  fsdp_offload_params: true
-  fsdp_sharding_strategy: 1
-  fsdp_state_dict_type: SHARDED_STATE_DICT
-  fsdp_sync_module_states: true
-  fsdp_transformer_layer_cls_to_wrap: BertLayer
-  fsdp_use_orig_params: true
-machine_rank: 0
-main_training_function: main
-mixed_precision: bf16
-num_machines: 1
-num_processes: 2
-rdzv_backend: static
-same_network: true
-tpu_env: []
-tpu_use_cluster: false
-tpu_use_sudo: false
-use_cpu: false
-""")
+        config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                              "accelerate_fsdp_config.yaml")
         spec = write_spec(self.tmp.name, "accelerate-gpt.yaml", """
 name: e2e-accelerate
 model: {kind: gpt, layers: 2, width: 32, heads: 4, context: 16, vocab: 64}

@@ -10,7 +10,6 @@ Run by ctest with the build's bin directory as the first argument.
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_test import wait_for, write_spec  # noqa: E402
+import safetensors_check  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NETNS = os.path.join(HERE, "..", "bench", "netns.sh")
@@ -45,21 +45,6 @@ max_steps: {steps}
 def read(path):
     with open(path, errors="replace") as f:
         return f.read()
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        b, e = info["data_offsets"]
-        out[name] = np.frombuffer(data[b:e], dtype=np.float32).reshape(info["shape"])
-    return out
 
 
 def veth_bytes(ns, dev):
@@ -128,7 +113,7 @@ class MultiHost(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         final = [c for c in json.loads(r.stdout) if c["trigger"] == "final" and c["ok"]]
         self.assertEqual(len(final), 1, r.stdout)
-        return read_safetensors(os.path.join(final[0]["path"], "model.safetensors"))
+        return safetensors_check.read(os.path.join(final[0]["path"], "model.safetensors"))[1]
 
     def run_joined(self, job_id):
         """Two ranks join from each host; returns when the job has ended."""

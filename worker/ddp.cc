@@ -215,15 +215,11 @@ void DistributedDataParallel::PrepareBackward(const std::vector<at::Tensor>& out
 
 void DistributedDataParallel::ZeroGrad() {
   torch::NoGradGuard no_grad;
-  for (at::Tensor& p : impl_->params) {
-    at::Tensor& g = p.mutable_grad();
-    if (!g.defined()) continue;
-    if (impl_->gradient_as_bucket_view) {
-      g.zero_();  // the bucket view must stay in place
-    } else {
-      g = at::Tensor();
-    }
-  }
+  // As PyTorch's zero_grad(set_to_none=True): the next backward's gradient
+  // is then the autograd result itself instead of being added to zeros
+  // (one pass over the gradients instead of three); with bucket views the
+  // Reducer copies it into the bucket and points the gradient back at it.
+  for (at::Tensor& p : impl_->params) p.mutable_grad() = at::Tensor();
 }
 
 size_t DistributedDataParallel::num_buckets() const { return impl_->buckets; }

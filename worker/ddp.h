@@ -39,7 +39,7 @@ class DistributedDataParallel {
   // Call after forward, before backward, on steps whose gradients must be
   // synchronized. Skipping it accumulates locally (no_sync).
   void PrepareBackward(const std::vector<at::Tensor>& outputs);
-  // Zeroes gradients (Optimizer::zero_grad cannot when grads are bucket views).
+  // Releases the gradients (set_to_none); the next backward fills the buckets.
   void ZeroGrad();
 
   size_t num_buckets() const;

@@ -235,44 +235,25 @@ void ShmCollectives::AllreduceMax(int64_t* values, int n) {
 
 namespace {
 
-// out[0][i] = out[1][i] = (in[0][i] + in[1][i] + ...) / divisor for i in
-// [0, n), summed in rank order: the same bits on every rank. SSE2 (every
-// x86-64): the loop is memory-bound, wider vectors would not make it faster.
-void SumSlicesTo(float* const out[2], const float* const* in, int32_t count, size_t n, float divisor) {
+// out[k][i] = (in[0][i] + in[1][i] + ...) / divisor for every k < outs and
+// i in [0, n), summed in rank order: the same bits on every rank. One pass
+// reads every input once and writes every output once; outputs may be the
+// inputs (in place). SSE2 (every x86-64): the loop is memory-bound, wider
+// vectors would not make it faster.
+void SumSlices(float* const* out, int32_t outs, const float* const* in, int32_t count, size_t n, float divisor) {
   size_t i = 0;
   const __m128 d = _mm_set1_ps(divisor);
   for (; i + 4 <= n; i += 4) {
     __m128 acc = _mm_loadu_ps(in[0] + i);
     for (int32_t r = 1; r < count; ++r) acc = _mm_add_ps(acc, _mm_loadu_ps(in[r] + i));
     if (divisor != 1.0f) acc = _mm_div_ps(acc, d);
-    _mm_storeu_ps(out[0] + i, acc);
-    _mm_storeu_ps(out[1] + i, acc);
+    for (int32_t k = 0; k < outs; ++k) _mm_storeu_ps(out[k] + i, acc);
   }
   for (; i < n; ++i) {
     float acc = in[0][i];
     for (int32_t r = 1; r < count; ++r) acc += in[r][i];
     if (divisor != 1.0f) acc /= divisor;
-    out[0][i] = out[1][i] = acc;
-  }
-}
-
-// out[k][i] = (in[0][i] + ... + in[count-1][i]) / divisor for every k and
-// i in [0, n): one pass that reads every input once and writes every output
-// once. Outputs may be the inputs (in place).
-void SumSlicesToAll(float* const* out, const float* const* in, int32_t count, size_t n, float divisor) {
-  size_t i = 0;
-  const __m128 d = _mm_set1_ps(divisor);
-  for (; i + 4 <= n; i += 4) {
-    __m128 acc = _mm_loadu_ps(in[0] + i);
-    for (int32_t r = 1; r < count; ++r) acc = _mm_add_ps(acc, _mm_loadu_ps(in[r] + i));
-    if (divisor != 1.0f) acc = _mm_div_ps(acc, d);
-    for (int32_t r = 0; r < count; ++r) _mm_storeu_ps(out[r] + i, acc);
-  }
-  for (; i < n; ++i) {
-    float acc = in[0][i];
-    for (int32_t r = 1; r < count; ++r) acc += in[r][i];
-    if (divisor != 1.0f) acc /= divisor;
-    for (int32_t r = 0; r < count; ++r) out[r][i] = acc;
+    for (int32_t k = 0; k < outs; ++k) out[k][i] = acc;
   }
 }
 
@@ -319,7 +300,7 @@ void ShmCollectives::AllreduceSum(at::Tensor& tensor, float divisor) {
       for (int32_t r = 0; r < world_; ++r) in[r] = slots + static_cast<size_t>(r) * chunk_floats_ + lo;
       float* out[2] = {data + begin + lo, result + lo};
       // Written to this rank's tensor and to the result slot in one pass.
-      SumSlicesTo(out, in.data(), world_, hi - lo, divisor);
+      SumSlices(out, 2, in.data(), world_, hi - lo, divisor);
     }
     Barrier();  // every slice is reduced
     // The other ranks' slices.
@@ -343,7 +324,7 @@ void ShmCollectives::AllreduceResident(size_t offset, size_t n, float divisor) {
   if (hi > lo) {
     std::vector<float*> copies(static_cast<size_t>(world_));
     for (int32_t r = 0; r < world_; ++r) copies[r] = reinterpret_cast<float*>(static_cast<char*>(resident(r)) + offset) + lo;
-    SumSlicesToAll(copies.data(), copies.data(), world_, hi - lo, divisor);
+    SumSlices(copies.data(), world_, copies.data(), world_, hi - lo, divisor);
   }
   Barrier();  // every slice is reduced everywhere
 }

@@ -506,7 +506,11 @@ double Trainer::Step() {
   } else if (s.fsdp) {
     for (at::Tensor& p : s.fsdp->ShardParameters()) p.mutable_grad() = at::Tensor();  // freed, as set_to_none
   } else {
-    s.optimizer->zero_grad();
+    // set_to_none, as PyTorch 2's default: no zeroing pass, and the next
+    // backward hands its gradients over instead of adding them to zeros.
+    for (auto& group : s.optimizer->param_groups()) {
+      for (at::Tensor& p : group.params()) p.mutable_grad() = at::Tensor();
+    }
   }
   const auto t3 = Clock::now();
   const double loss_value = loss_sum / accum;
