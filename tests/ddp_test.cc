@@ -1,6 +1,7 @@
 // DDP correctness over real Gloo process groups (ranks as threads sharing a
 // HashStore): parameters after several steps equal a single-process run over
 // the concatenated batch.
+#include <c10/core/StorageImpl.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
@@ -88,10 +89,10 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
       ddp.PrepareBackward({});
       loss.backward();
       opt->step();
+      if (c.shm) ASSERT_NE(shm[rank]->resident(rank), nullptr) << "the buckets are not in shared memory";
       if (c.shm && c.grad_as_bucket_view) {
         // The gradients are views of buckets that live in shared memory.
         const auto* area = static_cast<const char*>(shm[rank]->resident(rank));
-        ASSERT_NE(area, nullptr);
         for (const auto& p : model->parameters()) {
           const auto* g = static_cast<const char*>(p.grad().data_ptr());
           EXPECT_TRUE(g >= area && g + p.grad().nbytes() <= area + shm[rank]->resident_bytes());
@@ -234,7 +235,8 @@ bool RunShmRanks(int ranks, const std::string& key, size_t chunk_bytes,
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto shm = ShmCollectives::Create(store, r, ranks, key, chunk_bytes);
+        // A rank that fails leaves the others waiting: not for 5 minutes.
+        auto shm = ShmCollectives::Create(store, r, ranks, key, chunk_bytes, std::chrono::seconds(20));
         body(r, *shm);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -306,6 +308,7 @@ TEST(ShmCollectivesTest, ResidentTensorsSumLikePrivateOnesAndRanksMustAgree) {
   }
   std::vector<std::vector<at::Tensor>> resident(kRanks), reference(kRanks);
   std::vector<int> disagreements(kRanks, 0);
+  std::vector<at::Tensor> kept(kRanks);
   ASSERT_TRUE(RunShmRanks(kRanks, "resident", 384, [&](int r, ShmCollectives& shm) {
     if (!shm.ReserveResident(kAreaFloats * sizeof(float))) throw std::runtime_error("no resident area");
     if (shm.resident_bytes() < kAreaFloats * sizeof(float)) throw std::runtime_error("area too small");
@@ -322,16 +325,38 @@ TEST(ShmCollectivesTest, ResidentTensorsSumLikePrivateOnesAndRanksMustAgree) {
       shm.AllreduceSum(y, static_cast<float>(kRanks));
       reference[r].push_back(y);
     }
-    // Rank 1 passes a different place: every rank is told, none sums.
-    at::Tensor z = torch::from_blob(area + (r == 1 ? 64 : 0), {32});
-    try {
-      shm.AllreduceSum(z);
-    } catch (const std::runtime_error& e) {
-      if (std::string(e.what()).find("ranks passed different tensors") != std::string::npos) ++disagreements[r];
+    // Rank 1 passes a different place, then rank 2 a tensor outside the
+    // area, then rank 0 a different length: every rank is told, none sums.
+    std::vector<float> outside(32);
+    const std::vector<at::Tensor> odd = {
+        torch::from_blob(area + (r == 1 ? 64 : 0), {32}),
+        r == 2 ? torch::from_blob(outside.data(), {32}) : torch::from_blob(area, {32}),
+        torch::from_blob(area, {r == 0 ? 31 : 32}),
+    };
+    for (at::Tensor z : odd) {
+      try {
+        shm.AllreduceSum(z);
+      } catch (const std::runtime_error& e) {
+        if (std::string(e.what()).find("ranks passed different tensors") != std::string::npos) ++disagreements[r];
+      }
     }
+    // And they stay in step: a sum after that is right.
+    at::Tensor ok = torch::from_blob(area, {5});
+    ok.fill_(static_cast<float>(r));
+    shm.AllreduceSum(ok);
+    if (!torch::equal(ok, torch::full({5}, 3.0f))) throw std::runtime_error("sum after disagreements is wrong");
+    // A storage moved into the area (as DDP moves its buckets) keeps it
+    // mapped after the ShmCollectives is gone.
+    at::Tensor moved = torch::zeros({1000});
+    moved.storage().unsafeGetStorageImpl()->set_data_ptr(shm.ResidentDataPtr(area + 2000));
+    kept[r] = moved;
   }));
   for (int r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(disagreements[r], 1) << "rank " << r;
+    kept[r].fill_(static_cast<float>(r) + 0.5f);  // every ShmCollectives is destroyed by now
+    EXPECT_TRUE(torch::equal(kept[r], torch::full({1000}, static_cast<float>(r) + 0.5f)));
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(disagreements[r], 3) << "rank " << r;
     for (size_t i = 0; i < places.size(); ++i) {
       // Bitwise the copying path's result, and close to a float64 mean.
       EXPECT_TRUE(torch::equal(resident[r][i], reference[r][i])) << "rank " << r << " place " << i;

@@ -79,8 +79,8 @@ struct DistributedDataParallel::Impl {
       total += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
     }
     if (!shm->ReserveResident(total)) {
-      spdlog::warn("shared memory too small for {} bytes of gradient buckets per rank; they are copied instead",
-                   total);
+      spdlog::warn("no shared memory for {} bytes of gradient buckets per rank ({}); they are copied instead", total,
+                   shm->resident_error());
       return;
     }
     char* area = static_cast<char*>(shm->resident(shm->rank()));
@@ -88,7 +88,7 @@ struct DistributedDataParallel::Impl {
     for (const c10d::GradBucket& b : grad_buckets) {
       const at::Tensor& t = b.getBuffer();
       std::memcpy(area + offset, t.data_ptr(), t.nbytes());
-      t.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr(area + offset, t.device()));
+      t.storage().unsafeGetStorageImpl()->set_data_ptr(shm->ResidentDataPtr(area + offset));
       offset += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
     }
   }

@@ -76,19 +76,20 @@ namespace {
 
 // Maps a segment of `bytes` on every rank (collective): rank 0 creates it
 // and publishes its name under `key`; the name is unlinked once every rank
-// has mapped it, so nothing outlives the processes. With `reserve`, rank 0
-// allocates the pages up front (a tmpfs that is too small fails here, not
-// with SIGBUS on first touch) and a failure returns nullptr on every rank
-// instead of throwing.
+// has mapped it, so nothing outlives the processes. Failures throw, except
+// with `reserve`: then rank 0 also allocates the pages up front (a tmpfs
+// that is too small fails here, not with SIGBUS on first touch), every rank
+// waits until all have tried, and if any failed every rank gets nullptr
+// (and `*error` says why, on the ranks that know).
 void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int32_t rank,
-                 int32_t world_size, size_t bytes, std::chrono::milliseconds timeout, bool reserve) {
-  std::string name;
+                 int32_t world_size, size_t bytes, std::chrono::milliseconds timeout, bool reserve,
+                 std::string* error_out = nullptr) {
+  std::string name, error;
   int fd = -1;
   if (rank == 0) {
     std::random_device rd;
     name = "/trainyard-" + std::to_string(getpid()) + "-" + std::to_string(rd());
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    std::string error;
     if (fd < 0) {
       error = "shm_open(" + name + ") failed: " + strerror(errno);
     } else if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
@@ -99,37 +100,53 @@ void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string
     }
     if (!error.empty()) {
       if (fd >= 0) close(fd);
+      fd = -1;
       shm_unlink(name.c_str());
       if (!reserve) throw std::runtime_error(error);
-      store->set(key + "/name", Bytes(""));  // the others give up too
-      return nullptr;
+      name.clear();
     }
-    store->set(key + "/name", Bytes(name));
+    store->set(key + "/name", Bytes(name));  // empty: the others give up too
   } else {
     name = String(store->get(key + "/name"));
-    if (name.empty()) return nullptr;
-    fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) throw std::runtime_error("shm_open(" + name + ") failed: " + strerror(errno));
+    if (name.empty()) {
+      error = "rank 0 could not create the shared memory segment";
+    } else if ((fd = shm_open(name.c_str(), O_RDWR, 0600)) < 0) {
+      error = "shm_open(" + name + ") failed: " + strerror(errno);
+      if (!reserve) throw std::runtime_error(error);
+    }
   }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    if (rank == 0) shm_unlink(name.c_str());
-    throw std::runtime_error("mmap of " + name + " failed: " + strerror(errno));
+  void* base = nullptr;
+  if (fd >= 0) {
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+      base = nullptr;
+      error = "mmap of " + std::to_string(bytes) + " bytes of " + name + " failed: " + strerror(errno);
+      if (!reserve) {
+        if (rank == 0) shm_unlink(name.c_str());
+        throw std::runtime_error(error);
+      }
+    }
   }
-  // Everyone has mapped it once all have said so; then the name can go.
+  // Every rank says it has tried; once all have, the name can go.
+  if (!error.empty()) store->add(key + "/failed", 1);
   store->add(key + "/mapped", 1);
-  if (rank == 0) {
+  if (rank == 0 || reserve) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (store->add(key + "/mapped", 0) < world_size) {
       if (std::chrono::steady_clock::now() > deadline) {
-        munmap(base, bytes);
-        shm_unlink(name.c_str());
+        if (base != nullptr) munmap(base, bytes);
+        if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
         throw std::runtime_error("shared memory rendezvous timed out");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    shm_unlink(name.c_str());
+  }
+  if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
+  if (reserve && store->add(key + "/failed", 0) > 0) {
+    if (base != nullptr) munmap(base, bytes);
+    if (error_out != nullptr) *error_out = error.empty() ? "another rank could not map the shared memory" : error;
+    return nullptr;
   }
   return base;
 }
@@ -151,28 +168,37 @@ std::unique_ptr<ShmCollectives> ShmCollectives::Create(const c10::intrusive_ptr<
 
 bool ShmCollectives::ReserveResident(size_t bytes_per_rank) {
   if (resident_ != nullptr && bytes_per_rank <= resident_stride_) return true;
-  if (resident_ != nullptr) munmap(resident_, resident_stride_ * static_cast<size_t>(world_));
+  resident_map_.reset();  // storages made from it keep it mapped (ResidentDataPtr)
   resident_ = nullptr;
+  resident_stride_ = 0;
   const size_t stride = (std::max<size_t>(bytes_per_rank, 1) + 4095) / 4096 * 4096;
+  const size_t bytes = stride * static_cast<size_t>(world_);
   const std::string key = key_prefix_ + "/resident/" + std::to_string(resident_segments_++);
-  resident_ = static_cast<char*>(
-      MapSegment(store_, key, rank_, world_, stride * static_cast<size_t>(world_), timeout_, /*reserve=*/true));
-  resident_stride_ = resident_ != nullptr ? stride : 0;
-  return resident_ != nullptr;
+  resident_error_.clear();
+  void* base = MapSegment(store_, key, rank_, world_, bytes, timeout_, /*reserve=*/true, &resident_error_);
+  if (base == nullptr) return false;
+  resident_map_ = std::shared_ptr<void>(base, [bytes](void* p) { munmap(p, bytes); });
+  resident_ = static_cast<char*>(base);
+  resident_stride_ = stride;
+  return true;
 }
 
 void* ShmCollectives::resident(int32_t rank) const {
   return resident_ != nullptr ? resident_ + static_cast<size_t>(rank) * resident_stride_ : nullptr;
 }
 
+c10::DataPtr ShmCollectives::ResidentDataPtr(void* data) const {
+  if (resident_ == nullptr) throw std::logic_error("ResidentDataPtr before ReserveResident");
+  auto* keep = new std::shared_ptr<void>(resident_map_);
+  return c10::DataPtr(data, keep, [](void* ctx) { delete static_cast<std::shared_ptr<void>*>(ctx); },
+                      c10::Device(c10::kCPU));
+}
+
 ShmCollectives::ShmCollectives(int32_t rank, int32_t world, void* base, size_t bytes, size_t chunk_floats,
                                std::chrono::milliseconds timeout)
     : rank_(rank), world_(world), base_(base), mapped_bytes_(bytes), chunk_floats_(chunk_floats), timeout_(timeout) {}
 
-ShmCollectives::~ShmCollectives() {
-  munmap(base_, mapped_bytes_);
-  if (resident_ != nullptr) munmap(resident_, resident_stride_ * static_cast<size_t>(world_));
-}
+ShmCollectives::~ShmCollectives() { munmap(base_, mapped_bytes_); }
 
 void ShmCollectives::Barrier() {
   auto* counters = static_cast<RankCounter*>(base_);

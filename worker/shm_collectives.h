@@ -50,13 +50,19 @@ class ShmCollectives {
 
   // Maps (collective) a resident area of `bytes_per_rank` for every rank,
   // each rank's readable and writable by all: memory for tensors that are
-  // reduced often, such as gradient buckets. Keeps the current area when it
-  // is large enough; a new one replaces it otherwise (its contents are not
-  // carried over). False on every rank when shared memory is too small.
+  // reduced often, such as gradient buckets (one owner at a time: DDP's).
+  // Keeps the current area when it is large enough; a new one replaces it
+  // otherwise (its contents are not carried over). False on every rank when
+  // any rank cannot map it (resident_error() says why, where known).
   bool ReserveResident(size_t bytes_per_rank);
   // Rank `rank`'s part of the resident area (nullptr before ReserveResident).
   void* resident(int32_t rank) const;
   size_t resident_bytes() const { return resident_stride_; }  // per rank
+  const std::string& resident_error() const { return resident_error_; }
+  // A CPU DataPtr to `data` (in the resident area) that keeps the area
+  // mapped while it lives, even after this object or a replaced area: for
+  // storages moved into the area.
+  c10::DataPtr ResidentDataPtr(void* data) const;
 
   // Copies `bytes` bytes at `data` from rank `root` to every other rank.
   void Broadcast(void* data, size_t bytes, int32_t root);
@@ -85,9 +91,11 @@ class ShmCollectives {
   uint64_t epoch_ = 0;  // barriers passed so far
   c10::intrusive_ptr<c10d::Store> store_;  // for segments mapped later
   std::string key_prefix_;
-  char* resident_ = nullptr;  // world parts of resident_stride_ bytes
+  std::shared_ptr<void> resident_map_;  // unmaps the area when the last user goes
+  char* resident_ = nullptr;            // world parts of resident_stride_ bytes
   size_t resident_stride_ = 0;
   int resident_segments_ = 0;
+  std::string resident_error_;
 };
 
 }  // namespace trainyard
