@@ -98,7 +98,7 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
           EXPECT_TRUE(g >= area && g + p.grad().nbytes() <= area + shm[rank]->resident_bytes());
         }
       }
-      ddp.ZeroGrad();
+      for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();  // set_to_none, as the trainer
     }
     for (const auto& p : model->parameters()) results[rank].push_back(p.detach().clone());
   }, c.shm, &shm);
@@ -230,26 +230,11 @@ TEST(TrainerTest, TwoRanksTrainAndStopTogether) {
 bool RunShmRanks(int ranks, const std::string& key, size_t chunk_bytes,
                  const std::function<void(int, ShmCollectives&)>& body) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(ranks);
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        // A rank that fails leaves the others waiting: not for 5 minutes.
-        auto shm = ShmCollectives::Create(store, r, ranks, key, chunk_bytes, std::chrono::seconds(20));
-        body(r, *shm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  bool ok = true;
-  for (int r = 0; r < ranks; ++r) {
-    EXPECT_EQ(errors[r], "") << "rank " << r;
-    ok = ok && errors[r].empty();
-  }
-  return ok;
+  return RunThreads(ranks, [&](int r) {
+    // A rank that fails leaves the others waiting: not for 5 minutes.
+    auto shm = ShmCollectives::Create(store, r, ranks, key, chunk_bytes, std::chrono::seconds(20));
+    body(r, *shm);
+  });
 }
 
 // Shared-memory allreduce against a float64 reference, across sizes that are

@@ -15,6 +15,29 @@
 
 namespace trainyard {
 
+// Runs fn(rank) on `ranks` threads and joins them. True when no rank threw;
+// each rank's exception fails the test with that rank's message.
+inline bool RunThreads(int ranks, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  bool ok = true;
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    ok = ok && errors[r].empty();
+  }
+  return ok;
+}
+
 // Runs fn(rank, pg) on `world` threads; with `shm`, also creates
 // shared-memory collectives per rank into *shm_out. Exceptions in a rank
 // fail the test with that rank's message.
@@ -22,21 +45,11 @@ inline void RunRanks(int world, const std::function<void(int, c10::intrusive_ptr
                      bool shm = false, std::vector<std::unique_ptr<ShmCollectives>>* shm_out = nullptr) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   if (shm_out) shm_out->resize(world);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
-        if (shm) (*shm_out)[r] = ShmCollectives::Create(store, r, world, "test");
-        fn(r, pg);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  RunThreads(world, [&](int r) {
+    auto pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+    if (shm) (*shm_out)[r] = ShmCollectives::Create(store, r, world, "test");
+    fn(r, pg);
+  });
 }
 
 }  // namespace trainyard

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/dist_test_util.h"
 #include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/trainer.h"
@@ -25,31 +26,21 @@ inline void RunTrainers(const JobSpec& spec, int world, const std::function<void
                  MetricsSink* rank0_sink = nullptr, TrainerControl* rank0_control = nullptr) {
   at::set_num_threads(1);
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        c10::intrusive_ptr<c10d::ProcessGroup> pg;
-        FsdpGroups g;
-        std::unique_ptr<ShmCollectives> shm;  // as the worker: DDP over shared memory unless the spec says not
-        if (world > 1) {
-          pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
-          shm = MaybeSharedMemory(spec, store, r, world);
-          if (spec.distributed_type == DistributedType::kFsdp) {
-            g = MakeFsdpGroups(spec, store, pg, r, world, "127.0.0.1", std::chrono::seconds(60));
-          }
-        }
-        Trainer t(spec, r, world, DistContext{pg, shm.get(), g.shard.get(), g.replicate.get()},
-                  r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
-        fn(r, t);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+  RunThreads(world, [&](int r) {
+    c10::intrusive_ptr<c10d::ProcessGroup> pg;
+    FsdpGroups g;
+    std::unique_ptr<ShmCollectives> shm;  // as the worker: DDP over shared memory unless the spec says not
+    if (world > 1) {
+      pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+      shm = MaybeSharedMemory(spec, store, r, world);
+      if (spec.distributed_type == DistributedType::kFsdp) {
+        g = MakeFsdpGroups(spec, store, pg, r, world, "127.0.0.1", std::chrono::seconds(60));
       }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+    }
+    Trainer t(spec, r, world, DistContext{pg, shm.get(), g.shard.get(), g.replicate.get()},
+              r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
+    fn(r, t);
+  });
 }
 
 }  // namespace trainyard

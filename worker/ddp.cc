@@ -52,7 +52,6 @@ struct DistributedDataParallel::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> reducer_pg;
   std::unique_ptr<c10d::Reducer> reducer;
   size_t buckets = 0;
-  bool gradient_as_bucket_view = false;
   CommStats stats;
   CommHook* hook = nullptr;     // owned by the reducer
   bool builtin_allreduce = false;  // no hook: count the Reducer's own traffic
@@ -70,13 +69,13 @@ struct DistributedDataParallel::Impl {
   // bucket keeps its storage object, only the bytes move, so every view
   // follows. Without room in shared memory the buckets stay where they are.
   void MoveBucketsToSharedMemory() {
-    constexpr size_t kAlign = 64;  // buckets start on cache lines
+    auto aligned = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // buckets start on cache lines
     std::vector<c10d::GradBucket> grad_buckets = reducer->get_grad_buckets(/*return_zero_tensors=*/false);
     size_t total = 0;
     for (const c10d::GradBucket& b : grad_buckets) {
       const at::Tensor& t = b.getBuffer();
       if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage().nbytes() != t.nbytes()) return;
-      total += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
+      total += aligned(t.nbytes());
     }
     if (!shm->ReserveResident(total)) {
       spdlog::warn("no shared memory for {} bytes of gradient buckets per rank ({}); they are copied instead", total,
@@ -89,7 +88,7 @@ struct DistributedDataParallel::Impl {
       const at::Tensor& t = b.getBuffer();
       std::memcpy(area + offset, t.data_ptr(), t.nbytes());
       t.storage().unsafeGetStorageImpl()->set_data_ptr(shm->ResidentDataPtr(area + offset));
-      offset += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
+      offset += aligned(t.nbytes());
     }
   }
 };
@@ -125,7 +124,6 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
   std::reverse(bucket_indices.begin(), bucket_indices.end());
   std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
   impl_->buckets = bucket_indices.size();
-  impl_->gradient_as_bucket_view = options.gradient_as_bucket_view;
   impl_->reducer_pg = pg;
   impl_->reducer = std::make_unique<c10d::Reducer>(
       impl_->params, std::move(bucket_indices), std::move(per_bucket_limits), std::move(pg), expect_sparse,
@@ -211,15 +209,6 @@ void DistributedDataParallel::PrepareBackward(const std::vector<at::Tensor>& out
     impl_->stats.wire_bytes += impl_->grad_bytes;
     impl_->stats.fp32_equivalent_bytes += impl_->grad_bytes;
   }
-}
-
-void DistributedDataParallel::ZeroGrad() {
-  torch::NoGradGuard no_grad;
-  // As PyTorch's zero_grad(set_to_none=True): the next backward's gradient
-  // is then the autograd result itself instead of being added to zeros
-  // (one pass over the gradients instead of three); with bucket views the
-  // Reducer copies it into the bucket and points the gradient back at it.
-  for (at::Tensor& p : impl_->params) p.mutable_grad() = at::Tensor();
 }
 
 size_t DistributedDataParallel::num_buckets() const { return impl_->buckets; }

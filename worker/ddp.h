@@ -39,8 +39,6 @@ class DistributedDataParallel {
   // Call after forward, before backward, on steps whose gradients must be
   // synchronized. Skipping it accumulates locally (no_sync).
   void PrepareBackward(const std::vector<at::Tensor>& outputs);
-  // Releases the gradients (set_to_none); the next backward fills the buckets.
-  void ZeroGrad();
 
   size_t num_buckets() const;
 

@@ -501,16 +501,12 @@ double Trainer::Step() {
   if (s.scaler) s.scaler->Update(finite);
   // Steady state: after the step, before gradients are released.
   const MemoryBytes mem = s.sink != nullptr ? Memory() : MemoryBytes{};
-  if (s.ddp) {
-    s.ddp->ZeroGrad();
-  } else if (s.fsdp) {
-    for (at::Tensor& p : s.fsdp->ShardParameters()) p.mutable_grad() = at::Tensor();  // freed, as set_to_none
-  } else {
-    // set_to_none, as PyTorch 2's default: no zeroing pass, and the next
-    // backward hands its gradients over instead of adding them to zeros.
-    for (auto& group : s.optimizer->param_groups()) {
-      for (at::Tensor& p : group.params()) p.mutable_grad() = at::Tensor();
-    }
+  // Gradients are released (set_to_none, PyTorch 2's default): the next
+  // backward hands its gradients over instead of adding them to zeros, and
+  // DDP copies them into its buckets once (with bucket views the Reducer
+  // points each gradient back at its bucket).
+  for (auto& group : s.optimizer->param_groups()) {
+    for (at::Tensor& p : group.params()) p.mutable_grad() = at::Tensor();
   }
   const auto t3 = Clock::now();
   const double loss_value = loss_sum / accum;
