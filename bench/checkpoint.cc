@@ -96,7 +96,7 @@ int RunRank(const std::string& dir, int layers, int width, int vocab, int repeat
   ro.rank = rank;
   ro.world_size = world;
   auto store = ConnectStore(ro);
-  auto pg = MakeProcessGroup(Device::kCpu, store, rank, world, "127.0.0.1", std::chrono::minutes(10));
+  auto pg = MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::minutes(10));
   FsdpGroups groups = MakeFsdpGroups(spec, store, pg, rank, world, "127.0.0.1", std::chrono::minutes(10));
   Trainer trainer(spec, rank, world, DistContext{pg, nullptr, groups.shard.get(), groups.replicate.get()}, nullptr,
                   nullptr);

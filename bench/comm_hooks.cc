@@ -84,7 +84,7 @@ int RunRank(const HookConfig& c, int steps, int warmup, const std::string& bind_
   ro.rank = rank;
   ro.world_size = world;
   auto store = ConnectStore(ro);
-  auto pg = MakeProcessGroup(Device::kCpu, store, rank, world, bind_addr, std::chrono::minutes(5));
+  auto pg = MakeProcessGroup(Backend::kGloo, store, rank, world, bind_addr, std::chrono::minutes(5));
   Sink sink(warmup);
   Trainer trainer(spec, rank, world, DistContext{pg, nullptr}, &sink, nullptr);
   trainer.Run();

@@ -12,7 +12,7 @@
 // pooled: on a shared machine whose speed drifts over minutes, setups run
 // one after the other would otherwise each meet a different machine.
 //
-//   ddp_overhead [--steps-percent P] [--warmup W] [--rounds R] [--only K] [--python /usr/bin/python3]
+//   ddp_overhead [--steps-percent P] [--warmup W] [--rounds R] [--only K] [--python PATH]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -99,7 +99,7 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
     ro.rank = rank;
     ro.world_size = world;
     store = ConnectStore(ro);
-    pg = MakeProcessGroup(Device::kCpu, store, rank, world, "127.0.0.1", std::chrono::seconds(120));
+    pg = MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::seconds(120));
   }
   std::unique_ptr<ShmCollectives> shm;
   if (world > 1) shm = MaybeSharedMemory(spec, store, rank, world);
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   using namespace trainyard;
   CLI::App app{"DDP overhead: Trainyard vs PyTorch Python DDP"};
   int steps_scale = 100, warmup = 20;
-  std::string python = "/usr/bin/python3";
+  std::string python = TRAINYARD_PYTHON;  // the venv whose torch the worker is built against
   std::string role = "orchestrate";
   int rank_hidden_cfg = 0;
   bool no_ddp = false;
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   int round_steps = 0;
   app.add_option("--round-steps", round_steps, "internal: measured steps of this process");
-  app.add_option("--python", python, "Python with torch (Debian's python3-torch)")->capture_default_str();
+  app.add_option("--python", python, "Python with torch: the peer (default: the one the build used)")->capture_default_str();
   app.add_option("--role", role, "internal: orchestrate | rank");
   app.add_option("--config", rank_hidden_cfg, "internal: config index");
   app.add_flag("--no-ddp", no_ddp, "internal: ranks train independently");

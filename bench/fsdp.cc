@@ -89,7 +89,7 @@ int RunRank(int setup_index, int steps, int warmup) {
   ro.rank = rank;
   ro.world_size = world;
   auto store = ConnectStore(ro);
-  auto pg = MakeProcessGroup(Device::kCpu, store, rank, world, "127.0.0.1", std::chrono::minutes(5));
+  auto pg = MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::minutes(5));
   auto shm = MaybeSharedMemory(spec, store, rank, world);
   FsdpGroups groups;
   if (spec.distributed_type == DistributedType::kFsdp) {

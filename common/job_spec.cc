@@ -575,6 +575,7 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   r.Int("max_steps", &s.max_steps, 1, int64_t{1} << 40);
   r.Int("num_processes", &s.num_processes, 1, limits.max_num_processes);
   r.Enum<Device>("device", &s.device, {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}});
+  r.Enum<Backend>("backend", &s.backend, {{"auto", Backend::kAuto}, {"gloo", Backend::kGloo}, {"nccl", Backend::kNccl}});
   r.Enum<DistributedType>("distributed_type", &s.distributed_type,
                           {{"DDP", DistributedType::kDdp},
                            {"MULTI_CPU", DistributedType::kDdp},
@@ -637,6 +638,9 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   }
   if (s.distributed_type == DistributedType::kFsdp && s.ddp.comm_hook != CommHookType::kNone) {
     Fail("ddp.comm_hook", "applies to distributed_type DDP, not FSDP");
+  }
+  if (s.backend == Backend::kNccl && s.device != Device::kCuda) {
+    Fail("backend", "'nccl' carries CUDA tensors only: it needs device cuda (use gloo or auto for cpu)");
   }
   if (s.mixed_precision == MixedPrecision::kFp16 && s.device == Device::kCpu &&
       s.distributed_type == DistributedType::kFsdp) {
@@ -763,6 +767,20 @@ const char* IntraHostTransportName(IntraHostTransport t) {
 
 const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
 
+const char* BackendName(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto: return "auto";
+    case Backend::kGloo: return "gloo";
+    case Backend::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+Backend EffectiveBackend(Backend backend, Device device) {
+  if (backend != Backend::kAuto) return backend;
+  return device == Device::kCuda ? Backend::kNccl : Backend::kGloo;
+}
+
 const char* DistributedTypeName(DistributedType type) {
   switch (type) {
     case DistributedType::kDdp: return "DDP";
@@ -844,6 +862,7 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["max_steps"] = s.max_steps;
   j["num_processes"] = s.num_processes;
   j["device"] = DeviceName(s.device);
+  j["backend"] = BackendName(s.backend);
   j["distributed_type"] = DistributedTypeName(s.distributed_type);
   j["mixed_precision"] = s.mixed_precision == MixedPrecision::kBf16   ? "bf16"
                          : s.mixed_precision == MixedPrecision::kFp16 ? "fp16"

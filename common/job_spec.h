@@ -19,6 +19,9 @@ enum class SchedulerKind { kConstant, kLinear, kCosine };
 enum class LossKind { kCrossEntropy, kMse };
 enum class OptimizerKind { kSgd, kAdamW };
 enum class Device { kCpu, kCuda };
+// The collective backend (torch.distributed's init_process_group backend):
+// kAuto = Gloo for device cpu, NCCL for device cuda.
+enum class Backend { kAuto, kGloo, kNccl };
 enum class DistributedType { kNo, kDdp, kFsdp };
 enum class MixedPrecision { kNo, kBf16, kFp16 };
 // DDP communication hooks (PyTorch's names: allreduce, fp16_compress,
@@ -190,6 +193,8 @@ struct JobSpec {
   int64_t max_steps = 100;
   int32_t num_processes = 1;
   Device device = Device::kCpu;
+  // Gloo also carries CUDA tensors (through host memory); NCCL needs cuda.
+  Backend backend = Backend::kAuto;
   DistributedType distributed_type = DistributedType::kDdp;
   MixedPrecision mixed_precision = MixedPrecision::kNo;
   DdpSpec ddp;
@@ -260,6 +265,9 @@ std::string JobSpecToJson(const JobSpec& spec);
 const char* ModelKindName(ModelKind kind);
 const char* OptimizerKindName(OptimizerKind kind);
 const char* DeviceName(Device device);
+const char* BackendName(Backend backend);
+// kAuto resolved for `device`.
+Backend EffectiveBackend(Backend backend, Device device);
 const char* DistributedTypeName(DistributedType type);
 const char* IntraHostTransportName(IntraHostTransport transport);
 const char* CommHookName(CommHookType hook);

@@ -28,6 +28,10 @@ struct StepMetrics {
   int64_t param_bytes = 0;
   int64_t grad_bytes = 0;
   int64_t optimizer_bytes = 0;
+  // The device allocator's bytes (CUDA jobs; 0 on the CPU): held by live
+  // tensors at the end of the step, and the most ever held by this rank.
+  int64_t device_allocated_bytes = 0;
+  int64_t device_peak_bytes = 0;
   // FSDP collectives this step: payload bytes and time.
   int64_t allgather_bytes = 0;
   int64_t reduce_scatter_bytes = 0;

@@ -47,6 +47,8 @@ void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
   out->set_param_bytes(m.param_bytes);
   out->set_grad_bytes(m.grad_bytes);
   out->set_optimizer_bytes(m.optimizer_bytes);
+  out->set_device_allocated_bytes(m.device_allocated_bytes);
+  out->set_device_peak_bytes(m.device_peak_bytes);
   out->set_allgather_bytes(m.allgather_bytes);
   out->set_reduce_scatter_bytes(m.reduce_scatter_bytes);
   out->set_sharded_comm_seconds(m.sharded_comm_seconds);
@@ -73,6 +75,8 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
   s.param_bytes = m.param_bytes();
   s.grad_bytes = m.grad_bytes();
   s.optimizer_bytes = m.optimizer_bytes();
+  s.device_allocated_bytes = m.device_allocated_bytes();
+  s.device_peak_bytes = m.device_peak_bytes();
   s.allgather_bytes = m.allgather_bytes();
   s.reduce_scatter_bytes = m.reduce_scatter_bytes();
   s.sharded_comm_seconds = m.sharded_comm_seconds();

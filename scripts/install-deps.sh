@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package Trainyard needs to build, test and run.
+# LibTorch is not among them: it comes from PyPI's torch (scripts/pyenv.sh).
 # Idempotent: packages already present are left alone. Uses sudo when not root.
 set -euo pipefail
 
@@ -8,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   grpc-proto prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgtest-dev libgmock-dev libxxhash-dev zlib1g-dev
-  clang libclang-rt-dev libtorch-dev libgloo-dev python3-torch python3-grpcio python3-numpy python3-venv
+  clang libclang-rt-dev libgloo-dev python3-grpcio python3-numpy python3-venv
   prometheus python3-yaml
 )
 

@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
-# Creates the test venv (build/pyenv): Debian's python3 with its torch and
-# numpy (system site packages) plus PyPI's safetensors, the reference reader
-# the checkpoint tests check our files with. Idempotent.
+# Creates the project venv (.venv, or $TRAINYARD_VENV): Debian's python3 with
+# PyPI's torch — whose LibTorch (headers, libraries, CMake package, CUDA and
+# NCCL runtime from its nvidia-* dependencies) the worker is built against —
+# plus safetensors and accelerate for the Python peers and interop checks.
+# System site packages stay visible (Debian's grpcio and yaml for the tests).
+# Idempotent; a second run checks the versions and changes nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${BUILD_DIR:-$root/build}/pyenv
+venv=${TRAINYARD_VENV:-$root/.venv}
+# One torch for C++ and Python. Pinned: a new release is a deliberate change.
+requirements=(torch==2.15.0 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6)
 if [ ! -x "$venv/bin/python" ]; then
+  echo "pyenv: creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
-if ! "$venv/bin/python" -c "import safetensors" 2>/dev/null; then
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "safetensors>=0.4"
+if ! "$venv/bin/python" - "${requirements[@]}" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+for req in sys.argv[1:]:
+    name, want = req.split("==")
+    if version(name).split("+")[0] != want:
+        sys.exit(1)
+PY
+  echo "pyenv: installing ${requirements[*]} into $venv (torch with its CUDA libraries: ~5.4 GB, a few minutes)"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "${requirements[@]}"
 fi
-"$venv/bin/python" -c "import safetensors, torch; print('pyenv: safetensors', safetensors.__version__, 'torch', torch.__version__)"
+"$venv/bin/python" -c "import torch, safetensors, accelerate; print('pyenv: torch', torch.__version__, '(CUDA', torch.version.cuda, ') safetensors', safetensors.__version__, 'accelerate', accelerate.__version__)"

@@ -7,5 +7,4 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 bash "$root/scripts/build.sh"
-bash "$root/scripts/pyenv.sh"
 ctest --test-dir "$build" --output-on-failure --timeout 1200 "$@"

@@ -180,6 +180,16 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
   s.param_bytes->Set(static_cast<double>(m.param_bytes));
   s.grad_bytes->Set(static_cast<double>(m.grad_bytes));
   s.optimizer_bytes->Set(static_cast<double>(m.optimizer_bytes));
+  if (m.device_peak_bytes > 0 && s.device_peak_bytes == nullptr) {  // a CUDA rank
+    s.device_allocated_bytes = &memory_bytes_.Add({{"job_id", job_id}, {"rank", std::to_string(m.rank)},
+                                                   {"kind", "device_allocated"}});
+    s.device_peak_bytes = &memory_bytes_.Add({{"job_id", job_id}, {"rank", std::to_string(m.rank)},
+                                              {"kind", "device_peak"}});
+  }
+  if (s.device_peak_bytes != nullptr) {
+    s.device_allocated_bytes->Set(static_cast<double>(m.device_allocated_bytes));
+    s.device_peak_bytes->Set(static_cast<double>(m.device_peak_bytes));
+  }
   const std::map<std::string, std::string> labels = {{"job_id", job_id}, {"rank", std::to_string(m.rank)}};
   auto with = [&](const char* key, const char* value) {
     auto l = labels;
@@ -300,6 +310,10 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
       comm_hook_seconds_.Remove(s.comm_hook_seconds);
     }
     for (auto* g : {s.param_bytes, s.grad_bytes, s.optimizer_bytes}) memory_bytes_.Remove(g);
+    if (s.device_peak_bytes != nullptr) {
+      memory_bytes_.Remove(s.device_allocated_bytes);
+      memory_bytes_.Remove(s.device_peak_bytes);
+    }
     if (s.allgather_bytes != nullptr) {
       sharded_bytes_.Remove(s.allgather_bytes);
       sharded_bytes_.Remove(s.reduce_scatter_bytes);

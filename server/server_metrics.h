@@ -64,6 +64,8 @@ class ServerMetrics {
     prometheus::Gauge* param_bytes;
     prometheus::Gauge* grad_bytes;
     prometheus::Gauge* optimizer_bytes;
+    prometheus::Gauge* device_allocated_bytes;  // null until a CUDA rank reports
+    prometheus::Gauge* device_peak_bytes;
     prometheus::Counter* allgather_bytes;
     prometheus::Counter* reduce_scatter_bytes;
     prometheus::Counter* sharded_comm_seconds;

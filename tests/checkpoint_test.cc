@@ -72,14 +72,13 @@ Snapshot Take(Trainer& t) {
   const auto holders = t.fsdp() != nullptr ? t.fsdp()->ShardParameters() : t.model().parameters();
   for (const at::Tensor& h : holders) {
     s.holders.push_back(h.detach().clone());
-    auto& states = t.optimizer().state();
-    auto it = states.find(c10::guts::to_string(h.unsafeGetTensorImpl()));
-    if (it == states.end()) {
+    torch::optim::OptimizerParamState* state = OptimizerStateOf(t.optimizer(), h);
+    if (state == nullptr) {
       s.state.push_back({});
       s.steps.push_back(-1);
       continue;
     }
-    auto& a = dynamic_cast<torch::optim::AdamWParamState&>(*it->second);
+    auto& a = dynamic_cast<torch::optim::AdamWParamState&>(*state);
     s.state.push_back({a.exp_avg().clone(), a.exp_avg_sq().clone()});
     s.steps.push_back(a.step());
   }

@@ -65,7 +65,7 @@ TEST(CollectivesTest, HybridGroupsSplitNodesAndReplicas) {
   std::vector<std::thread> threads;
   for (int r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
-      HybridGroups g = MakeHybridGroups(store, Device::kCpu, r, kWorld, 2, "127.0.0.1", std::chrono::seconds(30));
+      HybridGroups g = MakeHybridGroups(store, Backend::kGloo, r, kWorld, 2, "127.0.0.1", std::chrono::seconds(30));
       at::Tensor a = torch::full({1}, static_cast<double>(1 << r), torch::kDouble);
       at::Tensor b = a.clone();
       g.shard->AllreduceSum(a);

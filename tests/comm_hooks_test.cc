@@ -33,7 +33,7 @@ struct Bucket {
     for (const auto& shape : shapes) sizes.emplace_back(shape);
   }
   c10d::GradBucket Grad(size_t index = 0, size_t count = 1) {
-    return c10d::GradBucket(index, count, buffer, offsets, lengths, sizes, {});
+    return c10d::GradBucket(index, count, buffer, offsets, lengths, sizes, {}, std::nullopt);
   }
 };
 

@@ -46,7 +46,7 @@ inline void RunRanks(int world, const std::function<void(int, c10::intrusive_ptr
   auto store = c10::make_intrusive<c10d::HashStore>();
   if (shm_out) shm_out->resize(world);
   RunThreads(world, [&](int r) {
-    auto pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+    auto pg = MakeProcessGroup(Backend::kGloo, store, r, world, "127.0.0.1", std::chrono::seconds(60));
     if (shm) (*shm_out)[r] = ShmCollectives::Create(store, r, world, "test");
     fn(r, pg);
   });

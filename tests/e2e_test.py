@@ -13,7 +13,10 @@ import time
 import unittest
 import urllib.request
 
-import grpc
+try:
+    import grpc
+except ImportError:  # Server, wait_for and write_spec need only trainctl (gpu_e2e.py on a GPU machine)
+    grpc = None
 
 BIN = None  # set from argv
 
@@ -184,6 +187,34 @@ fsdp_config: {fsdp_sharding_strategy: 1, fsdp_auto_wrap_policy: TRANSFORMER_BASE
         job = s.job(job_id)
         self.assertEqual(job["state"], "SUCCEEDED")
         self.assertEqual(job["spec"]["fsdp_config"]["fsdp_sharding_strategy"], "FULL_SHARD")
+        self.assertLess(job["loss"], job["first_loss"], job)
+
+    def test_2bb_torchscript_attention_exported_by_current_torch(self):
+        # A module with F.scaled_dot_product_attention, LayerNorm, GELU and a
+        # buffer, scripted by the torch the worker is built against, trains
+        # through the server under DDP on 2 ranks.
+        s = self.server
+        python = os.environ.get("TRAINYARD_PYTHON")
+        self.assertTrue(python, "TRAINYARD_PYTHON (the Python whose torch the worker uses) must be set")
+        pt = os.path.join(self.tmp.name, "attention.pt")
+        subprocess.run([python, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                             "examples", "export_attention.py"), pt], check=True,
+                       capture_output=True)
+        spec = write_spec(self.tmp.name, "attention.yaml", """
+name: e2e-attention
+model: {kind: 'torchscript:%s', input_size: 784}
+data: {kind: synthetic, batch_size: 16, num_samples: 1024}
+optimizer: {kind: adamw, lr: 0.003}
+max_steps: 80
+num_processes: 2
+""" % pt)
+        r = s.ctl("-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = json.loads(r.stdout)["id"]
+        w = s.ctl("watch", job_id)
+        self.assertEqual(w.returncode, 0, w.stdout + w.stderr + s.ctl("logs", job_id).stdout)
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "SUCCEEDED")
         self.assertLess(job["loss"], job["first_loss"], job)
 
     def test_2c_remote_checkpoints_cancel_with_checkpoint_and_resume(self):

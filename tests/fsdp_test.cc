@@ -39,7 +39,7 @@ Groups MakeGroups(ShardingStrategy strategy, const c10::intrusive_ptr<c10d::Stor
                   int ranks_per_node) {
   Groups g;
   auto world_group = [&] {
-    return MakeCollectives(MakeProcessGroup(Device::kCpu, store, rank, world, "127.0.0.1", std::chrono::seconds(60)));
+    return MakeCollectives(MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::seconds(60)));
   };
   switch (strategy) {
     case ShardingStrategy::kFullShard:
@@ -47,7 +47,7 @@ Groups MakeGroups(ShardingStrategy strategy, const c10::intrusive_ptr<c10d::Stor
     case ShardingStrategy::kNoShard: g.replicate = world_group(); break;
     case ShardingStrategy::kHybridShard:
     case ShardingStrategy::kHybridShardZero2: {
-      HybridGroups h = MakeHybridGroups(store, Device::kCpu, rank, world, ranks_per_node, "127.0.0.1",
+      HybridGroups h = MakeHybridGroups(store, Backend::kGloo, rank, world, ranks_per_node, "127.0.0.1",
                                         std::chrono::seconds(60));
       g.shard = std::move(h.shard);
       g.replicate = std::move(h.replicate);

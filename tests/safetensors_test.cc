@@ -32,7 +32,7 @@ at::Tensor Make(const TensorSpec& s) {
 }
 
 int RunChecker(const std::string& dir) {
-  const std::string cmd = "/usr/bin/python3 " + std::string(TRAINYARD_SOURCE_DIR) + "/tests/safetensors_check.py " + dir;
+  const std::string cmd = std::string(TRAINYARD_TEST_PYTHON) + " " + std::string(TRAINYARD_SOURCE_DIR) + "/tests/safetensors_check.py " + dir;
   return std::system(cmd.c_str());
 }
 

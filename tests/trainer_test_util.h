@@ -13,6 +13,7 @@
 
 #include "tests/dist_test_util.h"
 #include "worker/collectives.h"
+#include "worker/device.h"
 #include "worker/process_group.h"
 #include "worker/trainer.h"
 #include "worker/shm_collectives.h"
@@ -21,23 +22,32 @@
 namespace trainyard {
 
 // Runs fn(rank, trainer) on `world` threads, each with a Trainer built as
-// the worker builds it (Gloo process group, FSDP groups).
+// the worker builds it (the spec's backend, FSDP groups). `devices`, when
+// given, names each rank's device (threads share one environment, so
+// LOCAL_RANK cannot tell them apart).
 inline void RunTrainers(const JobSpec& spec, int world, const std::function<void(int, Trainer&)>& fn,
-                 MetricsSink* rank0_sink = nullptr, TrainerControl* rank0_control = nullptr) {
+                        MetricsSink* rank0_sink = nullptr, TrainerControl* rank0_control = nullptr,
+                        const std::vector<c10::Device>& devices = {}) {
   at::set_num_threads(1);
   auto store = c10::make_intrusive<c10d::HashStore>();
   RunThreads(world, [&](int r) {
     c10::intrusive_ptr<c10d::ProcessGroup> pg;
     FsdpGroups g;
     std::unique_ptr<ShmCollectives> shm;  // as the worker: DDP over shared memory unless the spec says not
+    std::optional<c10::Device> device;
+    if (!devices.empty()) {
+      device = devices[r];
+      UseDevice(*device);  // current for this thread before NCCL starts
+    }
     if (world > 1) {
-      pg = MakeProcessGroup(Device::kCpu, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+      pg = MakeProcessGroup(EffectiveBackend(spec.backend, spec.device), store, r, world, "127.0.0.1",
+                            std::chrono::seconds(60));
       shm = MaybeSharedMemory(spec, store, r, world);
       if (spec.distributed_type == DistributedType::kFsdp) {
         g = MakeFsdpGroups(spec, store, pg, r, world, "127.0.0.1", std::chrono::seconds(60));
       }
     }
-    Trainer t(spec, r, world, DistContext{pg, shm.get(), g.shard.get(), g.replicate.get()},
+    Trainer t(spec, r, world, DistContext{pg, shm.get(), g.shard.get(), g.replicate.get(), device},
               r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
     fn(r, t);
   });

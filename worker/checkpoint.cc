@@ -1,7 +1,12 @@
 #include "worker/checkpoint.h"
 
+#include "worker/device.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
+
+#include <sstream>
+#include <type_traits>
 
 #include <algorithm>
 #include <chrono>
@@ -55,11 +60,22 @@ std::vector<std::string> OptimizerFields(const JobSpec& spec) {
   return {};
 }
 
-std::string StateKey(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// The optimizer's key for a parameter's state: its TensorImpl's address,
+// held as a pointer (LibTorch 2.x) or as that pointer printed (older).
+template <typename Optimizer = torch::optim::Optimizer>
+auto StateKey(const at::Tensor& p) {
+  using Key = typename std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 torch::optim::OptimizerParamState* StateOf(torch::optim::Optimizer& o, const at::Tensor& p) {
-  auto it = o.state().find(StateKey(p));
-  return it == o.state().end() ? nullptr : it->second.get();
+  return OptimizerStateOf(o, p);
 }
 
 at::Tensor FieldOf(torch::optim::Optimizer& o, const at::Tensor& p, const std::string& field) {
@@ -87,7 +103,7 @@ bool HasState(torch::optim::Optimizer& o, const std::vector<at::Tensor>& holders
 
 // Gives `p` zero state (kept when present) with the given step.
 void EnsureState(torch::optim::Optimizer& o, OptimizerKind kind, const at::Tensor& p, int64_t step) {
-  const std::string key = StateKey(p);
+  const auto key = StateKey(p);
   auto zeros = [&] { return at::zeros_like(p.detach(), at::MemoryFormat::Preserve); };
   if (kind == OptimizerKind::kAdamW) {
     auto* a = dynamic_cast<torch::optim::AdamWParamState*>(StateOf(o, p));
@@ -239,15 +255,17 @@ class FullAssembler {
     if (s_.rank != 0) {
       for (const auto& [w, piece] : by_param_[p]) {
         if (w != h_.my_writer()) continue;
-        std::vector<at::Tensor> t = {PieceData(s_, h_, piece, field, fields_)};
+        // Host tensors: the pieces travel through the group's Gloo backend
+        // whatever the device (and one tensor at a time through host memory).
+        std::vector<at::Tensor> t = {ToHost(PieceData(s_, h_, piece, field, fields_))};
         group->process_group()->send(t, 0, tag)->wait();
       }
       return at::Tensor();
     }
     // DDP holds parameters whole in fp32: no copy. FSDP's module parameters
     // may be low-precision views; the fp32 shards are the truth.
-    if (group == nullptr && field < 0 && s_.fsdp == nullptr) return param.detach();
-    at::Tensor out = at::empty(param.sizes(), param.options().dtype(at::kFloat).requires_grad(false));
+    if (group == nullptr && field < 0 && s_.fsdp == nullptr) return ToHost(param.detach());
+    at::Tensor out = at::empty(param.sizes(), at::TensorOptions(at::kFloat));  // host memory
     at::Tensor flat = out.view({-1});
     std::vector<c10::intrusive_ptr<c10d::Work>> pending;
     std::vector<std::vector<at::Tensor>> buffers;
@@ -823,6 +841,11 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
   info.step = ts.value("step", int64_t{0});
   info.checkpoint_index = ts.value("checkpoint_index", int64_t{-1});
   return info;
+}
+
+torch::optim::OptimizerParamState* OptimizerStateOf(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  auto it = optimizer.state().find(StateKey(param));
+  return it == optimizer.state().end() ? nullptr : it->second.get();
 }
 
 }  // namespace trainyard

@@ -38,6 +38,7 @@
 
 namespace torch::optim {
 class Optimizer;
+class OptimizerParamState;
 }
 
 namespace trainyard {
@@ -46,6 +47,11 @@ class Model;
 class FullyShardedModel;
 class DistributedDataParallel;
 class DataLoader;
+
+// The optimizer's state for `param` (AdamWParamState, SGDParamState), or
+// null before its first step. Keys differ across LibTorch releases; this is
+// the one place that knows them.
+torch::optim::OptimizerParamState* OptimizerStateOf(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 
 // State saved with every checkpoint and restored on resume, per rank
 // (Accelerate's register_for_checkpointing).

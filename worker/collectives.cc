@@ -121,11 +121,11 @@ class NativeCollectives final : public GroupCollectives {
 }  // namespace
 
 std::unique_ptr<Collectives> MakeCollectives(c10::intrusive_ptr<c10d::ProcessGroup> pg) {
-  if (pg->getBackendName() == "nccl") return std::make_unique<NativeCollectives>(std::move(pg));
+  if (UsesNccl(*pg)) return std::make_unique<NativeCollectives>(std::move(pg));
   return std::make_unique<GlooCollectives>(std::move(pg));
 }
 
-HybridGroups MakeHybridGroups(const c10::intrusive_ptr<c10d::Store>& store, Device device, int32_t rank,
+HybridGroups MakeHybridGroups(const c10::intrusive_ptr<c10d::Store>& store, Backend backend, int32_t rank,
                               int32_t world_size, int32_t ranks_per_node, const std::string& bind_addr,
                               std::chrono::milliseconds timeout) {
   if (ranks_per_node < 1 || world_size % ranks_per_node != 0) {
@@ -136,8 +136,8 @@ HybridGroups MakeHybridGroups(const c10::intrusive_ptr<c10d::Store>& store, Devi
   auto shard_store = c10::make_intrusive<c10d::PrefixStore>("hybrid/shard/" + std::to_string(node), store);
   auto rep_store = c10::make_intrusive<c10d::PrefixStore>("hybrid/replicate/" + std::to_string(local), store);
   HybridGroups g;
-  g.shard = MakeCollectives(MakeProcessGroup(device, shard_store, local, ranks_per_node, bind_addr, timeout));
-  g.replicate = MakeCollectives(MakeProcessGroup(device, rep_store, node, nodes, bind_addr, timeout));
+  g.shard = MakeCollectives(MakeProcessGroup(backend, shard_store, local, ranks_per_node, bind_addr, timeout));
+  g.replicate = MakeCollectives(MakeProcessGroup(backend, rep_store, node, nodes, bind_addr, timeout));
   return g;
 }
 

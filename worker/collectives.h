@@ -51,7 +51,7 @@ struct HybridGroups {
   std::unique_ptr<Collectives> shard;
   std::unique_ptr<Collectives> replicate;
 };
-HybridGroups MakeHybridGroups(const c10::intrusive_ptr<c10d::Store>& store, Device device, int32_t rank,
+HybridGroups MakeHybridGroups(const c10::intrusive_ptr<c10d::Store>& store, Backend backend, int32_t rank,
                               int32_t world_size, int32_t ranks_per_node, const std::string& bind_addr,
                               std::chrono::milliseconds timeout);
 

@@ -1,5 +1,7 @@
 #include "worker/comm_hooks.h"
 
+#include "worker/process_group.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -404,7 +406,7 @@ class BatchedPowerSgdHook final : public PowerSgdBase {
 }  // namespace
 
 GradientComm::GradientComm(c10::intrusive_ptr<c10d::ProcessGroup> pg, CommStats* stats)
-    : pg_(std::move(pg)), stats_(stats), world_size_(pg_->getSize()), native_bf16_(pg_->getBackendName() == "nccl") {}
+    : pg_(std::move(pg)), stats_(stats), world_size_(pg_->getSize()), native_bf16_(UsesNccl(*pg_)) {}
 
 void GradientComm::AllreduceSum(at::Tensor& t, WireDtype wire) {
   if (!t.is_contiguous() || t.scalar_type() != at::kFloat) {
@@ -447,7 +449,9 @@ void GradientComm::AllreduceSum(at::Tensor& t, WireDtype wire) {
 // rounding the partial sum to bf16 (as a bf16 ring allreduce does); then
 // all-gather the reduced slices the same way. Each direction of every link
 // carries 2(W-1)/W of the payload, in both directions at once.
-at::Tensor GradientComm::RingAllreduceBf16(const at::Tensor& values) {
+at::Tensor GradientComm::RingAllreduceBf16(const at::Tensor& device_values) {
+  // Gloo's send/recv take host tensors: CUDA buckets travel through host memory.
+  const at::Tensor values = device_values.device().is_cpu() ? device_values : device_values.cpu();
   const int32_t w = world_size_;
   const int32_t rank = pg_->getRank();
   const int64_t n = values.numel();
@@ -489,7 +493,7 @@ at::Tensor GradientComm::RingAllreduceBf16(const at::Tensor& values) {
     exchange(out, w + step);
     slice(rank - step).copy_(incoming);
   }
-  return buf.narrow(0, 0, n).to(at::kFloat);
+  return buf.narrow(0, 0, n).to(device_values.device(), at::kFloat);
 }
 
 

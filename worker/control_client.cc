@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/wire_convert.h"
-#include "spdlog/spdlog.h"
+#include "common/log.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
@@ -72,7 +72,7 @@ struct ControlClient::Impl {
 
   void Handle(const v1::CoordinatorMessage& msg) {
     if (msg.has_stop()) {
-      spdlog::info("coordinator asked to stop: {}", msg.stop().reason());
+      log::Info("coordinator asked to stop: {}", msg.stop().reason());
       control->RequestStop();
     } else if (msg.has_checkpoint()) {
       const auto& c = msg.checkpoint();
@@ -82,7 +82,7 @@ struct ControlClient::Impl {
                                        : CheckpointType::kAuto;
       r.request_id = c.request_id();
       r.stop_after = c.stop_after();
-      spdlog::info("coordinator asked for a checkpoint (request {}{})", r.request_id,
+      log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id,
                    r.stop_after ? ", then stop" : "");
       control->RequestCheckpoint(r);
     }
@@ -103,18 +103,18 @@ struct ControlClient::Impl {
       v1::CoordinatorMessage first;
       auto c = Open(&first);
       if (c.ok()) {
-        spdlog::info("reconnected to the coordinator at {}", options.server);
+        log::Info("reconnected to the coordinator at {}", options.server);
         return *c;
       }
       const auto code = c.status().code();
       if (code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kFailedPrecondition ||
           code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
-        spdlog::error("{}; this worker stops", std::string(c.status().message()));
+        log::Error("{}; this worker stops", std::string(c.status().message()));
         control->RequestStop();
         return nullptr;
       }
     }
-    spdlog::error("no coordinator at {} for {} s; this worker stops", options.server,
+    log::Error("no coordinator at {} for {} s; this worker stops", options.server,
                   std::chrono::duration_cast<std::chrono::seconds>(options.reconnect_timeout).count());
     control->RequestStop();
     return nullptr;
@@ -134,7 +134,7 @@ struct ControlClient::Impl {
         if (result_sent) break;  // the coordinator closes the stream after the result
         stream_broken = true;
       }
-      spdlog::warn("lost the stream to the coordinator at {}; training goes on, metrics are kept", options.server);
+      log::Warn("lost the stream to the coordinator at {}; training goes on, metrics are kept", options.server);
       std::shared_ptr<Conn> fresh = Reconnect();
       {
         std::lock_guard<std::mutex> wlock(write_mu);
@@ -236,7 +236,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   auto backoff = std::chrono::milliseconds(200);
   while (!conn.ok() && conn.status().code() == absl::StatusCode::kUnavailable && options.attempt == 0 &&
          std::chrono::steady_clock::now() < join_deadline) {
-    spdlog::info("{}; asking again in {} ms", std::string(conn.status().message()), backoff.count());
+    log::Info("{}; asking again in {} ms", std::string(conn.status().message()), backoff.count());
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
     conn = impl->Open(&first);
@@ -325,7 +325,7 @@ void ControlClient::Finish(bool ok, const std::string& error, int64_t final_step
     c->stream->Write(msg);
     c->stream->WritesDone();
   } else {
-    spdlog::warn("the coordinator is gone; the result (ok={}) could not be delivered", ok);
+    log::Warn("the coordinator is gone; the result (ok={}) could not be delivered", ok);
   }
   // The coordinator closes the stream once it has the result; do not wait
   // forever for a coordinator that is gone.
@@ -338,7 +338,7 @@ void ControlClient::Finish(bool ok, const std::string& error, int64_t final_step
     grpc::Status st = c->stream->Finish();
     c->finished = true;
     if (!st.ok() && !broken && st.error_code() != grpc::StatusCode::CANCELLED) {
-      spdlog::warn("closing the coordinator stream: {}", st.error_message());
+      log::Warn("closing the coordinator stream: {}", st.error_message());
     }
   }
 }

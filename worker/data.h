@@ -16,6 +16,9 @@ namespace trainyard {
 struct Batch {
   at::Tensor inputs;   // [B, sample_shape...]
   at::Tensor targets;  // [B] class indices (int64)
+
+  // The same batch on `device` (host-to-device copies for CUDA).
+  Batch To(const c10::Device& device) const { return {inputs.to(device), targets.to(device)}; }
 };
 
 // A map-style dataset: any sample can be read by index.

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include <c10/core/StorageImpl.h>
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <torch/torch.h>
@@ -45,6 +45,37 @@ class ShmAllreduceHook final : public c10d::CommHookInterface {
   CommStats* stats_;
 };
 
+// c10d::Reducer's constructor across LibTorch 2.x releases: 2.15 takes no
+// per-bucket size limits and a list of per-bucket caps for rebuilding;
+// earlier 2.x releases take the limits after the bucket indices.
+template <typename Reducer = c10d::Reducer>
+std::unique_ptr<Reducer> MakeReducer(std::vector<at::Tensor> params, std::vector<std::vector<size_t>> bucket_indices,
+                                     std::vector<size_t> per_bucket_limits,
+                                     c10::intrusive_ptr<c10d::ProcessGroup> pg, std::vector<bool> expect_sparse,
+                                     int64_t cap, bool find_unused, bool gradient_as_bucket_view, int64_t first_cap) {
+  using Names = std::unordered_map<size_t, std::string>;
+  using Pg = c10::intrusive_ptr<c10d::ProcessGroup>;
+  using Params = std::vector<at::Tensor>;
+  using Indices = std::vector<std::vector<size_t>>;
+  if constexpr (std::is_constructible_v<Reducer, Params, Indices, Pg, std::vector<bool>, int64_t, bool, bool, Names,
+                                        int64_t, bool, bool, std::vector<int64_t>>) {
+    return std::make_unique<Reducer>(std::move(params), std::move(bucket_indices), std::move(pg),
+                                     std::move(expect_sparse), cap, find_unused, gradient_as_bucket_view, Names{},
+                                     first_cap, /*skip_all_reduce_unused_params=*/false,
+                                     /*use_python_reducer=*/false, /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+  } else if constexpr (std::is_constructible_v<Reducer, Params, Indices, std::vector<size_t>, Pg, std::vector<bool>,
+                                               int64_t, bool, bool, Names, int64_t, bool, bool>) {
+    return std::make_unique<Reducer>(std::move(params), std::move(bucket_indices), std::move(per_bucket_limits),
+                                     std::move(pg), std::move(expect_sparse), cap, find_unused,
+                                     gradient_as_bucket_view, Names{}, first_cap,
+                                     /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false);
+  } else {
+    return std::make_unique<Reducer>(std::move(params), std::move(bucket_indices), std::move(per_bucket_limits),
+                                     std::move(pg), std::move(expect_sparse), cap, find_unused,
+                                     gradient_as_bucket_view, Names{}, first_cap);
+  }
+}
+
 }  // namespace
 
 struct DistributedDataParallel::Impl {
@@ -78,7 +109,7 @@ struct DistributedDataParallel::Impl {
       total += aligned(t.nbytes());
     }
     if (!shm->ReserveResident(total)) {
-      spdlog::warn("no shared memory for {} bytes of gradient buckets per rank ({}); they are copied instead", total,
+      log::Warn("no shared memory for {} bytes of gradient buckets per rank ({}); they are copied instead", total,
                    shm->resident_error());
       return;
     }
@@ -125,10 +156,9 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
   std::reverse(per_bucket_limits.begin(), per_bucket_limits.end());
   impl_->buckets = bucket_indices.size();
   impl_->reducer_pg = pg;
-  impl_->reducer = std::make_unique<c10d::Reducer>(
-      impl_->params, std::move(bucket_indices), std::move(per_bucket_limits), std::move(pg), expect_sparse,
-      static_cast<int64_t>(cap), options.find_unused_parameters, options.gradient_as_bucket_view,
-      std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(first_cap));
+  impl_->reducer = MakeReducer(impl_->params, std::move(bucket_indices), std::move(per_bucket_limits), std::move(pg),
+                               expect_sparse, static_cast<int64_t>(cap), options.find_unused_parameters,
+                               options.gradient_as_bucket_view, static_cast<int64_t>(first_cap));
   for (const at::Tensor& p : impl_->params) impl_->grad_bytes += p.numel() * p.element_size();
   if (options.comm_hook != CommHookType::kNone) {
     std::unique_ptr<CommHook> hook = MakeCommHook(options, impl_->reducer_pg, &impl_->stats);
@@ -156,7 +186,11 @@ void DistributedDataParallel::LoadCommHookState(const std::map<std::string, at::
     if (!state.empty()) throw std::invalid_argument("comm hook state given, but this job has no stateful hook");
     return;
   }
-  impl_->hook->LoadState(state);
+  // Checkpoints hold host tensors; the hook's state lives with the gradients.
+  const c10::Device device = impl_->params.front().device();
+  std::map<std::string, at::Tensor> on_device;
+  for (const auto& [name, tensor] : state) on_device.emplace(name, tensor.to(device));
+  impl_->hook->LoadState(on_device);
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;

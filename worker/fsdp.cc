@@ -1,6 +1,7 @@
 #include "worker/fsdp.h"
 
-#include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/torch.h>
 
@@ -26,19 +27,28 @@ struct Unit {
   c10::intrusive_ptr<c10d::Work> gathering;  // a prefetch in flight
   at::Tensor gather_target, gather_source;   // kept alive while it is
   int pending = 0;  // parameters whose gradients have not arrived
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  // Held here: a variable keeps its gradient accumulator only weakly.
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))> accumulators;
 };
 
 size_t Bytes(const Unit& u) { return static_cast<size_t>(u.padded) * u.full.element_size(); }
 
-// Frees (0) or re-allocates a gathered buffer's storage in place; views of it
-// stay attached. CPU only in this build: CUDA storages need the CUDA
-// allocator's resize, which a CPU LibTorch does not link.
+// Frees (0) or re-allocates a gathered buffer's storage in place, on any
+// device (what Python FSDP's untyped_storage().resize_() does): the views of
+// it stay attached. The old contents are not kept — every caller overwrites
+// the buffer (all-gather or copy) before reading it. A CUDA block goes back
+// to the caching allocator, which orders its reuse on the stream; NCCL
+// records its own streams on the tensors it uses.
 void ResizeStorage(const at::Tensor& t, size_t bytes) {
-  if (!t.device().is_cpu()) {
-    throw std::runtime_error("FSDP buffer resizing on " + t.device().str() + " is not supported by this build");
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() == bytes) return;
+  if (bytes == 0) {
+    storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  } else {
+    c10::DeviceGuard guard(t.device());
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
   }
-  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+  storage->set_nbytes(bytes);
 }
 
 }  // namespace
@@ -363,12 +373,19 @@ void FullyShardedModel::FinishBackward() {
 double FullyShardedModel::ClipGradNorm(double max_norm) {
   Impl& s = *impl_;
   torch::NoGradGuard no_grad;
-  at::Tensor sq = at::zeros({1}, at::kDouble);
+  // Summed where the shards live (the device, or the host under offload),
+  // then reduced there: NCCL takes device tensors, Gloo any.
+  at::Tensor sq = at::zeros({1}, at::TensorOptions(at::kDouble).device(s.units.front()->shard.device()));
   for (auto& u : s.units) {
     const at::Tensor& g = u->shard.grad();
     if (g.defined()) sq += g.to(at::kDouble).pow(2).sum();
   }
-  if (s.shard_size > 1) s.shard_group->AllreduceSum(sq);
+  if (s.shard_size > 1) {
+    // NCCL cannot reduce host tensors: offloaded shards' sum travels on the compute device.
+    at::Tensor wire = sq.to(s.options.compute_device);
+    s.shard_group->AllreduceSum(wire);
+    sq = wire;
+  }
   const double norm = std::sqrt(sq.item<double>());
   const double coef = max_norm / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_'s formula
   if (coef < 1.0) {

@@ -1,5 +1,6 @@
 #include "worker/process_group.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -17,24 +18,35 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& o) {
   return c10::make_intrusive<c10d::TCPStore>(o.master_addr, opts);
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Device device, const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Backend backend, const c10::intrusive_ptr<c10d::Store>& store,
                                                         int32_t rank, int32_t world_size, const std::string& bind_addr,
                                                         std::chrono::milliseconds timeout) {
-  switch (device) {
-    case Device::kCpu: {
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind_addr));
-      options->threads = 2;
-      return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
-    }
-    case Device::kCuda:
-#ifdef TRAINYARD_WITH_NCCL
-      return MakeNcclProcessGroup(store, rank, world_size, timeout);
-#else
-      throw std::runtime_error("device cuda needs a CUDA build of trainyard-worker (NCCL); this one is CPU-only");
-#endif
+  if (backend == Backend::kAuto) throw std::invalid_argument("MakeProcessGroup: resolve the backend first");
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world_size);
+  // Each backend rendezvouses under its own prefix, as torch.distributed's do.
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind_addr));
+  options->threads = 2;
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store), rank,
+                                                          world_size, options);
+  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  if (backend == Backend::kGloo) {
+    group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    return group;
   }
-  throw std::invalid_argument("unknown device");
+#ifdef TRAINYARD_WITH_CUDA
+  auto nccl = MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>("cuda/", store), rank, world_size, timeout);
+  group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+  return group;
+#else
+  throw std::runtime_error("backend nccl needs a CUDA build of trainyard-worker; this one was built on a CPU-only torch");
+#endif
+}
+
+bool UsesNccl(const c10d::ProcessGroup& group) {
+  return group.getBackendType() == c10d::ProcessGroup::BackendType::NCCL;
 }
 
 }  // namespace trainyard

@@ -1,6 +1,12 @@
-// Rendezvous and process-group creation. The backend is chosen by device in
-// one place (MakeProcessGroup): Gloo for CPU, NCCL for CUDA (compiled only in
-// CUDA builds of LibTorch, with TRAINYARD_WITH_NCCL).
+// Rendezvous and process-group creation: the one place where a job's
+// backend becomes a c10d::ProcessGroup.
+//
+// A group always has a Gloo backend for CPU tensors (the per-step control
+// word, agreement flags, checkpoint metadata), as torch.distributed's
+// "cpu:gloo,cuda:nccl" groups do. With Backend::kNccl, CUDA tensors go to
+// NCCL and NCCL is the default backend; with Backend::kGloo, Gloo carries
+// CUDA tensors too (through host memory). c10d dispatches each collective to
+// the backend registered for its tensors' device.
 #ifndef TRAINYARD_WORKER_PROCESS_GROUP_H_
 #define TRAINYARD_WORKER_PROCESS_GROUP_H_
 
@@ -27,16 +33,20 @@ struct RendezvousOptions {
 // The TCPStore every rank connects to (rank 0 serves it).
 c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& options);
 
-// The one switch from device to collective backend.
-c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Device device, const c10::intrusive_ptr<c10d::Store>& store,
+// `backend` must be resolved (EffectiveBackend): kGloo or kNccl. kNccl
+// needs a CUDA build and the rank's GPU selected (UseDevice) first; it
+// throws std::runtime_error otherwise.
+c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Backend backend, const c10::intrusive_ptr<c10d::Store>& store,
                                                         int32_t rank, int32_t world_size, const std::string& bind_addr,
                                                         std::chrono::milliseconds timeout);
 
-#ifdef TRAINYARD_WITH_NCCL
-// Defined in process_group_nccl.cc, which only CUDA builds compile.
-c10::intrusive_ptr<c10d::ProcessGroup> MakeNcclProcessGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                            int32_t rank, int32_t world_size,
-                                                            std::chrono::milliseconds timeout);
+// True when `group` sends CUDA tensors through NCCL.
+bool UsesNccl(const c10d::ProcessGroup& group);
+
+#ifdef TRAINYARD_WITH_CUDA
+// Defined in process_group_nccl.cc, compiled in every CUDA build.
+c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                                                  int32_t world_size, std::chrono::milliseconds timeout);
 #endif
 
 }  // namespace trainyard

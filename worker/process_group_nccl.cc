@@ -1,15 +1,13 @@
-// NCCL process group for CUDA devices. Compiled only when LibTorch has CUDA
-// (TRAINYARD_WITH_NCCL); on CPU-only machines CI checks it with
-// -fsyntax-only against the CUDA toolkit headers (tests/cuda_syntax_check.sh).
+// The NCCL backend. Compiled and linked in every build against a CUDA torch
+// (TRAINYARD_WITH_CUDA); it runs only where a GPU is visible.
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "worker/process_group.h"
 
 namespace trainyard {
 
-c10::intrusive_ptr<c10d::ProcessGroup> MakeNcclProcessGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                            int32_t rank, int32_t world_size,
-                                                            std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend> MakeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                                                  int32_t world_size, std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   options->is_high_priority_stream = false;

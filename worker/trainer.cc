@@ -14,7 +14,7 @@
 #include <set>
 
 #include "common/checkpoint_dir.h"
-#include "spdlog/spdlog.h"
+#include "common/log.h"
 
 #include <ATen/autocast_mode.h>
 
@@ -22,6 +22,7 @@
 
 #include "worker/data.h"
 #include "worker/ddp.h"
+#include "worker/device.h"
 #include "worker/loss_scaler.h"
 #include "worker/fsdp.h"
 #include "worker/models.h"
@@ -30,13 +31,33 @@
 namespace trainyard {
 namespace {
 
-// This rank's GPU: the only one visible (the local launcher's
-// CUDA_VISIBLE_DEVICES), or the LOCAL_RANK-th of the node's (Slurm --gres).
-int8_t CudaDeviceIndex() {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible != nullptr && *visible != '\0' && std::strchr(visible, ',') == nullptr) return 0;
-  return static_cast<int8_t>(LocalRankFromEnvironment());
-}
+// Autocast on one device type for the guard's lifetime (torch.autocast):
+// CPU autocast takes bf16 only; CUDA takes fp16 and bf16. Leaving clears the
+// cast cache, as PyTorch does, so the next step casts the updated weights.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device, at::ScalarType dtype, bool enabled) : device_(device), enabled_(enabled) {
+    if (!enabled_) return;
+    previous_dtype_ = at::autocast::get_autocast_dtype(device_);
+    previous_enabled_ = at::autocast::is_autocast_enabled(device_);
+    at::autocast::set_autocast_dtype(device_, dtype);
+    at::autocast::set_autocast_enabled(device_, true);
+  }
+  ~AutocastGuard() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(device_, previous_enabled_);
+    at::autocast::set_autocast_dtype(device_, previous_dtype_);
+    at::autocast::clear_cache();
+  }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool enabled_;
+  at::ScalarType previous_dtype_ = at::kFloat;
+  bool previous_enabled_ = false;
+};
 
 
 using Clock = std::chrono::steady_clock;
@@ -145,6 +166,7 @@ struct Trainer::Impl {
   JobSpec spec;
   int32_t rank;
   int32_t world_size;
+  c10::Device device = c10::Device(c10::kCPU);  // where the model, batches and gradients live
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   ShmCollectives* shm = nullptr;  // DDP's shared-memory path; also carries the control word
   MetricsSink* sink;
@@ -262,7 +284,11 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   s.control = control;
   if (world_size > 1 && !s.pg) throw std::invalid_argument("a process group is required when world_size > 1");
 
+  s.device = dist.device ? *dist.device : RankDevice(s.spec.device);
+  UseDevice(s.device);
+  // Built on the host from the seed (identical on every rank), then moved.
   s.model = BuildModel(s.spec.model, s.spec.seed);
+  if (!s.device.is_cpu()) s.model->to(s.device);
   if (s.pg && s.spec.distributed_type == DistributedType::kDdp) {
     s.ddp = std::make_unique<DistributedDataParallel>(s.model->parameters(), s.model->buffers(), s.pg, s.spec.ddp,
                                                       dist.shm);
@@ -281,7 +307,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
                      : s.spec.mixed_precision == MixedPrecision::kFp16 ? at::kHalf
                                                                       : at::kFloat;
     fo.backward_prefetch = s.spec.fsdp.backward_prefetch;
-    fo.compute_device = s.spec.device == Device::kCuda ? c10::Device(c10::kCUDA, CudaDeviceIndex()) : c10::Device(c10::kCPU);
+    fo.compute_device = s.device;
     s.fsdp = std::make_unique<FullyShardedModel>(s.model, fo, dist.shard_group, dist.replicate_group, world_size);
     if (s.spec.ddp.broadcast_buffers) s.buffers = s.model->buffers();
     s.optimizer = MakeOptimizer(s.spec.optimizer, s.fsdp->ShardParameters());
@@ -370,7 +396,7 @@ CheckpointEvent Trainer::Checkpoint(CheckpointType type, const std::string& trig
     s.last_checkpoint_type = type;
     s.last_checkpoint_path = ev.path;
   } else {
-    spdlog::warn("rank {}: {} checkpoint at step {} failed: {}", s.rank, trigger, s.step, ev.error);
+    log::Warn("rank {}: {} checkpoint at step {} failed: {}", s.rank, trigger, s.step, ev.error);
   }
   if (s.rank == 0 && s.sink != nullptr) s.sink->OnCheckpoint(ev);
   return ev;
@@ -426,13 +452,21 @@ double Trainer::Step() {
   const auto t0 = Clock::now();
   s.StartControl();
   const int accum = s.spec.gradient_accumulation_steps;
-  const bool autocast = s.spec.mixed_precision == MixedPrecision::kBf16 && !s.fsdp;
+  // Autocast for DDP and single-process runs (FSDP casts its parameters to
+  // its param_dtype instead): bf16 on CPU and CUDA, fp16 on CUDA (on CPU
+  // fp16 is loss scaling around fp32 compute: LibTorch's CPU autocast has
+  // no fp16).
+  const bool cuda = s.device.is_cuda();
+  const bool autocast = !s.fsdp && (s.spec.mixed_precision == MixedPrecision::kBf16 ||
+                                    (cuda && s.spec.mixed_precision == MixedPrecision::kFp16));
+  const at::ScalarType autocast_dtype = s.spec.mixed_precision == MixedPrecision::kFp16 ? at::kHalf : at::kBFloat16;
   Clock::duration data_time{};
   double loss_sum = 0;
   int64_t samples = 0;
   for (int micro = 0; micro < accum; ++micro) {
     const auto d0 = Clock::now();
     Batch batch = s.loader->Next();
+    if (cuda) batch = batch.To(s.device);
     data_time += Clock::now() - d0;
     samples += batch.inputs.size(0);
     // Gradients are communicated on the last micro-step only (no_sync on
@@ -448,19 +482,9 @@ double Trainer::Step() {
       c10d::broadcast_coalesced(s.pg, s.buffers, 250 * 1024 * 1024, 0);
     }
     at::Tensor output;
-    if (autocast) {
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-      at::autocast::set_cpu_enabled(true);
-    }
-    try {
+    {
+      AutocastGuard guard(s.device.type(), autocast_dtype, autocast);
       output = s.fsdp ? s.fsdp->Forward(batch.inputs) : s.model->forward(batch.inputs);
-    } catch (...) {
-      if (autocast) at::autocast::set_cpu_enabled(false);
-      throw;
-    }
-    if (autocast) {
-      at::autocast::set_cpu_enabled(false);
-      at::autocast::clear_cache();
     }
     at::Tensor loss = Impl_Loss(output, batch.targets);
     loss_sum += loss.item<double>();
@@ -534,6 +558,10 @@ double Trainer::Step() {
     m.param_bytes = mem.params;
     m.grad_bytes = mem.grads;
     m.optimizer_bytes = mem.optimizer;
+    if (const auto device_memory = ReadDeviceMemory(s.device)) {
+      m.device_allocated_bytes = device_memory->allocated;
+      m.device_peak_bytes = device_memory->peak_allocated;
+    }
     if (s.fsdp) {
       const auto& c = s.fsdp->comm();
       m.allgather_bytes = c.allgather_bytes - s.last_allgather;
@@ -582,6 +610,7 @@ double Trainer::Evaluate() {
   double sum = 0;
   for (int32_t b = 0; b < s.spec.eval_batches; ++b) {
     Batch batch = s.eval_loader->Next();
+    if (s.device.is_cuda()) batch = batch.To(s.device);
     at::Tensor output = s.fsdp ? s.fsdp->Forward(batch.inputs) : s.model->forward(batch.inputs);
     sum += Impl_Loss(output, batch.targets).item<double>();
   }

@@ -7,8 +7,11 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <c10/core/Device.h>
+
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/job_spec.h"
@@ -38,6 +41,9 @@ struct DistContext {
   // holding the same shard (see FullyShardedModel); not owned.
   Collectives* shard_group = nullptr;
   Collectives* replicate_group = nullptr;
+  // This rank's device; unset: RankDevice(spec.device) (ranks as threads
+  // of one process, as tests run them, set it per rank).
+  std::optional<c10::Device> device;
 };
 
 struct TrainResult {

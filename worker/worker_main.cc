@@ -14,8 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
-#include "spdlog/spdlog.h"
+#include "common/log.h"
 #include "worker/control_client.h"
+#include "worker/device.h"
 #include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
@@ -44,17 +45,17 @@ class LoggingSink final : public MetricsSink {
   void OnCheckpoint(const CheckpointEvent& c) override {
     if (next_ != nullptr) next_->OnCheckpoint(c);
     if (c.ok) {
-      spdlog::info("rank {}: {} {} checkpoint at step {}: {} ({} bytes, {:.2f} s)", rank_, c.trigger, c.type, c.step,
+      log::Info("rank {}: {} {} checkpoint at step {}: {} ({} bytes, {:.2f} s)", rank_, c.trigger, c.type, c.step,
                    c.path, c.bytes, c.seconds);
     } else {
-      spdlog::error("rank {}: {} checkpoint at step {} failed: {}", rank_, c.trigger, c.step, c.error);
+      log::Error("rank {}: {} checkpoint at step {} failed: {}", rank_, c.trigger, c.step, c.error);
     }
   }
   void OnStep(const StepMetrics& m) override {
     if (next_ != nullptr) next_->OnStep(m);
-    if (!std::isnan(m.eval_loss)) spdlog::info("rank {} step {} eval loss {:.4f}", rank_, m.step, m.eval_loss);
+    if (!std::isnan(m.eval_loss)) log::Info("rank {} step {} eval loss {:.4f}", rank_, m.step, m.eval_loss);
     if (m.step == 1 || m.step % every_ == 0) {
-      spdlog::info("rank {} step {} loss {:.4f} {:.1f} samples/s (data {:.2f} ms, compute {:.2f} ms, optimizer {:.2f} ms)",
+      log::Info("rank {} step {} loss {:.4f} {:.1f} samples/s (data {:.2f} ms, compute {:.2f} ms, optimizer {:.2f} ms)",
                    rank_, m.step, m.loss, m.samples_per_second, m.data_seconds * 1e3, m.compute_seconds * 1e3,
                    m.optimizer_seconds * 1e3);
     }
@@ -89,10 +90,10 @@ std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10
     if (t == IntraHostTransport::kSharedMemory) {
       throw std::invalid_argument("ddp.intra_host_transport shm needs every rank on one host");
     }
-    spdlog::info("rank {}: ranks span several hosts; gradients travel through the process group", rank);
+    log::Info("rank {}: ranks span several hosts; gradients travel through the process group", rank);
     return nullptr;
   }
-  spdlog::info("rank {}: all {} ranks on this host; gradients travel through shared memory", rank, world_size);
+  log::Info("rank {}: all {} ranks on this host; gradients travel through shared memory", rank, world_size);
   return ShmCollectives::Create(store, rank, world_size, "trainyard");
 }
 
@@ -107,7 +108,7 @@ FsdpGroups MakeFsdpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::St
     case ShardingStrategy::kHybridShard:
     case ShardingStrategy::kHybridShardZero2: {
       const int32_t per_node = spec.fsdp.ranks_per_node > 0 ? spec.fsdp.ranks_per_node : world_size;
-      HybridGroups h = MakeHybridGroups(store, spec.device, rank, world_size, per_node, bind_addr, timeout);
+      HybridGroups h = MakeHybridGroups(store, EffectiveBackend(spec.backend, spec.device), rank, world_size, per_node, bind_addr, timeout);
       g.shard = std::move(h.shard);
       g.replicate = std::move(h.replicate);
       break;
@@ -140,7 +141,7 @@ int RunWorker(const WorkerArgs& args) {
     // Joining as rank 0: this host serves the rendezvous store.
     co.advertise_addr = args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
     if (co.advertise_addr.empty()) {
-      spdlog::error("rank 0: cannot tell this host's address toward {}; give --advertise-addr", args.server);
+      log::Error("rank 0: cannot tell this host's address toward {}; give --advertise-addr", args.server);
       return kExitUsage;
     }
     co.rendezvous_port = args.master_port > 0 ? args.master_port
@@ -149,20 +150,20 @@ int RunWorker(const WorkerArgs& args) {
   for (const auto& [path, out] : {std::pair<std::string, std::string*>{args.coordinator_ca, &co.ca_pem},
                                   {args.tls_cert, &co.cert_pem}, {args.tls_key, &co.key_pem}}) {
     if (!path.empty() && !ReadFileToString(path, out)) {
-      spdlog::error("rank {}: cannot read {}", args.rank, path);
+      log::Error("rank {}: cannot read {}", args.rank, path);
       return kExitUsage;
     }
   }
   auto control = ControlClient::Connect(co, &g_control);
   if (!control.ok()) {
-    spdlog::error("rank {}: {}", args.rank, std::string(control.status().message()));
+    log::Error("rank {}: {}", args.rank, std::string(control.status().message()));
     return kExitFailed;
   }
   ControlClient& ctl = **control;
   auto spec = ParseJobSpec(ctl.welcome().spec_json);
   if (!spec.ok()) {
     const std::string err = absl::StrCat("the job's spec is invalid here: ", std::string(spec.status().message()));
-    spdlog::error("rank {}: {}", args.rank, err);
+    log::Error("rank {}: {}", args.rank, err);
     ctl.Finish(false, err, 0);
     return kExitFailed;
   }
@@ -195,6 +196,8 @@ int RunWorker(const WorkerArgs& args) {
     c10::intrusive_ptr<c10d::ProcessGroup> pg;
     std::unique_ptr<ShmCollectives> shm;
     FsdpGroups fsdp_groups;
+    // The rank's GPU is current before NCCL or any CUDA work starts.
+    UseDevice(RankDevice(spec->device));
     if (world_size > 1) {
       RendezvousOptions ro;
       ro.master_addr = master_addr;
@@ -202,9 +205,9 @@ int RunWorker(const WorkerArgs& args) {
       ro.rank = args.rank;
       ro.world_size = world_size;
       ro.bind_addr = bind_addr;
-      spdlog::info("rank {}/{}: rendezvous at {}:{}", args.rank, world_size, master_addr, master_port);
+      log::Info("rank {}/{}: rendezvous at {}:{}", args.rank, world_size, master_addr, master_port);
       store = ConnectStore(ro);
-      pg = MakeProcessGroup(spec->device, store, args.rank, world_size, bind_addr, ro.timeout);
+      pg = MakeProcessGroup(EffectiveBackend(spec->backend, spec->device), store, args.rank, world_size, bind_addr, ro.timeout);
       shm = MaybeSharedMemory(*spec, store, args.rank, world_size);
       if (spec->distributed_type == DistributedType::kFsdp) {
         fsdp_groups = MakeFsdpGroups(*spec, store, pg, args.rank, world_size, bind_addr, ro.timeout);
@@ -215,15 +218,15 @@ int RunWorker(const WorkerArgs& args) {
                     DistContext{pg, shm.get(), fsdp_groups.shard.get(), fsdp_groups.replicate.get()}, &sink,
                     &g_control);
     if (!trainer.resumed_from().empty()) {
-      spdlog::info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
+      log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
     }
-    for (const std::string& note : trainer.resume_notes()) spdlog::info("rank {}: {}", args.rank, note);
-    spdlog::info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps,
+    for (const std::string& note : trainer.resume_notes()) log::Info("rank {}: {}", args.rank, note);
+    log::Info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps,
                  world_size);
     TrainResult result = trainer.Run();
     final_step = result.final_step;
     if (result.preempted) {
-      spdlog::info("rank {}: preempted; checkpoint {} at step {}", args.rank, result.final_checkpoint,
+      log::Info("rank {}: preempted; checkpoint {} at step {}", args.rank, result.final_checkpoint,
                    result.final_step);
       ctl.Finish(false,
                  absl::StrCat("preempted at step ", result.final_step,
@@ -233,16 +236,16 @@ int RunWorker(const WorkerArgs& args) {
       return kExitPreempted;
     }
     if (result.stopped) {
-      spdlog::info("rank {}: stopped on request after step {}", args.rank, result.final_step);
+      log::Info("rank {}: stopped on request after step {}", args.rank, result.final_step);
       ctl.Finish(false, absl::StrCat("stopped on request after step ", result.final_step), final_step);
       return kExitStopped;
     }
-    spdlog::info("rank {}: done, {} steps, loss {:.4f} -> {:.4f}", args.rank, result.final_step, result.first_loss,
+    log::Info("rank {}: done, {} steps, loss {:.4f} -> {:.4f}", args.rank, result.final_step, result.first_loss,
                  result.last_loss);
     if (pg) pg->barrier()->wait();  // nobody tears down the group under a peer
   } catch (const std::exception& e) {
     const std::string err = ErrorText(e);
-    spdlog::error("rank {}: training failed: {}", args.rank, err);
+    log::Error("rank {}: training failed: {}", args.rank, err);
     ctl.Finish(false, err, final_step);
     return kExitFailed;
   }

@@ -1,0 +1,118 @@
+"""GPU end to end: a real trainyard-server runs CUDA jobs on this machine's
+GPU — one rank (NCCL), two ranks sharing one GPU over Gloo, an FSDP job, and a
+TorchScript attention module — each to SUCCEEDED, and reports the rank's peak
+GPU memory on /metrics.
+
+Exits 77 (ctest: skipped) when no NVIDIA GPU is visible. Needs only the
+binaries (trainyard-server, trainyard-worker, trainctl) and, for the
+TorchScript case, a Python with torch (TRAINYARD_PYTHON, else skipped there).
+
+    python3 tests/gpu_e2e.py build/bin
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402  (Server, wait_for, write_spec)
+from e2e_test import Server, wait_for, write_spec  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gpu_count():
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    return 0
+
+
+JOB = """
+name: gpu-%(name)s
+model: {kind: %(model)s, hidden: [256, 256]}
+data: {kind: synthetic, batch_size: 32, num_samples: 2048}
+optimizer: {kind: adamw, lr: 0.001}
+max_steps: 60
+num_processes: %(ranks)d
+device: cuda
+backend: %(backend)s
+distributed_type: %(dist)s
+mixed_precision: %(mp)s
+metrics_every_steps: 5
+fsdp_config: {fsdp_sharding_strategy: FULL_SHARD, fsdp_auto_wrap_policy: SIZE_BASED_WRAP, fsdp_min_num_params: 10000}
+"""
+
+
+class GpuEndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-gpu-e2e-")
+        # Two ranks share GPU 0 in the Gloo case: the server hands out GPUs
+        # one per rank, so it is told there are two when only one exists.
+        cls.gpus = gpu_count()
+        cls.server = Server(cls.tmp.name, slots=4, extra=("--gpus", str(max(2, cls.gpus))))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def run_job(self, spec_text, name):
+        s = self.server
+        path = write_spec(self.tmp.name, name + ".yaml", spec_text)
+        r = s.ctl("-o", "json", "submit", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = re.search(r'"id": "([^"]+)"', r.stdout).group(1)
+        peak = {}
+
+        def done():
+            text = s.scrape()
+            for m in re.finditer(r'trainyard_job_memory_bytes\{job_id="%s",kind="device_peak",rank="(\d+)"\} (\S+)'
+                                 % re.escape(job_id), text):
+                peak[m.group(1)] = float(m.group(2))
+            state = s.job(job_id)["state"]
+            return state if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+        state = wait_for(done, 300, f"{name} to finish")
+        job = s.job(job_id)
+        self.assertEqual(state, "SUCCEEDED", f"{name}: {job.get('reason')}\n{s.ctl('logs', job_id).stdout[-3000:]}")
+        self.assertTrue(peak, f"{name}: no device_peak memory series while it ran")
+        for rank, value in peak.items():
+            self.assertGreater(value, 0, f"{name}: rank {rank} reported no GPU memory")
+        return job
+
+    def test_1_one_rank_over_nccl(self):
+        self.run_job(JOB % dict(name="nccl1", model="mlp", ranks=1, backend="nccl", dist="DDP", mp="no"), "nccl1")
+
+    def test_2_two_ranks_on_one_gpu_over_gloo_fp16(self):
+        self.run_job(JOB % dict(name="gloo2", model="mlp", ranks=2, backend="gloo", dist="DDP", mp="fp16"), "gloo2")
+
+    def test_3_fsdp_bf16(self):
+        backend = "nccl" if self.gpus >= 2 else "gloo"
+        self.run_job(JOB % dict(name="fsdp", model="mlp", ranks=2, backend=backend, dist="FSDP", mp="bf16"), "fsdp")
+
+    def test_4_torchscript_attention(self):
+        python = os.environ.get("TRAINYARD_PYTHON")
+        if not python:
+            self.skipTest("TRAINYARD_PYTHON (a Python with torch) is not set")
+        pt = os.path.join(self.tmp.name, "attention.pt")
+        subprocess.run([python, os.path.join(REPO, "examples", "export_attention.py"), pt], check=True)
+        spec = (JOB % dict(name="attention", model="'torchscript:%s'" % pt, ranks=1, backend="nccl", dist="DDP",
+                           mp="bf16")).replace("hidden: [256, 256]", "input_size: 784")
+        self.run_job(spec, "attention")
+
+
+if __name__ == "__main__":
+    if gpu_count() == 0:
+        print("gpu_e2e: no NVIDIA GPU is visible; skipped")
+        sys.exit(77)
+    e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

@@ -1,0 +1,406 @@
+// GPU tests: the CUDA paths of the worker on a real GPU. They run wherever a
+// CUDA device is visible and exit 77 (ctest: skipped) elsewhere.
+//
+// Ranks are threads. Two ranks on one GPU talk over Gloo (NCCL refuses two
+// ranks on one device); with two or more GPUs the NCCL tests run too.
+// References are independent: a single-process float64 computation on the
+// CPU, or the same job on the CPU.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <barrier>
+#include <filesystem>
+#include <iostream>
+
+#include "tests/dist_test_util.h"
+#include "tests/test_util.h"
+#include "tests/trainer_test_util.h"
+#include "worker/checkpoint.h"
+#include "worker/ddp.h"
+#include "worker/device.h"
+#include "worker/fsdp.h"
+#include "worker/models.h"
+#include "worker/process_group.h"
+#include "worker/trainer.h"
+
+namespace trainyard {
+namespace {
+
+const c10::Device kGpu0(c10::kCUDA, 0);
+constexpr int kSteps = 5;
+constexpr int64_t kPerRankBatch = 16;
+constexpr double kLr = 0.05;
+
+ModelSpec SmallMlp() {
+  ModelSpec ms;
+  ms.kind = ModelKind::kMlp;
+  ms.hidden = {64, 32};
+  return ms;
+}
+
+struct Data {
+  at::Tensor inputs;   // [steps, world * B, 784]
+  at::Tensor targets;  // [steps, world * B]
+};
+
+Data RandomData(int world, uint64_t seed) {
+  torch::manual_seed(seed);
+  return {torch::randn({kSteps, world * kPerRankBatch, 784}), torch::randint(0, 10, {kSteps, world * kPerRankBatch})};
+}
+
+// Plain SGD on one process over the whole batch, in float64 on the CPU.
+std::vector<at::Tensor> Float64Reference(const ModelSpec& ms, uint64_t seed, const Data& d) {
+  auto model = BuildModel(ms, seed);
+  model->to(at::kDouble);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr));
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(d.inputs[s].to(at::kDouble)), d.targets[s]).backward();
+    opt.step();
+  }
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void ExpectClose(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, double atol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const at::Tensor g = got[i].to(at::kCPU, at::kDouble);
+    const double diff = (g - want[i].to(at::kDouble)).abs().max().item<double>();
+    EXPECT_LE(diff, atol) << what << ": parameter " << i << " differs from the reference by " << diff;
+  }
+}
+
+// ---- DDP on CUDA tensors, every hook, against float64 ----------------------
+
+struct HookCase {
+  CommHookType hook;
+  double atol;  // fp32 sums: 1e-5; half-precision wire: its rounding over a few steps
+  friend void PrintTo(const HookCase& c, std::ostream* os) { *os << CommHookName(c.hook); }
+};
+
+class CudaDdpHooks : public ::testing::TestWithParam<HookCase> {};
+
+TEST_P(CudaDdpHooks, TwoRanksOnOneGpuOverGlooMatchFloat64) {
+  const HookCase c = GetParam();
+  const ModelSpec ms = SmallMlp();
+  const uint64_t seed = 11;
+  const Data d = RandomData(2, 5);
+  DdpSpec ds;
+  ds.bucket_cap_mb = 0.05;  // several buckets
+  ds.comm_hook = c.hook;
+  // Full rank and no error feedback: PowerSGD's average is exact, so the
+  // float64 reference holds; every matrix is compressed from the first step.
+  ds.power_sgd.matrix_approximation_rank = 64;
+  ds.power_sgd.start_powerSGD_iter = 0;
+  ds.power_sgd.min_compression_rate = 0;
+  ds.power_sgd.use_error_feedback = false;
+  std::vector<std::vector<at::Tensor>> results(2);
+  std::vector<int64_t> wire(2), fp32(2);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  RunThreads(2, [&](int rank) {
+    UseDevice(kGpu0);
+    auto pg = MakeProcessGroup(Backend::kGloo, store, rank, 2, "127.0.0.1", std::chrono::seconds(60));
+    auto model = BuildModel(ms, seed + 100 * rank);  // DDP broadcasts rank 0's weights
+    model->to(kGpu0);
+    DistributedDataParallel ddp(model->parameters(), model->buffers(), pg, ds);
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr));
+    for (int s = 0; s < kSteps; ++s) {
+      at::Tensor x = d.inputs[s].narrow(0, rank * kPerRankBatch, kPerRankBatch).to(kGpu0);
+      at::Tensor y = d.targets[s].narrow(0, rank * kPerRankBatch, kPerRankBatch).to(kGpu0);
+      ddp.PrepareForward();
+      at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      ddp.PrepareBackward({});
+      loss.backward();
+      for (const at::Tensor& p : model->parameters()) ASSERT_TRUE(p.grad().is_cuda());
+      opt.step();
+      for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+    }
+    for (const at::Tensor& p : model->parameters()) results[rank].push_back(p.detach().cpu());
+    wire[rank] = ddp.comm_stats().wire_bytes;
+    fp32[rank] = ddp.comm_stats().fp32_equivalent_bytes;
+  });
+  const auto want = Float64Reference(ms, seed, d);
+  for (int r = 0; r < 2; ++r) ExpectClose(results[r], want, c.atol, "rank " + std::to_string(r));
+  if (c.hook == CommHookType::kFp16 || c.hook == CommHookType::kBf16) {
+    EXPECT_EQ(2 * wire[0], fp32[0]) << "a half-precision hook carries half the bytes";
+  }
+  // The weights moved: the test cannot pass on untouched parameters.
+  auto init = BuildModel(ms, seed)->parameters();
+  EXPECT_GT((init[0].to(at::kDouble) - want[0]).abs().max().item<double>(), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hooks, CudaDdpHooks,
+                         ::testing::Values(HookCase{CommHookType::kNone, 1e-5}, HookCase{CommHookType::kFp16, 2e-3},
+                                           HookCase{CommHookType::kBf16, 5e-3},
+                                           HookCase{CommHookType::kPowerSgd, 1e-4},
+                                           HookCase{CommHookType::kBatchedPowerSgd, 1e-4}));
+
+// An NCCL group of one rank: DDP's allreduce runs through NCCL for real.
+TEST(CudaNccl, WorldOfOneAveragesThroughNccl) {
+  UseDevice(kGpu0);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto pg = MakeProcessGroup(Backend::kNccl, store, 0, 1, "127.0.0.1", std::chrono::seconds(60));
+  ASSERT_TRUE(UsesNccl(*pg));
+  const ModelSpec ms = SmallMlp();
+  const Data d = RandomData(1, 8);
+  auto model = BuildModel(ms, 3);
+  model->to(kGpu0);
+  DistributedDataParallel ddp(model->parameters(), model->buffers(), pg, DdpSpec{});
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr));
+  for (int s = 0; s < kSteps; ++s) {
+    ddp.PrepareForward();
+    at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(d.inputs[s].to(kGpu0)), d.targets[s].to(kGpu0));
+    ddp.PrepareBackward({});
+    loss.backward();
+    opt.step();
+    for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+  }
+  std::vector<at::Tensor> got;
+  for (const at::Tensor& p : model->parameters()) got.push_back(p.detach());
+  ExpectClose(got, Float64Reference(ms, 3, d), 1e-5, "NCCL world 1");
+  EXPECT_GT(ddp.comm_stats().wire_bytes, 0);
+}
+
+// ---- Trainer on CUDA -------------------------------------------------------
+
+JobSpec TrainerSpec(const std::string& project_dir = "") {
+  JobSpec s;
+  s.model.hidden = {64, 48, 32};
+  s.data.num_samples = 64;
+  s.data.batch_size = 8;
+  s.optimizer.kind = OptimizerKind::kAdamW;
+  s.optimizer.lr = 1e-3;
+  s.max_steps = 6;
+  s.device = Device::kCuda;
+  s.ddp.bucket_cap_mb = 0.05;
+  s.ddp.intra_host_transport = IntraHostTransport::kProcessGroup;
+  s.backend = Backend::kGloo;  // two ranks on one GPU
+  s.fsdp.auto_wrap_policy = WrapPolicy::kSizeBased;
+  s.fsdp.min_num_params = 2000;
+  s.checkpoint.project_dir = project_dir;
+  s.checkpoint.save_final = false;
+  return s;
+}
+
+std::vector<at::Tensor> HostCopies(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : ts) out.push_back(t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  return out;
+}
+
+// The same job on the CPU and on the GPU ends with the same weights (fp32
+// on both: only the kernels' summation orders differ).
+void ExpectCudaMatchesCpu(JobSpec spec, int world, double atol, const std::string& what) {
+  std::vector<at::Tensor> on_cpu, on_gpu;
+  const std::vector<c10::Device> gpus(world, kGpu0);
+  spec.device = Device::kCuda;
+  RunTrainers(spec, world, [&](int r, Trainer& t) {
+    t.Run();
+    for (const at::Tensor& p : t.model().parameters()) EXPECT_TRUE(p.is_cuda()) << what;
+    if (r == 0) on_gpu = HostCopies(t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters());
+    else if (t.fsdp()) t.fsdp()->FullParameters();  // collective
+  }, nullptr, nullptr, gpus);
+  spec.device = Device::kCpu;
+  spec.backend = Backend::kAuto;
+  RunTrainers(spec, world, [&](int r, Trainer& t) {
+    t.Run();
+    if (r == 0) on_cpu = HostCopies(t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters());
+    else if (t.fsdp()) t.fsdp()->FullParameters();
+  });
+  ExpectClose(on_gpu, on_cpu, atol, what);
+}
+
+TEST(CudaTrainer, DdpTrainerMatchesTheCpuRun) { ExpectCudaMatchesCpu(TrainerSpec(), 2, 1e-5, "DDP"); }
+
+TEST(CudaTrainer, FsdpFullShardMatchesTheCpuRun) {
+  JobSpec spec = TrainerSpec();
+  spec.distributed_type = DistributedType::kFsdp;
+  spec.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
+  ExpectCudaMatchesCpu(spec, 2, 1e-5, "FSDP FULL_SHARD");
+}
+
+// FULL_SHARD frees each wrapped unit's gathered parameters after its
+// forward; SHARD_GRAD_OP keeps them until backward. Measured with the CUDA
+// allocator's counters between forward and backward, both ranks quiet.
+TEST(CudaFsdp, FullShardFreesGatheredParametersAfterForward) {
+  auto allocated_after_forward = [](ShardingStrategy strategy, int64_t* unit_bytes) {
+    JobSpec spec = TrainerSpec();
+    spec.distributed_type = DistributedType::kFsdp;
+    spec.fsdp.sharding_strategy = strategy;
+    std::barrier sync(2);
+    int64_t allocated = 0;
+    RunTrainers(spec, 2, [&](int r, Trainer& t) {
+      FullyShardedModel& fsdp = *t.fsdp();
+      int64_t wrapped = 0;
+      for (const FsdpUnitInfo& u : fsdp.units()) {
+        if (!u.layers.empty()) wrapped += u.shard_numel * fsdp.shard_size() * 4;  // fp32 full buffer
+      }
+      if (r == 0) *unit_bytes = wrapped;
+      at::Tensor x = torch::randn({8, 784}).to(kGpu0);
+      at::Tensor y = torch::randint(0, 10, {8}).to(kGpu0);
+      at::Tensor loss = torch::nn::functional::cross_entropy(fsdp.Forward(x), y);
+      Synchronize(kGpu0);
+      sync.arrive_and_wait();
+      if (r == 0) allocated = ReadDeviceMemory(kGpu0)->allocated;
+      sync.arrive_and_wait();
+      fsdp.PrepareBackward();
+      loss.backward();
+      fsdp.FinishBackward();
+    }, nullptr, nullptr, {kGpu0, kGpu0});
+    return allocated;
+  };
+  int64_t unit_bytes = 0;
+  const int64_t full_shard = allocated_after_forward(ShardingStrategy::kFullShard, &unit_bytes);
+  const int64_t shard_grad_op = allocated_after_forward(ShardingStrategy::kShardGradOp, &unit_bytes);
+  ASSERT_GT(unit_bytes, 0) << "no wrapped unit: the test would prove nothing";
+  // Two ranks on the device: each frees its wrapped units' full buffers.
+  EXPECT_GE(shard_grad_op - full_shard, 2 * unit_bytes * 9 / 10)
+      << "FULL_SHARD " << full_shard << " B vs SHARD_GRAD_OP " << shard_grad_op << " B, units " << unit_bytes << " B";
+}
+
+// fp16 autocast with loss scaling, and bf16 autocast, on CUDA: they train,
+// stay close to fp32, and really compute in half precision (the weights
+// differ from the fp32 run's).
+TEST(CudaMixedPrecision, Fp16WithLossScalingAndBf16Train) {
+  auto run = [](MixedPrecision mp) {
+    JobSpec spec = TrainerSpec();
+    spec.mixed_precision = mp;
+    spec.max_steps = 30;
+    // SGD: an update is lr x gradient, so the weights carry the gradients'
+    // precision (Adam's normalised steps would hide it).
+    spec.optimizer.kind = OptimizerKind::kSgd;
+    spec.optimizer.lr = kLr;
+    std::vector<at::Tensor> params;
+    double first = 0, last = 0;
+    RunTrainers(spec, 1, [&](int, Trainer& t) {
+      TrainResult res = t.Run();
+      first = res.first_loss;
+      last = res.last_loss;
+      params = HostCopies(t.model().parameters());
+      for (const at::Tensor& p : t.model().parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+    }, nullptr, nullptr, {kGpu0});
+    EXPECT_LT(last, first) << "mixed precision " << static_cast<int>(mp);
+    return params;
+  };
+  const auto fp32 = run(MixedPrecision::kNo);
+  const auto fp16 = run(MixedPrecision::kFp16);
+  const auto bf16 = run(MixedPrecision::kBf16);
+  ExpectClose(fp16, fp32, 2e-3, "fp16 vs fp32");
+  ExpectClose(bf16, fp32, 1e-2, "bf16 vs fp32");
+  EXPECT_FALSE(torch::equal(fp16[0], fp32[0])) << "fp16 autocast did not change the arithmetic";
+  EXPECT_FALSE(torch::equal(bf16[0], fp32[0])) << "bf16 autocast did not change the arithmetic";
+}
+
+// ---- Checkpoints between devices -------------------------------------------
+
+struct Held {
+  std::vector<at::Tensor> params, exp_avg, exp_avg_sq;
+  int64_t step = 0;
+};
+
+Held Hold(Trainer& t) {
+  Held h;
+  h.step = t.step();
+  for (const at::Tensor& p : t.model().parameters()) {
+    h.params.push_back(p.detach().cpu());
+    auto* a = dynamic_cast<torch::optim::AdamWParamState*>(OptimizerStateOf(t.optimizer(), p));
+    if (a == nullptr) throw std::runtime_error("no optimizer state");
+    h.exp_avg.push_back(a->exp_avg().cpu());
+    h.exp_avg_sq.push_back(a->exp_avg_sq().cpu());
+  }
+  return h;
+}
+
+void ExpectBitwise(const Held& a, const Held& b, const std::string& what) {
+  EXPECT_EQ(a.step, b.step) << what;
+  ASSERT_EQ(a.params.size(), b.params.size()) << what;
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a.params[i], b.params[i])) << what << " parameter " << i;
+    EXPECT_TRUE(torch::equal(a.exp_avg[i], b.exp_avg[i])) << what << " exp_avg " << i;
+    EXPECT_TRUE(torch::equal(a.exp_avg_sq[i], b.exp_avg_sq[i])) << what << " exp_avg_sq " << i;
+  }
+}
+
+// Saved on one device, resumed on the other: parameters and optimizer state
+// bitwise, in both layouts.
+void CheckpointAcross(Device from, Device to, CheckpointType type) {
+  TempDir dir;
+  JobSpec spec = TrainerSpec(dir.path());
+  spec.max_steps = 4;
+  spec.device = from;
+  Held saved;
+  std::string path;
+  RunTrainers(spec, 1, [&](int, Trainer& t) {
+    t.Run();
+    CheckpointEvent ev = t.Checkpoint(type);
+    ASSERT_TRUE(ev.ok) << ev.error;
+    path = ev.path;
+    saved = Hold(t);
+  }, nullptr, nullptr, {from == Device::kCuda ? kGpu0 : c10::Device(c10::kCPU)});
+  spec.device = to;
+  spec.checkpoint.resume_from = path;
+  RunTrainers(spec, 1, [&](int, Trainer& t) {
+    ASSERT_EQ(t.resumed_from(), path);
+    for (const at::Tensor& p : t.model().parameters()) EXPECT_EQ(p.is_cuda(), to == Device::kCuda);
+    ExpectBitwise(Hold(t), saved, std::string(DeviceName(from)) + " -> " + DeviceName(to));
+  }, nullptr, nullptr, {to == Device::kCuda ? kGpu0 : c10::Device(c10::kCPU)});
+}
+
+TEST(CudaCheckpoint, WrittenOnCudaResumedOnCpuBitwise) {
+  CheckpointAcross(Device::kCuda, Device::kCpu, CheckpointType::kFull);
+  CheckpointAcross(Device::kCuda, Device::kCpu, CheckpointType::kSharded);
+}
+
+TEST(CudaCheckpoint, WrittenOnCpuResumedOnCudaBitwise) {
+  CheckpointAcross(Device::kCpu, Device::kCuda, CheckpointType::kFull);
+  CheckpointAcross(Device::kCpu, Device::kCuda, CheckpointType::kSharded);
+}
+
+// ---- Several GPUs: NCCL for real -------------------------------------------
+
+class MultiGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two GPUs (NCCL takes one device per rank)";
+  }
+};
+
+TEST_F(MultiGpu, NcclDdpAndFsdpMatchTheCpuRun) {
+  const std::vector<c10::Device> gpus = {c10::Device(c10::kCUDA, 0), c10::Device(c10::kCUDA, 1)};
+  for (DistributedType type : {DistributedType::kDdp, DistributedType::kFsdp}) {
+    JobSpec spec = TrainerSpec();
+    spec.backend = Backend::kNccl;
+    spec.distributed_type = type;
+    std::vector<at::Tensor> on_gpu, on_cpu;
+    RunTrainers(spec, 2, [&](int r, Trainer& t) {
+      t.Run();
+      auto full = t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters();
+      if (r == 0) on_gpu = HostCopies(full);
+    }, nullptr, nullptr, gpus);
+    spec.device = Device::kCpu;
+    spec.backend = Backend::kAuto;
+    RunTrainers(spec, 2, [&](int r, Trainer& t) {
+      t.Run();
+      auto full = t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters();
+      if (r == 0) on_cpu = HostCopies(full);
+    });
+    ExpectClose(on_gpu, on_cpu, 1e-5, DistributedTypeName(type));
+  }
+}
+
+}  // namespace
+}  // namespace trainyard
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (trainyard::CudaDeviceCount() == 0) {
+    std::cout << "gpu_test: no CUDA device is visible; skipped\n";
+    return 77;
+  }
+  std::cout << "gpu_test: " << trainyard::CudaDeviceCount() << " CUDA device(s)\n";
+  return RUN_ALL_TESTS();
+}
