@@ -86,7 +86,8 @@ def main():
     model, shape = build(a)
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
-        model = nn.parallel.DistributedDataParallel(model)
+        # The same setting as Trainyard's default (gradients are views of the buckets).
+        model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(a.batch, *shape, generator=g)

@@ -17,6 +17,7 @@
 #include "worker/fsdp.h"
 #include "worker/loss_scaler.h"
 #include "worker/models.h"
+#include "worker/safetensors.h"
 
 namespace trainyard {
 namespace {
@@ -323,12 +324,16 @@ std::string Python() {
   return p != nullptr ? p : TRAINYARD_TEST_PYTHON;
 }
 
-// A module scripted and saved by Python trains from C++ under DDP, and the
-// FULL checkpoint's weights load back into it in Python.
-TEST(Models, TorchScriptTrainsAndItsWeightsLoadBackInPython) {
+// A module scripted and saved by the venv's torch (the release the worker
+// is built against) trains from C++ under DDP, and the FULL checkpoint's
+// weights load back into it in Python: a plain MLP, and an attention model
+// (F.scaled_dot_product_attention, LayerNorm, GELU, a buffer).
+class TorchScriptModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TorchScriptModels, TrainAndTheirWeightsLoadBackInPython) {
   TempDir dir;
   const std::string pt = dir.path() + "/net.pt";
-  const std::string script = std::string(TRAINYARD_SOURCE_DIR) + "/examples/export_torchscript.py";
+  const std::string script = std::string(TRAINYARD_SOURCE_DIR) + "/examples/" + GetParam();
   ASSERT_EQ(std::system((Python() + " " + script + " " + pt).c_str()), 0);
   JobSpec spec;
   spec.model.kind = ModelKind::kTorchScript;
@@ -342,22 +347,41 @@ TEST(Models, TorchScriptTrainsAndItsWeightsLoadBackInPython) {
   spec.checkpoint.save_final = true;
   Lrs m;
   std::string final_path;
+  // The trained module's output on a fixed input, from C++.
+  const std::string outputs = dir.path() + "/outputs.safetensors";
   RunTrainers(spec, 2, [&](int r, Trainer& t) {
     TrainResult res = t.Run();
-    if (r == 0) final_path = res.final_checkpoint;
+    if (r != 0) return;
+    final_path = res.final_checkpoint;
+    torch::NoGradGuard no_grad;
+    t.model().eval();
+    const at::Tensor out = t.model().forward(torch::linspace(-1, 1, 3 * 784).reshape({3, 784}));
+    WriteSafetensors(outputs, {{"out", at::kFloat, out.sizes().vec()}}, [&](size_t) { return out.contiguous(); });
   }, &m);
   const auto [first, last] = FirstLast(m.loss);
   EXPECT_LT(last, 0.8 * first);
   ASSERT_FALSE(final_path.empty());
+  // Python loads the checkpoint into the scripted module (strict: every
+  // parameter and buffer by name) and computes the same output (fp32; the
+  // same kernels, so far below the 1e-5 allowed).
   const std::string check = Python() + " -c \"import sys, torch; from safetensors.torch import load_file; "
                             "m = torch.jit.load(sys.argv[1]); sd = load_file(sys.argv[2] + '/model.safetensors'); "
-                            "missing = m.load_state_dict(sd, strict=True); "
+                            "m.load_state_dict(sd, strict=True); m.eval(); "
                             "assert all(torch.equal(m.state_dict()[k], v) for k, v in sd.items()); "
-                            "out = m(torch.randn(3, 784)); assert out.shape == (3, 10), out.shape; "
+                            "want = load_file(sys.argv[3])['out']; "
+                            "got = m(torch.linspace(-1, 1, 3 * 784).reshape(3, 784)); "
+                            "assert got.shape == (3, 10), got.shape; "
+                            "torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5); "
                             "print('loaded', len(sd), 'tensors')\" " +
-                            pt + " " + final_path;
+                            pt + " " + final_path + " " + outputs;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
+
+INSTANTIATE_TEST_SUITE_P(Examples, TorchScriptModels,
+                         ::testing::Values("export_torchscript.py", "export_attention.py"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "export_torchscript.py" ? std::string("Mlp") : std::string("Attention");
+                         });
 
 // ---- data ------------------------------------------------------------------
 
