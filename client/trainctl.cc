@@ -1,6 +1,9 @@
 #include "client/trainctl.h"
 
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -87,6 +90,44 @@ ordered_json JobJson(const v1::Job& j) {
   return o;
 }
 
+// True when a TCP connection to "host:port" (or "[v6]:port") opens within
+// `timeout`: something listens there.
+bool TcpReachable(const std::string& target, std::chrono::milliseconds timeout) {
+  std::string host, port;
+  if (!target.empty() && target.front() == '[') {
+    const size_t close = target.find(']');
+    if (close == std::string::npos || close + 1 >= target.size() || target[close + 1] != ':') return false;
+    host = target.substr(1, close - 1);
+    port = target.substr(close + 2);
+  } else {
+    const size_t colon = target.rfind(':');
+    if (colon == std::string::npos) return false;
+    host = target.substr(0, colon);
+    port = target.substr(colon + 1);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t len = sizeof(error);
+      ok = poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+           getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return ok;
+}
+
 }  // namespace
 
 struct Trainctl::Impl {
@@ -115,6 +156,17 @@ struct Trainctl::Impl {
   // Prints an RPC failure the way a person needs it; returns the exit code.
   int Fail(const grpc::Status& s) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      // Something listens there, yet TLS calls fail: the handshake did (the
+      // server closes the connection on a client certificate it does not
+      // trust, and the client on a server certificate --ca does not sign).
+      if (!options.ca_pem.empty() && TcpReachable(options.server, std::chrono::seconds(2))) {
+        err << "trainctl: the TLS handshake with the trainyard server at " << options.server << " failed ("
+            << s.error_message() << "). The server is listening: check that --ca names the CA of its certificate"
+            << (options.cert_pem.empty() ? ", and whether it requires a client certificate (--cert, --key)"
+                                         : ", and that it trusts the CA that signed --cert")
+            << ".\n";
+        return 2;
+      }
       err << "trainctl: cannot reach the trainyard server at " << options.server << " (" << s.error_message()
           << "). Is trainyard-server running? Set --server or TRAINYARD_SERVER.\n";
       return 2;

@@ -6,14 +6,18 @@
 // control word; periodic saves and total_limit.
 #include "worker/checkpoint.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -152,6 +156,95 @@ TEST_P(RoundTrip, EveryStrategyRestoresBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RoundTrip, ::testing::Values(CheckpointType::kFull, CheckpointType::kSharded),
                          [](const auto& info) { return std::string(CheckpointTypeName(info.param)); });
+
+// Counts the live and peak bytes of CPU tensors allocated by threads that
+// turned counting on (rank 0's, as threads-as-ranks share one allocator).
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  static thread_local bool counting;
+
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    if (!counting) return inner;
+    auto* ctx = new Context{std::move(inner), n, this};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_ += static_cast<int64_t>(n);
+      peak_ = std::max(peak_, live_);
+    }
+    return {ctx->inner.get(), ctx, &Free, ctx->inner.device()};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+  // Starts a measurement: the peak restarts from what is live now.
+  int64_t Reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_ = live_;
+    return live_;
+  }
+  int64_t peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
+  }
+
+ private:
+  struct Context {
+    c10::DataPtr inner;
+    size_t bytes;
+    CountingAllocator* self;
+  };
+  static void Free(void* p) {
+    auto* ctx = static_cast<Context*>(p);
+    {
+      std::lock_guard<std::mutex> lock(ctx->self->mu_);
+      ctx->self->live_ -= static_cast<int64_t>(ctx->bytes);
+    }
+    delete ctx;
+  }
+
+  c10::Allocator* base_;
+  std::mutex mu_;
+  int64_t live_ = 0, peak_ = 0;
+};
+thread_local bool CountingAllocator::counting = false;
+
+// A FULL save under FSDP assembles whole tensors on rank 0 one at a time:
+// its extra memory peaks at no more than twice the largest tensor (counted
+// by the allocator, not estimated), while the model is many times that.
+TEST(FullSave, PeakExtraMemoryOnRankZeroIsAtMostTwiceTheLargestTensor) {
+  static CountingAllocator allocator(c10::GetCPUAllocator());
+  c10::SetCPUAllocator(&allocator, /*priority=*/100);
+  TempDir dir;
+  JobSpec spec = Fsdp(BaseSpec(dir.path()), ShardingStrategy::kFullShard, 2);
+  spec.model.hidden = std::vector<int64_t>(10, 256);  // largest 784x256; the model is ~3.7x that
+  int64_t extra = -1, largest = 0, total = 0;
+  RunTrainers(spec, 2, [&](int r, Trainer& t) {
+    t.Step();
+    int64_t before = 0;
+    if (r == 0) {
+      for (const at::Tensor& p : t.model().parameters()) {
+        largest = std::max<int64_t>(largest, p.numel() * 4);
+        total += p.numel() * 4;
+      }
+      before = allocator.Reset();
+      CountingAllocator::counting = true;
+    }
+    CheckpointEvent ev = t.Checkpoint(CheckpointType::kFull);
+    if (r == 0) {
+      CountingAllocator::counting = false;
+      extra = allocator.peak() - before;
+    }
+    if (!ev.ok) throw std::runtime_error(ev.error);
+  });
+  // Were the whole model gathered on rank 0, the bound below would fail.
+  ASSERT_GT(total, 3 * largest) << "the model must be much larger than its largest tensor";
+  ASSERT_GT(extra, 0) << "nothing was counted: the measurement would prove nothing";
+  std::cout << "FULL save: rank 0 peak extra " << extra << " B = " << static_cast<double>(extra) / largest
+            << "x the largest tensor (" << largest << " B); model " << total << " B\n";
+  EXPECT_LE(extra, 2 * largest) << "rank 0 held " << extra << " extra bytes; largest tensor " << largest
+                                << ", model " << total;
+}
 
 // Train to 4, checkpoint, resume in new processes' stead (new trainers),
 // train to 8: bitwise the uninterrupted run, data order and optimizer state

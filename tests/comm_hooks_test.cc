@@ -201,6 +201,34 @@ TEST(PowerSgdHook, PIsOrthonormalAndTheResidualIsKept) {
   EXPECT_EQ(state.at("iter").item<int64_t>(), 3);
 }
 
+// Error feedback is applied, not only kept: the step after a compressed
+// one compresses (its gradient + the residual that step left), which an
+// independent float64 reference from the warm-started Q reproduces; the same
+// reference without the residual does not.
+TEST(PowerSgdHook, ErrorFeedbackIsAddedToTheNextGradient) {
+  const std::vector<std::vector<int64_t>> shapes = {{40, 30}};
+  const auto inputs = RandomInputs(4, 40 * 30, 61);
+  HookRun run = RunHook(PowerSgd(2, /*start=*/2, /*error_feedback=*/true, /*warm=*/true), shapes, inputs);
+  std::vector<at::Tensor> with_error, without_error;
+  for (int r = 0; r < kWorld; ++r) {
+    // Step 2 was the first compressed step: its residual is input - output.
+    const at::Tensor residual = (inputs[2][r] - run.outputs[r][2]).to(torch::kDouble);
+    with_error.push_back((inputs[3][r].to(torch::kDouble) + residual).view({40, 30}));
+    without_error.push_back(inputs[3][r].to(torch::kDouble).view({40, 30}));
+  }
+  const at::Tensor q = run.states[0][2].at("q/0").view({30, 2});
+  const auto [expected, q_new] = ReferenceStep(with_error, q);
+  const auto [unfed, q_unfed] = ReferenceStep(without_error, q);
+  const at::Tensor got = run.outputs[0][3].view({40, 30}).to(torch::kDouble);
+  EXPECT_LE(MaxAbs(got - expected), 1e-4) << "step 3 is not the compression of gradient + error";
+  EXPECT_GT(MaxAbs(got - unfed), 1e-2) << "the reference cannot tell whether the error was added";
+  // And the residual carried on: step 3's error is (gradient + error) - output.
+  for (int r = 0; r < kWorld; ++r) {
+    const at::Tensor want = with_error[r].view({-1}) - run.outputs[r][3].to(torch::kDouble);
+    EXPECT_LE(MaxAbs(run.states[r][3].at("error/0").to(torch::kDouble) - want), 1e-5) << "rank " << r;
+  }
+}
+
 TEST(PowerSgdHook, WarmStartContinuesFromTheLastQ) {
   const std::vector<std::vector<int64_t>> shapes = {{24, 16}};
   const auto inputs = RandomInputs(4, 24 * 16, 41);

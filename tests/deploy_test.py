@@ -252,9 +252,14 @@ class KubernetesManifests(unittest.TestCase):
 
     def test_flags_exist_in_the_binaries(self):
         """Every flag the manifests pass is one the binaries in BIN accept."""
-        helps = {b: run([os.path.join(BIN, b), "--help"]).stdout for b in ("trainyard-server", "trainyard-worker")}
-        if "--join" not in helps["trainyard-worker"]:
-            self.skipTest(f"the binaries in {BIN} predate the external launcher (no trainyard-worker --join)")
+        helps = {}
+        for b in ("trainyard-server", "trainyard-worker"):
+            r = run([os.path.join(BIN, b), "--help"])
+            # A binary that crashes or prints no usage is a broken build: fail, never skip.
+            self.assertEqual(r.returncode, 0, f"{b} --help exited {r.returncode}: {r.stderr[-2000:]}")
+            self.assertIn("--", r.stdout, f"{b} --help printed no flags: {r.stdout!r}")
+            helps[b] = r.stdout
+        self.assertIn("--join", helps["trainyard-worker"], "trainyard-worker has no --join (external launcher)")
         unknown = []
         for _, d in self.docs:
             if d.get("kind") not in ("Deployment", "Job"):

@@ -3,6 +3,7 @@
 // FULL_SHARD holds about 1/N of DDP's bytes.
 #include "worker/fsdp.h"
 
+#include <c10/core/StorageImpl.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/dist_test_util.h"
 #include "worker/data.h"
 #include "worker/process_group.h"
 
@@ -184,6 +186,123 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return n;
     });
+
+// One FSDP run of the MLP on `world` ranks (SIZE_BASED: two wrapped units
+// and the root), with what each rank saw.
+struct FsdpRun {
+  std::vector<FullyShardedModel::CommCounters> comm;  // per rank, after the run
+  // Per rank, between the first step's forward and backward: bytes held by
+  // the storages of the wrapped units' parameters, and their full size.
+  std::vector<int64_t> wrapped_storage_bytes, wrapped_full_bytes;
+  std::vector<std::vector<at::Tensor>> params;  // FullParameters() per rank
+};
+
+FsdpRun RunFsdp(FsdpOptions o, int world, int steps = 3) {
+  at::set_num_threads(1);
+  o.wrap_policy = WrapPolicy::kSizeBased;
+  o.min_num_params = 3000;
+  torch::manual_seed(29);
+  const at::Tensor inputs = torch::randn({steps, world * kPerRank, 784});
+  const at::Tensor targets = torch::randint(0, 10, {steps, world * kPerRank}, torch::kLong);
+  FsdpRun run;
+  run.comm.resize(world);
+  run.wrapped_storage_bytes.resize(world);
+  run.wrapped_full_bytes.resize(world);
+  run.params.resize(world);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  RunThreads(world, [&](int r) {
+    Groups g = MakeGroups(o.strategy, store, r, world, 2);
+    FullyShardedModel fsdp(BuildModel(Mlp(), 5), o, g.shard.get(), g.replicate.get(), world);
+    auto opt = AdamW(fsdp.ShardParameters());
+    const auto model_params = fsdp.model().parameters();
+    for (int s = 0; s < steps; ++s) {
+      opt->zero_grad();
+      at::Tensor loss = torch::nn::functional::cross_entropy(fsdp.Forward(inputs[s].narrow(0, r * kPerRank, kPerRank)),
+                                                             targets[s].narrow(0, r * kPerRank, kPerRank));
+      if (s == 0) {
+        std::set<const c10::StorageImpl*> seen;
+        for (const FsdpUnitInfo& u : fsdp.units()) {
+          if (u.layers.empty()) continue;  // the root stays gathered
+          run.wrapped_full_bytes[r] += u.shard_numel * fsdp.shard_size() * 4;
+          for (size_t i : u.params) {
+            const at::Tensor& p = model_params[i];
+            if (seen.insert(p.storage().unsafeGetStorageImpl()).second) {
+              run.wrapped_storage_bytes[r] += static_cast<int64_t>(p.storage().nbytes());
+            }
+          }
+        }
+      }
+      fsdp.PrepareBackward();
+      loss.backward();
+      fsdp.FinishBackward();
+      opt->step();
+    }
+    run.comm[r] = fsdp.comm();
+    run.params[r] = fsdp.FullParameters();
+  });
+  return run;
+}
+
+// Between forward and backward, FULL_SHARD and HYBRID_SHARD hold no bytes
+// for the wrapped units' gathered parameters (freed after their forward);
+// SHARD_GRAD_OP and HYBRID_SHARD_ZERO2 hold them whole until backward.
+TEST(FsdpResharding, FullShardFreesAfterForwardShardGradOpKeeps) {
+  struct Want {
+    ShardingStrategy strategy;
+    int world;
+    bool freed;
+  };
+  for (const Want& w : {Want{ShardingStrategy::kFullShard, 2, true}, Want{ShardingStrategy::kHybridShard, 4, true},
+                        Want{ShardingStrategy::kShardGradOp, 2, false},
+                        Want{ShardingStrategy::kHybridShardZero2, 4, false}}) {
+    FsdpOptions o;
+    o.strategy = w.strategy;
+    const FsdpRun run = RunFsdp(o, w.world, 1);
+    for (int r = 0; r < w.world; ++r) {
+      ASSERT_GT(run.wrapped_full_bytes[r], 0) << "no wrapped unit: nothing to check";
+      if (w.freed) {
+        EXPECT_EQ(run.wrapped_storage_bytes[r], 0) << ShardingStrategyName(w.strategy) << " rank " << r;
+      } else {
+        EXPECT_EQ(run.wrapped_storage_bytes[r], run.wrapped_full_bytes[r])
+            << ShardingStrategyName(w.strategy) << " rank " << r;
+      }
+    }
+  }
+}
+
+// Prefetching only moves all-gathers earlier: each mode gathers the same
+// bytes in the same number of all-gathers as no prefetch, and trains to the
+// same weights.
+TEST(FsdpPrefetch, GathersTheSameBytesAndCountAsWithout) {
+  FsdpOptions none;
+  none.strategy = ShardingStrategy::kFullShard;
+  none.backward_prefetch = BackwardPrefetch::kNoPrefetch;
+  const FsdpRun base = RunFsdp(none, 2);
+  ASSERT_EQ(base.comm[0].prefetches, 0);
+  ASSERT_GT(base.comm[0].allgathers, 0);
+  struct Mode {
+    const char* name;
+    bool forward;
+    BackwardPrefetch backward;
+  };
+  for (const Mode& m : {Mode{"forward_prefetch", true, BackwardPrefetch::kNoPrefetch},
+                        Mode{"BACKWARD_PRE", false, BackwardPrefetch::kBackwardPre},
+                        Mode{"BACKWARD_POST", false, BackwardPrefetch::kBackwardPost},
+                        Mode{"forward_prefetch+BACKWARD_PRE", true, BackwardPrefetch::kBackwardPre}}) {
+    FsdpOptions o = none;
+    o.forward_prefetch = m.forward;
+    o.backward_prefetch = m.backward;
+    const FsdpRun run = RunFsdp(o, 2);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_GT(run.comm[r].prefetches, 0) << m.name << ": nothing was prefetched";
+      EXPECT_EQ(run.comm[r].allgather_bytes, base.comm[r].allgather_bytes) << m.name << " rank " << r;
+      EXPECT_EQ(run.comm[r].allgathers, base.comm[r].allgathers) << m.name << " rank " << r;
+      for (size_t i = 0; i < run.params[r].size(); ++i) {
+        EXPECT_TRUE(torch::equal(run.params[r][i], base.params[r][i])) << m.name << " parameter " << i;
+      }
+    }
+  }
+}
 
 // The GPT with one unit per Block (TRANSFORMER_BASED_WRAP) and a tied head
 // in the root, under every strategy (HYBRID as 2 nodes x 2 ranks): equal to

@@ -223,6 +223,24 @@ TEST(CudaTrainer, FsdpFullShardMatchesTheCpuRun) {
   ExpectCudaMatchesCpu(spec, 2, 1e-5, "FSDP FULL_SHARD");
 }
 
+// offload_params on CUDA: shards, their gradients and optimizer state stay
+// in host memory; each unit is copied to the GPU for its all-gather and its
+// reduced gradient copied back — real copies here, no-ops on the CPU.
+TEST(CudaTrainer, FsdpOffloadKeepsShardsOnTheHostAndMatchesTheCpuRun) {
+  JobSpec spec = TrainerSpec();
+  spec.distributed_type = DistributedType::kFsdp;
+  spec.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
+  spec.fsdp.offload_params = true;
+  RunTrainers(spec, 2, [&](int, Trainer& t) {
+    t.Step();
+    for (const at::Tensor& shard : t.fsdp()->ShardParameters()) {
+      EXPECT_TRUE(shard.device().is_cpu()) << "a shard left host memory";
+      EXPECT_TRUE(shard.grad().defined() && shard.grad().device().is_cpu()) << "a shard's gradient is not on the host";
+    }
+  }, nullptr, nullptr, {kGpu0, kGpu0});
+  ExpectCudaMatchesCpu(spec, 2, 1e-5, "FSDP FULL_SHARD offload");
+}
+
 // FULL_SHARD frees each wrapped unit's gathered parameters after its
 // forward; SHARD_GRAD_OP keeps them until backward. Measured with the CUDA
 // allocator's counters between forward and backward, both ranks quiet.

@@ -324,6 +324,18 @@ class Security(unittest.TestCase):
             # TLS without a client certificate: mutual TLS refuses it too.
             r = s.ctl("--ca", os.path.join(d, "ca.pem"), "--timeout", "3", "list")
             self.assertEqual(r.returncode, 2)
+            # A client certificate signed by another CA: refused in the TLS
+            # handshake, and the error says so.
+            openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other-ca.key", "-out",
+                    "other-ca.pem", "-days", "2", "-subj", "/CN=another-ca")
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "stranger.key", "-out", "stranger.csr",
+                    "-subj", "/CN=stranger")
+            openssl("x509", "-req", "-in", "stranger.csr", "-CA", "other-ca.pem", "-CAkey", "other-ca.key",
+                    "-CAcreateserial", "-out", "stranger.pem", "-days", "2", "-extfile", "ext.cnf")
+            r = s.ctl("--ca", os.path.join(d, "ca.pem"), "--cert", os.path.join(d, "stranger.pem"),
+                      "--key", os.path.join(d, "stranger.key"), "--timeout", "3", "list")
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("handshake", r.stderr.lower(), r.stderr)
             # With one signed by the CA: served, and a job's workers (which
             # present the server's certificate) reach the coordinator.
             client = ["--ca", os.path.join(d, "ca.pem"), "--cert", os.path.join(d, "server.pem"),

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <numeric>
 #include <set>
 
 #include "tests/test_util.h"
@@ -188,8 +190,11 @@ TEST(Schedules, AppliedEachStepAndRestoredOnResume) {
 TEST(MixedPrecision, Bf16AutocastTrainsAndKeepsFp32Parameters) {
   JobSpec spec = Mlp(16, 1);
   spec.max_steps = 40;
-  spec.optimizer.kind = OptimizerKind::kAdamW;
-  spec.optimizer.lr = 3e-3;
+  // SGD: an update is lr x gradient, so the weights carry the gradients'
+  // precision (Adam's normalised steps would amplify bf16's rounding noise).
+  spec.optimizer.kind = OptimizerKind::kSgd;
+  spec.optimizer.lr = 0.05;
+  spec.optimizer.momentum = 0.9;
   spec.mixed_precision = MixedPrecision::kBf16;
   Lrs bf16, fp32;
   std::vector<at::Tensor> with, without;
@@ -207,11 +212,18 @@ TEST(MixedPrecision, Bf16AutocastTrainsAndKeepsFp32Parameters) {
   }, &fp32);
   const auto [first, last] = FirstLast(bf16.loss);
   EXPECT_LT(last, 0.8 * first);
-  // bf16 compute rounds differently: the runs are close, not equal.
-  double diff = 0;
-  for (size_t i = 0; i < with.size(); ++i) diff = std::max(diff, (with[i] - without[i]).abs().max().item<double>());
+  // bf16 compute rounds differently: the runs are close, not equal. Close
+  // is measured against how far training moved the weights: the bf16 run's
+  // weights must differ from the fp32 run's by a small part of that.
+  const auto init = BuildModel(spec.model, spec.seed)->parameters();
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < with.size(); ++i) {
+    diff = std::max(diff, (with[i] - without[i]).abs().max().item<double>());
+    moved = std::max(moved, (without[i] - init[i]).abs().max().item<double>());
+  }
+  std::cout << "bf16 vs fp32: " << diff << " after the weights moved " << moved << "\n";
   EXPECT_GT(diff, 0.0);
-  EXPECT_LT(diff, 0.1);
+  EXPECT_LT(diff, 0.1 * moved) << "bf16 vs fp32 " << diff << ", training moved the weights by " << moved;
 }
 
 TEST(MixedPrecision, LossScalerSkipsOnInfAndAdjustsTheScale) {
@@ -241,8 +253,34 @@ TEST(MixedPrecision, LossScalerSkipsOnInfAndAdjustsTheScale) {
   EXPECT_EQ(restored.skipped_steps(), 1);
 }
 
-// fp16 on CPU: the scaler runs around fp32 compute (CPU autocast has no fp16
-// in LibTorch 1.13); a rank that sees inf makes every rank skip.
+// Inf on one rank only: every rank skips the step and backs off, so the
+// replicas never diverge; the next finite step goes through on all.
+TEST(MixedPrecision, InfOnOneRankMakesEveryRankSkip) {
+  LossScalerOptions o;
+  o.init_scale = 1024;
+  std::vector<std::vector<bool>> finite(2);
+  std::vector<double> scales(2);
+  std::vector<int64_t> skipped(2);
+  RunRanks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
+    LossScaler scaler(o);
+    for (int step = 0; step < 2; ++step) {
+      at::Tensor g = at::full({8}, 4096.0);
+      if (step == 0 && rank == 1) g[3] = std::numeric_limits<float>::infinity();
+      const bool ok = scaler.UnscaleAndCheck({g}, pg);
+      scaler.Update(ok);
+      finite[rank].push_back(ok);
+    }
+    scales[rank] = scaler.scale();
+    skipped[rank] = scaler.skipped_steps();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(finite[r], (std::vector<bool>{false, true})) << "rank " << r;
+    EXPECT_EQ(scales[r], 512) << "rank " << r << " did not back off";
+    EXPECT_EQ(skipped[r], 1) << "rank " << r;
+  }
+}
+
+// fp16 on CPU: the scaler runs around fp32 compute.
 TEST(MixedPrecision, Fp16LossScalingTrainsOverRanks) {
   JobSpec spec = Mlp(16, 1);
   spec.max_steps = 40;
@@ -467,24 +505,37 @@ TEST(Data, MnistJobTrainsAndEvaluatesOnT10k) {
 TEST(Data, TokenFileWindows) {
   TempDir dir;
   const std::string path = dir.path() + "/train.bin";
+  // Token i is i: a window's first token says where in the file it starts.
   std::vector<uint16_t> tokens(1000);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 50);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i);
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), 2000);
-  TokenFile f(path, 16, 64, 100, 3);
+  constexpr int64_t kVocab = 1024, kContext = 16;
+  TokenFile f(path, kContext, kVocab, 100, 3, 0.0, 0.9);
   EXPECT_EQ(f.tokens(), 1000);
   Batch b = f.Get({0, 1, 2});
-  ASSERT_EQ(b.inputs.sizes(), (std::vector<int64_t>{3, 16}));
+  ASSERT_EQ(b.inputs.sizes(), (std::vector<int64_t>{3, kContext}));
   for (int64_t i = 0; i < 3; ++i) {
     // Each window is consecutive tokens: targets are inputs shifted by one.
-    EXPECT_TRUE(torch::equal(b.inputs[i].narrow(0, 1, 15), b.targets[i].narrow(0, 0, 15)));
-    EXPECT_EQ((b.inputs[i][1].item<int64_t>() - b.inputs[i][0].item<int64_t>() + 50) % 50, 1);
+    EXPECT_TRUE(torch::equal(b.inputs[i].narrow(0, 1, kContext - 1), b.targets[i].narrow(0, 0, kContext - 1)));
+    EXPECT_EQ(b.inputs[i][1].item<int64_t>() - b.inputs[i][0].item<int64_t>(), 1);
   }
   EXPECT_TRUE(torch::equal(f.Get({5}).inputs, f.Get({5}).inputs));  // deterministic
-  // The held-out tail: windows start in the last 10%.
-  TokenFile tail(path, 16, 64, 10, 3, 0.9, 1.0);
-  for (int64_t i = 0; i < 10; ++i) EXPECT_GE(tail.Get({i}).inputs[0][0].item<int64_t>(), 0);
-  EXPECT_THROW(TokenFile(path, 16, 40, 10, 3).Get({0, 1, 2, 3, 4, 5}), std::runtime_error);  // tokens >= vocab
-  EXPECT_THROW(TokenFile(path, 2000, 64, 10, 3), std::runtime_error);                      // too short
+  // The training split: every window starts in the first 90%. The held-out
+  // tail: every window starts in the last 10% and fits in the file.
+  std::vector<int64_t> all(100);
+  std::iota(all.begin(), all.end(), 0);
+  const at::Tensor train_starts = f.Get(all).inputs.select(1, 0);
+  EXPECT_LT(train_starts.max().item<int64_t>(), 900);
+  TokenFile tail(path, kContext, kVocab, 50, 3, 0.9, 1.0);
+  std::vector<int64_t> held(50);
+  std::iota(held.begin(), held.end(), 0);
+  const Batch t = tail.Get(held);
+  EXPECT_GE(t.inputs.select(1, 0).min().item<int64_t>(), 900);
+  EXPECT_LE(t.targets.select(1, kContext - 1).max().item<int64_t>(), 999);
+  EXPECT_GT(t.inputs.select(1, 0).max().item<int64_t>() - t.inputs.select(1, 0).min().item<int64_t>(), 10)
+      << "held-out windows should spread over the tail";
+  EXPECT_THROW(TokenFile(path, kContext, 40, 10, 3).Get({0, 1, 2, 3, 4, 5}), std::runtime_error);  // tokens >= vocab
+  EXPECT_THROW(TokenFile(path, 2000, kVocab, 10, 3), std::runtime_error);                         // too short
 }
 
 TEST(Data, SamplerDisjointReshuffledAndDropLast) {

@@ -84,6 +84,7 @@ struct FullyShardedModel::Impl {
     u.gather_source = u.shard.detach().to(options.compute_device, options.param_dtype);
     u.gathering = shard_group->AllGatherIntoAsync(u.gather_target, u.gather_source);
     counters.allgather_bytes += static_cast<int64_t>(Bytes(u));
+    ++counters.allgathers;
     ++counters.prefetches;
   }
 
@@ -107,6 +108,7 @@ struct FullyShardedModel::Impl {
       at::Tensor source = u.shard.detach().to(options.compute_device, options.param_dtype);
       Timed([&] { shard_group->AllGatherInto(target, source); });
       counters.allgather_bytes += static_cast<int64_t>(Bytes(u));
+      ++counters.allgathers;
     }
     u.gathered = true;
   }

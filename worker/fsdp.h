@@ -109,6 +109,7 @@ class FullyShardedModel {
   // Cumulative collective traffic of this rank.
   struct CommCounters {
     int64_t allgather_bytes = 0;       // payload gathered (full unit sizes)
+    int64_t allgathers = 0;            // all-gathers issued (prefetched ones included)
     int64_t reduce_scatter_bytes = 0;  // gradient payload reduced (incl. replica all-reduce)
     int64_t nanos = 0;                 // time inside collectives (waiting, for prefetched gathers)
     int64_t prefetches = 0;            // all-gathers started ahead of need
