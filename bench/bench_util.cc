@@ -21,6 +21,9 @@ Stats Summarize(std::vector<double> v) {
   const double n = static_cast<double>(v.size());
   s.mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
   s.median = v[v.size() / 2];
+  s.min = v.front();
+  s.max = v.back();
+  s.count = v.size();
   s.p90 = v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(0.9 * n)) - 1)];
   double var = 0;
   for (double x : v) var += (x - s.mean) * (x - s.mean);

@@ -10,7 +10,8 @@
 namespace trainyard::bench {
 
 struct Stats {
-  double mean = 0, median = 0, p90 = 0, std = 0, cv = 0;
+  double mean = 0, median = 0, p90 = 0, std = 0, cv = 0, min = 0, max = 0;
+  size_t count = 0;
 };
 Stats Summarize(std::vector<double> values);
 

@@ -1,13 +1,17 @@
-// bench/comm_hooks: step time, samples/s and gradient wire bytes per step of
-// Trainyard's DDP communication hooks on a communication-bound model (an MLP
-// with several 1024x1024 layers, small batch), 2 ranks, over
+// bench/comm_hooks: step time, samples/s, gradient wire bytes per step and
+// the final loss of Trainyard's DDP communication hooks on a
+// communication-bound model (an MLP with several 1024x1024 layers, small
+// batch), 2 ranks, against PyTorch's own DDP with its own hooks
+// (bench/python_hooks.py, the venv's torch) on the same link:
 //   - loopback, and
 //   - two network namespaces joined by a veth pair shaped to 100 Mbit/s
 //     (bench/netns.sh; needs root, skipped with a message otherwise).
-// Each rank runs the worker's real Trainer; gradients go through the process
-// group (Gloo), never shared memory, so the link is what is measured.
+// Each Trainyard rank runs the worker's real Trainer; gradients go through
+// the process group (Gloo), never shared memory, so the link is what is
+// measured. Every configuration runs in --rounds interleaved rounds (the
+// setups take turns) whose measured steps are pooled.
 //
-//   comm_hooks [--steps N] [--rate 100mbit] [--skip-loopback] [--skip-netns]
+//   comm_hooks [--steps N] [--rounds R] [--rate 100mbit] [--skip-loopback] [--skip-netns] [--python PATH]
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -29,17 +33,18 @@ struct HookConfig {
   std::string label;
   CommHookType hook;
   int rank;
+  std::string python_hook;  // bench/python_hooks.py --hook
 };
 
 const std::vector<HookConfig>& Configs() {
   static const std::vector<HookConfig> kConfigs = {
-      {"no hook (fp32 allreduce)", CommHookType::kNone, 0},
-      {"fp16", CommHookType::kFp16, 0},
-      {"bf16", CommHookType::kBf16, 0},
-      {"PowerSGD rank 1", CommHookType::kPowerSgd, 1},
-      {"PowerSGD rank 2", CommHookType::kPowerSgd, 2},
-      {"PowerSGD rank 4", CommHookType::kPowerSgd, 4},
-      {"batched PowerSGD rank 2", CommHookType::kBatchedPowerSgd, 2},
+      {"no hook (fp32 allreduce)", CommHookType::kNone, 0, "none"},
+      {"fp16", CommHookType::kFp16, 0, "fp16"},
+      {"bf16", CommHookType::kBf16, 0, "bf16"},
+      {"PowerSGD rank 1", CommHookType::kPowerSgd, 1, "power_sgd"},
+      {"PowerSGD rank 2", CommHookType::kPowerSgd, 2, "power_sgd"},
+      {"PowerSGD rank 4", CommHookType::kPowerSgd, 4, "power_sgd"},
+      {"batched PowerSGD rank 2", CommHookType::kBatchedPowerSgd, 2, "batched_power_sgd"},
   };
   return kConfigs;
 }
@@ -55,8 +60,9 @@ class Sink final : public MetricsSink {
     step_seconds.push_back(m.step_seconds - m.data_seconds);
     wire.push_back(static_cast<double>(m.comm_wire_bytes));
     fp32.push_back(static_cast<double>(m.comm_fp32_bytes));
+    loss.push_back(m.loss);
   }
-  std::vector<double> step_seconds, wire, fp32;
+  std::vector<double> step_seconds, wire, fp32, loss;
 
  private:
   int warmup_;
@@ -90,16 +96,23 @@ int RunRank(const HookConfig& c, int steps, int warmup, const std::string& bind_
   trainer.Run();
   pg->barrier()->wait();
   if (rank == 0) {
-    std::cout << nlohmann::json{{"step_seconds", sink.step_seconds}, {"wire", sink.wire}, {"fp32", sink.fp32}}.dump()
+    // The mean loss of the last 10 steps, as the Python peer reports it.
+    const size_t n = std::min<size_t>(10, sink.loss.size());
+    double loss = 0;
+    for (size_t i = sink.loss.size() - n; i < sink.loss.size(); ++i) loss += sink.loss[i] / static_cast<double>(n);
+    std::cout << nlohmann::json{{"step_seconds", sink.step_seconds}, {"wire", sink.wire}, {"fp32", sink.fp32},
+                                {"loss", loss}}
+                     .dump()
               << std::endl;
   }
   return 0;
 }
 
 struct Row {
-  std::string link, label;
-  bench::Stats step;
-  double wire = 0, fp32 = 0;
+  std::string link, implementation, label;
+  std::vector<double> steps;  // pooled over rounds
+  std::vector<double> wire, fp32, losses;
+  std::string error;
 };
 
 }  // namespace
@@ -107,13 +120,19 @@ struct Row {
 
 int main(int argc, char** argv) {
   using namespace trainyard;
-  CLI::App app{"Trainyard DDP communication hooks: loopback and a shaped link"};
-  int steps = 8, warmup = 3, config = 0;
+  CLI::App app{"DDP communication hooks, Trainyard vs PyTorch's own: loopback and a shaped link"};
+  int steps = 50, warmup = 3, config = 0, rounds = 2;
   std::string role = "orchestrate", bind_addr = "127.0.0.1", rate = "100mbit";
+  std::string python = TRAINYARD_PYTHON;
   bool skip_loopback = false, skip_netns = false;
-  app.add_option("--steps", steps, "Measured steps per configuration")->capture_default_str();
-  app.add_option("--warmup", warmup, "Unmeasured first steps (>= 3: PowerSGD starts at step 3)")->capture_default_str();
+  app.add_option("--steps", steps, "Measured steps per configuration (over all rounds)")->capture_default_str();
+  app.add_option("--rounds", rounds, "Interleaved rounds, each with steps/rounds measured steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  app.add_option("--warmup", warmup, "Unmeasured first steps of every run (>= 3: PowerSGD starts at step 3)")
+      ->capture_default_str();
   app.add_option("--rate", rate, "Link rate for tc tbf")->capture_default_str();
+  app.add_option("--python", python, "Python with torch for the PyTorch peer")->capture_default_str();
   app.add_flag("--skip-loopback", skip_loopback);
   app.add_flag("--skip-netns", skip_netns);
   app.add_option("--role", role, "internal");
@@ -124,28 +143,61 @@ int main(int argc, char** argv) {
 
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string netns = std::filesystem::path(TRAINYARD_BENCH_DIR) / "netns.sh";
+  const std::string peer = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_hooks.py";
+  const int per_round = std::max(1, steps / rounds);
   std::vector<Row> rows;
   auto run_link = [&](const std::string& link, bool namespaced) {
-    for (size_t ci = 0; ci < Configs().size(); ++ci) {
-      std::vector<std::vector<std::string>> argvs;
-      for (int r = 0; r < 2; ++r) {
-        std::vector<std::string> a;
-        if (namespaced) a = {"ip", "netns", "exec", r == 0 ? "ty-hosta" : "ty-hostb"};
-        for (const std::string& x :
-             {self, std::string("--role"), std::string("rank"), std::string("--config"), std::to_string(ci),
-              std::string("--steps"), std::to_string(steps), std::string("--warmup"), std::to_string(warmup),
-              std::string("--bind-addr"),
-              namespaced ? std::string(r == 0 ? "10.231.0.1" : "10.231.0.2") : std::string("127.0.0.1")}) {
-          a.push_back(x);
+    const size_t first = rows.size();
+    for (const char* impl : {"Trainyard", "PyTorch"}) {
+      for (const HookConfig& c : Configs()) rows.push_back(Row{link, impl, c.label});
+    }
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t ci = 0; ci < Configs().size(); ++ci) {
+        for (int which = 0; which < 2; ++which) {  // Trainyard, then PyTorch, config by config
+          Row& row = rows[first + which * Configs().size() + ci];
+          if (!row.error.empty()) continue;
+          std::vector<std::vector<std::string>> argvs;
+          for (int r = 0; r < 2; ++r) {
+            std::vector<std::string> a;
+            const std::string addr = namespaced ? (r == 0 ? "10.231.0.1" : "10.231.0.2") : "127.0.0.1";
+            if (namespaced) a = {"ip", "netns", "exec", r == 0 ? "ty-hosta" : "ty-hostb"};
+            if (which == 0) {
+              for (const std::string& x : {self, std::string("--role"), std::string("rank"), std::string("--config"),
+                                           std::to_string(ci), std::string("--steps"), std::to_string(per_round),
+                                           std::string("--warmup"), std::to_string(warmup),
+                                           std::string("--bind-addr"), addr}) {
+                a.push_back(x);
+              }
+            } else {
+              // Gloo binds where the name resolves; inside the namespaces, to the veth.
+              a.push_back("env");
+              a.push_back(std::string("GLOO_SOCKET_IFNAME=") +
+                          (namespaced ? (r == 0 ? "ty-veth-a" : "ty-veth-b") : "lo"));
+              for (const std::string& x :
+                   {python, peer, std::string("--hook"), Configs()[ci].python_hook, std::string("--rank"),
+                    std::to_string(std::max(1, Configs()[ci].rank)), std::string("--steps"), std::to_string(per_round),
+                    std::string("--warmup"), std::to_string(warmup)}) {
+                a.push_back(x);
+              }
+            }
+            argvs.push_back(a);
+          }
+          auto j = bench::RunRanks(argvs, namespaced ? "10.231.0.1" : "127.0.0.1");
+          if (j.contains("error")) {
+            row.error = j["error"].get<std::string>();
+            std::cerr << link << " / " << row.implementation << " / " << row.label << ": " << row.error << "\n";
+            continue;
+          }
+          for (double x : j["step_seconds"].get<std::vector<double>>()) row.steps.push_back(x);
+          if (j.contains("wire")) {
+            for (double x : j["wire"].get<std::vector<double>>()) row.wire.push_back(x);
+            for (double x : j["fp32"].get<std::vector<double>>()) row.fp32.push_back(x);
+          }
+          row.losses.push_back(j["loss"].get<double>());
+          std::cerr << link << " / " << row.implementation << " / " << row.label << " (round " << round + 1 << "): "
+                    << bench::Summarize(row.steps).median * 1e3 << " ms/step median\n";
         }
-        argvs.push_back(a);
       }
-      auto j = bench::RunRanks(argvs, namespaced ? "10.231.0.1" : "127.0.0.1");
-      Row row{link, Configs()[ci].label, bench::Summarize(j["step_seconds"].get<std::vector<double>>())};
-      row.wire = bench::Summarize(j["wire"].get<std::vector<double>>()).mean;
-      row.fp32 = bench::Summarize(j["fp32"].get<std::vector<double>>()).mean;
-      std::cerr << link << " / " << row.label << ": " << row.step.mean * 1e3 << " ms/step\n";
-      rows.push_back(row);
     }
   };
   if (!skip_loopback) run_link("loopback", false);
@@ -165,23 +217,40 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::cout << "| link | hook | step ms (mean) | median | p90 | CV | samples/s (2 ranks) | speed-up vs no hook | "
-               "wire MB/step | wire / fp32 |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  std::cout << "| link | implementation | hook | step ms min | median | max | CV | samples/s (2 ranks, median) | "
+               "speed-up vs its own no hook (median) | wire MB/step | wire / fp32 | loss (last 10 steps) |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      std::cout << "| " << r.link << " | " << r.implementation << " | " << r.label << " | failed: " << r.error
+                << " |  |  |  |  |  |  |  |  |\n";
+      continue;
+    }
+    const bench::Stats st = bench::Summarize(r.steps);
     double base = 0;
     for (const Row& b : rows) {
-      if (b.link == r.link && b.label == Configs()[0].label) base = b.step.mean;
+      if (b.link == r.link && b.implementation == r.implementation && b.label == Configs()[0].label) {
+        base = bench::Summarize(b.steps).median;
+      }
     }
-    char line[512];
-    std::snprintf(line, sizeof(line), "| %s | %s | %.1f | %.1f | %.1f | %.3f | %.1f | %.2fx | %.3f | %.4f |\n",
-                  r.link.c_str(), r.label.c_str(), r.step.mean * 1e3, r.step.median * 1e3, r.step.p90 * 1e3, r.step.cv,
-                  2 * kBatch / r.step.mean, base / r.step.mean, r.wire / 1e6, r.fp32 > 0 ? r.wire / r.fp32 : 0.0);
+    double loss = 0;
+    for (double l : r.losses) loss += l / static_cast<double>(r.losses.size());
+    const double wire = bench::Summarize(r.wire).mean, fp32 = bench::Summarize(r.fp32).mean;
+    char line[640];
+    std::snprintf(line, sizeof(line), "| %s | %s | %s | %.1f | %.1f | %.1f | %.3f | %.1f | %.2fx | %s | %s | %.4f |\n",
+                  r.link.c_str(), r.implementation.c_str(), r.label.c_str(), st.min * 1e3, st.median * 1e3,
+                  st.max * 1e3, st.cv, 2 * kBatch / st.median, base > 0 ? base / st.median : 0.0,
+                  r.wire.empty() ? "-" : std::to_string(wire / 1e6).substr(0, 6).c_str(),
+                  r.wire.empty() || fp32 <= 0 ? "-" : std::to_string(wire / fp32).substr(0, 6).c_str(), loss);
     std::cout << line;
   }
-  std::cout << "\nmodel: MLP 784-1024-1024-1024-1024-10 (" << "3.96M parameters), batch " << kBatch
-            << " per rank, SGD momentum, 1 thread per rank; " << steps << " measured steps after " << warmup
-            << " warm-up steps; PowerSGD starts at step 3 with error feedback and warm start.\n"
-            << "command: " << argv[0] << " --steps " << steps << " --warmup " << warmup << " --rate " << rate
-            << "\n";
+  std::cout << "\nmodel: MLP 784-1024-1024-1024-1024-10 (3.96M parameters), batch " << kBatch
+            << " per rank, SGD momentum 0.9, lr 0.01, 1 thread per rank, Gloo; " << steps << " measured steps in "
+            << rounds << " interleaved rounds after " << warmup
+            << " warm-up steps per run; PowerSGD from step 3 with error feedback and warm start "
+               "(min_compression_rate 2) on both sides; PyTorch: DDP(gradient_as_bucket_view=True) with "
+               "torch.distributed.algorithms.ddp_comm_hooks.\n"
+            << "command: " << argv[0] << " --steps " << steps << " --rounds " << rounds << " --warmup " << warmup
+            << " --rate " << rate << "\n";
   return 0;
 }

@@ -1,10 +1,14 @@
 // bench/fsdp: samples/s and per-rank bytes of parameters + gradients +
 // optimizer state for DDP and each FSDP sharding strategy, at N = 2 and 4
-// ranks (processes on this machine), on the GPT. Memory is counted from
-// tensor storages at the end of a step (the worker's Trainer::Memory), not
-// RSS. HYBRID strategies take 2 ranks per "node" at N = 4 and 1 at N = 2.
+// ranks (processes on this machine), on the GPT, against PyTorch's FSDP2
+// (`fully_shard` per Block, FULL_SHARD semantics; bench/python_fsdp.py with
+// the venv's torch) on the same model. Memory is counted from tensor
+// storages after the last optimizer step (the worker's Trainer::Memory; the
+// peer counts its DTensors' local shards the same way), not RSS. HYBRID
+// strategies take 2 ranks per "node" at N = 4 and 1 at N = 2. Every setup
+// runs in --rounds interleaved rounds whose measured steps are pooled.
 //
-//   fsdp [--steps N] [--warmup W]
+//   fsdp [--steps N] [--rounds R] [--warmup W] [--python PATH]
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -116,39 +120,66 @@ int RunRank(int setup_index, int steps, int warmup) {
 
 int main(int argc, char** argv) {
   using namespace trainyard;
-  CLI::App app{"Trainyard FSDP: throughput and per-rank memory by sharding strategy"};
-  int steps = 6, warmup = 2, setup = 0;
+  CLI::App app{"Trainyard FSDP: throughput and per-rank memory by sharding strategy, against FSDP2"};
+  int steps = 50, warmup = 2, setup = 0, rounds = 2;
   std::string role = "orchestrate";
-  app.add_option("--steps", steps, "Measured steps per run")->capture_default_str();
-  app.add_option("--warmup", warmup, "Unmeasured first steps")->capture_default_str();
+  std::string python = TRAINYARD_PYTHON;
+  app.add_option("--steps", steps, "Measured steps per setup (over all rounds)")->capture_default_str();
+  app.add_option("--rounds", rounds, "Interleaved rounds, each with steps/rounds measured steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  app.add_option("--warmup", warmup, "Unmeasured first steps of every run")->capture_default_str();
+  app.add_option("--python", python, "Python with torch for the FSDP2 peer")->capture_default_str();
   app.add_option("--role", role, "internal");
   app.add_option("--setup", setup, "internal");
   CLI11_PARSE(app, argc, argv);
   if (role == "rank") return RunRank(setup, steps, warmup);
 
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::cout << "| N | setup | samples/s (all ranks) | step s (mean) | CV | params MB/rank | grads MB/rank | "
-               "optimizer MB/rank | total MB/rank | total / DDP |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  const std::string peer = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_fsdp.py";
+  const int per_round = std::max(1, steps / rounds);
+  const size_t kPeer = Setups().size();  // the last row of each N: FSDP2
+  std::cout << "| N | implementation / setup | samples/s (all ranks, median step) | step s min | median | max | CV | "
+               "params MB/rank | grads MB/rank | optimizer MB/rank | total MB/rank | total / DDP |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (int world : {2, 4}) {
+    std::vector<std::vector<double>> seconds(Setups().size() + 1);
+    std::vector<nlohmann::json> last(Setups().size() + 1);
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i <= Setups().size(); ++i) {
+        std::vector<std::string> a;
+        if (i == kPeer) {
+          a = {python, peer, "--steps", std::to_string(per_round), "--warmup", std::to_string(warmup)};
+        } else {
+          a = {self, "--role", "rank", "--setup", std::to_string(i), "--steps", std::to_string(per_round),
+               "--warmup", std::to_string(warmup)};
+        }
+        auto j = bench::RunRanks(std::vector<std::vector<std::string>>(world, a));
+        for (double x : j["seconds"].get<std::vector<double>>()) seconds[i].push_back(x);
+        last[i] = j;
+      }
+    }
     double ddp_total = 0;
-    for (size_t i = 0; i < Setups().size(); ++i) {
-      std::vector<std::string> a = {self, "--role", "rank", "--setup", std::to_string(i), "--steps",
-                                    std::to_string(steps), "--warmup", std::to_string(warmup)};
-      auto j = bench::RunRanks(std::vector<std::vector<std::string>>(world, a));
-      const bench::Stats st = bench::Summarize(j["seconds"].get<std::vector<double>>());
+    for (size_t i = 0; i <= Setups().size(); ++i) {
+      const bench::Stats st = bench::Summarize(seconds[i]);
+      const nlohmann::json& j = last[i];
       const double params = j["param_bytes"].get<double>() / 1e6, grads = j["grad_bytes"].get<double>() / 1e6,
                    opt = j["optimizer_bytes"].get<double>() / 1e6, total = params + grads + opt;
       if (i == 0) ddp_total = total;
-      const double samples = static_cast<double>(world) * 4 / st.mean;
-      char line[512];
-      std::snprintf(line, sizeof(line), "| %d | %s | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", world,
-                    Setups()[i].label.c_str(), samples, st.mean, st.cv, params, grads, opt, total, total / ddp_total);
+      const std::string label = i == kPeer ? "PyTorch FSDP2 fully_shard (FULL_SHARD)" : "Trainyard " + Setups()[i].label;
+      char line[640];
+      std::snprintf(line, sizeof(line),
+                    "| %d | %s | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", world,
+                    label.c_str(), static_cast<double>(world) * 4 / st.median, st.min, st.median, st.max, st.cv,
+                    params, grads, opt, total, total / ddp_total);
       std::cout << line << std::flush;
     }
   }
   std::cout << "\nmodel: GPT 4 layers, width 256, 4 heads, context 64, vocab 512 (3.3M parameters), batch 4 "
-               "sequences per rank, AdamW, 1 thread per rank; FSDP wraps each Block (TRANSFORMER_BASED_WRAP); "
-            << steps << " measured steps after " << warmup << ".\ncommand: " << argv[0] << " --steps " << steps
+               "sequences per rank, AdamW, 1 thread per rank, Gloo; FSDP wraps each Block (TRANSFORMER_BASED_WRAP; "
+               "FSDP2: fully_shard per Block, then the root); "
+            << steps << " measured steps per setup in " << rounds << " interleaved rounds, " << warmup
+            << " warm-up steps per run.\ncommand: " << argv[0] << " --steps " << steps << " --rounds " << rounds
             << " --warmup " << warmup << "\n";
   return 0;
 }

@@ -3,10 +3,16 @@
 # project venv that scripts/pyenv.sh makes; on a machine with torch already
 # installed, point it at that interpreter (torch 2.10 or newer).
 #
-# Defines trainyard::torch, an interface target carrying LibTorch's libraries,
-# compile flags and the c10d defines, with run paths to the wheel's own CUDA
-# libraries (nvidia-* packages: cudart, cuBLAS, cuDNN, NCCL, ...), so that one
-# binary runs CPU jobs anywhere and CUDA jobs where a GPU is visible.
+# Defines trainyard::torch, an interface target with LibTorch's headers,
+# libraries and c10d defines, and run paths to the wheel's own CUDA libraries
+# (nvidia-* packages: cudart, cuBLAS, cuDNN, NCCL), so that one binary runs
+# CPU jobs anywhere and CUDA jobs where a GPU is visible.
+#
+# The target is made from the package's layout rather than through
+# find_package(Torch): Torch's CMake package insists on a CUDA toolkit (nvcc,
+# and a GPU probe) for a CUDA build, though Trainyard compiles no CUDA code;
+# the CUDA and NCCL headers the NCCL process group includes come with the
+# wheel (nvidia/*/include), or from a toolkit when the wheel has none.
 set(TRAINYARD_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
     "Python interpreter whose torch package supplies LibTorch (scripts/pyenv.sh makes the default)")
 option(TRAINYARD_REQUIRE_CUDA "Fail unless the torch found is a CUDA build (NCCL linked in)" ON)
@@ -17,17 +23,17 @@ if(NOT EXISTS "${TRAINYARD_PYTHON}")
 endif()
 execute_process(
   COMMAND "${TRAINYARD_PYTHON}" -c
-          "import os, torch; print(torch.utils.cmake_prefix_path); print(torch.__version__.split('+')[0]); print(torch.version.cuda or ''); print(os.path.dirname(os.path.dirname(torch.__file__)))"
-  OUTPUT_VARIABLE _ty_torch_out ERROR_VARIABLE _ty_torch_err RESULT_VARIABLE _ty_torch_rc
-  OUTPUT_STRIP_TRAILING_WHITESPACE)
-if(NOT _ty_torch_rc EQUAL 0)
-  message(FATAL_ERROR "${TRAINYARD_PYTHON} cannot import torch: ${_ty_torch_err}")
+          "import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__.split('+')[0]); print(torch.version.cuda or ''); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+  OUTPUT_VARIABLE _ty_out ERROR_VARIABLE _ty_err RESULT_VARIABLE _ty_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _ty_rc EQUAL 0)
+  message(FATAL_ERROR "${TRAINYARD_PYTHON} cannot import torch: ${_ty_err}")
 endif()
-string(REPLACE "\n" ";" _ty_torch_out "${_ty_torch_out}")
-list(GET _ty_torch_out 0 _ty_cmake_prefix)
-list(GET _ty_torch_out 1 TRAINYARD_TORCH_VERSION)
-list(GET _ty_torch_out 2 TRAINYARD_TORCH_CUDA)
-list(GET _ty_torch_out 3 _ty_site_packages)
+string(REPLACE "\n" ";" _ty_out "${_ty_out}")
+list(GET _ty_out 0 TRAINYARD_TORCH_DIR)
+list(GET _ty_out 1 TRAINYARD_TORCH_VERSION)
+list(GET _ty_out 2 TRAINYARD_TORCH_CUDA)
+list(GET _ty_out 3 _ty_cxx11_abi)
+get_filename_component(_ty_site_packages "${TRAINYARD_TORCH_DIR}" DIRECTORY)
 if(TRAINYARD_TORCH_VERSION VERSION_LESS 2.10)
   message(FATAL_ERROR "torch ${TRAINYARD_TORCH_VERSION} at ${TRAINYARD_PYTHON} is older than 2.10")
 endif()
@@ -35,39 +41,69 @@ if(TRAINYARD_REQUIRE_CUDA AND TRAINYARD_TORCH_CUDA STREQUAL "")
   message(FATAL_ERROR "torch ${TRAINYARD_TORCH_VERSION} at ${TRAINYARD_PYTHON} is a CPU-only build; "
                       "install a CUDA build or configure with -DTRAINYARD_REQUIRE_CUDA=OFF")
 endif()
-
-# The wheel's CUDA libraries, for linking (transitive NEEDED entries of
-# libtorch_cuda) and at run time.
-file(GLOB _ty_nvidia_libs LIST_DIRECTORIES true "${_ty_site_packages}/nvidia/*/lib")
-if(_ty_nvidia_libs)
-  # The wheel's CUDA headers (nvidia/cu13/include) stand in for a toolkit.
-  file(GLOB _ty_nvidia_roots LIST_DIRECTORIES true "${_ty_site_packages}/nvidia/cu*")
-  list(APPEND CMAKE_PREFIX_PATH ${_ty_nvidia_roots})
+set(TRAINYARD_WITH_CUDA OFF)
+if(NOT TRAINYARD_TORCH_CUDA STREQUAL "")
+  set(TRAINYARD_WITH_CUDA ON)
 endif()
-list(APPEND CMAKE_PREFIX_PATH "${_ty_cmake_prefix}")
-# Trainyard compiles no CUDA kernels: naming the architectures skips Caffe2's
-# probe of the installed GPUs (a try_run that fails on machines without one).
-if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-  set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
-endif()
-find_package(Torch REQUIRED)
-message(STATUS "LibTorch ${TRAINYARD_TORCH_VERSION} (CUDA ${TRAINYARD_TORCH_CUDA}) from ${TRAINYARD_PYTHON}")
 
 add_library(trainyard_torch INTERFACE)
 add_library(trainyard::torch ALIAS trainyard_torch)
-target_link_libraries(trainyard_torch INTERFACE ${TORCH_LIBRARIES})
-target_compile_options(trainyard_torch INTERFACE ${TORCH_CXX_FLAGS})
-# ProcessGroupGloo.hpp needs gloo's headers, which the wheel lacks: Debian's
-# libgloo-dev provides them on the default include path.
-target_compile_definitions(trainyard_torch INTERFACE USE_DISTRIBUTED USE_C10D_GLOO)
-if(NOT TRAINYARD_TORCH_CUDA STREQUAL "")
-  target_compile_definitions(trainyard_torch INTERFACE USE_C10D_NCCL TRAINYARD_WITH_CUDA)
-  set(TRAINYARD_WITH_CUDA ON)
-else()
-  set(TRAINYARD_WITH_CUDA OFF)
+target_include_directories(trainyard_torch SYSTEM INTERFACE "${TRAINYARD_TORCH_DIR}/include"
+                           "${TRAINYARD_TORCH_DIR}/include/torch/csrc/api/include")
+target_compile_definitions(trainyard_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_ty_cxx11_abi})
+
+# The defines LibTorch's own CMake package gives its users (USE_DISTRIBUTED,
+# USE_C10D_GLOO, USE_C10D_NCCL, ...): they select what c10d's headers
+# declare, so they must match the build of the libraries.
+file(READ "${TRAINYARD_TORCH_DIR}/share/cmake/Caffe2/Caffe2Targets.cmake" _ty_targets)
+string(REPLACE ";" "," _ty_targets "${_ty_targets}")  # one list element per match below
+string(REGEX MATCHALL "INTERFACE_COMPILE_DEFINITIONS \"[A-Za-z0-9_,]*\"" _ty_def_lines "${_ty_targets}")
+set(_ty_defs)
+foreach(_line IN LISTS _ty_def_lines)
+  string(REGEX REPLACE "INTERFACE_COMPILE_DEFINITIONS \"([A-Za-z0-9_,]*)\"" "\\1" _values "${_line}")
+  string(REPLACE "," ";" _values "${_values}")
+  list(APPEND _ty_defs ${_values})
+endforeach()
+list(APPEND _ty_defs USE_DISTRIBUTED USE_C10D_GLOO)  # Gloo's headers come from Debian's libgloo-dev
+list(REMOVE_DUPLICATES _ty_defs)
+if(NOT TRAINYARD_WITH_CUDA)
+  list(FILTER _ty_defs EXCLUDE REGEX "NCCL|NVSHMEM")
 endif()
-get_filename_component(_ty_torch_lib "${_ty_cmake_prefix}/../../lib" ABSOLUTE)
-set(TRAINYARD_TORCH_RPATH "${_ty_torch_lib};${_ty_nvidia_libs}")
-target_link_directories(trainyard_torch INTERFACE ${_ty_nvidia_libs})
+target_compile_definitions(trainyard_torch INTERFACE ${_ty_defs})
+
+set(_ty_libs torch torch_cpu c10)
+if(TRAINYARD_WITH_CUDA)
+  list(APPEND _ty_libs torch_cuda c10_cuda)
+  target_compile_definitions(trainyard_torch INTERFACE TRAINYARD_WITH_CUDA)
+endif()
+foreach(_lib IN LISTS _ty_libs)
+  find_library(_ty_lib_${_lib} ${_lib} PATHS "${TRAINYARD_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+  if(NOT _ty_lib_${_lib})
+    message(FATAL_ERROR "lib${_lib}.so not found in ${TRAINYARD_TORCH_DIR}/lib")
+  endif()
+  target_link_libraries(trainyard_torch INTERFACE "${_ty_lib_${_lib}}")
+endforeach()
+
+# CUDA and NCCL: the wheel's nvidia-* packages (headers and libraries), else
+# an installed toolkit's headers.
+file(GLOB _ty_nvidia_libs LIST_DIRECTORIES true "${_ty_site_packages}/nvidia/*/lib")
+if(TRAINYARD_WITH_CUDA)
+  file(GLOB _ty_nvidia_includes LIST_DIRECTORIES true "${_ty_site_packages}/nvidia/*/include")
+  set(_ty_cuda_headers)
+  foreach(_dir IN LISTS _ty_nvidia_includes)
+    if(EXISTS "${_dir}/cuda_runtime_api.h" OR EXISTS "${_dir}/nccl.h")
+      list(APPEND _ty_cuda_headers "${_dir}")
+    endif()
+  endforeach()
+  find_path(_ty_cuda_runtime_h cuda_runtime_api.h PATHS ${_ty_cuda_headers} /usr/local/cuda/include NO_DEFAULT_PATH)
+  find_path(_ty_nccl_h nccl.h PATHS ${_ty_cuda_headers} /usr/local/cuda/include /usr/include NO_DEFAULT_PATH)
+  if(NOT _ty_cuda_runtime_h OR NOT _ty_nccl_h)
+    message(FATAL_ERROR "CUDA runtime or NCCL headers not found: neither in ${_ty_site_packages}/nvidia/*/include "
+                        "(the torch wheel's nvidia-* packages) nor in /usr/local/cuda/include")
+  endif()
+  target_include_directories(trainyard_torch SYSTEM INTERFACE "${_ty_cuda_runtime_h}" "${_ty_nccl_h}")
+endif()
+set(TRAINYARD_TORCH_RPATH "${TRAINYARD_TORCH_DIR}/lib;${_ty_nvidia_libs}")
 target_link_options(trainyard_torch INTERFACE "-Wl,-rpath,$<JOIN:${TRAINYARD_TORCH_RPATH},:>"
-                    "-Wl,-rpath-link,$<JOIN:${TRAINYARD_TORCH_RPATH},:>" "-Wl,--no-as-needed")
+                    "-Wl,-rpath-link,$<JOIN:${TRAINYARD_TORCH_RPATH},:>")
+message(STATUS "LibTorch ${TRAINYARD_TORCH_VERSION} (CUDA ${TRAINYARD_TORCH_CUDA}) from ${TRAINYARD_PYTHON}")

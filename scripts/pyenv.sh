@@ -9,7 +9,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${TRAINYARD_VENV:-$root/.venv}
 # One torch for C++ and Python. Pinned: a new release is a deliberate change.
-requirements=(torch==2.15.0 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6)
+# nvidia-cuda-crt: the CUDA headers (crt/) the wheel's runtime headers include, so the NCCL
+# process group compiles without a CUDA toolkit installed.
+requirements=(torch==2.15.0 nvidia-cuda-crt==13.2.86 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6)
 if [ ! -x "$venv/bin/python" ]; then
   echo "pyenv: creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
