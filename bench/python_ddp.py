@@ -1,7 +1,9 @@
 """Python peer for bench/ddp_overhead: the same model (MLP, MNIST CNN or a
 CIFAR-style ResNet-18 with BatchNorm) trained with PyTorch's own
-DistributedDataParallel (gloo, CPU, 1 thread per process), or without DDP at
-world size 1. Started once per rank by ddp_overhead with RANK, WORLD_SIZE,
+DistributedDataParallel (gloo, CPU, 1 thread per process, gradient_as_bucket_view
+as Trainyard), through Accelerate's Accelerator (--accelerate: the same DDP
+underneath, as `accelerate launch` users run it), or without DDP at world
+size 1. Started once per rank by ddp_overhead with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT in the environment (torchrun's convention).
 Rank 0 prints one JSON line with its per-step times.
 """
@@ -77,6 +79,8 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-ddp", action="store_true", help="train independently (no process group)")
+    p.add_argument("--accelerate", action="store_true",
+                   help="wrap model and optimizer with Accelerate's Accelerator (PyTorch DDP underneath)")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
@@ -84,11 +88,21 @@ def main():
 
     torch.manual_seed(42)
     model, shape = build(a)
-    if world > 1:
+    accelerator = None
+    if a.accelerate and world > 1:
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedDataParallelKwargs
+        # Accelerate reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (MULTI_CPU over gloo).
+        accelerator = Accelerator(cpu=True, kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True)])
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        model, opt = accelerator.prepare(model, opt)
+        torch.set_num_threads(1)  # Accelerate may reset it
+    elif world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
         # The same setting as Trainyard's default (gradients are views of the buckets).
         model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    if accelerator is None:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(a.batch, *shape, generator=g)
     y = torch.randint(0, a.classes, (a.batch,), generator=g)
@@ -97,7 +111,10 @@ def main():
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         loss = F.cross_entropy(model(x), y)
-        loss.backward()
+        if accelerator is not None:
+            accelerator.backward(loss)
+        else:
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss.item()
