@@ -140,9 +140,8 @@ int RunRank(const std::string& dir, int layers, int width, int vocab, int repeat
         fs::remove_all(CheckpointDir(dir).root() + "/checkpoint_" + std::to_string(ev.index), ec);
       }
     }
-    const bench::Stats s = bench::Summarize(save_s), l = bench::Summarize(load_s);
-    out[kind] = {{"bytes", bytes}, {"save_seconds", s.median}, {"load_seconds", l.median}};
-    if (rank == 0) out[kind]["dd_seconds"] = bench::Summarize(dd_s).median;
+    out[kind] = {{"bytes", bytes}, {"save_seconds", save_s}, {"load_seconds", load_s}};
+    if (rank == 0) out[kind]["dd_seconds"] = dd_s;
     if (!extra.empty()) out[kind]["peak_extra_bytes"] = *std::max_element(extra.begin(), extra.end());
   }
   pg->barrier()->wait();
@@ -157,13 +156,13 @@ int main(int argc, char** argv) {
   using namespace trainyard;
   CLI::App app{"Trainyard checkpoints: save/load rates vs dd, FULL save peak memory"};
   std::string dir = (fs::temp_directory_path() / "trainyard-bench-checkpoint").string();
-  int layers = 8, width = 512, vocab = 8192, repeats = 5;
+  int layers = 8, width = 512, vocab = 8192, repeats = 20;
   std::string role = "orchestrate";
   app.add_option("--dir", dir, "Directory to write checkpoints to (removed afterwards)")->capture_default_str();
   app.add_option("--layers", layers)->capture_default_str();
   app.add_option("--width", width)->capture_default_str();
   app.add_option("--vocab", vocab)->capture_default_str();
-  app.add_option("--repeats", repeats, "Measured saves, loads and dd runs per layout (medians reported)")->capture_default_str();
+  app.add_option("--repeats", repeats, "Measured saves, loads and dd runs per layout, alternating dd and save")->capture_default_str();
   app.add_option("--role", role, "internal");
   CLI11_PARSE(app, argc, argv);
   if (role == "rank") return RunRank(dir, layers, width, vocab, repeats);
@@ -175,17 +174,19 @@ int main(int argc, char** argv) {
                                 "--layers", std::to_string(layers), "--width", std::to_string(width),
                                 "--vocab",  std::to_string(vocab),  "--repeats", std::to_string(repeats)};
   auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a));
-  std::cout << "| layout | bytes (MB) | save s (median) | save MB/s | dd conv=fsync MB/s (same bytes, alternating) | "
-               "save / dd | load s | load MB/s |\n|---|---|---|---|---|---|---|---|\n";
+  std::cout << "| layout | bytes (MB) | save s min | median | max | save MB/s (median) | dd conv=fsync MB/s "
+               "(same bytes, alternating; median) | save / dd | load s min | median | max | load MB/s (median) |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const char* kind : {"sharded", "full"}) {
     const auto& k = j[kind];
     const double mb = k["bytes"].get<double>() / 1e6;
-    const double dd = k["dd_seconds"].get<double>();
+    const bench::Stats save = bench::Summarize(k["save_seconds"].get<std::vector<double>>());
+    const bench::Stats load = bench::Summarize(k["load_seconds"].get<std::vector<double>>());
+    const double dd = bench::Summarize(k["dd_seconds"].get<std::vector<double>>()).median;
     char line[512];
-    std::snprintf(line, sizeof(line), "| %s | %.1f | %.3f | %.0f | %.0f | %.2f | %.3f | %.0f |\n", kind, mb,
-                  k["save_seconds"].get<double>(), mb / k["save_seconds"].get<double>(), mb / dd,
-                  (mb / k["save_seconds"].get<double>()) / (mb / dd), k["load_seconds"].get<double>(),
-                  mb / k["load_seconds"].get<double>());
+    std::snprintf(line, sizeof(line), "| %s | %.1f | %.3f | %.3f | %.3f | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.0f |\n",
+                  kind, mb, save.min, save.median, save.max, mb / save.median, mb / dd, dd / save.median, load.min,
+                  load.median, load.max, mb / load.median);
     std::cout << line;
   }
   const double largest = j["largest_tensor_bytes"].get<double>();

@@ -169,6 +169,10 @@ int main(int argc, char** argv) {
                 a.push_back(x);
               }
             } else {
+              // A peer that hangs (PyTorch's PowerSGD on Gloo can) is stopped
+              // after 5 minutes and recorded as failed.
+              a.push_back("timeout");
+              a.push_back("300");
               // Gloo binds where the name resolves; inside the namespaces, to the veth.
               a.push_back("env");
               a.push_back(std::string("GLOO_SOCKET_IFNAME=") +
@@ -182,7 +186,13 @@ int main(int argc, char** argv) {
             }
             argvs.push_back(a);
           }
-          auto j = bench::RunRanks(argvs, namespaced ? "10.231.0.1" : "127.0.0.1");
+          nlohmann::json j;
+          try {
+            j = bench::RunRanks(argvs, namespaced ? "10.231.0.1" : "127.0.0.1");
+          } catch (const std::exception& e) {
+            // A rank that aborts (PyTorch's PowerSGD on Gloo can) is a result too.
+            j = {{"error", std::string("a rank aborted (") + e.what() + "; its stderr is above)"}};
+          }
           if (j.contains("error")) {
             row.error = j["error"].get<std::string>();
             std::cerr << link << " / " << row.implementation << " / " << row.label << ": " << row.error << "\n";

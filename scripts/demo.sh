@@ -28,7 +28,7 @@ echo "== submitted $job (examples/mnist-ddp.yaml)"
 # Scrape /metrics once the job reports steps (its series go away when it ends).
 (
   for _ in $(seq 600); do
-    if curl -sf "$metrics_url" | grep -q "trainyard_job_step{job=\"$job\""; then
+    if curl -sf "$metrics_url" | grep -q "trainyard_job_step{job_id=\"$job\""; then
       curl -sf "$metrics_url" > "$state/metrics-during-run.txt"
       exit 0
     fi
@@ -41,7 +41,7 @@ rc=0
 wait $scraper || true
 echo "== /metrics while $job ran (selected lines):"
 grep -E "^trainyard_(job_step|job_samples_per_second|job_loss|jobs)\{" "$state/metrics-during-run.txt" | grep -E "$job|state=\"RUNNING\"" || true
-grep -E "^trainyard_job_step_duration_seconds_(sum|count)\{job=\"$job\",phase=\"(step|compute)\",rank=\"0\"" \
+grep -E "^trainyard_job_step_duration_seconds_(sum|count)\{job_id=\"$job\",phase=\"(step|compute)\",rank=\"0\"" \
   "$state/metrics-during-run.txt" || true
 echo "== /metrics now:"
 curl -sf "$metrics_url" | grep -E '^trainyard_jobs\{state="(SUCCEEDED|FAILED|RUNNING)"' || true
