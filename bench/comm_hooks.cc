@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--rate", rate, "Link rate for tc tbf")->capture_default_str();
   app.add_option("--python", python, "Python with torch for the PyTorch peer")->capture_default_str();
+  std::vector<size_t> selected;
+  app.add_option("--configs", selected, "Only these rows of the hook table (0-based; default: all)");
   app.add_flag("--skip-loopback", skip_loopback);
   app.add_flag("--skip-netns", skip_netns);
   app.add_option("--role", role, "internal");
@@ -145,16 +147,20 @@ int main(int argc, char** argv) {
   const std::string netns = std::filesystem::path(TRAINYARD_BENCH_DIR) / "netns.sh";
   const std::string peer = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_hooks.py";
   const int per_round = std::max(1, steps / rounds);
+  if (selected.empty()) {
+    for (size_t i = 0; i < Configs().size(); ++i) selected.push_back(i);
+  }
   std::vector<Row> rows;
   auto run_link = [&](const std::string& link, bool namespaced) {
     const size_t first = rows.size();
     for (const char* impl : {"Trainyard", "PyTorch"}) {
-      for (const HookConfig& c : Configs()) rows.push_back(Row{link, impl, c.label});
+      for (size_t ci : selected) rows.push_back(Row{link, impl, Configs().at(ci).label});
     }
     for (int round = 0; round < rounds; ++round) {
-      for (size_t ci = 0; ci < Configs().size(); ++ci) {
+      for (size_t k = 0; k < selected.size(); ++k) {
+        const size_t ci = selected[k];
         for (int which = 0; which < 2; ++which) {  // Trainyard, then PyTorch, config by config
-          Row& row = rows[first + which * Configs().size() + ci];
+          Row& row = rows[first + which * selected.size() + k];
           if (!row.error.empty()) continue;
           std::vector<std::vector<std::string>> argvs;
           for (int r = 0; r < 2; ++r) {
@@ -261,6 +267,13 @@ int main(int argc, char** argv) {
                "(min_compression_rate 2) on both sides; PyTorch: DDP(gradient_as_bucket_view=True) with "
                "torch.distributed.algorithms.ddp_comm_hooks.\n"
             << "command: " << argv[0] << " --steps " << steps << " --rounds " << rounds << " --warmup " << warmup
-            << " --rate " << rate << "\n";
+            << " --rate " << rate;
+  if (selected.size() < Configs().size()) {
+    std::cout << " --configs";
+    for (size_t ci : selected) std::cout << " " << ci;
+  }
+  if (skip_loopback) std::cout << " --skip-loopback";
+  if (skip_netns) std::cout << " --skip-netns";
+  std::cout << "\n";
   return 0;
 }

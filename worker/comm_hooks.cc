@@ -1,6 +1,5 @@
 #include "worker/comm_hooks.h"
 
-#include "worker/process_group.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -406,7 +405,7 @@ class BatchedPowerSgdHook final : public PowerSgdBase {
 }  // namespace
 
 GradientComm::GradientComm(c10::intrusive_ptr<c10d::ProcessGroup> pg, CommStats* stats)
-    : pg_(std::move(pg)), stats_(stats), world_size_(pg_->getSize()), native_bf16_(UsesNccl(*pg_)) {}
+    : pg_(std::move(pg)), stats_(stats), world_size_(pg_->getSize()) {}
 
 void GradientComm::AllreduceSum(at::Tensor& t, WireDtype wire) {
   if (!t.is_contiguous() || t.scalar_type() != at::kFloat) {
@@ -429,73 +428,15 @@ void GradientComm::AllreduceSum(at::Tensor& t, WireDtype wire) {
       return;
     }
     case WireDtype::kBf16: {
-      at::Tensor half = t.to(at::kBFloat16);
+      // Gloo (in LibTorch 2.x) and NCCL both reduce bf16 natively.
+      std::vector<at::Tensor> v = {t.to(at::kBFloat16)};
+      pg_->allreduce(v)->wait();
+      t.copy_(v[0]);
       stats_->wire_bytes += n * 2;
-      if (native_bf16_) {
-        std::vector<at::Tensor> v = {half};
-        pg_->allreduce(v)->wait();
-        t.copy_(half);
-        return;
-      }
-      t.copy_(RingAllreduceBf16(half));
       return;
     }
   }
 }
-
-// Ring allreduce of bf16 values carried as bytes over send/recv (Gloo has no
-// bf16 arithmetic). Reduce-scatter: W-1 steps, each sending one slice to the
-// right neighbour while receiving one from the left, adding in fp32 and
-// rounding the partial sum to bf16 (as a bf16 ring allreduce does); then
-// all-gather the reduced slices the same way. Each direction of every link
-// carries 2(W-1)/W of the payload, in both directions at once.
-at::Tensor GradientComm::RingAllreduceBf16(const at::Tensor& device_values) {
-  // Gloo's send/recv take host tensors: CUDA buckets travel through host memory.
-  const at::Tensor values = device_values.device().is_cpu() ? device_values : device_values.cpu();
-  const int32_t w = world_size_;
-  const int32_t rank = pg_->getRank();
-  const int64_t n = values.numel();
-  const int64_t chunk = (n + w - 1) / w;
-  at::Tensor buf = at::zeros({chunk * w}, values.options());  // bf16
-  buf.narrow(0, 0, n).copy_(values);
-  auto slice = [&](int64_t i) { return buf.narrow(0, ((i % w) + w) % w * chunk, chunk); };
-  const int right = (rank + 1) % w, left = (rank - 1 + w) % w;
-  at::Tensor incoming = at::empty({chunk}, values.options());
-  // Slices go in segments, several in flight: one multi-megabyte message
-  // overruns a shaped link's queue and TCP backs off.
-  constexpr int64_t kSegment = 64 * 1024;  // bf16 values
-  constexpr int kInFlight = 16;
-  auto exchange = [&](const at::Tensor& out, int tag) {
-    std::vector<c10::intrusive_ptr<c10d::Work>> pending;
-    for (int64_t off = 0; off < chunk; off += kSegment) {
-      const int64_t len = std::min(kSegment, chunk - off);
-      std::vector<at::Tensor> send = {out.narrow(0, off, len).view(at::kByte)};
-      std::vector<at::Tensor> recv = {incoming.narrow(0, off, len).view(at::kByte)};
-      pending.push_back(pg_->send(send, right, tag));
-      pending.push_back(pg_->recv(recv, left, tag));
-      if (static_cast<int>(pending.size()) >= 2 * kInFlight) {
-        pending.front()->wait();
-        pending.erase(pending.begin());
-        pending.front()->wait();
-        pending.erase(pending.begin());
-      }
-    }
-    for (auto& work : pending) work->wait();
-  };
-  for (int32_t step = 0; step < w - 1; ++step) {
-    at::Tensor out = slice(rank - step).clone();
-    exchange(out, step);
-    at::Tensor target = slice(rank - step - 1);
-    target.copy_((target.to(at::kFloat) + incoming.to(at::kFloat)).to(at::kBFloat16));
-  }
-  for (int32_t step = 0; step < w - 1; ++step) {
-    at::Tensor out = slice(rank + 1 - step).clone();
-    exchange(out, w + step);
-    slice(rank - step).copy_(incoming);
-  }
-  return buf.narrow(0, 0, n).to(device_values.device(), at::kFloat);
-}
-
 
 void OrthogonalizeColumns(at::Tensor& matrices, double epsilon) {
   const int64_t cols = matrices.size(2);

@@ -45,21 +45,15 @@ class GradientComm {
   GradientComm(c10::intrusive_ptr<c10d::ProcessGroup> process_group, CommStats* stats);
 
   // In-place sum over all ranks of a contiguous fp32 tensor, carried on the
-  // wire as `wire`. bf16 on Gloo (which cannot reduce bf16) travels as
-  // bytes in a ring allreduce built from send/recv, adding in fp32 on
-  // arrival and rounding to bf16 as a bf16 allreduce does: the bytes of a
-  // ring allreduce, and identical results on every rank. On NCCL bf16 uses
-  // the real bf16 allreduce.
+  // wire as `wire` (the backend's own fp16/bf16 allreduce: Gloo and NCCL
+  // reduce both).
   void AllreduceSum(at::Tensor& tensor, WireDtype wire);
   int32_t world_size() const { return world_size_; }
 
  private:
-  at::Tensor RingAllreduceBf16(const at::Tensor& values);
-
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   CommStats* stats_;
   int32_t world_size_;
-  bool native_bf16_;
 };
 
 class CommHook : public c10d::CommHookInterface {
