@@ -1,12 +1,12 @@
 // Collectives: the sharded-data collectives FSDP needs, over one process
 // group, with the backend's gaps filled in one place.
 //
-// Gloo (1.13) has no all-gather-into-tensor, no reduce-scatter and no bf16
-// arithmetic; the Gloo implementation uses the verified workarounds
-// (all-gather into chunk views; reduce-scatter as alltoall_base followed by a
-// local sum — the same bytes as a real reduce-scatter; bf16 carried as bytes
-// and summed in fp32). On NCCL the native _allgather_base /
-// _reduce_scatter_base are used. Blocking calls; one calling thread per rank,
+// The Gloo implementation builds what Gloo lacked when it was written
+// (LibTorch 1.13: no all-gather-into-tensor, no reduce-scatter, no bf16
+// arithmetic) from collectives every release has: all-gather into chunk
+// views; reduce-scatter as alltoall_base followed by a local sum (the same
+// bytes as a real reduce-scatter); bf16 carried as bytes and summed in fp32.
+// On NCCL the native _allgather_base / _reduce_scatter_base are used. Blocking calls; one calling thread per rank,
 // and every rank must call in the same order.
 #ifndef TRAINYARD_WORKER_COLLECTIVES_H_
 #define TRAINYARD_WORKER_COLLECTIVES_H_
