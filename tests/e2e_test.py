@@ -113,6 +113,18 @@ class EndToEnd(unittest.TestCase):
         cls.server.stop()
         cls.tmp.cleanup()
 
+    def run_to_success(self, spec):
+        """Submits `spec`, watches it to the end; asserts SUCCEEDED and returns the job."""
+        s = self.server
+        r = s.ctl("-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = json.loads(r.stdout)["id"]
+        w = s.ctl("watch", job_id)
+        self.assertEqual(w.returncode, 0, w.stdout + w.stderr + s.ctl("logs", job_id).stdout)
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "SUCCEEDED")
+        return job
+
     def test_1_ddp_job_succeeds_with_metrics(self):
         s = self.server
         spec = write_spec(self.tmp.name, "small.yaml", SMALL_JOB % 2000)
@@ -167,7 +179,6 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(worker_pids(job_id), [])
 
     def test_2b_fsdp_gpt_job(self):
-        s = self.server
         spec = write_spec(self.tmp.name, "fsdp.yaml", """
 name: e2e-fsdp
 model: {kind: gpt, layers: 2, width: 32, heads: 4, context: 16, vocab: 64}
@@ -179,13 +190,7 @@ distributed_type: FSDP
 fsdp_config: {fsdp_sharding_strategy: 1, fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP,
               fsdp_transformer_layer_cls_to_wrap: Block}
 """)
-        r = s.ctl("-o", "json", "submit", spec)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        job_id = json.loads(r.stdout)["id"]
-        w = s.ctl("watch", job_id)
-        self.assertEqual(w.returncode, 0, w.stdout + w.stderr + s.ctl("logs", job_id).stdout)
-        job = s.job(job_id)
-        self.assertEqual(job["state"], "SUCCEEDED")
+        job = self.run_to_success(spec)
         self.assertEqual(job["spec"]["fsdp_config"]["fsdp_sharding_strategy"], "FULL_SHARD")
         self.assertLess(job["loss"], job["first_loss"], job)
 
@@ -193,7 +198,6 @@ fsdp_config: {fsdp_sharding_strategy: 1, fsdp_auto_wrap_policy: TRANSFORMER_BASE
         # A module with F.scaled_dot_product_attention, LayerNorm, GELU and a
         # buffer, scripted by the torch the worker is built against, trains
         # through the server under DDP on 2 ranks.
-        s = self.server
         python = os.environ.get("TRAINYARD_PYTHON")
         self.assertTrue(python, "TRAINYARD_PYTHON (the Python whose torch the worker uses) must be set")
         pt = os.path.join(self.tmp.name, "attention.pt")
@@ -208,13 +212,7 @@ optimizer: {kind: adamw, lr: 0.003}
 max_steps: 80
 num_processes: 2
 """ % pt)
-        r = s.ctl("-o", "json", "submit", spec)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        job_id = json.loads(r.stdout)["id"]
-        w = s.ctl("watch", job_id)
-        self.assertEqual(w.returncode, 0, w.stdout + w.stderr + s.ctl("logs", job_id).stdout)
-        job = s.job(job_id)
-        self.assertEqual(job["state"], "SUCCEEDED")
+        job = self.run_to_success(spec)
         self.assertLess(job["loss"], job["first_loss"], job)
 
     def test_2c_remote_checkpoints_cancel_with_checkpoint_and_resume(self):

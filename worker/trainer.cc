@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/placement.h"
 
 #include <torch/torch.h>
 
