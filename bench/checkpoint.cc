@@ -23,6 +23,7 @@
 #include "worker/models.h"
 #include "worker/process_group.h"
 #include "worker/trainer.h"
+#include "worker/dist_setup.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {
@@ -95,11 +96,10 @@ int RunRank(const std::string& dir, int layers, int width, int vocab, int repeat
   ro.master_port = std::stoi(getenv("MASTER_PORT"));
   ro.rank = rank;
   ro.world_size = world;
-  auto store = ConnectStore(ro);
-  auto pg = MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::minutes(10));
-  FsdpGroups groups = MakeFsdpGroups(spec, store, pg, rank, world, "127.0.0.1", std::chrono::minutes(10));
-  Trainer trainer(spec, rank, world, DistContext{pg, nullptr, groups.shard.get(), groups.replicate.get()}, nullptr,
-                  nullptr);
+  ro.timeout = std::chrono::minutes(10);
+  spec.backend = Backend::kGloo;
+  const DistSetup dist = SetUpDistributed(spec, ro);
+  Trainer trainer(spec, rank, world, dist.context(), nullptr, nullptr);
   trainer.Step();  // optimizer state exists
   int64_t largest = 0, params = 0;
   for (const at::Tensor& p : trainer.model().parameters()) {
@@ -114,7 +114,7 @@ int RunRank(const std::string& dir, int layers, int width, int vocab, int repeat
     for (int i = -1; i < repeats; ++i) {  // i = -1: unmeasured, learns the size
       // dd writes the same bytes right before each save, same conditions.
       if (rank == 0 && i >= 0) dd_s.push_back(Dd(dir, bytes));
-      pg->barrier()->wait();
+      dist.world->barrier()->wait();
       int64_t rss_before = 0;
       if (rank == 0 && type == CheckpointType::kFull) {
         malloc_trim(0);
@@ -131,10 +131,10 @@ int RunRank(const std::string& dir, int layers, int width, int vocab, int repeat
       if (rank == 0 && type == CheckpointType::kFull) extra.push_back((StatusKb("VmHWM") - rss_before) * 1024.0);
       save_s.push_back(ev.seconds);
       // Loads read from the page cache unless it is dropped; say which.
-      pg->barrier()->wait();
+      dist.world->barrier()->wait();
       const auto t0 = Clock::now();
       trainer.Resume(CheckpointDir(dir).root() + "/checkpoint_" + std::to_string(ev.index));
-      load_s.push_back(MaxOverRanks(pg, std::chrono::duration<double>(Clock::now() - t0).count()));
+      load_s.push_back(MaxOverRanks(dist.world, std::chrono::duration<double>(Clock::now() - t0).count()));
       if (rank == 0) {
         std::error_code ec;
         fs::remove_all(CheckpointDir(dir).root() + "/checkpoint_" + std::to_string(ev.index), ec);
@@ -144,7 +144,7 @@ int RunRank(const std::string& dir, int layers, int width, int vocab, int repeat
     if (rank == 0) out[kind]["dd_seconds"] = dd_s;
     if (!extra.empty()) out[kind]["peak_extra_bytes"] = *std::max_element(extra.begin(), extra.end());
   }
-  pg->barrier()->wait();
+  dist.world->barrier()->wait();
   if (rank == 0) std::cout << out.dump() << std::endl;
   return 0;
 }

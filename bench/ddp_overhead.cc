@@ -36,6 +36,7 @@
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
+#include "worker/dist_setup.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {
@@ -91,22 +92,17 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
   spec.distributed_type = world > 1 ? DistributedType::kDdp : DistributedType::kNo;
   spec.ddp.intra_host_transport =
       transport == "shm" ? IntraHostTransport::kSharedMemory : IntraHostTransport::kProcessGroup;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  c10::intrusive_ptr<c10d::Store> store;
-  if (world > 1) {
-    RendezvousOptions ro;
-    ro.master_port = port;
-    ro.rank = rank;
-    ro.world_size = world;
-    store = ConnectStore(ro);
-    pg = MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::seconds(120));
-  }
-  std::unique_ptr<ShmCollectives> shm;
-  if (world > 1) shm = MaybeSharedMemory(spec, store, rank, world);
+  RendezvousOptions ro;
+  ro.master_port = port;
+  ro.rank = rank;
+  ro.world_size = world;
+  ro.timeout = std::chrono::seconds(120);
+  spec.backend = Backend::kGloo;
+  const DistSetup dist = SetUpDistributed(spec, ro);
   TimingSink sink(warmup);
-  Trainer trainer(spec, rank, world, DistContext{pg, shm.get()}, &sink, nullptr);
+  Trainer trainer(spec, rank, world, dist.context(), &sink, nullptr);
   trainer.Run();
-  if (pg) pg->barrier()->wait();
+  if (dist.world) dist.world->barrier()->wait();
   if (reporter) std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}, {"hook_seconds", sink.hook_seconds}}.dump() << std::endl;
   return 0;
 }

@@ -21,6 +21,7 @@
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
+#include "worker/dist_setup.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {
@@ -92,18 +93,13 @@ int RunRank(int setup_index, int steps, int warmup) {
   ro.master_port = std::stoi(getenv("MASTER_PORT"));
   ro.rank = rank;
   ro.world_size = world;
-  auto store = ConnectStore(ro);
-  auto pg = MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::minutes(5));
-  auto shm = MaybeSharedMemory(spec, store, rank, world);
-  FsdpGroups groups;
-  if (spec.distributed_type == DistributedType::kFsdp) {
-    groups = MakeFsdpGroups(spec, store, pg, rank, world, "127.0.0.1", std::chrono::minutes(5));
-  }
+  ro.timeout = std::chrono::minutes(5);
+  spec.backend = Backend::kGloo;
+  const DistSetup dist = SetUpDistributed(spec, ro);
   Sink sink(warmup);
-  Trainer trainer(spec, rank, world, DistContext{pg, shm.get(), groups.shard.get(), groups.replicate.get()}, &sink,
-                  nullptr);
+  Trainer trainer(spec, rank, world, dist.context(), &sink, nullptr);
   trainer.Run();
-  pg->barrier()->wait();
+  dist.world->barrier()->wait();
   if (rank == 0) {
     std::cout << nlohmann::json{{"seconds", sink.seconds},
                                 {"param_bytes", sink.last.param_bytes},

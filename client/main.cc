@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   auto* checkpoint = app.add_subcommand("checkpoint", "Save a checkpoint of a running job; training continues");
   checkpoint->add_option("ID", id, "Job id")->required();
   checkpoint->add_option("--type", ckpt_type, "full, sharded, or auto (the job's checkpoint.type)")
-      ->check(CLI::IsMember({"auto", "full", "sharded"}))
+      ->check(CLI::IsMember(std::vector<std::string>{"auto", "full", "sharded"}))
       ->capture_default_str();
   checkpoint->add_flag("--wait", wait, "Return when the checkpoint is complete; print its path");
   checkpoint->add_option("--wait-timeout", wait_s, "Seconds --wait waits at most")

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "common/job_state.h"
+#include "common/credentials.h"
 #include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
@@ -419,7 +420,7 @@ namespace {
 ordered_json CheckpointJson(const v1::Checkpoint& c) {
   return {{"index", c.index()},
           {"step", c.step()},
-          {"type", c.type() == v1::SHARDED ? "sharded" : "full"},
+          {"type", CheckpointTypeName(FromProto(c).type)},
           {"trigger", c.trigger()},
           {"ok", c.ok()},
           {"path", c.path()},
@@ -436,7 +437,7 @@ int Trainctl::Checkpoint(const std::string& id, const std::string& type, bool wa
   Impl& s = *impl_;
   v1::CheckpointJobRequest req;
   req.set_id(id);
-  req.set_type(type == "full" ? v1::FULL : type == "sharded" ? v1::SHARDED : v1::CHECKPOINT_TYPE_UNSPECIFIED);
+  req.set_type(ToProto(ValueOf(kCheckpointTypeNames, type).value_or(CheckpointType::kAuto)));
   req.set_wait(wait);
   v1::CheckpointJobResponse resp;
   grpc::ClientContext ctx;
@@ -479,7 +480,7 @@ int Trainctl::Checkpoints(const std::string& id) {
     std::ostringstream secs;
     secs << std::fixed << std::setprecision(2) << c.seconds();
     s.out << std::left << std::setw(6) << (c.ok() ? std::to_string(c.index()) : "-") << std::setw(8) << c.step()
-          << std::setw(9) << (c.type() == v1::SHARDED ? "sharded" : "full") << std::setw(11) << c.trigger()
+          << std::setw(9) << CheckpointTypeName(FromProto(c).type) << std::setw(11) << c.trigger()
           << std::setw(8) << (c.ok() ? "ok" : "FAILED") << std::setw(12) << c.bytes() << std::setw(9) << secs.str()
           << std::setw(21) << FormatTime(c.unix_millis()) << (c.ok() ? c.path() : c.error()) << "\n";
   }

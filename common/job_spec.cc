@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model_layers.h"
 
 namespace trainyard {
 namespace {
@@ -162,15 +163,12 @@ class MapReader {
   // Parses an enum from its case-insensitive name. `names` lists accepted
   // spellings; `unimplemented` lists names that are valid in the spec format
   // but not supported by this build.
-  template <typename E>
-  void Enum(const std::string& key, E* out,
-            const std::vector<std::pair<std::string, E>>& names,
+  template <typename E, size_t N>
+  void Enum(const std::string& key, E* out, const EnumName<E> (&names)[N],
             const std::vector<std::string>& unimplemented = {}) {
     YAML::Node n = Child(key);
     if (!n) return;
-    std::vector<std::string> accepted;
-    for (const auto& [name, value] : names) accepted.push_back(name);
-    const std::string list = absl::StrJoin(accepted, ", ");
+    const std::string list = NamesOf(names);
     if (!n.IsScalar()) Fail(PathOf(key), absl::StrCat("must be one of: ", list, "; got ", Describe(n)));
     const std::string v = Lower(n.Scalar());
     for (const auto& [name, value] : names) {
@@ -224,10 +222,8 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
     if (!ValidUtf8(m->path)) Fail(r.PathOf("kind"), "must be valid UTF-8");
     if (m->path.empty() || m->path.size() > kMaxPath) Fail(r.PathOf("kind"), "torchscript:PATH needs the path of a saved TorchScript module");
   } else {
-    r.Enum<ModelKind>("kind", &m->kind,
-                      {{"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}, {"gpt", ModelKind::kGpt},
-                       {"resnet", ModelKind::kResNet}},
-                      {"torchscript"});
+    r.Enum<ModelKind>("kind", &m->kind, kModelKindNames);
+    if (m->kind == ModelKind::kTorchScript) Fail(r.PathOf("kind"), "torchscript:PATH needs the path of a saved TorchScript module");
   }
   if (YAML::Node h = r.Child("hidden")) {
     const std::string p = r.PathOf("hidden");
@@ -285,10 +281,9 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
     const std::string prefix = Lower(v.substr(0, v.find(':')));
     d->path = v.substr(v.find(':') + 1);
     if (!ValidUtf8(v)) Fail(r.PathOf("kind"), "must be valid UTF-8");
-    if (prefix == "mnist") {
-      d->kind = DataKind::kMnist;
-    } else if (prefix == "tokens") {
-      d->kind = DataKind::kTokens;
+    const std::optional<DataKind> kind = ValueOf(kDataKindNames, prefix);
+    if (kind && *kind != DataKind::kSynthetic) {
+      d->kind = *kind;
     } else if (prefix == "image_folder") {
       Fail(r.PathOf("kind"), "'image_folder:' is not supported by this version yet; accepted: synthetic, mnist:DIR, tokens:FILE");
     } else {
@@ -296,7 +291,10 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
     }
     if (d->path.empty() || d->path.size() > kMaxPath) Fail(r.PathOf("kind"), absl::StrCat(prefix, ":PATH needs a path"));
   } else {
-    r.Enum<DataKind>("kind", &d->kind, {{"synthetic", DataKind::kSynthetic}}, {"mnist", "tokens", "image_folder"});
+    r.Enum<DataKind>("kind", &d->kind, kDataKindNames, {"image_folder"});
+    if (d->kind != DataKind::kSynthetic) {
+      Fail(r.PathOf("kind"), absl::StrCat(DataKindName(d->kind), ":PATH needs a path; accepted: synthetic, mnist:DIR, tokens:FILE"));
+    }
   }
   r.Int("batch_size", &d->batch_size, 1, 1 << 16);
   r.Int("num_samples", &d->num_samples, 1, int64_t{1} << 34);
@@ -315,15 +313,14 @@ void ParseScheduler(const YAML::Node& node, const std::string& path, SchedulerSp
   }
   MapReader r(node, path);
   r.Enum<SchedulerKind>("kind", &sc->kind,
-                        {{"constant", SchedulerKind::kConstant}, {"linear", SchedulerKind::kLinear},
-                         {"cosine", SchedulerKind::kCosine}});
+kSchedulerKindNames);
   r.Int("warmup_steps", &sc->warmup_steps, 0, int64_t{1} << 40);
   r.RejectUnknown();
 }
 
 void ParseOptimizer(const YAML::Node& node, const std::string& path, OptimizerSpec* o) {
   MapReader r(node, path);
-  r.Enum<OptimizerKind>("kind", &o->kind, {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}});
+  r.Enum<OptimizerKind>("kind", &o->kind, kOptimizerKindNames);
   r.Double("lr", &o->lr, 0.0, 1e3);
   r.Double("weight_decay", &o->weight_decay, 0.0, 1e3);
   r.Double("momentum", &o->momentum, 0.0, 1.0);
@@ -351,17 +348,9 @@ void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
   MapReader r(node, path);
   r.Double("bucket_cap_mb", &d->bucket_cap_mb, 0.001, 4096);
   r.Enum<CommHookType>("comm_hook", &d->comm_hook,
-                       {{"no", CommHookType::kNone},
-                        {"none", CommHookType::kNone},
-                        {"fp16", CommHookType::kFp16},
-                        {"bf16", CommHookType::kBf16},
-                        {"power_sgd", CommHookType::kPowerSgd},
-                        {"batched_power_sgd", CommHookType::kBatchedPowerSgd}});
+kCommHookNames);
   r.Enum<CommWrapper>("comm_wrapper", &d->comm_wrapper,
-                      {{"no", CommWrapper::kNone},
-                       {"none", CommWrapper::kNone},
-                       {"fp16", CommWrapper::kFp16},
-                       {"bf16", CommWrapper::kBf16}});
+kCommWrapperNames);
   const bool power_sgd =
       d->comm_hook == CommHookType::kPowerSgd || d->comm_hook == CommHookType::kBatchedPowerSgd;
   if (d->comm_wrapper != CommWrapper::kNone && !power_sgd) {
@@ -401,9 +390,7 @@ void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
   r.Bool("gradient_as_bucket_view", &d->gradient_as_bucket_view);
   r.Bool("broadcast_buffers", &d->broadcast_buffers);
   r.Enum<IntraHostTransport>("intra_host_transport", &d->intra_host_transport,
-                             {{"auto", IntraHostTransport::kAuto},
-                              {"shm", IntraHostTransport::kSharedMemory},
-                              {"process_group", IntraHostTransport::kProcessGroup}});
+kIntraHostTransportNames);
   r.RejectUnknown();
   if (d->comm_hook != CommHookType::kNone && d->intra_host_transport == IntraHostTransport::kSharedMemory) {
     Fail(r.PathOf("intra_host_transport"),
@@ -417,28 +404,22 @@ void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
   if (YAML::Node n = r.Child("fsdp_sharding_strategy")) {
     // Accelerate takes the name or its number (1..5).
     const std::string p = r.PathOf("fsdp_sharding_strategy");
-    const std::vector<std::pair<std::string, ShardingStrategy>> names = {
-        {"FULL_SHARD", ShardingStrategy::kFullShard},     {"SHARD_GRAD_OP", ShardingStrategy::kShardGradOp},
-        {"NO_SHARD", ShardingStrategy::kNoShard},         {"HYBRID_SHARD", ShardingStrategy::kHybridShard},
-        {"HYBRID_SHARD_ZERO2", ShardingStrategy::kHybridShardZero2}};
+    const auto& names = kShardingStrategyNames;
     if (!n.IsScalar()) Fail(p, "must be a strategy name or number, got " + Describe(n));
     const std::string v = n.Scalar();
     bool found = false;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (v == std::to_string(i + 1) || Lower(v) == Lower(names[i].first)) {
-        f->sharding_strategy = names[i].second;
+    std::string accepted;
+    for (size_t i = 0; i < std::size(names); ++i) {
+      if (v == std::to_string(i + 1) || Lower(v) == Lower(names[i].name)) {
+        f->sharding_strategy = names[i].value;
         found = true;
       }
+      absl::StrAppend(&accepted, i ? ", " : "", names[i].name, " (", i + 1, ")");
     }
-    if (!found) {
-      Fail(p, absl::StrCat("unknown value '", v, "'; accepted: FULL_SHARD (1), SHARD_GRAD_OP (2), NO_SHARD (3), "
-                                              "HYBRID_SHARD (4), HYBRID_SHARD_ZERO2 (5)"));
-    }
+    if (!found) Fail(p, absl::StrCat("unknown value '", v, "'; accepted: ", accepted));
   }
   r.Enum<WrapPolicy>("fsdp_auto_wrap_policy", &f->auto_wrap_policy,
-                     {{"NO_WRAP", WrapPolicy::kNoWrap},
-                      {"SIZE_BASED_WRAP", WrapPolicy::kSizeBased},
-                      {"TRANSFORMER_BASED_WRAP", WrapPolicy::kTransformerBased}});
+kWrapPolicyNames);
   if (YAML::Node n = r.Child("fsdp_transformer_layer_cls_to_wrap")) {
     const std::string p = r.PathOf("fsdp_transformer_layer_cls_to_wrap");
     std::vector<std::string> names;
@@ -466,10 +447,7 @@ void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
   }
   r.Int("fsdp_min_num_params", &f->min_num_params, 1, int64_t{1} << 50);
   r.Bool("fsdp_offload_params", &f->offload_params);
-  const std::vector<std::pair<std::string, BackwardPrefetch>> prefetch = {
-      {"BACKWARD_PRE", BackwardPrefetch::kBackwardPre},
-      {"BACKWARD_POST", BackwardPrefetch::kBackwardPost},
-      {"NO_PREFETCH", BackwardPrefetch::kNoPrefetch}};
+  const auto& prefetch = kBackwardPrefetchNames;
   r.Enum<BackwardPrefetch>("fsdp_backward_prefetch", &f->backward_prefetch, prefetch);
   r.Enum<BackwardPrefetch>("fsdp_backward_prefetch_policy", &f->backward_prefetch, prefetch);
   if (r.Has("fsdp_backward_prefetch") && r.Has("fsdp_backward_prefetch_policy")) {
@@ -477,8 +455,7 @@ void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
   }
   r.Bool("fsdp_forward_prefetch", &f->forward_prefetch);
   r.Enum<StateDictType>("fsdp_state_dict_type", &f->state_dict_type,
-                        {{"FULL_STATE_DICT", StateDictType::kFullStateDict},
-                         {"SHARDED_STATE_DICT", StateDictType::kShardedStateDict}},
+kStateDictTypeNames,
                         {"LOCAL_STATE_DICT"});
   r.Bool("fsdp_sync_module_states", &f->sync_module_states);
   r.Bool("fsdp_use_orig_params", &f->use_orig_params);
@@ -508,8 +485,7 @@ void ParseCheckpoint(const YAML::Node& node, const std::string& path, Checkpoint
     Fail(r.PathOf("max_shard_size"), e.what());
   }
   r.Enum<CheckpointType>("type", &c->type,
-                         {{"auto", CheckpointType::kAuto}, {"full", CheckpointType::kFull},
-                          {"sharded", CheckpointType::kSharded}});
+                         kCheckpointTypeNames);
   r.Bool("save_final", &c->save_final);
   r.RejectUnknown();
   for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"project_dir", &c->project_dir},
@@ -557,54 +533,12 @@ void ParseSlurm(const YAML::Node& node, const std::string& path, SlurmSpec* s) {
   r.RejectUnknown();
 }
 
-JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
-  JobSpec s;
-  MapReader r(root, "");
-  r.String("name", &s.name, kMaxName);
-  if (s.name.empty()) Fail("name", "must not be empty");
-  for (char c : s.name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
-      Fail("name", "may contain only letters, digits, '-', '_' and '.'");
-    }
+// Rules between fields (each field's own range is checked as it is read);
+// throws SpecError naming the field at fault.
+void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
+  if (s.num_processes < 1 || s.num_processes > limits.max_num_processes) {
+    Fail("num_processes", absl::StrCat("must be between 1 and ", limits.max_num_processes, ", got ", s.num_processes));
   }
-  if (YAML::Node n = r.Child("model")) ParseModel(n, "model", &s.model);
-  if (YAML::Node n = r.Child("data")) ParseData(n, "data", &s.data);
-  if (YAML::Node n = r.Child("optimizer")) ParseOptimizer(n, "optimizer", &s.optimizer);
-  if (YAML::Node n = r.Child("ddp")) ParseDdp(n, "ddp", &s.ddp);
-  if (YAML::Node n = r.Child("fsdp_config")) ParseFsdp(n, "fsdp_config", &s.fsdp);
-  r.Int("max_steps", &s.max_steps, 1, int64_t{1} << 40);
-  r.Int("num_processes", &s.num_processes, 1, limits.max_num_processes);
-  r.Enum<Device>("device", &s.device, {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}});
-  r.Enum<Backend>("backend", &s.backend, {{"auto", Backend::kAuto}, {"gloo", Backend::kGloo}, {"nccl", Backend::kNccl}});
-  r.Enum<DistributedType>("distributed_type", &s.distributed_type,
-                          {{"DDP", DistributedType::kDdp},
-                           {"MULTI_CPU", DistributedType::kDdp},
-                           {"MULTI_GPU", DistributedType::kDdp},
-                           {"FSDP", DistributedType::kFsdp},
-                           {"NO", DistributedType::kNo}});
-  r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision,
-                         {{"no", MixedPrecision::kNo}, {"bf16", MixedPrecision::kBf16}, {"fp16", MixedPrecision::kFp16}});
-  r.Int("seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
-  r.Int("threads_per_process", &s.threads_per_process, 1, 256);
-  r.Int("metrics_every_steps", &s.metrics_every_steps, 1, kMaxInt);
-  r.Int("max_restarts", &s.max_restarts, 0, 1000);
-  r.Double("step_timeout_s", &s.step_timeout_s, 0.0, 7 * 86400.0);
-  r.Double("reattach_timeout_s", &s.reattach_timeout_s, 1.0, 86400.0);
-  r.Bool("preemptible", &s.preemptible);
-  r.Double("preemption_grace_s", &s.preemption_grace_s, 1.0, 86400.0);
-  r.Double("max_grad_norm", &s.max_grad_norm, 0.0, 1e9);
-  if (YAML::Node n = r.Child("checkpoint")) ParseCheckpoint(n, "checkpoint", &s.checkpoint);
-  r.Int("gradient_accumulation_steps", &s.gradient_accumulation_steps, 1, 1 << 16);
-  r.Double("clip_grad_value", &s.clip_grad_value, 0.0, 1e9);
-  if (YAML::Node n = r.Child("scheduler")) ParseScheduler(n, "scheduler", &s.scheduler);
-  r.Enum<LossKind>("loss", &s.loss, {{"cross_entropy", LossKind::kCrossEntropy}, {"mse", LossKind::kMse}});
-  r.Int("eval_every_steps", &s.eval_every_steps, 0, int64_t{1} << 40);
-  r.Int("eval_batches", &s.eval_batches, 1, 1 << 20);
-  r.Enum<LauncherKind>("launcher", &s.launcher,
-                       {{"default", LauncherKind::kDefault}, {"local", LauncherKind::kLocal},
-                        {"slurm", LauncherKind::kSlurm}, {"external", LauncherKind::kExternal}});
-  if (YAML::Node n = r.Child("slurm")) ParseSlurm(n, "slurm", &s.slurm);
-  r.RejectUnknown();
   if (s.num_processes % s.slurm.nodes != 0) {
     Fail("slurm.nodes", absl::StrCat("must divide num_processes (", s.num_processes, "), got ", s.slurm.nodes));
   }
@@ -619,15 +553,7 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
          absl::StrCat("must divide num_processes (", s.num_processes, "), got ", s.fsdp.ranks_per_node));
   }
   if (s.fsdp.auto_wrap_policy == WrapPolicy::kTransformerBased) {
-    // The layer types each model is made of (worker/models.cc).
-    std::vector<std::string> types = {"Linear"};
-    switch (s.model.kind) {
-      case ModelKind::kGpt: types = {"Embedding", "Block", "Head"}; break;
-      case ModelKind::kCnn: types = {"Conv2d", "Linear"}; break;
-      case ModelKind::kResNet: types = {"Stem", "BasicBlock", "Linear"}; break;
-      case ModelKind::kTorchScript: types = {"TorchScript"}; break;
-      case ModelKind::kMlp: break;
-    }
+    const std::vector<std::string> types = ModelLayerTypes(s.model.kind);
     for (const std::string& name : s.fsdp.transformer_layer_cls_to_wrap) {
       if (std::find(types.begin(), types.end(), name) == types.end()) {
         Fail("fsdp_config.fsdp_transformer_layer_cls_to_wrap",
@@ -661,10 +587,65 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));
   }
+}
+
+JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
+  JobSpec s;
+  MapReader r(root, "");
+  r.String("name", &s.name, kMaxName);
+  if (s.name.empty()) Fail("name", "must not be empty");
+  for (char c : s.name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      Fail("name", "may contain only letters, digits, '-', '_' and '.'");
+    }
+  }
+  if (YAML::Node n = r.Child("model")) ParseModel(n, "model", &s.model);
+  if (YAML::Node n = r.Child("data")) ParseData(n, "data", &s.data);
+  if (YAML::Node n = r.Child("optimizer")) ParseOptimizer(n, "optimizer", &s.optimizer);
+  if (YAML::Node n = r.Child("ddp")) ParseDdp(n, "ddp", &s.ddp);
+  if (YAML::Node n = r.Child("fsdp_config")) ParseFsdp(n, "fsdp_config", &s.fsdp);
+  r.Int("max_steps", &s.max_steps, 1, int64_t{1} << 40);
+  r.Int("num_processes", &s.num_processes, 1, limits.max_num_processes);
+  r.Enum<Device>("device", &s.device, kDeviceNames);
+  r.Enum<Backend>("backend", &s.backend, kBackendNames);
+  r.Enum<DistributedType>("distributed_type", &s.distributed_type,
+kDistributedTypeNames);
+  r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision,
+kMixedPrecisionNames);
+  r.Int("seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
+  r.Int("threads_per_process", &s.threads_per_process, 1, 256);
+  r.Int("metrics_every_steps", &s.metrics_every_steps, 1, kMaxInt);
+  r.Int("max_restarts", &s.max_restarts, 0, 1000);
+  r.Double("step_timeout_s", &s.step_timeout_s, 0.0, 7 * 86400.0);
+  r.Double("reattach_timeout_s", &s.reattach_timeout_s, 1.0, 86400.0);
+  r.Bool("preemptible", &s.preemptible);
+  r.Double("preemption_grace_s", &s.preemption_grace_s, 1.0, 86400.0);
+  r.Double("max_grad_norm", &s.max_grad_norm, 0.0, 1e9);
+  if (YAML::Node n = r.Child("checkpoint")) ParseCheckpoint(n, "checkpoint", &s.checkpoint);
+  r.Int("gradient_accumulation_steps", &s.gradient_accumulation_steps, 1, 1 << 16);
+  r.Double("clip_grad_value", &s.clip_grad_value, 0.0, 1e9);
+  if (YAML::Node n = r.Child("scheduler")) ParseScheduler(n, "scheduler", &s.scheduler);
+  r.Enum<LossKind>("loss", &s.loss, kLossKindNames);
+  r.Int("eval_every_steps", &s.eval_every_steps, 0, int64_t{1} << 40);
+  r.Int("eval_batches", &s.eval_batches, 1, 1 << 20);
+  r.Enum<LauncherKind>("launcher", &s.launcher,
+kLauncherKindNames);
+  if (YAML::Node n = r.Child("slurm")) ParseSlurm(n, "slurm", &s.slurm);
+  r.RejectUnknown();
+  CheckCrossField(s, limits);
   return s;
 }
 
 }  // namespace
+
+absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
+  try {
+    CheckCrossField(spec, limits);
+  } catch (const SpecError& e) {
+    return absl::InvalidArgumentError(e.message);
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text, const SpecLimits& limits) {
   if (text.size() > limits.max_spec_bytes) {
@@ -688,150 +669,15 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text, const SpecLimits& 
   }
 }
 
-const char* ModelKindName(ModelKind kind) {
-  switch (kind) {
-    case ModelKind::kMlp: return "mlp";
-    case ModelKind::kCnn: return "cnn";
-    case ModelKind::kGpt: return "gpt";
-    case ModelKind::kResNet: return "resnet";
-    case ModelKind::kTorchScript: return "torchscript";
-  }
-  return "?";
-}
-
-const char* OptimizerKindName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdamW: return "adamw";
-  }
-  return "?";
-}
-
-const char* CommHookName(CommHookType hook) {
-  switch (hook) {
-    case CommHookType::kNone: return "no";
-    case CommHookType::kFp16: return "fp16";
-    case CommHookType::kBf16: return "bf16";
-    case CommHookType::kPowerSgd: return "power_sgd";
-    case CommHookType::kBatchedPowerSgd: return "batched_power_sgd";
-  }
-  return "?";
-}
-
-const char* DataKindName(DataKind kind) {
-  switch (kind) {
-    case DataKind::kSynthetic: return "synthetic";
-    case DataKind::kMnist: return "mnist";
-    case DataKind::kTokens: return "tokens";
-  }
-  return "?";
-}
-
-const char* SchedulerKindName(SchedulerKind kind) {
-  switch (kind) {
-    case SchedulerKind::kConstant: return "constant";
-    case SchedulerKind::kLinear: return "linear";
-    case SchedulerKind::kCosine: return "cosine";
-  }
-  return "?";
-}
-
-const char* LossKindName(LossKind kind) { return kind == LossKind::kMse ? "mse" : "cross_entropy"; }
-
-const char* CheckpointTypeName(CheckpointType type) {
-  switch (type) {
-    case CheckpointType::kAuto: return "auto";
-    case CheckpointType::kFull: return "full";
-    case CheckpointType::kSharded: return "sharded";
-  }
-  return "?";
-}
-
-const char* CommWrapperName(CommWrapper wrapper) {
-  switch (wrapper) {
-    case CommWrapper::kNone: return "no";
-    case CommWrapper::kFp16: return "fp16";
-    case CommWrapper::kBf16: return "bf16";
-  }
-  return "?";
-}
-
-const char* IntraHostTransportName(IntraHostTransport t) {
-  switch (t) {
-    case IntraHostTransport::kAuto: return "auto";
-    case IntraHostTransport::kSharedMemory: return "shm";
-    case IntraHostTransport::kProcessGroup: return "process_group";
-  }
-  return "?";
-}
-
-const char* DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
-
-const char* BackendName(Backend backend) {
-  switch (backend) {
-    case Backend::kAuto: return "auto";
-    case Backend::kGloo: return "gloo";
-    case Backend::kNccl: return "nccl";
-  }
-  return "?";
-}
-
-Backend EffectiveBackend(Backend backend, Device device) {
-  if (backend != Backend::kAuto) return backend;
-  return device == Device::kCuda ? Backend::kNccl : Backend::kGloo;
-}
-
-const char* DistributedTypeName(DistributedType type) {
-  switch (type) {
-    case DistributedType::kDdp: return "DDP";
-    case DistributedType::kFsdp: return "FSDP";
-    case DistributedType::kNo: return "NO";
-  }
-  return "?";
-}
-
-const char* ShardingStrategyName(ShardingStrategy s) {
-  switch (s) {
-    case ShardingStrategy::kFullShard: return "FULL_SHARD";
-    case ShardingStrategy::kShardGradOp: return "SHARD_GRAD_OP";
-    case ShardingStrategy::kNoShard: return "NO_SHARD";
-    case ShardingStrategy::kHybridShard: return "HYBRID_SHARD";
-    case ShardingStrategy::kHybridShardZero2: return "HYBRID_SHARD_ZERO2";
-  }
-  return "?";
-}
-
-const char* WrapPolicyName(WrapPolicy p) {
-  switch (p) {
-    case WrapPolicy::kNoWrap: return "NO_WRAP";
-    case WrapPolicy::kSizeBased: return "SIZE_BASED_WRAP";
-    case WrapPolicy::kTransformerBased: return "TRANSFORMER_BASED_WRAP";
-  }
-  return "?";
-}
-
-const char* BackwardPrefetchName(BackwardPrefetch p) {
-  switch (p) {
-    case BackwardPrefetch::kBackwardPre: return "BACKWARD_PRE";
-    case BackwardPrefetch::kBackwardPost: return "BACKWARD_POST";
-    case BackwardPrefetch::kNoPrefetch: return "NO_PREFETCH";
-  }
-  return "?";
-}
-
-const char* StateDictTypeName(StateDictType t) {
-  return t == StateDictType::kShardedStateDict ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT";
-}
-
 std::string JobSpecToJson(const JobSpec& s) {
   nlohmann::ordered_json j;
   j["name"] = s.name;
   if (s.model.kind == ModelKind::kGpt) {
-    j["model"] = {{"kind", "gpt"},           {"layers", s.model.layers}, {"width", s.model.width},
+    j["model"] = {{"kind", ModelKindName(ModelKind::kGpt)},           {"layers", s.model.layers}, {"width", s.model.width},
                   {"heads", s.model.heads},  {"context", s.model.context}, {"vocab", s.model.vocab},
                   {"tied_head", s.model.tied_head}};
   } else if (s.model.kind == ModelKind::kResNet) {
-    j["model"] = {{"kind", "resnet"}, {"channels", s.model.channels}, {"num_classes", s.model.num_classes}};
+    j["model"] = {{"kind", ModelKindName(ModelKind::kResNet)}, {"channels", s.model.channels}, {"num_classes", s.model.num_classes}};
   } else if (s.model.kind == ModelKind::kTorchScript) {
     j["model"] = {{"kind", "torchscript:" + s.model.path},
                   {"input_size", s.model.input_size},
@@ -864,9 +710,7 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["device"] = DeviceName(s.device);
   j["backend"] = BackendName(s.backend);
   j["distributed_type"] = DistributedTypeName(s.distributed_type);
-  j["mixed_precision"] = s.mixed_precision == MixedPrecision::kBf16   ? "bf16"
-                         : s.mixed_precision == MixedPrecision::kFp16 ? "fp16"
-                                                                      : "no";
+  j["mixed_precision"] = MixedPrecisionName(s.mixed_precision);
   j["ddp"] = {{"bucket_cap_mb", s.ddp.bucket_cap_mb},
               {"comm_hook", CommHookName(s.ddp.comm_hook)},
               {"comm_wrapper", CommWrapperName(s.ddp.comm_wrapper)},
@@ -929,16 +773,6 @@ std::string JobSpecToJson(const JobSpec& s) {
                      {"save_final", c.save_final}};
   // Strings were checked to be UTF-8; replace rather than throw all the same.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-const char* LauncherKindName(LauncherKind k) {
-  switch (k) {
-    case LauncherKind::kDefault: return "default";
-    case LauncherKind::kLocal: return "local";
-    case LauncherKind::kSlurm: return "slurm";
-    case LauncherKind::kExternal: return "external";
-  }
-  return "default";
 }
 
 int64_t ParseSize(const std::string& text) {

@@ -10,27 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/spec_enums.h"
 
 namespace trainyard {
-
-enum class ModelKind { kMlp, kCnn, kGpt, kResNet, kTorchScript };
-enum class DataKind { kSynthetic, kMnist, kTokens };
-enum class SchedulerKind { kConstant, kLinear, kCosine };
-enum class LossKind { kCrossEntropy, kMse };
-enum class OptimizerKind { kSgd, kAdamW };
-enum class Device { kCpu, kCuda };
-// The collective backend (torch.distributed's init_process_group backend):
-// kAuto = Gloo for device cpu, NCCL for device cuda.
-enum class Backend { kAuto, kGloo, kNccl };
-enum class DistributedType { kNo, kDdp, kFsdp };
-enum class MixedPrecision { kNo, kBf16, kFp16 };
-// DDP communication hooks (PyTorch's names: allreduce, fp16_compress,
-// bf16_compress, powerSGD, batched_powerSGD).
-enum class CommHookType { kNone, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd };
-// What a wrapped hook communicates in: fp32 (no wrapper), fp16 or bf16.
-enum class CommWrapper { kNone, kFp16, kBf16 };
-// How DDP's gradient allreduce travels between ranks of one host.
-enum class IntraHostTransport { kAuto, kSharedMemory, kProcessGroup };
 
 struct ModelSpec {
   ModelKind kind = ModelKind::kMlp;
@@ -118,11 +100,7 @@ struct DdpSpec {
   IntraHostTransport intra_host_transport = IntraHostTransport::kAuto;
 };
 
-// FSDP (Accelerate's fsdp_config). Names and numbers as Accelerate's.
-enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
-enum class WrapPolicy { kNoWrap, kSizeBased, kTransformerBased };
-enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
-enum class StateDictType { kFullStateDict, kShardedStateDict };
+// FSDP (Accelerate's fsdp_config).
 
 struct FsdpSpec {
   ShardingStrategy sharding_strategy = ShardingStrategy::kFullShard;  // fsdp_sharding_strategy
@@ -142,7 +120,6 @@ struct FsdpSpec {
 };
 
 // Checkpoints (Accelerate's ProjectConfiguration and save_state/load_state).
-enum class CheckpointType { kAuto, kFull, kSharded };
 
 struct CheckpointSpec {
   // Checkpoints go to <project_dir>/checkpoints/checkpoint_<N>/. Empty: the
@@ -163,14 +140,6 @@ struct CheckpointSpec {
   CheckpointType type = CheckpointType::kAuto;
   // Save the final model as a FULL checkpoint when training ends.
   bool save_final = true;
-};
-
-// Who starts a job's workers.
-enum class LauncherKind {
-  kDefault,   // the server's --launcher
-  kLocal,     // fork/exec on the server's host
-  kSlurm,     // sbatch + srun
-  kExternal,  // started elsewhere; they join with trainyard-worker --join
 };
 
 // Slurm submission options (launcher: slurm). Empty fields are left to the
@@ -245,8 +214,6 @@ struct JobSpec {
   SlurmSpec slurm;
 };
 
-const char* LauncherKindName(LauncherKind k);
-
 // Bounds a spec must respect beyond its own fields (set by the server).
 struct SpecLimits {
   int32_t max_num_processes = 1024;
@@ -259,27 +226,12 @@ struct SpecLimits {
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
                                      const SpecLimits& limits = {});
 
+// The rules between fields that ParseJobSpec checks after reading each
+// field, for a spec changed after parsing (Resume with another world size).
+absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits = {});
+
 // Canonical JSON of a spec; ParseJobSpec(JobSpecToJson(s)) == s.
 std::string JobSpecToJson(const JobSpec& spec);
-
-const char* ModelKindName(ModelKind kind);
-const char* OptimizerKindName(OptimizerKind kind);
-const char* DeviceName(Device device);
-const char* BackendName(Backend backend);
-// kAuto resolved for `device`.
-Backend EffectiveBackend(Backend backend, Device device);
-const char* DistributedTypeName(DistributedType type);
-const char* IntraHostTransportName(IntraHostTransport transport);
-const char* CommHookName(CommHookType hook);
-const char* ShardingStrategyName(ShardingStrategy strategy);
-const char* WrapPolicyName(WrapPolicy policy);
-const char* BackwardPrefetchName(BackwardPrefetch prefetch);
-const char* StateDictTypeName(StateDictType type);
-const char* CommWrapperName(CommWrapper wrapper);
-const char* CheckpointTypeName(CheckpointType type);
-const char* DataKindName(DataKind kind);
-const char* SchedulerKindName(SchedulerKind kind);
-const char* LossKindName(LossKind kind);
 
 // Parses "1GB", "500MB", "10KiB", "123" (bytes) as Accelerate does (GB = 10^9,
 // GiB = 2^30); throws std::invalid_argument with the text otherwise.

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/checkpoint_type.h"
+
 namespace trainyard {
 
 struct StepMetrics {
@@ -43,7 +45,7 @@ struct StepMetrics {
 struct CheckpointEvent {
   int64_t index = -1;        // N of checkpoint_<N>
   int64_t step = 0;          // optimizer steps completed when it was taken
-  std::string type;          // "full" or "sharded"
+  CheckpointType type = CheckpointType::kFull;  // kFull or kSharded
   std::string trigger;       // "periodic", "request", "final", "cancel", "preemption"
   int64_t request_id = 0;    // of a remote request; 0 otherwise
   std::string path;          // the committed directory

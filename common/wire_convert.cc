@@ -84,10 +84,28 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
   return s;
 }
 
+v1::CheckpointType ToProto(CheckpointType type) {
+  switch (type) {
+    case CheckpointType::kFull: return v1::FULL;
+    case CheckpointType::kSharded: return v1::SHARDED;
+    case CheckpointType::kAuto: break;
+  }
+  return v1::CHECKPOINT_TYPE_UNSPECIFIED;
+}
+
+std::optional<CheckpointType> FromProto(v1::CheckpointType type) {
+  switch (type) {
+    case v1::CHECKPOINT_TYPE_UNSPECIFIED: return CheckpointType::kAuto;
+    case v1::FULL: return CheckpointType::kFull;
+    case v1::SHARDED: return CheckpointType::kSharded;
+    default: return std::nullopt;
+  }
+}
+
 void ToProto(const CheckpointEvent& c, v1::Checkpoint* out) {
   out->set_index(c.index);
   out->set_step(c.step);
-  out->set_type(c.type == "sharded" ? v1::SHARDED : c.type == "full" ? v1::FULL : v1::CHECKPOINT_TYPE_UNSPECIFIED);
+  out->set_type(ToProto(c.type));
   out->set_trigger(c.trigger);
   out->set_path(c.path);
   out->set_bytes(c.bytes);
@@ -102,7 +120,7 @@ CheckpointEvent FromProto(const v1::Checkpoint& c) {
   CheckpointEvent e;
   e.index = c.index();
   e.step = c.step();
-  e.type = c.type() == v1::SHARDED ? "sharded" : c.type() == v1::FULL ? "full" : "";
+  e.type = c.type() == v1::SHARDED ? CheckpointType::kSharded : CheckpointType::kFull;
   e.trigger = c.trigger();
   e.path = c.path();
   e.bytes = c.bytes();
@@ -114,14 +132,55 @@ CheckpointEvent FromProto(const v1::Checkpoint& c) {
   return e;
 }
 
-std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& ca_pem, const std::string& cert_pem,
-                                                            const std::string& key_pem) {
-  if (ca_pem.empty()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = ca_pem;
-  ssl.pem_cert_chain = cert_pem;
-  ssl.pem_private_key = key_pem;
-  return grpc::SslCredentials(ssl);
+void ToProto(const CheckpointRecord& c, v1::Checkpoint* out) {
+  ToProto(c.checkpoint, out);
+  out->set_attempt(c.attempt);
+}
+
+void ToProto(const JobRecord& j, const std::vector<JobEvent>& events, v1::Job* out, bool with_spec) {
+  out->set_id(j.id);
+  out->set_name(j.name);
+  out->set_state(ToProto(j.state));
+  out->set_reason(j.reason);
+  if (with_spec) out->set_spec_json(j.spec_json);
+  out->set_num_processes(j.num_processes);
+  out->set_max_steps(j.max_steps);
+  out->set_step(j.step);
+  out->set_loss(j.loss);
+  out->set_first_loss(j.first_loss);
+  out->set_samples_per_second(j.samples_per_second);
+  out->set_created_unix_millis(j.created_unix_millis);
+  out->set_started_unix_millis(j.started_unix_millis);
+  out->set_ended_unix_millis(j.ended_unix_millis);
+  out->set_attempt(j.attempt);
+  out->set_failed_rank(j.failed_rank);
+  for (const JobEvent& e : events) {
+    v1::JobEvent* pe = out->add_events();
+    pe->set_unix_millis(e.unix_millis);
+    pe->set_state(ToProto(e.state));
+    pe->set_reason(e.reason);
+  }
+}
+
+v1::WorkerOutcome ToProto(WorkerOutcome outcome) {
+  switch (outcome) {
+    case WorkerOutcome::kSucceeded: return v1::WORKER_OUTCOME_SUCCEEDED;
+    case WorkerOutcome::kFailed: return v1::WORKER_OUTCOME_FAILED;
+    case WorkerOutcome::kUsage: return v1::WORKER_OUTCOME_USAGE;
+    case WorkerOutcome::kStopped: return v1::WORKER_OUTCOME_STOPPED;
+    case WorkerOutcome::kPreempted: return v1::WORKER_OUTCOME_PREEMPTED;
+  }
+  return v1::WORKER_OUTCOME_FAILED;
+}
+
+WorkerOutcome FromProto(v1::WorkerOutcome outcome) {
+  switch (outcome) {
+    case v1::WORKER_OUTCOME_SUCCEEDED: return WorkerOutcome::kSucceeded;
+    case v1::WORKER_OUTCOME_USAGE: return WorkerOutcome::kUsage;
+    case v1::WORKER_OUTCOME_STOPPED: return WorkerOutcome::kStopped;
+    case v1::WORKER_OUTCOME_PREEMPTED: return WorkerOutcome::kPreempted;
+    default: return WorkerOutcome::kFailed;
+  }
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

@@ -3,7 +3,6 @@
 #ifndef TRAINYARD_COMMON_WIRE_CONVERT_H_
 #define TRAINYARD_COMMON_WIRE_CONVERT_H_
 
-#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/status.h>
 
 #include <memory>
@@ -12,8 +11,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/job_record.h"
 #include "common/job_state.h"
 #include "common/step_metrics.h"
+#include "common/worker_outcome.h"
 #include "trainyard/v1/trainyard.pb.h"
 
 namespace trainyard {
@@ -24,15 +25,22 @@ std::optional<JobState> FromProto(v1::JobState state);
 void ToProto(const StepMetrics& m, v1::MetricsSample* out);
 StepMetrics FromProto(const v1::MetricsSample& m);
 
-// The type travels as FULL/SHARDED; the domain spells it "full"/"sharded".
+// kAuto travels as CHECKPOINT_TYPE_UNSPECIFIED; a value this build does
+// not know reads as nullopt.
+v1::CheckpointType ToProto(CheckpointType type);
+std::optional<CheckpointType> FromProto(v1::CheckpointType type);
+
 void ToProto(const CheckpointEvent& c, v1::Checkpoint* out);
 CheckpointEvent FromProto(const v1::Checkpoint& c);
+void ToProto(const CheckpointRecord& c, v1::Checkpoint* out);
 
-// Channel credentials of a client: plain text when `ca_pem` is empty, else
-// TLS checked against it, presenting `cert_pem`/`key_pem` when given
-// (mutual TLS).
-std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& ca_pem, const std::string& cert_pem,
-                                                            const std::string& key_pem);
+// A job with its events (none: the field stays empty). `with_spec`: the
+// spec_json too (the FULL view; ListJobs' BASIC view leaves it out).
+void ToProto(const JobRecord& job, const std::vector<JobEvent>& events, v1::Job* out, bool with_spec = true);
+
+// UNSPECIFIED (a peer that did not say) reads as kFailed.
+v1::WorkerOutcome ToProto(WorkerOutcome outcome);
+WorkerOutcome FromProto(v1::WorkerOutcome outcome);
 
 // Each absl code maps to the gRPC code of the same name.
 grpc::Status ToGrpcStatus(const absl::Status& status);

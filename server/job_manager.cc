@@ -17,56 +17,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/clock.h"
 #include "common/paths.h"
+#include "common/placement.h"
+#include "common/secrets.h"
+#include "common/worker_outcome.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
 namespace {
-
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string RandomHex(size_t bytes) {
-  static thread_local std::random_device rd;
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < bytes; ++i) {
-    unsigned v = rd() & 0xff;
-    out.push_back(kHex[v >> 4]);
-    out.push_back(kHex[v & 15]);
-  }
-  return out;
-}
-
-// Equal-time comparison, so a token cannot be guessed byte by byte.
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-// A port the OS considers free right now, for rank 0's rendezvous store.
-absl::StatusOr<int> PickFreePort(const std::string& addr) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::ResourceExhaustedError("socket() failed");
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = addr == "127.0.0.1" ? htonl(INADDR_LOOPBACK) : htonl(INADDR_ANY);
-  sa.sin_port = 0;
-  socklen_t len = sizeof(sa);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    close(fd);
-    return absl::ResourceExhaustedError("cannot find a free port for the rendezvous");
-  }
-  int port = ntohs(sa.sin_port);
-  close(fd);
-  return port;
-}
 
 }  // namespace
 
@@ -521,7 +480,7 @@ void JobManager::ReportCheckpoint(const std::string& job_id, int32_t attempt, co
   job.last_progress = std::chrono::steady_clock::now();
   if (c.ok) job.checkpointed_step_seconds = job.attempt_step_seconds;
   if (c.ok) {
-    AddEvent(job, absl::StrCat(c.trigger, " checkpoint ", c.index, " at step ", c.step, " (", c.type, ", ", c.bytes,
+    AddEvent(job, absl::StrCat(c.trigger, " checkpoint ", c.index, " at step ", c.step, " (", CheckpointTypeName(c.type), ", ", c.bytes,
                                " bytes, ", absl::StrFormat("%.2f", c.seconds), " s): ", c.path));
   } else {
     AddEvent(job, absl::StrCat(c.trigger, " checkpoint at step ", c.step, " failed: ", c.error));
@@ -545,21 +504,12 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
   if (shut_down_) return absl::UnavailableError("the server is shutting down");
   auto spec = ParseJobSpec(rec->spec_json, options_.limits);
   if (!spec.ok()) return absl::FailedPreconditionError(absl::StrCat("stored spec no longer valid: ", spec.status().message()));
-  if (num_processes < 0 || num_processes > options_.limits.max_num_processes) {
-    return absl::InvalidArgumentError(absl::StrCat("num_processes must be between 1 and ",
-                                                   options_.limits.max_num_processes, ", got ", num_processes));
+  if (num_processes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_processes must be >= 1 (0: keep), got ", num_processes));
   }
   if (num_processes > 0) spec->num_processes = num_processes;
-  if (spec->num_processes % spec->slurm.nodes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_processes ", spec->num_processes,
-                                                   " is not a multiple of slurm.nodes ", spec->slurm.nodes));
-  }
+  if (auto s = ValidateJobSpec(*spec, options_.limits); !s.ok()) return s;
   if (auto s = CheckResources(*spec); !s.ok()) return s;
-  if (spec->fsdp.ranks_per_node > 0 && spec->num_processes % spec->fsdp.ranks_per_node != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_processes ", spec->num_processes,
-                                                   " is not a multiple of fsdp_config.ranks_per_node ",
-                                                   spec->fsdp.ranks_per_node));
-  }
   spec->checkpoint.resume_from = from.empty() ? "latest" : from;
   if (auto s = CheckPaths(*spec, id); !s.ok()) return s;
   if (!from.empty()) {
@@ -732,19 +682,19 @@ void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const
   }
 }
 
-void JobManager::ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, bool ok,
-                              const std::string& error, bool preempted) {
+void JobManager::ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
+                              const std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = active_.find(job_id);
   if (it == active_.end() || it->second.record.attempt != attempt) return;
   // External ranks have no launcher to report their exit: their result is it.
-  it->second.result_codes[rank] = ok ? 0 : preempted ? 4 : error.rfind("stopped on request", 0) == 0 ? 3 : 1;
-  if (ok) {
+  it->second.result_codes[rank] = ExitCodeOf(outcome);
+  if (outcome == WorkerOutcome::kSucceeded) {
     spdlog::info("job {}: rank {} finished", job_id, rank);
     it->second.results_ok.insert(rank);
     return;
   }
-  if (preempted) {
+  if (outcome == WorkerOutcome::kPreempted) {
     if (!it->second.preempted) AddEvent(it->second, absl::StrCat("preempted: ", error));
     it->second.preempted = true;
     return;
@@ -787,8 +737,7 @@ void JobManager::OnRankExit(const RankExit& e) {
 void JobManager::HandleRankExit(ActiveJob& job, const RankExit& e) {
   if (job.exited.count(e.rank)) return;
   job.exited.insert(e.rank);
-  constexpr int kExitPreempted = 4;  // the worker's code: checkpointed, then stopped (preemption)
-  if (e.signal == 0 && e.exit_code == kExitPreempted) {
+  if (e.signal == 0 && OutcomeOfExitCode(e.exit_code) == WorkerOutcome::kPreempted) {
     job.preempted = true;
     // The other ranks stop at the same step; nothing to stop here.
   } else if (!e.ok() && !job.cancel_requested) {
@@ -858,10 +807,10 @@ void JobManager::CheckProgress() {
       RankExit e{id, job.record.attempt, rank};
       if (stopping) {
         // Not connected while its attempt stops: nothing to wait for.
-        e.exit_code = job.preempted && !job.failed ? 4 : 3;
+        e.exit_code = ExitCodeOf(job.preempted && !job.failed ? WorkerOutcome::kPreempted : WorkerOutcome::kStopped);
         e.detail = absl::StrCat("rank ", rank, " was not connected when attempt ", job.record.attempt, " stopped");
       } else if (lost != job.detached_at.end() && now - lost->second > reattach) {
-        e.exit_code = 1;
+        e.exit_code = ExitCodeOf(WorkerOutcome::kFailed);
         e.detail = absl::StrCat("rank ", rank, " lost its connection without a result and did not reconnect within ",
                                 job.spec.reattach_timeout_s, " s");
       } else {
@@ -1108,19 +1057,19 @@ void JobManager::StartJob(ActiveJob& job) {
     // Local: rank 0 serves the store on this host. Slurm: on the first node
     // of the step (the worker reads it from Slurm); the port is a guess
     // that is free here.
-    auto port = PickFreePort(options_.master_addr);
-    if (!port.ok()) {
-      Transition(job, JobState::kFailed, std::string(port.status().message()));
+    const int port = PickFreePortOn(options_.master_addr);
+    if (port == 0) {
+      Transition(job, JobState::kFailed, "cannot find a free port for the rendezvous");
       Finish(r.id);
       return;
     }
-    job.master_port = *port;
+    job.master_port = port;
     if (kind == LauncherKind::kLocal) job.master_addr = options_.master_addr;
   }
   r.attempt += 1;
   // A new token fences the previous attempt's workers. Joined workers are
   // fenced by the attempt number alone: their token is the job's.
-  if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = RandomHex(32);
+  if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = NewWorkerToken();
   if (job.first_start == std::chrono::steady_clock::time_point{}) job.first_start = std::chrono::steady_clock::now();
   if (kind == LauncherKind::kLocal && job.spec.device == Device::kCuda) {
     for (int32_t i = 0; i < r.num_processes; ++i) {

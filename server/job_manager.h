@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
 #include "common/step_metrics.h"
+#include "common/worker_outcome.h"
 #include "server/job_store.h"
 #include "server/launcher.h"
 #include "server/server_metrics.h"
@@ -186,9 +187,9 @@ class JobManager {
                                                 const std::string& token, const std::string& advertise_addr = "",
                                                 int32_t rendezvous_port = 0);
   void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples);
-  // `preempted`: the rank checkpointed and stopped on a preemption signal.
-  void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, bool ok, const std::string& error,
-                    bool preempted = false);
+  // How one rank ended, as it reports (external ranks: in place of an exit).
+  void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
+                    const std::string& error);
   void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint);
   void DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
                     const std::shared_ptr<WorkerChannel>& channel);

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/secrets.h"
 #include "common/wire_convert.h"
 #include "spdlog/spdlog.h"
 
@@ -31,37 +32,10 @@ grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx) const {
                         "this server needs a token: authorization: Bearer <token> (trainctl --token-file or TRAINYARD_TOKEN)");
   }
   const std::string value(it->second.data(), it->second.size());
-  const std::string want = "Bearer " + auth_token_;
-  // Equal-time comparison, so a token cannot be guessed byte by byte.
-  unsigned char diff = value.size() == want.size() ? 0 : 1;
-  for (size_t i = 0; i < value.size() && i < want.size(); ++i) diff |= static_cast<unsigned char>(value[i] ^ want[i]);
-  if (diff != 0) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid token");
-  return grpc::Status::OK;
-}
-
-void JobToProto(const JobRecord& j, const std::vector<JobEvent>& events, v1::Job* out) {
-  out->set_id(j.id);
-  out->set_name(j.name);
-  out->set_state(ToProto(j.state));
-  out->set_reason(j.reason);
-  out->set_spec_json(j.spec_json);
-  out->set_num_processes(j.num_processes);
-  out->set_max_steps(j.max_steps);
-  out->set_step(j.step);
-  out->set_loss(j.loss);
-  out->set_first_loss(j.first_loss);
-  out->set_samples_per_second(j.samples_per_second);
-  out->set_created_unix_millis(j.created_unix_millis);
-  out->set_started_unix_millis(j.started_unix_millis);
-  out->set_ended_unix_millis(j.ended_unix_millis);
-  out->set_attempt(j.attempt);
-  out->set_failed_rank(j.failed_rank);
-  for (const JobEvent& e : events) {
-    v1::JobEvent* pe = out->add_events();
-    pe->set_unix_millis(e.unix_millis);
-    pe->set_state(ToProto(e.state));
-    pe->set_reason(e.reason);
+  if (!ConstantTimeEquals(value, "Bearer " + auth_token_)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid token");
   }
+  return grpc::Status::OK;
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
@@ -73,7 +47,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
     return grpc::Status(static_cast<grpc::StatusCode>(job.status().code()),
                         absl::StrCat(source, job.status().message()));
   }
-  JobToProto(*job, {}, resp->mutable_job());
+  ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
 }
 
@@ -84,7 +58,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
   if (!job.ok()) return ToGrpcStatus(job.status());
   auto events = manager_->Events(req->id());
   if (!events.ok()) return ToGrpcStatus(events.status());
-  JobToProto(*job, *events, resp->mutable_job());
+  ToProto(*job, *events, resp->mutable_job());
   return grpc::Status::OK;
 }
 
@@ -100,7 +74,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
   if (req->limit() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'limit': must be >= 0");
   auto jobs = manager_->List(states, req->limit() == 0 ? 1000 : req->limit());
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  for (const JobRecord& j : *jobs) JobToProto(j, {}, resp->add_jobs());
+  for (const JobRecord& j : *jobs) ToProto(j, {}, resp->add_jobs());
   return grpc::Status::OK;
 }
 
@@ -110,34 +84,19 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
   if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
   auto job = manager_->Cancel(req->id(), req->checkpoint());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  JobToProto(*job, {}, resp->mutable_job());
+  ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
 }
-
-namespace {
-
-absl::StatusOr<CheckpointType> TypeFromProto(v1::CheckpointType t) {
-  switch (t) {
-    case v1::CHECKPOINT_TYPE_UNSPECIFIED: return CheckpointType::kAuto;
-    case v1::FULL: return CheckpointType::kFull;
-    case v1::SHARDED: return CheckpointType::kSharded;
-    default: return absl::InvalidArgumentError(absl::StrCat("field 'type': unknown checkpoint type ", t));
-  }
-}
-
-void CheckpointToProto(const CheckpointRecord& r, v1::Checkpoint* out) {
-  ToProto(r.checkpoint, out);
-  out->set_attempt(r.attempt);
-}
-
-}  // namespace
 
 grpc::Status JobServiceImpl::CheckpointJob(grpc::ServerContext* ctx, const v1::CheckpointJobRequest* req,
                                            v1::CheckpointJobResponse* resp) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
-  auto type = TypeFromProto(req->type());
-  if (!type.ok()) return ToGrpcStatus(type.status());
+  std::optional<CheckpointType> type = FromProto(req->type());
+  if (!type) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("field 'type': unknown checkpoint type ", req->type()));
+  }
   auto request_id = manager_->RequestCheckpoint(req->id(), *type);
   if (!request_id.ok()) return ToGrpcStatus(request_id.status());
   resp->set_request_id(*request_id);
@@ -168,7 +127,7 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx, const v1:
   if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
   auto list = manager_->Checkpoints(req->id());
   if (!list.ok()) return ToGrpcStatus(list.status());
-  for (const CheckpointRecord& r : *list) CheckpointToProto(r, resp->add_checkpoints());
+  for (const CheckpointRecord& r : *list) ToProto(r, resp->add_checkpoints());
   return grpc::Status::OK;
 }
 
@@ -179,7 +138,7 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
   if (req->from().size() > 4096) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'from': too long");
   auto job = manager_->Resume(req->id(), req->from(), req->num_processes());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  JobToProto(*job, {}, resp->mutable_job());
+  ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
 }
 
@@ -210,7 +169,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
       continue;
     }
     v1::WatchJobResponse resp;
-    if (update.job) JobToProto(*update.job, {}, resp.mutable_job());
+    if (update.job) ToProto(*update.job, {}, resp.mutable_job());
     if (update.metrics) ToProto(*update.metrics, resp.mutable_metrics());
     if (!writer->Write(resp)) break;
   }
@@ -279,9 +238,7 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
       if (cmd.kind == WorkerCommand::Kind::kCheckpoint) {
         auto* c = down.mutable_checkpoint();
         c->set_request_id(cmd.request_id);
-        c->set_type(cmd.type == CheckpointType::kSharded ? v1::SHARDED
-                    : cmd.type == CheckpointType::kFull  ? v1::FULL
-                                                         : v1::CHECKPOINT_TYPE_UNSPECIFIED);
+        c->set_type(ToProto(cmd.type));
         c->set_stop_after(cmd.stop_after);
       } else {
         down.mutable_stop()->set_reason(cmd.reason);
@@ -303,8 +260,8 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
     } else if (msg.has_checkpoint()) {
       if (hello.rank() == 0) manager_->ReportCheckpoint(hello.job_id(), attempt, FromProto(msg.checkpoint()));
     } else if (msg.has_result()) {
-      manager_->ReportResult(hello.job_id(), attempt, hello.rank(), msg.result().ok(), msg.result().error(),
-                             msg.result().preempted());
+      manager_->ReportResult(hello.job_id(), attempt, hello.rank(), FromProto(msg.result().outcome()),
+                             msg.result().error());
       got_result = true;
       break;
     }

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/credentials.h"
+#include "common/secrets.h"
 #include "server/job_manager.h"
 #include "server/rpc_services.h"
 #include "spdlog/spdlog.h"
@@ -159,33 +161,13 @@ absl::Status Server::Start() {
 
   std::string token;
   if (!o.auth_token_file.empty()) {
-    if (!ReadFileToString(o.auth_token_file, &token)) {
-      return absl::FailedPreconditionError(absl::StrCat("--auth-token-file ", o.auth_token_file, ": cannot read it"));
-    }
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-    if (token.size() < 16) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--auth-token-file ", o.auth_token_file, ": the token must have at least 16 characters"));
-    }
+    auto t = ReadTokenFile(o.auth_token_file, "--auth-token-file");
+    if (!t.ok()) return t.status();
+    token = *t;
   }
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (!o.tls_cert.empty() || !o.tls_key.empty()) {
-    grpc::SslServerCredentialsOptions ssl;
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    if (!ReadFileToString(o.tls_cert, &pair.cert_chain) || !ReadFileToString(o.tls_key, &pair.private_key)) {
-      return absl::FailedPreconditionError("--tls-cert and --tls-key must both name readable PEM files");
-    }
-    ssl.pem_key_cert_pairs.push_back(pair);
-    if (!o.tls_client_ca.empty()) {
-      if (!ReadFileToString(o.tls_client_ca, &ssl.pem_root_certs)) {
-        return absl::FailedPreconditionError(absl::StrCat("--tls-client-ca ", o.tls_client_ca, ": cannot read it"));
-      }
-      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    }
-    creds = grpc::SslServerCredentials(ssl);
-  } else if (!o.tls_client_ca.empty()) {
-    return absl::FailedPreconditionError("--tls-client-ca needs --tls-cert and --tls-key");
-  }
+  auto server_creds = ServerCredentials(o.tls_cert, o.tls_key, o.tls_client_ca);
+  if (!server_creds.ok()) return server_creds.status();
+  std::shared_ptr<grpc::ServerCredentials> creds = *server_creds;
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -116,7 +116,8 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                    .Help("Share of the job's wall time since it first started spent on steps that were kept")
                    .Register(*registry_)) {
   restarts_all_.Add({});
-  for (const char* type : {"full", "sharded"}) {
+  for (CheckpointType t : {CheckpointType::kFull, CheckpointType::kSharded}) {
+    const char* type = CheckpointTypeName(t);
     for (const char* result : {"ok", "failed"}) checkpoints_.Add({{"type", type}, {"result", result}});
   }
   for (JobState s : kAllJobStates) jobs_.Add({{"state", std::string(JobStateName(s))}}).Set(0);
@@ -233,7 +234,7 @@ void ServerMetrics::RecordCheckpoint(const std::string& job_id, const Checkpoint
   static const prometheus::Histogram::BucketBoundaries kBuckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                                                    5,    10,   30,  60,   120, 300, 900};
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string type = c.type == "sharded" ? "sharded" : "full";
+  const std::string type = CheckpointTypeName(c.type);
   checkpoints_.Add({{"type", type}, {"result", c.ok ? "ok" : "failed"}}).Increment();
   if (!c.ok) return;
   checkpoint_bytes_.Add({}).Increment(static_cast<double>(c.bytes));

@@ -189,7 +189,7 @@ class SqliteJobStore final : public JobStore {
     st.Bind(2, static_cast<int64_t>(r.attempt));
     st.Bind(3, c.index);
     st.Bind(4, c.step);
-    st.Bind(5, c.type);
+    st.Bind(5, std::string(CheckpointTypeName(c.type)));
     st.Bind(6, c.trigger);
     st.Bind(7, c.request_id);
     st.Bind(8, c.path);
@@ -217,7 +217,7 @@ class SqliteJobStore final : public JobStore {
       CheckpointEvent& c = r.checkpoint;
       c.index = st.Int(1);
       c.step = st.Int(2);
-      c.type = st.Text(3);
+      c.type = ValueOf(kCheckpointTypeNames, st.Text(3)).value_or(CheckpointType::kFull);
       c.trigger = st.Text(4);
       c.request_id = st.Int(5);
       c.path = st.Text(6);

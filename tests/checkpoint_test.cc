@@ -486,7 +486,7 @@ TEST(Requests, CheckpointThenStopTakesEffectOnEveryRankAtOneStep) {
   const CheckpointEvent& e = rec.events[0];
   EXPECT_TRUE(e.ok) << e.error;
   EXPECT_EQ(e.request_id, 7);
-  EXPECT_EQ(e.type, "sharded");
+  EXPECT_EQ(e.type, CheckpointType::kSharded);
   EXPECT_EQ(e.trigger, "cancel");
   EXPECT_EQ(e.step, 4);
   EXPECT_GT(e.bytes, 0);

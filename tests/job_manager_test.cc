@@ -204,12 +204,12 @@ TEST_F(JobManagerTest, ExternalJobsWaitForJoiningWorkers) {
   EXPECT_EQ(StateOf(id), JobState::kRunning);
 
   // Rank 1 fails: rank 0 is told to stop; both ends come from their streams.
-  manager_->ReportResult(id, 1, 1, false, "boom");
+  manager_->ReportResult(id, 1, 1, WorkerOutcome::kFailed, "boom");
   manager_->DetachWorker(id, 1, 1, w1->channel);
   WorkerCommand cmd;
   ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kStop);
-  manager_->ReportResult(id, 1, 0, false, "stopped on request after step 3");
+  manager_->ReportResult(id, 1, 0, WorkerOutcome::kStopped, "stopped on request after step 3");
   manager_->DetachWorker(id, 1, 0, w0->channel);
   // Restarted: attempt 2 waits for joins again, with the same token.
   EXPECT_EQ(StateOf(id), JobState::kStarting);
@@ -224,7 +224,7 @@ TEST_F(JobManagerTest, ExternalJobsWaitForJoiningWorkers) {
   ASSERT_TRUE(v0.ok() && v1.ok());
   EXPECT_EQ(v1->master_addr, "10.0.0.3");
   EXPECT_EQ(StateOf(id), JobState::kRunning);
-  for (int r = 0; r < 2; ++r) manager_->ReportResult(id, 2, r, true, "");
+  for (int r = 0; r < 2; ++r) manager_->ReportResult(id, 2, r, WorkerOutcome::kSucceeded, "");
   manager_->DetachWorker(id, 2, 0, v0->channel);
   manager_->DetachWorker(id, 2, 1, v1->channel);
   EXPECT_EQ(StateOf(id), JobState::kSucceeded);
@@ -239,7 +239,7 @@ TEST_F(JobManagerTest, CancellingAnExternalJobNobodyJoinedEndsIt) {
   WorkerCommand cmd;
   ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kStop);
-  manager_->ReportResult(job->id, 1, 0, false, "stopped on request after step 0");
+  manager_->ReportResult(job->id, 1, 0, WorkerOutcome::kStopped, "stopped on request after step 0");
   manager_->DetachWorker(job->id, 1, 0, w0->channel);
   // Ranks 1 and 2 never came: the watchdog accounts for them.
   manager_->CheckProgress();
@@ -258,7 +258,7 @@ TEST_F(JobManagerTest, FirstFailureIsTheRootCauseAndStopsTheGroup) {
   const std::string a = Submit(2);
   auto job = manager_->Get(a);
   ASSERT_TRUE(job.ok());
-  manager_->ReportResult(a, job->attempt, 1, false, "boom in forward");
+  manager_->ReportResult(a, job->attempt, 1, WorkerOutcome::kFailed, "boom in forward");
   manager_->OnRankExit({a, job->attempt, 1, 1, 0});
   EXPECT_EQ(launcher_.stopped().size(), 1u);
   manager_->OnRankExit({a, job->attempt, 0, 0, 9});  // killed by the stop

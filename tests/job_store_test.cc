@@ -105,7 +105,7 @@ TEST(JobStoreTest, CheckpointsRoundTripInOrder) {
     CheckpointEvent c;
     c.index = 3;
     c.step = 300;
-    c.type = "sharded";
+    c.type = CheckpointType::kSharded;
     c.trigger = "periodic";
     c.path = "/p/checkpoints/checkpoint_3";
     c.bytes = 12345;
@@ -115,7 +115,7 @@ TEST(JobStoreTest, CheckpointsRoundTripInOrder) {
     ASSERT_TRUE((*store)->AddCheckpoint("a", {2, c}).ok());
     CheckpointEvent failed;
     failed.step = 400;
-    failed.type = "full";
+    failed.type = CheckpointType::kFull;
     failed.trigger = "request";
     failed.request_id = 9;
     failed.error = "disk full";
@@ -130,7 +130,7 @@ TEST(JobStoreTest, CheckpointsRoundTripInOrder) {
   EXPECT_EQ(a.attempt, 2);
   EXPECT_EQ(a.checkpoint.index, 3);
   EXPECT_EQ(a.checkpoint.step, 300);
-  EXPECT_EQ(a.checkpoint.type, "sharded");
+  EXPECT_EQ(a.checkpoint.type, CheckpointType::kSharded);
   EXPECT_EQ(a.checkpoint.trigger, "periodic");
   EXPECT_EQ(a.checkpoint.path, "/p/checkpoints/checkpoint_3");
   EXPECT_EQ(a.checkpoint.bytes, 12345);

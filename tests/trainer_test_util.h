@@ -17,7 +17,7 @@
 #include "worker/process_group.h"
 #include "worker/trainer.h"
 #include "worker/shm_collectives.h"
-#include "worker/worker_main.h"
+#include "worker/dist_setup.h"
 
 namespace trainyard {
 
@@ -31,24 +31,12 @@ inline void RunTrainers(const JobSpec& spec, int world, const std::function<void
   at::set_num_threads(1);
   auto store = c10::make_intrusive<c10d::HashStore>();
   RunThreads(world, [&](int r) {
-    c10::intrusive_ptr<c10d::ProcessGroup> pg;
-    FsdpGroups g;
-    std::unique_ptr<ShmCollectives> shm;  // as the worker: DDP over shared memory unless the spec says not
-    std::optional<c10::Device> device;
-    if (!devices.empty()) {
-      device = devices[r];
-      UseDevice(*device);  // current for this thread before NCCL starts
-    }
-    if (world > 1) {
-      pg = MakeProcessGroup(EffectiveBackend(spec.backend, spec.device), store, r, world, "127.0.0.1",
-                            std::chrono::seconds(60));
-      shm = MaybeSharedMemory(spec, store, r, world);
-      if (spec.distributed_type == DistributedType::kFsdp) {
-        g = MakeFsdpGroups(spec, store, pg, r, world, "127.0.0.1", std::chrono::seconds(60));
-      }
-    }
-    Trainer t(spec, r, world, DistContext{pg, shm.get(), g.shard.get(), g.replicate.get(), device},
-              r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
+    if (!devices.empty()) UseDevice(devices[r]);  // current for this thread before NCCL starts
+    // As the worker: DDP over shared memory unless the spec says not.
+    DistSetup dist;
+    if (world > 1) dist = SetUpGroups(spec, store, r, world, "127.0.0.1", std::chrono::seconds(60));
+    if (!devices.empty()) dist.device = devices[r];
+    Trainer t(spec, r, world, dist.context(), r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
     fn(r, t);
   });
 }

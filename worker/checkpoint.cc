@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "common/checkpoint_dir.h"
+#include "common/clock.h"
 #include "worker/collectives.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
@@ -304,7 +305,6 @@ int32_t FirstFailure(const TrainingState& s, bool ok) {
   return r >= s.world_size ? -1 : static_cast<int32_t>(r);
 }
 
-std::string TypeName(CheckpointType type) { return type == CheckpointType::kSharded ? "sharded" : "full"; }
 
 nlohmann::ordered_json TensorTable(const std::vector<TensorSpec>& tensors) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
@@ -362,7 +362,7 @@ void WriteTrainerState(const TrainingState& s, const Holding& h, CheckpointType 
   for (const at::Tensor& holder : h.holders()) optimizer_step = std::max(optimizer_step, StepOf(*s.optimizer, holder));
   nlohmann::ordered_json j = {
       {"format", kFormat},
-      {"type", TypeName(type)},
+      {"type", CheckpointTypeName(type)},
       {"step", s.step},
       {"checkpoint_index", index},
       {"world_size", s.world_size},
@@ -510,11 +510,6 @@ int64_t DirectoryBytes(const std::string& dir) {
   return total;
 }
 
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 CheckpointEvent SaveCheckpoint(const TrainingState& s, CheckpointType type, const CheckpointTarget& target) {
@@ -523,7 +518,7 @@ CheckpointEvent SaveCheckpoint(const TrainingState& s, CheckpointType type, cons
   CheckpointEvent ev;
   ev.index = target.index;
   ev.step = s.step;
-  ev.type = TypeName(type);
+  ev.type = type == CheckpointType::kSharded ? CheckpointType::kSharded : CheckpointType::kFull;
   CheckpointDir dir(target.project_dir);
   const std::string staging = dir.StagingPath(target.index, target.staging_tag);
   std::string error;
@@ -563,7 +558,7 @@ CheckpointEvent SaveCheckpoint(const TrainingState& s, CheckpointType type, cons
   if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
 
   if (s.rank == 0) {
-    nlohmann::ordered_json meta = {{"step", s.step}, {"type", ev.type}, {"world_size", s.world_size}};
+    nlohmann::ordered_json meta = {{"step", s.step}, {"type", CheckpointTypeName(ev.type)}, {"world_size", s.world_size}};
     if (auto st = dir.Commit(staging, target.index, meta.dump()); !st.ok()) error = std::string(st.message());
   }
   if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);

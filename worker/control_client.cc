@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/credentials.h"
 #include "common/wire_convert.h"
 #include "common/log.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -77,9 +78,7 @@ struct ControlClient::Impl {
     } else if (msg.has_checkpoint()) {
       const auto& c = msg.checkpoint();
       CheckpointRequest r;
-      r.type = c.type() == v1::SHARDED ? CheckpointType::kSharded
-               : c.type() == v1::FULL  ? CheckpointType::kFull
-                                       : CheckpointType::kAuto;
+      r.type = FromProto(c.type()).value_or(CheckpointType::kAuto);
       r.request_id = c.request_id();
       r.stop_after = c.stop_after();
       log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id,
@@ -298,7 +297,7 @@ void ControlClient::OnCheckpoint(const CheckpointEvent& event) {
   s.cv.notify_all();
 }
 
-void ControlClient::Finish(bool ok, const std::string& error, int64_t final_step, bool preempted) {
+void ControlClient::Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step) {
   Impl& s = *impl_;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -317,15 +316,14 @@ void ControlClient::Finish(bool ok, const std::string& error, int64_t final_step
   s.cv.notify_all();
   if (!broken && !c->finished) {
     v1::WorkerMessage msg;
-    msg.mutable_result()->set_ok(ok);
+    msg.mutable_result()->set_outcome(ToProto(outcome));
     msg.mutable_result()->set_error(error);
     msg.mutable_result()->set_final_step(final_step);
-    msg.mutable_result()->set_preempted(preempted);
     std::lock_guard<std::mutex> wlock(s.write_mu);
     c->stream->Write(msg);
     c->stream->WritesDone();
   } else {
-    log::Warn("the coordinator is gone; the result (ok={}) could not be delivered", ok);
+    log::Warn("the coordinator is gone; the result (exit code {}) could not be delivered", ExitCodeOf(outcome));
   }
   // The coordinator closes the stream once it has the result; do not wait
   // forever for a coordinator that is gone.

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/step_metrics.h"
+#include "common/worker_outcome.h"
 #include "worker/control.h"
 
 namespace trainyard {
@@ -61,7 +62,8 @@ class ControlClient final : public MetricsSink {
   // Sent at once (with the metrics before it).
   void OnCheckpoint(const CheckpointEvent& event) override;
   // Flushes metrics, sends the result and closes the stream (bounded wait).
-  void Finish(bool ok, const std::string& error, int64_t final_step, bool preempted = false);
+  // `error`: what went wrong or why it stopped, unless kSucceeded.
+  void Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step);
 
  private:
   struct Impl;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "common/checkpoint_dir.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 #include <ATen/autocast_mode.h>
@@ -62,11 +63,6 @@ class AutocastGuard {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-int64_t NowMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerSpec& o, std::vector<at::Tensor> params) {
   switch (o.kind) {

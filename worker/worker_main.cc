@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "worker/control_client.h"
 #include "worker/device.h"
+#include "worker/dist_setup.h"
 #include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
@@ -45,7 +46,7 @@ class LoggingSink final : public MetricsSink {
   void OnCheckpoint(const CheckpointEvent& c) override {
     if (next_ != nullptr) next_->OnCheckpoint(c);
     if (c.ok) {
-      log::Info("rank {}: {} {} checkpoint at step {}: {} ({} bytes, {:.2f} s)", rank_, c.trigger, c.type, c.step,
+      log::Info("rank {}: {} {} checkpoint at step {}: {} ({} bytes, {:.2f} s)", rank_, c.trigger, CheckpointTypeName(c.type), c.step,
                    c.path, c.bytes, c.seconds);
     } else {
       log::Error("rank {}: {} checkpoint at step {} failed: {}", rank_, c.trigger, c.step, c.error);
@@ -67,55 +68,19 @@ class LoggingSink final : public MetricsSink {
   int64_t every_;
 };
 
+// Reports how this rank ended and returns its exit code: the one place both
+// are decided, so they always agree.
+int Finish(ControlClient& ctl, WorkerOutcome outcome, const std::string& error, int64_t final_step) {
+  ctl.Finish(outcome, error, final_step);
+  return ExitCodeOf(outcome);
+}
+
 std::string ErrorText(const std::exception& e) {
   if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
   return e.what();
 }
 
 }  // namespace
-
-std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
-                                                  int32_t rank, int32_t world_size) {
-  const IntraHostTransport t = spec.ddp.intra_host_transport;
-  // Comm hooks compress for the process group; shared memory is for plain fp32.
-  if (spec.distributed_type != DistributedType::kDdp || world_size < 2 || t == IntraHostTransport::kProcessGroup ||
-      spec.device != Device::kCpu || spec.ddp.comm_hook != CommHookType::kNone) {
-    if (t == IntraHostTransport::kSharedMemory && spec.device != Device::kCpu) {
-      throw std::invalid_argument("ddp.intra_host_transport shm needs device cpu");
-    }
-    return nullptr;
-  }
-  const bool one_host = ShmCollectives::AllRanksOnThisHost(store, rank, world_size, "trainyard");
-  if (!one_host) {
-    if (t == IntraHostTransport::kSharedMemory) {
-      throw std::invalid_argument("ddp.intra_host_transport shm needs every rank on one host");
-    }
-    log::Info("rank {}: ranks span several hosts; gradients travel through the process group", rank);
-    return nullptr;
-  }
-  log::Info("rank {}: all {} ranks on this host; gradients travel through shared memory", rank, world_size);
-  return ShmCollectives::Create(store, rank, world_size, "trainyard");
-}
-
-FsdpGroups MakeFsdpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
-                          const c10::intrusive_ptr<c10d::ProcessGroup>& world, int32_t rank, int32_t world_size,
-                          const std::string& bind_addr, std::chrono::milliseconds timeout) {
-  FsdpGroups g;
-  switch (spec.fsdp.sharding_strategy) {
-    case ShardingStrategy::kFullShard:
-    case ShardingStrategy::kShardGradOp: g.shard = MakeCollectives(world); break;
-    case ShardingStrategy::kNoShard: g.replicate = MakeCollectives(world); break;
-    case ShardingStrategy::kHybridShard:
-    case ShardingStrategy::kHybridShardZero2: {
-      const int32_t per_node = spec.fsdp.ranks_per_node > 0 ? spec.fsdp.ranks_per_node : world_size;
-      HybridGroups h = MakeHybridGroups(store, EffectiveBackend(spec.backend, spec.device), rank, world_size, per_node, bind_addr, timeout);
-      g.shard = std::move(h.shard);
-      g.replicate = std::move(h.replicate);
-      break;
-    }
-  }
-  return g;
-}
 
 void TuneAllocator() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
@@ -164,15 +129,13 @@ int RunWorker(const WorkerArgs& args) {
   if (!spec.ok()) {
     const std::string err = absl::StrCat("the job's spec is invalid here: ", std::string(spec.status().message()));
     log::Error("rank {}: {}", args.rank, err);
-    ctl.Finish(false, err, 0);
-    return kExitFailed;
+    return Finish(ctl, WorkerOutcome::kFailed, err, 0);
   }
   const int32_t world_size = ctl.welcome().world_size;
   if (args.world_size != 0 && world_size != args.world_size) {
     const std::string err = absl::StrCat("world size mismatch: launched with ", args.world_size,
                                          ", the coordinator says ", ctl.welcome().world_size);
-    ctl.Finish(false, err, 0);
-    return kExitFailed;
+    return Finish(ctl, WorkerOutcome::kFailed, err, 0);
   }
   ctl.set_metrics_every_steps(spec->metrics_every_steps);
   at::set_num_threads(args.threads > 0 ? args.threads : spec->threads_per_process);
@@ -186,37 +149,22 @@ int RunWorker(const WorkerArgs& args) {
   if (bind_addr.empty()) {
     const std::string err = absl::StrCat("cannot tell this host's address toward the rendezvous host ", master_addr,
                                          "; give --bind-addr");
-    ctl.Finish(false, err, 0);
-    return kExitFailed;
+    return Finish(ctl, WorkerOutcome::kFailed, err, 0);
   }
 
   int64_t final_step = 0;
   try {
-    c10::intrusive_ptr<c10d::Store> store;
-    c10::intrusive_ptr<c10d::ProcessGroup> pg;
-    std::unique_ptr<ShmCollectives> shm;
-    FsdpGroups fsdp_groups;
     // The rank's GPU is current before NCCL or any CUDA work starts.
     UseDevice(RankDevice(spec->device));
-    if (world_size > 1) {
-      RendezvousOptions ro;
-      ro.master_addr = master_addr;
-      ro.master_port = master_port;
-      ro.rank = args.rank;
-      ro.world_size = world_size;
-      ro.bind_addr = bind_addr;
-      log::Info("rank {}/{}: rendezvous at {}:{}", args.rank, world_size, master_addr, master_port);
-      store = ConnectStore(ro);
-      pg = MakeProcessGroup(EffectiveBackend(spec->backend, spec->device), store, args.rank, world_size, bind_addr, ro.timeout);
-      shm = MaybeSharedMemory(*spec, store, args.rank, world_size);
-      if (spec->distributed_type == DistributedType::kFsdp) {
-        fsdp_groups = MakeFsdpGroups(*spec, store, pg, args.rank, world_size, bind_addr, ro.timeout);
-      }
-    }
+    RendezvousOptions ro;
+    ro.master_addr = master_addr;
+    ro.master_port = master_port;
+    ro.rank = args.rank;
+    ro.world_size = world_size;
+    ro.bind_addr = bind_addr;
+    const DistSetup dist = SetUpDistributed(*spec, ro);
     LoggingSink sink(&ctl, args.rank, spec->max_steps);
-    Trainer trainer(*spec, args.rank, world_size,
-                    DistContext{pg, shm.get(), fsdp_groups.shard.get(), fsdp_groups.replicate.get()}, &sink,
-                    &g_control);
+    Trainer trainer(*spec, args.rank, world_size, dist.context(), &sink, &g_control);
     if (!trainer.resumed_from().empty()) {
       log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
     }
@@ -228,29 +176,26 @@ int RunWorker(const WorkerArgs& args) {
     if (result.preempted) {
       log::Info("rank {}: preempted; checkpoint {} at step {}", args.rank, result.final_checkpoint,
                    result.final_step);
-      ctl.Finish(false,
-                 absl::StrCat("preempted at step ", result.final_step,
-                              result.final_checkpoint.empty() ? " (the checkpoint failed)"
-                                                              : "; checkpoint " + result.final_checkpoint),
-                 final_step, /*preempted=*/true);
-      return kExitPreempted;
+      return Finish(ctl, WorkerOutcome::kPreempted,
+                    absl::StrCat("preempted at step ", result.final_step,
+                                 result.final_checkpoint.empty() ? " (the checkpoint failed)"
+                                                                 : "; checkpoint " + result.final_checkpoint),
+                    final_step);
     }
     if (result.stopped) {
       log::Info("rank {}: stopped on request after step {}", args.rank, result.final_step);
-      ctl.Finish(false, absl::StrCat("stopped on request after step ", result.final_step), final_step);
-      return kExitStopped;
+      return Finish(ctl, WorkerOutcome::kStopped, absl::StrCat("stopped on request after step ", result.final_step),
+                    final_step);
     }
     log::Info("rank {}: done, {} steps, loss {:.4f} -> {:.4f}", args.rank, result.final_step, result.first_loss,
                  result.last_loss);
-    if (pg) pg->barrier()->wait();  // nobody tears down the group under a peer
+    if (dist.world) dist.world->barrier()->wait();  // nobody tears down the group under a peer
   } catch (const std::exception& e) {
     const std::string err = ErrorText(e);
     log::Error("rank {}: training failed: {}", args.rank, err);
-    ctl.Finish(false, err, final_step);
-    return kExitFailed;
+    return Finish(ctl, WorkerOutcome::kFailed, err, final_step);
   }
-  ctl.Finish(true, "", final_step);
-  return kExitOk;
+  return Finish(ctl, WorkerOutcome::kSucceeded, "", final_step);
 }
 
 }  // namespace trainyard

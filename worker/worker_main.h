@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "common/worker_outcome.h"
 #include "worker/collectives.h"
 
 #include <chrono>
@@ -13,13 +14,6 @@
 #include <string>
 
 namespace trainyard {
-
-// Exit codes of trainyard-worker.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitStopped = 3;  // stopped on request (SIGINT or stop command)
-inline constexpr int kExitPreempted = 4;  // checkpointed, then stopped on preemption (SIGTERM)
 
 struct WorkerArgs {
   std::string server;
@@ -54,23 +48,6 @@ int RunWorker(const WorkerArgs& args);
 // again — 15-20% of a small convolutional model's step on CPU. Call once,
 // first thing.
 void TuneAllocator();
-
-// The shared-memory gradient path when the spec allows it and every rank is
-// on this host (collective over all ranks); null otherwise.
-class ShmCollectives;
-struct JobSpec;
-// FSDP's shard and replicate groups for the job's sharding strategy.
-class Collectives;
-struct FsdpGroups {
-  std::unique_ptr<Collectives> shard;
-  std::unique_ptr<Collectives> replicate;
-};
-FsdpGroups MakeFsdpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
-                          const c10::intrusive_ptr<c10d::ProcessGroup>& world, int32_t rank, int32_t world_size,
-                          const std::string& bind_addr, std::chrono::milliseconds timeout);
-
-std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
-                                                  int32_t rank, int32_t world_size);
 
 }  // namespace trainyard
 

@@ -1,0 +1,68 @@
+#include "worker/dist_setup.h"
+
+#include <stdexcept>
+
+#include "common/log.h"
+
+namespace trainyard {
+
+DistContext DistSetup::context() const {
+  return DistContext{world, shm.get(), shard.get(), replicate.get(), device};
+}
+
+std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int32_t rank, int32_t world_size) {
+  const IntraHostTransport t = spec.ddp.intra_host_transport;
+  // Comm hooks compress for the process group; shared memory is for plain fp32.
+  if (spec.distributed_type != DistributedType::kDdp || world_size < 2 || t == IntraHostTransport::kProcessGroup ||
+      spec.device != Device::kCpu || spec.ddp.comm_hook != CommHookType::kNone) {
+    if (t == IntraHostTransport::kSharedMemory && spec.device != Device::kCpu) {
+      throw std::invalid_argument("ddp.intra_host_transport shm needs device cpu");
+    }
+    return nullptr;
+  }
+  const bool one_host = ShmCollectives::AllRanksOnThisHost(store, rank, world_size, "trainyard");
+  if (!one_host) {
+    if (t == IntraHostTransport::kSharedMemory) {
+      throw std::invalid_argument("ddp.intra_host_transport shm needs every rank on one host");
+    }
+    log::Info("rank {}: ranks span several hosts; gradients travel through the process group", rank);
+    return nullptr;
+  }
+  log::Info("rank {}: all {} ranks on this host; gradients travel through shared memory", rank, world_size);
+  return ShmCollectives::Create(store, rank, world_size, "trainyard");
+}
+
+DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                      int32_t world_size, const std::string& bind_addr, std::chrono::milliseconds timeout) {
+  DistSetup d;
+  d.store = store;
+  const Backend backend = EffectiveBackend(spec.backend, spec.device);
+  d.world = MakeProcessGroup(backend, store, rank, world_size, bind_addr, timeout);
+  d.shm = MaybeSharedMemory(spec, store, rank, world_size);
+  if (spec.distributed_type != DistributedType::kFsdp) return d;
+  switch (spec.fsdp.sharding_strategy) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp: d.shard = MakeCollectives(d.world); break;
+    case ShardingStrategy::kNoShard: d.replicate = MakeCollectives(d.world); break;
+    case ShardingStrategy::kHybridShard:
+    case ShardingStrategy::kHybridShardZero2: {
+      const int32_t per_node = spec.fsdp.ranks_per_node > 0 ? spec.fsdp.ranks_per_node : world_size;
+      HybridGroups h = MakeHybridGroups(store, backend, rank, world_size, per_node, bind_addr, timeout);
+      d.shard = std::move(h.shard);
+      d.replicate = std::move(h.replicate);
+      break;
+    }
+  }
+  return d;
+}
+
+DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options) {
+  if (options.world_size < 2) return DistSetup{};
+  log::Info("rank {}/{}: rendezvous at {}:{}", options.rank, options.world_size, options.master_addr,
+            options.master_port);
+  return SetUpGroups(spec, ConnectStore(options), options.rank, options.world_size, options.bind_addr,
+                     options.timeout);
+}
+
+}  // namespace trainyard

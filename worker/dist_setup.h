@@ -1,0 +1,55 @@
+// A rank's distributed topology: the rendezvous store, the world process
+// group (Gloo for host tensors, NCCL or Gloo for CUDA tensors), the
+// shared-memory gradient path among ranks of one host, and FSDP's shard and
+// replicate groups — everything the Trainer takes as its DistContext.
+//
+// The worker calls SetUpDistributed; tests and benchmarks that run ranks as
+// threads (their own store) call SetUpGroups. Collective: every rank of the
+// world calls it with the same spec.
+#ifndef TRAINYARD_WORKER_DIST_SETUP_H_
+#define TRAINYARD_WORKER_DIST_SETUP_H_
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/job_spec.h"
+#include "worker/collectives.h"
+#include "worker/process_group.h"
+#include "worker/shm_collectives.h"
+#include "worker/trainer.h"
+
+namespace trainyard {
+
+struct DistSetup {
+  c10::intrusive_ptr<c10d::Store> store;           // null when world size is 1
+  c10::intrusive_ptr<c10d::ProcessGroup> world;    // null when world size is 1
+  std::unique_ptr<ShmCollectives> shm;             // DDP on one host, when chosen
+  std::unique_ptr<Collectives> shard, replicate;   // FSDP, by sharding strategy
+  std::optional<c10::Device> device;               // unset: RankDevice(spec.device)
+
+  // Borrows this setup's groups: keep the setup alive while it is used.
+  DistContext context() const;
+};
+
+// Rendezvous at options.master_addr:master_port, then every group. World
+// size 1: an empty setup.
+DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options);
+
+// Every group over an existing store (world size > 1).
+DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                      int32_t world_size, const std::string& bind_addr, std::chrono::milliseconds timeout);
+
+// The shared-memory gradient path when the spec allows it and every rank is
+// on this host (collective over all ranks); null otherwise. Throws
+// std::invalid_argument when the spec demands shm and it cannot be had.
+std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                                                  int32_t rank, int32_t world_size);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_DIST_SETUP_H_
