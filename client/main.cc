@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
 
   CLI::App app{"trainctl: control a trainyard-server"};
   app.require_subcommand(1);
+  // Global options go before or after the subcommand, as kubectl's do:
+  // `trainctl get JOB -o json` and `trainctl -o json get JOB`.
+  app.fallthrough();
   app.add_option("--server", o.server, "Server address HOST:PORT (env TRAINYARD_SERVER)")->capture_default_str();
   app.add_option("-o,--output", output, "Output format")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   app.add_option("--timeout", timeout_s, "Deadline of each request, seconds")->check(CLI::Range(1, 3600));

@@ -1,3 +1,4 @@
+#include "common/spec_reader.h"
 #include "common/accelerate_config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -25,10 +26,7 @@ constexpr char kRoot[] = "accelerate_config";
 // submission cannot flood the job's events.
 constexpr size_t kMaxWarnings = 64;
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using spec_reader::Lower;
 
 std::string Upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
