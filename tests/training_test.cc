@@ -14,6 +14,8 @@
 
 #include "tests/test_util.h"
 #include "tests/trainer_test_util.h"
+#include "worker/optimizer.h"
+#include "common/model_layers.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/fsdp.h"
@@ -357,6 +359,27 @@ TEST(Models, EachTrainsUnderDdp) {
   }
 }
 
+// The layer types a spec may name in fsdp_transformer_layer_cls_to_wrap
+// (checked at submit from common/model_layers.h) are exactly those the
+// worker's models are built of, in order of first appearance.
+TEST(Models, LayerTypesAreTheSpecTable) {
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kCnn, ModelKind::kGpt, ModelKind::kResNet}) {
+    ModelSpec m;
+    m.kind = kind;
+    m.hidden = {8, 8};
+    m.channels = 4;
+    m.layers = 2;
+    m.width = 16;
+    m.context = 8;
+    m.vocab = 32;
+    std::vector<std::string> types;
+    for (const Layer& layer : BuildModel(m, 1)->layers()) {
+      if (std::find(types.begin(), types.end(), layer.type) == types.end()) types.push_back(layer.type);
+    }
+    EXPECT_EQ(types, ModelLayerTypes(kind)) << ModelKindName(kind);
+  }
+}
+
 std::string Python() {
   const char* p = std::getenv("TRAINYARD_TEST_PYTHON");
   return p != nullptr ? p : TRAINYARD_TEST_PYTHON;
@@ -376,6 +399,9 @@ TEST_P(TorchScriptModels, TrainAndTheirWeightsLoadBackInPython) {
   JobSpec spec;
   spec.model.kind = ModelKind::kTorchScript;
   spec.model.path = pt;
+  for (const Layer& layer : BuildModel(spec.model, 1)->layers()) {
+    EXPECT_EQ(std::vector<std::string>{layer.type}, ModelLayerTypes(ModelKind::kTorchScript));
+  }
   spec.data.batch_size = 16;
   spec.data.num_samples = 64;
   spec.optimizer.lr = 3e-3;

@@ -110,11 +110,6 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The learning-rate multiplier at optimizer step `step` (0-based) of
-// `total_steps`: linear warmup from 0 over warmup_steps, then constant,
-// linear decay to 0 or half a cosine to 0 (Hugging Face's schedules).
-double LearningRateFactor(const SchedulerSpec& scheduler, int64_t step, int64_t total_steps);
-
 }  // namespace trainyard
 
 #endif  // TRAINYARD_WORKER_TRAINER_H_

@@ -1,0 +1,304 @@
+#include "worker/checkpoint.h"
+#include "worker/checkpoint_internal.h"
+
+#include "worker/device.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <sstream>
+#include <type_traits>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+#include "common/checkpoint_dir.h"
+#include "common/clock.h"
+#include "worker/collectives.h"
+#include "worker/data.h"
+#include "worker/ddp.h"
+#include "worker/fsdp.h"
+#include "worker/models.h"
+#include "worker/safetensors.h"
+
+namespace trainyard {
+namespace fs = std::filesystem;
+using namespace checkpoint_internal;  // NOLINT: this file is part of the checkpoint code
+namespace {
+
+// ---- Writing ---------------------------------------------------------------
+
+void WriteRankState(const TrainingState& s, const std::string& staging) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    tensors.emplace_back("rng.cpu", gen.get_state());
+  }
+  if (s.ddp != nullptr) {
+    for (const auto& [k, v] : s.ddp->CommHookState()) tensors.emplace_back("comm_hook." + k, v.detach().cpu().contiguous());
+  }
+  for (const auto& [name, obj] : s.extra) {
+    for (const auto& [k, v] : obj->State()) tensors.emplace_back("extra." + name + "." + k, v.detach().cpu().contiguous());
+  }
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : tensors) specs.push_back({name, t.scalar_type(), t.sizes().vec()});
+  std::map<std::string, std::string> meta = {{"rank", std::to_string(s.rank)},
+                                             {"world_size", std::to_string(s.world_size)},
+                                             {"step", std::to_string(s.step)},
+                                             {"epoch", std::to_string(s.loader->epoch())},
+                                             {"offset", std::to_string(s.loader->offset())}};
+  WriteSafetensors((fs::path(staging) / RankStateFile(s.rank)).string(), specs,
+                   [&](size_t i) { return tensors[i].second; }, meta);
+}
+
+void WriteTrainerState(const TrainingState& s, const Holding& h, CheckpointType type, int64_t index,
+                       const std::vector<std::string>& fields, bool has_optimizer_state, const std::string& staging) {
+  std::vector<TensorSpec> buffers;
+  for (const auto& [name, t] : Buffers(s)) buffers.push_back({name, t.scalar_type(), t.sizes().vec()});
+  int64_t optimizer_step = 0;
+  for (const at::Tensor& holder : h.holders()) optimizer_step = std::max(optimizer_step, StepOf(*s.optimizer, holder));
+  nlohmann::ordered_json j = {
+      {"format", kFormat},
+      {"type", CheckpointTypeName(type)},
+      {"step", s.step},
+      {"checkpoint_index", index},
+      {"world_size", s.world_size},
+      {"distributed_type", DistributedTypeName(s.spec->distributed_type)},
+      {"sharding_strategy", s.fsdp != nullptr ? ShardingStrategyName(s.spec->fsdp.sharding_strategy) : ""},
+      {"optimizer", OptimizerKindName(s.spec->optimizer.kind)},
+      {"optimizer_step", optimizer_step},
+      {"optimizer_fields", has_optimizer_state ? fields : std::vector<std::string>{}},
+      {"data",
+       {{"epoch", s.loader->epoch()},
+        {"offset", s.loader->offset()},
+        {"world_size", s.world_size},
+        {"batch_size", s.spec->data.batch_size}}},
+      {"parameters", TensorTable(ParamSpecs(h))},
+      {"buffers", TensorTable(buffers)},
+      {"spec", nlohmann::ordered_json::parse(JobSpecToJson(*s.spec))}};
+  const std::string path = (fs::path(staging) / kTrainerState).string();
+  std::ofstream out(path, std::ios::trunc);
+  out << j.dump(2) << "\n";
+  out.flush();
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,
+               const std::string& staging) {
+  if (!h.assembles()) return;
+  FullAssembler assembler(s, h, fields);
+  const size_t n = h.num_params();
+  if (s.rank != 0) {
+    for (size_t p = 0; p < n; ++p) assembler.Get(p, -1);
+    for (size_t p = 0; p < n; ++p) {
+      for (size_t f = 0; f < fields.size(); ++f) assembler.Get(p, static_cast<int>(f));
+    }
+    return;
+  }
+  // Rank 0 writes; on a write error it keeps receiving what the owners send
+  // (so nobody waits forever), then reports the error.
+  const auto buffers = Buffers(s);
+  std::vector<TensorSpec> model_specs;
+  for (size_t p = 0; p < n; ++p) model_specs.push_back({h.name(p), at::kFloat, h.param(p).sizes().vec()});
+  for (const auto& [name, t] : buffers) model_specs.push_back({name, t.scalar_type(), t.sizes().vec()});
+  std::vector<TensorSpec> optim_specs;
+  for (size_t p = 0; p < n; ++p) {
+    for (const std::string& f : fields) optim_specs.push_back({h.name(p) + "." + f, at::kFloat, h.param(p).sizes().vec()});
+  }
+  size_t next_model = 0, next_optim = 0;
+  std::string error;
+  try {
+    WriteShardedSafetensors(
+        staging, model_specs,
+        [&](size_t i) {
+          next_model = i + 1;
+          return i < n ? assembler.Get(i, -1).to(at::kFloat) : buffers[i - n].second.contiguous();
+        },
+        ParseSize(s.spec->checkpoint.max_shard_size));
+    if (!fields.empty()) {
+      WriteSafetensors((fs::path(staging) / kOptimizerFile).string(), optim_specs, [&](size_t i) {
+        next_optim = i + 1;
+        return assembler.Get(i / fields.size(), static_cast<int>(i % fields.size()));
+      });
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (error.empty()) return;
+  for (size_t i = next_model; i < n; ++i) assembler.Get(i, -1);
+  for (size_t i = next_optim; i < optim_specs.size(); ++i) {
+    assembler.Get(i / fields.size(), static_cast<int>(i % fields.size()));
+  }
+  throw std::runtime_error(error);
+}
+
+void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,
+                  const std::string& staging) {
+  const int32_t w = h.my_writer();
+  if (w >= 0) {
+    const std::vector<Piece> pieces = h.Owned(w);
+    const auto buffers = w == 0 ? Buffers(s) : std::vector<std::pair<std::string, at::Tensor>>{};
+    std::vector<TensorSpec> specs;
+    for (const Piece& piece : pieces) specs.push_back({h.name(piece.param), at::kFloat, {piece.size()}});
+    for (const auto& [name, t] : buffers) specs.push_back({name, t.scalar_type(), {t.numel()}});
+    WriteSafetensors((fs::path(staging) / ShardFile("model", w, h.writers())).string(), specs, [&](size_t i) {
+      return i < pieces.size() ? PieceData(s, h, pieces[i], -1, fields).to(at::kFloat)
+                               : buffers[i - pieces.size()].second.reshape({-1}).contiguous();
+    });
+    if (!fields.empty()) {
+      std::vector<TensorSpec> ospecs;
+      for (const Piece& piece : pieces) {
+        for (const std::string& f : fields) ospecs.push_back({h.name(piece.param) + "." + f, at::kFloat, {piece.size()}});
+      }
+      WriteSafetensors((fs::path(staging) / ShardFile("optimizer", w, h.writers())).string(), ospecs, [&](size_t i) {
+        return PieceData(s, h, pieces[i / fields.size()], static_cast<int>(i % fields.size()), fields);
+      });
+    }
+  }
+  if (s.rank != 0) return;
+  // The index: every tensor's global shape and dtype, and its slices.
+  nlohmann::ordered_json model = nlohmann::ordered_json::object();
+  nlohmann::ordered_json optim = nlohmann::ordered_json::object();
+  int64_t total = 0;
+  for (size_t p = 0; p < h.num_params(); ++p) {
+    const auto shape = h.param(p).sizes().vec();
+    model[h.name(p)] = {{"dtype", "F32"}, {"shape", shape}, {"slices", nlohmann::ordered_json::array()}};
+    total += h.param(p).numel() * 4;
+    for (const std::string& f : fields) {
+      optim[h.name(p) + "." + f] = {{"dtype", "F32"}, {"shape", shape}, {"slices", nlohmann::ordered_json::array()}};
+    }
+  }
+  for (const auto& [name, t] : Buffers(s)) {
+    model[name] = {{"dtype", SafetensorsDtype(t.scalar_type())},
+                   {"shape", t.sizes().vec()},
+                   {"slices", {{{"file", ShardFile("model", 0, h.writers())}, {"key", name}, {"begin", 0}, {"end", t.numel()}}}}};
+    total += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  for (int32_t writer = 0; writer < h.writers(); ++writer) {
+    for (const Piece& piece : h.Owned(writer)) {
+      const std::string& name = h.name(piece.param);
+      model[name]["slices"].push_back(
+          {{"file", ShardFile("model", writer, h.writers())}, {"key", name}, {"begin", piece.begin}, {"end", piece.end}});
+      for (const std::string& f : fields) {
+        optim[name + "." + f]["slices"].push_back({{"file", ShardFile("optimizer", writer, h.writers())},
+                                                   {"key", name + "." + f},
+                                                   {"begin", piece.begin},
+                                                   {"end", piece.end}});
+      }
+    }
+  }
+  nlohmann::ordered_json index = {{"format", "trainyard-sharded-1"},
+                                  {"metadata", {{"total_size", total}, {"writers", h.writers()}}},
+                                  {"model", model},
+                                  {"optimizer", optim}};
+  const std::string path = (fs::path(staging) / kShardedIndex).string();
+  std::ofstream out(path, std::ios::trunc);
+  out << index.dump(1) << "\n";
+  out.flush();
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+int64_t DirectoryBytes(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) total += static_cast<int64_t>(e.file_size());
+  }
+  return total;
+}
+
+}  // namespace
+
+CheckpointEvent SaveCheckpoint(const TrainingState& s, CheckpointType type, const CheckpointTarget& target) {
+  const auto start = std::chrono::steady_clock::now();
+  if (type == CheckpointType::kAuto) type = CheckpointType::kFull;
+  CheckpointEvent ev;
+  ev.index = target.index;
+  ev.step = s.step;
+  ev.type = type == CheckpointType::kSharded ? CheckpointType::kSharded : CheckpointType::kFull;
+  CheckpointDir dir(target.project_dir);
+  const std::string staging = dir.StagingPath(target.index, target.staging_tag);
+  std::string error;
+  auto fail = [&](int32_t failed_rank) {
+    ev.ok = false;
+    ev.error = failed_rank == s.rank ? error : "checkpoint failed on rank " + std::to_string(failed_rank);
+    if (s.rank == 0) {
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+    }
+    ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return ev;
+  };
+
+  if (s.rank == 0) {
+    auto begun = dir.Begin(target.index, target.staging_tag);
+    if (!begun.ok()) error = std::string(begun.status().message());
+  }
+  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
+
+  try {
+    torch::NoGradGuard no_grad;
+    const Holding h(s);
+    const std::vector<std::string> all_fields = OptimizerFields(*s.spec);
+    const bool has_state = HasState(*s.optimizer, h.holders());
+    const std::vector<std::string> fields = has_state ? all_fields : std::vector<std::string>{};
+    WriteRankState(s, staging);
+    if (type == CheckpointType::kFull) {
+      WriteFull(s, h, fields, staging);
+    } else {
+      WriteSharded(s, h, fields, staging);
+    }
+    if (s.rank == 0) WriteTrainerState(s, h, type, target.index, fields, has_state, staging);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
+
+  if (s.rank == 0) {
+    nlohmann::ordered_json meta = {{"step", s.step}, {"type", CheckpointTypeName(ev.type)}, {"world_size", s.world_size}};
+    if (auto st = dir.Commit(staging, target.index, meta.dump()); !st.ok()) error = std::string(st.message());
+  }
+  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
+
+  ev.ok = true;
+  ev.path = (fs::absolute(dir.root()) / ("checkpoint_" + std::to_string(target.index))).string();
+  if (s.rank == 0) {
+    ev.bytes = DirectoryBytes(ev.path);
+    if (s.spec->checkpoint.total_limit > 0) {
+      // Rotation trouble does not undo the checkpoint just committed.
+      auto deleted = dir.ApplyTotalLimit(s.spec->checkpoint.total_limit);
+      if (!deleted.ok()) ev.error = "total_limit: " + std::string(deleted.status().message());
+    }
+  }
+  ev.unix_millis = NowMillis();
+  ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return ev;
+}
+
+std::string ResolveCheckpoint(const std::string& project_dir, const std::string& resume_from,
+                              std::vector<std::string>* notes) {
+  if (resume_from.empty()) return "";
+  if (resume_from != "latest") {
+    auto info = CheckCheckpoint(resume_from, /*verify=*/true);
+    if (!info.ok()) throw std::runtime_error("checkpoint.resume_from: " + std::string(info.status().message()));
+    return info->path;
+  }
+  CheckpointDir dir(project_dir);
+  CheckpointScan scan = dir.List(/*verify=*/false);
+  for (const auto& [path, why] : scan.skipped) notes->push_back("skipped " + path + ": " + why);
+  for (const CheckpointInfo& c : scan.complete) {
+    auto info = CheckCheckpoint(c.path, /*verify=*/true);
+    if (info.ok()) return info->path;
+    notes->push_back("skipped " + c.path + ": " + std::string(info.status().message()));
+  }
+  return "";
+}
+
+}  // namespace trainyard

@@ -1,0 +1,55 @@
+// StepControl: the per-step agreement of all ranks. At the start of each
+// step a rank puts what it was asked (stop, preemption, a checkpoint
+// request from the coordinator) into a small control word; the ranks
+// reduce it with MAX while the step computes, and at the step's end every
+// rank reads the same agreement, so a request seen by one rank takes effect
+// on every rank after the same step. The exchange runs over the shared-
+// memory path when DDP has one (a barrier at the step's end), else over the
+// world process group's host backend; with one rank it is local.
+#ifndef TRAINYARD_WORKER_STEP_CONTROL_H_
+#define TRAINYARD_WORKER_STEP_CONTROL_H_
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <cstdint>
+#include <optional>
+
+#include "common/checkpoint_type.h"
+#include "worker/control.h"
+
+namespace trainyard {
+
+class ShmCollectives;
+
+// What every rank agreed on for this step's boundary.
+struct StepAgreement {
+  bool stop = false;
+  bool preempt = false;                       // checkpoint, then stop
+  std::optional<CheckpointType> checkpoint;   // a requested one: kFull or kSharded
+  int64_t request_id = 0;                     // of that request
+  bool stop_after = false;                    // stop after that checkpoint
+};
+
+class StepControl {
+ public:
+  // `pg` may be null (one rank), `shm` null (no shared memory), `control`
+  // null (nothing asks from outside).
+  StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, ShmCollectives* shm, TrainerControl* control);
+
+  // Takes this rank's requests and starts the exchange. `periodic` is the
+  // job's own checkpoint type, which an "auto" request resolves to.
+  void Start(CheckpointType periodic);
+  // Waits for the exchange; call once after each Start.
+  StepAgreement Finish();
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  ShmCollectives* shm_;
+  TrainerControl* control_;
+  at::Tensor word_;
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_STEP_CONTROL_H_

@@ -1,0 +1,63 @@
+#include "worker/step_recorder.h"
+
+#include "common/clock.h"
+#include "worker/ddp.h"
+#include "worker/device.h"
+#include "worker/fsdp.h"
+
+namespace trainyard {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+StepRecorder::StepRecorder(int32_t rank, c10::Device device, const DistributedDataParallel* ddp,
+                           const FullyShardedModel* fsdp)
+    : rank_(rank), device_(device), ddp_(ddp), fsdp_(fsdp) {}
+
+StepMetrics StepRecorder::Record(const StepSample& s) {
+  StepMetrics m;
+  m.rank = rank_;
+  m.step = s.step;
+  m.loss = s.loss;
+  m.samples = s.samples;
+  m.data_seconds = Seconds(s.data);
+  m.compute_seconds = Seconds(s.compute);
+  m.optimizer_seconds = Seconds(s.optimizer);
+  m.step_seconds = Seconds(s.total);
+  m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
+  m.learning_rate = s.learning_rate;
+  m.eval_loss = s.eval_loss;
+  m.grad_norm = s.grad_norm;
+  m.param_bytes = s.param_bytes;
+  m.grad_bytes = s.grad_bytes;
+  m.optimizer_bytes = s.optimizer_bytes;
+  if (const auto device_memory = ReadDeviceMemory(device_)) {
+    m.device_allocated_bytes = device_memory->allocated;
+    m.device_peak_bytes = device_memory->peak_allocated;
+  }
+  if (fsdp_ != nullptr) {
+    const auto& c = fsdp_->comm();
+    m.allgather_bytes = c.allgather_bytes - allgather_;
+    m.reduce_scatter_bytes = c.reduce_scatter_bytes - reduce_scatter_;
+    m.sharded_comm_seconds = static_cast<double>(c.nanos - sharded_nanos_) * 1e-9;
+    allgather_ = c.allgather_bytes;
+    reduce_scatter_ = c.reduce_scatter_bytes;
+    sharded_nanos_ = c.nanos;
+  }
+  if (ddp_ != nullptr) {
+    const CommStats& cs = ddp_->comm_stats();
+    const int64_t wire = cs.wire_bytes.load(), fp32 = cs.fp32_equivalent_bytes.load(), nanos = cs.hook_nanos.load();
+    m.comm_wire_bytes = wire - wire_;
+    m.comm_fp32_bytes = fp32 - fp32_;
+    m.comm_hook_seconds = static_cast<double>(nanos - hook_nanos_) * 1e-9;
+    wire_ = wire;
+    fp32_ = fp32;
+    hook_nanos_ = nanos;
+  }
+  m.unix_millis = NowMillis();
+  return m;
+}
+
+}  // namespace trainyard
