@@ -1,0 +1,162 @@
+// trainctl against a stand-in JobService on loopback (a real gRPC server
+// whose answers the test chooses): what each command sends, what it prints
+// in table and JSON form, its exit codes, and the command line's flags before
+// and after the subcommand (the real trainctl binary).
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "client/trainctl.h"
+#include "trainyard/v1/trainyard.grpc.pb.h"
+
+namespace trainyard {
+namespace {
+
+class FakeJobService final : public v1::JobService::Service {
+ public:
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) override {
+    Record(ctx);
+    if (req->id() != "job-1") return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + req->id() + " not found");
+    v1::Job* j = resp->mutable_job();
+    j->set_id("job-1");
+    j->set_name("mnist");
+    j->set_state(v1::RUNNING);
+    j->set_num_processes(2);
+    j->set_step(7);
+    j->set_max_steps(100);
+    j->set_spec_json(R"({"name":"mnist","max_steps":100})");
+    v1::JobEvent* e = j->add_events();
+    e->set_state(v1::QUEUED);
+    e->set_reason("submitted");
+    return grpc::Status::OK;
+  }
+  grpc::Status CheckpointJob(grpc::ServerContext* ctx, const v1::CheckpointJobRequest* req,
+                             v1::CheckpointJobResponse* resp) override {
+    Record(ctx);
+    std::lock_guard<std::mutex> lock(mu);
+    checkpoint_type = req->type();
+    resp->set_request_id(42);
+    return grpc::Status::OK;
+  }
+
+  std::mutex mu;
+  std::string authorization;  // of the last call
+  v1::CheckpointType checkpoint_type = v1::CHECKPOINT_TYPE_UNSPECIFIED;
+
+ private:
+  void Record(grpc::ServerContext* ctx) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = ctx->client_metadata().find("authorization");
+    authorization = it == ctx->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
+  }
+};
+
+class TrainctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port_, 0);
+    address_ = "127.0.0.1:" + std::to_string(port_);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  int Run(const std::function<int(Trainctl&)>& command, OutputFormat format = OutputFormat::kTable,
+          const std::string& token = "") {
+    TrainctlOptions o;
+    o.server = address_;
+    o.output = format;
+    o.token = token;
+    o.rpc_timeout = std::chrono::seconds(5);
+    out_.str("");
+    err_.str("");
+    Trainctl ctl(o, out_, err_);
+    return command(ctl);
+  }
+
+  FakeJobService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(TrainctlTest, GetPrintsATableAndJson) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-1"); }), 0) << err_.str();
+  EXPECT_NE(out_.str().find("state:        RUNNING"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("step:         7 / 100"), std::string::npos) << out_.str();
+
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-1"); }, OutputFormat::kJson), 0) << err_.str();
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["id"], "job-1");
+  EXPECT_EQ(j["state"], "RUNNING");
+  EXPECT_EQ(j["spec"]["max_steps"], 100);  // the spec as JSON, not a string
+  ASSERT_EQ(j["events"].size(), 1u);
+  EXPECT_EQ(j["events"][0]["reason"], "submitted");
+}
+
+TEST_F(TrainctlTest, RefusalsAreExitCode2WithTheServersWords) {
+  EXPECT_EQ(Run([](Trainctl& c) { return c.Get("job-2"); }), 2);
+  EXPECT_EQ(err_.str(), "trainctl: NOT_FOUND: job job-2 not found\n");
+  EXPECT_TRUE(out_.str().empty());
+}
+
+TEST_F(TrainctlTest, AnUnreachableServerIsNamed) {
+  server_->Shutdown();
+  EXPECT_EQ(Run([](Trainctl& c) { return c.Get("job-1"); }), 2);
+  EXPECT_NE(err_.str().find("cannot reach the trainyard server at " + address_), std::string::npos) << err_.str();
+}
+
+TEST_F(TrainctlTest, EveryCallCarriesTheBearerToken) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-1"); }, OutputFormat::kTable, "s3cret-token-0123456789"), 0);
+  EXPECT_EQ(service_.authorization, "Bearer s3cret-token-0123456789");
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-1"); }), 0);
+  EXPECT_EQ(service_.authorization, "");
+}
+
+TEST_F(TrainctlTest, CheckpointTypesTravelAsTheProtoEnum) {
+  const std::pair<std::string, v1::CheckpointType> cases[] = {
+      {"full", v1::FULL}, {"sharded", v1::SHARDED}, {"auto", v1::CHECKPOINT_TYPE_UNSPECIFIED}};
+  for (const auto& [name, want] : cases) {
+    ASSERT_EQ(Run([&](Trainctl& c) { return c.Checkpoint("job-1", name, false, std::chrono::seconds(5)); }), 0)
+        << err_.str();
+    EXPECT_EQ(service_.checkpoint_type, want) << name;
+  }
+}
+
+// The binary: global flags (-o, --server) before or after the subcommand.
+std::string RunBinary(const std::string& args, int* rc) {
+  const std::string cmd = std::string(TRAINCTL_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  *rc = WEXITSTATUS(pclose(p));
+  return out;
+}
+
+TEST_F(TrainctlTest, GlobalFlagsGoBeforeOrAfterTheSubcommand) {
+  for (const std::string& args : {"-o json --server " + address_ + " get job-1", "get job-1 -o json --server " + address_,
+                                  "--server " + address_ + " get -o json job-1"}) {
+    int rc = -1;
+    const std::string out = RunBinary(args, &rc);
+    ASSERT_EQ(rc, 0) << args << ": " << out;
+    EXPECT_EQ(nlohmann::json::parse(out)["id"], "job-1") << args;
+  }
+  int rc = -1;
+  const std::string out = RunBinary("get job-1 -o yaml --server " + address_, &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("yaml"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace trainyard

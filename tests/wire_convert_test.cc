@@ -1,0 +1,165 @@
+// wire_convert: every domain <-> proto conversion round-trips, and values a
+// peer did not set (or a newer peer's unknown enum values) read as
+// documented.
+#include "common/wire_convert.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace trainyard {
+namespace {
+
+TEST(WireConvert, JobStatesRoundTripAndUnknownIsNullopt) {
+  for (JobState s : kAllJobStates) EXPECT_EQ(FromProto(ToProto(s)), s) << JobStateName(s);
+  EXPECT_EQ(FromProto(static_cast<v1::JobState>(999)), std::nullopt);
+}
+
+TEST(WireConvert, WorkerOutcomesRoundTripAndMatchExitCodes) {
+  for (WorkerOutcome o : {WorkerOutcome::kSucceeded, WorkerOutcome::kFailed, WorkerOutcome::kUsage,
+                          WorkerOutcome::kStopped, WorkerOutcome::kPreempted}) {
+    EXPECT_EQ(FromProto(ToProto(o)), o);
+    EXPECT_EQ(OutcomeOfExitCode(ExitCodeOf(o)), o);
+  }
+  // A peer that said nothing, or something newer, failed.
+  EXPECT_EQ(FromProto(v1::WORKER_OUTCOME_UNSPECIFIED), WorkerOutcome::kFailed);
+  EXPECT_EQ(FromProto(static_cast<v1::WorkerOutcome>(77)), WorkerOutcome::kFailed);
+  // A crash (SIGKILL through a shell: 137) is a failure.
+  EXPECT_EQ(OutcomeOfExitCode(137), WorkerOutcome::kFailed);
+}
+
+TEST(WireConvert, CheckpointTypes) {
+  EXPECT_EQ(ToProto(CheckpointType::kAuto), v1::CHECKPOINT_TYPE_UNSPECIFIED);
+  for (CheckpointType t : {CheckpointType::kAuto, CheckpointType::kFull, CheckpointType::kSharded}) {
+    EXPECT_EQ(FromProto(ToProto(t)), t) << CheckpointTypeName(t);
+  }
+  EXPECT_EQ(FromProto(static_cast<v1::CheckpointType>(9)), std::nullopt);
+}
+
+TEST(WireConvert, MetricsSampleRoundTripsEveryField) {
+  StepMetrics m;
+  m.rank = 3;
+  m.step = 17;
+  m.loss = 1.25;
+  m.samples_per_second = 100.5;
+  m.step_seconds = 0.5;
+  m.data_seconds = 0.01;
+  m.compute_seconds = 0.4;
+  m.optimizer_seconds = 0.09;
+  m.learning_rate = 1e-3;
+  m.samples = 64;
+  m.eval_loss = 2.5;
+  m.unix_millis = 1700000000123;
+  m.comm_wire_bytes = 11;
+  m.comm_fp32_bytes = 22;
+  m.comm_hook_seconds = 0.02;
+  m.param_bytes = 1000;
+  m.grad_bytes = 2000;
+  m.optimizer_bytes = 3000;
+  m.device_allocated_bytes = 4000;
+  m.device_peak_bytes = 5000;
+  m.allgather_bytes = 6000;
+  m.reduce_scatter_bytes = 7000;
+  m.sharded_comm_seconds = 0.03;
+  m.grad_norm = 0.75;
+  v1::MetricsSample p;
+  ToProto(m, &p);
+  const StepMetrics back = FromProto(p);
+  EXPECT_EQ(back.rank, m.rank);
+  EXPECT_EQ(back.step, m.step);
+  EXPECT_EQ(back.loss, m.loss);
+  EXPECT_EQ(back.samples_per_second, m.samples_per_second);
+  EXPECT_EQ(back.step_seconds, m.step_seconds);
+  EXPECT_EQ(back.data_seconds, m.data_seconds);
+  EXPECT_EQ(back.compute_seconds, m.compute_seconds);
+  EXPECT_EQ(back.optimizer_seconds, m.optimizer_seconds);
+  EXPECT_EQ(back.learning_rate, m.learning_rate);
+  EXPECT_EQ(back.samples, m.samples);
+  EXPECT_EQ(back.eval_loss, m.eval_loss);
+  EXPECT_EQ(back.unix_millis, m.unix_millis);
+  EXPECT_EQ(back.comm_wire_bytes, m.comm_wire_bytes);
+  EXPECT_EQ(back.comm_fp32_bytes, m.comm_fp32_bytes);
+  EXPECT_EQ(back.comm_hook_seconds, m.comm_hook_seconds);
+  EXPECT_EQ(back.param_bytes, m.param_bytes);
+  EXPECT_EQ(back.grad_bytes, m.grad_bytes);
+  EXPECT_EQ(back.optimizer_bytes, m.optimizer_bytes);
+  EXPECT_EQ(back.device_allocated_bytes, m.device_allocated_bytes);
+  EXPECT_EQ(back.device_peak_bytes, m.device_peak_bytes);
+  EXPECT_EQ(back.allgather_bytes, m.allgather_bytes);
+  EXPECT_EQ(back.reduce_scatter_bytes, m.reduce_scatter_bytes);
+  EXPECT_EQ(back.sharded_comm_seconds, m.sharded_comm_seconds);
+  EXPECT_EQ(back.grad_norm, m.grad_norm);
+}
+
+TEST(WireConvert, CheckpointEventAndRecord) {
+  CheckpointEvent e;
+  e.index = 4;
+  e.step = 200;
+  e.type = CheckpointType::kSharded;
+  e.trigger = "periodic";
+  e.request_id = 9;
+  e.path = "/p/checkpoints/checkpoint_4";
+  e.bytes = 12345;
+  e.seconds = 1.5;
+  e.unix_millis = 1700000000000;
+  e.ok = true;
+  v1::Checkpoint p;
+  ToProto(CheckpointRecord{3, e}, &p);
+  EXPECT_EQ(p.attempt(), 3);
+  EXPECT_EQ(p.type(), v1::SHARDED);
+  const CheckpointEvent back = FromProto(p);
+  EXPECT_EQ(back.index, e.index);
+  EXPECT_EQ(back.step, e.step);
+  EXPECT_EQ(back.type, e.type);
+  EXPECT_EQ(back.trigger, e.trigger);
+  EXPECT_EQ(back.request_id, e.request_id);
+  EXPECT_EQ(back.path, e.path);
+  EXPECT_EQ(back.bytes, e.bytes);
+  EXPECT_EQ(back.seconds, e.seconds);
+  EXPECT_EQ(back.unix_millis, e.unix_millis);
+  EXPECT_TRUE(back.ok);
+}
+
+TEST(WireConvert, JobViewsWithAndWithoutTheSpec) {
+  JobRecord r;
+  r.id = "job-1";
+  r.name = "n";
+  r.state = JobState::kFailed;
+  r.reason = "rank 1: boom";
+  r.spec_json = R"({"name":"n"})";
+  r.num_processes = 4;
+  r.max_steps = 10;
+  r.step = 5;
+  r.attempt = 2;
+  r.failed_rank = 1;
+  r.worker_token = "secret";
+  v1::Job full, basic;
+  ToProto(r, {JobEvent{1, JobState::kQueued, "submitted"}}, &full);
+  ToProto(r, {}, &basic, /*with_spec=*/false);
+  EXPECT_EQ(full.spec_json(), r.spec_json);
+  EXPECT_TRUE(basic.spec_json().empty());
+  for (const v1::Job* j : {&full, &basic}) {
+    EXPECT_EQ(j->id(), "job-1");
+    EXPECT_EQ(j->state(), v1::FAILED);
+    EXPECT_EQ(j->reason(), r.reason);
+    EXPECT_EQ(j->num_processes(), 4);
+    EXPECT_EQ(j->attempt(), 2);
+    EXPECT_EQ(j->failed_rank(), 1);
+    // The worker token never leaves the server through a job.
+    EXPECT_EQ(j->DebugString().find("secret"), std::string::npos);
+  }
+  ASSERT_EQ(full.events_size(), 1);
+  EXPECT_EQ(full.events(0).reason(), "submitted");
+}
+
+TEST(WireConvert, StatusCodesMapByName) {
+  const absl::Status s = absl::FailedPreconditionError("nope");
+  const grpc::Status g = ToGrpcStatus(s);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(g.error_message(), "nope");
+  EXPECT_EQ(FromGrpcStatus(g), s);
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace trainyard
