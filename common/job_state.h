@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/enum_table.h"
+
 namespace trainyard {
 
 // QUEUED → STARTING → RUNNING → SUCCEEDED | FAILED | CANCELLED; a restart
@@ -22,13 +24,18 @@ enum class JobState {
   kRecovering,
 };
 
+inline constexpr EnumName<JobState> kJobStateNames[] = {
+    {"QUEUED", JobState::kQueued},       {"STARTING", JobState::kStarting},   {"RUNNING", JobState::kRunning},
+    {"SUCCEEDED", JobState::kSucceeded}, {"FAILED", JobState::kFailed},       {"CANCELLED", JobState::kCancelled},
+    {"RECOVERING", JobState::kRecovering}};
+
 inline constexpr JobState kAllJobStates[] = {
     JobState::kQueued,    JobState::kStarting, JobState::kRunning,
     JobState::kSucceeded, JobState::kFailed,   JobState::kCancelled,
     JobState::kRecovering};
 
 // "QUEUED", "RUNNING", ...
-const char* JobStateName(JobState state);
+constexpr const char* JobStateName(JobState state) { return NameOf(kJobStateNames, state); }
 // Case-insensitive inverse of JobStateName.
 std::optional<JobState> ParseJobState(std::string_view name);
 // SUCCEEDED, FAILED and CANCELLED are terminal: nothing leaves them.
