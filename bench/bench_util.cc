@@ -1,8 +1,5 @@
 #include "bench/bench_util.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +8,8 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
+
+#include "common/placement.h"
 
 namespace trainyard::bench {
 
@@ -32,24 +31,10 @@ Stats Summarize(std::vector<double> v) {
   return s;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    close(fd);
-    throw std::runtime_error("no free port");
-  }
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const std::string& master_addr) {
   const int world = static_cast<int>(argvs.size());
-  const int port = FreePort();
+  const int port = PickFreePortOn("127.0.0.1");
+  if (port == 0) throw std::runtime_error("no free port on 127.0.0.1");
   int pipefd[2];
   if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
   std::vector<pid_t> pids;

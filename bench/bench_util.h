@@ -15,9 +15,6 @@ struct Stats {
 };
 Stats Summarize(std::vector<double> values);
 
-// A TCP port free on 127.0.0.1 right now.
-int FreePort();
-
 // Runs one process per argv in `argvs` (rank r gets argvs[r], with RANK,
 // WORLD_SIZE, MASTER_ADDR=`master_addr`, MASTER_PORT and OMP_NUM_THREADS=1 in
 // its environment), waits for all, and returns rank 0's last stdout line

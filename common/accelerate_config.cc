@@ -362,13 +362,7 @@ class ConfigMerge {
   YAML::Node GptLayers(const YAML::Node& value, const std::string& path) {
     std::vector<std::string> names;
     if (value.IsScalar()) {  // "BertLayer" or "A,B", as Accelerate writes it
-      std::stringstream in(value.Scalar());
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        item.erase(0, item.find_first_not_of(' '));
-        item.erase(item.find_last_not_of(' ') + 1);
-        if (!item.empty()) names.push_back(item);
-      }
+      names = spec_reader::SplitCommaList(value.Scalar());
     } else if (value.IsSequence()) {
       for (const auto& e : value) {
         if (!e.IsScalar()) return value;

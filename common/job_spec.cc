@@ -244,13 +244,7 @@ kWrapPolicyNames);
     const std::string p = r.PathOf("fsdp_transformer_layer_cls_to_wrap");
     std::vector<std::string> names;
     if (n.IsScalar()) {  // Accelerate writes "Block" or "BlockA,BlockB"
-      std::stringstream in(n.Scalar());
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        item.erase(0, item.find_first_not_of(' '));
-        item.erase(item.find_last_not_of(' ') + 1);
-        if (!item.empty()) names.push_back(item);
-      }
+      names = SplitCommaList(n.Scalar());
     } else if (n.IsSequence()) {
       for (const auto& e : n) {
         if (!e.IsScalar()) Fail(p, "must list layer type names");

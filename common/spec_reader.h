@@ -205,6 +205,23 @@ class MapReader {
   std::set<std::string> seen_;
 };
 
+// "A, B,C" -> {"A", "B", "C"}: Accelerate writes lists of layer classes as
+// one comma-separated string. Empty items are dropped.
+inline std::vector<std::string> SplitCommaList(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace trainyard::spec_reader
 
 #endif  // TRAINYARD_COMMON_SPEC_READER_H_
