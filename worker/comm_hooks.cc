@@ -1,3 +1,4 @@
+#include "common/splitmix.h"
 #include "worker/comm_hooks.h"
 
 
@@ -55,13 +56,6 @@ class OrderedExecutor {
   bool done_ = false;                        // guarded by mu_
   std::thread thread_;
 };
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 WireDtype WireOf(CommWrapper w) {
   switch (w) {
@@ -172,7 +166,7 @@ struct PowerSgdState {
 
   // A generator identical on every rank: seeded by (random_seed, draw count).
   at::Generator NextGenerator(uint64_t random_seed) {
-    return at::detail::createCPUGenerator(Mix(random_seed ^ Mix(static_cast<uint64_t>(rng_draws++))));
+    return at::detail::createCPUGenerator(SplitMix64(random_seed ^ SplitMix64(static_cast<uint64_t>(rng_draws++))));
   }
 };
 

@@ -1,3 +1,4 @@
+#include "common/splitmix.h"
 #include "worker/data.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,24 +15,13 @@
 #include <numeric>
 
 namespace trainyard {
-namespace {
-
-// SplitMix64: decorrelates per-sample seeds.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 SyntheticDataset::SyntheticDataset(std::vector<int64_t> sample_shape, int64_t num_classes, int64_t num_samples,
                                    uint64_t seed)
     : sample_shape_(std::move(sample_shape)), num_samples_(num_samples), seed_(seed) {
   int64_t features = 1;
   for (int64_t d : sample_shape_) features *= d;
-  at::Generator gen = at::detail::createCPUGenerator(Mix(seed ^ 0x7ea7c4e5ULL));
+  at::Generator gen = at::detail::createCPUGenerator(SplitMix64(seed ^ 0x7ea7c4e5ULL));
   teacher_ = at::randn({num_classes, features}, gen, at::kFloat);
 }
 
@@ -41,7 +31,7 @@ Batch SyntheticDataset::Get(const std::vector<int64_t>& indices) const {
   at::Tensor inputs = at::empty(shape, at::kFloat);
   at::Tensor flat = inputs.view({inputs.size(0), -1});
   for (size_t i = 0; i < indices.size(); ++i) {
-    at::Generator gen = at::detail::createCPUGenerator(Mix(seed_ + Mix(static_cast<uint64_t>(indices[i]))));
+    at::Generator gen = at::detail::createCPUGenerator(SplitMix64(seed_ + SplitMix64(static_cast<uint64_t>(indices[i]))));
     flat[static_cast<int64_t>(i)].normal_(0.0, 1.0, gen);
   }
   at::Tensor targets = at::matmul(flat, teacher_.t()).argmax(1);
@@ -50,7 +40,7 @@ Batch SyntheticDataset::Get(const std::vector<int64_t>& indices) const {
 
 SyntheticTokens::SyntheticTokens(int64_t context, int64_t vocab, int64_t num_samples, uint64_t seed)
     : context_(context), vocab_(vocab), num_samples_(num_samples), seed_(seed) {
-  const uint64_t r = Mix(seed ^ 0x70c3ULL);
+  const uint64_t r = SplitMix64(seed ^ 0x70c3ULL);
   a_ = static_cast<int64_t>(r % static_cast<uint64_t>(vocab - 1)) + 1;
   b_ = static_cast<int64_t>((r >> 32) % static_cast<uint64_t>(vocab));
 }
@@ -60,7 +50,7 @@ Batch SyntheticTokens::Get(const std::vector<int64_t>& indices) const {
   at::Tensor seq = at::empty({n, context_ + 1}, at::kLong);
   auto acc = seq.accessor<int64_t, 2>();
   for (int64_t i = 0; i < n; ++i) {
-    at::Generator gen = at::detail::createCPUGenerator(Mix(seed_ + Mix(static_cast<uint64_t>(indices[i]))));
+    at::Generator gen = at::detail::createCPUGenerator(SplitMix64(seed_ + SplitMix64(static_cast<uint64_t>(indices[i]))));
     at::Tensor noise = at::rand({context_ + 1}, gen);
     at::Tensor uniform = at::randint(vocab_, {context_ + 1}, gen, at::kLong);
     auto nz = noise.accessor<float, 1>();
@@ -178,7 +168,7 @@ Batch TokenFile::Get(const std::vector<int64_t>& indices) const {
   if (fd < 0) throw std::runtime_error("cannot open " + path_ + ": " + std::strerror(errno));
   auto acc = seq.accessor<int64_t, 2>();
   for (int64_t i = 0; i < b; ++i) {
-    const uint64_t r = Mix(seed_ + Mix(static_cast<uint64_t>(indices[i]) ^ 0x70ce4ULL));
+    const uint64_t r = SplitMix64(seed_ + SplitMix64(static_cast<uint64_t>(indices[i]) ^ 0x70ce4ULL));
     const int64_t start = first_ + static_cast<int64_t>(r % static_cast<uint64_t>(last_ - first_ + 1));
     const ssize_t want = static_cast<ssize_t>(buf.size() * 2);
     if (::pread(fd, buf.data(), static_cast<size_t>(want), static_cast<off_t>(start * 2)) != want) {
