@@ -1,0 +1,162 @@
+// The worker's control stream against a stand-in WorkerService on loopback
+// (a real gRPC server whose side of the conversation the test scripts):
+// the hello, the welcome, commands reaching TrainerControl, metrics and
+// checkpoint reports going up, and the final outcome.
+#include "worker/control_client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "trainyard/v1/trainyard.grpc.pb.h"
+
+namespace trainyard {
+namespace {
+
+class FakeWorkerService final : public v1::WorkerService::Service {
+ public:
+  grpc::Status Connect(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+    v1::WorkerMessage msg;
+    if (!stream->Read(&msg) || !msg.has_hello()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no hello");
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      hello = msg.hello();
+    }
+    if (msg.hello().token() != "token-0123456789abcdef") {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "bad token");
+    }
+    v1::CoordinatorMessage welcome;
+    welcome.mutable_welcome()->set_spec_json(R"({"name":"t"})");
+    welcome.mutable_welcome()->set_world_size(2);
+    welcome.mutable_welcome()->set_attempt(3);
+    welcome.mutable_welcome()->set_master_addr("10.1.2.3");
+    welcome.mutable_welcome()->set_master_port(29555);
+    stream->Write(welcome);
+    v1::CoordinatorMessage ckpt;
+    ckpt.mutable_checkpoint()->set_request_id(7);
+    ckpt.mutable_checkpoint()->set_type(v1::SHARDED);
+    ckpt.mutable_checkpoint()->set_stop_after(true);
+    stream->Write(ckpt);
+    v1::CoordinatorMessage stop;
+    stop.mutable_stop()->set_reason("cancelled");
+    stream->Write(stop);
+    while (stream->Read(&msg)) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (msg.has_metrics()) {
+        for (const auto& s : msg.metrics().samples()) steps.push_back(s.step());
+      } else if (msg.has_checkpoint()) {
+        checkpoints.push_back(msg.checkpoint());
+      } else if (msg.has_result()) {
+        result = msg.result();
+        got_result = true;
+        cv.notify_all();
+        break;  // the coordinator closes the stream after the result
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  v1::WorkerHello hello;
+  std::vector<int64_t> steps;
+  std::vector<v1::Checkpoint> checkpoints;
+  v1::WorkerResult result;
+  bool got_result = false;
+};
+
+class ControlClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port_, 0);
+    options_.server = "127.0.0.1:" + std::to_string(port_);
+    options_.job_id = "job-9";
+    options_.rank = 1;
+    options_.attempt = 3;
+    options_.token = "token-0123456789abcdef";
+    options_.metrics_every_steps = 2;
+    options_.connect_timeout = std::chrono::seconds(5);
+    options_.reconnect_timeout = std::chrono::seconds(1);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  FakeWorkerService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  ControlOptions options_;
+};
+
+TEST_F(ControlClientTest, AConversationFromHelloToResult) {
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_TRUE(client.ok()) << client.status();
+  {
+    std::lock_guard<std::mutex> lock(service_.mu);
+    EXPECT_EQ(service_.hello.job_id(), "job-9");
+    EXPECT_EQ(service_.hello.rank(), 1);
+    EXPECT_EQ(service_.hello.attempt(), 3);
+  }
+  const Welcome& w = (*client)->welcome();
+  EXPECT_EQ(w.spec_json, R"({"name":"t"})");
+  EXPECT_EQ(w.world_size, 2);
+  EXPECT_EQ(w.attempt, 3);
+  EXPECT_EQ(w.master_addr, "10.1.2.3");
+  EXPECT_EQ(w.master_port, 29555);
+
+  // The commands sent after the welcome reach the trainer's control.
+  std::optional<CheckpointRequest> request;
+  for (int i = 0; i < 500 && !(request && control.stop_requested()); ++i) {
+    if (!request) request = control.TakeCheckpoint();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(request.has_value());
+  EXPECT_EQ(request->type, CheckpointType::kSharded);
+  EXPECT_EQ(request->request_id, 7);
+  EXPECT_TRUE(request->stop_after);
+  EXPECT_TRUE(control.stop_requested());
+
+  for (int64_t step = 1; step <= 5; ++step) {
+    StepMetrics m;
+    m.rank = 1;
+    m.step = step;
+    (*client)->OnStep(m);
+  }
+  CheckpointEvent e;
+  e.index = 2;
+  e.step = 5;
+  e.type = CheckpointType::kSharded;
+  e.ok = true;
+  (*client)->OnCheckpoint(e);
+  (*client)->Finish(WorkerOutcome::kStopped, "stopped on request after step 5", 5);
+
+  std::unique_lock<std::mutex> lock(service_.mu);
+  ASSERT_TRUE(service_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return service_.got_result; }));
+  // Every step's metrics went up, in order, before the result.
+  EXPECT_EQ(service_.steps, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  ASSERT_EQ(service_.checkpoints.size(), 1u);
+  EXPECT_EQ(service_.checkpoints[0].type(), v1::SHARDED);
+  EXPECT_EQ(service_.checkpoints[0].index(), 2);
+  EXPECT_EQ(service_.result.outcome(), v1::WORKER_OUTCOME_STOPPED);
+  EXPECT_EQ(service_.result.error(), "stopped on request after step 5");
+  EXPECT_EQ(service_.result.final_step(), 5);
+}
+
+TEST_F(ControlClientTest, ARefusedHelloIsTheCoordinatorsError) {
+  options_.token = "wrong-token-0000000000";
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(std::string(client.status().message()).find("bad token"), std::string::npos) << client.status();
+}
+
+}  // namespace
+}  // namespace trainyard
