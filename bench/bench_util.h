@@ -19,7 +19,8 @@ Stats Summarize(std::vector<double> values);
 // WORLD_SIZE, MASTER_ADDR=`master_addr`, MASTER_PORT and OMP_NUM_THREADS=1 in
 // its environment), waits for all, and returns rank 0's last stdout line
 // that parses as a JSON object. Throws when a rank fails.
-nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const std::string& master_addr = "127.0.0.1");
+nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs,
+                        const std::string& master_addr = "127.0.0.1");
 
 }  // namespace trainyard::bench
 

@@ -17,13 +17,13 @@
 #include <iostream>
 
 #include "bench/bench_util.h"
-#include "common/job_spec.h"
 #include "common/checkpoint_dir.h"
+#include "common/job_spec.h"
+#include "worker/dist_setup.h"
 #include "worker/fsdp.h"
 #include "worker/models.h"
 #include "worker/process_group.h"
 #include "worker/trainer.h"
-#include "worker/dist_setup.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {
@@ -75,8 +75,8 @@ double MaxOverRanks(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, double v) 
 double Dd(const std::string& dir, int64_t bytes) {
   const std::string file = dir + "/dd.bin";
   const int64_t mb = std::max<int64_t>(1, bytes >> 20);
-  const std::string cmd = "dd if=/dev/zero of=" + file + " bs=1M count=" + std::to_string(mb) +
-                          " conv=fsync status=none";
+  const std::string cmd =
+      "dd if=/dev/zero of=" + file + " bs=1M count=" + std::to_string(mb) + " conv=fsync status=none";
   const auto t0 = Clock::now();
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("dd failed: " + cmd);
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   app.add_option("--layers", layers)->capture_default_str();
   app.add_option("--width", width)->capture_default_str();
   app.add_option("--vocab", vocab)->capture_default_str();
-  app.add_option("--repeats", repeats, "Measured saves, loads and dd runs per layout, alternating dd and save")->capture_default_str();
+  app.add_option("--repeats", repeats, "Measured saves, loads and dd runs per layout, alternating dd and save")
+      ->capture_default_str();
   app.add_option("--role", role, "internal");
   CLI11_PARSE(app, argc, argv);
   if (role == "rank") return RunRank(dir, layers, width, vocab, repeats);
@@ -170,9 +171,19 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string self = fs::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> a = {self,     "--role",  "rank",   "--dir",   dir,
-                                "--layers", std::to_string(layers), "--width", std::to_string(width),
-                                "--vocab",  std::to_string(vocab),  "--repeats", std::to_string(repeats)};
+  std::vector<std::string> a = {self,
+                                "--role",
+                                "rank",
+                                "--dir",
+                                dir,
+                                "--layers",
+                                std::to_string(layers),
+                                "--width",
+                                std::to_string(width),
+                                "--vocab",
+                                std::to_string(vocab),
+                                "--repeats",
+                                std::to_string(repeats)};
   auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a));
   std::cout << "| layout | bytes (MB) | save s min | median | max | save MB/s (median) | dd conv=fsync MB/s "
                "(same bytes, alternating; median) | save / dd | load s min | median | max | load MB/s (median) |\n"
@@ -184,9 +195,10 @@ int main(int argc, char** argv) {
     const bench::Stats load = bench::Summarize(k["load_seconds"].get<std::vector<double>>());
     const double dd = bench::Summarize(k["dd_seconds"].get<std::vector<double>>()).median;
     char line[512];
-    std::snprintf(line, sizeof(line), "| %s | %.1f | %.3f | %.3f | %.3f | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.0f |\n",
-                  kind, mb, save.min, save.median, save.max, mb / save.median, mb / dd, dd / save.median, load.min,
-                  load.median, load.max, mb / load.median);
+    std::snprintf(line, sizeof(line),
+                  "| %s | %.1f | %.3f | %.3f | %.3f | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.0f |\n", kind, mb,
+                  save.min, save.median, save.max, mb / save.median, mb / dd, dd / save.median, load.min, load.median,
+                  load.max, mb / load.median);
     std::cout << line;
   }
   const double largest = j["largest_tensor_bytes"].get<double>();

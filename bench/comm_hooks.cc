@@ -100,7 +100,9 @@ int RunRank(const HookConfig& c, int steps, int warmup, const std::string& bind_
     const size_t n = std::min<size_t>(10, sink.loss.size());
     double loss = 0;
     for (size_t i = sink.loss.size() - n; i < sink.loss.size(); ++i) loss += sink.loss[i] / static_cast<double>(n);
-    std::cout << nlohmann::json{{"step_seconds", sink.step_seconds}, {"wire", sink.wire}, {"fp32", sink.fp32},
+    std::cout << nlohmann::json{{"step_seconds", sink.step_seconds},
+                                {"wire", sink.wire},
+                                {"fp32", sink.fp32},
                                 {"loss", loss}}
                      .dump()
               << std::endl;
@@ -168,10 +170,10 @@ int main(int argc, char** argv) {
             const std::string addr = namespaced ? (r == 0 ? "10.231.0.1" : "10.231.0.2") : "127.0.0.1";
             if (namespaced) a = {"ip", "netns", "exec", r == 0 ? "ty-hosta" : "ty-hostb"};
             if (which == 0) {
-              for (const std::string& x : {self, std::string("--role"), std::string("rank"), std::string("--config"),
-                                           std::to_string(ci), std::string("--steps"), std::to_string(per_round),
-                                           std::string("--warmup"), std::to_string(warmup),
-                                           std::string("--bind-addr"), addr}) {
+              for (const std::string& x :
+                   {self, std::string("--role"), std::string("rank"), std::string("--config"), std::to_string(ci),
+                    std::string("--steps"), std::to_string(per_round), std::string("--warmup"), std::to_string(warmup),
+                    std::string("--bind-addr"), addr}) {
                 a.push_back(x);
               }
             } else {
@@ -210,8 +212,8 @@ int main(int argc, char** argv) {
             for (double x : j["fp32"].get<std::vector<double>>()) row.fp32.push_back(x);
           }
           row.losses.push_back(j["loss"].get<double>());
-          std::cerr << link << " / " << row.implementation << " / " << row.label << " (round " << round + 1 << "): "
-                    << bench::Summarize(row.steps).median * 1e3 << " ms/step median\n";
+          std::cerr << link << " / " << row.implementation << " / " << row.label << " (round " << round + 1
+                    << "): " << bench::Summarize(row.steps).median * 1e3 << " ms/step median\n";
         }
       }
     }

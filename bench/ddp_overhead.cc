@@ -33,10 +33,10 @@
 
 #include "bench/bench_util.h"
 #include "common/job_spec.h"
+#include "worker/dist_setup.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
-#include "worker/dist_setup.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {
@@ -103,7 +103,9 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
   Trainer trainer(spec, rank, world, dist.context(), &sink, nullptr);
   trainer.Run();
   if (dist.world) dist.world->barrier()->wait();
-  if (reporter) std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}, {"hook_seconds", sink.hook_seconds}}.dump() << std::endl;
+  if (reporter)
+    std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}, {"hook_seconds", sink.hook_seconds}}.dump()
+              << std::endl;
   return 0;
 }
 
@@ -143,7 +145,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   int round_steps = 0;
   app.add_option("--round-steps", round_steps, "internal: measured steps of this process");
-  app.add_option("--python", python, "Python with torch: the peer (default: the one the build used)")->capture_default_str();
+  app.add_option("--python", python, "Python with torch: the peer (default: the one the build used)")
+      ->capture_default_str();
   app.add_option("--role", role, "internal: orchestrate | rank");
   app.add_option("--config", rank_hidden_cfg, "internal: config index");
   app.add_flag("--no-ddp", no_ddp, "internal: ranks train independently");
@@ -161,14 +164,15 @@ int main(int argc, char** argv) {
   if (role == "rank") {
     Config c = configs.at(rank_hidden_cfg);
     if (round_steps > 0) c.steps = round_steps;
-    return RunRank(std::stoi(getenv("RANK")), std::stoi(getenv("WORLD_SIZE")), std::stoi(getenv("MASTER_PORT")),
-                   c, warmup, no_ddp, transport);
+    return RunRank(std::stoi(getenv("RANK")), std::stoi(getenv("WORLD_SIZE")), std::stoi(getenv("MASTER_PORT")), c,
+                   warmup, no_ddp, transport);
   }
 
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string script = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_ddp.py";
   std::ostringstream md;
-  md << "| model | implementation | setup | mean samples/s/rank | min | median | max | CV | DDP overhead vs 1 process (vs 2 processes) |\n"
+  md << "| model | implementation | setup | mean samples/s/rank | min | median | max | CV | DDP overhead vs 1 process "
+        "(vs 2 processes) |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
   for (size_t ci = 0; ci < configs.size(); ++ci) {
     if (only >= 0 && static_cast<size_t>(only) != ci) continue;
@@ -183,8 +187,15 @@ int main(int argc, char** argv) {
     const int round_steps = std::max(1, c.steps / rounds);
     double hook_s = 0, step_s = 0, hook_steps = 0;  // rank 0 of shared-memory DDP, summed over rounds
     auto trainyard = [&](int procs, const std::vector<std::string>& extra) {
-      std::vector<std::string> a = {self, "--role", "rank", "--config", std::to_string(ci), "--warmup",
-                                    std::to_string(warmup), "--round-steps", std::to_string(round_steps)};
+      std::vector<std::string> a = {self,
+                                    "--role",
+                                    "rank",
+                                    "--config",
+                                    std::to_string(ci),
+                                    "--warmup",
+                                    std::to_string(warmup),
+                                    "--round-steps",
+                                    std::to_string(round_steps)};
       a.insert(a.end(), extra.begin(), extra.end());
       const nlohmann::json j = RunProcesses(a, procs);
       if (j.value("hook_seconds", 0.0) > 0) {
@@ -195,10 +206,13 @@ int main(int argc, char** argv) {
       return SamplesPerSecond(j, c.batch);
     };
     auto pytorch = [&](int procs, const std::vector<std::string>& extra) {
-      std::vector<std::string> a = {python,      script,       "--model", ModelKindName(c.kind),
-                                    "--hidden",  Join(c.hidden), "--channels", std::to_string(c.channels),
-                                    "--batch",   std::to_string(c.batch), "--steps", std::to_string(round_steps),
-                                    "--warmup",  std::to_string(warmup)};
+      std::vector<std::string> a = {python,       script,
+                                    "--model",    ModelKindName(c.kind),
+                                    "--hidden",   Join(c.hidden),
+                                    "--channels", std::to_string(c.channels),
+                                    "--batch",    std::to_string(c.batch),
+                                    "--steps",    std::to_string(round_steps),
+                                    "--warmup",   std::to_string(warmup)};
       a.insert(a.end(), extra.begin(), extra.end());
       return SamplesPerSecond(RunProcesses(a, procs), c.batch);
     };
@@ -212,8 +226,14 @@ int main(int argc, char** argv) {
         {kPy, "1 process", [&] { return pytorch(1, {}); }},
         {kTy, "2 processes, no DDP", [&] { return trainyard(2, {"--no-ddp"}); }},
         {kPy, "2 processes, no DDP", [&] { return pytorch(2, {"--no-ddp"}); }},
-        {kTy, "2 ranks, DDP, shared memory", [&] { return trainyard(2, {"--transport", "shm"}); }},
-        {kTy, "2 ranks, DDP, Gloo", [&] { return trainyard(2, {"--transport", "process_group"}); }},
+        {kTy, "2 ranks, DDP, shared memory",
+         [&] {
+           return trainyard(2, {"--transport", "shm"});
+         }},
+        {kTy, "2 ranks, DDP, Gloo",
+         [&] {
+           return trainyard(2, {"--transport", "process_group"});
+         }},
         {kPy, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {}); }},
         {kAcc, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {"--accelerate"}); }},
     };
@@ -246,22 +266,23 @@ int main(int argc, char** argv) {
       }
       char line[640];
       std::snprintf(line, sizeof(line), "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", c.label.c_str(),
-                    r.impl.c_str(), r.setup.c_str(), r.stats.mean, r.stats.min, r.stats.median, r.stats.max,
-                    r.stats.cv, extra);
+                    r.impl.c_str(), r.setup.c_str(), r.stats.mean, r.stats.min, r.stats.median, r.stats.max, r.stats.cv,
+                    extra);
       md << line;
     }
     if (step_ms > 0) {
       char line[200];
-      std::snprintf(line, sizeof(line), "| %s | Trainyard | shared-memory allreduce per step (rank 0) | %.2f ms of %.1f ms |  |  |  |  |  |\n",
-                    c.label.c_str(), allreduce_ms, step_ms);
+      std::snprintf(
+          line, sizeof(line),
+          "| %s | Trainyard | shared-memory allreduce per step (rank 0) | %.2f ms of %.1f ms |  |  |  |  |  |\n",
+          c.label.c_str(), allreduce_ms, step_ms);
       md << line;
     }
   }
   std::cout << md.str();
   std::cout << "\nDDP overhead = 1 - mean(2 ranks with DDP) / mean(1 process without DDP), per-rank samples/s;\n"
             << "in parentheses against 2 independent processes without DDP (machine sharing factored out).\n";
-  std::cout << "command: " << argv[0] << " --steps-percent " << steps_scale << " --warmup " << warmup
-            << " --rounds " << rounds
-            << (only >= 0 ? " --only " + std::to_string(only) : std::string()) << "\n";
+  std::cout << "command: " << argv[0] << " --steps-percent " << steps_scale << " --warmup " << warmup << " --rounds "
+            << rounds << (only >= 0 ? " --only " + std::to_string(only) : std::string()) << "\n";
   return 0;
 }

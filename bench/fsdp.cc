@@ -18,10 +18,10 @@
 
 #include "bench/bench_util.h"
 #include "common/job_spec.h"
+#include "worker/dist_setup.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
-#include "worker/dist_setup.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {
@@ -147,8 +147,15 @@ int main(int argc, char** argv) {
         if (i == kPeer) {
           a = {python, peer, "--steps", std::to_string(per_round), "--warmup", std::to_string(warmup)};
         } else {
-          a = {self, "--role", "rank", "--setup", std::to_string(i), "--steps", std::to_string(per_round),
-               "--warmup", std::to_string(warmup)};
+          a = {self,
+               "--role",
+               "rank",
+               "--setup",
+               std::to_string(i),
+               "--steps",
+               std::to_string(per_round),
+               "--warmup",
+               std::to_string(warmup)};
         }
         auto j = bench::RunRanks(std::vector<std::vector<std::string>>(world, a));
         for (double x : j["seconds"].get<std::vector<double>>()) seconds[i].push_back(x);
@@ -162,12 +169,13 @@ int main(int argc, char** argv) {
       const double params = j["param_bytes"].get<double>() / 1e6, grads = j["grad_bytes"].get<double>() / 1e6,
                    opt = j["optimizer_bytes"].get<double>() / 1e6, total = params + grads + opt;
       if (i == 0) ddp_total = total;
-      const std::string label = i == kPeer ? "PyTorch FSDP2 fully_shard (FULL_SHARD)" : "Trainyard " + Setups()[i].label;
+      const std::string label =
+          i == kPeer ? "PyTorch FSDP2 fully_shard (FULL_SHARD)" : "Trainyard " + Setups()[i].label;
       char line[640];
       std::snprintf(line, sizeof(line),
                     "| %d | %s | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", world,
-                    label.c_str(), static_cast<double>(world) * 4 / st.median, st.min, st.median, st.max, st.cv,
-                    params, grads, opt, total, total / ddp_total);
+                    label.c_str(), static_cast<double>(world) * 4 / st.median, st.min, st.median, st.max, st.cv, params,
+                    grads, opt, total, total / ddp_total);
       std::cout << line << std::flush;
     }
   }

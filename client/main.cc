@@ -4,8 +4,8 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <iostream>
+#include <sstream>
 
 #include "client/trainctl.h"
 #include "common/paths.h"
@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   // `trainctl get JOB -o json` and `trainctl -o json get JOB`.
   app.fallthrough();
   app.add_option("--server", o.server, "Server address HOST:PORT (env TRAINYARD_SERVER)")->capture_default_str();
-  app.add_option("-o,--output", output, "Output format")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  app.add_option("-o,--output", output, "Output format")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
   app.add_option("--timeout", timeout_s, "Deadline of each request, seconds")->check(CLI::Range(1, 3600));
 
   std::string file, id, state;
@@ -67,7 +69,8 @@ int main(int argc, char** argv) {
   resume->add_option("--num-processes", nproc, "World size of the resumed job (default: as before)")
       ->check(CLI::Range(1, 1 << 16));
   resume->add_flag("-w,--watch", watch, "Watch the job until it ends");
-  auto* join_info = app.add_subcommand("join-info", "Print the worker token and join command of a launcher: external job");
+  auto* join_info =
+      app.add_subcommand("join-info", "Print the worker token and join command of a launcher: external job");
   join_info->add_option("ID", id, "Job id")->required();
   auto* logs = app.add_subcommand("logs", "Print a rank's worker log");
   logs->add_option("ID", id, "Job id")->required();

@@ -1,5 +1,5 @@
-#include "common/spec_reader.h"
 #include "common/accelerate_config.h"
+#include "common/spec_reader.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -99,9 +99,9 @@ const IgnoredKey* FindIgnored(const std::string& path) {
 
 // The keys of the config mapped onto the spec, in the order of the message
 // listing accepted keys.
-const char* const kMappedKeys[] = {"distributed_type", "num_processes", "mixed_precision",
-                                   "gradient_accumulation_steps", "fsdp_config", "use_cpu",
-                                   "num_machines", "machine_rank"};
+const char* const kMappedKeys[] = {
+    "distributed_type", "num_processes", "mixed_precision", "gradient_accumulation_steps",
+    "fsdp_config",      "use_cpu",       "num_machines",    "machine_rank"};
 
 std::string AcceptedKeys() {
   std::vector<std::string> keys(std::begin(kMappedKeys), std::end(kMappedKeys));
@@ -113,14 +113,41 @@ std::string AcceptedKeys() {
 
 // Hugging Face transformers' layer classes that FSDP configs name in
 // fsdp_transformer_layer_cls_to_wrap; the gpt model's counterpart is Block.
-const char* const kHuggingFaceLayers[] = {
-    "AlbertLayer",        "BartDecoderLayer",   "BartEncoderLayer",    "BertLayer",           "BloomBlock",
-    "CLIPEncoderLayer",   "CodeGenBlock",       "DebertaLayer",        "DebertaV2Layer",      "ElectraLayer",
-    "FalconDecoderLayer", "Gemma2DecoderLayer", "Gemma3DecoderLayer",  "GemmaDecoderLayer",   "GPT2Block",
-    "GPTBigCodeBlock",    "GPTJBlock",          "GPTNeoBlock",         "GPTNeoXLayer",        "LlamaDecoderLayer",
-    "MistralDecoderLayer", "MixtralDecoderLayer", "MptBlock",          "MT5Block",            "OPTDecoderLayer",
-    "Phi3DecoderLayer",   "PhiDecoderLayer",    "Qwen2DecoderLayer",   "Qwen3DecoderLayer",   "RobertaLayer",
-    "T5Block",            "ViTLayer",           "WhisperDecoderLayer", "WhisperEncoderLayer", "XLMRobertaLayer"};
+const char* const kHuggingFaceLayers[] = {"AlbertLayer",
+                                          "BartDecoderLayer",
+                                          "BartEncoderLayer",
+                                          "BertLayer",
+                                          "BloomBlock",
+                                          "CLIPEncoderLayer",
+                                          "CodeGenBlock",
+                                          "DebertaLayer",
+                                          "DebertaV2Layer",
+                                          "ElectraLayer",
+                                          "FalconDecoderLayer",
+                                          "Gemma2DecoderLayer",
+                                          "Gemma3DecoderLayer",
+                                          "GemmaDecoderLayer",
+                                          "GPT2Block",
+                                          "GPTBigCodeBlock",
+                                          "GPTJBlock",
+                                          "GPTNeoBlock",
+                                          "GPTNeoXLayer",
+                                          "LlamaDecoderLayer",
+                                          "MistralDecoderLayer",
+                                          "MixtralDecoderLayer",
+                                          "MptBlock",
+                                          "MT5Block",
+                                          "OPTDecoderLayer",
+                                          "Phi3DecoderLayer",
+                                          "PhiDecoderLayer",
+                                          "Qwen2DecoderLayer",
+                                          "Qwen3DecoderLayer",
+                                          "RobertaLayer",
+                                          "T5Block",
+                                          "ViTLayer",
+                                          "WhisperDecoderLayer",
+                                          "WhisperEncoderLayer",
+                                          "XLMRobertaLayer"};
 
 bool IsHuggingFaceLayer(const std::string& name) {
   return std::find(std::begin(kHuggingFaceLayers), std::end(kHuggingFaceLayers), name) != std::end(kHuggingFaceLayers);
@@ -159,7 +186,8 @@ std::string Meaning(const std::string& key, const YAML::Node& n) {
 
 absl::StatusOr<int64_t> IntValue(const YAML::Node& n, const std::string& path) {
   int64_t v = 0;
-  if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) return FieldError(path, "must be an integer, got " + Show(n));
+  if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v))
+    return FieldError(path, "must be an integer, got " + Show(n));
   return v;
 }
 
@@ -188,7 +216,8 @@ class ConfigMerge {
     const std::string field(message.substr(kPrefix.size(), end - kPrefix.size()));
     for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) {  // longest matching prefix first
       const std::string& path = it->first;
-      if (field == path || (absl::StartsWith(field, path) && (field[path.size()] == '.' || field[path.size()] == '['))) {
+      if (field == path ||
+          (absl::StartsWith(field, path) && (field[path.size()] == '.' || field[path.size()] == '['))) {
         return absl::InvalidArgumentError(
             absl::StrCat(kPrefix, it->second, field.substr(path.size()), message.substr(end)));
       }
@@ -294,7 +323,7 @@ class ConfigMerge {
   static absl::Status CheckDistributedType(const YAML::Node& value, const std::string& path) {
     static const char* const kAccepted[] = {"NO", "MULTI_CPU", "MULTI_GPU", "FSDP"};
     // Accelerate's other types: real, but not implemented here.
-    static const char* const kUnsupported[] = {"DEEPSPEED", "MEGATRON_LM", "XLA",       "TPU",       "MULTI_XPU",
+    static const char* const kUnsupported[] = {"DEEPSPEED", "MEGATRON_LM", "XLA",        "TPU",       "MULTI_XPU",
                                                "MULTI_NPU", "MULTI_MLU",   "MULTI_MUSA", "MULTI_HPU", "MULTI_SDAA"};
     const std::string accepted = absl::StrJoin(kAccepted, ", ");
     if (!value.IsScalar()) return FieldError(path, absl::StrCat("must be one of: ", accepted, "; got ", Show(value)));
@@ -304,7 +333,8 @@ class ConfigMerge {
     }
     for (const char* u : kUnsupported) {
       if (v == u) {
-        return FieldError(path, absl::StrCat("'", value.Scalar(), "' is not supported by Trainyard; accepted: ", accepted));
+        return FieldError(path,
+                          absl::StrCat("'", value.Scalar(), "' is not supported by Trainyard; accepted: ", accepted));
       }
     }
     return FieldError(path, absl::StrCat("unknown value '", value.Scalar(), "'; accepted: ", accepted));
@@ -339,7 +369,8 @@ class ConfigMerge {
         const YAML::Node& const_fsdp = fsdp;
         if (YAML::Node old = const_fsdp[other]) {
           if (Meaning(key, old) != Meaning(key, value)) {
-            Warn(absl::StrCat(path, " (", Show(value), ") overrides the spec's fsdp_config.", other, " (", Show(old), ")"));
+            Warn(absl::StrCat(path, " (", Show(value), ") overrides the spec's fsdp_config.", other, " (", Show(old),
+                              ")"));
           }
           fsdp.remove(other);
         }
@@ -398,13 +429,12 @@ class ConfigMerge {
 }  // namespace
 
 absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec_text,
-                                                         const std::string& accelerate_yaml,
-                                                         const SpecLimits& limits,
+                                                         const std::string& accelerate_yaml, const SpecLimits& limits,
                                                          std::vector<std::string>* warnings) {
   if (spec_text.size() > limits.max_spec_bytes) return ParseJobSpec(spec_text, limits);  // its size error
   if (accelerate_yaml.size() > limits.max_spec_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("accelerate config is ", accelerate_yaml.size(),
-                                                   " bytes; the limit is ", limits.max_spec_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("accelerate config is ", accelerate_yaml.size(), " bytes; the limit is ", limits.max_spec_bytes));
   }
   YAML::Node root;
   try {
@@ -416,7 +446,8 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
   YAML::Node config;
   if (root.IsMap() && const_root[kRoot]) {
     if (!accelerate_yaml.empty()) {
-      return FieldError(kRoot, "the spec embeds an accelerate config and a separate one was given too; give one of them");
+      return FieldError(kRoot,
+                        "the spec embeds an accelerate config and a separate one was given too; give one of them");
     }
     config = YAML::Clone(const_root[kRoot]);
     root.remove(kRoot);
@@ -442,7 +473,8 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
     auto spec = ParseJobSpec(out.c_str(), merged_limits);
     if (!spec.ok()) return merge.Attribute(spec.status());
     const std::string& type = merge.distributed_type();
-    if ((type == "MULTI_GPU" && spec->device == Device::kCpu) || (type == "MULTI_CPU" && spec->device == Device::kCuda)) {
+    if ((type == "MULTI_GPU" && spec->device == Device::kCpu) ||
+        (type == "MULTI_CPU" && spec->device == Device::kCuda)) {
       merge.Warn(absl::StrCat(kRoot, ".distributed_type ", type, " runs as DDP on the spec's device ",
                               DeviceName(spec->device)));
     }

@@ -30,8 +30,7 @@ namespace trainyard {
 // null) one line per ignored key, per spec value the config overrode and per
 // layer class it renamed; each names the key as "accelerate_config.<key>".
 absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec_text,
-                                                         const std::string& accelerate_yaml,
-                                                         const SpecLimits& limits,
+                                                         const std::string& accelerate_yaml, const SpecLimits& limits,
                                                          std::vector<std::string>* warnings);
 
 }  // namespace trainyard

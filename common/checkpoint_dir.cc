@@ -75,7 +75,9 @@ int64_t CheckpointDir::NextIndex() const {
   return next;
 }
 
-absl::StatusOr<std::string> CheckpointDir::Begin(int64_t index) const { return Begin(index, std::to_string(::getpid())); }
+absl::StatusOr<std::string> CheckpointDir::Begin(int64_t index) const {
+  return Begin(index, std::to_string(::getpid()));
+}
 
 std::string CheckpointDir::StagingPath(int64_t index, const std::string& tag) const {
   return (fs::path(root_) / absl::StrCat(kStaging, index, ".", tag)).string();
@@ -184,7 +186,8 @@ absl::StatusOr<CheckpointInfo> CheckCheckpoint(const std::string& path, bool ver
   if (!fs::is_directory(dir, ec)) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
   nlohmann::json manifest;
   const std::string problem = Problem(dir, index, verify, &manifest);
-  if (!problem.empty()) return absl::FailedPreconditionError(absl::StrCat(path, " is not a complete checkpoint: ", problem));
+  if (!problem.empty())
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a complete checkpoint: ", problem));
   return CheckpointInfo{index, fs::absolute(dir).string(), manifest["metadata"].dump()};
 }
 

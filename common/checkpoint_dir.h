@@ -22,9 +22,9 @@
 namespace trainyard {
 
 struct CheckpointInfo {
-  int64_t index = 0;         // N of checkpoint_<N>
-  std::string path;          // absolute directory
-  std::string metadata_json; // what the writer stored in the manifest
+  int64_t index = 0;          // N of checkpoint_<N>
+  std::string path;           // absolute directory
+  std::string metadata_json;  // what the writer stored in the manifest
 };
 
 struct CheckpointScan {

@@ -16,8 +16,8 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& c
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const std::string& tls_cert_file,
-                                                                          const std::string& tls_key_file,
-                                                                          const std::string& tls_client_ca_file) {
+                                                                           const std::string& tls_key_file,
+                                                                           const std::string& tls_client_ca_file) {
   if (tls_cert_file.empty() && tls_key_file.empty()) {
     if (!tls_client_ca_file.empty()) {
       return absl::FailedPreconditionError("--tls-client-ca needs --tls-cert and --tls-key");

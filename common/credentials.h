@@ -23,8 +23,8 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& c
 // with --tls-cert/--tls-key; with --tls-client-ca too, clients must present
 // a certificate signed by it. Errors name the flag at fault.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const std::string& tls_cert_file,
-                                                                          const std::string& tls_key_file,
-                                                                          const std::string& tls_client_ca_file);
+                                                                           const std::string& tls_key_file,
+                                                                           const std::string& tls_client_ca_file);
 
 }  // namespace trainyard
 

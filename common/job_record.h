@@ -16,20 +16,20 @@ struct JobRecord {
   std::string id;
   std::string name;
   JobState state = JobState::kQueued;
-  std::string reason;            // why the job is in `state`
-  std::string spec_json;         // canonical spec (JobSpecToJson)
+  std::string reason;     // why the job is in `state`
+  std::string spec_json;  // canonical spec (JobSpecToJson)
   int32_t num_processes = 1;
   int64_t max_steps = 0;
-  int64_t step = 0;              // last step reported by rank 0
-  double loss = 0;               // last loss reported by rank 0
-  double first_loss = 0;         // loss of the first reported step
-  double samples_per_second = 0; // last aggregate throughput
+  int64_t step = 0;               // last step reported by rank 0
+  double loss = 0;                // last loss reported by rank 0
+  double first_loss = 0;          // loss of the first reported step
+  double samples_per_second = 0;  // last aggregate throughput
   int64_t created_unix_millis = 0;
   int64_t started_unix_millis = 0;
   int64_t ended_unix_millis = 0;
-  int32_t attempt = 0;           // 0 until first launched
+  int32_t attempt = 0;  // 0 until first launched
   int32_t failed_rank = -1;
-  std::string worker_token;      // per-attempt secret shared with the workers
+  std::string worker_token;  // per-attempt secret shared with the workers
 };
 
 struct JobEvent {

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -40,10 +40,12 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
     m->kind = ModelKind::kTorchScript;
     m->path = k.Scalar().substr(std::strlen("torchscript:"));
     if (!ValidUtf8(m->path)) Fail(r.PathOf("kind"), "must be valid UTF-8");
-    if (m->path.empty() || m->path.size() > kMaxPath) Fail(r.PathOf("kind"), "torchscript:PATH needs the path of a saved TorchScript module");
+    if (m->path.empty() || m->path.size() > kMaxPath)
+      Fail(r.PathOf("kind"), "torchscript:PATH needs the path of a saved TorchScript module");
   } else {
     r.Enum<ModelKind>("kind", &m->kind, kModelKindNames);
-    if (m->kind == ModelKind::kTorchScript) Fail(r.PathOf("kind"), "torchscript:PATH needs the path of a saved TorchScript module");
+    if (m->kind == ModelKind::kTorchScript)
+      Fail(r.PathOf("kind"), "torchscript:PATH needs the path of a saved TorchScript module");
   }
   if (YAML::Node h = r.Child("hidden")) {
     const std::string p = r.PathOf("hidden");
@@ -72,7 +74,8 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   r.Bool("tied_head", &m->tied_head);
   r.Int("channels", &m->channels, 1, 4096);
   r.RejectUnknown();
-  if (m->kind != ModelKind::kResNet && r.Has("channels")) Fail(r.PathOf("channels"), "applies to the resnet model only");
+  if (m->kind != ModelKind::kResNet && r.Has("channels"))
+    Fail(r.PathOf("channels"), "applies to the resnet model only");
   if (m->kind == ModelKind::kTorchScript || m->kind == ModelKind::kResNet) {
     for (const char* key : {"hidden", "input_size"}) {
       if (key == std::string("input_size") && m->kind == ModelKind::kTorchScript) continue;  // its flat input width
@@ -84,7 +87,8 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
     if (!gpt && r.Has(key)) Fail(r.PathOf(key), "applies to the gpt model only");
   }
   for (const char* key : {"hidden", "input_size", "num_classes"}) {
-    if (gpt && r.Has(key)) Fail(r.PathOf(key), "does not apply to the gpt model (it uses layers, width, heads, context, vocab)");
+    if (gpt && r.Has(key))
+      Fail(r.PathOf(key), "does not apply to the gpt model (it uses layers, width, heads, context, vocab)");
   }
   if (gpt && m->width % m->heads != 0) {
     Fail(Join(path, "heads"), absl::StrCat("must divide width (", m->width, "), got ", m->heads));
@@ -105,15 +109,18 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
     if (kind && *kind != DataKind::kSynthetic) {
       d->kind = *kind;
     } else if (prefix == "image_folder") {
-      Fail(r.PathOf("kind"), "'image_folder:' is not supported by this version yet; accepted: synthetic, mnist:DIR, tokens:FILE");
+      Fail(r.PathOf("kind"),
+           "'image_folder:' is not supported by this version yet; accepted: synthetic, mnist:DIR, tokens:FILE");
     } else {
       Fail(r.PathOf("kind"), absl::StrCat("unknown value '", v, "'; accepted: synthetic, mnist:DIR, tokens:FILE"));
     }
-    if (d->path.empty() || d->path.size() > kMaxPath) Fail(r.PathOf("kind"), absl::StrCat(prefix, ":PATH needs a path"));
+    if (d->path.empty() || d->path.size() > kMaxPath)
+      Fail(r.PathOf("kind"), absl::StrCat(prefix, ":PATH needs a path"));
   } else {
     r.Enum<DataKind>("kind", &d->kind, kDataKindNames, {"image_folder"});
     if (d->kind != DataKind::kSynthetic) {
-      Fail(r.PathOf("kind"), absl::StrCat(DataKindName(d->kind), ":PATH needs a path; accepted: synthetic, mnist:DIR, tokens:FILE"));
+      Fail(r.PathOf("kind"),
+           absl::StrCat(DataKindName(d->kind), ":PATH needs a path; accepted: synthetic, mnist:DIR, tokens:FILE"));
     }
   }
   r.Int("batch_size", &d->batch_size, 1, 1 << 16);
@@ -132,8 +139,7 @@ void ParseScheduler(const YAML::Node& node, const std::string& path, SchedulerSp
     return;
   }
   MapReader r(node, path);
-  r.Enum<SchedulerKind>("kind", &sc->kind,
-kSchedulerKindNames);
+  r.Enum<SchedulerKind>("kind", &sc->kind, kSchedulerKindNames);
   r.Int("warmup_steps", &sc->warmup_steps, 0, int64_t{1} << 40);
   r.RejectUnknown();
 }
@@ -167,16 +173,14 @@ void ParseOptimizer(const YAML::Node& node, const std::string& path, OptimizerSp
 void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
   MapReader r(node, path);
   r.Double("bucket_cap_mb", &d->bucket_cap_mb, 0.001, 4096);
-  r.Enum<CommHookType>("comm_hook", &d->comm_hook,
-kCommHookNames);
-  r.Enum<CommWrapper>("comm_wrapper", &d->comm_wrapper,
-kCommWrapperNames);
-  const bool power_sgd =
-      d->comm_hook == CommHookType::kPowerSgd || d->comm_hook == CommHookType::kBatchedPowerSgd;
+  r.Enum<CommHookType>("comm_hook", &d->comm_hook, kCommHookNames);
+  r.Enum<CommWrapper>("comm_wrapper", &d->comm_wrapper, kCommWrapperNames);
+  const bool power_sgd = d->comm_hook == CommHookType::kPowerSgd || d->comm_hook == CommHookType::kBatchedPowerSgd;
   if (d->comm_wrapper != CommWrapper::kNone && !power_sgd) {
-    Fail(r.PathOf("comm_wrapper"),
-         absl::StrCat("'", CommWrapperName(d->comm_wrapper), "' wraps a stateful hook (power_sgd, batched_power_sgd); "
-                      "with comm_hook '", CommHookName(d->comm_hook), "' use comm_hook: fp16 or bf16 instead"));
+    Fail(r.PathOf("comm_wrapper"), absl::StrCat("'", CommWrapperName(d->comm_wrapper),
+                                                "' wraps a stateful hook (power_sgd, batched_power_sgd); "
+                                                "with comm_hook '",
+                                                CommHookName(d->comm_hook), "' use comm_hook: fp16 or bf16 instead"));
   }
   if (YAML::Node opts = r.Child("comm_state_option")) {
     const std::string p = r.PathOf("comm_state_option");
@@ -209,8 +213,7 @@ kCommWrapperNames);
   r.Bool("find_unused_parameters", &d->find_unused_parameters);
   r.Bool("gradient_as_bucket_view", &d->gradient_as_bucket_view);
   r.Bool("broadcast_buffers", &d->broadcast_buffers);
-  r.Enum<IntraHostTransport>("intra_host_transport", &d->intra_host_transport,
-kIntraHostTransportNames);
+  r.Enum<IntraHostTransport>("intra_host_transport", &d->intra_host_transport, kIntraHostTransportNames);
   r.RejectUnknown();
   if (d->comm_hook != CommHookType::kNone && d->intra_host_transport == IntraHostTransport::kSharedMemory) {
     Fail(r.PathOf("intra_host_transport"),
@@ -238,8 +241,7 @@ void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
     }
     if (!found) Fail(p, absl::StrCat("unknown value '", v, "'; accepted: ", accepted));
   }
-  r.Enum<WrapPolicy>("fsdp_auto_wrap_policy", &f->auto_wrap_policy,
-kWrapPolicyNames);
+  r.Enum<WrapPolicy>("fsdp_auto_wrap_policy", &f->auto_wrap_policy, kWrapPolicyNames);
   if (YAML::Node n = r.Child("fsdp_transformer_layer_cls_to_wrap")) {
     const std::string p = r.PathOf("fsdp_transformer_layer_cls_to_wrap");
     std::vector<std::string> names;
@@ -268,9 +270,7 @@ kWrapPolicyNames);
     Fail(r.PathOf("fsdp_backward_prefetch_policy"), "give fsdp_backward_prefetch or its older name, not both");
   }
   r.Bool("fsdp_forward_prefetch", &f->forward_prefetch);
-  r.Enum<StateDictType>("fsdp_state_dict_type", &f->state_dict_type,
-kStateDictTypeNames,
-                        {"LOCAL_STATE_DICT"});
+  r.Enum<StateDictType>("fsdp_state_dict_type", &f->state_dict_type, kStateDictTypeNames, {"LOCAL_STATE_DICT"});
   r.Bool("fsdp_sync_module_states", &f->sync_module_states);
   r.Bool("fsdp_use_orig_params", &f->use_orig_params);
   r.Bool("fsdp_cpu_ram_efficient_loading", &f->cpu_ram_efficient_loading);
@@ -298,12 +298,11 @@ void ParseCheckpoint(const YAML::Node& node, const std::string& path, Checkpoint
   } catch (const std::invalid_argument& e) {
     Fail(r.PathOf("max_shard_size"), e.what());
   }
-  r.Enum<CheckpointType>("type", &c->type,
-                         kCheckpointTypeNames);
+  r.Enum<CheckpointType>("type", &c->type, kCheckpointTypeNames);
   r.Bool("save_final", &c->save_final);
   r.RejectUnknown();
-  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"project_dir", &c->project_dir},
-                                   {"resume_from", &c->resume_from}}) {
+  for (const auto& [key, value] :
+       {std::pair<const char*, const std::string*>{"project_dir", &c->project_dir}, {"resume_from", &c->resume_from}}) {
     if (value->find('\0') != std::string::npos) Fail(r.PathOf(key), "must not contain NUL characters");
   }
 }
@@ -357,7 +356,8 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
     Fail("slurm.nodes", absl::StrCat("must divide num_processes (", s.num_processes, "), got ", s.slurm.nodes));
   }
   if (s.scheduler.warmup_steps > s.max_steps) {
-    Fail("scheduler.warmup_steps", absl::StrCat("must be at most max_steps (", s.max_steps, "), got ", s.scheduler.warmup_steps));
+    Fail("scheduler.warmup_steps",
+         absl::StrCat("must be at most max_steps (", s.max_steps, "), got ", s.scheduler.warmup_steps));
   }
   if (s.loss == LossKind::kMse && s.model.kind != ModelKind::kTorchScript) {
     Fail("loss", "mse applies to torchscript models (the built-in models are classifiers)");
@@ -422,10 +422,8 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   r.Int("num_processes", &s.num_processes, 1, limits.max_num_processes);
   r.Enum<Device>("device", &s.device, kDeviceNames);
   r.Enum<Backend>("backend", &s.backend, kBackendNames);
-  r.Enum<DistributedType>("distributed_type", &s.distributed_type,
-kDistributedTypeNames);
-  r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision,
-kMixedPrecisionNames);
+  r.Enum<DistributedType>("distributed_type", &s.distributed_type, kDistributedTypeNames);
+  r.Enum<MixedPrecision>("mixed_precision", &s.mixed_precision, kMixedPrecisionNames);
   r.Int("seed", &s.seed, 0, std::numeric_limits<int64_t>::max());
   r.Int("threads_per_process", &s.threads_per_process, 1, 256);
   r.Int("metrics_every_steps", &s.metrics_every_steps, 1, kMaxInt);
@@ -442,8 +440,7 @@ kMixedPrecisionNames);
   r.Enum<LossKind>("loss", &s.loss, kLossKindNames);
   r.Int("eval_every_steps", &s.eval_every_steps, 0, int64_t{1} << 40);
   r.Int("eval_batches", &s.eval_batches, 1, 1 << 20);
-  r.Enum<LauncherKind>("launcher", &s.launcher,
-kLauncherKindNames);
+  r.Enum<LauncherKind>("launcher", &s.launcher, kLauncherKindNames);
   if (YAML::Node n = r.Child("slurm")) ParseSlurm(n, "slurm", &s.slurm);
   r.RejectUnknown();
   CheckCrossField(s, limits);

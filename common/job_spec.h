@@ -64,11 +64,11 @@ struct SchedulerSpec {
 struct OptimizerSpec {
   OptimizerKind kind = OptimizerKind::kAdamW;
   double lr = 1e-3;
-  double weight_decay = 0.0;   // AdamW default in Trainyard: 0.0 (PyTorch: 0.01)
-  double momentum = 0.0;       // sgd only
-  double beta1 = 0.9;          // adamw only
-  double beta2 = 0.999;        // adamw only
-  double eps = 1e-8;           // adamw only
+  double weight_decay = 0.0;  // AdamW default in Trainyard: 0.0 (PyTorch: 0.01)
+  double momentum = 0.0;      // sgd only
+  double beta1 = 0.9;         // adamw only
+  double beta2 = 0.999;       // adamw only
+  double eps = 1e-8;          // adamw only
 };
 
 // PyTorch's PowerSGDState options, with its defaults.
@@ -145,12 +145,12 @@ struct CheckpointSpec {
 // Slurm submission options (launcher: slurm). Empty fields are left to the
 // cluster's defaults.
 struct SlurmSpec {
-  int32_t nodes = 1;              // sbatch --nodes; num_processes must be a multiple
-  std::string partition;          // --partition
-  std::string account;            // --account
-  std::string qos;                // --qos
-  std::string time_limit;         // --time (e.g. "2:00:00", "1-00:00:00")
-  std::string constraint;         // --constraint
+  int32_t nodes = 1;                    // sbatch --nodes; num_processes must be a multiple
+  std::string partition;                // --partition
+  std::string account;                  // --account
+  std::string qos;                      // --qos
+  std::string time_limit;               // --time (e.g. "2:00:00", "1-00:00:00")
+  std::string constraint;               // --constraint
   std::vector<std::string> extra_args;  // further sbatch options, each "--name[=value]"
 };
 
@@ -223,8 +223,7 @@ struct SpecLimits {
 // Parses YAML or JSON text into a validated JobSpec. Every unknown key, wrong
 // type and out-of-range value is an InvalidArgument error naming the field
 // (dotted path) and the accepted values.
-absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text,
-                                     const SpecLimits& limits = {});
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text, const SpecLimits& limits = {});
 
 // The rules between fields that ParseJobSpec checks after reading each
 // field, for a spec changed after parsing (Resume with another world size).

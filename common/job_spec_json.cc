@@ -13,11 +13,17 @@ std::string JobSpecToJson(const JobSpec& s) {
   nlohmann::ordered_json j;
   j["name"] = s.name;
   if (s.model.kind == ModelKind::kGpt) {
-    j["model"] = {{"kind", ModelKindName(ModelKind::kGpt)},           {"layers", s.model.layers}, {"width", s.model.width},
-                  {"heads", s.model.heads},  {"context", s.model.context}, {"vocab", s.model.vocab},
+    j["model"] = {{"kind", ModelKindName(ModelKind::kGpt)},
+                  {"layers", s.model.layers},
+                  {"width", s.model.width},
+                  {"heads", s.model.heads},
+                  {"context", s.model.context},
+                  {"vocab", s.model.vocab},
                   {"tied_head", s.model.tied_head}};
   } else if (s.model.kind == ModelKind::kResNet) {
-    j["model"] = {{"kind", ModelKindName(ModelKind::kResNet)}, {"channels", s.model.channels}, {"num_classes", s.model.num_classes}};
+    j["model"] = {{"kind", ModelKindName(ModelKind::kResNet)},
+                  {"channels", s.model.channels},
+                  {"num_classes", s.model.num_classes}};
   } else if (s.model.kind == ModelKind::kTorchScript) {
     j["model"] = {{"kind", "torchscript:" + s.model.path},
                   {"input_size", s.model.input_size},
@@ -28,13 +34,14 @@ std::string JobSpecToJson(const JobSpec& s) {
                   {"input_size", s.model.input_size},
                   {"num_classes", s.model.num_classes}};
   }
-  j["data"] = {{"kind", s.data.kind == DataKind::kSynthetic ? std::string("synthetic")
-                                                               : std::string(DataKindName(s.data.kind)) + ":" + s.data.path},
-               {"batch_size", s.data.batch_size},
-               {"num_samples", s.data.num_samples},
-               {"seed", s.data.seed},
-               {"shuffle", s.data.shuffle},
-               {"drop_last", s.data.drop_last}};
+  j["data"] = {
+      {"kind", s.data.kind == DataKind::kSynthetic ? std::string("synthetic")
+                                                   : std::string(DataKindName(s.data.kind)) + ":" + s.data.path},
+      {"batch_size", s.data.batch_size},
+      {"num_samples", s.data.num_samples},
+      {"seed", s.data.seed},
+      {"shuffle", s.data.shuffle},
+      {"drop_last", s.data.drop_last}};
   nlohmann::ordered_json opt = {{"kind", OptimizerKindName(s.optimizer.kind)},
                                 {"lr", s.optimizer.lr},
                                 {"weight_decay", s.optimizer.weight_decay}};
@@ -102,13 +109,13 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["eval_every_steps"] = s.eval_every_steps;
   j["eval_batches"] = s.eval_batches;
   j["launcher"] = std::string(LauncherKindName(s.launcher));
-  j["slurm"] = {{"nodes", s.slurm.nodes},       {"partition", s.slurm.partition},
-                {"account", s.slurm.account},   {"qos", s.slurm.qos},
+  j["slurm"] = {{"nodes", s.slurm.nodes},           {"partition", s.slurm.partition},
+                {"account", s.slurm.account},       {"qos", s.slurm.qos},
                 {"time_limit", s.slurm.time_limit}, {"constraint", s.slurm.constraint},
                 {"extra_args", s.slurm.extra_args}};
   const CheckpointSpec& c = s.checkpoint;
-  j["checkpoint"] = {{"project_dir", c.project_dir},   {"every_steps", c.every_steps},
-                     {"total_limit", c.total_limit},   {"resume_from", c.resume_from},
+  j["checkpoint"] = {{"project_dir", c.project_dir},       {"every_steps", c.every_steps},
+                     {"total_limit", c.total_limit},       {"resume_from", c.resume_from},
                      {"max_shard_size", c.max_shard_size}, {"type", CheckpointTypeName(c.type)},
                      {"save_final", c.save_final}};
   // Strings were checked to be UTF-8; replace rather than throw all the same.
@@ -118,18 +125,20 @@ std::string JobSpecToJson(const JobSpec& s) {
 int64_t ParseSize(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) throw std::invalid_argument("size '" + text + "': expected a number with an optional unit (e.g. 1GB, 500MB)");
+  if (i == 0)
+    throw std::invalid_argument("size '" + text + "': expected a number with an optional unit (e.g. 1GB, 500MB)");
   const double value = std::stod(text.substr(0, i));
   std::string unit = text.substr(i);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   unit.erase(0, unit.find_first_not_of(' '));
-  const std::map<std::string, double> units = {{"", 1},          {"B", 1},          {"KB", 1e3},   {"MB", 1e6},
-                                               {"GB", 1e9},      {"TB", 1e12},      {"KIB", 1024}, {"MIB", 1 << 20},
-                                               {"GIB", 1 << 30}, {"TIB", 1099511627776.0}};
+  const std::map<std::string, double> units = {
+      {"", 1},      {"B", 1},      {"KB", 1e3},      {"MB", 1e6},      {"GB", 1e9},
+      {"TB", 1e12}, {"KIB", 1024}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1099511627776.0}};
   auto it = units.find(unit);
   if (it == units.end()) throw std::invalid_argument("size '" + text + "': unknown unit '" + unit + "'");
   const double bytes = value * it->second;
-  if (!(bytes >= 1) || bytes > 9.0e18) throw std::invalid_argument("size '" + text + "': must be between 1 byte and 9EB");
+  if (!(bytes >= 1) || bytes > 9.0e18)
+    throw std::invalid_argument("size '" + text + "': must be between 1 byte and 9EB");
   return static_cast<int64_t>(bytes);
 }
 

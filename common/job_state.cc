@@ -11,8 +11,7 @@ std::optional<JobState> ParseJobState(std::string_view name) {
 }
 
 bool IsTerminal(JobState state) {
-  return state == JobState::kSucceeded || state == JobState::kFailed ||
-         state == JobState::kCancelled;
+  return state == JobState::kSucceeded || state == JobState::kFailed || state == JobState::kCancelled;
 }
 
 }  // namespace trainyard

@@ -25,14 +25,13 @@ enum class JobState {
 };
 
 inline constexpr EnumName<JobState> kJobStateNames[] = {
-    {"QUEUED", JobState::kQueued},       {"STARTING", JobState::kStarting},   {"RUNNING", JobState::kRunning},
-    {"SUCCEEDED", JobState::kSucceeded}, {"FAILED", JobState::kFailed},       {"CANCELLED", JobState::kCancelled},
+    {"QUEUED", JobState::kQueued},        {"STARTING", JobState::kStarting}, {"RUNNING", JobState::kRunning},
+    {"SUCCEEDED", JobState::kSucceeded},  {"FAILED", JobState::kFailed},     {"CANCELLED", JobState::kCancelled},
     {"RECOVERING", JobState::kRecovering}};
 
-inline constexpr JobState kAllJobStates[] = {
-    JobState::kQueued,    JobState::kStarting, JobState::kRunning,
-    JobState::kSucceeded, JobState::kFailed,   JobState::kCancelled,
-    JobState::kRecovering};
+inline constexpr JobState kAllJobStates[] = {JobState::kQueued,    JobState::kStarting, JobState::kRunning,
+                                             JobState::kSucceeded, JobState::kFailed,   JobState::kCancelled,
+                                             JobState::kRecovering};
 
 // "QUEUED", "RUNNING", ...
 constexpr const char* JobStateName(JobState state) { return NameOf(kJobStateNames, state); }

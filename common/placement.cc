@@ -103,9 +103,7 @@ std::string HostPart(const std::string& host_port) {
   return host_port.substr(0, colon);
 }
 
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool IsLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 int PickFreePortOn(const std::string& bind_addr) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

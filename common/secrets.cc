@@ -41,8 +41,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::st
   }
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
   if (token.size() < 16) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(flag, " ", path, ": the token must have at least 16 characters"));
+    return absl::FailedPreconditionError(absl::StrCat(flag, " ", path, ": the token must have at least 16 characters"));
   }
   return token;
 }

@@ -88,8 +88,7 @@ inline bool ValidUtf8(const std::string& s) {
 // unknown keys can be reported.
 class MapReader {
  public:
-  MapReader(const YAML::Node& node, std::string path)
-      : node_(node), path_(std::move(path)) {
+  MapReader(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {
     if (!node_.IsMap()) Fail(path_.empty() ? "<root>" : path_, "must be a mapping, got " + Describe(node_));
   }
 

@@ -20,12 +20,12 @@ struct StepMetrics {
   double compute_seconds = 0;    // forward + backward (with DDP's overlapped allreduce)
   double optimizer_seconds = 0;  // optimizer step
   double learning_rate = 0;
-  int64_t samples = 0;           // samples this rank processed in the step
+  int64_t samples = 0;  // samples this rank processed in the step
   double eval_loss = std::nan("");
-  double grad_norm = std::nan("");    // global gradient norm before clipping (when clipping)
-  int64_t comm_wire_bytes = 0;        // gradient payload handed to collectives this step
-  int64_t comm_fp32_bytes = 0;        // what plain fp32 allreduce would have carried
-  double comm_hook_seconds = 0;       // time in the comm hook this step
+  double grad_norm = std::nan("");  // global gradient norm before clipping (when clipping)
+  int64_t comm_wire_bytes = 0;      // gradient payload handed to collectives this step
+  int64_t comm_fp32_bytes = 0;      // what plain fp32 allreduce would have carried
+  double comm_hook_seconds = 0;     // time in the comm hook this step
   // Bytes this rank holds at the end of the step (unique storages).
   int64_t param_bytes = 0;
   int64_t grad_bytes = 0;
@@ -43,17 +43,17 @@ struct StepMetrics {
 
 // One checkpoint a job saved (or failed to save), as rank 0 reports it.
 struct CheckpointEvent {
-  int64_t index = -1;        // N of checkpoint_<N>
-  int64_t step = 0;          // optimizer steps completed when it was taken
+  int64_t index = -1;                           // N of checkpoint_<N>
+  int64_t step = 0;                             // optimizer steps completed when it was taken
   CheckpointType type = CheckpointType::kFull;  // kFull or kSharded
-  std::string trigger;       // "periodic", "request", "final", "cancel", "preemption"
-  int64_t request_id = 0;    // of a remote request; 0 otherwise
-  std::string path;          // the committed directory
-  int64_t bytes = 0;         // every file of it
-  double seconds = 0;        // wall time of the save, all ranks
-  int64_t unix_millis = 0;   // when it was committed
+  std::string trigger;                          // "periodic", "request", "final", "cancel", "preemption"
+  int64_t request_id = 0;                       // of a remote request; 0 otherwise
+  std::string path;                             // the committed directory
+  int64_t bytes = 0;                            // every file of it
+  double seconds = 0;                           // wall time of the save, all ranks
+  int64_t unix_millis = 0;                      // when it was committed
   bool ok = false;
-  std::string error;         // why it failed (nothing is left as "latest")
+  std::string error;  // why it failed (nothing is left as "latest")
 };
 
 // Receives every step's metrics (and checkpoint outcomes) from a rank's

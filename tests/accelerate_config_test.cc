@@ -113,21 +113,20 @@ TEST(AccelerateConfigTest, MultiCpuMapsToDdpOnCpu) {
   std::vector<std::string> warnings;
   auto spec = ParseJobSpecWithAccelerateConfig(
       "name: m\ndevice: cuda\n",
-      "distributed_type: MULTI_CPU\nnum_processes: 2\ngradient_accumulation_steps: 4\nuse_cpu: true\n", {},
-      &warnings);
+      "distributed_type: MULTI_CPU\nnum_processes: 2\ngradient_accumulation_steps: 4\nuse_cpu: true\n", {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->distributed_type, DistributedType::kDdp);
   EXPECT_EQ(spec->num_processes, 2);
   EXPECT_EQ(spec->gradient_accumulation_steps, 4);
   EXPECT_EQ(spec->device, Device::kCpu);
-  EXPECT_EQ(warnings, (std::vector<std::string>{"accelerate_config.use_cpu (true) overrides the spec's device (cuda)"}));
+  EXPECT_EQ(warnings,
+            (std::vector<std::string>{"accelerate_config.use_cpu (true) overrides the spec's device (cuda)"}));
 }
 
 TEST(AccelerateConfigTest, MachinesAreSlurmNodes) {
   std::vector<std::string> warnings;
-  auto spec = ParseJobSpecWithAccelerateConfig("name: m\nlauncher: slurm\n",
-                                               "distributed_type: MULTI_CPU\nnum_processes: 8\nnum_machines: 2\n", {},
-                                               &warnings);
+  auto spec = ParseJobSpecWithAccelerateConfig(
+      "name: m\nlauncher: slurm\n", "distributed_type: MULTI_CPU\nnum_processes: 8\nnum_machines: 2\n", {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->num_processes, 8);  // Accelerate's num_processes is the whole world
   EXPECT_EQ(spec->slurm.nodes, 2);
@@ -136,13 +135,14 @@ TEST(AccelerateConfigTest, MachinesAreSlurmNodes) {
 
 TEST(AccelerateConfigTest, MultiGpuKeepsTheSpecsDeviceWithAWarning) {
   std::vector<std::string> warnings;
-  auto spec = ParseJobSpecWithAccelerateConfig("name: g\n", "distributed_type: MULTI_GPU\nnum_processes: 2\n", {},
-                                               &warnings);
+  auto spec =
+      ParseJobSpecWithAccelerateConfig("name: g\n", "distributed_type: MULTI_GPU\nnum_processes: 2\n", {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->distributed_type, DistributedType::kDdp);
   EXPECT_EQ(spec->device, Device::kCpu);
-  EXPECT_EQ(warnings,
-            (std::vector<std::string>{"accelerate_config.distributed_type MULTI_GPU runs as DDP on the spec's device cpu"}));
+  EXPECT_EQ(
+      warnings,
+      (std::vector<std::string>{"accelerate_config.distributed_type MULTI_GPU runs as DDP on the spec's device cpu"}));
 }
 
 TEST(AccelerateConfigTest, WithoutAConfigItIsParseJobSpec) {
@@ -197,9 +197,9 @@ TEST(AccelerateConfigTest, ConditionallyIgnoredKeys) {
       {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const std::string all = absl::StrJoin(warnings, "\n");
-  for (const char* key : {"machine_rank", "deepspeed_config", "megatron_lm_config", "dynamo_config",
-                          "main_process_port", "fsdp_config.fsdp_version",
-                          "fsdp_config.fsdp_activation_checkpointing"}) {
+  for (const char* key :
+       {"machine_rank", "deepspeed_config", "megatron_lm_config", "dynamo_config", "main_process_port",
+        "fsdp_config.fsdp_version", "fsdp_config.fsdp_activation_checkpointing"}) {
     EXPECT_TRUE(AnyContains(warnings, absl::StrCat("accelerate_config.", key, " is ignored: "))) << key << "\n" << all;
   }
 }
@@ -223,8 +223,8 @@ TEST(AccelerateConfigTest, HuggingFaceLayersAreKeptForOtherModels) {
 }
 
 TEST(AccelerateConfigTest, TheSpecsOwnErrorsKeepTheirField) {
-  auto spec = ParseJobSpecWithAccelerateConfig(std::string(kGptSpec) + "optimizer: {lr: -1}\n", SeedConfig(), {},
-                                               nullptr);
+  auto spec =
+      ParseJobSpecWithAccelerateConfig(std::string(kGptSpec) + "optimizer: {lr: -1}\n", SeedConfig(), {}, nullptr);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(spec.status().message().find("spec field 'optimizer.lr'"), std::string::npos) << spec.status();

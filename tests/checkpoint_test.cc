@@ -10,14 +10,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -242,8 +242,8 @@ TEST(FullSave, PeakExtraMemoryOnRankZeroIsAtMostTwiceTheLargestTensor) {
   ASSERT_GT(extra, 0) << "nothing was counted: the measurement would prove nothing";
   std::cout << "FULL save: rank 0 peak extra " << extra << " B = " << static_cast<double>(extra) / largest
             << "x the largest tensor (" << largest << " B); model " << total << " B\n";
-  EXPECT_LE(extra, 2 * largest) << "rank 0 held " << extra << " extra bytes; largest tensor " << largest
-                                << ", model " << total;
+  EXPECT_LE(extra, 2 * largest) << "rank 0 held " << extra << " extra bytes; largest tensor " << largest << ", model "
+                                << total;
 }
 
 // Train to 4, checkpoint, resume in new processes' stead (new trainers),
@@ -275,9 +275,7 @@ void ExpectResumeMatches(JobSpec spec, int world, CheckpointType type, const std
   for (int r = 0; r < world; ++r) ExpectBitwiseEqual(straight[r], resumed[r], what + " rank " + std::to_string(r));
 }
 
-TEST(Resume, DdpEqualsUninterruptedRun) {
-  ExpectResumeMatches(BaseSpec(""), 2, CheckpointType::kFull, "DDP full");
-}
+TEST(Resume, DdpEqualsUninterruptedRun) { ExpectResumeMatches(BaseSpec(""), 2, CheckpointType::kFull, "DDP full"); }
 
 TEST(Resume, PowerSgdStateIsRestored) {
   JobSpec spec = BaseSpec("");
@@ -476,7 +474,8 @@ TEST(Requests, CheckpointThenStopTakesEffectOnEveryRankAtOneStep) {
   rec.request_at = 3;
   rec.request = {CheckpointType::kSharded, 7, /*stop_after=*/true};
   std::vector<TrainResult> results(2);
-  RunTrainers(spec, 2, [&](int r, Trainer& t) { results[r] = t.Run(); }, &rec, &control);
+  RunTrainers(
+      spec, 2, [&](int r, Trainer& t) { results[r] = t.Run(); }, &rec, &control);
   // Asked during step 3; the next step's exchange carries it.
   for (const TrainResult& r : results) {
     EXPECT_TRUE(r.stopped);
@@ -502,7 +501,8 @@ TEST(Periodic, EveryStepsWithTotalLimitAndFinal) {
   spec.checkpoint.save_final = true;
   Recorder rec;
   std::vector<TrainResult> results(2);
-  RunTrainers(spec, 2, [&](int r, Trainer& t) { results[r] = t.Run(); }, &rec);
+  RunTrainers(
+      spec, 2, [&](int r, Trainer& t) { results[r] = t.Run(); }, &rec);
   // Steps 2, 4, 6 periodic, 7 final.
   ASSERT_EQ(rec.events.size(), 4u);
   std::vector<int64_t> steps;

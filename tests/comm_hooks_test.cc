@@ -46,7 +46,7 @@ int64_t NumelOf(const std::vector<std::vector<int64_t>>& shapes) {
 // Runs `steps` hook calls on every rank; rank r's input at step s is
 // inputs[s][r]. Returns outputs[rank][step] and each rank's hook.
 struct HookRun {
-  std::vector<std::vector<at::Tensor>> outputs;  // [rank][step]
+  std::vector<std::vector<at::Tensor>> outputs;                        // [rank][step]
   std::vector<std::vector<std::map<std::string, at::Tensor>>> states;  // [rank][step] after the step
 };
 
@@ -195,8 +195,7 @@ TEST(PowerSgdHook, PIsOrthonormalAndTheResidualIsKept) {
   at::Tensor exact_bias = ExactMean(inputs[2]).narrow(0, 1200, 30);
   EXPECT_LE(MaxAbs(bias - exact_bias), 1e-6);
   // The matrix was compressed: rank 2 of a random 40x30 average is not exact.
-  EXPECT_GT(MaxAbs(run.outputs[0][2].narrow(0, 0, 1200).to(torch::kDouble) -
-                   ExactMean(inputs[2]).narrow(0, 0, 1200)),
+  EXPECT_GT(MaxAbs(run.outputs[0][2].narrow(0, 0, 1200).to(torch::kDouble) - ExactMean(inputs[2]).narrow(0, 0, 1200)),
             1e-2);
   EXPECT_EQ(state.at("iter").item<int64_t>(), 3);
 }

@@ -3,8 +3,8 @@
 // the concatenated batch.
 #include <c10/core/StorageImpl.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <functional>
 #include <thread>
@@ -74,34 +74,37 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
   std::vector<std::shared_ptr<Model>> models;
   for (int r = 0; r < kWorld; ++r) models.push_back(BuildModel(ms, seed + 100 * r));  // DDP must broadcast rank 0's
   std::vector<std::unique_ptr<ShmCollectives>> shm;
-  RunRanks(kWorld, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
-    auto& model = models[rank];
-    DdpSpec ds;
-    ds.bucket_cap_mb = c.bucket_cap_mb;
-    ds.gradient_as_bucket_view = c.grad_as_bucket_view;
-    DistributedDataParallel ddp(model->parameters(), model->buffers(), pg, ds, c.shm ? shm[rank].get() : nullptr);
-    auto opt = MakeOpt(c.optimizer, model->parameters());
-    for (int s = 0; s < kSteps; ++s) {
-      at::Tensor x = inputs[s].narrow(0, rank * kPerRankBatch, kPerRankBatch);
-      at::Tensor y = targets[s].narrow(0, rank * kPerRankBatch, kPerRankBatch);
-      ddp.PrepareForward();
-      at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-      ddp.PrepareBackward({});
-      loss.backward();
-      opt->step();
-      if (c.shm) ASSERT_NE(shm[rank]->resident(rank), nullptr) << "the buckets are not in shared memory";
-      if (c.shm && c.grad_as_bucket_view) {
-        // The gradients are views of buckets that live in shared memory.
-        const auto* area = static_cast<const char*>(shm[rank]->resident(rank));
-        for (const auto& p : model->parameters()) {
-          const auto* g = static_cast<const char*>(p.grad().data_ptr());
-          EXPECT_TRUE(g >= area && g + p.grad().nbytes() <= area + shm[rank]->resident_bytes());
+  RunRanks(
+      kWorld,
+      [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
+        auto& model = models[rank];
+        DdpSpec ds;
+        ds.bucket_cap_mb = c.bucket_cap_mb;
+        ds.gradient_as_bucket_view = c.grad_as_bucket_view;
+        DistributedDataParallel ddp(model->parameters(), model->buffers(), pg, ds, c.shm ? shm[rank].get() : nullptr);
+        auto opt = MakeOpt(c.optimizer, model->parameters());
+        for (int s = 0; s < kSteps; ++s) {
+          at::Tensor x = inputs[s].narrow(0, rank * kPerRankBatch, kPerRankBatch);
+          at::Tensor y = targets[s].narrow(0, rank * kPerRankBatch, kPerRankBatch);
+          ddp.PrepareForward();
+          at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+          ddp.PrepareBackward({});
+          loss.backward();
+          opt->step();
+          if (c.shm) ASSERT_NE(shm[rank]->resident(rank), nullptr) << "the buckets are not in shared memory";
+          if (c.shm && c.grad_as_bucket_view) {
+            // The gradients are views of buckets that live in shared memory.
+            const auto* area = static_cast<const char*>(shm[rank]->resident(rank));
+            for (const auto& p : model->parameters()) {
+              const auto* g = static_cast<const char*>(p.grad().data_ptr());
+              EXPECT_TRUE(g >= area && g + p.grad().nbytes() <= area + shm[rank]->resident_bytes());
+            }
+          }
+          for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();  // set_to_none, as the trainer
         }
-      }
-      for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();  // set_to_none, as the trainer
-    }
-    for (const auto& p : model->parameters()) results[rank].push_back(p.detach().clone());
-  }, c.shm, &shm);
+        for (const auto& p : model->parameters()) results[rank].push_back(p.detach().clone());
+      },
+      c.shm, &shm);
 
   auto ref_params = ref->parameters();
   for (int r = 0; r < kWorld; ++r) {

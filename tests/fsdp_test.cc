@@ -5,8 +5,8 @@
 
 #include <c10/core/StorageImpl.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <map>
 #include <set>
@@ -49,8 +49,8 @@ Groups MakeGroups(ShardingStrategy strategy, const c10::intrusive_ptr<c10d::Stor
     case ShardingStrategy::kNoShard: g.replicate = world_group(); break;
     case ShardingStrategy::kHybridShard:
     case ShardingStrategy::kHybridShardZero2: {
-      HybridGroups h = MakeHybridGroups(store, Backend::kGloo, rank, world, ranks_per_node, "127.0.0.1",
-                                        std::chrono::seconds(60));
+      HybridGroups h =
+          MakeHybridGroups(store, Backend::kGloo, rank, world, ranks_per_node, "127.0.0.1", std::chrono::seconds(60));
       g.shard = std::move(h.shard);
       g.replicate = std::move(h.replicate);
       break;
@@ -136,8 +136,7 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
   // Units: NO_WRAP only the root. SIZE_BASED (3000): 784x64 and 64x48 close
   // a unit each, the last two layers (1898 values) stay with the root.
   // TRANSFORMER_BASED on Linear: 4 units and an empty root.
-  const size_t expected_units =
-      c.policy == WrapPolicy::kNoWrap ? 1 : c.policy == WrapPolicy::kSizeBased ? 3 : 5;
+  const size_t expected_units = c.policy == WrapPolicy::kNoWrap ? 1 : c.policy == WrapPolicy::kSizeBased ? 3 : 5;
   EXPECT_EQ(units[0], expected_units);
   const bool prefetching = c.forward_prefetch || c.backward_prefetch != BackwardPrefetch::kNoPrefetch;
   if (prefetching && c.strategy != ShardingStrategy::kNoShard) {
@@ -160,25 +159,23 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, FsdpEquivalence,
-    ::testing::Values(Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2"},
-                      Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2, "FULL_SHARD/layer/2"},
-                      Case{ShardingStrategy::kFullShard, WrapPolicy::kNoWrap, 2, "FULL_SHARD/no_wrap/2"},
-                      Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 4, "FULL_SHARD/size/4"},
-                      Case{ShardingStrategy::kShardGradOp, WrapPolicy::kSizeBased, 2, "SHARD_GRAD_OP/size/2"},
-                      Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2"},
-                      Case{ShardingStrategy::kHybridShard, WrapPolicy::kSizeBased, 4, "HYBRID_SHARD/size/2x2"},
-                      Case{ShardingStrategy::kHybridShardZero2, WrapPolicy::kTransformerBased, 4,
-                           "HYBRID_SHARD_ZERO2/layer/2x2"},
-                      Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2/offload", true},
-                      Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2/offload", true},
-                      Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2,
-                           "FULL_SHARD/layer/2/forward_prefetch+BACKWARD_PRE", false, true,
-                           BackwardPrefetch::kBackwardPre},
-                      Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2,
-                           "FULL_SHARD/layer/2/BACKWARD_POST", false, false, BackwardPrefetch::kBackwardPost},
-                      Case{ShardingStrategy::kHybridShard, WrapPolicy::kTransformerBased, 4,
-                           "HYBRID_SHARD/layer/2x2/forward_prefetch+BACKWARD_PRE", false, true,
-                           BackwardPrefetch::kBackwardPre}),
+    ::testing::Values(
+        Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2"},
+        Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2, "FULL_SHARD/layer/2"},
+        Case{ShardingStrategy::kFullShard, WrapPolicy::kNoWrap, 2, "FULL_SHARD/no_wrap/2"},
+        Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 4, "FULL_SHARD/size/4"},
+        Case{ShardingStrategy::kShardGradOp, WrapPolicy::kSizeBased, 2, "SHARD_GRAD_OP/size/2"},
+        Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2"},
+        Case{ShardingStrategy::kHybridShard, WrapPolicy::kSizeBased, 4, "HYBRID_SHARD/size/2x2"},
+        Case{ShardingStrategy::kHybridShardZero2, WrapPolicy::kTransformerBased, 4, "HYBRID_SHARD_ZERO2/layer/2x2"},
+        Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2/offload", true},
+        Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2/offload", true},
+        Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2,
+             "FULL_SHARD/layer/2/forward_prefetch+BACKWARD_PRE", false, true, BackwardPrefetch::kBackwardPre},
+        Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2, "FULL_SHARD/layer/2/BACKWARD_POST", false,
+             false, BackwardPrefetch::kBackwardPost},
+        Case{ShardingStrategy::kHybridShard, WrapPolicy::kTransformerBased, 4,
+             "HYBRID_SHARD/layer/2x2/forward_prefetch+BACKWARD_PRE", false, true, BackwardPrefetch::kBackwardPre}),
     [](const auto& info) {
       std::string n = info.param.name;
       for (char& ch : n) {
@@ -252,9 +249,9 @@ TEST(FsdpResharding, FullShardFreesAfterForwardShardGradOpKeeps) {
     int world;
     bool freed;
   };
-  for (const Want& w : {Want{ShardingStrategy::kFullShard, 2, true}, Want{ShardingStrategy::kHybridShard, 4, true},
-                        Want{ShardingStrategy::kShardGradOp, 2, false},
-                        Want{ShardingStrategy::kHybridShardZero2, 4, false}}) {
+  for (const Want& w :
+       {Want{ShardingStrategy::kFullShard, 2, true}, Want{ShardingStrategy::kHybridShard, 4, true},
+        Want{ShardingStrategy::kShardGradOp, 2, false}, Want{ShardingStrategy::kHybridShardZero2, 4, false}}) {
     FsdpOptions o;
     o.strategy = w.strategy;
     const FsdpRun run = RunFsdp(o, w.world, 1);
@@ -341,9 +338,9 @@ TEST(FsdpGpt, BlocksWrappedMatchSingleProcess) {
     loss_of(ref->forward(b.inputs), b.targets).backward();
     ref_opt->step();
   }
-  for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
-                                    ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard,
-                                    ShardingStrategy::kHybridShardZero2}) {
+  for (ShardingStrategy strategy :
+       {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard,
+        ShardingStrategy::kHybridShard, ShardingStrategy::kHybridShardZero2}) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     std::vector<std::vector<at::Tensor>> results(kWorld);
     std::vector<size_t> units(kWorld);
@@ -359,8 +356,8 @@ TEST(FsdpGpt, BlocksWrappedMatchSingleProcess) {
         auto opt = Sgd(fsdp.ShardParameters());
         for (const Batch& b : batches) {
           opt->zero_grad();
-          at::Tensor loss = loss_of(fsdp.Forward(b.inputs.narrow(0, r * kBatch, kBatch)),
-                                    b.targets.narrow(0, r * kBatch, kBatch));
+          at::Tensor loss =
+              loss_of(fsdp.Forward(b.inputs.narrow(0, r * kBatch, kBatch)), b.targets.narrow(0, r * kBatch, kBatch));
           fsdp.PrepareBackward();
           loss.backward();
           fsdp.FinishBackward();
@@ -489,8 +486,8 @@ TEST(FsdpMixedPrecision, Bf16UpdatesTrackFp32) {
           opt->zero_grad();
           at::Tensor logits = fsdp.Forward(inputs[s].narrow(0, r * kPerRank, kPerRank));
           if (dtype != at::kFloat) EXPECT_EQ(logits.scalar_type(), dtype);
-          at::Tensor loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat),
-                                                                 targets[s].narrow(0, r * kPerRank, kPerRank));
+          at::Tensor loss =
+              torch::nn::functional::cross_entropy(logits.to(at::kFloat), targets[s].narrow(0, r * kPerRank, kPerRank));
           fsdp.PrepareBackward();
           loss.backward();
           fsdp.FinishBackward();
@@ -566,8 +563,8 @@ TEST(FsdpMemory, FullShardHoldsAboutOneNthOfDdp) {
         auto model = BuildModel(spec, 1);
         FullyShardedModel fsdp(model, o, g.shard.get(), nullptr, world);
         auto opt = AdamW(fsdp.ShardParameters());
-        at::Tensor loss = torch::nn::functional::cross_entropy(fsdp.Forward(torch::randn({4, 784})),
-                                                               torch::zeros({4}, torch::kLong));
+        at::Tensor loss =
+            torch::nn::functional::cross_entropy(fsdp.Forward(torch::randn({4, 784})), torch::zeros({4}, torch::kLong));
         fsdp.PrepareBackward();
         loss.backward();
         fsdp.FinishBackward();

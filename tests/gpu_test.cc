@@ -6,8 +6,8 @@
 // References are independent: a single-process float64 computation on the
 // CPU, or the same job on the CPU.
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <barrier>
 #include <filesystem>
@@ -135,8 +135,7 @@ TEST_P(CudaDdpHooks, TwoRanksOnOneGpuOverGlooMatchFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(Hooks, CudaDdpHooks,
                          ::testing::Values(HookCase{CommHookType::kNone, 1e-5}, HookCase{CommHookType::kFp16, 2e-3},
-                                           HookCase{CommHookType::kBf16, 5e-3},
-                                           HookCase{CommHookType::kPowerSgd, 1e-4},
+                                           HookCase{CommHookType::kBf16, 5e-3}, HookCase{CommHookType::kPowerSgd, 1e-4},
                                            HookCase{CommHookType::kBatchedPowerSgd, 1e-4}));
 
 // An NCCL group of one rank: DDP's allreduce runs through NCCL for real.
@@ -153,7 +152,8 @@ TEST(CudaNccl, WorldOfOneAveragesThroughNccl) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr));
   for (int s = 0; s < kSteps; ++s) {
     ddp.PrepareForward();
-    at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(d.inputs[s].to(kGpu0)), d.targets[s].to(kGpu0));
+    at::Tensor loss =
+        torch::nn::functional::cross_entropy(model->forward(d.inputs[s].to(kGpu0)), d.targets[s].to(kGpu0));
     ddp.PrepareBackward({});
     loss.backward();
     opt.step();
@@ -198,18 +198,25 @@ void ExpectCudaMatchesCpu(JobSpec spec, int world, double atol, const std::strin
   std::vector<at::Tensor> on_cpu, on_gpu;
   const std::vector<c10::Device> gpus(world, kGpu0);
   spec.device = Device::kCuda;
-  RunTrainers(spec, world, [&](int r, Trainer& t) {
-    t.Run();
-    for (const at::Tensor& p : t.model().parameters()) EXPECT_TRUE(p.is_cuda()) << what;
-    if (r == 0) on_gpu = HostCopies(t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters());
-    else if (t.fsdp()) t.fsdp()->FullParameters();  // collective
-  }, nullptr, nullptr, gpus);
+  RunTrainers(
+      spec, world,
+      [&](int r, Trainer& t) {
+        t.Run();
+        for (const at::Tensor& p : t.model().parameters()) EXPECT_TRUE(p.is_cuda()) << what;
+        if (r == 0)
+          on_gpu = HostCopies(t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters());
+        else if (t.fsdp())
+          t.fsdp()->FullParameters();  // collective
+      },
+      nullptr, nullptr, gpus);
   spec.device = Device::kCpu;
   spec.backend = Backend::kAuto;
   RunTrainers(spec, world, [&](int r, Trainer& t) {
     t.Run();
-    if (r == 0) on_cpu = HostCopies(t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters());
-    else if (t.fsdp()) t.fsdp()->FullParameters();
+    if (r == 0)
+      on_cpu = HostCopies(t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters());
+    else if (t.fsdp())
+      t.fsdp()->FullParameters();
   });
   ExpectClose(on_gpu, on_cpu, atol, what);
 }
@@ -231,13 +238,16 @@ TEST(CudaTrainer, FsdpOffloadKeepsShardsOnTheHostAndMatchesTheCpuRun) {
   spec.distributed_type = DistributedType::kFsdp;
   spec.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
   spec.fsdp.offload_params = true;
-  RunTrainers(spec, 2, [&](int, Trainer& t) {
-    t.Step();
-    for (const at::Tensor& shard : t.fsdp()->ShardParameters()) {
-      EXPECT_TRUE(shard.device().is_cpu()) << "a shard left host memory";
-      EXPECT_TRUE(shard.grad().defined() && shard.grad().device().is_cpu()) << "a shard's gradient is not on the host";
-    }
-  }, nullptr, nullptr, {kGpu0, kGpu0});
+  RunTrainers(spec, 2,
+              [&](int, Trainer& t) {
+                t.Step();
+                for (const at::Tensor& shard : t.fsdp()->ShardParameters()) {
+                  EXPECT_TRUE(shard.device().is_cpu()) << "a shard left host memory";
+                  EXPECT_TRUE(shard.grad().defined() && shard.grad().device().is_cpu())
+                      << "a shard's gradient is not on the host";
+                }
+              },
+              nullptr, nullptr, {kGpu0, kGpu0});
   ExpectCudaMatchesCpu(spec, 2, 1e-5, "FSDP FULL_SHARD offload");
 }
 
@@ -251,24 +261,26 @@ TEST(CudaFsdp, FullShardFreesGatheredParametersAfterForward) {
     spec.fsdp.sharding_strategy = strategy;
     std::barrier sync(2);
     int64_t allocated = 0;
-    RunTrainers(spec, 2, [&](int r, Trainer& t) {
-      FullyShardedModel& fsdp = *t.fsdp();
-      int64_t wrapped = 0;
-      for (const FsdpUnitInfo& u : fsdp.units()) {
-        if (!u.layers.empty()) wrapped += u.shard_numel * fsdp.shard_size() * 4;  // fp32 full buffer
-      }
-      if (r == 0) *unit_bytes = wrapped;
-      at::Tensor x = torch::randn({8, 784}).to(kGpu0);
-      at::Tensor y = torch::randint(0, 10, {8}).to(kGpu0);
-      at::Tensor loss = torch::nn::functional::cross_entropy(fsdp.Forward(x), y);
-      Synchronize(kGpu0);
-      sync.arrive_and_wait();
-      if (r == 0) allocated = ReadDeviceMemory(kGpu0)->allocated;
-      sync.arrive_and_wait();
-      fsdp.PrepareBackward();
-      loss.backward();
-      fsdp.FinishBackward();
-    }, nullptr, nullptr, {kGpu0, kGpu0});
+    RunTrainers(spec, 2,
+                [&](int r, Trainer& t) {
+                  FullyShardedModel& fsdp = *t.fsdp();
+                  int64_t wrapped = 0;
+                  for (const FsdpUnitInfo& u : fsdp.units()) {
+                    if (!u.layers.empty()) wrapped += u.shard_numel * fsdp.shard_size() * 4;  // fp32 full buffer
+                  }
+                  if (r == 0) *unit_bytes = wrapped;
+                  at::Tensor x = torch::randn({8, 784}).to(kGpu0);
+                  at::Tensor y = torch::randint(0, 10, {8}).to(kGpu0);
+                  at::Tensor loss = torch::nn::functional::cross_entropy(fsdp.Forward(x), y);
+                  Synchronize(kGpu0);
+                  sync.arrive_and_wait();
+                  if (r == 0) allocated = ReadDeviceMemory(kGpu0)->allocated;
+                  sync.arrive_and_wait();
+                  fsdp.PrepareBackward();
+                  loss.backward();
+                  fsdp.FinishBackward();
+                },
+                nullptr, nullptr, {kGpu0, kGpu0});
     return allocated;
   };
   int64_t unit_bytes = 0;
@@ -294,13 +306,15 @@ TEST(CudaMixedPrecision, Fp16WithLossScalingAndBf16Train) {
     spec.optimizer.lr = kLr;
     std::vector<at::Tensor> params;
     double first = 0, last = 0;
-    RunTrainers(spec, 1, [&](int, Trainer& t) {
-      TrainResult res = t.Run();
-      first = res.first_loss;
-      last = res.last_loss;
-      params = HostCopies(t.model().parameters());
-      for (const at::Tensor& p : t.model().parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
-    }, nullptr, nullptr, {kGpu0});
+    RunTrainers(spec, 1,
+                [&](int, Trainer& t) {
+                  TrainResult res = t.Run();
+                  first = res.first_loss;
+                  last = res.last_loss;
+                  params = HostCopies(t.model().parameters());
+                  for (const at::Tensor& p : t.model().parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+                },
+                nullptr, nullptr, {kGpu0});
     EXPECT_LT(last, first) << "mixed precision " << static_cast<int>(mp);
     return params;
   };
@@ -352,20 +366,24 @@ void CheckpointAcross(Device from, Device to, CheckpointType type) {
   spec.device = from;
   Held saved;
   std::string path;
-  RunTrainers(spec, 1, [&](int, Trainer& t) {
-    t.Run();
-    CheckpointEvent ev = t.Checkpoint(type);
-    ASSERT_TRUE(ev.ok) << ev.error;
-    path = ev.path;
-    saved = Hold(t);
-  }, nullptr, nullptr, {from == Device::kCuda ? kGpu0 : c10::Device(c10::kCPU)});
+  RunTrainers(spec, 1,
+              [&](int, Trainer& t) {
+                t.Run();
+                CheckpointEvent ev = t.Checkpoint(type);
+                ASSERT_TRUE(ev.ok) << ev.error;
+                path = ev.path;
+                saved = Hold(t);
+              },
+              nullptr, nullptr, {from == Device::kCuda ? kGpu0 : c10::Device(c10::kCPU)});
   spec.device = to;
   spec.checkpoint.resume_from = path;
-  RunTrainers(spec, 1, [&](int, Trainer& t) {
-    ASSERT_EQ(t.resumed_from(), path);
-    for (const at::Tensor& p : t.model().parameters()) EXPECT_EQ(p.is_cuda(), to == Device::kCuda);
-    ExpectBitwise(Hold(t), saved, std::string(DeviceName(from)) + " -> " + DeviceName(to));
-  }, nullptr, nullptr, {to == Device::kCuda ? kGpu0 : c10::Device(c10::kCPU)});
+  RunTrainers(spec, 1,
+              [&](int, Trainer& t) {
+                ASSERT_EQ(t.resumed_from(), path);
+                for (const at::Tensor& p : t.model().parameters()) EXPECT_EQ(p.is_cuda(), to == Device::kCuda);
+                ExpectBitwise(Hold(t), saved, std::string(DeviceName(from)) + " -> " + DeviceName(to));
+              },
+              nullptr, nullptr, {to == Device::kCuda ? kGpu0 : c10::Device(c10::kCPU)});
 }
 
 TEST(CudaCheckpoint, WrittenOnCudaResumedOnCpuBitwise) {
@@ -394,11 +412,14 @@ TEST_F(MultiGpu, NcclDdpAndFsdpMatchTheCpuRun) {
     spec.backend = Backend::kNccl;
     spec.distributed_type = type;
     std::vector<at::Tensor> on_gpu, on_cpu;
-    RunTrainers(spec, 2, [&](int r, Trainer& t) {
-      t.Run();
-      auto full = t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters();
-      if (r == 0) on_gpu = HostCopies(full);
-    }, nullptr, nullptr, gpus);
+    RunTrainers(
+        spec, 2,
+        [&](int r, Trainer& t) {
+          t.Run();
+          auto full = t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters();
+          if (r == 0) on_gpu = HostCopies(full);
+        },
+        nullptr, nullptr, gpus);
     spec.device = Device::kCpu;
     spec.backend = Backend::kAuto;
     RunTrainers(spec, 2, [&](int r, Trainer& t) {

@@ -102,15 +102,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"data: {kind: 'image_folder:/x'}\n", {"'data.kind'", "not supported by this version"}},
         BadSpec{"model: {kind: torchscript}\n", {"'model.kind'", "torchscript:PATH needs the path"}},
         BadSpec{"scheduler: {kind: step}\n", {"'scheduler.kind'", "constant, linear, cosine"}},
-        BadSpec{"max_steps: 10\nscheduler: {kind: linear, warmup_steps: 11}\n", {"'scheduler.warmup_steps'", "max_steps"}},
+        BadSpec{"max_steps: 10\nscheduler: {kind: linear, warmup_steps: 11}\n",
+                {"'scheduler.warmup_steps'", "max_steps"}},
         BadSpec{"gradient_accumulation_steps: 0\n", {"'gradient_accumulation_steps'", "between 1"}},
         BadSpec{"loss: mse\n", {"'loss'", "torchscript"}},
         BadSpec{"step_timeout_s: -1\n", {"'step_timeout_s'", "between 0"}},
         BadSpec{"data: {kind: 'tokens:/x.bin'}\n", {"'data.kind'", "gpt model only"}},
         BadSpec{"model: {kind: resnet}\ndata: {kind: 'mnist:/d'}\n", {"'data.kind'", "784 pixels"}},
         BadSpec{"distributed_type: FSDP\nmixed_precision: fp16\n", {"'mixed_precision'", "cuda"}},
-        BadSpec{"model: {kind: resnet}\ndistributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP, "
-                "fsdp_transformer_layer_cls_to_wrap: Block}\n", {"'fsdp_config.fsdp_transformer_layer_cls_to_wrap'", "BasicBlock"}},
+        BadSpec{"model: {kind: resnet}\ndistributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
+                "TRANSFORMER_BASED_WRAP, "
+                "fsdp_transformer_layer_cls_to_wrap: Block}\n",
+                {"'fsdp_config.fsdp_transformer_layer_cls_to_wrap'", "BasicBlock"}},
         BadSpec{"preemptible: sometimes\n", {"'preemptible'", "true or false"}},
         BadSpec{"launcher: kubernetes\n", {"'launcher'", "local, slurm, external"}},
         BadSpec{"num_processes: 3\nslurm: {nodes: 2}\n", {"'slurm.nodes'", "divide num_processes"}},
@@ -141,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"device: tpu\n", {"'device'", "cpu, cuda"}},
         BadSpec{"max_grad_norm: -1\n", {"'max_grad_norm'", "between 0"}},
         BadSpec{"distributed_type: DeepSpeed\n", {"'distributed_type'", "FSDP"}},
-        BadSpec{"fsdp_config: {fsdp_sharding_strategy: 7}\n", {"'fsdp_config.fsdp_sharding_strategy'", "FULL_SHARD (1)"}},
+        BadSpec{"fsdp_config: {fsdp_sharding_strategy: 7}\n",
+                {"'fsdp_config.fsdp_sharding_strategy'", "FULL_SHARD (1)"}},
         BadSpec{"fsdp_config: {fsdp_sharding_strategy: HALF_SHARD}\n",
                 {"'fsdp_config.fsdp_sharding_strategy'", "HALF_SHARD"}},
         BadSpec{"fsdp_config: {fsdp_auto_wrap_policy: LAYER_WRAP}\n",
@@ -188,15 +192,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"ddp: {comm_hook: bf16, comm_wrapper: fp16}\n", {"'ddp.comm_wrapper'", "bf16"}},
         BadSpec{"ddp: {comm_wrapper: bf16}\n", {"'ddp.comm_wrapper'", "comm_hook 'no'"}},
         BadSpec{"ddp: {comm_wrapper: fp8, comm_hook: power_sgd}\n", {"'ddp.comm_wrapper'", "no, fp16, bf16, none"}},
-        BadSpec{"ddp: {comm_hook: power_sgd, intra_host_transport: shm}\n", {"'ddp.intra_host_transport'", "comm_hook"}},
+        BadSpec{"ddp: {comm_hook: power_sgd, intra_host_transport: shm}\n",
+                {"'ddp.intra_host_transport'", "comm_hook"}},
         BadSpec{"ddp: {intra_host_transport: tcp}\n", {"'ddp.intra_host_transport'", "auto, shm, process_group"}},
         BadSpec{"ddp: {bucket_cap_mb: 0}\n", {"'ddp.bucket_cap_mb'"}},
         BadSpec{"distributed_type: NO\nnum_processes: 2\n", {"'num_processes'", "NO"}},
-        BadSpec{"name: 'a b'\n", {"'name'", "letters"}},
-        BadSpec{"name: ''\n", {"'name'", "empty"}},
+        BadSpec{"name: 'a b'\n", {"'name'", "letters"}}, BadSpec{"name: ''\n", {"'name'", "empty"}},
         BadSpec{"model: {kind: cnn, input_size: 100}\n", {"'model.input_size'", "784"}},
-        BadSpec{"- just\n- a list\n", {"must be a mapping"}},
-        BadSpec{"name: [unclosed\n", {"not valid YAML or JSON"}},
+        BadSpec{"- just\n- a list\n", {"must be a mapping"}}, BadSpec{"name: [unclosed\n", {"not valid YAML or JSON"}},
         BadSpec{"", {"empty"}},
         BadSpec{"checkpoint: {every: 5}\n", {"'checkpoint.every'", "unknown key", "every_steps"}},
         BadSpec{"checkpoint: {every_steps: -1}\n", {"'checkpoint.every_steps'", "between 0"}},
@@ -298,9 +301,10 @@ TEST(JobSpecTest, AccelerateFsdpConfigKeysVerbatim) {
   auto again = ParseJobSpec(JobSpecToJson(*spec));
   ASSERT_TRUE(again.ok()) << again.status() << JobSpecToJson(*spec);
   EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
-  auto names = ParseJobSpec("model: cnn\nfsdp_config: {fsdp_sharding_strategy: shard_grad_op, "
-                            "fsdp_transformer_layer_cls_to_wrap: 'Conv2d, Linear', "
-                            "fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
+  auto names = ParseJobSpec(
+      "model: cnn\nfsdp_config: {fsdp_sharding_strategy: shard_grad_op, "
+      "fsdp_transformer_layer_cls_to_wrap: 'Conv2d, Linear', "
+      "fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_EQ(names->fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
   EXPECT_EQ(names->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Conv2d", "Linear"}));

@@ -1,7 +1,7 @@
 // safetensors writer/reader: round trips, the Hugging Face sharded layout,
 // and an independent Python reader of the files (tests/safetensors_check.py).
-#include "common/job_spec.h"
 #include "worker/safetensors.h"
+#include "common/job_spec.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -32,7 +32,8 @@ at::Tensor Make(const TensorSpec& s) {
 }
 
 int RunChecker(const std::string& dir) {
-  const std::string cmd = std::string(TRAINYARD_TEST_PYTHON) + " " + std::string(TRAINYARD_SOURCE_DIR) + "/tests/safetensors_check.py " + dir;
+  const std::string cmd = std::string(TRAINYARD_TEST_PYTHON) + " " + std::string(TRAINYARD_SOURCE_DIR) +
+                          "/tests/safetensors_check.py " + dir;
   return std::system(cmd.c_str());
 }
 
@@ -59,7 +60,8 @@ TEST(SafetensorsTest, ShardsFollowTheHuggingFaceLayout) {
   auto specs = Specs();
   // 480 + 28 + 64 + 8 + 9 + 8 bytes with a 500-byte limit: the first tensor
   // alone, then the rest.
-  auto files = WriteShardedSafetensors(dir.path(), specs, [&](size_t i) { return Make(specs[i]); }, 500);
+  auto files = WriteShardedSafetensors(
+      dir.path(), specs, [&](size_t i) { return Make(specs[i]); }, 500);
   ASSERT_EQ(files.size(), 3u);
   EXPECT_EQ(files[0], "model-00001-of-00002.safetensors");
   EXPECT_EQ(files[1], "model-00002-of-00002.safetensors");
@@ -72,7 +74,8 @@ TEST(SafetensorsTest, ShardsFollowTheHuggingFaceLayout) {
   EXPECT_EQ(RunChecker(dir.path()), 0);
 
   TempDir single;
-  files = WriteShardedSafetensors(single.path(), specs, [&](size_t i) { return Make(specs[i]); }, int64_t{1} << 30);
+  files = WriteShardedSafetensors(
+      single.path(), specs, [&](size_t i) { return Make(specs[i]); }, int64_t{1} << 30);
   EXPECT_EQ(files, (std::vector<std::string>{"model.safetensors"}));
   EXPECT_EQ(RunChecker(single.path()), 0);
 }

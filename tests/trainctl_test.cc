@@ -145,8 +145,9 @@ std::string RunBinary(const std::string& args, int* rc) {
 }
 
 TEST_F(TrainctlTest, GlobalFlagsGoBeforeOrAfterTheSubcommand) {
-  for (const std::string& args : {"-o json --server " + address_ + " get job-1", "get job-1 -o json --server " + address_,
-                                  "--server " + address_ + " get -o json job-1"}) {
+  for (const std::string& args :
+       {"-o json --server " + address_ + " get job-1", "get job-1 -o json --server " + address_,
+        "--server " + address_ + " get -o json job-1"}) {
     int rc = -1;
     const std::string out = RunBinary(args, &rc);
     ASSERT_EQ(rc, 0) << args << ": " << out;

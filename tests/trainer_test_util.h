@@ -14,10 +14,10 @@
 #include "tests/dist_test_util.h"
 #include "worker/collectives.h"
 #include "worker/device.h"
-#include "worker/process_group.h"
-#include "worker/trainer.h"
-#include "worker/shm_collectives.h"
 #include "worker/dist_setup.h"
+#include "worker/process_group.h"
+#include "worker/shm_collectives.h"
+#include "worker/trainer.h"
 
 namespace trainyard {
 

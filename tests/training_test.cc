@@ -12,15 +12,15 @@
 #include <numeric>
 #include <set>
 
+#include "common/model_layers.h"
 #include "tests/test_util.h"
 #include "tests/trainer_test_util.h"
-#include "worker/optimizer.h"
-#include "common/model_layers.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/fsdp.h"
 #include "worker/loss_scaler.h"
 #include "worker/models.h"
+#include "worker/optimizer.h"
 #include "worker/safetensors.h"
 
 namespace trainyard {
@@ -172,7 +172,8 @@ TEST(Schedules, AppliedEachStepAndRestoredOnResume) {
   spec.scheduler.warmup_steps = 3;
   spec.checkpoint.project_dir = a.path();
   Lrs straight;
-  RunTrainers(spec, 2, [&](int, Trainer& t) { t.Run(); }, &straight);
+  RunTrainers(
+      spec, 2, [&](int, Trainer& t) { t.Run(); }, &straight);
   for (int64_t step = 1; step <= 8; ++step) {
     EXPECT_DOUBLE_EQ(straight.lr[step], spec.optimizer.lr * LearningRateFactor(spec.scheduler, step - 1, 8)) << step;
   }
@@ -184,7 +185,8 @@ TEST(Schedules, AppliedEachStepAndRestoredOnResume) {
   });
   spec.checkpoint.resume_from = "latest";
   Lrs resumed;
-  RunTrainers(spec, 2, [&](int, Trainer& t) { t.Run(); }, &resumed);
+  RunTrainers(
+      spec, 2, [&](int, Trainer& t) { t.Run(); }, &resumed);
   ASSERT_EQ(resumed.lr.size(), 4u);
   for (int64_t step = 5; step <= 8; ++step) EXPECT_DOUBLE_EQ(resumed.lr[step], straight.lr[step]) << step;
 }
@@ -200,18 +202,24 @@ TEST(MixedPrecision, Bf16AutocastTrainsAndKeepsFp32Parameters) {
   spec.mixed_precision = MixedPrecision::kBf16;
   Lrs bf16, fp32;
   std::vector<at::Tensor> with, without;
-  RunTrainers(spec, 2, [&](int r, Trainer& t) {
-    t.Run();
-    for (const at::Tensor& p : t.model().parameters()) {
-      EXPECT_EQ(p.scalar_type(), at::kFloat);
-      if (r == 0) with.push_back(p.detach().clone());
-    }
-  }, &bf16);
+  RunTrainers(
+      spec, 2,
+      [&](int r, Trainer& t) {
+        t.Run();
+        for (const at::Tensor& p : t.model().parameters()) {
+          EXPECT_EQ(p.scalar_type(), at::kFloat);
+          if (r == 0) with.push_back(p.detach().clone());
+        }
+      },
+      &bf16);
   spec.mixed_precision = MixedPrecision::kNo;
-  RunTrainers(spec, 2, [&](int r, Trainer& t) {
-    t.Run();
-    if (r == 0) without = t.model().parameters();
-  }, &fp32);
+  RunTrainers(
+      spec, 2,
+      [&](int r, Trainer& t) {
+        t.Run();
+        if (r == 0) without = t.model().parameters();
+      },
+      &fp32);
   const auto [first, last] = FirstLast(bf16.loss);
   EXPECT_LT(last, 0.8 * first);
   // bf16 compute rounds differently: the runs are close, not equal. Close
@@ -291,7 +299,8 @@ TEST(MixedPrecision, Fp16LossScalingTrainsOverRanks) {
   spec.optimizer.lr = 3e-3;
   spec.mixed_precision = MixedPrecision::kFp16;
   Lrs m;
-  RunTrainers(spec, 2, [&](int, Trainer& t) { t.Run(); }, &m);
+  RunTrainers(
+      spec, 2, [&](int, Trainer& t) { t.Run(); }, &m);
   const auto [first, last] = FirstLast(m.loss);
   EXPECT_LT(last, 0.8 * first);
 }
@@ -305,11 +314,14 @@ TEST(Evaluation, HeldOutLossEveryNSteps) {
   spec.optimizer.lr = 3e-3;
   Lrs m;
   double direct = 0;
-  RunTrainers(spec, 2, [&](int r, Trainer& t) {
-    t.Run();
-    const double e = t.Evaluate();
-    if (r == 0) direct = e;
-  }, &m);
+  RunTrainers(
+      spec, 2,
+      [&](int r, Trainer& t) {
+        t.Run();
+        const double e = t.Evaluate();
+        if (r == 0) direct = e;
+      },
+      &m);
   for (int64_t step = 1; step <= 40; ++step) {
     EXPECT_EQ(std::isnan(m.eval[step]), step % 10 != 0) << step;
   }
@@ -322,8 +334,10 @@ TEST(Evaluation, HeldOutLossEveryNSteps) {
 // host) and, for the ResNet's BatchNorm buffers, through Gloo too.
 TEST(Models, EachTrainsUnderDdp) {
   const std::vector<std::pair<ModelKind, IntraHostTransport>> runs = {
-      {ModelKind::kMlp, IntraHostTransport::kAuto},           {ModelKind::kCnn, IntraHostTransport::kAuto},
-      {ModelKind::kResNet, IntraHostTransport::kAuto},        {ModelKind::kResNet, IntraHostTransport::kProcessGroup},
+      {ModelKind::kMlp, IntraHostTransport::kAuto},
+      {ModelKind::kCnn, IntraHostTransport::kAuto},
+      {ModelKind::kResNet, IntraHostTransport::kAuto},
+      {ModelKind::kResNet, IntraHostTransport::kProcessGroup},
       {ModelKind::kGpt, IntraHostTransport::kAuto}};
   for (const auto& [kind, transport] : runs) {
     JobSpec spec;
@@ -340,10 +354,13 @@ TEST(Models, EachTrainsUnderDdp) {
     spec.ddp.intra_host_transport = transport;
     Lrs m;
     std::vector<std::vector<at::Tensor>> buffers(2);
-    RunTrainers(spec, 2, [&](int r, Trainer& t) {
-      t.Run();
-      for (const at::Tensor& b : t.model().buffers()) buffers[r].push_back(b.clone());
-    }, &m);
+    RunTrainers(
+        spec, 2,
+        [&](int r, Trainer& t) {
+          t.Run();
+          for (const at::Tensor& b : t.model().buffers()) buffers[r].push_back(b.clone());
+        },
+        &m);
     const auto [first, last] = FirstLast(m.loss);
     EXPECT_LT(last, 0.8 * first) << ModelKindName(kind) << " " << first << " -> " << last;
     // broadcast_buffers: BatchNorm statistics are rank 0's before each
@@ -413,22 +430,26 @@ TEST_P(TorchScriptModels, TrainAndTheirWeightsLoadBackInPython) {
   std::string final_path;
   // The trained module's output on a fixed input, from C++.
   const std::string outputs = dir.path() + "/outputs.safetensors";
-  RunTrainers(spec, 2, [&](int r, Trainer& t) {
-    TrainResult res = t.Run();
-    if (r != 0) return;
-    final_path = res.final_checkpoint;
-    torch::NoGradGuard no_grad;
-    t.model().eval();
-    const at::Tensor out = t.model().forward(torch::linspace(-1, 1, 3 * 784).reshape({3, 784}));
-    WriteSafetensors(outputs, {{"out", at::kFloat, out.sizes().vec()}}, [&](size_t) { return out.contiguous(); });
-  }, &m);
+  RunTrainers(
+      spec, 2,
+      [&](int r, Trainer& t) {
+        TrainResult res = t.Run();
+        if (r != 0) return;
+        final_path = res.final_checkpoint;
+        torch::NoGradGuard no_grad;
+        t.model().eval();
+        const at::Tensor out = t.model().forward(torch::linspace(-1, 1, 3 * 784).reshape({3, 784}));
+        WriteSafetensors(outputs, {{"out", at::kFloat, out.sizes().vec()}}, [&](size_t) { return out.contiguous(); });
+      },
+      &m);
   const auto [first, last] = FirstLast(m.loss);
   EXPECT_LT(last, 0.8 * first);
   ASSERT_FALSE(final_path.empty());
   // Python loads the checkpoint into the scripted module (strict: every
   // parameter and buffer by name) and computes the same output (fp32; the
   // same kernels, so far below the 1e-5 allowed).
-  const std::string check = Python() + " -c \"import sys, torch; from safetensors.torch import load_file; "
+  const std::string check = Python() +
+                            " -c \"import sys, torch; from safetensors.torch import load_file; "
                             "m = torch.jit.load(sys.argv[1]); sd = load_file(sys.argv[2] + '/model.safetensors'); "
                             "m.load_state_dict(sd, strict=True); m.eval(); "
                             "assert all(torch.equal(m.state_dict()[k], v) for k, v in sd.items()); "
@@ -441,8 +462,7 @@ TEST_P(TorchScriptModels, TrainAndTheirWeightsLoadBackInPython) {
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
 
-INSTANTIATE_TEST_SUITE_P(Examples, TorchScriptModels,
-                         ::testing::Values("export_torchscript.py", "export_attention.py"),
+INSTANTIATE_TEST_SUITE_P(Examples, TorchScriptModels, ::testing::Values("export_torchscript.py", "export_attention.py"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "export_torchscript.py" ? std::string("Mlp") : std::string("Attention");
                          });
@@ -523,7 +543,8 @@ TEST(Data, MnistJobTrainsAndEvaluatesOnT10k) {
   spec.eval_every_steps = 30;
   spec.eval_batches = 2;
   Lrs m;
-  RunTrainers(spec, 2, [&](int, Trainer& t) { t.Run(); }, &m);
+  RunTrainers(
+      spec, 2, [&](int, Trainer& t) { t.Run(); }, &m);
   EXPECT_FALSE(std::isnan(m.eval[30]));
   EXPECT_LT(m.loss.back(), m.loss.front());
 }
@@ -561,7 +582,7 @@ TEST(Data, TokenFileWindows) {
   EXPECT_GT(t.inputs.select(1, 0).max().item<int64_t>() - t.inputs.select(1, 0).min().item<int64_t>(), 10)
       << "held-out windows should spread over the tail";
   EXPECT_THROW(TokenFile(path, kContext, 40, 10, 3).Get({0, 1, 2, 3, 4, 5}), std::runtime_error);  // tokens >= vocab
-  EXPECT_THROW(TokenFile(path, 2000, kVocab, 10, 3), std::runtime_error);                         // too short
+  EXPECT_THROW(TokenFile(path, 2000, kVocab, 10, 3), std::runtime_error);                          // too short
 }
 
 TEST(Data, SamplerDisjointReshuffledAndDropLast) {

@@ -39,7 +39,7 @@
 namespace torch::optim {
 class Optimizer;
 class OptimizerParamState;
-}
+}  // namespace torch::optim
 
 namespace trainyard {
 

@@ -159,7 +159,7 @@ class Holding {
 // A piece's data on this rank: the parameter values (field < 0) or one
 // optimizer field; zeros when the holder has no state for it.
 inline at::Tensor PieceData(const TrainingState& s, const Holding& h, const Piece& piece, int field,
-                     const std::vector<std::string>& fields) {
+                            const std::vector<std::string>& fields) {
   const at::Tensor& holder = h.holders()[piece.holder];
   at::Tensor src = field < 0 ? holder.detach() : FieldOf(*s.optimizer, holder, fields[field]);
   if (!src.defined()) return at::zeros({piece.size()}, holder.options().requires_grad(false));
@@ -237,7 +237,6 @@ inline int32_t FirstFailure(const TrainingState& s, bool ok) {
   const int64_t r = t.item<int64_t>();
   return r >= s.world_size ? -1 : static_cast<int32_t>(r);
 }
-
 
 inline nlohmann::ordered_json TensorTable(const std::vector<TensorSpec>& tensors) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();

@@ -95,7 +95,8 @@ struct CheckpointReader::Impl {
       const int64_t x = std::max(begin, sl.begin), y = std::min(end, sl.end);
       if (x >= y) continue;
       const std::string path = (fs::path(dir) / sl.file).string();
-      out.narrow(0, x - begin, y - x).copy_(ReadSafetensorRange(path, Header(sl.file), sl.key, x - sl.begin, y - sl.begin));
+      out.narrow(0, x - begin, y - x)
+          .copy_(ReadSafetensorRange(path, Header(sl.file), sl.key, x - sl.begin, y - sl.begin));
       covered += y - x;
     }
     if (covered != end - begin) {
@@ -176,7 +177,8 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
   // Every parameter and buffer must be there with its shape and dtype.
   auto check = [&](const TensorSpec& t) {
     auto it = r.model.find(t.name);
-    if (it == r.model.end()) throw std::runtime_error(dir + ": checkpoint has no tensor '" + t.name + "' the model needs");
+    if (it == r.model.end())
+      throw std::runtime_error(dir + ": checkpoint has no tensor '" + t.name + "' the model needs");
     if (it->second.shape != t.shape || it->second.dtype != t.dtype) {
       throw std::runtime_error(dir + ": tensor '" + t.name + "' is " + SafetensorsDtype(it->second.dtype) +
                                c10::str(c10::IntArrayRef(it->second.shape)) + " in the checkpoint, " +
@@ -193,7 +195,10 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
 
   const std::vector<Piece> local = h.Local();
   for (const Piece& piece : local) {
-    h.holders()[piece.holder].detach().view({-1}).narrow(0, piece.holder_offset, piece.size())
+    h.holders()[piece.holder]
+        .detach()
+        .view({-1})
+        .narrow(0, piece.holder_offset, piece.size())
         .copy_(r.Range(r.model, h.name(piece.param), piece.begin, piece.end));
   }
   for (const auto& [name, t] : buffers) t.view({-1}).copy_(r.Range(r.model, name, 0, t.numel()));
@@ -210,7 +215,9 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
     for (const Piece& piece : local) {
       const at::Tensor& holder = h.holders()[piece.holder];
       for (const std::string& f : fields) {
-        FieldOf(*s.optimizer, holder, f).view({-1}).narrow(0, piece.holder_offset, piece.size())
+        FieldOf(*s.optimizer, holder, f)
+            .view({-1})
+            .narrow(0, piece.holder_offset, piece.size())
             .copy_(r.Range(r.optim, h.name(piece.param) + "." + f, piece.begin, piece.end));
       }
     }

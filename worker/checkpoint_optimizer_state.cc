@@ -47,7 +47,6 @@ std::vector<std::string> OptimizerFields(const JobSpec& spec) {
   return {};
 }
 
-
 at::Tensor FieldOf(torch::optim::Optimizer& o, const at::Tensor& p, const std::string& field) {
   auto* st = StateOf(o, p);
   if (auto* a = dynamic_cast<torch::optim::AdamWParamState*>(st)) {

@@ -42,10 +42,12 @@ void WriteRankState(const TrainingState& s, const std::string& staging) {
     tensors.emplace_back("rng.cpu", gen.get_state());
   }
   if (s.ddp != nullptr) {
-    for (const auto& [k, v] : s.ddp->CommHookState()) tensors.emplace_back("comm_hook." + k, v.detach().cpu().contiguous());
+    for (const auto& [k, v] : s.ddp->CommHookState())
+      tensors.emplace_back("comm_hook." + k, v.detach().cpu().contiguous());
   }
   for (const auto& [name, obj] : s.extra) {
-    for (const auto& [k, v] : obj->State()) tensors.emplace_back("extra." + name + "." + k, v.detach().cpu().contiguous());
+    for (const auto& [k, v] : obj->State())
+      tensors.emplace_back("extra." + name + "." + k, v.detach().cpu().contiguous());
   }
   std::vector<TensorSpec> specs;
   for (const auto& [name, t] : tensors) specs.push_back({name, t.scalar_type(), t.sizes().vec()});
@@ -110,7 +112,8 @@ void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::
   for (const auto& [name, t] : buffers) model_specs.push_back({name, t.scalar_type(), t.sizes().vec()});
   std::vector<TensorSpec> optim_specs;
   for (size_t p = 0; p < n; ++p) {
-    for (const std::string& f : fields) optim_specs.push_back({h.name(p) + "." + f, at::kFloat, h.param(p).sizes().vec()});
+    for (const std::string& f : fields)
+      optim_specs.push_back({h.name(p) + "." + f, at::kFloat, h.param(p).sizes().vec()});
   }
   size_t next_model = 0, next_optim = 0;
   std::string error;
@@ -155,7 +158,8 @@ void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<st
     if (!fields.empty()) {
       std::vector<TensorSpec> ospecs;
       for (const Piece& piece : pieces) {
-        for (const std::string& f : fields) ospecs.push_back({h.name(piece.param) + "." + f, at::kFloat, {piece.size()}});
+        for (const std::string& f : fields)
+          ospecs.push_back({h.name(piece.param) + "." + f, at::kFloat, {piece.size()}});
       }
       WriteSafetensors((fs::path(staging) / ShardFile("optimizer", w, h.writers())).string(), ospecs, [&](size_t i) {
         return PieceData(s, h, pieces[i / fields.size()], static_cast<int>(i % fields.size()), fields);
@@ -176,16 +180,19 @@ void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<st
     }
   }
   for (const auto& [name, t] : Buffers(s)) {
-    model[name] = {{"dtype", SafetensorsDtype(t.scalar_type())},
-                   {"shape", t.sizes().vec()},
-                   {"slices", {{{"file", ShardFile("model", 0, h.writers())}, {"key", name}, {"begin", 0}, {"end", t.numel()}}}}};
+    model[name] = {
+        {"dtype", SafetensorsDtype(t.scalar_type())},
+        {"shape", t.sizes().vec()},
+        {"slices", {{{"file", ShardFile("model", 0, h.writers())}, {"key", name}, {"begin", 0}, {"end", t.numel()}}}}};
     total += t.numel() * static_cast<int64_t>(t.element_size());
   }
   for (int32_t writer = 0; writer < h.writers(); ++writer) {
     for (const Piece& piece : h.Owned(writer)) {
       const std::string& name = h.name(piece.param);
-      model[name]["slices"].push_back(
-          {{"file", ShardFile("model", writer, h.writers())}, {"key", name}, {"begin", piece.begin}, {"end", piece.end}});
+      model[name]["slices"].push_back({{"file", ShardFile("model", writer, h.writers())},
+                                       {"key", name},
+                                       {"begin", piece.begin},
+                                       {"end", piece.end}});
       for (const std::string& f : fields) {
         optim[name + "." + f]["slices"].push_back({{"file", ShardFile("optimizer", writer, h.writers())},
                                                    {"key", name + "." + f},
@@ -262,7 +269,8 @@ CheckpointEvent SaveCheckpoint(const TrainingState& s, CheckpointType type, cons
   if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
 
   if (s.rank == 0) {
-    nlohmann::ordered_json meta = {{"step", s.step}, {"type", CheckpointTypeName(ev.type)}, {"world_size", s.world_size}};
+    nlohmann::ordered_json meta = {
+        {"step", s.step}, {"type", CheckpointTypeName(ev.type)}, {"world_size", s.world_size}};
     if (auto st = dir.Commit(staging, target.index, meta.dump()); !st.ok()) error = std::string(st.message());
   }
   if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);

@@ -1,7 +1,7 @@
 #include "worker/collectives.h"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <stdexcept>
 
@@ -29,9 +29,7 @@ class GroupCollectives : public Collectives {
   int32_t rank() const override { return pg_->getRank(); }
   int32_t size() const override { return pg_->getSize(); }
   c10::intrusive_ptr<c10d::ProcessGroup> process_group() const override { return pg_; }
-  void AllGatherInto(at::Tensor& full, const at::Tensor& shard) override {
-    AllGatherIntoAsync(full, shard)->wait();
-  }
+  void AllGatherInto(at::Tensor& full, const at::Tensor& shard) override { AllGatherIntoAsync(full, shard)->wait(); }
 
  protected:
   void PlainAllreduce(const at::Tensor& t) {
@@ -97,7 +95,9 @@ class GlooCollectives final : public GroupCollectives {
     PlainAllreduce(t);
   }
 
-  void Broadcast(at::Tensor& t, int32_t root) override { PlainBroadcast(GlooNeedsBytes(t) ? t.view(at::kByte) : t, root); }
+  void Broadcast(at::Tensor& t, int32_t root) override {
+    PlainBroadcast(GlooNeedsBytes(t) ? t.view(at::kByte) : t, root);
+  }
 };
 
 // NCCL has the real collectives (compiled everywhere, run only on GPUs).

@@ -1,6 +1,5 @@
-#include "common/splitmix.h"
 #include "worker/comm_hooks.h"
-
+#include "common/splitmix.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -71,7 +70,8 @@ WireDtype WireOf(CommWrapper w) {
 // thread and returns the averaged bucket.
 class OrderedCommHook : public CommHook {
  public:
-  OrderedCommHook(c10::intrusive_ptr<c10d::ProcessGroup> pg, CommStats* stats) : comm_(std::move(pg), stats), stats_(stats) {}
+  OrderedCommHook(c10::intrusive_ptr<c10d::ProcessGroup> pg, CommStats* stats)
+      : comm_(std::move(pg), stats), stats_(stats) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
     auto future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
@@ -81,9 +81,8 @@ class OrderedCommHook : public CommHook {
         torch::NoGradGuard no_grad;
         stats_->fp32_equivalent_bytes += bucket.getBuffer().numel() * static_cast<int64_t>(sizeof(float));
         at::Tensor result = Communicate(bucket);
-        stats_->hook_nanos += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now() - start)
-                                  .count();
+        stats_->hook_nanos +=
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
         future->markCompleted(c10::IValue(result));
       } catch (...) {
         future->setError(std::current_exception());
@@ -128,7 +127,7 @@ class HalfCompressHook final : public OrderedCommHook {
 // State shared by both PowerSGD variants.
 struct PowerSgdState {
   int64_t iter = 0;
-  int64_t rng_draws = 0;  // Q initializations so far: the RNG's position
+  int64_t rng_draws = 0;               // Q initializations so far: the RNG's position
   std::map<size_t, at::Tensor> error;  // per bucket
   std::map<size_t, at::Tensor> p;      // per bucket, flat
   std::map<size_t, at::Tensor> q;      // per bucket, flat
@@ -158,7 +157,8 @@ struct PowerSgdState {
         const std::string kind = key.substr(0, slash);
         const size_t bucket = std::stoul(key.substr(slash + 1));
         auto& dst = kind == "error" ? error : kind == "p" ? p : kind == "q" ? q : error;
-        if (kind != "error" && kind != "p" && kind != "q") throw std::invalid_argument("unknown PowerSGD state key " + key);
+        if (kind != "error" && kind != "p" && kind != "q")
+          throw std::invalid_argument("unknown PowerSGD state key " + key);
         dst[bucket] = t.clone();
       }
     }

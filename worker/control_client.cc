@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/credentials.h"
-#include "common/wire_convert.h"
 #include "common/log.h"
+#include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
@@ -32,14 +32,14 @@ struct ControlClient::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::shared_ptr<Conn> conn;                // guarded by mu
-  std::deque<StepMetrics> pending;           // guarded by mu
-  std::deque<CheckpointEvent> checkpoints;   // guarded by mu
-  bool finishing = false;                    // guarded by mu
-  bool result_sent = false;                  // guarded by mu: the stream's end is expected
-  bool stream_broken = false;                // guarded by mu
-  bool gave_up = false;                      // guarded by mu: no more reconnection attempts
-  std::mutex write_mu;                       // one writer on a stream at a time
+  std::shared_ptr<Conn> conn;               // guarded by mu
+  std::deque<StepMetrics> pending;          // guarded by mu
+  std::deque<CheckpointEvent> checkpoints;  // guarded by mu
+  bool finishing = false;                   // guarded by mu
+  bool result_sent = false;                 // guarded by mu: the stream's end is expected
+  bool stream_broken = false;               // guarded by mu
+  bool gave_up = false;                     // guarded by mu: no more reconnection attempts
+  std::mutex write_mu;                      // one writer on a stream at a time
   std::atomic<int32_t> every_steps{10};
 
   std::thread reader;
@@ -81,8 +81,7 @@ struct ControlClient::Impl {
       r.type = FromProto(c.type()).value_or(CheckpointType::kAuto);
       r.request_id = c.request_id();
       r.stop_after = c.stop_after();
-      log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id,
-                   r.stop_after ? ", then stop" : "");
+      log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id, r.stop_after ? ", then stop" : "");
       control->RequestCheckpoint(r);
     }
   }
@@ -114,7 +113,7 @@ struct ControlClient::Impl {
       }
     }
     log::Error("no coordinator at {} for {} s; this worker stops", options.server,
-                  std::chrono::duration_cast<std::chrono::seconds>(options.reconnect_timeout).count());
+               std::chrono::duration_cast<std::chrono::seconds>(options.reconnect_timeout).count());
     control->RequestStop();
     return nullptr;
   }
@@ -199,8 +198,8 @@ struct ControlClient::Impl {
     std::unique_lock<std::mutex> lock(mu);
     while (!finishing) {
       cv.wait_for(lock, std::chrono::seconds(1), [&] {
-        return finishing || (!stream_broken && (!checkpoints.empty() ||
-                                                static_cast<int32_t>(pending.size()) >= every_steps.load()));
+        return finishing ||
+               (!stream_broken && (!checkpoints.empty() || static_cast<int32_t>(pending.size()) >= every_steps.load()));
       });
       FlushLocked(lock);
     }
@@ -221,8 +220,8 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   // Reconnection attempts of our own: keep gRPC's backoff short.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  impl->channel = grpc::CreateCustomChannel(
-      options.server, ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem), args);
+  impl->channel = grpc::CreateCustomChannel(options.server,
+                                            ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem), args);
   if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
     return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.server));
   }

@@ -52,8 +52,7 @@ class ControlClient final : public MetricsSink {
  public:
   // Connects, says hello and waits for the welcome. Commands go to
   // `control`, which must outlive the client.
-  static absl::StatusOr<std::unique_ptr<ControlClient>> Connect(const ControlOptions& options,
-                                                                TrainerControl* control);
+  static absl::StatusOr<std::unique_ptr<ControlClient>> Connect(const ControlOptions& options, TrainerControl* control);
   ~ControlClient() override;
 
   const Welcome& welcome() const;

@@ -1,5 +1,5 @@
-#include "common/splitmix.h"
 #include "worker/data.h"
+#include "common/splitmix.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
@@ -7,10 +7,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <torch/torch.h>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
-#include <torch/torch.h>
 
 #include <numeric>
 
@@ -31,7 +31,8 @@ Batch SyntheticDataset::Get(const std::vector<int64_t>& indices) const {
   at::Tensor inputs = at::empty(shape, at::kFloat);
   at::Tensor flat = inputs.view({inputs.size(0), -1});
   for (size_t i = 0; i < indices.size(); ++i) {
-    at::Generator gen = at::detail::createCPUGenerator(SplitMix64(seed_ + SplitMix64(static_cast<uint64_t>(indices[i]))));
+    at::Generator gen =
+        at::detail::createCPUGenerator(SplitMix64(seed_ + SplitMix64(static_cast<uint64_t>(indices[i]))));
     flat[static_cast<int64_t>(i)].normal_(0.0, 1.0, gen);
   }
   at::Tensor targets = at::matmul(flat, teacher_.t()).argmax(1);
@@ -50,7 +51,8 @@ Batch SyntheticTokens::Get(const std::vector<int64_t>& indices) const {
   at::Tensor seq = at::empty({n, context_ + 1}, at::kLong);
   auto acc = seq.accessor<int64_t, 2>();
   for (int64_t i = 0; i < n; ++i) {
-    at::Generator gen = at::detail::createCPUGenerator(SplitMix64(seed_ + SplitMix64(static_cast<uint64_t>(indices[i]))));
+    at::Generator gen =
+        at::detail::createCPUGenerator(SplitMix64(seed_ + SplitMix64(static_cast<uint64_t>(indices[i]))));
     at::Tensor noise = at::rand({context_ + 1}, gen);
     at::Tensor uniform = at::randint(vocab_, {context_ + 1}, gen, at::kLong);
     auto nz = noise.accessor<float, 1>();
@@ -120,7 +122,8 @@ MnistDataset::MnistDataset(const std::string& dir, bool train, std::vector<int64
   }
   const int64_t n = BigEndian32(images, 4), rows = BigEndian32(images, 8), cols = BigEndian32(images, 12);
   if (rows != 28 || cols != 28) {
-    throw std::runtime_error(ipath + ": images are " + std::to_string(rows) + "x" + std::to_string(cols) + ", not 28x28");
+    throw std::runtime_error(ipath + ": images are " + std::to_string(rows) + "x" + std::to_string(cols) +
+                             ", not 28x28");
   }
   if (static_cast<int64_t>(images.size()) != 16 + n * 784) throw std::runtime_error(ipath + ": truncated");
   if (static_cast<int64_t>(BigEndian32(labels, 4)) != n || static_cast<int64_t>(labels.size()) != 8 + n) {
@@ -180,7 +183,8 @@ Batch TokenFile::Get(const std::vector<int64_t>& indices) const {
       if (tok >= vocab_) {
         ::close(fd);
         throw std::runtime_error(path_ + ": token " + std::to_string(tok) + " at position " +
-                                 std::to_string(start + t) + " is not below the model's vocab " + std::to_string(vocab_));
+                                 std::to_string(start + t) + " is not below the model's vocab " +
+                                 std::to_string(vocab_));
       }
       acc[i][t] = tok;
     }
@@ -191,7 +195,11 @@ Batch TokenFile::Get(const std::vector<int64_t>& indices) const {
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, int32_t rank, int32_t world_size, bool shuffle,
                                        uint64_t seed, bool drop_last)
-    : dataset_size_(dataset_size), rank_(rank), world_size_(world_size), shuffle_(shuffle), seed_(seed),
+    : dataset_size_(dataset_size),
+      rank_(rank),
+      world_size_(world_size),
+      shuffle_(shuffle),
+      seed_(seed),
       drop_last_(drop_last) {
   if (world_size < 1 || rank < 0 || rank >= world_size) throw std::invalid_argument("sampler: bad rank/world size");
   if (drop_last_ && dataset_size_ % world_size_ != 0) {

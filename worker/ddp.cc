@@ -3,10 +3,10 @@
 #include <cstring>
 
 #include <c10/core/StorageImpl.h>
-#include "common/log.h"
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
-#include <torch/torch.h>
+#include "common/log.h"
 
 #include <algorithm>
 #include <chrono>
@@ -50,9 +50,9 @@ class ShmAllreduceHook final : public c10d::CommHookInterface {
 // earlier 2.x releases take the limits after the bucket indices.
 template <typename Reducer = c10d::Reducer>
 std::unique_ptr<Reducer> MakeReducer(std::vector<at::Tensor> params, std::vector<std::vector<size_t>> bucket_indices,
-                                     std::vector<size_t> per_bucket_limits,
-                                     c10::intrusive_ptr<c10d::ProcessGroup> pg, std::vector<bool> expect_sparse,
-                                     int64_t cap, bool find_unused, bool gradient_as_bucket_view, int64_t first_cap) {
+                                     std::vector<size_t> per_bucket_limits, c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                                     std::vector<bool> expect_sparse, int64_t cap, bool find_unused,
+                                     bool gradient_as_bucket_view, int64_t first_cap) {
   using Names = std::unordered_map<size_t, std::string>;
   using Pg = c10::intrusive_ptr<c10d::ProcessGroup>;
   using Params = std::vector<at::Tensor>;
@@ -66,13 +66,13 @@ std::unique_ptr<Reducer> MakeReducer(std::vector<at::Tensor> params, std::vector
   } else if constexpr (std::is_constructible_v<Reducer, Params, Indices, std::vector<size_t>, Pg, std::vector<bool>,
                                                int64_t, bool, bool, Names, int64_t, bool, bool>) {
     return std::make_unique<Reducer>(std::move(params), std::move(bucket_indices), std::move(per_bucket_limits),
-                                     std::move(pg), std::move(expect_sparse), cap, find_unused,
-                                     gradient_as_bucket_view, Names{}, first_cap,
+                                     std::move(pg), std::move(expect_sparse), cap, find_unused, gradient_as_bucket_view,
+                                     Names{}, first_cap,
                                      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false);
   } else {
     return std::make_unique<Reducer>(std::move(params), std::move(bucket_indices), std::move(per_bucket_limits),
-                                     std::move(pg), std::move(expect_sparse), cap, find_unused,
-                                     gradient_as_bucket_view, Names{}, first_cap);
+                                     std::move(pg), std::move(expect_sparse), cap, find_unused, gradient_as_bucket_view,
+                                     Names{}, first_cap);
   }
 }
 
@@ -84,13 +84,13 @@ struct DistributedDataParallel::Impl {
   std::unique_ptr<c10d::Reducer> reducer;
   size_t buckets = 0;
   CommStats stats;
-  CommHook* hook = nullptr;     // owned by the reducer
+  CommHook* hook = nullptr;        // owned by the reducer
   bool builtin_allreduce = false;  // no hook: count the Reducer's own traffic
   bool stateful_hook = false;      // PowerSGD: buckets are never rebuilt (see PrepareForward)
   int64_t grad_bytes = 0;
   std::vector<at::Tensor> buffers;  // synchronized before each forward (broadcast_buffers)
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  ShmCollectives* shm = nullptr;    // when gradients go through shared memory, so do buffers
+  ShmCollectives* shm = nullptr;      // when gradients go through shared memory, so do buffers
   std::vector<uint8_t> buffer_bytes;  // their packed bytes, reused
 
   // Moves every gradient bucket (and with it the gradients that are views
@@ -110,7 +110,7 @@ struct DistributedDataParallel::Impl {
     }
     if (!shm->ReserveResident(total)) {
       log::Warn("no shared memory for {} bytes of gradient buckets per rank ({}); they are copied instead", total,
-                   shm->resident_error());
+                shm->resident_error());
       return;
     }
     char* area = static_cast<char*>(shm->resident(shm->rank()));

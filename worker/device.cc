@@ -30,9 +30,8 @@ c10::Device RankDevice(Device device) {
   // One visible GPU is this rank's; with several, LOCAL_RANK picks one.
   const int index = count == 1 ? 0 : LocalRankFromEnvironment();
   if (index < 0 || index >= count) {
-    throw std::runtime_error("device cuda: local rank " + std::to_string(index) + " but only " +
-                             std::to_string(count) + " CUDA devices are visible (CUDA_VISIBLE_DEVICES=" +
-                             visible_text + ")");
+    throw std::runtime_error("device cuda: local rank " + std::to_string(index) + " but only " + std::to_string(count) +
+                             " CUDA devices are visible (CUDA_VISIBLE_DEVICES=" + visible_text + ")");
   }
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

@@ -6,9 +6,7 @@
 
 namespace trainyard {
 
-DistContext DistSetup::context() const {
-  return DistContext{world, shm.get(), shard.get(), replicate.get(), device};
-}
+DistContext DistSetup::context() const { return DistContext{world, shm.get(), shard.get(), replicate.get(), device}; }
 
 std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
                                                   int32_t rank, int32_t world_size) {
@@ -61,8 +59,7 @@ DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options
   if (options.world_size < 2) return DistSetup{};
   log::Info("rank {}/{}: rendezvous at {}:{}", options.rank, options.world_size, options.master_addr,
             options.master_port);
-  return SetUpGroups(spec, ConnectStore(options), options.rank, options.world_size, options.bind_addr,
-                     options.timeout);
+  return SetUpGroups(spec, ConnectStore(options), options.rank, options.world_size, options.bind_addr, options.timeout);
 }
 
 }  // namespace trainyard

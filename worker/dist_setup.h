@@ -26,11 +26,11 @@
 namespace trainyard {
 
 struct DistSetup {
-  c10::intrusive_ptr<c10d::Store> store;           // null when world size is 1
-  c10::intrusive_ptr<c10d::ProcessGroup> world;    // null when world size is 1
-  std::unique_ptr<ShmCollectives> shm;             // DDP on one host, when chosen
-  std::unique_ptr<Collectives> shard, replicate;   // FSDP, by sharding strategy
-  std::optional<c10::Device> device;               // unset: RankDevice(spec.device)
+  c10::intrusive_ptr<c10d::Store> store;          // null when world size is 1
+  c10::intrusive_ptr<c10d::ProcessGroup> world;   // null when world size is 1
+  std::unique_ptr<ShmCollectives> shm;            // DDP on one host, when chosen
+  std::unique_ptr<Collectives> shard, replicate;  // FSDP, by sharding strategy
+  std::optional<c10::Device> device;              // unset: RankDevice(spec.device)
 
   // Borrows this setup's groups: keep the setup alive while it is used.
   DistContext context() const;

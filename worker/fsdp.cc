@@ -26,7 +26,7 @@ struct Unit {
   bool gathered = false;
   c10::intrusive_ptr<c10d::Work> gathering;  // a prefetch in flight
   at::Tensor gather_target, gather_source;   // kept alive while it is
-  int pending = 0;  // parameters whose gradients have not arrived
+  int pending = 0;                           // parameters whose gradients have not arrived
   // Held here: a variable keeps its gradient accumulator only weakly.
   std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))> accumulators;
 };

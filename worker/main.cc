@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
                  "Write the exit code to DIR/rank-<rank>.exit before exiting (for launchers such as Slurm's)");
   CLI11_PARSE(app, argc, argv);
   if (a.job_id.empty() && join.empty()) {
-    std::fprintf(stderr, "trainyard-worker: give --job JOB (started by a launcher) or --join JOB (env TRAINYARD_JOB)\n");
+    std::fprintf(stderr,
+                 "trainyard-worker: give --job JOB (started by a launcher) or --join JOB (env TRAINYARD_JOB)\n");
     return trainyard::kExitUsage;
   }
   if (!join.empty()) {

@@ -20,7 +20,8 @@ class Mlp final : public Model {
       layers_.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(in, spec.hidden[i])));
       in = spec.hidden[i];
     }
-    layers_.push_back(register_module("fc" + std::to_string(spec.hidden.size()), torch::nn::Linear(in, spec.num_classes)));
+    layers_.push_back(
+        register_module("fc" + std::to_string(spec.hidden.size()), torch::nn::Linear(in, spec.num_classes)));
   }
 
   std::vector<Layer> layers() override {
@@ -57,8 +58,12 @@ class Cnn final : public Model {
     auto c1 = conv1_, c2 = conv2_;
     auto f1 = fc1_, f2 = fc2_;
     return {
-        {"Conv2d", c1.ptr(), [c1](const at::Tensor& x) mutable { return torch::relu(c1->forward(x.reshape({x.size(0), 1, 28, 28}))); }},
-        {"Conv2d", c2.ptr(), [c2](const at::Tensor& x) mutable { return torch::max_pool2d(torch::relu(c2->forward(x)), 2).flatten(1); }},
+        {"Conv2d", c1.ptr(),
+         [c1](const at::Tensor& x) mutable {
+           return torch::relu(c1->forward(x.reshape({x.size(0), 1, 28, 28})));
+         }},
+        {"Conv2d", c2.ptr(),
+         [c2](const at::Tensor& x) mutable { return torch::max_pool2d(torch::relu(c2->forward(x)), 2).flatten(1); }},
         {"Linear", f1.ptr(), [f1](const at::Tensor& x) mutable { return torch::relu(f1->forward(x)); }},
         {"Linear", f2.ptr(), [f2](const at::Tensor& x) mutable { return f2->forward(x); }},
     };
@@ -122,7 +127,8 @@ class Gpt final : public Model {
       blocks_.push_back(register_module("h" + std::to_string(i), Block(spec.width, spec.heads)));
     }
     if (!spec.tied_head) {
-      head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec.width, spec.vocab).bias(false)));
+      head_ =
+          register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(spec.width, spec.vocab).bias(false)));
     }
     {
       // GPT-2's initialization of the embeddings (std 0.02): with the tied
@@ -182,12 +188,15 @@ class Gpt final : public Model {
 class BasicBlockImpl final : public torch::nn::Module {
  public:
   BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
-      : conv1_(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
+      : conv1_(register_module(
+            "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
         bn1_(register_module("bn1", torch::nn::BatchNorm2d(out))),
-        conv2_(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
+        conv2_(
+            register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
         bn2_(register_module("bn2", torch::nn::BatchNorm2d(out))) {
     if (stride != 1 || in != out) {
-      down_conv_ = register_module("downsample_conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      down_conv_ = register_module("downsample_conv",
+                                   torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
       down_bn_ = register_module("downsample_bn", torch::nn::BatchNorm2d(out));
     }
   }
@@ -212,7 +221,8 @@ class ResNet final : public Model {
  public:
   explicit ResNet(const ModelSpec& spec)
       : stem_(register_module("stem", std::make_shared<torch::nn::Module>())),
-        conv_(stem_->register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, spec.channels, 3).padding(1).bias(false)))),
+        conv_(stem_->register_module(
+            "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, spec.channels, 3).padding(1).bias(false)))),
         bn_(stem_->register_module("bn", torch::nn::BatchNorm2d(spec.channels))),
         fc_(register_module("fc", torch::nn::Linear(8 * spec.channels, spec.num_classes))) {
     int64_t in = spec.channels;
@@ -273,9 +283,8 @@ class TorchScriptModel final : public Model {
 
   std::vector<Layer> layers() override {
     torch::jit::Module script = script_;
-    return {{"TorchScript", shared_from_this(), [script](const at::Tensor& x) mutable {
-               return script.forward({x}).toTensor();
-             }}};
+    return {{"TorchScript", shared_from_this(),
+             [script](const at::Tensor& x) mutable { return script.forward({x}).toTensor(); }}};
   }
 
   // Whatever the script module takes; the data's own sample shape is used.

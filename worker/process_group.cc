@@ -41,7 +41,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Backend backend, const c
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
   return group;
 #else
-  throw std::runtime_error("backend nccl needs a CUDA build of trainyard-worker; this one was built on a CPU-only torch");
+  throw std::runtime_error(
+      "backend nccl needs a CUDA build of trainyard-worker; this one was built on a CPU-only torch");
 #endif
 }
 

@@ -67,7 +67,8 @@ void WriteSafetensors(const std::string& path, const std::vector<TensorSpec>& te
   if (!metadata.empty()) header["__metadata__"] = metadata;
   int64_t offset = 0;
   for (const TensorSpec& t : tensors) {
-    header[t.name] = {{"dtype", SafetensorsDtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
+    header[t.name] = {
+        {"dtype", SafetensorsDtype(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
   std::string json = header.dump();
@@ -84,7 +85,8 @@ void WriteSafetensors(const std::string& path, const std::vector<TensorSpec>& te
     for (size_t i = 0; i < tensors.size(); ++i) {
       at::Tensor t = produce(i);
       if (t.scalar_type() != tensors[i].dtype || t.sizes().vec() != tensors[i].shape) {
-        throw std::invalid_argument("safetensors: tensor " + tensors[i].name + " does not match its declared dtype/shape");
+        throw std::invalid_argument("safetensors: tensor " + tensors[i].name +
+                                    " does not match its declared dtype/shape");
       }
       t = t.contiguous().cpu();
       WriteAll(fd, t.data_ptr(), static_cast<size_t>(t.nbytes()), path);
@@ -103,7 +105,8 @@ SafetensorsHeader ReadSafetensorsHeader(const std::string& path) {
   const int64_t size = in.tellg();
   in.seekg(0);
   unsigned char len_le[8];
-  if (size < 8 || !in.read(reinterpret_cast<char*>(len_le), 8)) throw std::runtime_error(path + ": not a safetensors file");
+  if (size < 8 || !in.read(reinterpret_cast<char*>(len_le), 8))
+    throw std::runtime_error(path + ": not a safetensors file");
   uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = (len << 8) | len_le[i];
   if (len > 100u << 20 || static_cast<int64_t>(8 + len) > size) throw std::runtime_error(path + ": bad header length");
@@ -139,7 +142,8 @@ at::Tensor ReadSafetensor(const std::string& path, const SafetensorsHeader& head
     at::Tensor t = at::empty(e.spec.shape, at::TensorOptions(e.spec.dtype));
     std::ifstream in(path, std::ios::binary);
     in.seekg(header.data_start + e.begin);
-    if (!in.read(static_cast<char*>(t.data_ptr()), e.end - e.begin)) throw std::runtime_error(path + ": short read of " + name);
+    if (!in.read(static_cast<char*>(t.data_ptr()), e.end - e.begin))
+      throw std::runtime_error(path + ": short read of " + name);
     return t;
   }
   throw std::out_of_range(path + ": no tensor named " + name);
@@ -151,8 +155,8 @@ at::Tensor ReadSafetensorRange(const std::string& path, const SafetensorsHeader&
     if (e.spec.name != name) continue;
     const int64_t numel = e.spec.nbytes() / static_cast<int64_t>(c10::elementSize(e.spec.dtype));
     if (begin < 0 || end < begin || end > numel) {
-      throw std::out_of_range(path + ": range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
-                              name + " outside its " + std::to_string(numel) + " elements");
+      throw std::out_of_range(path + ": range [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " + name +
+                              " outside its " + std::to_string(numel) + " elements");
     }
     at::Tensor t = at::empty({end - begin}, at::TensorOptions(e.spec.dtype));
     const int64_t item = static_cast<int64_t>(c10::elementSize(e.spec.dtype));

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <vector>
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace trainyard {
 namespace {
@@ -61,8 +61,8 @@ std::string String(const std::vector<uint8_t>& v) { return std::string(v.begin()
 
 }  // namespace
 
-bool ShmCollectives::AllRanksOnThisHost(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
-                                        int32_t world_size, const std::string& key_prefix) {
+bool ShmCollectives::AllRanksOnThisHost(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank, int32_t world_size,
+                                        const std::string& key_prefix) {
   const std::string mine = HostIdentity();
   store->set(key_prefix + "/host/" + std::to_string(rank), Bytes(mine));
   bool same = true;
@@ -81,9 +81,8 @@ namespace {
 // that is too small fails here, not with SIGBUS on first touch), every rank
 // waits until all have tried, and if any failed every rank gets nullptr
 // (and `*error` says why, on the ranks that know).
-void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int32_t rank,
-                 int32_t world_size, size_t bytes, std::chrono::milliseconds timeout, bool reserve,
-                 std::string* error_out = nullptr) {
+void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int32_t rank, int32_t world_size,
+                 size_t bytes, std::chrono::milliseconds timeout, bool reserve, std::string* error_out = nullptr) {
   std::string name, error;
   int fd = -1;
   if (rank == 0) {
@@ -190,8 +189,8 @@ void* ShmCollectives::resident(int32_t rank) const {
 c10::DataPtr ShmCollectives::ResidentDataPtr(void* data) const {
   if (resident_ == nullptr) throw std::logic_error("ResidentDataPtr before ReserveResident");
   auto* keep = new std::shared_ptr<void>(resident_map_);
-  return c10::DataPtr(data, keep, [](void* ctx) { delete static_cast<std::shared_ptr<void>*>(ctx); },
-                      c10::Device(c10::kCPU));
+  return c10::DataPtr(
+      data, keep, [](void* ctx) { delete static_cast<std::shared_ptr<void>*>(ctx); }, c10::Device(c10::kCPU));
 }
 
 ShmCollectives::ShmCollectives(int32_t rank, int32_t world, void* base, size_t bytes, size_t chunk_floats,
@@ -232,8 +231,8 @@ void ShmCollectives::Broadcast(void* data, size_t bytes, int32_t root) {
   if (root < 0 || root >= world_) throw std::invalid_argument("Broadcast: root out of range");
   // The root's input slot carries it: input slots are read only between an
   // operation's two barriers, so writing one before the first is safe.
-  char* area = reinterpret_cast<char*>(base_) + HeaderBytes(world_) +
-               static_cast<size_t>(root) * chunk_floats_ * sizeof(float);
+  char* area =
+      reinterpret_cast<char*>(base_) + HeaderBytes(world_) + static_cast<size_t>(root) * chunk_floats_ * sizeof(float);
   const size_t chunk = chunk_floats_ * sizeof(float);
   auto* p = static_cast<char*>(data);
   for (size_t begin = 0; begin < bytes || begin == 0; begin += chunk) {
@@ -349,7 +348,8 @@ void ShmCollectives::AllreduceResident(size_t offset, size_t n, float divisor) {
   const size_t hi = std::min(n, lo + per);
   if (hi > lo) {
     std::vector<float*> copies(static_cast<size_t>(world_));
-    for (int32_t r = 0; r < world_; ++r) copies[r] = reinterpret_cast<float*>(static_cast<char*>(resident(r)) + offset) + lo;
+    for (int32_t r = 0; r < world_; ++r)
+      copies[r] = reinterpret_cast<float*>(static_cast<char*>(resident(r)) + offset) + lo;
     SumSlices(copies.data(), world_, copies.data(), world_, hi - lo, divisor);
   }
   Barrier();  // every slice is reduced everywhere

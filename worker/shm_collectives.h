@@ -87,8 +87,8 @@ class ShmCollectives {
   size_t mapped_bytes_;
   size_t chunk_floats_;
   std::chrono::milliseconds timeout_;
-  uint64_t word_calls_ = 0;  // AllreduceMax alternates between two buffers
-  uint64_t epoch_ = 0;  // barriers passed so far
+  uint64_t word_calls_ = 0;                // AllreduceMax alternates between two buffers
+  uint64_t epoch_ = 0;                     // barriers passed so far
   c10::intrusive_ptr<c10d::Store> store_;  // for segments mapped later
   std::string key_prefix_;
   std::shared_ptr<void> resident_map_;  // unmaps the area when the last user goes

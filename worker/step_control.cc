@@ -48,7 +48,8 @@ StepAgreement StepControl::Finish() {
   StepAgreement a;
   a.stop = w[kStopSlot] != 0;
   a.preempt = w[kPreemptSlot] != 0;
-  if (w[kCheckpointSlot] != 0) a.checkpoint = w[kCheckpointSlot] == 2 ? CheckpointType::kSharded : CheckpointType::kFull;
+  if (w[kCheckpointSlot] != 0)
+    a.checkpoint = w[kCheckpointSlot] == 2 ? CheckpointType::kSharded : CheckpointType::kFull;
   a.request_id = w[kRequestSlot];
   a.stop_after = w[kStopAfterSlot] != 0;
   return a;

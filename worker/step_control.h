@@ -24,10 +24,10 @@ class ShmCollectives;
 // What every rank agreed on for this step's boundary.
 struct StepAgreement {
   bool stop = false;
-  bool preempt = false;                       // checkpoint, then stop
-  std::optional<CheckpointType> checkpoint;   // a requested one: kFull or kSharded
-  int64_t request_id = 0;                     // of that request
-  bool stop_after = false;                    // stop after that checkpoint
+  bool preempt = false;                      // checkpoint, then stop
+  std::optional<CheckpointType> checkpoint;  // a requested one: kFull or kSharded
+  int64_t request_id = 0;                    // of that request
+  bool stop_after = false;                   // stop after that checkpoint
 };
 
 class StepControl {

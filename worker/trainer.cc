@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 
-
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -16,21 +15,20 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "worker/autocast.h"
 #include "worker/data.h"
-#include "worker/job_data.h"
-#include "worker/optimizer.h"
-#include "worker/step_control.h"
-#include "worker/step_recorder.h"
 #include "worker/ddp.h"
 #include "worker/device.h"
-#include "worker/loss_scaler.h"
 #include "worker/fsdp.h"
+#include "worker/job_data.h"
+#include "worker/loss_scaler.h"
 #include "worker/models.h"
+#include "worker/optimizer.h"
 #include "worker/shm_collectives.h"
+#include "worker/step_control.h"
+#include "worker/step_recorder.h"
 
 namespace trainyard {
 namespace {
@@ -138,7 +136,7 @@ void Trainer::Impl::BuildParallelModel(const DistContext& dist) {
   fo.forward_prefetch = spec.fsdp.forward_prefetch;
   fo.param_dtype = spec.mixed_precision == MixedPrecision::kBf16   ? at::kBFloat16
                    : spec.mixed_precision == MixedPrecision::kFp16 ? at::kHalf
-                                                                  : at::kFloat;
+                                                                   : at::kFloat;
   fo.backward_prefetch = spec.fsdp.backward_prefetch;
   fo.compute_device = device;
   fsdp = std::make_unique<FullyShardedModel>(model, fo, dist.shard_group, dist.replicate_group, world_size);
@@ -276,8 +274,8 @@ at::Tensor Trainer::Impl_Loss(const at::Tensor& output, const at::Tensor& target
   at::Tensor out = output.to(at::kFloat);
   if (sp.loss == LossKind::kMse) {
     // Regression on the class: the one-hot vector of the target.
-    at::Tensor want = targets.dim() == out.dim() ? targets.to(at::kFloat)
-                                                 : torch::one_hot(targets, out.size(-1)).to(at::kFloat);
+    at::Tensor want =
+        targets.dim() == out.dim() ? targets.to(at::kFloat) : torch::one_hot(targets, out.size(-1)).to(at::kFloat);
     return torch::mse_loss(out, want);
   }
   // [B, C] logits with [B] targets, or [B, T, V] with [B, T] (language models).
@@ -376,8 +374,7 @@ double Trainer::Step() {
   const auto t4 = Clock::now();
   ++s.step;
   const bool periodic = s.spec.checkpoint.every_steps > 0 && s.step % s.spec.checkpoint.every_steps == 0;
-  const double eval_loss =
-      s.data.eval && s.step % s.spec.eval_every_steps == 0 ? Evaluate() : std::nan("");
+  const double eval_loss = s.data.eval && s.step % s.spec.eval_every_steps == 0 ? Evaluate() : std::nan("");
 
   if (s.sink != nullptr) {
     StepSample sample;

@@ -61,8 +61,7 @@ class Trainer {
   // read once per step: a stop or checkpoint request on any rank takes
   // effect on all ranks after the same step. With checkpoint.resume_from
   // set, the state is restored here (collective).
-  Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
-          TrainerControl* control);
+  Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink, TrainerControl* control);
   ~Trainer();
 
   TrainResult Run();

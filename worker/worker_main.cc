@@ -1,7 +1,7 @@
 #include "worker/worker_main.h"
 
-#include "common/placement.h"
 #include "common/paths.h"
+#include "common/placement.h"
 
 #include <malloc.h>
 #include <signal.h>
@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "worker/collectives.h"
 #include "worker/control_client.h"
 #include "worker/device.h"
 #include "worker/dist_setup.h"
-#include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
@@ -46,8 +46,8 @@ class LoggingSink final : public MetricsSink {
   void OnCheckpoint(const CheckpointEvent& c) override {
     if (next_ != nullptr) next_->OnCheckpoint(c);
     if (c.ok) {
-      log::Info("rank {}: {} {} checkpoint at step {}: {} ({} bytes, {:.2f} s)", rank_, c.trigger, CheckpointTypeName(c.type), c.step,
-                   c.path, c.bytes, c.seconds);
+      log::Info("rank {}: {} {} checkpoint at step {}: {} ({} bytes, {:.2f} s)", rank_, c.trigger,
+                CheckpointTypeName(c.type), c.step, c.path, c.bytes, c.seconds);
     } else {
       log::Error("rank {}: {} checkpoint at step {} failed: {}", rank_, c.trigger, c.step, c.error);
     }
@@ -57,8 +57,8 @@ class LoggingSink final : public MetricsSink {
     if (!std::isnan(m.eval_loss)) log::Info("rank {} step {} eval loss {:.4f}", rank_, m.step, m.eval_loss);
     if (m.step == 1 || m.step % every_ == 0) {
       log::Info("rank {} step {} loss {:.4f} {:.1f} samples/s (data {:.2f} ms, compute {:.2f} ms, optimizer {:.2f} ms)",
-                   rank_, m.step, m.loss, m.samples_per_second, m.data_seconds * 1e3, m.compute_seconds * 1e3,
-                   m.optimizer_seconds * 1e3);
+                rank_, m.step, m.loss, m.samples_per_second, m.data_seconds * 1e3, m.compute_seconds * 1e3,
+                m.optimizer_seconds * 1e3);
     }
   }
 
@@ -109,11 +109,12 @@ int RunWorker(const WorkerArgs& args) {
       log::Error("rank 0: cannot tell this host's address toward {}; give --advertise-addr", args.server);
       return kExitUsage;
     }
-    co.rendezvous_port = args.master_port > 0 ? args.master_port
-                                              : PickFreePortOn(args.bind_addr.empty() ? "0.0.0.0" : args.bind_addr);
+    co.rendezvous_port =
+        args.master_port > 0 ? args.master_port : PickFreePortOn(args.bind_addr.empty() ? "0.0.0.0" : args.bind_addr);
   }
   for (const auto& [path, out] : {std::pair<std::string, std::string*>{args.coordinator_ca, &co.ca_pem},
-                                  {args.tls_cert, &co.cert_pem}, {args.tls_key, &co.key_pem}}) {
+                                  {args.tls_cert, &co.cert_pem},
+                                  {args.tls_key, &co.key_pem}}) {
     if (!path.empty() && !ReadFileToString(path, out)) {
       log::Error("rank {}: cannot read {}", args.rank, path);
       return kExitUsage;
@@ -147,8 +148,8 @@ int RunWorker(const WorkerArgs& args) {
   std::string bind_addr = args.bind_addr;
   if (bind_addr.empty()) bind_addr = IsLoopback(master_addr) ? "127.0.0.1" : LocalAddressToward(master_addr);
   if (bind_addr.empty()) {
-    const std::string err = absl::StrCat("cannot tell this host's address toward the rendezvous host ", master_addr,
-                                         "; give --bind-addr");
+    const std::string err =
+        absl::StrCat("cannot tell this host's address toward the rendezvous host ", master_addr, "; give --bind-addr");
     return Finish(ctl, WorkerOutcome::kFailed, err, 0);
   }
 
@@ -169,13 +170,11 @@ int RunWorker(const WorkerArgs& args) {
       log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
     }
     for (const std::string& note : trainer.resume_notes()) log::Info("rank {}: {}", args.rank, note);
-    log::Info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps,
-                 world_size);
+    log::Info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps, world_size);
     TrainResult result = trainer.Run();
     final_step = result.final_step;
     if (result.preempted) {
-      log::Info("rank {}: preempted; checkpoint {} at step {}", args.rank, result.final_checkpoint,
-                   result.final_step);
+      log::Info("rank {}: preempted; checkpoint {} at step {}", args.rank, result.final_checkpoint, result.final_step);
       return Finish(ctl, WorkerOutcome::kPreempted,
                     absl::StrCat("preempted at step ", result.final_step,
                                  result.final_checkpoint.empty() ? " (the checkpoint failed)"
@@ -188,7 +187,7 @@ int RunWorker(const WorkerArgs& args) {
                     final_step);
     }
     log::Info("rank {}: done, {} steps, loss {:.4f} -> {:.4f}", args.rank, result.final_step, result.first_loss,
-                 result.last_loss);
+              result.last_loss);
     if (dist.world) dist.world->barrier()->wait();  // nobody tears down the group under a peer
   } catch (const std::exception& e) {
     const std::string err = ErrorText(e);

@@ -24,7 +24,7 @@ struct WorkerArgs {
   // Rendezvous: rank 0's store. Empty address: the coordinator's, else
   // the first node of the Slurm step, else MASTER_ADDR, else loopback.
   std::string master_addr;
-  int master_port = 0;     // 0: the coordinator's; rank 0 joining: a free one
+  int master_port = 0;  // 0: the coordinator's; rank 0 joining: a free one
   // Address this rank's collectives bind to and peers reach it at; empty:
   // the local address toward the rendezvous host.
   std::string bind_addr;
