@@ -1,4 +1,5 @@
 #include "common/accelerate_config.h"
+#include "common/model_layers.h"
 #include "common/spec_reader.h"
 
 #include <yaml-cpp/yaml.h>
@@ -85,9 +86,22 @@ const IgnoredKey kIgnoredKeys[] = {
      "Megatron-LM is not supported by this version; only an empty megatron_lm_config is accepted"},
     {"fsdp_config.fsdp_activation_checkpointing", "activation checkpointing is off", IsFalse,
      "activation checkpointing is not supported by this version; accepted: false"},
-    {"fsdp_config.fsdp_version", "Trainyard's FSDP takes FSDP1's options (fsdp_version 1)", IsOne,
-     "FSDP2 is not supported by this version; accepted: 1"},
+    {"fp8_config", "the section is empty", IsEmpty,
+     "fp8 training is not supported by this version; only an empty fp8_config is accepted"},
+    {"parallelism_config", "the section is empty", IsEmpty,
+     "tensor, context and sequence parallelism are not supported by this version; only an empty parallelism_config "
+     "is accepted"},
+    {"mpirun_config", "the server starts the ranks, not mpirun"},
+    {"command_file", "the commands of Accelerate's TPU launcher do not apply"},
+    {"commands", "the commands of Accelerate's TPU launcher do not apply"},
+    {"fsdp_config.fsdp_ignored_modules", "no module is left out of sharding", IsEmpty,
+     "leaving modules out of FSDP is not supported by this version; only null is accepted"},
 };
+
+// FSDP1 options that FSDP2 (fsdp_version 2) does not have: Accelerate drops
+// them for FSDP2, and so does Trainyard, with a warning each.
+const char* const kFsdp1Only[] = {"fsdp_backward_prefetch", "fsdp_backward_prefetch_policy", "fsdp_forward_prefetch",
+                                  "fsdp_use_orig_params", "fsdp_sync_module_states"};
 
 const IgnoredKey* FindIgnored(const std::string& path) {
   for (const IgnoredKey& k : kIgnoredKeys) {
@@ -202,6 +216,13 @@ class ConfigMerge {
       if (!kv.first.IsScalar()) return FieldError(kRoot, "keys must be strings, got " + Show(kv.first));
       if (auto s = ApplyKey(kv.first.Scalar(), kv.second); !s.ok()) return s;
     }
+    // MULTI_GPU means GPUs unless the config asks for the CPU: a server
+    // without them says so at submit instead of training on the CPU.
+    if (distributed_type_ == "MULTI_GPU" && !use_cpu_) {
+      const std::string path = absl::StrCat(kRoot, ".distributed_type");
+      Set(spec_, "device", YAML::Node("cuda"), "device", path, YAML::Node("MULTI_GPU"));
+    }
+    InferLayerClasses();
     return absl::OkStatus();
   }
 
@@ -294,6 +315,7 @@ class ConfigMerge {
       if (!value.IsScalar() || !YAML::convert<bool>::decode(value, cpu)) {
         return FieldError(path, "must be true or false, got " + Show(value));
       }
+      use_cpu_ = cpu;
       if (cpu) Set(spec_, "device", YAML::Node("cpu"), "device", path, value);
     } else if (key == "num_machines") {
       auto n = IntValue(value, path);
@@ -352,9 +374,16 @@ class ConfigMerge {
     }
     YAML::Node fsdp = const_spec["fsdp_config"];
     if (!fsdp.IsMap()) return FieldError("fsdp_config", "must be a mapping, got " + Describe(fsdp));
+    auto version = FsdpVersion(config, config_path);
+    if (!version.ok()) return version.status();
     for (const auto& kv : config) {
       if (!kv.first.IsScalar()) return FieldError(config_path, "keys must be strings, got " + Show(kv.first));
       const std::string key = kv.first.Scalar();
+      if (key == "fsdp_version") continue;
+      if (*version == 2) {
+        if (auto s = MergeFsdp2Key(fsdp, key, kv.second, config_path); !s.ok()) return s;
+        if (handled_) continue;
+      }
       if (const IgnoredKey* ignored = FindIgnored("fsdp_config." + key)) {
         if (auto s = Ignore(*ignored, "fsdp_config." + key, kv.second); !s.ok()) return s;
         continue;
@@ -378,6 +407,95 @@ class ConfigMerge {
       Set(fsdp, key, value, "fsdp_config." + key, path, kv.second);
     }
     return absl::OkStatus();
+  }
+
+  // fsdp_version: 1 (FSDP1's options, the default) or 2 (FSDP2's, mapped
+  // onto the same sharding: see MergeFsdp2Key).
+  absl::StatusOr<int> FsdpVersion(const YAML::Node& config, const std::string& config_path) {
+    const YAML::Node v = config["fsdp_version"];
+    if (!v || v.IsNull()) return 1;
+    const std::string path = absl::StrCat(config_path, ".fsdp_version");
+    auto n = IntValue(v, path);
+    if (!n.ok()) return n.status();
+    if (*n != 1 && *n != 2) return FieldError(path, absl::StrCat("accepted: 1, 2; got ", *n));
+    if (*n == 2) {
+      Warn(absl::StrCat(path, " 2: FSDP2's options are mapped onto Trainyard's FSDP (fsdp_reshard_after_forward "
+                              "true = FULL_SHARD, false = SHARD_GRAD_OP)"));
+    }
+    return static_cast<int>(*n);
+  }
+
+  // One key of an FSDP2 config. Sets handled_ when the key is dealt with
+  // here; otherwise it means what it means under FSDP1.
+  absl::Status MergeFsdp2Key(YAML::Node fsdp, const std::string& key, const YAML::Node& value,
+                             const std::string& config_path) {
+    const std::string path = absl::StrCat(config_path, ".", key);
+    handled_ = true;
+    if (key == "fsdp_reshard_after_forward") {
+      bool reshard = true;
+      if (!value.IsScalar() || !YAML::convert<bool>::decode(value, reshard)) {
+        return FieldError(path, "true (FULL_SHARD) or false (SHARD_GRAD_OP); resharding to a smaller group "
+                                "(an integer) is not supported by this version; got " + Show(value));
+      }
+      const YAML::Node strategy(reshard ? "FULL_SHARD" : "SHARD_GRAD_OP");
+      const YAML::Node& const_fsdp = fsdp;
+      if (reshard_set_ && Meaning("fsdp_sharding_strategy", const_fsdp["fsdp_sharding_strategy"]) !=
+                              Meaning("fsdp_sharding_strategy", strategy)) {
+        return FieldError(path, "contradicts the config's fsdp_sharding_strategy; give one of them");
+      }
+      reshard_set_ = true;
+      Set(fsdp, "fsdp_sharding_strategy", strategy, "fsdp_config.fsdp_sharding_strategy", path, value);
+      return absl::OkStatus();
+    }
+    if (key == "fsdp_sharding_strategy") {
+      const YAML::Node& const_fsdp = fsdp;
+      if (reshard_set_ && Meaning(key, const_fsdp[key]) != Meaning(key, value)) {
+        return FieldError(path, "contradicts the config's fsdp_reshard_after_forward; give one of them");
+      }
+      reshard_set_ = true;
+      handled_ = false;  // set as under FSDP1
+      return absl::OkStatus();
+    }
+    if (key == "fsdp_cpu_ram_efficient_loading") {
+      // FSDP2 loads on rank 0 and broadcasts without a separate switch.
+      bool on = false;
+      if (value.IsScalar() && YAML::convert<bool>::decode(value, on) && on) {
+        Set(fsdp, "fsdp_sync_module_states", YAML::Node(true), "fsdp_config.fsdp_sync_module_states", path, value);
+      }
+      handled_ = false;
+      return absl::OkStatus();
+    }
+    for (const char* only : kFsdp1Only) {
+      if (key == only) {
+        Warn(absl::StrCat(path, " is ignored: FSDP2 (fsdp_version 2) has no such option"));
+        return absl::OkStatus();
+      }
+    }
+    handled_ = false;
+    return absl::OkStatus();
+  }
+
+  // TRANSFORMER_BASED_WRAP without fsdp_transformer_layer_cls_to_wrap: the
+  // model's own transformer layer, as Accelerate takes it from the model
+  // (the gpt model's Block, the resnet model's BasicBlock).
+  void InferLayerClasses() {
+    const YAML::Node& const_spec = spec_;
+    const YAML::Node fsdp = const_spec["fsdp_config"];
+    if (!fsdp || !fsdp.IsMap() || !ScalarIs(fsdp["fsdp_auto_wrap_policy"], "transformer_based_wrap") ||
+        fsdp["fsdp_transformer_layer_cls_to_wrap"]) {
+      return;
+    }
+    const std::optional<std::string> layer = ModelWrapLayer(model_kind());
+    if (!layer) return;  // ParseJobSpec names what is missing
+    Warn(absl::StrCat(kRoot, ".fsdp_config.fsdp_transformer_layer_cls_to_wrap is not given: the ", model_kind(),
+                      " model's layer ", *layer, " is wrapped"));
+  }
+
+  std::string model_kind() const {
+    const YAML::Node& const_spec = spec_;
+    const YAML::Node model = const_spec["model"];
+    const YAML::Node kind = model && model.IsMap() ? model["kind"] : model;
+    return kind && kind.IsScalar() ? Lower(kind.Scalar()) : "mlp";
   }
 
   bool model_is_gpt() const {
@@ -422,6 +540,9 @@ class ConfigMerge {
   std::vector<std::string> warnings_;
   size_t warned_ = 0;  // including those not kept
   std::string distributed_type_;
+  bool use_cpu_ = false;
+  bool handled_ = false;      // MergeFsdp2Key dealt with its key
+  bool reshard_set_ = false;  // FSDP2: the sharding strategy was given
   // Spec paths whose value the config supplied -> the config's path.
   std::map<std::string, std::string> owned_;
 };
@@ -473,8 +594,7 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
     auto spec = ParseJobSpec(out.c_str(), merged_limits);
     if (!spec.ok()) return merge.Attribute(spec.status());
     const std::string& type = merge.distributed_type();
-    if ((type == "MULTI_GPU" && spec->device == Device::kCpu) ||
-        (type == "MULTI_CPU" && spec->device == Device::kCuda)) {
+    if ((type == "MULTI_GPU" && spec->device == Device::kCpu) || (type == "MULTI_CPU" && spec->device == Device::kCuda)) {
       merge.Warn(absl::StrCat(kRoot, ".distributed_type ", type, " runs as DDP on the spec's device ",
                               DeviceName(spec->device)));
     }

@@ -276,10 +276,6 @@ void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
   r.Bool("fsdp_cpu_ram_efficient_loading", &f->cpu_ram_efficient_loading);
   r.Int("ranks_per_node", &f->ranks_per_node, 0, 1 << 16);
   r.RejectUnknown();
-  if (f->auto_wrap_policy == WrapPolicy::kTransformerBased && f->transformer_layer_cls_to_wrap.empty()) {
-    Fail(r.PathOf("fsdp_transformer_layer_cls_to_wrap"),
-         "is required with TRANSFORMER_BASED_WRAP (e.g. Block for the gpt model, Linear for mlp)");
-  }
   if (f->cpu_ram_efficient_loading && !f->sync_module_states) {
     Fail(r.PathOf("fsdp_sync_module_states"),
          "must be true with fsdp_cpu_ram_efficient_loading (only rank 0 loads weights), as in Accelerate");
@@ -368,6 +364,12 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
   }
   if (s.fsdp.auto_wrap_policy == WrapPolicy::kTransformerBased) {
     const std::vector<std::string> types = ModelLayerTypes(s.model.kind);
+    if (s.fsdp.transformer_layer_cls_to_wrap.empty()) {
+      Fail("fsdp_config.fsdp_transformer_layer_cls_to_wrap",
+           absl::StrCat("is required with TRANSFORMER_BASED_WRAP for the ", ModelKindName(s.model.kind),
+                        " model (it has no repeated transformer layer to infer); its layer types: ",
+                        absl::StrJoin(types, ", ")));
+    }
     for (const std::string& name : s.fsdp.transformer_layer_cls_to_wrap) {
       if (std::find(types.begin(), types.end(), name) == types.end()) {
         Fail("fsdp_config.fsdp_transformer_layer_cls_to_wrap",
@@ -443,6 +445,12 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   r.Enum<LauncherKind>("launcher", &s.launcher, kLauncherKindNames);
   if (YAML::Node n = r.Child("slurm")) ParseSlurm(n, "slurm", &s.slurm);
   r.RejectUnknown();
+  if (s.fsdp.auto_wrap_policy == WrapPolicy::kTransformerBased && s.fsdp.transformer_layer_cls_to_wrap.empty()) {
+    // As Accelerate: the model's own transformer layer when none is named.
+    if (const std::optional<std::string> layer = ModelWrapLayer(s.model.kind)) {
+      s.fsdp.transformer_layer_cls_to_wrap = {*layer};
+    }
+  }
   CheckCrossField(s, limits);
   return s;
 }

@@ -5,6 +5,7 @@
 #ifndef TRAINYARD_COMMON_MODEL_LAYERS_H_
 #define TRAINYARD_COMMON_MODEL_LAYERS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,23 @@ inline std::vector<std::string> ModelLayerTypes(ModelKind kind) {
     case ModelKind::kTorchScript: return {"TorchScript"};
   }
   return {};
+}
+
+// The layer FSDP's TRANSFORMER_BASED_WRAP wraps when a spec names none (as
+// Accelerate takes a model's transformer layer from the model): the
+// repeated block of the gpt and resnet models; none for the others.
+inline std::optional<std::string> ModelWrapLayer(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kGpt: return "Block";
+    case ModelKind::kResNet: return "BasicBlock";
+    default: return std::nullopt;
+  }
+}
+
+// The same by the spec's spelling of the kind ("gpt", "resnet", ...).
+inline std::optional<std::string> ModelWrapLayer(const std::string& kind) {
+  const std::optional<ModelKind> k = ValueOf(kModelKindNames, kind);
+  return k ? ModelWrapLayer(*k) : std::nullopt;
 }
 
 }  // namespace trainyard

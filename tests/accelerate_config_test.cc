@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -133,16 +136,80 @@ TEST(AccelerateConfigTest, MachinesAreSlurmNodes) {
   EXPECT_TRUE(warnings.empty());
 }
 
-TEST(AccelerateConfigTest, MultiGpuKeepsTheSpecsDeviceWithAWarning) {
+// MULTI_GPU asks for GPUs: the job is a CUDA job (a server without GPUs
+// refuses it at submit), unless the config says use_cpu.
+TEST(AccelerateConfigTest, MultiGpuMeansCudaUnlessUseCpu) {
   std::vector<std::string> warnings;
   auto spec =
       ParseJobSpecWithAccelerateConfig("name: g\n", "distributed_type: MULTI_GPU\nnum_processes: 2\n", {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->distributed_type, DistributedType::kDdp);
+  EXPECT_EQ(spec->device, Device::kCuda);
+  EXPECT_TRUE(warnings.empty()) << absl::StrJoin(warnings, "\n");
+
+  warnings.clear();
+  spec = ParseJobSpecWithAccelerateConfig("name: g\n", "distributed_type: MULTI_GPU\nnum_processes: 2\nuse_cpu: true\n",
+                                          {}, &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->device, Device::kCpu);
   EXPECT_EQ(
       warnings,
       (std::vector<std::string>{"accelerate_config.distributed_type MULTI_GPU runs as DDP on the spec's device cpu"}));
+}
+
+// FSDP2 (fsdp_version 2): reshard_after_forward is FULL_SHARD or
+// SHARD_GRAD_OP; offload, state dict type and wrapping mean what they mean
+// under FSDP1; FSDP1-only options are dropped with a warning each.
+TEST(AccelerateConfigTest, Fsdp2OptionsMapOntoTheSharding) {
+  for (const auto& [reshard, strategy] :
+       {std::pair{"true", ShardingStrategy::kFullShard}, std::pair{"false", ShardingStrategy::kShardGradOp}}) {
+    std::vector<std::string> warnings;
+    auto spec = ParseJobSpecWithAccelerateConfig(
+        kGptSpec,
+        absl::StrCat("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n"
+                     "  fsdp_reshard_after_forward: ", reshard, "\n  fsdp_offload_params: true\n"
+                     "  fsdp_state_dict_type: SHARDED_STATE_DICT\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                     "  fsdp_cpu_ram_efficient_loading: true\n  fsdp_backward_prefetch: BACKWARD_POST\n"
+                     "  fsdp_use_orig_params: true\n"),
+        {}, &warnings);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->distributed_type, DistributedType::kFsdp);
+    EXPECT_EQ(spec->fsdp.sharding_strategy, strategy) << reshard;
+    EXPECT_TRUE(spec->fsdp.offload_params);
+    EXPECT_EQ(spec->fsdp.state_dict_type, StateDictType::kShardedStateDict);
+    EXPECT_TRUE(spec->fsdp.cpu_ram_efficient_loading);
+    EXPECT_TRUE(spec->fsdp.sync_module_states);  // FSDP2 loads on rank 0 and broadcasts
+    EXPECT_EQ(spec->fsdp.backward_prefetch, BackwardPrefetch::kBackwardPre);  // dropped: FSDP1's only
+    // Accelerate infers the layer class from the model: the gpt model's Block.
+    EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"Block"});
+    const std::string all = absl::StrJoin(warnings, "\n");
+    EXPECT_TRUE(AnyContains(warnings, "accelerate_config.fsdp_config.fsdp_version 2")) << all;
+    EXPECT_TRUE(AnyContains(warnings, "accelerate_config.fsdp_config.fsdp_backward_prefetch is ignored: FSDP2")) << all;
+    EXPECT_TRUE(AnyContains(warnings, "accelerate_config.fsdp_config.fsdp_use_orig_params is ignored: FSDP2")) << all;
+    EXPECT_TRUE(AnyContains(warnings, "fsdp_transformer_layer_cls_to_wrap is not given: the gpt model's layer Block"))
+        << all;
+  }
+}
+
+// Without a layer class, TRANSFORMER_BASED_WRAP wraps the model's repeated
+// block (gpt: Block, resnet: BasicBlock); a model without one is refused
+// with its layer types named.
+TEST(AccelerateConfigTest, TheLayerClassIsInferredFromTheModel) {
+  auto gpt = ParseJobSpec(std::string(kGptSpec) + "distributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
+                                                  "TRANSFORMER_BASED_WRAP}\n");
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  EXPECT_EQ(gpt->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"Block"});
+  auto resnet = ParseJobSpec("name: r\nmodel: {kind: resnet, channels: 8}\ndistributed_type: FSDP\n"
+                             "fsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
+  ASSERT_TRUE(resnet.ok()) << resnet.status();
+  EXPECT_EQ(resnet->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"BasicBlock"});
+  auto mlp = ParseJobSpec("name: m\ndistributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
+                          "TRANSFORMER_BASED_WRAP}\n");
+  ASSERT_FALSE(mlp.ok());
+  EXPECT_NE(mlp.status().message().find("spec field 'fsdp_config.fsdp_transformer_layer_cls_to_wrap'"),
+            std::string::npos)
+      << mlp.status();
+  EXPECT_NE(mlp.status().message().find("its layer types: Linear"), std::string::npos) << mlp.status();
 }
 
 TEST(AccelerateConfigTest, WithoutAConfigItIsParseJobSpec) {
@@ -199,7 +266,7 @@ TEST(AccelerateConfigTest, ConditionallyIgnoredKeys) {
   const std::string all = absl::StrJoin(warnings, "\n");
   for (const char* key :
        {"machine_rank", "deepspeed_config", "megatron_lm_config", "dynamo_config", "main_process_port",
-        "fsdp_config.fsdp_version", "fsdp_config.fsdp_activation_checkpointing"}) {
+        "fsdp_config.fsdp_activation_checkpointing"}) {
     EXPECT_TRUE(AnyContains(warnings, absl::StrCat("accelerate_config.", key, " is ignored: "))) << key << "\n" << all;
   }
 }
@@ -236,6 +303,58 @@ TEST(AccelerateConfigTest, BothAnEmbeddedAndASeparateConfigIsAnError) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(spec.status().message().find("spec field 'accelerate_config'"), std::string::npos) << spec.status();
   EXPECT_NE(spec.status().message().find("give one"), std::string::npos) << spec.status();
+}
+
+// Configs written by the venv's accelerate package itself (its ClusterConfig,
+// as `accelerate config` writes them): every distributed type, mixed
+// precision and FSDP version, with and without layer classes. Each is
+// accepted, except FSDP with fp16 on the CPU: LibTorch has no fp16 matrix
+// kernels on the CPU, so it is refused naming mixed_precision.
+TEST(AccelerateConfigTest, EveryConfigAccelerateWrites) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("accelerate-configs-" +
+                                                                              std::to_string(::getpid()));
+  const std::string python = std::getenv("TRAINYARD_TEST_PYTHON") ? std::getenv("TRAINYARD_TEST_PYTHON")
+                                                                  : TRAINYARD_TEST_PYTHON;
+  const std::string cmd = python + " " + TRAINYARD_SOURCE_DIR + "/tests/accelerate_configs.py " + dir.string() +
+                          " > " + (dir.string() + ".list");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream list(dir.string() + ".list");
+  int seen = 0;
+  for (std::string name; std::getline(list, name);) {
+    ++seen;
+    std::ifstream in(dir / (name + ".yaml"));
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<std::string> warnings;
+    auto spec = ParseJobSpecWithAccelerateConfig(kGptSpec, text.str(), {}, &warnings);
+    const bool fsdp = name.rfind("fsdp", 0) == 0;
+    const bool fp16 = name.size() > 5 && name.substr(name.size() - 5) == "-fp16";
+    if (fsdp && fp16) {
+      ASSERT_FALSE(spec.ok()) << name;
+      EXPECT_NE(spec.status().message().find("spec field 'accelerate_config.mixed_precision'"), std::string::npos)
+          << name << ": " << spec.status();
+      continue;
+    }
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status() << "\n" << text.str();
+    if (name.rfind("multi_gpu-", 0) == 0) {
+      EXPECT_EQ(spec->device, Device::kCuda) << name;
+    } else {
+      EXPECT_EQ(spec->device, Device::kCpu) << name;
+    }
+    if (name.rfind("no-", 0) == 0) EXPECT_EQ(spec->distributed_type, DistributedType::kNo) << name;
+    if (fsdp) {
+      EXPECT_EQ(spec->distributed_type, DistributedType::kFsdp) << name;
+      EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"Block"}) << name;
+      EXPECT_EQ(spec->fsdp.state_dict_type, StateDictType::kShardedStateDict) << name;
+      EXPECT_EQ(spec->fsdp.sharding_strategy, ShardingStrategy::kFullShard) << name;
+    }
+    // Nothing Accelerate writes is unknown here: each key is used or
+    // ignored with a warning that names it.
+    for (const std::string& w : warnings) EXPECT_EQ(w.rfind("accelerate_config.", 0), 0u) << name << ": " << w;
+  }
+  EXPECT_EQ(seen, 24);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(dir.string() + ".list");
 }
 
 struct BadConfig {
@@ -286,8 +405,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"machine_rank: -1\n", {"spec field 'accelerate_config.machine_rank'", ">= 0"}},
         BadConfig{"deepspeed_config: {zero_stage: 2}\n",
                   {"spec field 'accelerate_config.deepspeed_config'", "DeepSpeed is not supported"}},
-        BadConfig{"fsdp_config: {fsdp_version: 2}\n",
-                  {"spec field 'accelerate_config.fsdp_config.fsdp_version'", "FSDP2"}},
+        BadConfig{"fsdp_config: {fsdp_version: 3}\n",
+                  {"spec field 'accelerate_config.fsdp_config.fsdp_version'", "accepted: 1, 2"}},
+        BadConfig{"distributed_type: FSDP\nfsdp_config: {fsdp_version: 2, fsdp_reshard_after_forward: 2}\n",
+                  {"spec field 'accelerate_config.fsdp_config.fsdp_reshard_after_forward'", "smaller group"}},
+        BadConfig{"distributed_type: FSDP\nfsdp_config: {fsdp_version: 2, fsdp_sharding_strategy: FULL_SHARD, "
+                  "fsdp_reshard_after_forward: false}\n",
+                  {"spec field 'accelerate_config.fsdp_config.fsdp_reshard_after_forward'", "contradicts"}},
+        BadConfig{"fsdp_config: {fsdp_ignored_modules: [embed]}\n",
+                  {"spec field 'accelerate_config.fsdp_config.fsdp_ignored_modules'", "only null"}},
+        BadConfig{"parallelism_config: {parallelism_config_tp_size: 2}\n",
+                  {"spec field 'accelerate_config.parallelism_config'", "not supported"}},
         BadConfig{"fsdp_config: {fsdp_activation_checkpointing: true}\n",
                   {"spec field 'accelerate_config.fsdp_config.fsdp_activation_checkpointing'"}},
         BadConfig{"fsdp_config: [1]\n", {"spec field 'accelerate_config.fsdp_config'", "mapping"}},

@@ -382,6 +382,36 @@ max_steps: 20
         self.assertEqual(job["state"], "SUCCEEDED")
         self.assertEqual(job["step"], 20)
 
+    def test_2f_configs_written_by_accelerate(self):
+        """Configs the venv's accelerate writes (FSDP2 with the layer class
+        inferred, MULTI_CPU, NO) train to SUCCEEDED; MULTI_GPU on this
+        server without GPUs is refused at submit, naming the GPUs."""
+        s = self.server
+        python = os.environ.get("TRAINYARD_PYTHON", sys.executable)
+        configs = os.path.join(self.tmp.name, "accelerate-configs")
+        subprocess.run([python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "accelerate_configs.py"),
+                        configs], check=True, capture_output=True)
+        spec = write_spec(self.tmp.name, "accelerate-written.yaml", """
+name: e2e-accelerate-written
+model: {kind: gpt, layers: 2, width: 32, heads: 4, context: 16, vocab: 64}
+data: {kind: synthetic, batch_size: 2, num_samples: 200}
+max_steps: 10
+""")
+        for name in ("fsdp2-inferred-bf16", "multi_cpu-no", "no-bf16"):
+            r = s.ctl("-o", "json", "submit", spec, "--accelerate-config", os.path.join(configs, name + ".yaml"))
+            self.assertEqual(r.returncode, 0, name + ": " + r.stdout + r.stderr)
+            job_id = json.loads(r.stdout)["id"]
+            w = s.ctl("watch", job_id)
+            self.assertEqual(w.returncode, 0, name + ": " + w.stdout + w.stderr + s.ctl("logs", job_id).stdout)
+            job = s.job(job_id)
+            self.assertEqual(job["state"], "SUCCEEDED", name)
+            if name.startswith("fsdp2"):
+                self.assertEqual(job["spec"]["fsdp_config"]["fsdp_transformer_layer_cls_to_wrap"], ["Block"])
+        r = s.ctl("submit", spec, "--accelerate-config", os.path.join(configs, "multi_gpu-no.yaml"))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("INVALID_ARGUMENT", r.stderr)
+        self.assertIn("GPU", r.stderr)
+
     def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
         s = self.server
         os.symlink("/", os.path.join(self.tmp.name, "escape"))
