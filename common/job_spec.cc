@@ -73,7 +73,15 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   r.Int("vocab", &m->vocab, 2, 1 << 20);
   r.Bool("tied_head", &m->tied_head);
   r.Int("channels", &m->channels, 1, 4096);
+  r.String("init_from", &m->init_from, kMaxPath);
+  r.Bool("init_from_strict", &m->init_from_strict);
+  r.String("init_from_prefix", &m->init_from_prefix, kMaxName);
   r.RejectUnknown();
+  if (m->init_from.empty()) {
+    for (const char* key : {"init_from_strict", "init_from_prefix"}) {
+      if (r.Has(key)) Fail(r.PathOf(key), "applies with init_from (a safetensors file or directory)");
+    }
+  }
   if (m->kind != ModelKind::kResNet && r.Has("channels"))
     Fail(r.PathOf("channels"), "applies to the resnet model only");
   if (m->kind == ModelKind::kTorchScript || m->kind == ModelKind::kResNet) {

@@ -33,6 +33,16 @@ struct ModelSpec {
   int64_t channels = 64;
   // torchscript:PATH — a module saved by torch.jit.script(model).save(PATH).
   std::string path;
+  // Initial weights (fine-tuning): a safetensors file, or a directory in
+  // Hugging Face's layout (model.safetensors, or model.safetensors.index.json
+  // and its shards). Names are the model's state-dict names, after removing
+  // init_from_prefix (e.g. "model.") from the file's. Strict: a missing,
+  // unexpected, wrong-shape or wrong-dtype tensor fails the job at start;
+  // not strict: missing and unexpected ones are listed and skipped. A job
+  // that resumes from a checkpoint starts from the checkpoint instead.
+  std::string init_from;
+  bool init_from_strict = true;
+  std::string init_from_prefix;
 };
 
 struct DataSpec {

@@ -24,6 +24,11 @@ std::string JobSpecToJson(const JobSpec& s) {
     j["model"] = {{"kind", ModelKindName(ModelKind::kResNet)},
                   {"channels", s.model.channels},
                   {"num_classes", s.model.num_classes}};
+  }
+  if (!s.model.init_from.empty()) {
+    j["model"]["init_from"] = s.model.init_from;
+    j["model"]["init_from_strict"] = s.model.init_from_strict;
+    j["model"]["init_from_prefix"] = s.model.init_from_prefix;
   } else if (s.model.kind == ModelKind::kTorchScript) {
     j["model"] = {{"kind", "torchscript:" + s.model.path},
                   {"input_size", s.model.input_size},

@@ -412,6 +412,18 @@ max_steps: 10
         self.assertIn("INVALID_ARGUMENT", r.stderr)
         self.assertIn("GPU", r.stderr)
 
+    def test_2g_init_from_outside_the_allowed_roots_is_refused(self):
+        s = self.server
+        spec = write_spec(self.tmp.name, "init-from-etc.yaml", """
+name: e2e-init-from
+model: {kind: mlp, init_from: /etc/trainyard-weights.safetensors}
+max_steps: 5
+""")
+        r = s.ctl("submit", spec)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("INVALID_ARGUMENT", r.stderr)
+        self.assertIn("model.init_from", r.stderr)
+
     def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
         s = self.server
         os.symlink("/", os.path.join(self.tmp.name, "escape"))

@@ -364,6 +364,21 @@ TEST(PlacementTest, AddressesAndHostParts) {
   EXPECT_GT(PickFreePortOn("127.0.0.1"), 0);
 }
 
+TEST(JobSpecTest, InitFromRoundTripsAndNeedsAPath) {
+  auto spec = ParseJobSpec("name: f\nmodel: {kind: mlp, init_from: w/model.safetensors, init_from_strict: false, "
+                           "init_from_prefix: model.}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.init_from, "w/model.safetensors");
+  EXPECT_FALSE(spec->model.init_from_strict);
+  EXPECT_EQ(spec->model.init_from_prefix, "model.");
+  auto again = ParseJobSpec(JobSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
+  auto bad = ParseJobSpec("name: f\nmodel: {kind: mlp, init_from_prefix: model.}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'model.init_from_prefix'"), std::string::npos) << bad.status();
+}
+
 TEST(JobSpecTest, RejectsOversizedSpec) {
   SpecLimits limits;
   limits.max_spec_bytes = 100;

@@ -376,6 +376,148 @@ TEST(Models, EachTrainsUnderDdp) {
   }
 }
 
+std::string Python();
+
+// Initial weights made by PyTorch (tests/init_weights.py) load through
+// model.init_from: the loss of the loaded model on a fixed batch equals
+// PyTorch's loss of the same module on the same batch — for a plain file, a
+// Hugging Face sharded directory under a "model." prefix (one process, DDP
+// and FSDP FULL_SHARD on 2 ranks, each rank reading its shard), and a
+// TorchScript module given other weights than its own.
+class InitFrom : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/init_weights.py " + dir_->path() +
+                            " 2> " + dir_->path() + "/python.log";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static double Expected(const std::string& file) {
+    std::ifstream in(dir_->path() + "/" + file);
+    double v = 0;
+    in >> v;
+    return v;
+  }
+  static std::pair<at::Tensor, at::Tensor> Batch() {
+    const std::string path = dir_->path() + "/batch.safetensors";
+    const SafetensorsHeader h = ReadSafetensorsHeader(path);
+    return {ReadSafetensor(path, h, "inputs"), ReadSafetensor(path, h, "targets")};
+  }
+  // The loss of the trainer's model on the fixed batch (collective under FSDP).
+  static double Loss(Trainer& t) {
+    torch::NoGradGuard no_grad;
+    const auto [inputs, targets] = Batch();
+    at::Tensor out = t.fsdp() ? t.fsdp()->Forward(inputs) : t.model().forward(inputs);
+    if (t.fsdp()) t.fsdp()->FinishBackward();
+    return torch::nn::functional::cross_entropy(out, targets).item<double>();
+  }
+  static JobSpec Mlp(const std::string& init_from, const std::string& prefix = "") {
+    JobSpec spec;
+    spec.model.hidden = {32, 16};
+    spec.model.init_from = init_from;
+    spec.model.init_from_prefix = prefix;
+    spec.max_steps = 1;
+    spec.ddp.intra_host_transport = IntraHostTransport::kProcessGroup;
+    return spec;
+  }
+  static TempDir* dir_;
+};
+TempDir* InitFrom::dir_ = nullptr;
+
+TEST_F(InitFrom, TheFirstLossIsPyTorchsOnTheSameBatch) {
+  const double want = Expected("loss.txt");
+  struct Case {
+    std::string name;
+    JobSpec spec;
+    int world;
+  };
+  std::vector<Case> cases = {{"file", Mlp(dir_->path() + "/mlp.safetensors"), 1},
+                             {"sharded dir, prefix", Mlp(dir_->path() + "/prefixed", "model."), 1},
+                             {"DDP", Mlp(dir_->path() + "/mlp.safetensors"), 2}};
+  JobSpec fsdp = Mlp(dir_->path() + "/prefixed", "model.");
+  fsdp.distributed_type = DistributedType::kFsdp;
+  fsdp.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
+  fsdp.fsdp.auto_wrap_policy = WrapPolicy::kTransformerBased;
+  fsdp.fsdp.transformer_layer_cls_to_wrap = {"Linear"};
+  cases.push_back({"FSDP FULL_SHARD", fsdp, 2});
+  for (Case& c : cases) {
+    c.spec.num_processes = c.world;
+    if (c.world == 1) c.spec.distributed_type = DistributedType::kNo;
+    std::vector<double> loss(c.world);
+    std::vector<int64_t> held(c.world);
+    RunTrainers(c.spec, c.world, [&](int r, Trainer& t) {
+      for (const at::Tensor& p : t.fsdp() ? t.fsdp()->ShardParameters() : t.model().parameters()) {
+        held[r] += p.numel();
+      }
+      loss[r] = Loss(t);
+    });
+    for (int r = 0; r < c.world; ++r) EXPECT_NEAR(loss[r], want, 1e-5 * std::abs(want)) << c.name << " rank " << r;
+    if (c.name == "FSDP FULL_SHARD") EXPECT_LT(held[0], 784 * 32) << "each rank holds a shard";
+  }
+  // Random initialization is not it: the check can fail.
+  JobSpec fresh = Mlp("");
+  fresh.distributed_type = DistributedType::kNo;
+  RunTrainers(fresh, 1, [&](int, Trainer& t) { EXPECT_GT(std::abs(Loss(t) - want), 1e-3); });
+}
+
+TEST_F(InitFrom, ATorchScriptModuleTakesOtherWeights) {
+  JobSpec spec;
+  spec.model.kind = ModelKind::kTorchScript;
+  spec.model.path = dir_->path() + "/torchscript.pt";
+  spec.model.init_from = dir_->path() + "/torchscript.safetensors";
+  spec.max_steps = 1;
+  spec.distributed_type = DistributedType::kNo;
+  RunTrainers(spec, 1, [&](int, Trainer& t) {
+    EXPECT_NEAR(Loss(t), Expected("torchscript_loss.txt"), 1e-5 * Expected("torchscript_loss.txt"));
+  });
+}
+
+TEST_F(InitFrom, EachMismatchIsNamed) {
+  auto error = [&](JobSpec spec) -> std::string {
+    spec.distributed_type = DistributedType::kNo;
+    try {
+      Trainer t(spec, 0, 1, DistContext{}, nullptr, nullptr);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // Missing and unexpected: the file's names carry a prefix the spec does not remove.
+  const std::string prefixed = error(Mlp(dir_->path() + "/prefixed"));
+  EXPECT_NE(prefixed.find("missing: fc0.weight, fc0.bias"), std::string::npos) << prefixed;
+  EXPECT_NE(prefixed.find("unexpected: model.fc0.bias"), std::string::npos) << prefixed;
+  EXPECT_NE(prefixed.find("init_from_prefix"), std::string::npos) << prefixed;
+  // Wrong shape: another hidden width.
+  JobSpec wide = Mlp(dir_->path() + "/mlp.safetensors");
+  wide.model.hidden = {48, 16};
+  const std::string shape = error(wide);
+  EXPECT_NE(shape.find("fc0.weight is F32[32, 784] in the file, F32[48, 784] in the model"), std::string::npos)
+      << shape;
+  // Wrong dtype: the same tensors in bf16.
+  {
+    const std::string src = dir_->path() + "/mlp.safetensors", dst = dir_->path() + "/mlp-bf16.safetensors";
+    const SafetensorsHeader h = ReadSafetensorsHeader(src);
+    std::vector<TensorSpec> specs;
+    std::vector<at::Tensor> data;
+    for (const SafetensorsEntry& e : h.tensors) {
+      specs.push_back({e.spec.name, at::kBFloat16, e.spec.shape});
+      data.push_back(ReadSafetensor(src, h, e.spec.name).to(at::kBFloat16));
+    }
+    WriteSafetensors(dst, specs, [&](size_t i) { return data[i]; });
+    const std::string dtype = error(Mlp(dst));
+    EXPECT_NE(dtype.find("fc0.bias is BF16[32] in the file, F32[32] in the model"), std::string::npos) << dtype;
+  }
+  // Not there at all.
+  const std::string none = error(Mlp(dir_->path() + "/nothing.safetensors"));
+  EXPECT_NE(none.find("nothing.safetensors: no such file or directory"), std::string::npos) << none;
+  // Not strict: missing and unexpected are skipped (here: everything).
+  JobSpec lax = Mlp(dir_->path() + "/prefixed");
+  lax.model.init_from_strict = false;
+  EXPECT_EQ(error(lax), "");
+}
+
 // The layer types a spec may name in fsdp_transformer_layer_cls_to_wrap
 // (checked at submit from common/model_layers.h) are exactly those the
 // worker's models are built of, in order of first appearance.

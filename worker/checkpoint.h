@@ -111,6 +111,17 @@ struct ResumeInfo {
 // or file on any mismatch (missing tensor, other shape or dtype).
 ResumeInfo LoadCheckpoint(const TrainingState& state, const std::string& dir);
 
+// Initial weights (model.init_from): sets this rank's part of every
+// parameter and buffer from a safetensors file or a Hugging Face weights
+// directory (model.safetensors, or model.safetensors.index.json and its
+// shards), reading only the elements the rank holds (under FSDP its shard).
+// Tensor names are the model's after removing `prefix` from the file's.
+// Throws std::runtime_error listing every missing, unexpected, wrong-shape
+// and wrong-dtype tensor; with `strict` false, missing and unexpected ones
+// are skipped and returned as notes instead. Reads only; no collective.
+std::vector<std::string> LoadInitialWeights(const TrainingState& state, const std::string& path, bool strict,
+                                            const std::string& prefix);
+
 // For tests and tools: a checkpoint's tensors by name, whichever layout.
 class CheckpointReader {
  public:

@@ -279,4 +279,99 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
   return info;
 }
 
+// ---- Initial weights -------------------------------------------------------
+
+std::vector<std::string> LoadInitialWeights(const TrainingState& s, const std::string& path, bool strict,
+                                            const std::string& prefix) {
+  CheckpointReader::Impl r;
+  const fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) {
+    r.dir = path;
+    if (fs::exists(p / kModelIndex)) {
+      std::ifstream idx(p / kModelIndex);
+      auto index = nlohmann::json::parse(idx, nullptr, false);
+      if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+        throw std::runtime_error(path + ": " + kModelIndex + " is not a Hugging Face index (no weight_map)");
+      }
+      std::set<std::string> files;
+      for (auto& [name, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+      for (const std::string& f : files) r.AddWholeFile(f, &r.model);
+    } else if (fs::exists(p / kModelFile)) {
+      r.AddWholeFile(kModelFile, &r.model);
+    } else {
+      throw std::runtime_error(path + ": holds neither " + std::string(kModelFile) + " nor " + kModelIndex);
+    }
+  } else if (fs::is_regular_file(p, ec)) {
+    r.dir = p.parent_path().string();
+    r.AddWholeFile(p.filename().string(), &r.model);
+  } else {
+    throw std::runtime_error(path + ": no such file or directory");
+  }
+  // The model's names: the file's, without the prefix.
+  std::map<std::string, CheckpointReader::Impl::Entry> named;
+  for (auto& [name, entry] : r.model) {
+    const bool prefixed = !prefix.empty() && name.rfind(prefix, 0) == 0;
+    named[prefixed ? name.substr(prefix.size()) : name] = entry;
+  }
+  r.model = std::move(named);
+
+  torch::NoGradGuard no_grad;
+  const Holding h(s);
+  std::vector<TensorSpec> wanted = ParamSpecs(h);
+  const auto buffers = Buffers(s);
+  for (const auto& [name, t] : buffers) wanted.push_back({name, t.scalar_type(), t.sizes().vec()});
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> known;
+  for (const TensorSpec& t : wanted) {
+    known.insert(t.name);
+    auto it = r.model.find(t.name);
+    if (it == r.model.end()) {
+      missing.push_back(prefix + t.name);
+    } else if (it->second.shape != t.shape || it->second.dtype != t.dtype) {
+      mismatched.push_back(prefix + t.name + " is " + SafetensorsDtype(it->second.dtype) +
+                           c10::str(c10::IntArrayRef(it->second.shape)) + " in the file, " +
+                           SafetensorsDtype(t.dtype) + c10::str(c10::IntArrayRef(t.shape)) + " in the model");
+    }
+  }
+  for (const auto& [name, e] : r.model) {
+    if (!known.count(name)) unexpected.push_back(name);
+  }
+  auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 20; ++i) out += (i ? ", " : "") + names[i];
+    if (names.size() > 20) out += ", and " + std::to_string(names.size() - 20) + " more";
+    return out;
+  };
+  std::vector<std::string> problems;
+  if (!mismatched.empty()) problems.push_back("wrong shape or dtype: " + list(mismatched));
+  if (strict && !missing.empty()) problems.push_back("missing: " + list(missing));
+  if (strict && !unexpected.empty()) problems.push_back("unexpected: " + list(unexpected));
+  if (!problems.empty()) {
+    std::string message = "model.init_from " + path + " does not fit the model";
+    for (const std::string& problem : problems) message += "; " + problem;
+    if (strict && (!missing.empty() || !unexpected.empty())) {
+      message += " (init_from_strict: false skips missing and unexpected tensors";
+      message += prefix.empty() ? "; init_from_prefix removes a wrapper's prefix such as \"model.\")" : ")";
+    }
+    throw std::runtime_error(message);
+  }
+  std::vector<std::string> notes;
+  if (!missing.empty()) notes.push_back("init_from: not in the file, left as initialized: " + list(missing));
+  if (!unexpected.empty()) notes.push_back("init_from: not in the model, skipped: " + list(unexpected));
+
+  for (const Piece& piece : h.Local()) {
+    if (!r.model.count(h.name(piece.param))) continue;
+    h.holders()[piece.holder]
+        .detach()
+        .view({-1})
+        .narrow(0, piece.holder_offset, piece.size())
+        .copy_(r.Range(r.model, h.name(piece.param), piece.begin, piece.end));
+  }
+  for (const auto& [name, t] : buffers) {
+    if (r.model.count(name)) t.view({-1}).copy_(r.Range(r.model, name, 0, t.numel()));
+  }
+  return notes;
+}
+
 }  // namespace trainyard

@@ -174,6 +174,14 @@ void Trainer::Impl::AgreeOnCheckpoints(Trainer& trainer) {
     ckpt.resume_notes.push_back("resume_from latest: no complete checkpoint in " + spec.checkpoint.project_dir +
                                 "; starting fresh");
   }
+  // Fine-tuning starts from the given weights; a resumed job from its checkpoint.
+  if (path_or_error.empty() && !spec.model.init_from.empty()) {
+    for (std::string& note :
+         LoadInitialWeights(State(), spec.model.init_from, spec.model.init_from_strict, spec.model.init_from_prefix)) {
+      ckpt.resume_notes.push_back(std::move(note));
+    }
+    ckpt.resume_notes.push_back("initial weights from " + spec.model.init_from);
+  }
 }
 
 Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
