@@ -27,6 +27,7 @@ using namespace spec_reader;  // NOLINT: the parser is written in the reader's t
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 constexpr size_t kMaxName = 128;
 constexpr size_t kMaxPath = 4096;
+constexpr char kDataKinds[] = "synthetic, mnist:DIR, tokens:FILE, tensors:FILE_OR_DIR";
 
 void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   if (node.IsScalar()) {  // shorthand: `model: mlp`
@@ -118,18 +119,33 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
       d->kind = *kind;
     } else if (prefix == "image_folder") {
       Fail(r.PathOf("kind"),
-           "'image_folder:' is not supported by this version yet; accepted: synthetic, mnist:DIR, tokens:FILE");
+           absl::StrCat("'image_folder:' is not supported by this version yet; accepted: ", kDataKinds));
     } else {
-      Fail(r.PathOf("kind"), absl::StrCat("unknown value '", v, "'; accepted: synthetic, mnist:DIR, tokens:FILE"));
+      Fail(r.PathOf("kind"), absl::StrCat("unknown value '", v, "'; accepted: ", kDataKinds));
     }
     if (d->path.empty() || d->path.size() > kMaxPath)
       Fail(r.PathOf("kind"), absl::StrCat(prefix, ":PATH needs a path"));
+    if (r.Has("path")) Fail(r.PathOf("path"), "give the path in kind (" + prefix + ":PATH) or here, not both");
   } else {
     r.Enum<DataKind>("kind", &d->kind, kDataKindNames, {"image_folder"});
-    if (d->kind != DataKind::kSynthetic) {
-      Fail(r.PathOf("kind"),
-           absl::StrCat(DataKindName(d->kind), ":PATH needs a path; accepted: synthetic, mnist:DIR, tokens:FILE"));
+    r.String("path", &d->path, kMaxPath);
+    if (d->kind != DataKind::kSynthetic && d->path.empty()) {
+      Fail(r.PathOf("path"), absl::StrCat("data kind ", DataKindName(d->kind), " needs a path; accepted kinds: ",
+                                          kDataKinds));
     }
+    if (d->kind == DataKind::kSynthetic && r.Has("path")) Fail(r.PathOf("path"), "synthetic data has no path");
+  }
+  r.String("inputs", &d->inputs, kMaxName);
+  r.String("targets", &d->targets, kMaxName);
+  r.Double("eval_fraction", &d->eval_fraction, 0.0, 0.9);
+  r.String("eval_path", &d->eval_path, kMaxPath);
+  if (d->kind != DataKind::kTensors) {
+    for (const char* key : {"inputs", "targets", "eval_fraction", "eval_path"}) {
+      if (r.Has(key)) Fail(r.PathOf(key), "applies to data kind tensors");
+    }
+  }
+  if (d->eval_fraction > 0 && !d->eval_path.empty()) {
+    Fail(r.PathOf("eval_fraction"), "give eval_fraction or eval_path, not both");
   }
   r.Int("batch_size", &d->batch_size, 1, 1 << 16);
   r.Int("num_samples", &d->num_samples, 1, int64_t{1} << 34);
@@ -397,6 +413,10 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
     Fail("mixed_precision", "'fp16' with FSDP needs device cuda: LibTorch has no fp16 matrix kernels on CPU; use bf16");
   }
   // Models and data that do not fit together fail here, not in the workers.
+  if (s.data.kind == DataKind::kTensors && s.eval_every_steps > 0 && s.data.eval_fraction == 0 &&
+      s.data.eval_path.empty()) {
+    Fail("data.eval_fraction", "evaluation (eval_every_steps) on tensors data needs eval_fraction or eval_path");
+  }
   if (s.data.kind == DataKind::kTokens && s.model.kind != ModelKind::kGpt) {
     Fail("data.kind", "tokens:FILE feeds the gpt model only");
   }

@@ -59,8 +59,18 @@ struct DataSpec {
   // Drop the tail that does not fill every rank (DistributedSampler's
   // drop_last) instead of padding it by wrapping around.
   bool drop_last = false;
-  // mnist:DIR (the four IDX files, gzip or not) or tokens:FILE (flat uint16).
+  // mnist:DIR (the four IDX files, gzip or not), tokens:FILE (flat uint16)
+  // or tensors:FILE_OR_DIR (safetensors files; a directory's *.safetensors
+  // in name order, their samples one after another).
   std::string path;
+  // tensors: the names of the input and target tensors; samples are their
+  // first dimension (targets int64 class indices).
+  std::string inputs = "inputs";
+  std::string targets = "targets";
+  // tensors: the held-out split for evaluation — the last eval_fraction of
+  // the samples, or the files at eval_path (then all samples train).
+  double eval_fraction = 0;
+  std::string eval_path;
 };
 
 // Learning-rate schedule over max_steps optimizer steps (Hugging Face's

@@ -24,11 +24,6 @@ std::string JobSpecToJson(const JobSpec& s) {
     j["model"] = {{"kind", ModelKindName(ModelKind::kResNet)},
                   {"channels", s.model.channels},
                   {"num_classes", s.model.num_classes}};
-  }
-  if (!s.model.init_from.empty()) {
-    j["model"]["init_from"] = s.model.init_from;
-    j["model"]["init_from_strict"] = s.model.init_from_strict;
-    j["model"]["init_from_prefix"] = s.model.init_from_prefix;
   } else if (s.model.kind == ModelKind::kTorchScript) {
     j["model"] = {{"kind", "torchscript:" + s.model.path},
                   {"input_size", s.model.input_size},
@@ -39,6 +34,11 @@ std::string JobSpecToJson(const JobSpec& s) {
                   {"input_size", s.model.input_size},
                   {"num_classes", s.model.num_classes}};
   }
+  if (!s.model.init_from.empty()) {
+    j["model"]["init_from"] = s.model.init_from;
+    j["model"]["init_from_strict"] = s.model.init_from_strict;
+    j["model"]["init_from_prefix"] = s.model.init_from_prefix;
+  }
   j["data"] = {
       {"kind", s.data.kind == DataKind::kSynthetic ? std::string("synthetic")
                                                    : std::string(DataKindName(s.data.kind)) + ":" + s.data.path},
@@ -47,6 +47,12 @@ std::string JobSpecToJson(const JobSpec& s) {
       {"seed", s.data.seed},
       {"shuffle", s.data.shuffle},
       {"drop_last", s.data.drop_last}};
+  if (s.data.kind == DataKind::kTensors) {
+    j["data"]["inputs"] = s.data.inputs;
+    j["data"]["targets"] = s.data.targets;
+    j["data"]["eval_fraction"] = s.data.eval_fraction;
+    j["data"]["eval_path"] = s.data.eval_path;
+  }
   nlohmann::ordered_json opt = {{"kind", OptimizerKindName(s.optimizer.kind)},
                                 {"lr", s.optimizer.lr},
                                 {"weight_decay", s.optimizer.weight_decay}};

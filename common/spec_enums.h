@@ -18,10 +18,13 @@ inline constexpr EnumName<ModelKind> kModelKindNames[] = {{"mlp", ModelKind::kMl
                                                           {"resnet", ModelKind::kResNet},
                                                           {"torchscript", ModelKind::kTorchScript}};
 
-// Path-carrying kinds are spelled "mnist:DIR", "tokens:FILE" in a spec.
-enum class DataKind { kSynthetic, kMnist, kTokens };
-inline constexpr EnumName<DataKind> kDataKindNames[] = {
-    {"synthetic", DataKind::kSynthetic}, {"mnist", DataKind::kMnist}, {"tokens", DataKind::kTokens}};
+// Path-carrying kinds are spelled "mnist:DIR", "tokens:FILE",
+// "tensors:FILE_OR_DIR" in a spec, or given a `path` key.
+enum class DataKind { kSynthetic, kMnist, kTokens, kTensors };
+inline constexpr EnumName<DataKind> kDataKindNames[] = {{"synthetic", DataKind::kSynthetic},
+                                                        {"mnist", DataKind::kMnist},
+                                                        {"tokens", DataKind::kTokens},
+                                                        {"tensors", DataKind::kTensors}};
 
 enum class SchedulerKind { kConstant, kLinear, kCosine };
 inline constexpr EnumName<SchedulerKind> kSchedulerKindNames[] = {

@@ -117,7 +117,8 @@ absl::Status JobManager::CheckPaths(JobSpec& spec, const std::string& job_id) {
   // The files a job reads.
   for (auto [field, path] : {std::pair<const char*, std::string*>{"model.kind", &spec.model.path},
                              {"model.init_from", &spec.model.init_from},
-                             {"data.kind", &spec.data.path}}) {
+                             {"data.kind", &spec.data.path},
+                             {"data.eval_path", &spec.data.eval_path}}) {
     if (path->empty()) continue;
     auto resolved = ResolveUnderRoots(*path, options_.allowed_roots);
     if (!resolved.ok()) {

@@ -20,6 +20,7 @@
 #include "worker/fsdp.h"
 #include "worker/loss_scaler.h"
 #include "worker/models.h"
+#include "worker/job_data.h"
 #include "worker/optimizer.h"
 #include "worker/safetensors.h"
 
@@ -725,6 +726,66 @@ TEST(Data, TokenFileWindows) {
       << "held-out windows should spread over the tail";
   EXPECT_THROW(TokenFile(path, kContext, 40, 10, 3).Get({0, 1, 2, 3, 4, 5}), std::runtime_error);  // tokens >= vocab
   EXPECT_THROW(TokenFile(path, 2000, kVocab, 10, 3), std::runtime_error);                          // too short
+}
+
+// data kind tensors: samples are rows of named tensors in safetensors files
+// (here two files of a directory, 60 + 40 samples whose input is their
+// index). Over 2 ranks every training sample is seen exactly once per epoch,
+// and the held-out split (the last 20%) is disjoint from it.
+TEST(Data, TensorFilesEverySampleOncePerEpochAndAHeldOutSplit) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data";
+  std::filesystem::create_directories(data);
+  int64_t next = 0;
+  for (const auto& [file, n] : {std::pair{"a.safetensors", 60}, std::pair{"b.safetensors", 40}}) {
+    at::Tensor inputs = at::arange(next, next + n, at::kFloat).view({n, 1}).repeat({1, 4}).contiguous();
+    at::Tensor targets = (at::arange(next, next + n, at::kLong) % 10).contiguous();
+    next += n;
+    WriteSafetensors(data + "/" + file, {{"x", at::kFloat, {n, 4}}, {"y", at::kLong, {n}}},
+                     [&](size_t i) { return i == 0 ? inputs : targets; });
+  }
+  JobSpec spec;
+  spec.model.input_size = 4;
+  spec.data.kind = DataKind::kTensors;
+  spec.data.path = data;
+  spec.data.inputs = "x";
+  spec.data.targets = "y";
+  spec.data.eval_fraction = 0.2;
+  spec.data.batch_size = 8;
+  spec.eval_every_steps = 10;
+  std::vector<int64_t> seen, held;
+  for (int rank = 0; rank < 2; ++rank) {
+    JobData d = MakeJobData(spec, {4}, rank, 2);
+    ASSERT_TRUE(d.eval);
+    for (int b = 0; b < 5; ++b) {  // 80 training samples: 40 per rank, 5 batches of 8
+      Batch batch = d.train->Next();
+      ASSERT_EQ(batch.inputs.sizes(), (std::vector<int64_t>{8, 4}));
+      for (int64_t i = 0; i < 8; ++i) {
+        const int64_t v = static_cast<int64_t>(batch.inputs[i][3].item<float>());
+        seen.push_back(v);
+        EXPECT_EQ(batch.targets[i].item<int64_t>(), v % 10);
+      }
+    }
+    d.train->Next();
+    EXPECT_EQ(d.train->epoch(), 1) << "one epoch is 5 batches per rank";
+    for (int b = 0; b < 2; ++b) {  // 20 held out: 10 per rank
+      Batch batch = d.eval->Next();
+      for (int64_t i = 0; i < batch.inputs.size(0); ++i) held.push_back(batch.inputs[i][0].item<float>());
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> want(80);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(seen, want);
+  for (int64_t v : held) EXPECT_GE(v, 80) << "held-out sample " << v << " is a training sample";
+  // A name the files do not have is named.
+  spec.data.inputs = "pixels";
+  try {
+    MakeJobData(spec, {4}, 0, 2);
+    ADD_FAILURE() << "accepted a missing tensor";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("a.safetensors: has no tensor 'pixels'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Data, SamplerDisjointReshuffledAndDropLast) {

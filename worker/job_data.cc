@@ -1,5 +1,7 @@
 #include "worker/job_data.h"
 
+#include "worker/tensors_dataset.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -37,6 +39,28 @@ Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_sh
       d.train = std::make_shared<MnistDataset>(spec.data.path, /*train=*/true, sample_shape);
       if (eval) d.eval = std::make_shared<MnistDataset>(spec.data.path, /*train=*/false, sample_shape);
       break;
+    case DataKind::kTensors: {
+      auto all = std::make_shared<TensorsDataset>(spec.data.path, spec.data.inputs, spec.data.targets);
+      int64_t want = 1, have = 1;
+      for (int64_t d : sample_shape) want *= d;
+      for (int64_t d : all->sample_shape()) have *= d;
+      if (want != have) {
+        throw std::invalid_argument("data " + spec.data.path + ": samples of " + std::to_string(have) +
+                                    " values, the " + ModelKindName(spec.model.kind) + " model takes " +
+                                    std::to_string(want));
+      }
+      if (!spec.data.eval_path.empty()) {
+        d.train = all;
+        if (eval) d.eval = std::make_shared<TensorsDataset>(spec.data.eval_path, spec.data.inputs, spec.data.targets);
+      } else {
+        // The last eval_fraction of the samples is held out.
+        const int64_t held = static_cast<int64_t>(static_cast<double>(all->size()) * spec.data.eval_fraction);
+        d.train = all;
+        if (held > 0) d.train = std::make_shared<OffsetDataset>(all, 0, all->size() - held);
+        if (held > 0 && eval) d.eval = std::make_shared<OffsetDataset>(all, all->size() - held, held);
+      }
+      break;
+    }
     case DataKind::kTokens:
       if (!gpt) throw std::invalid_argument("data.kind tokens: needs the gpt model");
       // The last 10% of the file is held out when evaluating.
