@@ -152,6 +152,8 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
   r.Int("seed", &d->seed, 0, std::numeric_limits<int64_t>::max());
   r.Bool("shuffle", &d->shuffle);
   r.Bool("drop_last", &d->drop_last);
+  r.Int("num_workers", &d->num_workers, 0, 64);
+  r.Int("prefetch_batches", &d->prefetch_batches, 1, 1024);
   r.RejectUnknown();
 }
 

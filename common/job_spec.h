@@ -59,6 +59,11 @@ struct DataSpec {
   // Drop the tail that does not fill every rank (DistributedSampler's
   // drop_last) instead of padding it by wrapping around.
   bool drop_last = false;
+  // Threads that read and collate the next batches while the step computes
+  // (torch DataLoader's num_workers; 0: the training thread reads), and how
+  // many batches they keep ready (its prefetch_factor, per loader here).
+  int32_t num_workers = 0;
+  int32_t prefetch_batches = 2;
   // mnist:DIR (the four IDX files, gzip or not), tokens:FILE (flat uint16)
   // or tensors:FILE_OR_DIR (safetensors files; a directory's *.safetensors
   // in name order, their samples one after another).

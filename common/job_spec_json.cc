@@ -46,7 +46,9 @@ std::string JobSpecToJson(const JobSpec& s) {
       {"num_samples", s.data.num_samples},
       {"seed", s.data.seed},
       {"shuffle", s.data.shuffle},
-      {"drop_last", s.data.drop_last}};
+      {"drop_last", s.data.drop_last},
+      {"num_workers", s.data.num_workers},
+      {"prefetch_batches", s.data.prefetch_batches}};
   if (s.data.kind == DataKind::kTensors) {
     j["data"]["inputs"] = s.data.inputs;
     j["data"]["targets"] = s.data.targets;

@@ -788,6 +788,50 @@ TEST(Data, TensorFilesEverySampleOncePerEpochAndAHeldOutSplit) {
   }
 }
 
+// Loader threads read ahead, and change nothing: the same batches in the
+// same order across epochs and after a Seek (as a resume does), with the
+// position of what was consumed; a reading error reaches the training thread.
+TEST(Data, LoaderWorkersGiveTheSameBatchesInOrder) {
+  auto data = std::make_shared<SyntheticDataset>(std::vector<int64_t>{6}, 5, 50, 7);
+  auto batches = [&](int workers, int64_t seek_epoch, int64_t seek_offset) {
+    DataLoader loader(data, DistributedSampler(50, 1, 2, true, 3), 4, workers, 3);
+    if (seek_epoch >= 0) loader.Seek(seek_epoch, seek_offset);
+    std::vector<at::Tensor> out;
+    std::vector<std::pair<int64_t, int64_t>> positions;
+    for (int i = 0; i < 20; ++i) {  // 25 samples per rank: 7 batches an epoch, ~3 epochs
+      Batch b = loader.Next();
+      out.push_back(at::cat({b.inputs.flatten(), b.targets.to(at::kFloat)}));
+      positions.emplace_back(loader.epoch(), loader.offset());
+    }
+    return std::make_pair(out, positions);
+  };
+  for (int64_t seek : {-1, 1}) {
+    const auto [want, want_pos] = batches(0, seek, seek >= 0 ? 8 : 0);
+    for (int workers : {1, 3}) {
+      const auto [got, got_pos] = batches(workers, seek, seek >= 0 ? 8 : 0);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << workers << " batch " << i;
+      EXPECT_EQ(got_pos, want_pos) << workers;
+    }
+  }
+  class Failing final : public Dataset {
+   public:
+    int64_t size() const override { return 8; }
+    Batch Get(const std::vector<int64_t>&) const override { throw std::runtime_error("unreadable sample"); }
+  };
+  DataLoader failing(std::make_shared<Failing>(), DistributedSampler(8, 0, 1, false, 0), 2, 2, 2);
+  EXPECT_THROW(
+      {
+        try {
+          failing.Next();
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "unreadable sample");
+          throw;
+        }
+      },
+      std::runtime_error);
+}
+
 TEST(Data, SamplerDisjointReshuffledAndDropLast) {
   const int64_t n = 103;
   std::set<int64_t> seen;

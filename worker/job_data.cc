@@ -82,7 +82,8 @@ JobData MakeJobData(const JobSpec& spec, const std::vector<int64_t>& sample_shap
   JobData out;
   DistributedSampler sampler(data.train->size(), rank, world_size, spec.data.shuffle, spec.data.seed,
                              spec.data.drop_last);
-  out.train = std::make_unique<DataLoader>(data.train, sampler, spec.data.batch_size);
+  out.train = std::make_unique<DataLoader>(data.train, sampler, spec.data.batch_size, spec.data.num_workers,
+                                           spec.data.prefetch_batches);
   if (data.eval) {
     DistributedSampler eval_sampler(data.eval->size(), rank, world_size, /*shuffle=*/false, 0);
     out.eval = std::make_unique<DataLoader>(data.eval, eval_sampler, spec.data.batch_size);
