@@ -425,6 +425,25 @@ max_steps: 5
         self.assertIn("INVALID_ARGUMENT", r.stderr)
         self.assertIn("model.init_from", r.stderr)
 
+    def test_2h_finetune_example_starts_from_its_weights(self):
+        """examples/finetune.yaml on the inputs its script makes: pretrained
+        weights (Hugging Face sharded layout, "model." prefix) and tensors
+        data. The first loss is the pretrained model's, far below a random
+        start's ln(10) = 2.30."""
+        s = self.server
+        python = os.environ.get("TRAINYARD_PYTHON", sys.executable)
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        inputs = os.path.join(self.tmp.name, "finetune-inputs")
+        subprocess.run([python, os.path.join(repo, "examples", "make_finetune_inputs.py"), inputs], check=True,
+                       capture_output=True)
+        with open(os.path.join(repo, "examples", "finetune.yaml")) as f:
+            text = f.read().replace("finetune-inputs/", inputs + "/")
+        spec = write_spec(self.tmp.name, "finetune.yaml", text)
+        job = self.run_to_success(spec)
+        self.assertEqual(job["step"], 100)
+        self.assertLess(job["first_loss"], 1.0, job)
+        self.assertLess(job["loss"], job["first_loss"] + 0.2, job)
+
     def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
         s = self.server
         os.symlink("/", os.path.join(self.tmp.name, "escape"))
