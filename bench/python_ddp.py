@@ -57,7 +57,8 @@ def build(a):
     """The model and the shape of one input sample."""
     if a.model == "cnn":
         return nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.Conv2d(16, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-                             nn.Flatten(), nn.Linear(32 * 12 * 12, 128), nn.ReLU(), nn.Linear(128, a.classes)), (1, 28, 28)
+                             nn.Flatten(), nn.Linear(32 * 12 * 12, 128), nn.ReLU(),
+                             nn.Linear(128, a.classes)), (1, 28, 28)
     if a.model == "resnet":
         return ResNet18(a.channels, a.classes), (3, 32, 32)
     layers, width = [], a.input
@@ -93,7 +94,8 @@ def main():
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs
         # Accelerate reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (MULTI_CPU over gloo).
-        accelerator = Accelerator(cpu=True, kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True)])
+        accelerator = Accelerator(
+            cpu=True, kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True)])
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
         model, opt = accelerator.prepare(model, opt)
         torch.set_num_threads(1)  # Accelerate may reset it

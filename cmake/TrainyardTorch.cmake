@@ -23,7 +23,8 @@ if(NOT EXISTS "${TRAINYARD_PYTHON}")
 endif()
 execute_process(
   COMMAND "${TRAINYARD_PYTHON}" -c
-          "import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__.split('+')[0]); print(torch.version.cuda or ''); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+          "import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__.split('+')[0]); \
+print(torch.version.cuda or ''); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
   OUTPUT_VARIABLE _ty_out ERROR_VARIABLE _ty_err RESULT_VARIABLE _ty_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT _ty_rc EQUAL 0)
   message(FATAL_ERROR "${TRAINYARD_PYTHON} cannot import torch: ${_ty_err}")

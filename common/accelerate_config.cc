@@ -419,8 +419,9 @@ class ConfigMerge {
     if (!n.ok()) return n.status();
     if (*n != 1 && *n != 2) return FieldError(path, absl::StrCat("accepted: 1, 2; got ", *n));
     if (*n == 2) {
-      Warn(absl::StrCat(path, " 2: FSDP2's options are mapped onto Trainyard's FSDP (fsdp_reshard_after_forward "
-                              "true = FULL_SHARD, false = SHARD_GRAD_OP)"));
+      Warn(absl::StrCat(path,
+                        " 2: FSDP2's options are mapped onto Trainyard's FSDP (fsdp_reshard_after_forward "
+                        "true = FULL_SHARD, false = SHARD_GRAD_OP)"));
     }
     return static_cast<int>(*n);
   }
@@ -434,8 +435,10 @@ class ConfigMerge {
     if (key == "fsdp_reshard_after_forward") {
       bool reshard = true;
       if (!value.IsScalar() || !YAML::convert<bool>::decode(value, reshard)) {
-        return FieldError(path, "true (FULL_SHARD) or false (SHARD_GRAD_OP); resharding to a smaller group "
-                                "(an integer) is not supported by this version; got " + Show(value));
+        return FieldError(path,
+                          "true (FULL_SHARD) or false (SHARD_GRAD_OP); resharding to a smaller group "
+                          "(an integer) is not supported by this version; got " +
+                              Show(value));
       }
       const YAML::Node strategy(reshard ? "FULL_SHARD" : "SHARD_GRAD_OP");
       const YAML::Node& const_fsdp = fsdp;
@@ -594,7 +597,8 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
     auto spec = ParseJobSpec(out.c_str(), merged_limits);
     if (!spec.ok()) return merge.Attribute(spec.status());
     const std::string& type = merge.distributed_type();
-    if ((type == "MULTI_GPU" && spec->device == Device::kCpu) || (type == "MULTI_CPU" && spec->device == Device::kCuda)) {
+    if ((type == "MULTI_GPU" && spec->device == Device::kCpu) ||
+        (type == "MULTI_CPU" && spec->device == Device::kCuda)) {
       merge.Warn(absl::StrCat(kRoot, ".distributed_type ", type, " runs as DDP on the spec's device ",
                               DeviceName(spec->device)));
     }

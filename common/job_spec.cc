@@ -130,8 +130,8 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
     r.Enum<DataKind>("kind", &d->kind, kDataKindNames, {"image_folder"});
     r.String("path", &d->path, kMaxPath);
     if (d->kind != DataKind::kSynthetic && d->path.empty()) {
-      Fail(r.PathOf("path"), absl::StrCat("data kind ", DataKindName(d->kind), " needs a path; accepted kinds: ",
-                                          kDataKinds));
+      Fail(r.PathOf("path"),
+           absl::StrCat("data kind ", DataKindName(d->kind), " needs a path; accepted kinds: ", kDataKinds));
     }
     if (d->kind == DataKind::kSynthetic && r.Has("path")) Fail(r.PathOf("path"), "synthetic data has no path");
   }

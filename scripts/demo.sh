@@ -37,7 +37,11 @@ for _ in $(seq 300); do
   kill -0 $server 2>/dev/null || { echo "trainyard-server failed to start:"; tail -20 "$state/server.log"; exit 1; }
   sleep 0.1
 done
-[ -f "$state/ready.json" ] || { echo "trainyard-server did not come up in 30 s:"; tail -20 "$state/server.log"; exit 1; }
+if [ ! -f "$state/ready.json" ]; then
+  echo "trainyard-server did not come up in 30 s:"
+  tail -20 "$state/server.log"
+  exit 1
+fi
 echo "== trainyard-server is up (gRPC $listen, metrics $metrics_url, state in $state/)"
 
 job=$("$bin/trainctl" submit examples/mnist-ddp.yaml -o json | sed -n 's/^  "id": "\(.*\)",$/\1/p')

@@ -27,4 +27,6 @@ PY
   echo "pyenv: installing ${requirements[*]} into $venv (torch with its CUDA libraries: ~5.4 GB, a few minutes)"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${requirements[@]}"
 fi
-"$venv/bin/python" -c "import torch, safetensors, accelerate; print('pyenv: torch', torch.__version__, '(CUDA', torch.version.cuda, ') safetensors', safetensors.__version__, 'accelerate', accelerate.__version__)"
+"$venv/bin/python" -c "import torch, safetensors, accelerate
+print('pyenv: torch', torch.__version__, '(CUDA', torch.version.cuda, ') safetensors', safetensors.__version__,
+      'accelerate', accelerate.__version__)"

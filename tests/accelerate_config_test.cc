@@ -167,7 +167,9 @@ TEST(AccelerateConfigTest, Fsdp2OptionsMapOntoTheSharding) {
     auto spec = ParseJobSpecWithAccelerateConfig(
         kGptSpec,
         absl::StrCat("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n"
-                     "  fsdp_reshard_after_forward: ", reshard, "\n  fsdp_offload_params: true\n"
+                     "  fsdp_reshard_after_forward: ",
+                     reshard,
+                     "\n  fsdp_offload_params: true\n"
                      "  fsdp_state_dict_type: SHARDED_STATE_DICT\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
                      "  fsdp_cpu_ram_efficient_loading: true\n  fsdp_backward_prefetch: BACKWARD_POST\n"
                      "  fsdp_use_orig_params: true\n"),
@@ -178,7 +180,7 @@ TEST(AccelerateConfigTest, Fsdp2OptionsMapOntoTheSharding) {
     EXPECT_TRUE(spec->fsdp.offload_params);
     EXPECT_EQ(spec->fsdp.state_dict_type, StateDictType::kShardedStateDict);
     EXPECT_TRUE(spec->fsdp.cpu_ram_efficient_loading);
-    EXPECT_TRUE(spec->fsdp.sync_module_states);  // FSDP2 loads on rank 0 and broadcasts
+    EXPECT_TRUE(spec->fsdp.sync_module_states);                               // FSDP2 loads on rank 0 and broadcasts
     EXPECT_EQ(spec->fsdp.backward_prefetch, BackwardPrefetch::kBackwardPre);  // dropped: FSDP1's only
     // Accelerate infers the layer class from the model: the gpt model's Block.
     EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"Block"});
@@ -195,16 +197,19 @@ TEST(AccelerateConfigTest, Fsdp2OptionsMapOntoTheSharding) {
 // block (gpt: Block, resnet: BasicBlock); a model without one is refused
 // with its layer types named.
 TEST(AccelerateConfigTest, TheLayerClassIsInferredFromTheModel) {
-  auto gpt = ParseJobSpec(std::string(kGptSpec) + "distributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
-                                                  "TRANSFORMER_BASED_WRAP}\n");
+  auto gpt = ParseJobSpec(std::string(kGptSpec) +
+                          "distributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
+                          "TRANSFORMER_BASED_WRAP}\n");
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   EXPECT_EQ(gpt->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"Block"});
-  auto resnet = ParseJobSpec("name: r\nmodel: {kind: resnet, channels: 8}\ndistributed_type: FSDP\n"
-                             "fsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
+  auto resnet = ParseJobSpec(
+      "name: r\nmodel: {kind: resnet, channels: 8}\ndistributed_type: FSDP\n"
+      "fsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
   ASSERT_TRUE(resnet.ok()) << resnet.status();
   EXPECT_EQ(resnet->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"BasicBlock"});
-  auto mlp = ParseJobSpec("name: m\ndistributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
-                          "TRANSFORMER_BASED_WRAP}\n");
+  auto mlp = ParseJobSpec(
+      "name: m\ndistributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
+      "TRANSFORMER_BASED_WRAP}\n");
   ASSERT_FALSE(mlp.ok());
   EXPECT_NE(mlp.status().message().find("spec field 'fsdp_config.fsdp_transformer_layer_cls_to_wrap'"),
             std::string::npos)
@@ -264,9 +269,8 @@ TEST(AccelerateConfigTest, ConditionallyIgnoredKeys) {
       {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const std::string all = absl::StrJoin(warnings, "\n");
-  for (const char* key :
-       {"machine_rank", "deepspeed_config", "megatron_lm_config", "dynamo_config", "main_process_port",
-        "fsdp_config.fsdp_activation_checkpointing"}) {
+  for (const char* key : {"machine_rank", "deepspeed_config", "megatron_lm_config", "dynamo_config",
+                          "main_process_port", "fsdp_config.fsdp_activation_checkpointing"}) {
     EXPECT_TRUE(AnyContains(warnings, absl::StrCat("accelerate_config.", key, " is ignored: "))) << key << "\n" << all;
   }
 }
@@ -311,12 +315,12 @@ TEST(AccelerateConfigTest, BothAnEmbeddedAndASeparateConfigIsAnError) {
 // accepted, except FSDP with fp16 on the CPU: LibTorch has no fp16 matrix
 // kernels on the CPU, so it is refused naming mixed_precision.
 TEST(AccelerateConfigTest, EveryConfigAccelerateWrites) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("accelerate-configs-" +
-                                                                              std::to_string(::getpid()));
-  const std::string python = std::getenv("TRAINYARD_TEST_PYTHON") ? std::getenv("TRAINYARD_TEST_PYTHON")
-                                                                  : TRAINYARD_TEST_PYTHON;
-  const std::string cmd = python + " " + TRAINYARD_SOURCE_DIR + "/tests/accelerate_configs.py " + dir.string() +
-                          " > " + (dir.string() + ".list");
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("accelerate-configs-" + std::to_string(::getpid()));
+  const std::string python =
+      std::getenv("TRAINYARD_TEST_PYTHON") ? std::getenv("TRAINYARD_TEST_PYTHON") : TRAINYARD_TEST_PYTHON;
+  const std::string cmd = python + " " + TRAINYARD_SOURCE_DIR + "/tests/accelerate_configs.py " + dir.string() + " > " +
+                          (dir.string() + ".list");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream list(dir.string() + ".list");
   int seen = 0;

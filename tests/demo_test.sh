@@ -21,10 +21,13 @@ job=$(sed -n 's/^== submitted \(job-[0-9a-f]*\) .*/\1/p' "$tmp/out.txt")
 [ -n "$job" ] || fail "no job id in the output"
 grep -q "SUCCEEDED" "$tmp/out.txt" || fail "the job did not report SUCCEEDED"
 for series in trainyard_job_step trainyard_job_loss trainyard_job_samples_per_second; do
-  grep -Eq "^${series}\{job_id=\"$job\",rank=\"[01]\"\} [0-9.e+-]+$" "$tmp/out.txt" || fail "no live $series line of $job"
+  grep -Eq "^${series}\{job_id=\"$job\",rank=\"[01]\"\} [0-9.e+-]+$" "$tmp/out.txt" ||
+    fail "no live $series line of $job"
 done
-grep -Eq "^trainyard_job_step_duration_seconds_count\{job_id=\"$job\",phase=\"step\",rank=\"0\"\} [1-9]" "$tmp/out.txt" ||
+step_count="^trainyard_job_step_duration_seconds_count\{job_id=\"$job\",phase=\"step\",rank=\"0\"\} [1-9]"
+grep -Eq "$step_count" "$tmp/out.txt" ||
   fail "no step-time line of $job"
-grep -Eq '^trainyard_jobs\{state="SUCCEEDED"\} 1$' "$tmp/out.txt" || fail "the jobs gauge does not count one SUCCEEDED job"
+grep -Eq '^trainyard_jobs\{state="SUCCEEDED"\} 1$' "$tmp/out.txt" ||
+  fail "the jobs gauge does not count one SUCCEEDED job"
 if grep -Eiq "no such file|command not found|error" "$tmp/out.txt"; then fail "error output above"; fi
 echo "demo_test: ok ($job)"

@@ -196,7 +196,8 @@ class KubernetesManifests(unittest.TestCase):
     def server_container(self):
         dep = self.one("Deployment")
         containers = dep["spec"]["template"]["spec"]["containers"]
-        c = [c for c in containers if "trainyard-server" in " ".join(map(str, c.get("command", []) + c.get("args", [])))]
+        c = [c for c in containers
+             if "trainyard-server" in " ".join(map(str, c.get("command", []) + c.get("args", [])))]
         self.assertEqual(len(c), 1, "the Deployment needs one container running trainyard-server")
         return dep, c[0]
 

@@ -156,7 +156,8 @@ class EndToEnd(unittest.TestCase):
         # The final model as a FULL checkpoint, recorded as an event and listed.
         self.assertIn("final checkpoint 0 at step 2000", job["events"][3]["reason"])
         listed = json.loads(s.ctl("-o", "json", "checkpoints", job_id).stdout)
-        self.assertEqual([(c["index"], c["step"], c["type"], c["trigger"]) for c in listed], [(0, 2000, "full", "final")])
+        self.assertEqual([(c["index"], c["step"], c["type"], c["trigger"]) for c in listed],
+                         [(0, 2000, "full", "final")])
         self.assertTrue(os.path.isfile(os.path.join(listed[0]["path"], "model.safetensors")))
         # Series of an ended job are removed.
         self.assertNotIn(f'job_id="{job_id}"', s.scrape())

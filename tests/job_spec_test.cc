@@ -365,8 +365,9 @@ TEST(PlacementTest, AddressesAndHostParts) {
 }
 
 TEST(JobSpecTest, InitFromRoundTripsAndNeedsAPath) {
-  auto spec = ParseJobSpec("name: f\nmodel: {kind: mlp, init_from: w/model.safetensors, init_from_strict: false, "
-                           "init_from_prefix: model.}\n");
+  auto spec = ParseJobSpec(
+      "name: f\nmodel: {kind: mlp, init_from: w/model.safetensors, init_from_strict: false, "
+      "init_from_prefix: model.}\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->model.init_from, "w/model.safetensors");
   EXPECT_FALSE(spec->model.init_from_strict);

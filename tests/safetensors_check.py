@@ -50,7 +50,8 @@ def main(directory):
         if index is not None:
             for key in t:
                 assert index["weight_map"][key] == name, f"{key} is in {name}, index says {index['weight_map'][key]}"
-                total += t[key].nbytes if t[key].dtype != np.float32 or header[key]["dtype"] != "BF16" else t[key].size * 2
+                bf16_read_as_f32 = t[key].dtype == np.float32 and header[key]["dtype"] == "BF16"
+                total += t[key].size * 2 if bf16_read_as_f32 else t[key].nbytes
         tensors.update(t)
     if index is not None:
         assert index["metadata"]["total_size"] == total, (index["metadata"]["total_size"], total)

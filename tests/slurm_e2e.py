@@ -193,7 +193,8 @@ class SlurmCoordinatorRestart(unittest.TestCase):
         port = free_port()
         s = Server(tmp.name, slots=2, listen=f"127.0.0.1:{port}", extra=["--launcher", "slurm"])
         try:
-            r = s.ctl("-o", "json", "submit", write_spec(tmp.name, "j.yaml", LONG_JOB % 800 + "reattach_timeout_s: 60\n"))
+            spec = write_spec(tmp.name, "j.yaml", LONG_JOB % 800 + "reattach_timeout_s: 60\n")
+            r = s.ctl("-o", "json", "submit", spec)
             self.assertEqual(r.returncode, 0, r.stderr)
             job_id = json.loads(r.stdout)["id"]
             wait_for(lambda: s.job(job_id)["state"] == "RUNNING" and s.job(job_id)["step"] >= 30, 120,

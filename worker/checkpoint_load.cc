@@ -330,8 +330,8 @@ std::vector<std::string> LoadInitialWeights(const TrainingState& s, const std::s
       missing.push_back(prefix + t.name);
     } else if (it->second.shape != t.shape || it->second.dtype != t.dtype) {
       mismatched.push_back(prefix + t.name + " is " + SafetensorsDtype(it->second.dtype) +
-                           c10::str(c10::IntArrayRef(it->second.shape)) + " in the file, " +
-                           SafetensorsDtype(t.dtype) + c10::str(c10::IntArrayRef(t.shape)) + " in the model");
+                           c10::str(c10::IntArrayRef(it->second.shape)) + " in the file, " + SafetensorsDtype(t.dtype) +
+                           c10::str(c10::IntArrayRef(t.shape)) + " in the model");
     }
   }
   for (const auto& [name, e] : r.model) {

@@ -12,12 +12,12 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <numeric>
-#include <exception>
-#include <thread>
-#include <mutex>
-#include <map>
 #include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
 
 namespace trainyard {
 
@@ -239,7 +239,7 @@ struct DataLoader::Prefetch {
   size_t capacity = 1;
   std::mutex mu;
   std::condition_variable cv;
-  bool stop = false;                      // guarded by mu
+  bool stop = false;                       // guarded by mu
   int64_t next_seq = 0, consumed_seq = 0;  // guarded by mu
   // Where the workers plan the next batch from; guarded by mu.
   int64_t epoch = 0, offset = 0;

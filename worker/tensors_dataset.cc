@@ -80,8 +80,8 @@ at::Tensor TensorsDataset::Rows(const std::string& name, const std::vector<int64
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t index = indices[i];
     if (index < 0 || index >= size_) throw std::out_of_range("sample " + std::to_string(index) + " out of range");
-    auto it = std::upper_bound(files_.begin(), files_.end(), index,
-                               [](int64_t v, const File& f) { return v < f.first; });
+    auto it =
+        std::upper_bound(files_.begin(), files_.end(), index, [](int64_t v, const File& f) { return v < f.first; });
     const File& f = *std::prev(it);
     const int64_t local = index - f.first;
     result[static_cast<int64_t>(i)].view({-1}).copy_(

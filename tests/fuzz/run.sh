@@ -15,4 +15,5 @@ clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address -I"$src" \
 rm -rf "$out/corpus"
 cp -r "$src/tests/fuzz/corpus" "$out/corpus"
 cp "$src"/examples/*.yaml "$out/corpus/"
-"$out/spec_fuzzer" -artifact_prefix="$out/" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$out/corpus"
+"$out/spec_fuzzer" -artifact_prefix="$out/" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+  -print_final_stats=1 "$out/corpus"
