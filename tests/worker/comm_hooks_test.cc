@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "tests/dist_test_util.h"
+#include "tests/worker/dist_test_util.h"
 #include "worker/ddp.h"
 #include "worker/trainer.h"
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <thread>
 
-#include "tests/dist_test_util.h"
+#include "tests/worker/dist_test_util.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/models.h"

@@ -319,7 +319,7 @@ TEST(AccelerateConfigTest, EveryConfigAccelerateWrites) {
       std::filesystem::temp_directory_path() / ("accelerate-configs-" + std::to_string(::getpid()));
   const std::string python =
       std::getenv("TRAINYARD_TEST_PYTHON") ? std::getenv("TRAINYARD_TEST_PYTHON") : TRAINYARD_TEST_PYTHON;
-  const std::string cmd = python + " " + TRAINYARD_SOURCE_DIR + "/tests/accelerate_configs.py " + dir.string() + " > " +
+  const std::string cmd = python + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/accelerate_configs.py " + dir.string() + " > " +
                           (dir.string() + ".list");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream list(dir.string() + ".list");

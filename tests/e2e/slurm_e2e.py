@@ -2,7 +2,7 @@
 batch jobs with sbatch, srun starts one trainyard-worker per task, the server
 follows them with squeue and stops them with scancel.
 
-Starts a single-node Slurm (slurmctld + slurmd + munge, tests/slurm/) unless
+Starts a single-node Slurm (slurmctld + slurmd + munge, tests/e2e/slurm/) unless
 one is up. Needs root; without it the test is skipped (exit code 77).
 
 Run by ctest with the build's bin directory as the first argument.

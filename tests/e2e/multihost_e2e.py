@@ -18,11 +18,12 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures"))
 from e2e_test import wait_for, write_spec  # noqa: E402
 import safetensors_check  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NETNS = os.path.join(HERE, "..", "bench", "netns.sh")
+NETNS = os.path.join(HERE, "..", "..", "bench", "netns.sh")
 SKIP = 77
 BIN = None
 HOSTS = {"ty-hosta": "10.231.0.1", "ty-hostb": "10.231.0.2"}

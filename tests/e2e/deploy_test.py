@@ -12,7 +12,7 @@ alerting rules, the Grafana dashboard, and docs/metrics.md.
   query must return data from Prometheus, and docs/metrics.md must list
   exactly the metric families the server exports.
 
-Run as `python3 tests/deploy_test.py --bin DIR` (or `deploy_test.py DIR`, or
+Run as `python3 tests/e2e/deploy_test.py --bin DIR` (or `deploy_test.py DIR`, or
 with TRAINYARD_BIN=DIR) where DIR holds trainyard-server, trainyard-worker and
 trainctl; default: build/bin. Needs python3-yaml and prometheus (promtool).
 """
@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("deploy_test: python3-yaml is missing; run scripts/install-deps.sh")
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")
 K8S = os.path.join(DEPLOY, "kubernetes")
 PROM = os.path.join(DEPLOY, "prometheus")

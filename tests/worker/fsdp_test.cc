@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "tests/dist_test_util.h"
+#include "tests/worker/dist_test_util.h"
 #include "worker/data.h"
 #include "worker/process_group.h"
 

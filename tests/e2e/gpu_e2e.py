@@ -7,7 +7,7 @@ Exits 77 (ctest: skipped) when no NVIDIA GPU is visible. Needs only the
 binaries (trainyard-server, trainyard-worker, trainctl) and, for the
 TorchScript case, a Python with torch (TRAINYARD_PYTHON, else skipped there).
 
-    python3 tests/gpu_e2e.py build/bin
+    python3 tests/e2e/gpu_e2e.py build/bin
 """
 import os
 import re
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, write_spec)
 from e2e_test import Server, wait_for, write_spec  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def gpu_count():

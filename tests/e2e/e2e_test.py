@@ -22,6 +22,8 @@ except ImportError:  # Server, wait_for and write_spec need only trainctl (gpu_e
 BIN = None  # set from argv
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 def wait_for(condition, timeout, what):
     deadline = time.monotonic() + timeout
     while True:
@@ -203,7 +205,7 @@ fsdp_config: {fsdp_sharding_strategy: 1, fsdp_auto_wrap_policy: TRANSFORMER_BASE
         python = os.environ.get("TRAINYARD_PYTHON")
         self.assertTrue(python, "TRAINYARD_PYTHON (the Python whose torch the worker uses) must be set")
         pt = os.path.join(self.tmp.name, "attention.pt")
-        subprocess.run([python, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        subprocess.run([python, os.path.join(REPO,
                                              "examples", "export_attention.py"), pt], check=True,
                        capture_output=True)
         spec = write_spec(self.tmp.name, "attention.yaml", """
@@ -344,7 +346,7 @@ checkpoint: {every_steps: 1, total_limit: 2}
         s = self.server
         # The default_config.yaml `accelerate config` writes for FSDP (Hugging
         # Face transformers' FSDP guide), as is: BertLayer and all.
-        config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+        config = os.path.join(REPO, "examples",
                               "accelerate_fsdp_config.yaml")
         spec = write_spec(self.tmp.name, "accelerate-gpt.yaml", """
 name: e2e-accelerate
@@ -391,7 +393,7 @@ max_steps: 20
         s = self.server
         python = os.environ.get("TRAINYARD_PYTHON", sys.executable)
         configs = os.path.join(self.tmp.name, "accelerate-configs")
-        subprocess.run([python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "accelerate_configs.py"),
+        subprocess.run([python, os.path.join(REPO, "tests", "fixtures", "accelerate_configs.py"),
                         configs], check=True, capture_output=True)
         spec = write_spec(self.tmp.name, "accelerate-written.yaml", """
 name: e2e-accelerate-written
@@ -433,7 +435,7 @@ max_steps: 5
         start's ln(10) = 2.30."""
         s = self.server
         python = os.environ.get("TRAINYARD_PYTHON", sys.executable)
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        repo = REPO
         inputs = os.path.join(self.tmp.name, "finetune-inputs")
         subprocess.run([python, os.path.join(repo, "examples", "make_finetune_inputs.py"), inputs], check=True,
                        capture_output=True)

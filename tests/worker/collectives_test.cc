@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "tests/dist_test_util.h"
+#include "tests/worker/dist_test_util.h"
 
 namespace trainyard {
 namespace {

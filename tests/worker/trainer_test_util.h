@@ -1,7 +1,7 @@
 // Ranks as threads, each with a Trainer built as the worker builds it (Gloo
 // process group, FSDP groups) — for tests of the training loop.
-#ifndef TRAINYARD_TESTS_TRAINER_TEST_UTIL_H_
-#define TRAINYARD_TESTS_TRAINER_TEST_UTIL_H_
+#ifndef TRAINYARD_TESTS_WORKER_TRAINER_TEST_UTIL_H_
+#define TRAINYARD_TESTS_WORKER_TRAINER_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/dist_test_util.h"
+#include "tests/worker/dist_test_util.h"
 #include "worker/collectives.h"
 #include "worker/device.h"
 #include "worker/dist_setup.h"
@@ -43,4 +43,4 @@ inline void RunTrainers(const JobSpec& spec, int world, const std::function<void
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_TESTS_TRAINER_TEST_UTIL_H_
+#endif  // TRAINYARD_TESTS_WORKER_TRAINER_TEST_UTIL_H_

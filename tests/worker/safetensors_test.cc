@@ -1,5 +1,5 @@
 // safetensors writer/reader: round trips, the Hugging Face sharded layout,
-// and an independent Python reader of the files (tests/safetensors_check.py).
+// and an independent Python reader of the files (tests/fixtures/safetensors_check.py).
 #include "worker/safetensors.h"
 #include "common/job_spec.h"
 
@@ -33,7 +33,7 @@ at::Tensor Make(const TensorSpec& s) {
 
 int RunChecker(const std::string& dir) {
   const std::string cmd = std::string(TRAINYARD_TEST_PYTHON) + " " + std::string(TRAINYARD_SOURCE_DIR) +
-                          "/tests/safetensors_check.py " + dir;
+                          "/tests/fixtures/safetensors_check.py " + dir;
   return std::system(cmd.c_str());
 }
 

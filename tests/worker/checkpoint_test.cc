@@ -23,7 +23,7 @@
 
 #include "common/checkpoint_dir.h"
 #include "tests/test_util.h"
-#include "tests/trainer_test_util.h"
+#include "tests/worker/trainer_test_util.h"
 #include "worker/collectives.h"
 #include "worker/fsdp.h"
 #include "worker/models.h"
@@ -378,7 +378,7 @@ TEST(FullLayout, ReadByPythonSafetensorsIntoAnEquivalentModule) {
     }
     std::ofstream(ref.path() + "/reference.json") << table.dump();
   });
-  const std::string cmd = PythonWithSafetensors() + " " + TRAINYARD_SOURCE_DIR + "/tests/checkpoint_check.py " + full +
+  const std::string cmd = PythonWithSafetensors() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/checkpoint_check.py " + full +
                           " " + sharded + " " + ref.path();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }

@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <iostream>
 
-#include "tests/dist_test_util.h"
+#include "tests/worker/dist_test_util.h"
 #include "tests/test_util.h"
-#include "tests/trainer_test_util.h"
+#include "tests/worker/trainer_test_util.h"
 #include "worker/checkpoint.h"
 #include "worker/ddp.h"
 #include "worker/device.h"

@@ -1,6 +1,6 @@
 // Ranks as threads over real Gloo process groups sharing a HashStore.
-#ifndef TRAINYARD_TESTS_DIST_TEST_UTIL_H_
-#define TRAINYARD_TESTS_DIST_TEST_UTIL_H_
+#ifndef TRAINYARD_TESTS_WORKER_DIST_TEST_UTIL_H_
+#define TRAINYARD_TESTS_WORKER_DIST_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -54,4 +54,4 @@ inline void RunRanks(int world, const std::function<void(int, c10::intrusive_ptr
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_TESTS_DIST_TEST_UTIL_H_
+#endif  // TRAINYARD_TESTS_WORKER_DIST_TEST_UTIL_H_

@@ -14,7 +14,7 @@
 
 #include "common/model_layers.h"
 #include "tests/test_util.h"
-#include "tests/trainer_test_util.h"
+#include "tests/worker/trainer_test_util.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/fsdp.h"
@@ -379,7 +379,7 @@ TEST(Models, EachTrainsUnderDdp) {
 
 std::string Python();
 
-// Initial weights made by PyTorch (tests/init_weights.py) load through
+// Initial weights made by PyTorch (tests/fixtures/init_weights.py) load through
 // model.init_from: the loss of the loaded model on a fixed batch equals
 // PyTorch's loss of the same module on the same batch — for a plain file, a
 // Hugging Face sharded directory under a "model." prefix (one process, DDP
@@ -389,7 +389,7 @@ class InitFrom : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/init_weights.py " + dir_->path() + " 2> " +
+    const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/init_weights.py " + dir_->path() + " 2> " +
                             dir_->path() + "/python.log";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
