@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/job_state.h"
 #include "common/credentials.h"
+#include "common/job_state.h"
 #include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
@@ -84,7 +84,8 @@ ordered_json JobJson(const v1::Job& j) {
   if (j.events_size() > 0) {
     ordered_json events = ordered_json::array();
     for (const auto& e : j.events()) {
-      events.push_back({{"time", FormatTime(e.unix_millis())}, {"state", StateName(e.state())}, {"reason", e.reason()}});
+      events.push_back(
+          {{"time", FormatTime(e.unix_millis())}, {"state", StateName(e.state())}, {"reason", e.reason()}});
     }
     o["events"] = events;
   }
@@ -139,8 +140,7 @@ struct Trainctl::Impl {
   std::unique_ptr<v1::JobService::Stub> stub;
 
   Impl(TrainctlOptions o, std::ostream& out_, std::ostream& err_) : options(std::move(o)), out(out_), err(err_) {
-    channel = grpc::CreateChannel(options.server,
-                                  ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem));
+    channel = grpc::CreateChannel(options.server, ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem));
     stub = v1::JobService::NewStub(channel);
   }
 
@@ -172,10 +172,11 @@ struct Trainctl::Impl {
           << "). Is trainyard-server running? Set --server or TRAINYARD_SERVER.\n";
       return 2;
     }
-    static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                   "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                   "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                   "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    static const char* kNames[] = {
+        "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+        "DATA_LOSS", "UNAUTHENTICATED"};
     int code = static_cast<int>(s.error_code());
     err << "trainctl: " << (code >= 0 && code <= 16 ? kNames[code] : "ERROR") << ": " << s.error_message() << "\n";
     return 2;
@@ -240,8 +241,8 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
   if (!accelerate_config_file.empty()) {
     std::ifstream config(accelerate_config_file, std::ios::binary);
     if (!config) {
-      s.err << "trainctl: cannot read the accelerate config " << accelerate_config_file << ": "
-            << std::strerror(errno) << "\n";
+      s.err << "trainctl: cannot read the accelerate config " << accelerate_config_file << ": " << std::strerror(errno)
+            << "\n";
       return 2;
     }
     std::error_code ec;
@@ -296,8 +297,8 @@ int Trainctl::List(const std::string& state_filter) {
     return 0;
   }
   s.out << std::left << std::setw(14) << "ID" << std::setw(20) << "NAME" << std::setw(11) << "STATE" << std::right
-        << std::setw(6) << "PROCS" << std::setw(16) << "STEP" << std::setw(11) << "LOSS" << std::setw(12)
-        << "SAMPLES/S" << "  CREATED\n";
+        << std::setw(6) << "PROCS" << std::setw(16) << "STEP" << std::setw(11) << "LOSS" << std::setw(12) << "SAMPLES/S"
+        << "  CREATED\n";
   for (const auto& j : resp.jobs()) {
     std::ostringstream step;
     step << j.step() << "/" << j.max_steps();
@@ -407,8 +408,9 @@ int Trainctl::Cancel(const std::string& id, bool wait, bool checkpoint) {
           << (IsTerminalProto(resp.job().state()) ? resp.job().reason() : "stopping") << "\n";
     return 0;
   }
-  s.out << id << (checkpoint ? ": checkpointing, then stopping; waiting for its workers\n"
-                              : ": cancelling, waiting for its workers to stop\n");
+  s.out << id
+        << (checkpoint ? ": checkpointing, then stopping; waiting for its workers\n"
+                       : ": cancelling, waiting for its workers to stop\n");
   int rc = Watch(id);
   if (rc == 2) return rc;
   auto final_state = Impl::LastState(s, id);
@@ -418,17 +420,10 @@ int Trainctl::Cancel(const std::string& id, bool wait, bool checkpoint) {
 namespace {
 
 ordered_json CheckpointJson(const v1::Checkpoint& c) {
-  return {{"index", c.index()},
-          {"step", c.step()},
-          {"type", CheckpointTypeName(FromProto(c).type)},
-          {"trigger", c.trigger()},
-          {"ok", c.ok()},
-          {"path", c.path()},
-          {"bytes", c.bytes()},
-          {"seconds", c.seconds()},
-          {"time", FormatTime(c.unix_millis())},
-          {"attempt", c.attempt()},
-          {"error", c.error()}};
+  return {{"index", c.index()},     {"step", c.step()},       {"type", CheckpointTypeName(FromProto(c).type)},
+          {"trigger", c.trigger()}, {"ok", c.ok()},           {"path", c.path()},
+          {"bytes", c.bytes()},     {"seconds", c.seconds()}, {"time", FormatTime(c.unix_millis())},
+          {"attempt", c.attempt()}, {"error", c.error()}};
 }
 
 }  // namespace
@@ -475,14 +470,15 @@ int Trainctl::Checkpoints(const std::string& id) {
   }
   s.out << std::left << std::setw(6) << "N" << std::setw(8) << "STEP" << std::setw(9) << "TYPE" << std::setw(11)
         << "TRIGGER" << std::setw(8) << "RESULT" << std::setw(12) << "BYTES" << std::setw(9) << "SECONDS"
-        << std::setw(21) << "TIME" << "PATH / ERROR\n";
+        << std::setw(21) << "TIME"
+        << "PATH / ERROR\n";
   for (const auto& c : resp.checkpoints()) {
     std::ostringstream secs;
     secs << std::fixed << std::setprecision(2) << c.seconds();
     s.out << std::left << std::setw(6) << (c.ok() ? std::to_string(c.index()) : "-") << std::setw(8) << c.step()
-          << std::setw(9) << CheckpointTypeName(FromProto(c).type) << std::setw(11) << c.trigger()
-          << std::setw(8) << (c.ok() ? "ok" : "FAILED") << std::setw(12) << c.bytes() << std::setw(9) << secs.str()
-          << std::setw(21) << FormatTime(c.unix_millis()) << (c.ok() ? c.path() : c.error()) << "\n";
+          << std::setw(9) << CheckpointTypeName(FromProto(c).type) << std::setw(11) << c.trigger() << std::setw(8)
+          << (c.ok() ? "ok" : "FAILED") << std::setw(12) << c.bytes() << std::setw(9) << secs.str() << std::setw(21)
+          << FormatTime(c.unix_millis()) << (c.ok() ? c.path() : c.error()) << "\n";
   }
   return 0;
 }
@@ -512,16 +508,18 @@ int Trainctl::JoinInfo(const std::string& id) {
   grpc::Status st = s.stub->GetJoinInfo(&ctx, req, &resp);
   if (!st.ok()) return s.Fail(st);
   if (s.options.output == OutputFormat::kJson) {
-    nlohmann::json j = {{"job_id", resp.job_id()},       {"token", resp.token()},
-                        {"world_size", resp.world_size()}, {"attempt", resp.attempt()},
+    nlohmann::json j = {{"job_id", resp.job_id()},
+                        {"token", resp.token()},
+                        {"world_size", resp.world_size()},
+                        {"attempt", resp.attempt()},
                         {"coordinator_addr", resp.coordinator_addr()}};
     s.out << j.dump(2) << "\n";
     return 0;
   }
   s.out << "job " << resp.job_id() << ": " << resp.world_size() << " ranks (attempt " << resp.attempt() << ")\n"
         << "On each host, for each of its ranks R:\n"
-        << "  TRAINYARD_WORKER_TOKEN=" << resp.token() << " trainyard-worker --join " << resp.job_id()
-        << " --server " << resp.coordinator_addr() << " --rank R\n"
+        << "  TRAINYARD_WORKER_TOKEN=" << resp.token() << " trainyard-worker --join " << resp.job_id() << " --server "
+        << resp.coordinator_addr() << " --rank R\n"
         << "(without --rank a worker takes TRAINYARD_RANK, SLURM_PROCID, RANK or JOB_COMPLETION_INDEX from its "
            "environment)\n";
   return 0;
@@ -538,7 +536,8 @@ int Trainctl::Logs(const std::string& id, int rank, int64_t tail_bytes) {
   s.Deadline(&ctx);
   grpc::Status st = s.stub->GetLogs(&ctx, req, &resp);
   if (!st.ok()) return s.Fail(st);
-  if (resp.truncated()) s.out << "... (showing the last " << resp.content().size() << " bytes of " << resp.path() << ")\n";
+  if (resp.truncated())
+    s.out << "... (showing the last " << resp.content().size() << " bytes of " << resp.path() << ")\n";
   s.out << resp.content();
   return 0;
 }

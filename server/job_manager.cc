@@ -25,9 +25,7 @@
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // ---- JobWatch / WorkerChannel ----------------------------------------------
 
@@ -97,8 +95,7 @@ bool WorkerChannel::closed() {
 // ---- JobManager --------------------------------------------------------------
 
 JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options)
-    : store_(store), launcher_(launcher), metrics_(metrics), options_(std::move(options)),
-      free_slots_(options_.slots) {
+    : store_(store), launcher_(launcher), metrics_(metrics), options_(std::move(options)), free_slots_(options_.slots) {
   for (int g = 0; g < options_.gpus; ++g) free_gpu_ids_.insert(g);
   launchers_[LauncherKind::kLocal] = launcher;
   std::error_code ec;
@@ -112,7 +109,8 @@ absl::Status JobManager::CheckPaths(JobSpec& spec, const std::string& job_id) {
   CheckpointSpec& c = spec.checkpoint;
   if (c.project_dir.empty()) c.project_dir = absl::StrCat(options_.state_dir, "/jobs/", job_id);
   auto dir = ResolveUnderRoots(c.project_dir, options_.allowed_roots);
-  if (!dir.ok()) return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.project_dir': ", dir.status().message()));
+  if (!dir.ok())
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.project_dir': ", dir.status().message()));
   c.project_dir = *dir;
   // The files a job reads.
   for (auto [field, path] : {std::pair<const char*, std::string*>{"model.kind", &spec.model.path},
@@ -173,16 +171,17 @@ absl::Status JobManager::CheckResources(const JobSpec& spec) {
   if (kind == LauncherKind::kExternal) return absl::OkStatus();
   auto it = launchers_.find(kind);
   if (it == launchers_.end() || it->second == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("spec field 'launcher': ", LauncherKindName(kind),
-                                                   " is not available on this server"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field 'launcher': ", LauncherKindName(kind), " is not available on this server"));
   }
   if (auto s = it->second->Available(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec field 'launcher': ", s.message()));
   }
   if (kind != LauncherKind::kLocal) return absl::OkStatus();  // the cluster's scheduler decides
   if (spec.slurm.nodes > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("spec field 'slurm.nodes': ", spec.slurm.nodes,
-                                                   " nodes need launcher slurm or external; the local launcher runs on one host"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field 'slurm.nodes': ", spec.slurm.nodes,
+                     " nodes need launcher slurm or external; the local launcher runs on one host"));
   }
   if (spec.device == Device::kCuda) {
     if (spec.num_processes > options_.gpus) {
@@ -194,9 +193,9 @@ absl::Status JobManager::CheckResources(const JobSpec& spec) {
     return absl::OkStatus();
   }
   if (spec.num_processes > options_.slots) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec field 'num_processes': ", spec.num_processes, " exceeds this server's ", options_.slots,
-        " slots (start the server with --slots N to allow more)"));
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'num_processes': ", spec.num_processes,
+                                                   " exceeds this server's ", options_.slots,
+                                                   " slots (start the server with --slots N to allow more)"));
   }
   return absl::OkStatus();
 }
@@ -250,8 +249,7 @@ absl::Status JobManager::Recover() {
     job.record = rec;
     if (!spec.ok()) {
       counts_[rec.state]++;
-      Transition(job, JobState::kFailed,
-                 absl::StrCat("stored spec no longer valid: ", spec.status().message()));
+      Transition(job, JobState::kFailed, absl::StrCat("stored spec no longer valid: ", spec.status().message()));
       continue;
     }
     job.spec = *spec;
@@ -361,9 +359,7 @@ absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
   return store_->Get(id);
 }
 
-absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) {
-  return store_->Events(id);
-}
+absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) { return store_->Events(id); }
 
 absl::StatusOr<std::vector<JobRecord>> JobManager::List(const std::set<JobState>& states, int limit) {
   auto all = store_->List(std::numeric_limits<int>::max());
@@ -425,8 +421,8 @@ absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, Che
   if (it == active_.end()) {
     auto rec = store_->Get(id);
     if (!rec.ok()) return rec.status();
-    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has ended (", JobStateName(rec->state),
-                                                      "); only a running job can checkpoint"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has ended (", JobStateName(rec->state), "); only a running job can checkpoint"));
   }
   ActiveJob& job = it->second;
   auto rank0 = job.channels.find(0);
@@ -454,12 +450,13 @@ absl::StatusOr<CheckpointEvent> JobManager::WaitCheckpoint(const std::string& id
       return e;
     }
     if (!active_.count(id)) {
-      return absl::AbortedError(absl::StrCat("job ", id, " ended before checkpoint request ", request_id, " completed"));
+      return absl::AbortedError(
+          absl::StrCat("job ", id, " ended before checkpoint request ", request_id, " completed"));
     }
     if (checkpoint_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
         std::chrono::system_clock::now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("checkpoint request ", request_id, " of job ", id, " has not completed yet; see `trainctl checkpoints ", id, "`"));
+      return absl::DeadlineExceededError(absl::StrCat("checkpoint request ", request_id, " of job ", id,
+                                                      " has not completed yet; see `trainctl checkpoints ", id, "`"));
     }
   }
 }
@@ -482,8 +479,9 @@ void JobManager::ReportCheckpoint(const std::string& job_id, int32_t attempt, co
   job.last_progress = std::chrono::steady_clock::now();
   if (c.ok) job.checkpointed_step_seconds = job.attempt_step_seconds;
   if (c.ok) {
-    AddEvent(job, absl::StrCat(c.trigger, " checkpoint ", c.index, " at step ", c.step, " (", CheckpointTypeName(c.type), ", ", c.bytes,
-                               " bytes, ", absl::StrFormat("%.2f", c.seconds), " s): ", c.path));
+    AddEvent(job,
+             absl::StrCat(c.trigger, " checkpoint ", c.index, " at step ", c.step, " (", CheckpointTypeName(c.type),
+                          ", ", c.bytes, " bytes, ", absl::StrFormat("%.2f", c.seconds), " s): ", c.path));
   } else {
     AddEvent(job, absl::StrCat(c.trigger, " checkpoint at step ", c.step, " failed: ", c.error));
   }
@@ -505,7 +503,8 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
   if (!rec.ok()) return rec.status();
   if (shut_down_) return absl::UnavailableError("the server is shutting down");
   auto spec = ParseJobSpec(rec->spec_json, options_.limits);
-  if (!spec.ok()) return absl::FailedPreconditionError(absl::StrCat("stored spec no longer valid: ", spec.status().message()));
+  if (!spec.ok())
+    return absl::FailedPreconditionError(absl::StrCat("stored spec no longer valid: ", spec.status().message()));
   if (num_processes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_processes must be >= 1 (0: keep), got ", num_processes));
   }
@@ -528,9 +527,10 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
   r.ended_unix_millis = 0;
   active_.emplace(id, std::move(job));
   ActiveJob& added = active_.at(id);
-  Transition(added, JobState::kQueued,
-             absl::StrCat("resume requested from ", from.empty() ? "the latest checkpoint" : spec->checkpoint.resume_from,
-                          " with ", spec->num_processes, " processes"));
+  Transition(
+      added, JobState::kQueued,
+      absl::StrCat("resume requested from ", from.empty() ? "the latest checkpoint" : spec->checkpoint.resume_from,
+                   " with ", spec->num_processes, " processes"));
   queue_.push_back(id);
   TrySchedule();
   auto it = active_.find(id);
@@ -580,16 +580,16 @@ absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {
                                                       " launcher; only launcher: external jobs take joining workers"));
   }
   if (job.record.worker_token.empty()) {
-    return absl::UnavailableError(absl::StrCat("job ", id, " is ", JobStateName(job.record.state),
-                                               "; it takes workers once it is started"));
+    return absl::UnavailableError(
+        absl::StrCat("job ", id, " is ", JobStateName(job.record.state), "; it takes workers once it is started"));
   }
   return JoinInfo{id, job.record.worker_token, job.record.num_processes, job.record.attempt,
                   options_.remote_coordinator_addr};
 }
 
-absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job_id, int32_t rank,
-                                                          int32_t attempt, const std::string& token,
-                                                          const std::string& advertise_addr, int32_t rendezvous_port) {
+absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
+                                                          const std::string& token, const std::string& advertise_addr,
+                                                          int32_t rendezvous_port) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = active_.find(job_id);
   if (it == active_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " is not running"));
@@ -601,29 +601,30 @@ absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job
   const bool external = KindOf(job) == LauncherKind::kExternal;
   if (attempt == 0 && external) attempt = job.record.attempt;  // joining
   if (attempt != job.record.attempt) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("attempt ", attempt, " of job ", job_id, " is stale; the current attempt is ", job.record.attempt));
+    return absl::FailedPreconditionError(absl::StrCat("attempt ", attempt, " of job ", job_id,
+                                                      " is stale; the current attempt is ", job.record.attempt));
   }
   if (job.record.state == JobState::kQueued) {
     return absl::UnavailableError(absl::StrCat("job ", job_id, " is queued; it takes workers once it is started"));
   }
   if (rank < 0 || rank >= job.record.num_processes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is out of range for job ", job_id, " (ranks 0..", job.record.num_processes - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range for job ", job_id, " (ranks 0..",
+                                                   job.record.num_processes - 1, ")"));
   }
   if (job.channels.count(rank)) {
     return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " of job ", job_id, " is already connected"));
   }
   if (external) {
     if (job.exited.count(rank) || job.failed || job.cancel_requested || job.preempted) {
-      return absl::FailedPreconditionError(absl::StrCat("attempt ", attempt, " of job ", job_id,
-                                                        " is stopping; join again when the next one starts"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("attempt ", attempt, " of job ", job_id, " is stopping; join again when the next one starts"));
     }
     if (job.record.state == JobState::kStarting) {
       if (rank == 0) {
         if (advertise_addr.empty() || rendezvous_port <= 0 || rendezvous_port > 65535) {
-          return absl::InvalidArgumentError("rank 0 of a joined job must say where its rendezvous store listens "
-                                            "(trainyard-worker --advertise-addr, --master-port)");
+          return absl::InvalidArgumentError(
+              "rank 0 of a joined job must say where its rendezvous store listens "
+              "(trainyard-worker --advertise-addr, --master-port)");
         }
         job.master_addr = advertise_addr;
         job.master_port = rendezvous_port;
@@ -638,19 +639,17 @@ absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job
   job.channels[rank] = channel;
   job.attached.insert(rank);
   if (job.cancel_requested) channel->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
-  if (job.record.state == JobState::kRecovering &&
-      static_cast<int>(job.attached.size()) == job.record.num_processes) {
+  if (job.record.state == JobState::kRecovering && static_cast<int>(job.attached.size()) == job.record.num_processes) {
     job.last_progress = std::chrono::steady_clock::now();
     Transition(job, JobState::kRunning,
                absl::StrCat("all ", job.record.num_processes, " ranks reattached after a coordinator restart"));
   }
-  if (job.record.state == JobState::kStarting &&
-      static_cast<int>(job.attached.size()) == job.record.num_processes) {
+  if (job.record.state == JobState::kStarting && static_cast<int>(job.attached.size()) == job.record.num_processes) {
     job.last_progress = std::chrono::steady_clock::now();
     Transition(job, JobState::kRunning, absl::StrCat("all ", job.record.num_processes, " ranks connected"));
   }
   return WorkerAttachment{job.record.spec_json, job.record.num_processes, job.record.attempt,
-                          job.master_addr,     job.master_port,          channel};
+                          job.master_addr,      job.master_port,          channel};
 }
 
 void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) {
@@ -760,8 +759,9 @@ void JobManager::HandleRankExit(ActiveJob& job, const RankExit& e) {
                               " from the latest checkpoint after: ", job.failure));
     return;
   } else if (job.failed) {
-    Transition(job, JobState::kFailed,
-               job.spec.max_restarts > 0 ? absl::StrCat(job.failure, " (after ", job.restarts, " restarts)") : job.failure);
+    Transition(
+        job, JobState::kFailed,
+        job.spec.max_restarts > 0 ? absl::StrCat(job.failure, " (after ", job.restarts, " restarts)") : job.failure);
   } else if (job.preempted && job.spec.preemptible && !shut_down_) {
     Requeue(job, "preempted: queued to resume from its checkpoint");
     return;
@@ -797,8 +797,9 @@ void JobManager::CheckProgress() {
     if (job.record.state == JobState::kRecovering && now > job.reattach_deadline && !job.failed &&
         !job.cancel_requested) {
       job.reattach_failed = true;
-      FailGroup(job, -1, absl::StrCat("the workers did not reattach within reattach_timeout_s (",
-                                      job.spec.reattach_timeout_s, " s) after a coordinator restart"));
+      FailGroup(job, -1,
+                absl::StrCat("the workers did not reattach within reattach_timeout_s (", job.spec.reattach_timeout_s,
+                             " s) after a coordinator restart"));
     }
     if (KindOf(job) != LauncherKind::kExternal) continue;
     const bool stopping = job.failed || job.cancel_requested || job.preempted;
@@ -823,8 +824,7 @@ void JobManager::CheckProgress() {
   }
   for (const RankExit& e : gone) {
     auto it = active_.find(e.job_id);  // an earlier exit may have ended or requeued it
-    if (it != active_.end() && it->second.record.attempt == e.attempt &&
-        it->second.record.state != JobState::kQueued) {
+    if (it != active_.end() && it->second.record.attempt == e.attempt && it->second.record.state != JobState::kQueued) {
       HandleRankExit(it->second, e);
     }
   }
@@ -833,8 +833,9 @@ void JobManager::CheckProgress() {
     const double timeout = job.spec.step_timeout_s;
     if (timeout <= 0) continue;
     if (now - job.last_progress > std::chrono::duration<double>(timeout)) {
-      FailGroup(job, -1, absl::StrCat("no step progress within step_timeout_s (", timeout, " s) at step ",
-                                      job.record.step, ": the job is hung"));
+      FailGroup(job, -1,
+                absl::StrCat("no step progress within step_timeout_s (", timeout, " s) at step ", job.record.step,
+                             ": the job is hung"));
     }
   }
 }
@@ -891,8 +892,9 @@ void JobManager::CheckAdopted(ActiveJob& job, std::vector<std::string>* finished
   if (job.record.state == JobState::kRecovering && now > job.reattach_deadline && !job.failed &&
       !job.cancel_requested) {
     job.reattach_failed = true;
-    FailGroup(job, -1, absl::StrCat("the workers did not reattach within reattach_timeout_s (",
-                                    job.spec.reattach_timeout_s, " s) after a coordinator restart"));
+    FailGroup(job, -1,
+              absl::StrCat("the workers did not reattach within reattach_timeout_s (", job.spec.reattach_timeout_s,
+                           " s) after a coordinator restart"));
   }
   if ((job.failed || job.cancel_requested) && job.kill_at != std::chrono::steady_clock::time_point{} &&
       now > job.kill_at) {
@@ -1031,9 +1033,7 @@ void JobManager::TrySchedule() {
       continue;
     }
     const ActiveJob& job = it->second;
-    const Pool pool = KindOf(job) != LauncherKind::kLocal ? kNone
-                      : job.spec.device == Device::kCuda  ? kGpus
-                                                          : kSlots;
+    const Pool pool = KindOf(job) != LauncherKind::kLocal ? kNone : job.spec.device == Device::kCuda ? kGpus : kSlots;
     if (pool != kNone && (blocked.count(pool) || !Fits(job))) {
       blocked.insert(pool);
       ++i;
@@ -1049,7 +1049,8 @@ void JobManager::StartJob(ActiveJob& job) {
   const LauncherKind kind = KindOf(job);
   Launcher* launcher = LauncherOf(job);
   if (kind != LauncherKind::kExternal && launcher == nullptr) {
-    Transition(job, JobState::kFailed, absl::StrCat("launcher ", LauncherKindName(kind), " is not available on this server"));
+    Transition(job, JobState::kFailed,
+               absl::StrCat("launcher ", LauncherKindName(kind), " is not available on this server"));
     Finish(r.id);
     return;
   }

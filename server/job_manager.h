@@ -229,7 +229,7 @@ class JobManager {
     bool reattach_failed = false;
     std::chrono::steady_clock::time_point reattach_deadline{}, kill_at{};
     std::set<int32_t> results_ok;
-    int restarts = 0;                      // whole-group restarts after failures
+    int restarts = 0;  // whole-group restarts after failures
     std::chrono::steady_clock::time_point last_progress{};
     // Goodput: rank 0's step time in this attempt, and at its last
     // checkpoint; what earlier attempts kept; when the job first started.
@@ -237,8 +237,8 @@ class JobManager {
     std::chrono::steady_clock::time_point first_start{};
     bool failed = false;
     std::string failure;
-    std::vector<int> gpus;                 // held by a local CUDA job's ranks
-    std::string master_addr;               // this attempt's rendezvous
+    std::vector<int> gpus;    // held by a local CUDA job's ranks
+    std::string master_addr;  // this attempt's rendezvous
     int master_port = 0;
     // External jobs: each rank's end as reported (0 ok, 1 failed, 3
     // stopped, 4 preempted), and when ranks without one lost their stream.
@@ -290,11 +290,11 @@ class JobManager {
   int free_slots_;                           // guarded by mu_
   std::set<int> free_gpu_ids_;               // guarded by mu_
   std::map<LauncherKind, Launcher*> launchers_;
-  std::map<JobState, int> counts_;           // guarded by mu_
-  bool shut_down_ = false;                   // guarded by mu_
-  int64_t next_request_id_ = 1;              // guarded by mu_
+  std::map<JobState, int> counts_;                         // guarded by mu_
+  bool shut_down_ = false;                                 // guarded by mu_
+  int64_t next_request_id_ = 1;                            // guarded by mu_
   std::map<int64_t, CheckpointEvent> checkpoint_results_;  // guarded by mu_; reports of requests, by id
-  std::condition_variable checkpoint_cv_;    // signalled on reports and job ends
+  std::condition_variable checkpoint_cv_;                  // signalled on reports and job ends
 };
 
 }  // namespace trainyard

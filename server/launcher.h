@@ -25,18 +25,18 @@ struct LaunchRequest {
   int32_t world_size = 1;
   std::string master_addr = "127.0.0.1";  // rank 0 hosts the TCPStore here
   int master_port = 0;
-  std::string coordinator_addr;           // host:port of the WorkerService
-  std::string token;                      // per-attempt worker secret
-  std::string log_dir;                    // one rank-<r>.log per rank
+  std::string coordinator_addr;  // host:port of the WorkerService
+  std::string token;             // per-attempt worker secret
+  std::string log_dir;           // one rank-<r>.log per rank
   int32_t threads_per_process = 1;
-  std::string job_name;                   // the spec's name (Slurm --job-name)
-  bool cuda = false;                      // device: cuda
+  std::string job_name;  // the spec's name (Slurm --job-name)
+  bool cuda = false;     // device: cuda
   // Local launcher, CUDA jobs: the GPU index each rank gets
   // (CUDA_VISIBLE_DEVICES), one per rank, never shared between jobs.
   std::vector<int> gpus;
-  bool preemptible = false;               // Slurm: --requeue
-  double preemption_grace_s = 60;         // Slurm: --signal lead time
-  SlurmSpec slurm;                        // Slurm: nodes, partition, ...
+  bool preemptible = false;        // Slurm: --requeue
+  double preemption_grace_s = 60;  // Slurm: --signal lead time
+  SlurmSpec slurm;                 // Slurm: nodes, partition, ...
 };
 
 // How one rank's process ended.
@@ -44,9 +44,9 @@ struct RankExit {
   std::string job_id;
   int32_t attempt = 0;
   int32_t rank = 0;
-  int exit_code = 0;     // valid when signal == 0
-  int signal = 0;        // non-zero when killed by a signal
-  std::string detail;    // the launcher's own account, when it has one
+  int exit_code = 0;   // valid when signal == 0
+  int signal = 0;      // non-zero when killed by a signal
+  std::string detail;  // the launcher's own account, when it has one
   bool ok() const { return signal == 0 && exit_code == 0; }
   std::string Describe() const;
 };
@@ -85,11 +85,10 @@ struct LocalLauncherOptions {
 
 // Creates the fork/exec launcher. Its destructor kills every process it still
 // tracks and reaps them.
-std::unique_ptr<Launcher> MakeLocalLauncher(LocalLauncherOptions options,
-                                            Launcher::ExitCallback on_exit);
+std::unique_ptr<Launcher> MakeLocalLauncher(LocalLauncherOptions options, Launcher::ExitCallback on_exit);
 
 struct SlurmLauncherOptions {
-  std::string worker_binary;             // as seen on the compute nodes
+  std::string worker_binary;  // as seen on the compute nodes
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds poll_interval{500};
   // Directory of sbatch, squeue, scontrol and scancel; empty: PATH.

@@ -1,9 +1,9 @@
 // LocalLauncher: one trainyard-worker process per rank, forked on this host.
-#include "absl/status/statusor.h"
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "absl/status/statusor.h"
 
 #include <cerrno>
 #include <condition_variable>
@@ -71,14 +71,22 @@ class LocalLauncher final : public Launcher {
     for (int32_t rank = 0; rank < r.world_size; ++rank) {
       std::vector<std::string> args = {
           options_.worker_binary,
-          "--job", r.job_id,
-          "--rank", std::to_string(rank),
-          "--world-size", std::to_string(r.world_size),
-          "--attempt", std::to_string(r.attempt),
-          "--master-addr", r.master_addr,
-          "--master-port", std::to_string(r.master_port),
-          "--server", r.coordinator_addr,
-          "--threads", std::to_string(r.threads_per_process),
+          "--job",
+          r.job_id,
+          "--rank",
+          std::to_string(rank),
+          "--world-size",
+          std::to_string(r.world_size),
+          "--attempt",
+          std::to_string(r.attempt),
+          "--master-addr",
+          r.master_addr,
+          "--master-port",
+          std::to_string(r.master_port),
+          "--server",
+          r.coordinator_addr,
+          "--threads",
+          std::to_string(r.threads_per_process),
       };
       for (const auto& a : options_.extra_worker_args) args.push_back(a);
       std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");

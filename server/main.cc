@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   CLI::App app{"trainyard-server: schedules and tracks distributed training jobs"};
   app.add_option("--listen", o.listen, "gRPC address HOST:PORT (port 0 = any free port)")->capture_default_str();
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address HOST:PORT")->capture_default_str();
-  app.add_option("--state-dir", o.state_dir, "Directory for the SQLite job store and worker logs")->capture_default_str();
+  app.add_option("--state-dir", o.state_dir, "Directory for the SQLite job store and worker logs")
+      ->capture_default_str();
   app.add_option("--slots", o.slots, "CPU slots (worker processes) this host runs at once; default: number of CPUs")
       ->check(CLI::Range(1, 1 << 16));
   app.add_option("--worker-binary", o.worker_binary, "trainyard-worker to launch; default: beside this binary");
@@ -28,10 +29,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-num-processes", o.max_num_processes, "Largest num_processes a spec may ask for")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--allowed-root", o.allowed_roots,
-                 "Directory a job's paths (checkpoint.project_dir, resume sources, model and data files) may lie under; "
-                 "repeatable. "
-                 "Default: the state dir and the working directory");
+  app.add_option(
+      "--allowed-root", o.allowed_roots,
+      "Directory a job's paths (checkpoint.project_dir, resume sources, model and data files) may lie under; "
+      "repeatable. "
+      "Default: the state dir and the working directory");
   app.add_option("--auth-token-file", o.auth_token_file,
                  "File with the bearer token every client call must carry (authorization: Bearer <token>)");
   app.add_option("--tls-cert", o.tls_cert, "Server certificate chain (PEM): serve TLS");

@@ -28,8 +28,9 @@ grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx) const {
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this server needs a token: authorization: Bearer <token> (trainctl --token-file or TRAINYARD_TOKEN)");
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        "this server needs a token: authorization: Bearer <token> (trainctl --token-file or TRAINYARD_TOKEN)");
   }
   const std::string value(it->second.data(), it->second.size());
   if (!ConstantTimeEquals(value, "Bearer " + auth_token_)) {
@@ -177,7 +178,8 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req, v1::GetLogsResponse* resp) {
+grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
+                                     v1::GetLogsResponse* resp) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
   if (req->tail_bytes() < 0 || req->tail_bytes() > kMaxLogTail) {
@@ -213,7 +215,8 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
   auto attached = manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(),
                                          hello.advertise_addr(), hello.rendezvous_port());
   if (!attached.ok()) {
-    spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(), std::string(attached.status().message()));
+    spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(),
+                 std::string(attached.status().message()));
     return ToGrpcStatus(attached.status());
   }
   auto channel = attached->channel;

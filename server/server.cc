@@ -8,11 +8,11 @@
 #include <prometheus/registry.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <condition_variable>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -131,7 +131,8 @@ absl::Status Server::Start() {
     const std::string ca = o.tls_worker_ca.empty() ? o.tls_client_ca : o.tls_worker_ca;
     if (ca.empty()) {
       return absl::FailedPreconditionError(
-          "with --tls-cert, workers need the CA of the server's certificate: give --tls-worker-ca (or --tls-client-ca)");
+          "with --tls-cert, workers need the CA of the server's certificate: give --tls-worker-ca (or "
+          "--tls-client-ca)");
     }
     lo.extra_worker_args = {"--coordinator-ca", std::filesystem::absolute(ca).string()};
     if (!o.tls_client_ca.empty()) {
@@ -203,16 +204,17 @@ absl::Status Server::Start() {
     }
   });
 
-  spdlog::info("trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, state in {}, {} slots, "
-               "{} GPUs, default launcher {}, worker {}",
-               HostOf(o.listen), s.grpc_port, remote, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port),
-               o.state_dir, o.slots, mo.gpus, o.launcher, o.worker_binary);
+  spdlog::info(
+      "trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, state in {}, {} slots, "
+      "{} GPUs, default launcher {}, worker {}",
+      HostOf(o.listen), s.grpc_port, remote, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port), o.state_dir,
+      o.slots, mo.gpus, o.launcher, o.worker_binary);
   if (!o.ready_file.empty()) {
     std::string tmp = o.ready_file + ".tmp";
     {
       std::ofstream out(tmp);
-      out << "{\"grpc_port\": " << s.grpc_port << ", \"metrics_port\": " << s.metrics_port
-          << ", \"pid\": " << getpid() << "}\n";
+      out << "{\"grpc_port\": " << s.grpc_port << ", \"metrics_port\": " << s.metrics_port << ", \"pid\": " << getpid()
+          << "}\n";
     }
     std::filesystem::rename(tmp, o.ready_file, ec);
     if (ec) return absl::InternalError(absl::StrCat("--ready-file ", o.ready_file, ": ", ec.message()));

@@ -14,13 +14,13 @@
 namespace trainyard {
 
 struct ServerOptions {
-  std::string listen = "127.0.0.1:50051";       // gRPC; port 0 = any free port
+  std::string listen = "127.0.0.1:50051";         // gRPC; port 0 = any free port
   std::string metrics_listen = "127.0.0.1:9464";  // Prometheus /metrics; port 0 = any
-  std::string state_dir = "trainyard-state";    // SQLite db and worker logs
-  int slots = 0;                                // 0 = number of CPUs
-  std::string worker_binary;                    // empty = trainyard-worker beside the server
-  std::chrono::milliseconds stop_grace{5000};   // SIGTERM → SIGKILL
-  std::string ready_file;                       // written once serving: {"grpc_port":..,"metrics_port":..}
+  std::string state_dir = "trainyard-state";      // SQLite db and worker logs
+  int slots = 0;                                  // 0 = number of CPUs
+  std::string worker_binary;                      // empty = trainyard-worker beside the server
+  std::chrono::milliseconds stop_grace{5000};     // SIGTERM → SIGKILL
+  std::string ready_file;                         // written once serving: {"grpc_port":..,"metrics_port":..}
   int max_queued_jobs = 1000;
   int max_num_processes = 1024;
   // Roots a job's paths must lie under; empty: the state dir and the

@@ -6,8 +6,8 @@ namespace trainyard {
 namespace {
 
 const prometheus::Histogram::BucketBoundaries& StepBuckets() {
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                   0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
   return kBuckets;
 }
 
@@ -15,17 +15,26 @@ const prometheus::Histogram::BucketBoundaries& StepBuckets() {
 
 ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
     : registry_(std::move(registry)),
-      jobs_(prometheus::BuildGauge().Name("trainyard_jobs").Help("Jobs known to the server, by state").Register(*registry_)),
+      jobs_(prometheus::BuildGauge()
+                .Name("trainyard_jobs")
+                .Help("Jobs known to the server, by state")
+                .Register(*registry_)),
       submitted_(prometheus::BuildCounter()
                      .Name("trainyard_job_submissions_total")
                      .Help("Job submissions, by outcome (accepted or rejected)")
                      .Register(*registry_)),
-      step_(prometheus::BuildGauge().Name("trainyard_job_step").Help("Last completed training step").Register(*registry_)),
+      step_(prometheus::BuildGauge()
+                .Name("trainyard_job_step")
+                .Help("Last completed training step")
+                .Register(*registry_)),
       samples_per_second_(prometheus::BuildGauge()
                               .Name("trainyard_job_samples_per_second")
                               .Help("Training throughput of one rank over its last step")
                               .Register(*registry_)),
-      loss_(prometheus::BuildGauge().Name("trainyard_job_loss").Help("Training loss at the last step").Register(*registry_)),
+      loss_(prometheus::BuildGauge()
+                .Name("trainyard_job_loss")
+                .Help("Training loss at the last step")
+                .Register(*registry_)),
       learning_rate_(prometheus::BuildGauge()
                          .Name("trainyard_job_learning_rate")
                          .Help("Learning rate at the last step")
@@ -182,10 +191,10 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
   s.grad_bytes->Set(static_cast<double>(m.grad_bytes));
   s.optimizer_bytes->Set(static_cast<double>(m.optimizer_bytes));
   if (m.device_peak_bytes > 0 && s.device_peak_bytes == nullptr) {  // a CUDA rank
-    s.device_allocated_bytes = &memory_bytes_.Add({{"job_id", job_id}, {"rank", std::to_string(m.rank)},
-                                                   {"kind", "device_allocated"}});
-    s.device_peak_bytes = &memory_bytes_.Add({{"job_id", job_id}, {"rank", std::to_string(m.rank)},
-                                              {"kind", "device_peak"}});
+    s.device_allocated_bytes =
+        &memory_bytes_.Add({{"job_id", job_id}, {"rank", std::to_string(m.rank)}, {"kind", "device_allocated"}});
+    s.device_peak_bytes =
+        &memory_bytes_.Add({{"job_id", job_id}, {"rank", std::to_string(m.rank)}, {"kind", "device_peak"}});
   }
   if (s.device_peak_bytes != nullptr) {
     s.device_allocated_bytes->Set(static_cast<double>(m.device_allocated_bytes));
@@ -243,9 +252,9 @@ void ServerMetrics::RecordCheckpoint(const std::string& job_id, const Checkpoint
   if (it == checkpoint_series_.end()) {
     const std::map<std::string, std::string> labels = {{"job_id", job_id}};
     it = checkpoint_series_
-             .emplace(job_id, CheckpointSeries{&last_checkpoint_step_.Add(labels), &last_checkpoint_time_.Add(labels),
-                                               &last_checkpoint_bytes_.Add(labels),
-                                               &last_checkpoint_seconds_.Add(labels)})
+             .emplace(job_id,
+                      CheckpointSeries{&last_checkpoint_step_.Add(labels), &last_checkpoint_time_.Add(labels),
+                                       &last_checkpoint_bytes_.Add(labels), &last_checkpoint_seconds_.Add(labels)})
              .first;
   }
   it->second.step->Set(static_cast<double>(c.step));

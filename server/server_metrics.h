@@ -105,16 +105,16 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& last_checkpoint_time_;
   prometheus::Family<prometheus::Gauge>& last_checkpoint_bytes_;
   prometheus::Family<prometheus::Gauge>& last_checkpoint_seconds_;
-  prometheus::Family<prometheus::Counter>& restarts_;        // per job
-  prometheus::Family<prometheus::Counter>& restarts_all_;    // server-wide
+  prometheus::Family<prometheus::Counter>& restarts_;      // per job
+  prometheus::Family<prometheus::Counter>& restarts_all_;  // server-wide
   prometheus::Family<prometheus::Gauge>& goodput_;
-  std::map<std::string, prometheus::Gauge*> goodput_series_;  // guarded by mu_
+  std::map<std::string, prometheus::Gauge*> goodput_series_;    // guarded by mu_
   std::map<std::string, prometheus::Counter*> restart_series_;  // guarded by mu_
-  prometheus::Counter& RestartsOf(const std::string& job_id);  // REQUIRES: mu_ held
+  prometheus::Counter& RestartsOf(const std::string& job_id);   // REQUIRES: mu_ held
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_
-  std::map<std::string, CheckpointSeries> checkpoint_series_;      // guarded by mu_
+  std::map<std::string, CheckpointSeries> checkpoint_series_;     // guarded by mu_
 };
 
 }  // namespace trainyard

@@ -7,8 +7,8 @@
 // the job has ended were killed.
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/stat.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,8 +143,8 @@ std::string ShellQuote(const std::string& s) {
 }
 
 bool Terminal(const std::string& state) {
-  static const std::set<std::string> kEnded = {"COMPLETED", "FAILED",        "CANCELLED",  "TIMEOUT",
-                                               "NODE_FAIL", "PREEMPTED",     "OUT_OF_MEMORY", "BOOT_FAIL",
+  static const std::set<std::string> kEnded = {"COMPLETED", "FAILED",       "CANCELLED",     "TIMEOUT",
+                                               "NODE_FAIL", "PREEMPTED",    "OUT_OF_MEMORY", "BOOT_FAIL",
                                                "DEADLINE",  "SPECIAL_EXIT", "REVOKED"};
   return kEnded.count(state) > 0;
 }
@@ -234,14 +234,13 @@ class SlurmLauncher final : public Launcher {
     chmod(rank_path.c_str(), 0750);
     {
       std::vector<std::string> worker = {
-          rank_path,
-          options_.worker_binary,
-          "--job", r.job_id,
-          "--world-size", std::to_string(r.world_size),
-          "--attempt", std::to_string(r.attempt),
+          rank_path,       options_.worker_binary,
+          "--job",         r.job_id,
+          "--world-size",  std::to_string(r.world_size),
+          "--attempt",     std::to_string(r.attempt),
           "--master-port", std::to_string(r.master_port),
-          "--server", r.coordinator_addr,
-          "--threads", std::to_string(r.threads_per_process),
+          "--server",      r.coordinator_addr,
+          "--threads",     std::to_string(r.threads_per_process),
       };
       if (!r.master_addr.empty()) {
         worker.push_back("--master-addr");
@@ -262,17 +261,14 @@ class SlurmLauncher final : public Launcher {
     }
     chmod(script_path.c_str(), 0750);
 
-    std::vector<std::string> args = {Tool("sbatch"), "--parsable",
-                                     "--job-name=" + name,
-                                     absl::StrCat("--ntasks=", r.world_size),
-                                     absl::StrCat("--nodes=", r.slurm.nodes),
-                                     absl::StrCat("--cpus-per-task=", r.threads_per_process),
-                                     "--output=" + r.log_dir + "/slurm-%j.out",
-                                     // Workers checkpoint and exit on SIGTERM: give them the
-                                     // grace before the time limit (preemption sends SIGTERM too).
-                                     absl::StrCat("--signal=TERM@", std::clamp<int64_t>(
-                                                                        static_cast<int64_t>(r.preemption_grace_s), 1, 65535)),
-                                     r.preemptible ? "--requeue" : "--no-requeue"};
+    std::vector<std::string> args = {
+        Tool("sbatch"), "--parsable", "--job-name=" + name, absl::StrCat("--ntasks=", r.world_size),
+        absl::StrCat("--nodes=", r.slurm.nodes), absl::StrCat("--cpus-per-task=", r.threads_per_process),
+        "--output=" + r.log_dir + "/slurm-%j.out",
+        // Workers checkpoint and exit on SIGTERM: give them the
+        // grace before the time limit (preemption sends SIGTERM too).
+        absl::StrCat("--signal=TERM@", std::clamp<int64_t>(static_cast<int64_t>(r.preemption_grace_s), 1, 65535)),
+        r.preemptible ? "--requeue" : "--no-requeue"};
     if (r.cuda) args.push_back(absl::StrCat("--gres=gpu:", r.world_size / std::max(1, r.slurm.nodes)));
     const std::string partition = r.slurm.partition.empty() ? options_.partition : r.slurm.partition;
     const std::string account = r.slurm.account.empty() ? options_.account : r.slurm.account;
@@ -397,7 +393,8 @@ class SlurmLauncher final : public Launcher {
       std::vector<std::string> names;
       for (const auto& [key, a] : attempts_) names.push_back(a.slurm_name);
       lock.unlock();
-      CommandResult q = RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T"}, {});
+      CommandResult q =
+          RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T"}, {});
       lock.lock();
       std::map<std::string, std::string> states;  // slurm id -> state
       for (const auto line : absl::StrSplit(q.out, '\n', absl::SkipWhitespace())) {

@@ -64,16 +64,16 @@ constexpr const char* kJobColumns =
 // Owns one prepared statement.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const std::string& sql) {
-    rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
-  }
+  Stmt(sqlite3* db, const std::string& sql) { rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr); }
   ~Stmt() { sqlite3_finalize(stmt_); }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
   bool ok() const { return rc_ == SQLITE_OK; }
   sqlite3_stmt* get() { return stmt_; }
-  void Bind(int i, const std::string& v) { sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   std::string Text(int i) {
@@ -96,8 +96,8 @@ class SqliteJobStore final : public JobStore {
   absl::Status Init() {
     // WAL + synchronous=FULL: a committed transaction is on disk when
     // COMMIT returns, and readers never block the writer.
-    for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
-                               "PRAGMA foreign_keys=ON;", "PRAGMA busy_timeout=5000;"}) {
+    for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA foreign_keys=ON;",
+                               "PRAGMA busy_timeout=5000;"}) {
       if (auto s = Exec(pragma); !s.ok()) return s;
     }
     return Exec(kSchema);
@@ -106,8 +106,7 @@ class SqliteJobStore final : public JobStore {
   absl::Status Insert(const JobRecord& job, const JobEvent& event) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
-    Stmt st(db_, absl::StrCat("INSERT INTO jobs (", kJobColumns,
-                              ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?);"));
+    Stmt st(db_, absl::StrCat("INSERT INTO jobs (", kJobColumns, ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?);"));
     if (!st.ok()) return Rollback(Error("prepare insert"));
     BindJob(st, job);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("insert job " + job.id));
@@ -314,8 +313,8 @@ class SqliteJobStore final : public JobStore {
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);

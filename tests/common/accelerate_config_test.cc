@@ -319,8 +319,8 @@ TEST(AccelerateConfigTest, EveryConfigAccelerateWrites) {
       std::filesystem::temp_directory_path() / ("accelerate-configs-" + std::to_string(::getpid()));
   const std::string python =
       std::getenv("TRAINYARD_TEST_PYTHON") ? std::getenv("TRAINYARD_TEST_PYTHON") : TRAINYARD_TEST_PYTHON;
-  const std::string cmd = python + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/accelerate_configs.py " + dir.string() + " > " +
-                          (dir.string() + ".list");
+  const std::string cmd = python + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/accelerate_configs.py " +
+                          dir.string() + " > " + (dir.string() + ".list");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream list(dir.string() + ".list");
   int seen = 0;

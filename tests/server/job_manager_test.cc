@@ -318,8 +318,8 @@ TEST_F(JobManagerTest, LaunchFailureFailsTheJobAndFreesSlots) {
 TEST_F(JobManagerTest, HistorySurvivesRestart) {
   const std::string a = Submit(1);
   ExitAll(a, 0);
-  const std::string b = Submit(4);   // running when the coordinator stops
-  const std::string c = Submit(1);   // queued behind it
+  const std::string b = Submit(4);  // running when the coordinator stops
+  const std::string c = Submit(1);  // queued behind it
   Open();
   EXPECT_EQ(StateOf(a), JobState::kSucceeded);
   // b's workers may still be training: it waits for them, holding its slots.

@@ -378,8 +378,8 @@ TEST(FullLayout, ReadByPythonSafetensorsIntoAnEquivalentModule) {
     }
     std::ofstream(ref.path() + "/reference.json") << table.dump();
   });
-  const std::string cmd = PythonWithSafetensors() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/checkpoint_check.py " + full +
-                          " " + sharded + " " + ref.path();
+  const std::string cmd = PythonWithSafetensors() + " " + TRAINYARD_SOURCE_DIR +
+                          "/tests/fixtures/checkpoint_check.py " + full + " " + sharded + " " + ref.path();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "tests/worker/dist_test_util.h"
 #include "tests/test_util.h"
+#include "tests/worker/dist_test_util.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/checkpoint.h"
 #include "worker/ddp.h"

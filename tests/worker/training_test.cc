@@ -389,8 +389,8 @@ class InitFrom : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/init_weights.py " + dir_->path() + " 2> " +
-                            dir_->path() + "/python.log";
+    const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/init_weights.py " + dir_->path() +
+                            " 2> " + dir_->path() + "/python.log";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   static void TearDownTestSuite() { delete dir_; }
