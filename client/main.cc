@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
                      "Hugging Face Accelerate config (YAML, as `accelerate config` writes it) applied to the spec");
   auto* list = app.add_subcommand("list", "List jobs");
   list->add_option("--state", state, "Only jobs in this state");
+  int64_t list_limit = 0;
+  list->add_option("--limit", list_limit, "At most this many jobs, oldest first (default: all)")
+      ->check(CLI::NonNegativeNumber);
   auto* get = app.add_subcommand("get", "Show one job");
   get->add_option("ID", id, "Job id")->required();
   auto* watch_cmd = app.add_subcommand("watch", "Follow a job's progress until it ends");
@@ -108,7 +111,7 @@ int main(int argc, char** argv) {
 
   trainyard::Trainctl ctl(o, std::cout, std::cerr);
   if (*submit) return ctl.Submit(file, watch, accelerate_config);
-  if (*list) return ctl.List(state);
+  if (*list) return ctl.List(state, list_limit);
   if (*get) return ctl.Get(id);
   if (*watch_cmd) return ctl.Watch(id);
   if (*cancel) return ctl.Cancel(id, !no_wait, with_checkpoint);

@@ -273,23 +273,32 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
   return watch ? Watch(resp.job().id()) : 0;
 }
 
-int Trainctl::List(const std::string& state_filter) {
+int Trainctl::List(const std::string& state_filter, int64_t limit) {
   Impl& s = *impl_;
   v1::ListJobsRequest req;
   if (!state_filter.empty()) {
     auto st = ParseJobState(state_filter);
     if (!st) {
-      s.err << "trainctl: unknown state '" << state_filter
-            << "'; accepted: QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED, CANCELLED, RECOVERING\n";
+      s.err << "trainctl: unknown state '" << state_filter << "'; accepted: " << NamesOf(kJobStateNames) << "\n";
       return 2;
     }
     req.add_states(ToProto(*st));
   }
+  // JSON shows each job's spec, as `get` does; the table does not need it.
+  req.set_view(s.options.output == OutputFormat::kJson ? v1::JOB_VIEW_FULL : v1::JOB_VIEW_BASIC);
   v1::ListJobsResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->ListJobs(&ctx, req, &resp);
-  if (!st.ok()) return s.Fail(st);
+  do {
+    v1::ListJobsResponse page;
+    grpc::ClientContext ctx;
+    s.Deadline(&ctx);
+    grpc::Status st = s.stub->ListJobs(&ctx, req, &page);
+    if (!st.ok()) return s.Fail(st);
+    for (v1::Job& j : *page.mutable_jobs()) {
+      if (limit > 0 && resp.jobs_size() >= limit) break;
+      *resp.add_jobs() = std::move(j);
+    }
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty() && (limit <= 0 || resp.jobs_size() < limit));
   if (s.options.output == OutputFormat::kJson) {
     ordered_json arr = ordered_json::array();
     for (const auto& j : resp.jobs()) arr.push_back(JobJson(j));

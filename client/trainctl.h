@@ -35,7 +35,9 @@ class Trainctl {
   // Submits the spec in `file`; with `accelerate_config_file`, also that
   // Accelerate config (YAML), whose keys win over the spec's.
   int Submit(const std::string& file, bool watch, const std::string& accelerate_config_file = "");
-  int List(const std::string& state_filter);
+  // Every job (in `state_filter`, when given), oldest first, following the
+  // server's pages; at most `limit` of them (0: all).
+  int List(const std::string& state_filter, int64_t limit = 0);
   int Get(const std::string& id);
   int Watch(const std::string& id);
   // With `checkpoint`, the job saves a checkpoint at its next step boundary

@@ -361,19 +361,30 @@ absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
 
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) { return store_->Events(id); }
 
-absl::StatusOr<std::vector<JobRecord>> JobManager::List(const std::set<JobState>& states, int limit) {
-  auto all = store_->List(std::numeric_limits<int>::max());
-  if (!all.ok()) return all.status();
+absl::StatusOr<JobManager::JobPage> JobManager::List(const std::set<JobState>& states, int page_size,
+                                                     const std::string& page_token) {
+  // The token is the last job's insertion number: "jobs-after-<n>".
+  int64_t after = 0;
+  if (!page_token.empty()) {
+    constexpr std::string_view kPrefix = "jobs-after-";
+    char* end = nullptr;
+    const std::string number = page_token.substr(std::min(page_token.size(), kPrefix.size()));
+    if (page_token.rfind(kPrefix, 0) != 0 || number.empty() ||
+        (after = std::strtoll(number.c_str(), &end, 10), *end != '\0') || after < 0) {
+      return absl::InvalidArgumentError("field 'page_token': not a token this server gave");
+    }
+  }
+  const int size = page_size <= 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
+  auto page = store_->ListPage(std::vector<JobState>(states.begin(), states.end()), after, size);
+  if (!page.ok()) return page.status();
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<JobRecord> out;
-  for (JobRecord& r : *all) {
+  JobPage out;
+  for (JobRecord& r : page->jobs) {
     auto it = active_.find(r.id);
     if (it != active_.end()) r = it->second.record;  // fresher than the store
-    if (states.empty() || states.count(r.state)) out.push_back(std::move(r));
+    out.jobs.push_back(std::move(r));
   }
-  if (limit > 0 && static_cast<int>(out.size()) > limit) {
-    out.erase(out.begin(), out.end() - limit);
-  }
+  if (page->more) out.next_page_token = absl::StrCat("jobs-after-", page->last);
   return out;
 }
 

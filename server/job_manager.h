@@ -158,7 +158,17 @@ class JobManager {
   absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config = "");
   absl::StatusOr<JobRecord> Get(const std::string& id);
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id);
-  absl::StatusOr<std::vector<JobRecord>> List(const std::set<JobState>& states, int limit);
+  // One page of the jobs in `states` (all when empty), oldest first, after
+  // the page that `page_token` ends (empty: the first), at most page_size
+  // (capped at kMaxPageSize); its next_page_token is empty on the last page.
+  // A malformed token is InvalidArgument.
+  struct JobPage {
+    std::vector<JobRecord> jobs;
+    std::string next_page_token;
+  };
+  static constexpr int kDefaultPageSize = 100;
+  static constexpr int kMaxPageSize = 1000;
+  absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token);
   // With `checkpoint`, a running job saves a checkpoint at its next step
   // boundary and then stops (a later plain Cancel stops it at once).
   absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint = false);

@@ -31,6 +31,14 @@ class JobStore {
   virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
   // Jobs in creation order, oldest first; at most `limit` (the newest ones).
   virtual absl::StatusOr<std::vector<JobRecord>> List(int limit) = 0;
+  // One page of the jobs in `states` (all when empty), in creation order,
+  // after the job with insertion number `after` (0: from the first).
+  struct Page {
+    std::vector<JobRecord> jobs;
+    int64_t last = 0;   // insertion number of the page's last job
+    bool more = false;  // jobs in `states` follow
+  };
+  virtual absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit) = 0;
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   virtual absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) = 0;
   // In the order reported.

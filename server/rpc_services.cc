@@ -72,10 +72,18 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
     if (!st) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("field 'states': unknown state ", s));
     states.insert(*st);
   }
-  if (req->limit() < 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'limit': must be >= 0");
-  auto jobs = manager_->List(states, req->limit() == 0 ? 1000 : req->limit());
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  for (const JobRecord& j : *jobs) ToProto(j, {}, resp->add_jobs());
+  if (req->page_size() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'page_size': must be >= 0");
+  }
+  if (req->view() != v1::JOB_VIEW_UNSPECIFIED && req->view() != v1::JOB_VIEW_BASIC &&
+      req->view() != v1::JOB_VIEW_FULL) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("field 'view': unknown view ", req->view()));
+  }
+  auto page = manager_->List(states, req->page_size(), req->page_token());
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  const bool full = req->view() == v1::JOB_VIEW_FULL;
+  for (const JobRecord& j : page->jobs) ToProto(j, {}, resp->add_jobs(), full);
+  resp->set_next_page_token(page->next_page_token);
   return grpc::Status::OK;
 }
 

@@ -159,6 +159,34 @@ class SqliteJobStore final : public JobStore {
     return out;
   }
 
+  absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string where = "seq > ?";
+    if (!states.empty()) {
+      where += " AND state IN (";
+      for (size_t i = 0; i < states.size(); ++i) where += i ? ",?" : "?";
+      where += ")";
+    }
+    Stmt st(db_, absl::StrCat("SELECT seq, ", kJobColumns, " FROM jobs WHERE ", where, " ORDER BY seq LIMIT ?;"));
+    if (!st.ok()) return Error("prepare list page");
+    int i = 1;
+    st.Bind(i++, after);
+    for (JobState s : states) st.Bind(i++, std::string(JobStateName(s)));
+    st.Bind(i, static_cast<int64_t>(limit) + 1);
+    Page page;
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      if (static_cast<int>(page.jobs.size()) == limit) {
+        page.more = true;
+        break;
+      }
+      page.last = st.Int(0);
+      page.jobs.push_back(ReadJob(st, 1));
+    }
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Error("list jobs");
+    return page;
+  }
+
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     Stmt st(db_, "SELECT unix_ms, state, reason FROM job_events WHERE job_id=? ORDER BY seq;");
@@ -283,25 +311,26 @@ class SqliteJobStore final : public JobStore {
     st.Bind(17, j.worker_token);
   }
 
-  static JobRecord ReadJob(Stmt& st) {
+  // The job columns from column `first` on (kJobColumns order).
+  static JobRecord ReadJob(Stmt& st, int first = 0) {
     JobRecord j;
-    j.id = st.Text(0);
-    j.name = st.Text(1);
-    j.state = ParseJobState(st.Text(2)).value_or(JobState::kFailed);
-    j.reason = st.Text(3);
-    j.spec_json = st.Text(4);
-    j.num_processes = static_cast<int32_t>(st.Int(5));
-    j.max_steps = st.Int(6);
-    j.step = st.Int(7);
-    j.loss = st.Real(8);
-    j.first_loss = st.Real(9);
-    j.samples_per_second = st.Real(10);
-    j.created_unix_millis = st.Int(11);
-    j.started_unix_millis = st.Int(12);
-    j.ended_unix_millis = st.Int(13);
-    j.attempt = static_cast<int32_t>(st.Int(14));
-    j.failed_rank = static_cast<int32_t>(st.Int(15));
-    j.worker_token = st.Text(16);
+    j.id = st.Text(first + 0);
+    j.name = st.Text(first + 1);
+    j.state = ParseJobState(st.Text(first + 2)).value_or(JobState::kFailed);
+    j.reason = st.Text(first + 3);
+    j.spec_json = st.Text(first + 4);
+    j.num_processes = static_cast<int32_t>(st.Int(first + 5));
+    j.max_steps = st.Int(first + 6);
+    j.step = st.Int(first + 7);
+    j.loss = st.Real(first + 8);
+    j.first_loss = st.Real(first + 9);
+    j.samples_per_second = st.Real(first + 10);
+    j.created_unix_millis = st.Int(first + 11);
+    j.started_unix_millis = st.Int(first + 12);
+    j.ended_unix_millis = st.Int(first + 13);
+    j.attempt = static_cast<int32_t>(st.Int(first + 14));
+    j.failed_rank = static_cast<int32_t>(st.Int(first + 15));
+    j.worker_token = st.Text(first + 16);
     return j;
   }
 

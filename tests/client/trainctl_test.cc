@@ -46,7 +46,23 @@ class FakeJobService final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // Five jobs, in pages of two; records the requests.
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
+    Record(ctx);
+    std::lock_guard<std::mutex> lock(mu);
+    list_requests.push_back(*req);
+    const int first = req->page_token().empty() ? 0 : std::stoi(req->page_token());
+    for (int i = first; i < first + 2 && i < 5; ++i) {
+      v1::Job* j = resp->add_jobs();
+      j->set_id("job-" + std::to_string(i));
+      j->set_state(v1::SUCCEEDED);
+    }
+    if (first + 2 < 5) resp->set_next_page_token(std::to_string(first + 2));
+    return grpc::Status::OK;
+  }
+
   std::mutex mu;
+  std::vector<v1::ListJobsRequest> list_requests;
   std::string authorization;  // of the last call
   v1::CheckpointType checkpoint_type = v1::CHECKPOINT_TYPE_UNSPECIFIED;
 
@@ -131,6 +147,29 @@ TEST_F(TrainctlTest, CheckpointTypesTravelAsTheProtoEnum) {
         << err_.str();
     EXPECT_EQ(service_.checkpoint_type, want) << name;
   }
+}
+
+TEST_F(TrainctlTest, ListFollowsThePagesAndStopsAtTheLimit) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.List(""); }, OutputFormat::kJson), 0) << err_.str();
+  nlohmann::json all = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(all.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(all[i]["id"], "job-" + std::to_string(i));
+  ASSERT_EQ(service_.list_requests.size(), 3u);
+  EXPECT_EQ(service_.list_requests[1].page_token(), "2");
+  EXPECT_EQ(service_.list_requests[0].view(), v1::JOB_VIEW_FULL);  // JSON shows specs
+
+  service_.list_requests.clear();
+  ASSERT_EQ(Run([](Trainctl& c) { return c.List("succeeded", 3); }), 0) << err_.str();
+  EXPECT_EQ(service_.list_requests.size(), 2u);  // two pages hold the first three
+  EXPECT_EQ(service_.list_requests[0].view(), v1::JOB_VIEW_BASIC);
+  ASSERT_EQ(service_.list_requests[0].states_size(), 1);
+  EXPECT_EQ(service_.list_requests[0].states(0), v1::SUCCEEDED);
+  EXPECT_NE(out_.str().find("job-2"), std::string::npos);
+  EXPECT_EQ(out_.str().find("job-3"), std::string::npos) << out_.str();
+
+  EXPECT_EQ(Run([](Trainctl& c) { return c.List("sleeping"); }), 2);
+  EXPECT_NE(err_.str().find("unknown state 'sleeping'; accepted: QUEUED, STARTING, RUNNING"), std::string::npos)
+      << err_.str();
 }
 
 // The binary: global flags (-o, --server) before or after the subcommand.

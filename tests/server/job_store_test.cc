@@ -20,6 +20,35 @@ JobRecord MakeJob(const std::string& id) {
   return r;
 }
 
+// Pages in insertion order after a cursor, filtered by state in SQL; the
+// page says whether more follow.
+TEST(JobStoreTest, PagesAfterACursorByState) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 0; i < 7; ++i) {
+    JobRecord r = MakeJob("j" + std::to_string(i));
+    r.state = i % 2 ? JobState::kFailed : JobState::kSucceeded;
+    ASSERT_TRUE((*store)->Insert(r, {1000, r.state, "x"}).ok());
+  }
+  auto page = (*store)->ListPage({JobState::kSucceeded}, 0, 2);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].id, "j0");
+  EXPECT_EQ(page->jobs[1].id, "j2");
+  EXPECT_TRUE(page->more);
+  auto rest = (*store)->ListPage({JobState::kSucceeded}, page->last, 2);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->jobs.size(), 2u);
+  EXPECT_EQ(rest->jobs[0].id, "j4");
+  EXPECT_EQ(rest->jobs[1].id, "j6");
+  EXPECT_FALSE(rest->more);
+  auto all = (*store)->ListPage({}, 0, 100);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->jobs.size(), 7u);
+  EXPECT_FALSE(all->more);
+}
+
 TEST(JobStoreTest, RoundTripAcrossReopen) {
   TempDir dir;
   const std::string path = dir.path() + "/jobs.db";

@@ -1,0 +1,164 @@
+// JobService over a real gRPC server on loopback, a real SQLite store and a
+// JobManager: ListJobs pages (AIP-158) so that a default client (4 MB
+// messages) lists any number of jobs, its views (AIP-157), and the
+// arguments it refuses.
+#include "server/rpc_services.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "server/job_store.h"
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+class NullLauncher final : public Launcher {
+ public:
+  absl::Status Launch(const LaunchRequest&) override { return absl::UnavailableError("not in this test"); }
+  void Stop(const std::string&, int32_t) override {}
+  int LiveProcesses(const std::string&) override { return 0; }
+};
+
+class ListJobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = JobStore::Open(dir_.path() + "/jobs.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+  void Start() {
+    JobManagerOptions o;
+    o.state_dir = dir_.path();
+    o.coordinator_addr = "127.0.0.1:1";
+    manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
+    ASSERT_TRUE(manager_->Recover().ok());
+    service_ = std::make_unique<JobServiceImpl>(manager_.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    stub_ = v1::JobService::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+  // Ended jobs with specs of about 2 KB, as the store holds them.
+  void Insert(int first, int count, JobState state) {
+    const std::string padding(2000, 'x');
+    for (int i = first; i < first + count; ++i) {
+      JobRecord r;
+      r.id = "job-" + std::to_string(100000 + i);
+      r.name = "n";
+      r.state = state;
+      r.spec_json = R"({"name":"n","note":")" + padding + R"("})";
+      r.created_unix_millis = 1000 + i;
+      ASSERT_TRUE(store_->Insert(r, {r.created_unix_millis, state, "test"}).ok());
+    }
+  }
+  grpc::Status List(v1::ListJobsRequest req, v1::ListJobsResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->ListJobs(&ctx, req, resp);
+  }
+
+  TempDir dir_;
+  NullLauncher launcher_;
+  ServerMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<JobServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+// 3000 jobs with their specs are ~6 MB: more than one message a default
+// client accepts. Pages of at most 1000 carry them all, each once, in order.
+TEST_F(ListJobsTest, PagesCarryEveryJobOnceUnderTheMessageLimit) {
+  Insert(0, 3000, JobState::kSucceeded);
+  Start();
+  v1::ListJobsRequest req;
+  req.set_page_size(100000);  // capped by the server
+  req.set_view(v1::JOB_VIEW_FULL);
+  std::vector<std::string> ids;
+  int pages = 0;
+  do {
+    v1::ListJobsResponse resp;
+    grpc::Status st = List(req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_LE(resp.jobs_size(), 1000);
+    EXPECT_LT(resp.ByteSizeLong(), 4u << 20);
+    for (const v1::Job& j : resp.jobs()) {
+      EXPECT_GT(j.spec_json().size(), 2000u);
+      ids.push_back(j.id());
+    }
+    req.set_page_token(resp.next_page_token());
+    ++pages;
+  } while (!req.page_token().empty());
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(ids.size(), 3000u);
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(ids[i], "job-" + std::to_string(100000 + i));
+
+  // The basic view (the default) leaves the spec out.
+  v1::ListJobsRequest basic;
+  v1::ListJobsResponse resp;
+  ASSERT_TRUE(List(basic, &resp).ok());
+  ASSERT_EQ(resp.jobs_size(), 100);  // the default page size
+  EXPECT_TRUE(resp.jobs(0).spec_json().empty());
+  EXPECT_FALSE(resp.next_page_token().empty());
+}
+
+// A token names the last job of its page: jobs added meanwhile are neither
+// skipped nor repeated, and the state filter applies on every page.
+TEST_F(ListJobsTest, ATokenSurvivesNewJobsAndKeepsTheFilter) {
+  Insert(0, 10, JobState::kSucceeded);
+  Insert(10, 10, JobState::kFailed);
+  Insert(20, 10, JobState::kSucceeded);
+  Start();
+  v1::ListJobsRequest req;
+  req.add_states(v1::SUCCEEDED);
+  req.set_page_size(15);
+  v1::ListJobsResponse first;
+  ASSERT_TRUE(List(req, &first).ok());
+  ASSERT_EQ(first.jobs_size(), 15);
+  Insert(30, 5, JobState::kSucceeded);
+  Insert(35, 5, JobState::kFailed);
+  req.set_page_token(first.next_page_token());
+  v1::ListJobsResponse second;
+  ASSERT_TRUE(List(req, &second).ok());
+  EXPECT_TRUE(second.next_page_token().empty());
+  std::set<std::string> seen;
+  for (const auto* page : {&first, &second}) {
+    for (const v1::Job& j : page->jobs()) {
+      EXPECT_EQ(j.state(), v1::SUCCEEDED);
+      EXPECT_TRUE(seen.insert(j.id()).second) << j.id() << " twice";
+    }
+  }
+  EXPECT_EQ(seen.size(), 25u);  // 10 + 10 + the 5 added between the pages
+}
+
+TEST_F(ListJobsTest, BadArgumentsNameTheirField) {
+  Start();
+  const std::pair<std::function<void(v1::ListJobsRequest*)>, std::string> cases[] = {
+      {[](v1::ListJobsRequest* r) { r->set_page_size(-1); }, "field 'page_size'"},
+      {[](v1::ListJobsRequest* r) { r->set_page_token("offset=5"); }, "field 'page_token'"},
+      {[](v1::ListJobsRequest* r) { r->set_page_token("jobs-after-x"); }, "field 'page_token'"},
+      {[](v1::ListJobsRequest* r) { r->add_states(static_cast<v1::JobState>(99)); }, "field 'states'"},
+      {[](v1::ListJobsRequest* r) { r->set_view(static_cast<v1::JobView>(7)); }, "field 'view'"},
+  };
+  for (const auto& [mutate, field] : cases) {
+    v1::ListJobsRequest req;
+    mutate(&req);
+    v1::ListJobsResponse resp;
+    grpc::Status st = List(req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_NE(st.error_message().find(field), std::string::npos) << st.error_message();
+  }
+}
+
+}  // namespace
+}  // namespace trainyard
