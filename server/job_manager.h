@@ -26,6 +26,7 @@
 #include "common/job_spec.h"
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
+#include "server/blocking_queue.h"
 #include "server/job_store.h"
 #include "server/launcher.h"
 #include "server/server_metrics.h"
@@ -74,24 +75,12 @@ struct JobUpdate {
   std::optional<StepMetrics> metrics;
 };
 
-// A bounded queue of updates for one watcher. Closed after the job's final
-// state has been pushed.
-class JobWatch {
+// The updates for one watcher, closed after the job's final state. A slow
+// watcher loses metrics samples beyond 4096 queued, never a job update.
+class JobWatch : public BlockingQueue<JobUpdate> {
  public:
-  // Waits up to `timeout` for an update. Returns false on timeout, or when
-  // closed and drained.
-  bool Next(JobUpdate* out, std::chrono::milliseconds timeout);
-  bool closed_and_drained();
-
-  void Push(JobUpdate update);  // drops metrics when full; never drops a job update
-  void Close();
-
- private:
-  static constexpr size_t kMaxQueued = 4096;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<JobUpdate> queue_;  // guarded by mu_
-  bool closed_ = false;          // guarded by mu_
+  JobWatch() : BlockingQueue(4096, [](const JobUpdate& u) { return !u.job.has_value(); }) {}
+  bool Next(JobUpdate* out, std::chrono::milliseconds timeout) { return Pop(out, timeout); }
 };
 
 // A command for one connected worker.
@@ -106,20 +95,7 @@ struct WorkerCommand {
 };
 
 // Commands flowing down one worker's stream.
-class WorkerChannel {
- public:
-  void Push(WorkerCommand command);
-  // Waits up to `timeout`; false on timeout or when closed.
-  bool Pop(WorkerCommand* out, std::chrono::milliseconds timeout);
-  void Close();
-  bool closed();
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<WorkerCommand> queue_;  // guarded by mu_
-  bool closed_ = false;              // guarded by mu_
-};
+using WorkerChannel = BlockingQueue<WorkerCommand>;
 
 struct WorkerAttachment {
   std::string spec_json;
