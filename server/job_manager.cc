@@ -22,6 +22,7 @@
 #include "common/placement.h"
 #include "common/secrets.h"
 #include "common/worker_outcome.h"
+#include "server/restart_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -30,8 +31,11 @@ namespace {}  // namespace
 // ---- JobManager --------------------------------------------------------------
 
 JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options)
-    : store_(store), launcher_(launcher), metrics_(metrics), options_(std::move(options)), free_slots_(options_.slots) {
-  for (int g = 0; g < options_.gpus; ++g) free_gpu_ids_.insert(g);
+    : store_(store),
+      launcher_(launcher),
+      metrics_(metrics),
+      options_(std::move(options)),
+      pool_(options_.slots, options_.gpus) {
   launchers_[LauncherKind::kLocal] = launcher;
   std::error_code ec;
   options_.state_dir = std::filesystem::absolute(options_.state_dir, ec).lexically_normal().string();
@@ -79,12 +83,12 @@ void JobManager::set_coordinator_addr(const std::string& addr, const std::string
 
 int JobManager::free_slots() {
   std::lock_guard<std::mutex> lock(mu_);
-  return free_slots_;
+  return pool_.free_slots();
 }
 
 int JobManager::free_gpus() {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(free_gpu_ids_.size());
+  return pool_.free_gpus();
 }
 
 void JobManager::RegisterLauncher(LauncherKind kind, Launcher* launcher) {
@@ -137,16 +141,11 @@ absl::Status JobManager::CheckResources(const JobSpec& spec) {
 
 bool JobManager::Fits(const ActiveJob& job) const {
   if (KindOf(job) != LauncherKind::kLocal) return true;
-  if (job.spec.device == Device::kCuda) return job.record.num_processes <= static_cast<int>(free_gpu_ids_.size());
-  return job.record.num_processes <= free_slots_;
+  return pool_.Fits(job.spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
+                    job.record.num_processes);
 }
 
-void JobManager::ReleaseResources(ActiveJob& job) {
-  free_slots_ += job.slots_held;
-  job.slots_held = 0;
-  for (int g : job.gpus) free_gpu_ids_.insert(g);
-  job.gpus.clear();
-}
+void JobManager::ReleaseResources(ActiveJob& job) { pool_.Release(&job.held); }
 
 LaunchRequest JobManager::MakeLaunchRequest(const ActiveJob& job) const {
   const JobRecord& r = job.record;
@@ -163,7 +162,7 @@ LaunchRequest JobManager::MakeLaunchRequest(const ActiveJob& job) const {
   req.threads_per_process = job.spec.threads_per_process;
   req.job_name = job.spec.name;
   req.cuda = job.spec.device == Device::kCuda;
-  req.gpus = job.gpus;
+  req.gpus = job.held.gpus;
   req.preemptible = job.spec.preemptible;
   req.preemption_grace_s = job.spec.preemption_grace_s;
   req.slurm = job.spec.slurm;
@@ -198,16 +197,9 @@ absl::Status JobManager::Recover() {
       if (kind == LauncherKind::kLocal) {
         // Not this process's children: followed through /proc.
         job.adopted = true;
-        if (job.spec.device == Device::kCuda) {
-          // Which GPUs it held is not stored: hold as many.
-          for (int32_t i = 0; i < rec.num_processes && !free_gpu_ids_.empty(); ++i) {
-            job.gpus.push_back(*free_gpu_ids_.begin());
-            free_gpu_ids_.erase(free_gpu_ids_.begin());
-          }
-        } else {
-          job.slots_held = rec.num_processes;
-          free_slots_ -= rec.num_processes;
-        }
+        // Which GPUs it held is not stored: it holds as many.
+        job.held = pool_.Take(job.spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
+                              rec.num_processes, /*partial=*/job.spec.device == Device::kCuda);
       } else if (kind == LauncherKind::kSlurm) {
         // The Slurm job is found by name and followed like a new one.
         if (Launcher* l = LauncherOf(job)) l->Adopt(MakeLaunchRequest(job));
@@ -691,35 +683,41 @@ void JobManager::HandleRankExit(ActiveJob& job, const RankExit& e) {
     FailGroup(job, e.rank, e.Describe());
   }
   if (static_cast<int>(job.exited.size()) < job.record.num_processes) return;
-
-  if (job.cancel_requested) {
-    Transition(job, JobState::kCancelled, "cancelled by user");
-  } else if (job.failed && job.reattach_failed && !shut_down_) {
-    // The coordinator's loss, not the job's: no restart is counted.
-    Requeue(job, absl::StrCat("restart from the latest checkpoint after: ", job.failure));
-    return;
-  } else if (job.failed && job.restarts < job.spec.max_restarts && !shut_down_) {
-    ++job.restarts;
-    metrics_->CountRestart(job.record.id);
-    Requeue(job, absl::StrCat("restart ", job.restarts, " of ", job.spec.max_restarts,
-                              " from the latest checkpoint after: ", job.failure));
-    return;
-  } else if (job.failed) {
-    Transition(
-        job, JobState::kFailed,
-        job.spec.max_restarts > 0 ? absl::StrCat(job.failure, " (after ", job.restarts, " restarts)") : job.failure);
-  } else if (job.preempted && job.spec.preemptible && !shut_down_) {
-    Requeue(job, "preempted: queued to resume from its checkpoint");
-    return;
-  } else if (job.preempted) {
-    Transition(job, JobState::kFailed,
-               "preempted after a checkpoint (not preemptible): `trainctl resume` continues from it");
-  } else {
-    Transition(job, JobState::kSucceeded,
-               absl::StrCat("all ", job.record.num_processes, " ranks finished at step ", job.record.step));
+  // A rank that did not end well failed the group (above), unless preempted.
+  if (EndAttempt(job, /*all_succeeded=*/!job.failed && !job.preempted)) {
+    Finish(e.job_id);
+    TrySchedule();
   }
-  Finish(e.job_id);
-  TrySchedule();
+}
+
+bool JobManager::EndAttempt(ActiveJob& job, bool all_succeeded) {
+  AttemptEnd end;
+  end.cancel_requested = job.cancel_requested;
+  end.failed = job.failed;
+  end.failure = job.failure;
+  end.reattach_failed = job.reattach_failed;
+  end.preempted = job.preempted;
+  end.all_succeeded = all_succeeded;
+  end.shutting_down = shut_down_;
+  end.restarts = job.restarts;
+  end.max_restarts = job.spec.max_restarts;
+  end.preemptible = job.spec.preemptible;
+  end.num_processes = job.record.num_processes;
+  end.step = job.record.step;
+  const NextStep next = DecideAfterAttempt(end);
+  switch (next.kind) {
+    case NextStep::Kind::kRequeue:
+      if (next.counts_restart) {
+        ++job.restarts;
+        metrics_->CountRestart(job.record.id);
+      }
+      Requeue(job, next.reason);
+      return false;
+    case NextStep::Kind::kCancelled: Transition(job, JobState::kCancelled, next.reason); break;
+    case NextStep::Kind::kFailed: Transition(job, JobState::kFailed, next.reason); break;
+    case NextStep::Kind::kSucceeded: Transition(job, JobState::kSucceeded, next.reason); break;
+  }
+  return true;
 }
 
 void JobManager::CheckProgress() {
@@ -850,33 +848,9 @@ void JobManager::CheckAdopted(ActiveJob& job, std::vector<std::string>* finished
   // No process of the attempt is left: it ended. Gone before reattaching is
   // the coordinator's loss, not the job's: no restart is counted for it.
   if (job.record.state == JobState::kRecovering) job.reattach_failed = true;
-  if (job.cancel_requested) {
-    Transition(job, JobState::kCancelled, "cancelled by user");
-  } else if (!job.failed && static_cast<int>(job.results_ok.size()) == job.record.num_processes) {
-    Transition(job, JobState::kSucceeded,
-               absl::StrCat("all ", job.record.num_processes, " ranks finished at step ", job.record.step));
-  } else if (job.preempted && !job.failed) {
-    job.adopted = false;
-    if (job.spec.preemptible) {
-      Requeue(job, "preempted: queued to resume from its checkpoint");
-      return;
-    }
-    Transition(job, JobState::kFailed,
-               "preempted after a checkpoint (not preemptible): `trainctl resume` continues from it");
-  } else {
-    const std::string why = job.failed ? job.failure : "the workers ended without reporting a result";
-    job.adopted = false;
-    if (job.reattach_failed || job.restarts < job.spec.max_restarts) {
-      if (!job.reattach_failed) {
-        ++job.restarts;
-        metrics_->CountRestart(job.record.id);
-      }
-      Requeue(job, absl::StrCat("restart from the latest checkpoint after: ", why));
-      return;
-    }
-    Transition(job, JobState::kFailed, why);
-  }
-  finished->push_back(job.record.id);
+  // Not this coordinator's children: a rank succeeded when it said so.
+  const bool all_succeeded = static_cast<int>(job.results_ok.size()) == job.record.num_processes;
+  if (EndAttempt(job, all_succeeded)) finished->push_back(job.record.id);
 }
 
 void JobManager::Requeue(ActiveJob& job, const std::string& reason) {
@@ -1020,14 +994,9 @@ void JobManager::StartJob(ActiveJob& job) {
   // fenced by the attempt number alone: their token is the job's.
   if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = NewWorkerToken();
   if (job.first_start == std::chrono::steady_clock::time_point{}) job.first_start = std::chrono::steady_clock::now();
-  if (kind == LauncherKind::kLocal && job.spec.device == Device::kCuda) {
-    for (int32_t i = 0; i < r.num_processes; ++i) {
-      job.gpus.push_back(*free_gpu_ids_.begin());
-      free_gpu_ids_.erase(free_gpu_ids_.begin());
-    }
-  } else if (kind == LauncherKind::kLocal) {
-    job.slots_held = r.num_processes;
-    free_slots_ -= r.num_processes;
+  if (kind == LauncherKind::kLocal) {
+    job.held = pool_.Take(job.spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
+                          r.num_processes);
   }
   job.attached.clear();
   job.exited.clear();
@@ -1039,9 +1008,10 @@ void JobManager::StartJob(ActiveJob& job) {
                             " ranks to join (trainyard-worker --join ", r.id, "; `trainctl join-info ", r.id, "`)"));
     return;
   }
-  Transition(job, JobState::kStarting,
-             absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
-                          job.gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(job.gpus, ",")), ")"));
+  Transition(
+      job, JobState::kStarting,
+      absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
+                   job.held.gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(job.held.gpus, ",")), ")"));
   if (auto s = launcher->Launch(MakeLaunchRequest(job)); !s.ok()) {
     Transition(job, JobState::kFailed, absl::StrCat("launch failed: ", s.message()));
     Finish(r.id);

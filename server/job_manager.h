@@ -29,6 +29,7 @@
 #include "server/blocking_queue.h"
 #include "server/job_store.h"
 #include "server/launcher.h"
+#include "server/resource_pool.h"
 #include "server/server_metrics.h"
 
 namespace trainyard {
@@ -199,7 +200,7 @@ class JobManager {
   struct ActiveJob {
     JobRecord record;
     JobSpec spec;
-    int slots_held = 0;
+    ResourcePool::Held held;  // slots or GPUs of this host (local jobs)
     std::set<int32_t> attached;
     std::set<int32_t> exited;
     std::map<int32_t, std::shared_ptr<WorkerChannel>> channels;
@@ -243,6 +244,10 @@ class JobManager {
   // One rank's end, from a launcher or (external jobs) from its stream; may
   // requeue or finish the job.
   void HandleRankExit(ActiveJob& job, const RankExit& e);
+  // Every rank of the attempt has ended: the restart policy decides what
+  // follows (requeue, or the end state). True when the job ended; the
+  // caller then Finishes it.
+  bool EndAttempt(ActiveJob& job, bool all_succeeded);
   LaunchRequest MakeLaunchRequest(const ActiveJob& job) const;
   void Transition(ActiveJob& job, JobState state, const std::string& reason);
   void TrySchedule();
@@ -273,8 +278,7 @@ class JobManager {
   std::mutex mu_;
   std::map<std::string, ActiveJob> active_;  // guarded by mu_; every job not ended
   std::deque<std::string> queue_;            // guarded by mu_; FIFO of QUEUED ids
-  int free_slots_;                           // guarded by mu_
-  std::set<int> free_gpu_ids_;               // guarded by mu_
+  ResourcePool pool_;                        // guarded by mu_
   std::map<LauncherKind, Launcher*> launchers_;
   std::map<JobState, int> counts_;                         // guarded by mu_
   bool shut_down_ = false;                                 // guarded by mu_

@@ -74,15 +74,27 @@ struct Server::Impl {
   std::mutex watchdog_mu;
   std::condition_variable watchdog_cv;
   bool watchdog_stop = false;  // guarded by watchdog_mu
+  std::string remote_addr;     // where workers on other hosts reach the server
+  int gpus = 0;                // for local CUDA jobs
+
+  absl::Status PrepareStateDir();
+  absl::Status OpenStoreAndMetrics();
+  absl::StatusOr<std::vector<std::string>> WorkerTlsArgs() const;
+  absl::Status MakeManagerAndLaunchers();
+  absl::Status StartGrpc();
+  void AdvertiseAddresses();
+  void StartWatchdog();
+  absl::Status WriteReadyFile();
 };
 
 Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) { impl_->options = std::move(options); }
 
 Server::~Server() { Shutdown(); }
 
-absl::Status Server::Start() {
-  Impl& s = *impl_;
-  ServerOptions& o = s.options;
+// The steps of Start, in order; each returns what stops the server from
+// starting, naming the flag at fault.
+absl::Status Server::Impl::PrepareStateDir() {
+  ServerOptions& o = options;
   if (o.slots <= 0) o.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (o.worker_binary.empty()) o.worker_binary = SelfDir() + "/trainyard-worker";
   std::error_code ec;
@@ -90,62 +102,72 @@ absl::Status Server::Start() {
   if (ec) return absl::FailedPreconditionError(absl::StrCat("--state-dir ", o.state_dir, ": ", ec.message()));
   o.state_dir = std::filesystem::absolute(o.state_dir).lexically_normal().string();
   if (!o.state_dir.empty() && o.state_dir.back() == '/') o.state_dir.pop_back();
+  return absl::OkStatus();
+}
 
-  auto store = JobStore::Open(o.state_dir + "/trainyard.db");
-  if (!store.ok()) return store.status();
-  s.store = std::move(*store);
-
-  s.registry = std::make_shared<prometheus::Registry>();
-  s.metrics = std::make_unique<ServerMetrics>(s.registry);
+absl::Status Server::Impl::OpenStoreAndMetrics() {
+  auto opened = JobStore::Open(options.state_dir + "/trainyard.db");
+  if (!opened.ok()) return opened.status();
+  store = std::move(*opened);
+  registry = std::make_shared<prometheus::Registry>();
+  metrics = std::make_unique<ServerMetrics>(registry);
   try {
-    s.exposer = std::make_unique<prometheus::Exposer>(o.metrics_listen);
+    exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("--metrics-listen ", o.metrics_listen, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("--metrics-listen ", options.metrics_listen, ": ", e.what()));
   }
-  s.exposer->RegisterCollectable(s.registry);
-  auto ports = s.exposer->GetListeningPorts();
-  s.metrics_port = ports.empty() ? 0 : ports.front();
+  exposer->RegisterCollectable(registry);
+  auto ports = exposer->GetListeningPorts();
+  metrics_port = ports.empty() ? 0 : ports.front();
+  return absl::OkStatus();
+}
 
+absl::StatusOr<std::vector<std::string>> Server::Impl::WorkerTlsArgs() const {
+  const ServerOptions& o = options;
+  std::vector<std::string> args;
+  if (o.tls_cert.empty()) return args;
+  const std::string ca = o.tls_worker_ca.empty() ? o.tls_client_ca : o.tls_worker_ca;
+  if (ca.empty()) {
+    return absl::FailedPreconditionError(
+        "with --tls-cert, workers need the CA of the server's certificate: give --tls-worker-ca (or "
+        "--tls-client-ca)");
+  }
+  args = {"--coordinator-ca", std::filesystem::absolute(ca).string()};
+  if (!o.tls_client_ca.empty()) {
+    for (const std::string& a : {std::string("--tls-cert"), std::filesystem::absolute(o.tls_cert).string(),
+                                 std::string("--tls-key"), std::filesystem::absolute(o.tls_key).string()}) {
+      args.push_back(a);
+    }
+  }
+  return args;
+}
+
+absl::Status Server::Impl::MakeManagerAndLaunchers() {
+  const ServerOptions& o = options;
   JobManagerOptions mo;
   mo.slots = o.slots;
-  if (o.launcher == "local") {
-    mo.default_launcher = LauncherKind::kLocal;
-  } else if (o.launcher == "slurm") {
-    mo.default_launcher = LauncherKind::kSlurm;
-  } else if (o.launcher == "external") {
-    mo.default_launcher = LauncherKind::kExternal;
-  } else {
+  const std::optional<LauncherKind> kind = ValueOf(kLauncherKindNames, o.launcher);
+  if (!kind || *kind == LauncherKind::kDefault) {
     return absl::InvalidArgumentError(absl::StrCat("--launcher ", o.launcher, ": must be local, slurm or external"));
   }
+  mo.default_launcher = *kind;
   mo.gpus = o.gpus >= 0 ? o.gpus : DetectGpus();
+  gpus = mo.gpus;
   mo.state_dir = o.state_dir;
   mo.max_queued_jobs = o.max_queued_jobs;
   mo.limits.max_num_processes = o.max_num_processes;
   mo.allowed_roots = o.allowed_roots;
   mo.stop_grace = o.stop_grace;
-  // The launcher reports exits to the manager; it is destroyed before the
-  // manager (Shutdown), so no callback outlives it.
+  auto tls_args = WorkerTlsArgs();
+  if (!tls_args.ok()) return tls_args.status();
+  // The launchers report exits to the manager; they are destroyed before
+  // the manager (Shutdown), so no callback outlives it.
   LocalLauncherOptions lo;
   lo.worker_binary = o.worker_binary;
-  if (!o.tls_cert.empty()) {
-    const std::string ca = o.tls_worker_ca.empty() ? o.tls_client_ca : o.tls_worker_ca;
-    if (ca.empty()) {
-      return absl::FailedPreconditionError(
-          "with --tls-cert, workers need the CA of the server's certificate: give --tls-worker-ca (or "
-          "--tls-client-ca)");
-    }
-    lo.extra_worker_args = {"--coordinator-ca", std::filesystem::absolute(ca).string()};
-    if (!o.tls_client_ca.empty()) {
-      for (const std::string& a : {std::string("--tls-cert"), std::filesystem::absolute(o.tls_cert).string(),
-                                   std::string("--tls-key"), std::filesystem::absolute(o.tls_key).string()}) {
-        lo.extra_worker_args.push_back(a);
-      }
-    }
-  }
+  lo.extra_worker_args = *tls_args;
   lo.stop_grace = o.stop_grace;
-  Impl* self = impl_.get();
-  s.launcher = MakeLocalLauncher(lo, [self](const RankExit& e) { self->manager->OnRankExit(e); });
-  s.manager = std::make_unique<JobManager>(s.store.get(), s.launcher.get(), s.metrics.get(), mo);
+  launcher = MakeLocalLauncher(lo, [this](const RankExit& e) { manager->OnRankExit(e); });
+  manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), mo);
   SlurmLauncherOptions so;
   so.worker_binary = o.slurm_worker_binary.empty() ? o.worker_binary : o.slurm_worker_binary;
   so.stop_grace = o.stop_grace;
@@ -153,73 +175,99 @@ absl::Status Server::Start() {
   so.partition = o.slurm_partition;
   so.account = o.slurm_account;
   so.extra_sbatch_args = o.slurm_extra_args;
-  so.extra_worker_args = lo.extra_worker_args;
-  s.slurm_launcher = MakeSlurmLauncher(so, [self](const RankExit& e) { self->manager->OnRankExit(e); });
-  s.manager->RegisterLauncher(LauncherKind::kSlurm, s.slurm_launcher.get());
-  if (mo.default_launcher == LauncherKind::kSlurm) {
-    if (auto st = s.slurm_launcher->Available(); !st.ok()) return st;
-  }
+  so.extra_worker_args = *tls_args;
+  slurm_launcher = MakeSlurmLauncher(so, [this](const RankExit& e) { manager->OnRankExit(e); });
+  manager->RegisterLauncher(LauncherKind::kSlurm, slurm_launcher.get());
+  if (mo.default_launcher == LauncherKind::kSlurm) return slurm_launcher->Available();
+  return absl::OkStatus();
+}
 
+absl::Status Server::Impl::StartGrpc() {
+  const ServerOptions& o = options;
   std::string token;
   if (!o.auth_token_file.empty()) {
     auto t = ReadTokenFile(o.auth_token_file, "--auth-token-file");
     if (!t.ok()) return t.status();
     token = *t;
   }
-  auto server_creds = ServerCredentials(o.tls_cert, o.tls_key, o.tls_client_ca);
-  if (!server_creds.ok()) return server_creds.status();
-  std::shared_ptr<grpc::ServerCredentials> creds = *server_creds;
-
+  auto creds = ServerCredentials(o.tls_cert, o.tls_key, o.tls_client_ca);
+  if (!creds.ok()) return creds.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  s.job_service = std::make_unique<JobServiceImpl>(s.manager.get(), token);
-  s.worker_service = std::make_unique<WorkerServiceImpl>(s.manager.get());
+  job_service = std::make_unique<JobServiceImpl>(manager.get(), token);
+  worker_service = std::make_unique<WorkerServiceImpl>(manager.get());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(o.listen, creds, &s.grpc_port);
-  builder.RegisterService(s.job_service.get());
-  builder.RegisterService(s.worker_service.get());
+  builder.AddListeningPort(o.listen, *creds, &grpc_port);
+  builder.RegisterService(job_service.get());
+  builder.RegisterService(worker_service.get());
   builder.SetMaxReceiveMessageSize(4 << 20);
-  s.grpc_server = builder.BuildAndStart();
-  if (!s.grpc_server || s.grpc_port == 0) {
+  grpc_server = builder.BuildAndStart();
+  if (!grpc_server || grpc_port == 0) {
     return absl::UnavailableError(absl::StrCat("--listen ", o.listen, ": cannot listen there"));
   }
-  std::string host = HostOf(o.listen);
+  return absl::OkStatus();
+}
+
+void Server::Impl::AdvertiseAddresses() {
+  const ServerOptions& o = options;
+  const std::string host = HostOf(o.listen);
   const bool wildcard = host == "0.0.0.0" || host == "[::]" || host.empty();
   // Local workers use loopback when the server listens everywhere; remote
   // ones need a name of this host.
-  std::string remote = o.advertise_addr;
-  if (remote.empty()) {
+  remote_addr = o.advertise_addr;
+  if (remote_addr.empty()) {
     char name[256] = {0};
     gethostname(name, sizeof(name) - 1);
-    remote = wildcard ? std::string(name) : host;
+    remote_addr = wildcard ? std::string(name) : host;
   }
-  if (remote.find(':') == std::string::npos || remote.back() == ']') remote = absl::StrCat(remote, ":", s.grpc_port);
-  s.manager->set_coordinator_addr(absl::StrCat(wildcard ? "127.0.0.1" : host, ":", s.grpc_port), remote);
-  if (auto st = s.manager->Recover(); !st.ok()) return st;
-  // The hang watchdog.
-  s.watchdog = std::thread([self] {
-    std::unique_lock<std::mutex> lock(self->watchdog_mu);
-    while (!self->watchdog_cv.wait_for(lock, std::chrono::milliseconds(500), [self] { return self->watchdog_stop; })) {
-      self->manager->CheckProgress();
+  if (remote_addr.find(':') == std::string::npos || remote_addr.back() == ']') {
+    remote_addr = absl::StrCat(remote_addr, ":", grpc_port);
+  }
+  manager->set_coordinator_addr(absl::StrCat(wildcard ? "127.0.0.1" : host, ":", grpc_port), remote_addr);
+}
+
+void Server::Impl::StartWatchdog() {
+  watchdog = std::thread([this] {
+    std::unique_lock<std::mutex> lock(watchdog_mu);
+    while (!watchdog_cv.wait_for(lock, std::chrono::milliseconds(500), [this] { return watchdog_stop; })) {
+      manager->CheckProgress();
     }
   });
+}
 
+absl::Status Server::Impl::WriteReadyFile() {
+  const std::string& path = options.ready_file;
+  if (path.empty()) return absl::OkStatus();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port << ", \"pid\": " << getpid()
+        << "}\n";
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("--ready-file ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status Server::Start() {
+  Impl& s = *impl_;
+  for (absl::Status (Impl::*step)() :
+       {&Impl::PrepareStateDir, &Impl::OpenStoreAndMetrics, &Impl::MakeManagerAndLaunchers, &Impl::StartGrpc}) {
+    if (absl::Status st = (s.*step)(); !st.ok()) return st;
+  }
+  s.AdvertiseAddresses();
+  // Jobs of an earlier coordinator: requeued, or followed until their
+  // workers reattach.
+  if (absl::Status st = s.manager->Recover(); !st.ok()) return st;
+  s.StartWatchdog();
+  const ServerOptions& o = s.options;
   spdlog::info(
       "trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, state in {}, {} slots, "
       "{} GPUs, default launcher {}, worker {}",
-      HostOf(o.listen), s.grpc_port, remote, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port), o.state_dir,
-      o.slots, mo.gpus, o.launcher, o.worker_binary);
-  if (!o.ready_file.empty()) {
-    std::string tmp = o.ready_file + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << "{\"grpc_port\": " << s.grpc_port << ", \"metrics_port\": " << s.metrics_port << ", \"pid\": " << getpid()
-          << "}\n";
-    }
-    std::filesystem::rename(tmp, o.ready_file, ec);
-    if (ec) return absl::InternalError(absl::StrCat("--ready-file ", o.ready_file, ": ", ec.message()));
-  }
-  return absl::OkStatus();
+      HostOf(o.listen), s.grpc_port, s.remote_addr, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port),
+      o.state_dir, o.slots, s.gpus, o.launcher, o.worker_binary);
+  return s.WriteReadyFile();
 }
 
 void Server::Wait() {

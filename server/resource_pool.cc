@@ -1,0 +1,36 @@
+#include "server/resource_pool.h"
+
+#include <algorithm>
+
+namespace trainyard {
+
+ResourcePool::ResourcePool(int slots, int gpus) : free_slots_(slots) {
+  for (int g = 0; g < gpus; ++g) free_gpus_.insert(g);
+}
+
+bool ResourcePool::Fits(Kind kind, int count) const {
+  return kind == Kind::kGpus ? count <= free_gpus() : count <= free_slots_;
+}
+
+ResourcePool::Held ResourcePool::Take(Kind kind, int count, bool partial) {
+  Held held;
+  if (kind == Kind::kSlots) {
+    held.slots = partial ? std::min(count, std::max(free_slots_, 0)) : count;
+    free_slots_ -= held.slots;
+    return held;
+  }
+  for (int i = 0; i < count && !free_gpus_.empty(); ++i) {
+    held.gpus.push_back(*free_gpus_.begin());
+    free_gpus_.erase(free_gpus_.begin());
+  }
+  return held;
+}
+
+void ResourcePool::Release(Held* held) {
+  free_slots_ += held->slots;
+  held->slots = 0;
+  for (int g : held->gpus) free_gpus_.insert(g);
+  held->gpus.clear();
+}
+
+}  // namespace trainyard

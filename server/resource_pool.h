@@ -1,0 +1,45 @@
+// ResourcePool: the CPU slots and GPUs of the coordinator's host that local
+// jobs run on — a CPU job's ranks take one slot each, a CUDA job's ranks one
+// GPU each (never shared). Jobs on Slurm or external workers take none.
+//
+// Not thread-safe: the JobManager calls it under its mutex, and decides in
+// what order jobs take from it (FIFO per resource).
+#ifndef TRAINYARD_SERVER_RESOURCE_POOL_H_
+#define TRAINYARD_SERVER_RESOURCE_POOL_H_
+
+#include <set>
+#include <vector>
+
+namespace trainyard {
+
+class ResourcePool {
+ public:
+  enum class Kind { kSlots, kGpus };
+
+  // What one job holds; empty when it holds nothing.
+  struct Held {
+    int slots = 0;
+    std::vector<int> gpus;  // ids, in the order the ranks get them
+  };
+
+  ResourcePool(int slots, int gpus);
+
+  bool Fits(Kind kind, int count) const;
+  // Takes `count` slots or GPUs; REQUIRES Fits(kind, count). With `partial`,
+  // as many as are free (a job found running after a coordinator restart
+  // holds as many as it has ranks, when they are there).
+  Held Take(Kind kind, int count, bool partial = false);
+  // Gives back what `held` holds and empties it.
+  void Release(Held* held);
+
+  int free_slots() const { return free_slots_; }
+  int free_gpus() const { return static_cast<int>(free_gpus_.size()); }
+
+ private:
+  int free_slots_;
+  std::set<int> free_gpus_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_RESOURCE_POOL_H_

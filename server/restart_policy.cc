@@ -1,0 +1,34 @@
+#include "server/restart_policy.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace trainyard {
+
+NextStep DecideAfterAttempt(const AttemptEnd& end) {
+  using Kind = NextStep::Kind;
+  if (end.cancel_requested) return {Kind::kCancelled, "cancelled by user"};
+  // Ranks that ended neither well nor preempted failed, reported or not.
+  const bool failed = end.failed || (!end.all_succeeded && !end.preempted);
+  if (failed) {
+    const std::string why = !end.failure.empty() ? end.failure : "the workers ended without reporting a result";
+    if (end.reattach_failed && !end.shutting_down) {
+      return {Kind::kRequeue, absl::StrCat("restart from the latest checkpoint after: ", why)};
+    }
+    if (end.restarts < end.max_restarts && !end.shutting_down) {
+      return {Kind::kRequeue,
+              absl::StrCat("restart ", end.restarts + 1, " of ", end.max_restarts,
+                           " from the latest checkpoint after: ", why),
+              /*counts_restart=*/true};
+    }
+    return {Kind::kFailed, end.max_restarts > 0 ? absl::StrCat(why, " (after ", end.restarts, " restarts)") : why};
+  }
+  if (end.preempted) {
+    if (end.preemptible && !end.shutting_down) {
+      return {Kind::kRequeue, "preempted: queued to resume from its checkpoint"};
+    }
+    return {Kind::kFailed, "preempted after a checkpoint (not preemptible): `trainctl resume` continues from it"};
+  }
+  return {Kind::kSucceeded, absl::StrCat("all ", end.num_processes, " ranks finished at step ", end.step)};
+}
+
+}  // namespace trainyard

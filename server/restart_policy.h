@@ -1,0 +1,50 @@
+// The restart policy: what follows once every rank of an attempt has ended.
+// A pure function of how the attempt ended, so that the paths that see an
+// attempt end — a launcher's exit reports, an adopted group whose
+// processes are gone, external ranks' results — decide alike; unit-tested as
+// a table (tests/server/restart_policy_test.cc).
+#ifndef TRAINYARD_SERVER_RESTART_POLICY_H_
+#define TRAINYARD_SERVER_RESTART_POLICY_H_
+
+#include <cstdint>
+#include <string>
+
+namespace trainyard {
+
+// How one attempt ended.
+struct AttemptEnd {
+  bool cancel_requested = false;
+  // A rank failed, the hang watchdog fired, or the workers did not
+  // reattach; `failure` says which.
+  bool failed = false;
+  std::string failure;
+  // The attempt was lost to a coordinator restart (its workers did not
+  // reattach): the coordinator's loss, not the job's.
+  bool reattach_failed = false;
+  bool preempted = false;      // ranks checkpointed and stopped on a preemption signal
+  bool all_succeeded = false;  // every rank trained to the end
+  bool shutting_down = false;  // the coordinator is stopping: nothing is requeued
+  int restarts = 0;            // whole-group restarts after failures so far
+  int max_restarts = 0;
+  bool preemptible = false;
+  int32_t num_processes = 0;
+  int64_t step = 0;  // rank 0's last step
+};
+
+struct NextStep {
+  enum class Kind {
+    kSucceeded,
+    kFailed,
+    kCancelled,
+    kRequeue,  // queued again, to resume from the latest complete checkpoint
+  };
+  Kind kind = Kind::kFailed;
+  std::string reason;           // the state change's reason
+  bool counts_restart = false;  // a requeue that uses up one of max_restarts
+};
+
+NextStep DecideAfterAttempt(const AttemptEnd& end);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_RESTART_POLICY_H_
