@@ -1,4 +1,5 @@
 #include "common/accelerate_config.h"
+#include "common/hf_layers.h"
 #include "common/model_layers.h"
 #include "common/spec_reader.h"
 
@@ -123,48 +124,6 @@ std::string AcceptedKeys() {
     if (std::string(k.key).find('.') == std::string::npos) keys.push_back(k.key);
   }
   return absl::StrJoin(keys, ", ");
-}
-
-// Hugging Face transformers' layer classes that FSDP configs name in
-// fsdp_transformer_layer_cls_to_wrap; the gpt model's counterpart is Block.
-const char* const kHuggingFaceLayers[] = {"AlbertLayer",
-                                          "BartDecoderLayer",
-                                          "BartEncoderLayer",
-                                          "BertLayer",
-                                          "BloomBlock",
-                                          "CLIPEncoderLayer",
-                                          "CodeGenBlock",
-                                          "DebertaLayer",
-                                          "DebertaV2Layer",
-                                          "ElectraLayer",
-                                          "FalconDecoderLayer",
-                                          "Gemma2DecoderLayer",
-                                          "Gemma3DecoderLayer",
-                                          "GemmaDecoderLayer",
-                                          "GPT2Block",
-                                          "GPTBigCodeBlock",
-                                          "GPTJBlock",
-                                          "GPTNeoBlock",
-                                          "GPTNeoXLayer",
-                                          "LlamaDecoderLayer",
-                                          "MistralDecoderLayer",
-                                          "MixtralDecoderLayer",
-                                          "MptBlock",
-                                          "MT5Block",
-                                          "OPTDecoderLayer",
-                                          "Phi3DecoderLayer",
-                                          "PhiDecoderLayer",
-                                          "Qwen2DecoderLayer",
-                                          "Qwen3DecoderLayer",
-                                          "RobertaLayer",
-                                          "T5Block",
-                                          "ViTLayer",
-                                          "WhisperDecoderLayer",
-                                          "WhisperEncoderLayer",
-                                          "XLMRobertaLayer"};
-
-bool IsHuggingFaceLayer(const std::string& name) {
-  return std::find(std::begin(kHuggingFaceLayers), std::end(kHuggingFaceLayers), name) != std::end(kHuggingFaceLayers);
 }
 
 // What a value means, for telling whether the config changes a value the
