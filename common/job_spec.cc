@@ -27,7 +27,7 @@ using namespace spec_reader;  // NOLINT: the parser is written in the reader's t
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 constexpr size_t kMaxName = 128;
 constexpr size_t kMaxPath = 4096;
-constexpr char kDataKinds[] = "synthetic, mnist:DIR, tokens:FILE, tensors:FILE_OR_DIR";
+constexpr char kDataKinds[] = "synthetic, mnist:DIR, tokens:FILE, tensors:FILE_OR_DIR, image_folder:DIR";
 
 void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   if (node.IsScalar()) {  // shorthand: `model: mlp`
@@ -74,6 +74,7 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   r.Int("vocab", &m->vocab, 2, 1 << 20);
   r.Bool("tied_head", &m->tied_head);
   r.Int("channels", &m->channels, 1, 4096);
+  r.Int("image_size", &m->image_size, 8, 1024);
   r.String("init_from", &m->init_from, kMaxPath);
   r.Bool("init_from_strict", &m->init_from_strict);
   r.String("init_from_prefix", &m->init_from_prefix, kMaxName);
@@ -83,8 +84,9 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
       if (r.Has(key)) Fail(r.PathOf(key), "applies with init_from (a safetensors file or directory)");
     }
   }
-  if (m->kind != ModelKind::kResNet && r.Has("channels"))
-    Fail(r.PathOf("channels"), "applies to the resnet model only");
+  for (const char* key : {"channels", "image_size"}) {
+    if (m->kind != ModelKind::kResNet && r.Has(key)) Fail(r.PathOf(key), "applies to the resnet model only");
+  }
   if (m->kind == ModelKind::kTorchScript || m->kind == ModelKind::kResNet) {
     for (const char* key : {"hidden", "input_size"}) {
       if (key == std::string("input_size") && m->kind == ModelKind::kTorchScript) continue;  // its flat input width
@@ -117,9 +119,6 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
     const std::optional<DataKind> kind = ValueOf(kDataKindNames, prefix);
     if (kind && *kind != DataKind::kSynthetic) {
       d->kind = *kind;
-    } else if (prefix == "image_folder") {
-      Fail(r.PathOf("kind"),
-           absl::StrCat("'image_folder:' is not supported by this version yet; accepted: ", kDataKinds));
     } else {
       Fail(r.PathOf("kind"), absl::StrCat("unknown value '", v, "'; accepted: ", kDataKinds));
     }
@@ -127,7 +126,7 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
       Fail(r.PathOf("kind"), absl::StrCat(prefix, ":PATH needs a path"));
     if (r.Has("path")) Fail(r.PathOf("path"), "give the path in kind (" + prefix + ":PATH) or here, not both");
   } else {
-    r.Enum<DataKind>("kind", &d->kind, kDataKindNames, {"image_folder"});
+    r.Enum<DataKind>("kind", &d->kind, kDataKindNames);
     r.String("path", &d->path, kMaxPath);
     if (d->kind != DataKind::kSynthetic && d->path.empty()) {
       Fail(r.PathOf("path"),
@@ -139,11 +138,28 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
   r.String("targets", &d->targets, kMaxName);
   r.Double("eval_fraction", &d->eval_fraction, 0.0, 0.9);
   r.String("eval_path", &d->eval_path, kMaxPath);
+  r.Int("resize", &d->resize, 0, 8192);
+  r.Int("crop_size", &d->crop_size, 0, 8192);
+  r.Bool("random_crop", &d->random_crop);
+  r.Bool("random_flip", &d->random_flip);
+  r.Doubles("mean", &d->mean, 3, -1e3, 1e3);
+  r.Doubles("std", &d->std, 3, 1e-6, 1e3);
   if (d->kind != DataKind::kTensors) {
-    for (const char* key : {"inputs", "targets", "eval_fraction", "eval_path"}) {
+    for (const char* key : {"inputs", "targets"}) {
       if (r.Has(key)) Fail(r.PathOf(key), "applies to data kind tensors");
     }
   }
+  if (d->kind != DataKind::kTensors && d->kind != DataKind::kImageFolder) {
+    for (const char* key : {"eval_fraction", "eval_path"}) {
+      if (r.Has(key)) Fail(r.PathOf(key), "applies to data kinds tensors and image_folder");
+    }
+  }
+  if (d->kind != DataKind::kImageFolder) {
+    for (const char* key : {"resize", "crop_size", "random_crop", "random_flip", "mean", "std"}) {
+      if (r.Has(key)) Fail(r.PathOf(key), "applies to data kind image_folder");
+    }
+  }
+  if (r.Has("mean") != r.Has("std")) Fail(r.PathOf(r.Has("mean") ? "std" : "mean"), "give mean and std together");
   if (d->eval_fraction > 0 && !d->eval_path.empty()) {
     Fail(r.PathOf("eval_fraction"), "give eval_fraction or eval_path, not both");
   }
@@ -415,9 +431,24 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
     Fail("mixed_precision", "'fp16' with FSDP needs device cuda: LibTorch has no fp16 matrix kernels on CPU; use bf16");
   }
   // Models and data that do not fit together fail here, not in the workers.
-  if (s.data.kind == DataKind::kTensors && s.eval_every_steps > 0 && s.data.eval_fraction == 0 &&
-      s.data.eval_path.empty()) {
-    Fail("data.eval_fraction", "evaluation (eval_every_steps) on tensors data needs eval_fraction or eval_path");
+  if ((s.data.kind == DataKind::kTensors || s.data.kind == DataKind::kImageFolder) && s.eval_every_steps > 0 &&
+      s.data.eval_fraction == 0 && s.data.eval_path.empty()) {
+    Fail("data.eval_fraction", absl::StrCat("evaluation (eval_every_steps) on ", DataKindName(s.data.kind),
+                                            " data needs eval_fraction or eval_path"));
+  }
+  if (s.data.kind == DataKind::kImageFolder &&
+      (s.model.kind == ModelKind::kGpt || s.model.kind == ModelKind::kTorchScript || s.model.kind == ModelKind::kMlp)) {
+    Fail("data.kind",
+         absl::StrCat("image_folder:DIR feeds the image models (resnet, cnn), not ", ModelKindName(s.model.kind)));
+  }
+  if (s.data.kind == DataKind::kImageFolder && s.model.kind == ModelKind::kCnn && s.data.crop_size != 0 &&
+      s.data.crop_size != 28) {
+    Fail("data.crop_size", absl::StrCat("the cnn model takes 28x28 images, got crop_size ", s.data.crop_size));
+  }
+  if (s.data.kind == DataKind::kImageFolder && s.model.kind == ModelKind::kResNet && s.data.crop_size != 0 &&
+      s.data.crop_size != s.model.image_size) {
+    Fail("data.crop_size", absl::StrCat("the resnet model takes ", s.model.image_size, "x", s.model.image_size,
+                                        " images (model.image_size), got crop_size ", s.data.crop_size));
   }
   if (s.data.kind == DataKind::kTokens && s.model.kind != ModelKind::kGpt) {
     Fail("data.kind", "tokens:FILE feeds the gpt model only");

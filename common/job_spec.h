@@ -31,6 +31,8 @@ struct ModelSpec {
   // resnet: ResNet-18 for 3x32x32 images; channels of its first stage
   // (64 in the paper; later stages double it).
   int64_t channels = 64;
+  // resnet: the side of its square input images (3 x image_size x image_size).
+  int64_t image_size = 32;
   // torchscript:PATH — a module saved by torch.jit.script(model).save(PATH).
   std::string path;
   // Initial weights (fine-tuning): a safetensors file, or a directory in
@@ -76,6 +78,17 @@ struct DataSpec {
   // the samples, or the files at eval_path (then all samples train).
   double eval_fraction = 0;
   std::string eval_path;
+  // image_folder: torchvision's transforms, in this order: Resize(resize)
+  // (the shorter side; 0: crop_size), CenterCrop(crop_size) — for training,
+  // RandomCrop(crop_size) with random_crop — RandomHorizontalFlip() for
+  // training with random_flip, ToTensor(), and Normalize(mean, std) when
+  // given. crop_size 0: the model's input size. Models of one input channel
+  // get the images in grayscale (PIL's convert("L")).
+  int64_t resize = 0;
+  int64_t crop_size = 0;
+  bool random_crop = false;
+  bool random_flip = false;
+  std::vector<double> mean, std;
 };
 
 // Learning-rate schedule over max_steps optimizer steps (Hugging Face's

@@ -23,6 +23,7 @@ std::string JobSpecToJson(const JobSpec& s) {
   } else if (s.model.kind == ModelKind::kResNet) {
     j["model"] = {{"kind", ModelKindName(ModelKind::kResNet)},
                   {"channels", s.model.channels},
+                  {"image_size", s.model.image_size},
                   {"num_classes", s.model.num_classes}};
   } else if (s.model.kind == ModelKind::kTorchScript) {
     j["model"] = {{"kind", "torchscript:" + s.model.path},
@@ -52,8 +53,20 @@ std::string JobSpecToJson(const JobSpec& s) {
   if (s.data.kind == DataKind::kTensors) {
     j["data"]["inputs"] = s.data.inputs;
     j["data"]["targets"] = s.data.targets;
+  }
+  if (s.data.kind == DataKind::kTensors || s.data.kind == DataKind::kImageFolder) {
     j["data"]["eval_fraction"] = s.data.eval_fraction;
     j["data"]["eval_path"] = s.data.eval_path;
+  }
+  if (s.data.kind == DataKind::kImageFolder) {
+    j["data"]["resize"] = s.data.resize;
+    j["data"]["crop_size"] = s.data.crop_size;
+    j["data"]["random_crop"] = s.data.random_crop;
+    j["data"]["random_flip"] = s.data.random_flip;
+    if (!s.data.mean.empty()) {
+      j["data"]["mean"] = s.data.mean;
+      j["data"]["std"] = s.data.std;
+    }
   }
   nlohmann::ordered_json opt = {{"kind", OptimizerKindName(s.optimizer.kind)},
                                 {"lr", s.optimizer.lr},

@@ -20,11 +20,12 @@ inline constexpr EnumName<ModelKind> kModelKindNames[] = {{"mlp", ModelKind::kMl
 
 // Path-carrying kinds are spelled "mnist:DIR", "tokens:FILE",
 // "tensors:FILE_OR_DIR" in a spec, or given a `path` key.
-enum class DataKind { kSynthetic, kMnist, kTokens, kTensors };
+enum class DataKind { kSynthetic, kMnist, kTokens, kTensors, kImageFolder };
 inline constexpr EnumName<DataKind> kDataKindNames[] = {{"synthetic", DataKind::kSynthetic},
                                                         {"mnist", DataKind::kMnist},
                                                         {"tokens", DataKind::kTokens},
-                                                        {"tensors", DataKind::kTensors}};
+                                                        {"tensors", DataKind::kTensors},
+                                                        {"image_folder", DataKind::kImageFolder}};
 
 enum class SchedulerKind { kConstant, kLinear, kCosine };
 inline constexpr EnumName<SchedulerKind> kSchedulerKindNames[] = {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/enum_table.h"
+#include "common/utf8.h"
 
 namespace trainyard::spec_reader {
 
@@ -47,41 +48,6 @@ inline std::string Describe(const YAML::Node& node) {
   if (node.IsSequence()) return "a list";
   if (node.IsNull()) return "null";
   return absl::StrCat("'", node.Scalar(), "'");
-}
-
-// Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points
-// past U+10FFFF).
-inline bool ValidUtf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    int n = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    for (int k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return false;
-      const unsigned char d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += static_cast<size_t>(n) + 1;
-  }
-  return true;
 }
 
 // Reads the keys of one YAML mapping, remembering which were consumed so that
@@ -158,6 +124,27 @@ class MapReader {
       Fail(PathOf(key), absl::StrCat("must be at most ", max_len, " characters"));
     }
     *out = n.Scalar();
+  }
+
+  // A list of exactly `count` numbers, each in [lo, hi].
+  void Doubles(const std::string& key, std::vector<double>* out, size_t count, double lo, double hi) {
+    YAML::Node n = Child(key);
+    if (!n) return;
+    const std::string p = PathOf(key);
+    const std::string want = absl::StrCat("must be a list of ", count, " numbers, each between ", lo, " and ", hi);
+    if (!n.IsSequence() || n.size() != count) Fail(p, absl::StrCat(want, ", got ", Describe(n)));
+    std::vector<double> values;
+    for (const YAML::Node& item : n) {
+      double v = 0;
+      try {
+        v = item.as<double>();
+      } catch (const YAML::Exception&) {
+        Fail(p, want);
+      }
+      if (!std::isfinite(v) || v < lo || v > hi) Fail(p, want);
+      values.push_back(v);
+    }
+    *out = values;
   }
 
   // Parses an enum from its case-insensitive name. `names` lists accepted

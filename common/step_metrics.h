@@ -56,13 +56,17 @@ struct CheckpointEvent {
   std::string error;  // why it failed (nothing is left as "latest")
 };
 
-// Receives every step's metrics (and checkpoint outcomes) from a rank's
-// training thread.
+// Receives every step's metrics, checkpoint outcomes and notes from a
+// rank's training thread (notes also from its data loader's threads).
 class MetricsSink {
  public:
   virtual ~MetricsSink() = default;
   virtual void OnStep(const StepMetrics& metrics) = 0;
   virtual void OnCheckpoint(const CheckpointEvent& /*event*/) {}
+  // Something the people running the job should see among its events (what
+  // a resume or init_from skipped, unreadable images skipped, ...).
+  // Thread-safe.
+  virtual void OnNote(const std::string& /*text*/) {}
 };
 
 }  // namespace trainyard

@@ -2,7 +2,8 @@
 # Creates the project venv (.venv, or $TRAINYARD_VENV): Debian's python3 with
 # PyPI's torch — whose LibTorch (headers, libraries, CMake package, CUDA and
 # NCCL runtime from its nvidia-* dependencies) the worker is built against —
-# plus safetensors and accelerate for the Python peers and interop checks.
+# plus safetensors and accelerate for the Python peers and interop checks, and
+# Pillow for the image reference (torchvision's ImageFolder reads with PIL).
 # System site packages stay visible (Debian's grpcio and yaml for the tests).
 # Idempotent; a second run checks the versions and changes nothing.
 set -euo pipefail
@@ -11,7 +12,8 @@ venv=${TRAINYARD_VENV:-$root/.venv}
 # One torch for C++ and Python. Pinned: a new release is a deliberate change.
 # nvidia-cuda-crt: the CUDA headers (crt/) the wheel's runtime headers include, so the NCCL
 # process group compiles without a CUDA toolkit installed.
-requirements=(torch==2.15.0 nvidia-cuda-crt==13.2.86 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6)
+requirements=(torch==2.15.0 nvidia-cuda-crt==13.2.86 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6
+  pillow==13.0.0)
 if [ ! -x "$venv/bin/python" ]; then
   echo "pyenv: creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"

@@ -1,12 +1,20 @@
-// JobManager: the coordinator's core. Owns the queue, the slot accounting and
-// the lifecycle of every job that has not ended; persists each state change
-// through the JobStore; starts and stops workers through the Launcher; feeds
-// ServerMetrics and the watchers of a job.
+// JobManager: the coordinator's core. Owns the queue and the lifecycle of
+// every job that has not ended; persists each state change through the
+// JobStore; starts, stops and (after a restart) adopts workers through the
+// Launchers; feeds ServerMetrics and the watchers of a job. It holds the job
+// state machine and calls small plain parts for the rest: ResourcePool (slots
+// and GPUs), DecideAfterAttempt (the restart policy), ActiveJob (one job's
+// state), BlockingQueues (job_streams.h).
 //
 // Thread-safe: every public method may be called from any thread (gRPC
 // handlers, the launcher's exit thread). One mutex guards all state; the
 // store, launcher and metrics are called with it held and never call back
 // into the manager synchronously.
+//
+// One class in three files: job_manager.cc (recovery, scheduling, attempts
+// and their ends), job_manager_requests.cc (people's requests and the
+// checks a spec passes), job_manager_workers.cc (workers' attach and
+// reports, the watchdog).
 #ifndef TRAINYARD_SERVER_JOB_MANAGER_H_
 #define TRAINYARD_SERVER_JOB_MANAGER_H_
 
@@ -26,10 +34,9 @@
 #include "common/job_spec.h"
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
-#include "server/blocking_queue.h"
+#include "server/active_job.h"
 #include "server/job_store.h"
 #include "server/launcher.h"
-#include "server/resource_pool.h"
 #include "server/server_metrics.h"
 
 namespace trainyard {
@@ -51,9 +58,6 @@ struct JobManagerOptions {
   // Paths a job may name (checkpoint.project_dir, resume sources) must lie
   // under one of these; empty: the state directory and the working directory.
   std::vector<std::string> allowed_roots;
-  // What stopped workers get between SIGINT and SIGKILL (adopted groups;
-  // the launcher has its own).
-  std::chrono::milliseconds stop_grace{10000};
   // GPUs of this host for local CUDA jobs: one per rank, never shared.
   int gpus = 0;
   // The launcher of specs that name none (launcher: default).
@@ -68,35 +72,6 @@ struct JoinInfo {
   int32_t attempt = 0;
   std::string coordinator_addr;
 };
-
-// One update for a watcher: the job's record after a state change, or one
-// metrics sample (rank 0's, with samples_per_second summed over ranks).
-struct JobUpdate {
-  std::optional<JobRecord> job;
-  std::optional<StepMetrics> metrics;
-};
-
-// The updates for one watcher, closed after the job's final state. A slow
-// watcher loses metrics samples beyond 4096 queued, never a job update.
-class JobWatch : public BlockingQueue<JobUpdate> {
- public:
-  JobWatch() : BlockingQueue(4096, [](const JobUpdate& u) { return !u.job.has_value(); }) {}
-  bool Next(JobUpdate* out, std::chrono::milliseconds timeout) { return Pop(out, timeout); }
-};
-
-// A command for one connected worker.
-struct WorkerCommand {
-  enum class Kind { kStop, kCheckpoint };
-  Kind kind = Kind::kStop;
-  std::string reason;
-  // kCheckpoint:
-  int64_t request_id = 0;
-  CheckpointType type = CheckpointType::kAuto;
-  bool stop_after = false;
-};
-
-// Commands flowing down one worker's stream.
-using WorkerChannel = BlockingQueue<WorkerCommand>;
 
 struct WorkerAttachment {
   std::string spec_json;
@@ -178,6 +153,10 @@ class JobManager {
   void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
                     const std::string& error);
   void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint);
+  // A rank's note becomes a job event "rank R: <text>" (at most
+  // kMaxNotesPerAttempt per attempt; text cut at 2000 bytes).
+  static constexpr int kMaxNotesPerAttempt = 100;
+  void ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text);
   void DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
                     const std::shared_ptr<WorkerChannel>& channel);
 
@@ -197,43 +176,6 @@ class JobManager {
   int free_gpus();
 
  private:
-  struct ActiveJob {
-    JobRecord record;
-    JobSpec spec;
-    ResourcePool::Held held;  // slots or GPUs of this host (local jobs)
-    std::set<int32_t> attached;
-    std::set<int32_t> exited;
-    std::map<int32_t, std::shared_ptr<WorkerChannel>> channels;
-    std::map<int32_t, StepMetrics> last_metrics;
-    std::vector<std::shared_ptr<JobWatch>> watchers;
-    bool cancel_requested = false;
-    bool cancel_after_checkpoint = false;  // a cancel --checkpoint is under way
-    bool preempted = false;                // a rank stopped after a preemption checkpoint
-    // Workers started by an earlier coordinator (found RUNNING at Recover):
-    // not this launcher's children, so their ends are seen by their results
-    // and by their processes disappearing.
-    bool adopted = false;
-    bool reattach_failed = false;
-    std::chrono::steady_clock::time_point reattach_deadline{}, kill_at{};
-    std::set<int32_t> results_ok;
-    int restarts = 0;  // whole-group restarts after failures
-    std::chrono::steady_clock::time_point last_progress{};
-    // Goodput: rank 0's step time in this attempt, and at its last
-    // checkpoint; what earlier attempts kept; when the job first started.
-    double attempt_step_seconds = 0, checkpointed_step_seconds = 0, kept_step_seconds = 0;
-    std::chrono::steady_clock::time_point first_start{};
-    bool failed = false;
-    std::string failure;
-    std::vector<int> gpus;    // held by a local CUDA job's ranks
-    std::string master_addr;  // this attempt's rendezvous
-    int master_port = 0;
-    // External jobs: each rank's end as reported (0 ok, 1 failed, 3
-    // stopped, 4 preempted), and when ranks without one lost their stream.
-    std::map<int32_t, int> result_codes;
-    std::map<int32_t, std::chrono::steady_clock::time_point> detached_at;
-    std::chrono::steady_clock::time_point last_persist{};
-  };
-
   // All REQUIRE mu_ held.
   LauncherKind KindOf(const ActiveJob& job) const;
   Launcher* LauncherOf(const ActiveJob& job);
@@ -257,12 +199,9 @@ class JobManager {
   // to resume from its latest checkpoint.
   void Requeue(ActiveJob& job, const std::string& reason);
   void PublishGoodput(ActiveJob& job);
-  // Stops the attempt's workers: through the launcher, and for adopted
-  // groups by signalling their processes (found by command line).
+  // Stops the attempt's workers: through its launcher, or (external jobs)
+  // by a stop command down each connected rank's stream.
   void StopGroup(ActiveJob& job);
-  // Adopted groups: reattach deadline, stop escalation, and the end of the
-  // attempt once no process of it is left.
-  void CheckAdopted(ActiveJob& job, std::vector<std::string>* finished);
   void Finish(const std::string& id);
   void PublishCounts();
   void AddEvent(ActiveJob& job, const std::string& reason);

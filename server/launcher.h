@@ -44,10 +44,13 @@ struct RankExit {
   std::string job_id;
   int32_t attempt = 0;
   int32_t rank = 0;
-  int exit_code = 0;   // valid when signal == 0
-  int signal = 0;      // non-zero when killed by a signal
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // non-zero when killed by a signal
+  // The process was not the launcher's child (adopted after a coordinator
+  // restart): it ended, but how is not known.
+  bool code_unknown = false;
   std::string detail;  // the launcher's own account, when it has one
-  bool ok() const { return signal == 0 && exit_code == 0; }
+  bool ok() const { return !code_unknown && signal == 0 && exit_code == 0; }
   std::string Describe() const;
 };
 
@@ -68,12 +71,10 @@ class Launcher {
   // error names what is missing.
   virtual absl::Status Available() { return absl::OkStatus(); }
   // After a coordinator restart: follows an attempt an earlier coordinator
-  // launched, reporting its ranks' ends like its own. False when this
-  // launcher cannot (the local launcher: not its children).
-  virtual bool Adopt(const LaunchRequest& request) {
-    (void)request;
-    return false;
-  }
+  // launched, reporting its ranks' ends (code_unknown where the launcher
+  // cannot know the exit code) and stopping them like its own. A rank with
+  // nothing left to follow is reported ended at once.
+  virtual void Adopt(const LaunchRequest& request) = 0;
 };
 
 struct LocalLauncherOptions {

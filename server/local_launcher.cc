@@ -5,16 +5,19 @@
 #include <unistd.h>
 #include "absl/status/statusor.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/launcher.h"
 
@@ -22,11 +25,56 @@ namespace trainyard {
 
 std::string RankExit::Describe() const {
   if (!detail.empty()) return detail;
+  if (code_unknown) {
+    return absl::StrCat(
+        "rank ", rank,
+        " ended without reporting a result (started by an earlier coordinator: its exit code is unknown)");
+  }
   if (signal != 0) return absl::StrCat("rank ", rank, " was killed by signal ", signal, " (", strsignal(signal), ")");
   return absl::StrCat("rank ", rank, " exited with code ", exit_code);
 }
 
 namespace {
+
+// The command line of process `pid`, split at its NULs; empty when it is
+// gone (or a zombie).
+std::vector<std::string> CommandLine(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/cmdline", std::ios::binary);
+  const std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  for (size_t i = 0; i < cmd.size(); ++i) {
+    if (cmd[i] != '\0') continue;
+    args.push_back(cmd.substr(start, i - start));
+    start = i + 1;
+  }
+  return args;
+}
+
+// The value after `flag` in `args`, or "".
+std::string FlagValue(const std::vector<std::string>& args, std::string_view flag) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) return args[i + 1];
+  }
+  return "";
+}
+
+// Whether `args` run `binary` (directly, or as an interpreter's script) for
+// rank `rank` (any rank when negative) of `job_id`'s attempt `attempt`.
+bool IsWorkerOf(const std::vector<std::string>& args, const std::string& binary, const std::string& job_id,
+                int32_t attempt, int32_t rank) {
+  const std::string base = std::filesystem::path(binary).filename().string();
+  auto runs = [&](size_t i) { return i < args.size() && std::filesystem::path(args[i]).filename() == base; };
+  return (runs(0) || runs(1)) && FlagValue(args, "--job") == job_id &&
+         FlagValue(args, "--attempt") == std::to_string(attempt) &&
+         (rank < 0 || FlagValue(args, "--rank") == std::to_string(rank));
+}
+
+// Sends `sig` to the worker's process group (it leads one), or to the
+// process alone where it does not.
+void Signal(pid_t pid, int sig) {
+  if (kill(-pid, sig) != 0) kill(pid, sig);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -35,6 +83,9 @@ struct Proc {
   std::string job_id;
   int32_t attempt = 0;
   int32_t rank = 0;
+  // Started by an earlier coordinator: not a child, so it is watched
+  // through /proc and its exit code is never known.
+  bool adopted = false;
   bool term_sent = false;
   Clock::time_point kill_at = Clock::time_point::max();
 };
@@ -50,13 +101,15 @@ class LocalLauncher final : public Launcher {
     {
       std::lock_guard<std::mutex> lock(mu_);
       shutting_down_ = true;
-      for (auto& [pid, p] : procs_) kill(-pid, SIGKILL);
+      for (auto& [pid, p] : procs_) Signal(pid, SIGKILL);
     }
     cv_.notify_all();
     reaper_.join();
     // Reap what the loop left (it stops at shutdown).
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [pid, p] : procs_) waitpid(pid, nullptr, 0);
+    for (auto& [pid, p] : procs_) {
+      if (!p.adopted) waitpid(pid, nullptr, 0);
+    }
   }
 
   absl::Status Launch(const LaunchRequest& r) override {
@@ -118,9 +171,39 @@ class LocalLauncher final : public Launcher {
       if (p.job_id != job_id || p.attempt != attempt || p.term_sent) continue;
       // SIGINT: stop now, no checkpoint (SIGTERM asks a worker to checkpoint
       // first: preemption).
-      kill(-pid, SIGINT);
+      Signal(pid, SIGINT);
       p.term_sent = true;
       p.kill_at = Clock::now() + options_.stop_grace;
+    }
+    cv_.notify_all();
+  }
+
+  void Adopt(const LaunchRequest& r) override {
+    std::map<int32_t, pid_t> found;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+      const std::vector<std::string> args = CommandLine(name);
+      if (!IsWorkerOf(args, options_.worker_binary, r.job_id, r.attempt, /*rank=*/-1)) continue;
+      int32_t rank = -1;
+      if (!absl::SimpleAtoi(FlagValue(args, "--rank"), &rank) || rank < 0 || rank >= r.world_size) continue;
+      found.emplace(rank, static_cast<pid_t>(std::stol(name)));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int32_t rank = 0; rank < r.world_size; ++rank) {
+      auto it = found.find(rank);
+      if (it == found.end()) {
+        RankExit e{r.job_id, r.attempt, rank};
+        e.code_unknown = true;
+        e.detail =
+            absl::StrCat("rank ", rank, " of attempt ", r.attempt, " was not running when the coordinator restarted");
+        pending_.push_back(e);  // reported from the reaper, never under the caller's locks
+        continue;
+      }
+      Proc p{it->second, r.job_id, r.attempt, rank};
+      p.adopted = true;
+      procs_[it->second] = p;
     }
     cv_.notify_all();
   }
@@ -179,8 +262,24 @@ class LocalLauncher final : public Launcher {
     std::unique_lock<std::mutex> lock(mu_);
     while (!shutting_down_) {
       std::vector<RankExit> exits;
+      exits.swap(pending_);
       for (auto it = procs_.begin(); it != procs_.end();) {
         Proc& p = it->second;
+        if (p.adopted) {
+          if (IsWorkerOf(CommandLine(std::to_string(p.pid)), options_.worker_binary, p.job_id, p.attempt, p.rank)) {
+            if (p.term_sent && Clock::now() >= p.kill_at) {
+              Signal(p.pid, SIGKILL);
+              p.kill_at = Clock::time_point::max();
+            }
+            ++it;
+            continue;
+          }
+          RankExit e{p.job_id, p.attempt, p.rank};
+          e.code_unknown = true;
+          exits.push_back(e);
+          it = procs_.erase(it);
+          continue;
+        }
         int status = 0;
         pid_t r = waitpid(p.pid, &status, WNOHANG);
         if (r == p.pid || (r < 0 && errno == ECHILD)) {
@@ -215,8 +314,9 @@ class LocalLauncher final : public Launcher {
   const ExitCallback on_exit_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<pid_t, Proc> procs_;  // guarded by mu_
-  bool shutting_down_ = false;   // guarded by mu_
+  std::map<pid_t, Proc> procs_;    // guarded by mu_
+  std::vector<RankExit> pending_;  // guarded by mu_; ends found by Adopt
+  bool shutting_down_ = false;     // guarded by mu_
   std::thread reaper_;
 };
 

@@ -11,6 +11,7 @@ NextStep DecideAfterAttempt(const AttemptEnd& end) {
   const bool failed = end.failed || (!end.all_succeeded && !end.preempted);
   if (failed) {
     const std::string why = !end.failure.empty() ? end.failure : "the workers ended without reporting a result";
+    if (end.usage_error) return {Kind::kFailed, absl::StrCat(why, " (a usage error: not retried)")};
     if (end.reattach_failed && !end.shutting_down) {
       return {Kind::kRequeue, absl::StrCat("restart from the latest checkpoint after: ", why)};
     }

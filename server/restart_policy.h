@@ -1,7 +1,7 @@
 // The restart policy: what follows once every rank of an attempt has ended.
 // A pure function of how the attempt ended, so that the paths that see an
-// attempt end — a launcher's exit reports, an adopted group whose
-// processes are gone, external ranks' results — decide alike; unit-tested as
+// attempt end — a launcher's exit reports (adopted ranks' included),
+// external ranks' results, the watchdog — decide alike; unit-tested as
 // a table (tests/server/restart_policy_test.cc).
 #ifndef TRAINYARD_SERVER_RESTART_POLICY_H_
 #define TRAINYARD_SERVER_RESTART_POLICY_H_
@@ -21,6 +21,9 @@ struct AttemptEnd {
   // The attempt was lost to a coordinator restart (its workers did not
   // reattach): the coordinator's loss, not the job's.
   bool reattach_failed = false;
+  // A rank ended with a usage error (bad command line or environment): the
+  // next attempt would get the same, so it is not retried.
+  bool usage_error = false;
   bool preempted = false;      // ranks checkpointed and stopped on a preemption signal
   bool all_succeeded = false;  // every rank trained to the end
   bool shutting_down = false;  // the coordinator is stopping: nothing is requeued

@@ -270,6 +270,8 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
       manager_->ReportMetrics(hello.job_id(), attempt, samples);
     } else if (msg.has_checkpoint()) {
       if (hello.rank() == 0) manager_->ReportCheckpoint(hello.job_id(), attempt, FromProto(msg.checkpoint()));
+    } else if (msg.has_note()) {
+      manager_->ReportNote(hello.job_id(), attempt, hello.rank(), msg.note().text());
     } else if (msg.has_result()) {
       manager_->ReportResult(hello.job_id(), attempt, hello.rank(), FromProto(msg.result().outcome()),
                              msg.result().error());

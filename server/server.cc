@@ -157,7 +157,6 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   mo.max_queued_jobs = o.max_queued_jobs;
   mo.limits.max_num_processes = o.max_num_processes;
   mo.allowed_roots = o.allowed_roots;
-  mo.stop_grace = o.stop_grace;
   auto tls_args = WorkerTlsArgs();
   if (!tls_args.ok()) return tls_args.status();
   // The launchers report exits to the manager; they are destroyed before

@@ -29,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/launcher.h"
+#include "server/slurm_batch.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -129,19 +130,6 @@ std::string Trim(std::string s) {
   return s.substr(i);
 }
 
-// One argument for /bin/sh: single-quoted.
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 bool Terminal(const std::string& state) {
   static const std::set<std::string> kEnded = {"COMPLETED", "FAILED",       "CANCELLED",     "TIMEOUT",
                                                "NODE_FAIL", "PREEMPTED",    "OUT_OF_MEMORY", "BOOT_FAIL",
@@ -207,79 +195,20 @@ class SlurmLauncher final : public Launcher {
     std::error_code ec;
     std::filesystem::create_directories(r.log_dir, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot create log dir ", r.log_dir, ": ", ec.message()));
-    const std::string name = SlurmName(r.job_id, r.attempt);
+    const std::string name = SlurmJobName(r.job_id, r.attempt);
     const std::string script_path = absl::StrCat(r.log_dir, "/job.sbatch");
     const std::string rank_path = absl::StrCat(r.log_dir, "/rank.sh");
-    {
-      // Each task: the worker under a small shell that forwards INT/TERM
-      // and records its exit code, 128+N when signal N killed it (kill -9,
-      // the OOM killer), where the server looks for it.
-      std::ofstream f(rank_path, std::ios::trunc);
-      f << "#!/bin/sh\n"
-        << "# One rank of a trainyard job: runs the worker, forwards INT/TERM to it and\n"
-        << "# records its exit code for trainyard-server.\n"
-        << "\"$@\" &\n"
-        << "pid=$!\n"
-        << "trap 'kill -INT $pid 2>/dev/null' INT\n"
-        << "trap 'kill -TERM $pid 2>/dev/null' TERM\n"
-        << "while :; do\n"
-        << "  wait $pid; rc=$?\n"
-        << "  kill -0 $pid 2>/dev/null || break\n"
-        << "done\n"
-        << "f=\"$TRAINYARD_EXIT_DIR/rank-$SLURM_PROCID.exit\"\n"
-        << "echo $rc > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"\n"
-        << "exit $rc\n";
-      if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", rank_path));
+    // Each task: the worker under a small shell that records its exit code.
+    for (const auto& [path, text] :
+         {std::pair<std::string, std::string>{rank_path, RankWrapperScript()},
+          {script_path, BatchScript(r, rank_path, options_.worker_binary, options_.extra_worker_args)}}) {
+      std::ofstream f(path, std::ios::trunc);
+      f << text;
+      if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", path));
+      f.close();
+      chmod(path.c_str(), 0750);
     }
-    chmod(rank_path.c_str(), 0750);
-    {
-      std::vector<std::string> worker = {
-          rank_path,       options_.worker_binary,
-          "--job",         r.job_id,
-          "--world-size",  std::to_string(r.world_size),
-          "--attempt",     std::to_string(r.attempt),
-          "--master-port", std::to_string(r.master_port),
-          "--server",      r.coordinator_addr,
-          "--threads",     std::to_string(r.threads_per_process),
-      };
-      if (!r.master_addr.empty()) {
-        worker.push_back("--master-addr");
-        worker.push_back(r.master_addr);
-      }
-      for (const auto& a : options_.extra_worker_args) worker.push_back(a);
-      std::vector<std::string> quoted;
-      for (const auto& a : worker) quoted.push_back(ShellQuote(a));
-      std::ofstream f(script_path, std::ios::trunc);
-      f << "#!/bin/sh\n"
-        << "# trainyard job " << r.job_id << " attempt " << r.attempt << " (" << r.job_name
-        << "), submitted by trainyard-server.\n"
-        << "# One task per rank: rank = SLURM_PROCID, rendezvous on the step's first node.\n"
-        << "export TRAINYARD_EXIT_DIR=" << ShellQuote(r.log_dir) << "\n"
-        << "exec srun --kill-on-bad-exit=0 --open-mode=append --output=" << ShellQuote(r.log_dir + "/rank-%t.log")
-        << " \\\n  " << absl::StrJoin(quoted, " ") << "\n";
-      if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", script_path));
-    }
-    chmod(script_path.c_str(), 0750);
-
-    std::vector<std::string> args = {
-        Tool("sbatch"), "--parsable", "--job-name=" + name, absl::StrCat("--ntasks=", r.world_size),
-        absl::StrCat("--nodes=", r.slurm.nodes), absl::StrCat("--cpus-per-task=", r.threads_per_process),
-        "--output=" + r.log_dir + "/slurm-%j.out",
-        // Workers checkpoint and exit on SIGTERM: give them the
-        // grace before the time limit (preemption sends SIGTERM too).
-        absl::StrCat("--signal=TERM@", std::clamp<int64_t>(static_cast<int64_t>(r.preemption_grace_s), 1, 65535)),
-        r.preemptible ? "--requeue" : "--no-requeue"};
-    if (r.cuda) args.push_back(absl::StrCat("--gres=gpu:", r.world_size / std::max(1, r.slurm.nodes)));
-    const std::string partition = r.slurm.partition.empty() ? options_.partition : r.slurm.partition;
-    const std::string account = r.slurm.account.empty() ? options_.account : r.slurm.account;
-    if (!partition.empty()) args.push_back("--partition=" + partition);
-    if (!account.empty()) args.push_back("--account=" + account);
-    if (!r.slurm.qos.empty()) args.push_back("--qos=" + r.slurm.qos);
-    if (!r.slurm.time_limit.empty()) args.push_back("--time=" + r.slurm.time_limit);
-    if (!r.slurm.constraint.empty()) args.push_back("--constraint=" + r.slurm.constraint);
-    for (const auto& a : options_.extra_sbatch_args) args.push_back(a);
-    for (const auto& a : r.slurm.extra_args) args.push_back(a);
-    args.push_back(script_path);
+    const std::vector<std::string> args = SbatchArgs(r, options_, Tool("sbatch"), script_path);
     // The token travels in the job's environment (sbatch exports ours), not
     // in the script or on a command line.
     CommandResult res = RunCommand(args, {"TRAINYARD_WORKER_TOKEN=" + r.token});
@@ -299,8 +228,8 @@ class SlurmLauncher final : public Launcher {
     return absl::OkStatus();
   }
 
-  bool Adopt(const LaunchRequest& r) override {
-    const std::string name = SlurmName(r.job_id, r.attempt);
+  void Adopt(const LaunchRequest& r) override {
+    const std::string name = SlurmJobName(r.job_id, r.attempt);
     CommandResult res = RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", name, "-o", "%i|%T"}, {});
     if (res.exit_code != 0) {
       spdlog::warn("job {}: squeue failed while adopting attempt {}: {}", r.job_id, r.attempt, Trim(res.err));
@@ -312,7 +241,6 @@ class SlurmLauncher final : public Launcher {
     }
     spdlog::info("job {} attempt {}: following Slurm job {}", r.job_id, r.attempt, id.empty() ? "(gone)" : id);
     Track(r, name, id);
-    return true;
   }
 
   void Stop(const std::string& job_id, int32_t attempt) override {
@@ -343,10 +271,6 @@ class SlurmLauncher final : public Launcher {
   }
 
  private:
-  static std::string SlurmName(const std::string& job_id, int32_t attempt) {
-    return absl::StrCat("trainyard-", job_id, "-a", attempt);
-  }
-
   std::string Tool(const std::string& name) const {
     return options_.slurm_bin_dir.empty() ? name : options_.slurm_bin_dir + "/" + name;
   }

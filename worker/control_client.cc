@@ -32,14 +32,15 @@ struct ControlClient::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::shared_ptr<Conn> conn;               // guarded by mu
-  std::deque<StepMetrics> pending;          // guarded by mu
-  std::deque<CheckpointEvent> checkpoints;  // guarded by mu
-  bool finishing = false;                   // guarded by mu
-  bool result_sent = false;                 // guarded by mu: the stream's end is expected
-  bool stream_broken = false;               // guarded by mu
-  bool gave_up = false;                     // guarded by mu: no more reconnection attempts
-  std::mutex write_mu;                      // one writer on a stream at a time
+  std::shared_ptr<Conn> conn;       // guarded by mu
+  std::deque<StepMetrics> pending;  // guarded by mu
+  // Checkpoint reports and notes, sent at once; guarded by mu.
+  std::deque<v1::WorkerMessage> reports;
+  bool finishing = false;      // guarded by mu
+  bool result_sent = false;    // guarded by mu: the stream's end is expected
+  bool stream_broken = false;  // guarded by mu
+  bool gave_up = false;        // guarded by mu: no more reconnection attempts
+  std::mutex write_mu;         // one writer on a stream at a time
   std::atomic<int32_t> every_steps{10};
 
   std::thread reader;
@@ -161,20 +162,17 @@ struct ControlClient::Impl {
   // REQUIRES: mu held. Writes what is pending; on failure keeps it (bounded)
   // for after a reconnection. False when the stream is gone.
   bool FlushLocked(std::unique_lock<std::mutex>& lock) {
-    if ((pending.empty() && checkpoints.empty()) || stream_broken) return !stream_broken;
+    if ((pending.empty() && reports.empty()) || stream_broken) return !stream_broken;
     std::vector<v1::WorkerMessage> msgs;
     std::deque<StepMetrics> batch;
     batch.swap(pending);
-    std::deque<CheckpointEvent> reports;
-    reports.swap(checkpoints);
+    std::deque<v1::WorkerMessage> sent;
+    sent.swap(reports);
     if (!batch.empty()) {
       msgs.emplace_back();
       for (const StepMetrics& m : batch) ToProto(m, msgs.back().mutable_metrics()->add_samples());
     }
-    for (const CheckpointEvent& c : reports) {
-      msgs.emplace_back();
-      ToProto(c, msgs.back().mutable_checkpoint());
-    }
+    msgs.insert(msgs.end(), sent.begin(), sent.end());
     std::shared_ptr<Conn> c = conn;
     lock.unlock();
     bool ok = true;
@@ -188,10 +186,19 @@ struct ControlClient::Impl {
       // Put them back in front of what came meanwhile, within the bound.
       for (auto it = batch.rbegin(); it != batch.rend(); ++it) pending.push_front(*it);
       while (pending.size() > options.max_buffered_samples) pending.pop_front();
-      for (auto it = reports.rbegin(); it != reports.rend(); ++it) checkpoints.push_front(*it);
-      while (checkpoints.size() > 1000) checkpoints.pop_front();
+      for (auto it = sent.rbegin(); it != sent.rend(); ++it) reports.push_front(*it);
+      while (reports.size() > 1000) reports.pop_front();
     }
     return ok;
+  }
+
+  void Report(v1::WorkerMessage msg) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      reports.push_back(std::move(msg));
+      while (reports.size() > 1000) reports.pop_front();
+    }
+    cv.notify_all();
   }
 
   void SendLoop() {
@@ -199,7 +206,7 @@ struct ControlClient::Impl {
     while (!finishing) {
       cv.wait_for(lock, std::chrono::seconds(1), [&] {
         return finishing ||
-               (!stream_broken && (!checkpoints.empty() || static_cast<int32_t>(pending.size()) >= every_steps.load()));
+               (!stream_broken && (!reports.empty() || static_cast<int32_t>(pending.size()) >= every_steps.load()));
       });
       FlushLocked(lock);
     }
@@ -288,12 +295,15 @@ void ControlClient::OnStep(const StepMetrics& metrics) {
 }
 
 void ControlClient::OnCheckpoint(const CheckpointEvent& event) {
-  Impl& s = *impl_;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.checkpoints.push_back(event);
-  }
-  s.cv.notify_all();
+  v1::WorkerMessage msg;
+  ToProto(event, msg.mutable_checkpoint());
+  impl_->Report(std::move(msg));
+}
+
+void ControlClient::OnNote(const std::string& text) {
+  v1::WorkerMessage msg;
+  msg.mutable_note()->set_text(text);
+  impl_->Report(std::move(msg));
 }
 
 void ControlClient::Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step) {

@@ -60,6 +60,8 @@ class ControlClient final : public MetricsSink {
   void OnStep(const StepMetrics& metrics) override;
   // Sent at once (with the metrics before it).
   void OnCheckpoint(const CheckpointEvent& event) override;
+  // Sent at once; the coordinator adds it to the job's events.
+  void OnNote(const std::string& text) override;
   // Flushes metrics, sends the result and closes the stream (bounded wait).
   // `error`: what went wrong or why it stopped, unless kSucceeded.
   void Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step);

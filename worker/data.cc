@@ -80,6 +80,12 @@ Batch OffsetDataset::Get(const std::vector<int64_t>& indices) const {
   return base_->Get(shifted);
 }
 
+Batch OffsetDataset::GetForEpoch(const std::vector<int64_t>& indices, int64_t epoch) const {
+  std::vector<int64_t> shifted(indices);
+  for (int64_t& i : shifted) i += offset_;
+  return base_->GetForEpoch(shifted, epoch);
+}
+
 namespace {
 
 // The whole content of a file, gunzipped when it is gzip data.
@@ -313,7 +319,7 @@ void DataLoader::WorkerLoop() {
     lock.unlock();
     Prefetch::Result result{{}, planned.epoch, planned.end, nullptr};
     try {
-      result.batch = dataset_->Get(planned.indices);
+      result.batch = dataset_->GetForEpoch(planned.indices, planned.epoch);
     } catch (...) {
       result.error = std::current_exception();
     }
@@ -334,7 +340,7 @@ void DataLoader::Seek(int64_t epoch, int64_t offset) {
 Batch DataLoader::Next() {
   if (!prefetch_) {
     Planned planned = Plan(&epoch_, &offset_, &indices_);
-    return dataset_->Get(planned.indices);
+    return dataset_->GetForEpoch(planned.indices, planned.epoch);
   }
   Prefetch& p = *prefetch_;
   std::unique_lock<std::mutex> lock(p.mu);

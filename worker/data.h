@@ -27,6 +27,9 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual Batch Get(const std::vector<int64_t>& indices) const = 0;
+  // The loader's call: the samples as drawn in `epoch`, for datasets whose
+  // samples are random per epoch (augmentations); the others ignore it.
+  virtual Batch GetForEpoch(const std::vector<int64_t>& indices, int64_t /*epoch*/) const { return Get(indices); }
 };
 
 // Deterministic fake data that can be learned: sample i is N(0, 1) noise
@@ -71,6 +74,7 @@ class OffsetDataset final : public Dataset {
   OffsetDataset(std::shared_ptr<const Dataset> base, int64_t offset, int64_t size);
   int64_t size() const override { return size_; }
   Batch Get(const std::vector<int64_t>& indices) const override;
+  Batch GetForEpoch(const std::vector<int64_t>& indices, int64_t epoch) const override;
 
  private:
   std::shared_ptr<const Dataset> base_;

@@ -1,7 +1,9 @@
 #include "worker/job_data.h"
 
+#include "worker/image_folder.h"
 #include "worker/tensors_dataset.h"
 
+#include <random>
 #include <stdexcept>
 #include <string>
 
@@ -14,7 +16,63 @@ struct Datasets {
   std::shared_ptr<Dataset> train, eval;
 };
 
-Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_shape, int32_t world_size) {
+// image_folder: the transforms for the model's input (C, H, W), the classes
+// checked against the model's, the held-out split by a second folder or a
+// seeded draw of eval_fraction of the samples.
+Datasets MakeImageFolder(const JobSpec& spec, const std::vector<int64_t>& sample_shape,
+                         const std::function<void(const std::string&)>& note) {
+  const DataSpec& d = spec.data;
+  if (sample_shape.size() != 3 || sample_shape[1] != sample_shape[2] ||
+      (sample_shape[0] != 1 && sample_shape[0] != 3)) {
+    throw std::invalid_argument("data.kind image_folder: the " + std::string(ModelKindName(spec.model.kind)) +
+                                " model does not take square 1- or 3-channel images");
+  }
+  ImageTransform t;
+  t.crop = d.crop_size > 0 ? d.crop_size : sample_shape[1];
+  if (t.crop != sample_shape[1]) {
+    throw std::invalid_argument("data.crop_size " + std::to_string(t.crop) + ": the model takes " +
+                                std::to_string(sample_shape[1]) + "x" + std::to_string(sample_shape[2]) + " images");
+  }
+  t.resize = d.resize > 0 ? d.resize : t.crop;
+  t.random_crop = d.random_crop;
+  t.random_flip = d.random_flip;
+  t.mean = d.mean;
+  t.std = d.std;
+  t.grayscale = sample_shape[0] == 1;
+  std::vector<std::string> classes;
+  std::vector<ImageSample> train = ScanImageFolder(d.path, &classes), eval;
+  if (static_cast<int64_t>(classes.size()) > spec.model.num_classes) {
+    throw std::invalid_argument("image_folder " + d.path + " has " + std::to_string(classes.size()) +
+                                " classes; model.num_classes is " + std::to_string(spec.model.num_classes));
+  }
+  if (!d.eval_path.empty()) {
+    std::vector<std::string> eval_classes;
+    eval = ScanImageFolder(d.eval_path, &eval_classes);
+    if (eval_classes != classes) {
+      throw std::invalid_argument("image_folder " + d.eval_path + ": its class folders differ from " + d.path + "'s");
+    }
+  } else if (d.eval_fraction > 0) {
+    // The same draw on every rank: a permutation seeded by the job's seed.
+    std::vector<ImageSample> all = std::move(train);
+    std::vector<size_t> order(all.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(d.seed));
+    const auto held = static_cast<size_t>(static_cast<double>(all.size()) * d.eval_fraction);
+    std::vector<bool> is_eval(all.size(), false);
+    for (size_t i = 0; i < held; ++i) is_eval[order[i]] = true;
+    train.clear();
+    for (size_t i = 0; i < all.size(); ++i) (is_eval[i] ? eval : train).push_back(std::move(all[i]));
+  }
+  Datasets out;
+  out.train = std::make_shared<ImageFolderDataset>(std::move(train), t, /*train=*/true, d.seed, note);
+  if (spec.eval_every_steps > 0 && !eval.empty()) {
+    out.eval = std::make_shared<ImageFolderDataset>(std::move(eval), t, /*train=*/false, d.seed, note);
+  }
+  return out;
+}
+
+Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_shape, int32_t world_size,
+                      const std::function<void(const std::string&)>& note) {
   const bool gpt = spec.model.kind == ModelKind::kGpt;
   const bool eval = spec.eval_every_steps > 0;
   const int64_t eval_size = static_cast<int64_t>(spec.eval_batches) * spec.data.batch_size * world_size;
@@ -61,6 +119,7 @@ Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_sh
       }
       break;
     }
+    case DataKind::kImageFolder: d = MakeImageFolder(spec, sample_shape, note); break;
     case DataKind::kTokens:
       if (!gpt) throw std::invalid_argument("data.kind tokens: needs the gpt model");
       // The last 10% of the file is held out when evaluating.
@@ -77,8 +136,9 @@ Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_sh
 
 }  // namespace
 
-JobData MakeJobData(const JobSpec& spec, const std::vector<int64_t>& sample_shape, int32_t rank, int32_t world_size) {
-  Datasets data = MakeDatasets(spec, sample_shape, world_size);
+JobData MakeJobData(const JobSpec& spec, const std::vector<int64_t>& sample_shape, int32_t rank, int32_t world_size,
+                    std::function<void(const std::string&)> note) {
+  Datasets data = MakeDatasets(spec, sample_shape, world_size, note);
   JobData out;
   DistributedSampler sampler(data.train->size(), rank, world_size, spec.data.shuffle, spec.data.seed,
                              spec.data.drop_last);

@@ -5,7 +5,9 @@
 #define TRAINYARD_WORKER_JOB_DATA_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -19,8 +21,11 @@ struct JobData {
 };
 
 // `sample_shape`: one input sample's shape as the model takes it. Throws
-// std::invalid_argument when the data does not fit the model.
-JobData MakeJobData(const JobSpec& spec, const std::vector<int64_t>& sample_shape, int32_t rank, int32_t world_size);
+// std::invalid_argument when the data does not fit the model. `note` gets
+// what the people running the job should see (skipped input files), from
+// the loader's threads.
+JobData MakeJobData(const JobSpec& spec, const std::vector<int64_t>& sample_shape, int32_t rank, int32_t world_size,
+                    std::function<void(const std::string&)> note = {});
 
 }  // namespace trainyard
 

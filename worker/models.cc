@@ -181,7 +181,8 @@ class Gpt final : public Model {
   std::shared_ptr<torch::nn::Module> embed_, head_group_;
 };
 
-// ResNet-18 for 3x32x32 images (the CIFAR variant: a 3x3 stem, no max-pool):
+// ResNet-18 for 3 x image_size x image_size images (the CIFAR variant: a 3x3
+// stem, no max-pool):
 // four stages of two BasicBlocks with `channels` x1, x2, x4, x8 channels,
 // global average pooling and a linear classifier. BatchNorm's running
 // statistics are buffers.
@@ -220,7 +221,8 @@ TORCH_MODULE(BasicBlock);
 class ResNet final : public Model {
  public:
   explicit ResNet(const ModelSpec& spec)
-      : stem_(register_module("stem", std::make_shared<torch::nn::Module>())),
+      : image_size_(spec.image_size),
+        stem_(register_module("stem", std::make_shared<torch::nn::Module>())),
         conv_(stem_->register_module(
             "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, spec.channels, 3).padding(1).bias(false)))),
         bn_(stem_->register_module("bn", torch::nn::BatchNorm2d(spec.channels))),
@@ -241,8 +243,9 @@ class ResNet final : public Model {
     std::vector<Layer> out;
     auto conv = conv_;
     auto bn = bn_;
-    out.push_back({"Stem", stem_, [conv, bn](const at::Tensor& x) mutable {
-                     return torch::relu(bn->forward(conv->forward(x.reshape({x.size(0), 3, 32, 32}))));
+    const int64_t side = image_size_;
+    out.push_back({"Stem", stem_, [conv, bn, side](const at::Tensor& x) mutable {
+                     return torch::relu(bn->forward(conv->forward(x.reshape({x.size(0), 3, side, side}))));
                    }});
     for (auto& block : blocks_) {
       BasicBlock b = block;
@@ -255,9 +258,10 @@ class ResNet final : public Model {
     return out;
   }
 
-  std::vector<int64_t> sample_shape() const override { return {3, 32, 32}; }
+  std::vector<int64_t> sample_shape() const override { return {3, image_size_, image_size_}; }
 
  private:
+  int64_t image_size_;
   std::shared_ptr<torch::nn::Module> stem_;
   torch::nn::Conv2d conv_;
   torch::nn::BatchNorm2d bn_;

@@ -202,7 +202,10 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.ddp.get(), s.fsdp.get());
   std::vector<int64_t> sample_shape = s.model->sample_shape();
   if (sample_shape.empty()) sample_shape = {s.spec.model.input_size};  // torchscript: flat inputs
-  s.data = MakeJobData(s.spec, sample_shape, rank, world_size);
+  MetricsSink* notes = sink;
+  s.data = MakeJobData(s.spec, sample_shape, rank, world_size, [notes](const std::string& text) {
+    if (notes != nullptr) notes->OnNote(text);
+  });
   if (s.spec.mixed_precision == MixedPrecision::kFp16) {
     s.scaler = std::make_unique<LossScaler>();
     s.ckpt.extra["loss_scaler"] = s.scaler.get();

@@ -169,7 +169,10 @@ int RunWorker(const WorkerArgs& args) {
     if (!trainer.resumed_from().empty()) {
       log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
     }
-    for (const std::string& note : trainer.resume_notes()) log::Info("rank {}: {}", args.rank, note);
+    for (const std::string& note : trainer.resume_notes()) {
+      log::Info("rank {}: {}", args.rank, note);
+      if (args.rank == 0) ctl.OnNote(note);  // the same on every rank: one job event
+    }
     log::Info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps, world_size);
     TrainResult result = trainer.Run();
     final_step = result.final_step;

@@ -99,7 +99,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"model: {kind: resnet, hidden: [3]}\n", {"'model.hidden'", "does not apply"}},
         BadSpec{"model: {kind: cnn, channels: 3}\n", {"'model.channels'", "resnet"}},
         BadSpec{"data: {kind: 'ftp:x'}\n", {"'data.kind'", "mnist:DIR"}},
-        BadSpec{"data: {kind: 'image_folder:/x'}\n", {"'data.kind'", "not supported by this version"}},
+        BadSpec{"data: {kind: 'image_folder:/x'}\n", {"'data.kind'", "image models (resnet, cnn), not mlp"}},
+        BadSpec{"data: {kind: synthetic, random_flip: true}\n", {"'data.random_flip'", "image_folder"}},
+        BadSpec{"model: resnet\ndata: {kind: 'image_folder:/x', mean: [0.5, 0.5, 0.5]}\n", {"'data.std'", "together"}},
+        BadSpec{"model: resnet\ndata: {kind: 'image_folder:/x', std: [0.5, 0.5]}\n", {"'data.std'", "list of 3"}},
+        BadSpec{"model: resnet\ndata: {kind: 'image_folder:/x', crop_size: 48}\n",
+                {"'data.crop_size'", "32x32", "model.image_size"}},
+        BadSpec{"model: cnn\ndata: {kind: 'image_folder:/x', crop_size: 32}\n", {"'data.crop_size'", "28x28"}},
+        BadSpec{"model: {kind: mlp, image_size: 64}\n", {"'model.image_size'", "resnet"}},
+        BadSpec{"model: resnet\neval_every_steps: 5\ndata: {kind: 'image_folder:/x'}\n",
+                {"'data.eval_fraction'", "image_folder data needs eval_fraction or eval_path"}},
         BadSpec{"model: {kind: torchscript}\n", {"'model.kind'", "torchscript:PATH needs the path"}},
         BadSpec{"scheduler: {kind: step}\n", {"'scheduler.kind'", "constant, linear, cosine"}},
         BadSpec{"max_steps: 10\nscheduler: {kind: linear, warmup_steps: 11}\n",
@@ -378,6 +387,26 @@ TEST(JobSpecTest, InitFromRoundTripsAndNeedsAPath) {
   auto bad = ParseJobSpec("name: f\nmodel: {kind: mlp, init_from_prefix: model.}\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'model.init_from_prefix'"), std::string::npos) << bad.status();
+}
+
+TEST(JobSpecTest, ImageFolderRoundTrips) {
+  auto spec = ParseJobSpec(
+      "name: f\nmodel: {kind: resnet, image_size: 64}\ndata: {kind: image_folder, path: imgs, resize: 72, "
+      "crop_size: 64, random_crop: true, random_flip: true, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225], "
+      "eval_fraction: 0.1}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data.kind, DataKind::kImageFolder);
+  EXPECT_EQ(spec->data.path, "imgs");
+  EXPECT_EQ(spec->model.image_size, 64);
+  EXPECT_EQ(spec->data.resize, 72);
+  EXPECT_EQ(spec->data.crop_size, 64);
+  EXPECT_TRUE(spec->data.random_crop);
+  EXPECT_TRUE(spec->data.random_flip);
+  EXPECT_EQ(spec->data.mean, (std::vector<double>{0.485, 0.456, 0.406}));
+  EXPECT_EQ(spec->data.std, (std::vector<double>{0.229, 0.224, 0.225}));
+  auto again = ParseJobSpec(JobSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
 }
 
 TEST(JobSpecTest, RejectsOversizedSpec) {

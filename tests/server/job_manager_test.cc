@@ -33,6 +33,14 @@ class RecordingLauncher final : public Launcher {
     std::lock_guard<std::mutex> lock(mu_);
     return live_[job_id];
   }
+  void Adopt(const LaunchRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    adopted_.push_back(r);
+  }
+  std::vector<LaunchRequest> adopted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return adopted_;
+  }
   std::vector<LaunchRequest> launched() {
     std::lock_guard<std::mutex> lock(mu_);
     return launched_;
@@ -48,7 +56,7 @@ class RecordingLauncher final : public Launcher {
 
  private:
   std::mutex mu_;
-  std::vector<LaunchRequest> launched_;
+  std::vector<LaunchRequest> launched_, adopted_;
   std::vector<std::string> stopped_;
   std::map<std::string, int> live_;
   bool fail_next_ = false;
@@ -337,6 +345,55 @@ TEST_F(JobManagerTest, HistorySurvivesRestart) {
   ASSERT_TRUE(events.ok());
   ASSERT_GE(events->size(), 3u);
   EXPECT_EQ(events->back().state, JobState::kSucceeded);
+}
+
+// After a restart the launcher follows the group; a rank's end carries no
+// exit code, so the rank's own report decides how it ended.
+TEST_F(JobManagerTest, AdoptedRanksEndAsTheyReported) {
+  const std::string b = Submit(2);
+  Open();
+  ASSERT_EQ(launcher_.adopted().size(), 1u);
+  EXPECT_EQ(launcher_.adopted()[0].job_id, b);
+  const JobRecord rb = *manager_->Get(b);
+  EXPECT_EQ(launcher_.adopted()[0].attempt, rb.attempt);
+  EXPECT_EQ(launcher_.adopted()[0].world_size, 2);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(manager_->AttachWorker(b, r, rb.attempt, rb.worker_token).ok());
+  ASSERT_EQ(StateOf(b), JobState::kRunning);
+  for (int r = 0; r < 2; ++r) manager_->ReportResult(b, rb.attempt, r, WorkerOutcome::kSucceeded, "");
+  for (int r = 0; r < 2; ++r) {
+    RankExit e{b, rb.attempt, r};
+    e.code_unknown = true;
+    manager_->OnRankExit(e);
+  }
+  EXPECT_EQ(StateOf(b), JobState::kSucceeded);
+}
+
+TEST_F(JobManagerTest, AdoptedRankGoneWithoutAReportStopsTheGroupAndRestartsItUncounted) {
+  const std::string b = Submit(2);
+  Open();
+  const JobRecord rb = *manager_->Get(b);
+  ASSERT_TRUE(manager_->AttachWorker(b, 0, rb.attempt, rb.worker_token).ok());
+  ASSERT_EQ(StateOf(b), JobState::kRecovering);
+  RankExit e{b, rb.attempt, 1};
+  e.code_unknown = true;
+  manager_->OnRankExit(e);
+  // The rest of the group is stopped through the launcher.
+  const std::vector<std::string> stopped = launcher_.stopped();
+  EXPECT_NE(std::find(stopped.begin(), stopped.end(), b + "#" + std::to_string(rb.attempt)), stopped.end());
+  e.rank = 0;
+  manager_->OnRankExit(e);
+  // Lost while the coordinator was away: started again from its latest
+  // checkpoint, and no restart of the job's own is counted.
+  const JobRecord after = *manager_->Get(b);
+  EXPECT_EQ(after.attempt, rb.attempt + 1);
+  EXPECT_EQ(after.state, JobState::kStarting);
+  auto events = manager_->Events(b);
+  ASSERT_TRUE(events.ok());
+  bool said = false;
+  for (const JobEvent& ev : *events) {
+    said |= ev.state == JobState::kQueued && ev.reason.find("restart from the latest checkpoint after: rank 1") == 0;
+  }
+  EXPECT_TRUE(said) << "no uncounted restart naming the lost rank";
 }
 
 TEST_F(JobManagerTest, WatchSeesStatesAndMetricsUntilTheEnd) {

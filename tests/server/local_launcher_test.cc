@@ -5,8 +5,10 @@
 
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "server/launcher.h"
 #include "tests/test_util.h"
 
@@ -18,6 +20,7 @@ case "$*" in
   *"--job exit3"*) exit 3 ;;
   *"--job sleeper"*) exec sleep 1000 ;;
   *"--job stubborn"*) trap '' INT TERM; echo trap-set; while :; do sleep 1; done ;;
+  *"--job waiter"*) trap 'kill $!; exit 130' INT TERM; sleep 1000 & echo started; wait ;;
 esac
 echo "args: $*"
 echo "token: $TRAINYARD_WORKER_TOKEN"
@@ -151,6 +154,54 @@ TEST_F(LocalLauncherTest, StopOfAnotherAttemptLeavesProcessesAlone) {
   EXPECT_TRUE(Exits().empty());
   launcher->Stop("sleeper", 1);
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 1; }, std::chrono::seconds(10)));
+}
+
+// A restarted coordinator's launcher finds the workers an earlier one started
+// by their command lines, follows them and stops them; their exit codes are
+// not its to know.
+TEST_F(LocalLauncherTest, AdoptFollowsAndStopsAnEarlierLaunchersWorkers) {
+  LocalLauncherOptions o;
+  o.worker_binary = script_;
+  auto earlier = MakeLocalLauncher(o, [](const RankExit&) {});
+  ASSERT_TRUE(earlier->Launch(Request("waiter", 2)).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int rank = 0; rank < 2; ++rank) {
+          std::ifstream log(absl::StrCat(dir_.path(), "/logs/waiter/rank-", rank, ".log"));
+          std::string line;
+          if (!std::getline(log, line) || line != "started") return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(10)));
+
+  auto later = Make(std::chrono::milliseconds(1000));
+  // Another attempt's processes are not this attempt's: both ranks are gone.
+  LaunchRequest other = Request("waiter", 2);
+  other.attempt = 2;
+  later->Adopt(other);
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 2; }, std::chrono::seconds(10)));
+  EXPECT_EQ(later->LiveProcesses("waiter"), 0);
+  EXPECT_EQ(earlier->LiveProcesses("waiter"), 2);
+
+  // Attempt 1 has ranks 0 and 1 running; rank 2 was never there.
+  LaunchRequest wider = Request("waiter", 3);
+  later->Adopt(wider);
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 3; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Exits()[2].rank, 2);
+  EXPECT_EQ(later->LiveProcesses("waiter"), 2);
+  later->Stop("waiter", 1);
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 5; }, std::chrono::seconds(10)));
+  std::set<int32_t> stopped;
+  for (const RankExit& e : Exits()) {
+    EXPECT_TRUE(e.code_unknown) << e.Describe();
+    EXPECT_FALSE(e.ok());
+    if (e.attempt == 1 && e.rank < 2) stopped.insert(e.rank);
+  }
+  EXPECT_EQ(stopped, (std::set<int32_t>{0, 1}));
+  EXPECT_EQ(later->LiveProcesses("waiter"), 0);
+  EXPECT_TRUE(WaitFor([&] { return earlier->LiveProcesses("waiter") == 0; }, std::chrono::seconds(10)));
+  EXPECT_NE(Exits()[0].Describe().find("not running when the coordinator restarted"), std::string::npos);
 }
 
 TEST_F(LocalLauncherTest, MissingBinaryIsAClearError) {

@@ -60,6 +60,12 @@ TEST(RestartPolicy, Table) {
          e.restarts = 2;
        }),
        Kind::kRequeue, "restart from the latest checkpoint after: the workers did not reattach", false},
+      {"a usage error is not retried, restarts left or not", Ended([](AttemptEnd& e) {
+         e.failed = true;
+         e.usage_error = true;
+         e.failure = "rank 0 exited with code 2";
+       }),
+       Kind::kFailed, "rank 0 exited with code 2 (a usage error: not retried)", false},
       {"ranks that ended without a result failed", Ended([](AttemptEnd&) {}), Kind::kRequeue,
        "restart 1 of 2 from the latest checkpoint after: the workers ended without reporting a result", true},
       {"a preemptible job preempted is requeued, not counted", Ended([](AttemptEnd& e) {

@@ -20,6 +20,7 @@ class NullLauncher final : public Launcher {
   absl::Status Launch(const LaunchRequest&) override { return absl::UnavailableError("not in this test"); }
   void Stop(const std::string&, int32_t) override {}
   int LiveProcesses(const std::string&) override { return 0; }
+  void Adopt(const LaunchRequest&) override {}
 };
 
 class ListJobsTest : public ::testing::Test {

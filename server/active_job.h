@@ -1,0 +1,92 @@
+// ActiveJob: what the coordinator holds for one job that has not ended — its
+// record and spec, the state of its current attempt, its cancel request and
+// its goodput clock. Plain data: the JobManager changes it under its mutex.
+#ifndef TRAINYARD_SERVER_ACTIVE_JOB_H_
+#define TRAINYARD_SERVER_ACTIVE_JOB_H_
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/job_record.h"
+#include "common/job_spec.h"
+#include "common/step_metrics.h"
+#include "server/job_streams.h"
+#include "server/resource_pool.h"
+
+namespace trainyard {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// Goodput: the share of wall time since the job first started that went
+// into steps it kept — rank 0's step time in the current attempt, plus, of
+// each earlier attempt, the steps up to its last checkpoint.
+class GoodputClock {
+ public:
+  void StartOnce(SteadyTime now) {
+    if (first_start_ == SteadyTime{}) first_start_ = now;
+  }
+  void AddStep(double seconds) { attempt_ += seconds; }
+  // A checkpoint of the current attempt completed: its steps so far are kept.
+  void Checkpointed() { checkpointed_ = attempt_; }
+  // The attempt ended and the job goes on: what it checkpointed is kept.
+  void AttemptEnded() {
+    kept_ += checkpointed_;
+    attempt_ = checkpointed_ = 0;
+  }
+  // In [0, 1]; negative before the job first started.
+  double Ratio(SteadyTime now) const {
+    if (first_start_ == SteadyTime{}) return -1;
+    const double wall = std::chrono::duration<double>(now - first_start_).count();
+    return wall <= 0 ? -1 : std::min(1.0, (kept_ + attempt_) / wall);
+  }
+
+ private:
+  SteadyTime first_start_{};
+  double attempt_ = 0, checkpointed_ = 0, kept_ = 0;
+};
+
+// One attempt's ranks as the coordinator sees them. Starts empty with each
+// attempt (StartJob) and is cleared when the attempt ends (Requeue).
+struct AttemptState {
+  ResourcePool::Held held;  // slots or GPUs of this host (local jobs)
+  std::string master_addr;  // the rendezvous; empty: the launcher tells the workers
+  int master_port = 0;
+  std::set<int32_t> attached;                                  // ranks that connected in this attempt
+  std::set<int32_t> exited;                                    // ranks whose end was handled
+  std::map<int32_t, std::shared_ptr<WorkerChannel>> channels;  // connected now
+  std::map<int32_t, StepMetrics> last_metrics;
+  // Each rank's end as it reported it (an exit code of common/worker_outcome.h).
+  std::map<int32_t, int> result_codes;
+  // External ranks that lost their stream without a result, and when.
+  std::map<int32_t, SteadyTime> detached_at;
+  int notes = 0;        // ranks' notes recorded as events
+  bool failed = false;  // the first failure is the root cause
+  std::string failure;
+  bool preempted = false;          // a rank stopped after a preemption checkpoint
+  bool usage_error = false;        // a rank ended with a usage error (exit code 2)
+  bool reattach_failed = false;    // lost while the coordinator restarted
+  SteadyTime reattach_deadline{};  // RECOVERING: when waiting for the ranks ends
+};
+
+struct ActiveJob {
+  JobRecord record;
+  JobSpec spec;
+  AttemptState run;
+  bool cancel_requested = false;
+  bool cancel_after_checkpoint = false;  // a cancel --checkpoint is under way
+  int restarts = 0;                      // whole-group restarts after failures
+  SteadyTime last_progress{};            // rank 0's last step or checkpoint
+  SteadyTime last_persist{};             // progress written to the store
+  GoodputClock goodput;
+  std::vector<std::shared_ptr<JobWatch>> watchers;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_ACTIVE_JOB_H_

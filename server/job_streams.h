@@ -1,0 +1,50 @@
+// What flows out of the coordinator for one job: the updates its watchers
+// read (JobWatch) and the commands its connected workers receive
+// (WorkerChannel). Both are BlockingQueues; thread-safe.
+#ifndef TRAINYARD_SERVER_JOB_STREAMS_H_
+#define TRAINYARD_SERVER_JOB_STREAMS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/checkpoint_type.h"
+#include "common/job_record.h"
+#include "common/step_metrics.h"
+#include "server/blocking_queue.h"
+
+namespace trainyard {
+
+// One update for a watcher: the job's record after a state change, or one
+// metrics sample (rank 0's, with samples_per_second summed over ranks).
+struct JobUpdate {
+  std::optional<JobRecord> job;
+  std::optional<StepMetrics> metrics;
+};
+
+// The updates for one watcher, closed after the job's final state. A slow
+// watcher loses metrics samples beyond 4096 queued, never a job update.
+class JobWatch : public BlockingQueue<JobUpdate> {
+ public:
+  JobWatch() : BlockingQueue(4096, [](const JobUpdate& u) { return !u.job.has_value(); }) {}
+  bool Next(JobUpdate* out, std::chrono::milliseconds timeout) { return Pop(out, timeout); }
+};
+
+// A command for one connected worker.
+struct WorkerCommand {
+  enum class Kind { kStop, kCheckpoint };
+  Kind kind = Kind::kStop;
+  std::string reason;
+  // kCheckpoint:
+  int64_t request_id = 0;
+  CheckpointType type = CheckpointType::kAuto;
+  bool stop_after = false;
+};
+
+// Commands flowing down one worker's stream.
+using WorkerChannel = BlockingQueue<WorkerCommand>;
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_JOB_STREAMS_H_

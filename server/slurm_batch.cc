@@ -1,0 +1,96 @@
+#include "server/slurm_batch.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace trainyard {
+
+std::string SlurmJobName(const std::string& job_id, int32_t attempt) {
+  return absl::StrCat("trainyard-", job_id, "-a", attempt);
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string RankWrapperScript() {
+  return "#!/bin/sh\n"
+         "# One rank of a trainyard job: runs the worker, forwards INT/TERM to it and\n"
+         "# records its exit code for trainyard-server.\n"
+         "\"$@\" &\n"
+         "pid=$!\n"
+         "trap 'kill -INT $pid 2>/dev/null' INT\n"
+         "trap 'kill -TERM $pid 2>/dev/null' TERM\n"
+         "while :; do\n"
+         "  wait $pid; rc=$?\n"
+         "  kill -0 $pid 2>/dev/null || break\n"
+         "done\n"
+         "f=\"$TRAINYARD_EXIT_DIR/rank-$SLURM_PROCID.exit\"\n"
+         "echo $rc > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"\n"
+         "exit $rc\n";
+}
+
+std::string BatchScript(const LaunchRequest& r, const std::string& rank_script, const std::string& worker_binary,
+                        const std::vector<std::string>& extra_worker_args) {
+  std::vector<std::string> worker = {
+      rank_script,     worker_binary,
+      "--job",         r.job_id,
+      "--world-size",  std::to_string(r.world_size),
+      "--attempt",     std::to_string(r.attempt),
+      "--master-port", std::to_string(r.master_port),
+      "--server",      r.coordinator_addr,
+      "--threads",     std::to_string(r.threads_per_process),
+  };
+  if (!r.master_addr.empty()) {
+    worker.push_back("--master-addr");
+    worker.push_back(r.master_addr);
+  }
+  for (const auto& a : extra_worker_args) worker.push_back(a);
+  std::vector<std::string> quoted;
+  for (const auto& a : worker) quoted.push_back(ShellQuote(a));
+  std::string name = r.job_name;
+  std::replace(name.begin(), name.end(), '\n', ' ');
+  return absl::StrCat("#!/bin/sh\n", "# trainyard job ", r.job_id, " attempt ", r.attempt, " (", name,
+                      "), submitted by trainyard-server.\n",
+                      "# One task per rank: rank = SLURM_PROCID, rendezvous on the step's first node.\n",
+                      "export TRAINYARD_EXIT_DIR=", ShellQuote(r.log_dir), "\n",
+                      "exec srun --kill-on-bad-exit=0 --open-mode=append --output=",
+                      ShellQuote(r.log_dir + "/rank-%t.log"), " \\\n  ", absl::StrJoin(quoted, " "), "\n");
+}
+
+std::vector<std::string> SbatchArgs(const LaunchRequest& r, const SlurmLauncherOptions& o, const std::string& sbatch,
+                                    const std::string& script) {
+  std::vector<std::string> args = {
+      sbatch, "--parsable", "--job-name=" + SlurmJobName(r.job_id, r.attempt), absl::StrCat("--ntasks=", r.world_size),
+      absl::StrCat("--nodes=", r.slurm.nodes), absl::StrCat("--cpus-per-task=", r.threads_per_process),
+      "--output=" + r.log_dir + "/slurm-%j.out",
+      // Workers checkpoint and exit on SIGTERM: give them the grace before
+      // the time limit (preemption sends SIGTERM too).
+      absl::StrCat("--signal=TERM@", std::clamp<int64_t>(static_cast<int64_t>(r.preemption_grace_s), 1, 65535)),
+      r.preemptible ? "--requeue" : "--no-requeue"};
+  if (r.cuda) args.push_back(absl::StrCat("--gres=gpu:", r.world_size / std::max(1, r.slurm.nodes)));
+  const std::string partition = r.slurm.partition.empty() ? o.partition : r.slurm.partition;
+  const std::string account = r.slurm.account.empty() ? o.account : r.slurm.account;
+  if (!partition.empty()) args.push_back("--partition=" + partition);
+  if (!account.empty()) args.push_back("--account=" + account);
+  if (!r.slurm.qos.empty()) args.push_back("--qos=" + r.slurm.qos);
+  if (!r.slurm.time_limit.empty()) args.push_back("--time=" + r.slurm.time_limit);
+  if (!r.slurm.constraint.empty()) args.push_back("--constraint=" + r.slurm.constraint);
+  for (const auto& a : o.extra_sbatch_args) args.push_back(a);
+  for (const auto& a : r.slurm.extra_args) args.push_back(a);
+  args.push_back(script);
+  return args;
+}
+
+}  // namespace trainyard
