@@ -157,6 +157,9 @@ void JobManager::HandleRankExit(ActiveJob& job, const RankExit& exit) {
     auto code = job.run.result_codes.find(e.rank);
     e.code_unknown = code == job.run.result_codes.end();
     if (!e.code_unknown) e.exit_code = code->second;
+    // Gone without a word before reattaching (killed with the coordinator,
+    // say) is the coordinator's loss, not the job's: no restart is counted.
+    if (e.code_unknown && job.record.state == JobState::kRecovering) job.run.reattach_failed = true;
   }
   const bool exited = e.signal == 0 && !e.code_unknown;
   if (exited && OutcomeOfExitCode(e.exit_code) == WorkerOutcome::kUsage) job.run.usage_error = true;
@@ -179,9 +182,7 @@ bool JobManager::EndAttempt(ActiveJob& job, bool all_succeeded) {
   end.cancel_requested = job.cancel_requested;
   end.failed = job.run.failed;
   end.failure = job.run.failure;
-  // Gone before reattaching is the coordinator's loss, not the job's: no
-  // restart is counted for it.
-  end.reattach_failed = job.run.reattach_failed || job.record.state == JobState::kRecovering;
+  end.reattach_failed = job.run.reattach_failed;
   end.usage_error = job.run.usage_error;
   end.preempted = job.run.preempted;
   end.all_succeeded = all_succeeded;

@@ -166,7 +166,7 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
   s.learning_rate = &learning_rate_.Add(labels);
   s.samples = &samples_.Add(labels);
   s.step_seconds = phase("step");
-  s.data_seconds = phase("data");
+  s.data_seconds = phase("data_wait");
   s.compute_seconds = phase("compute");
   s.optimizer_seconds = phase("optimizer");
   s.param_bytes = &memory_bytes_.Add(with("kind", "parameters"));

@@ -52,13 +52,18 @@ class LoggingSink final : public MetricsSink {
       log::Error("rank {}: {} checkpoint at step {} failed: {}", rank_, c.trigger, c.step, c.error);
     }
   }
+  void OnNote(const std::string& text) override {
+    if (next_ != nullptr) next_->OnNote(text);
+    log::Info("rank {}: {}", rank_, text);
+  }
   void OnStep(const StepMetrics& m) override {
     if (next_ != nullptr) next_->OnStep(m);
     if (!std::isnan(m.eval_loss)) log::Info("rank {} step {} eval loss {:.4f}", rank_, m.step, m.eval_loss);
     if (m.step == 1 || m.step % every_ == 0) {
-      log::Info("rank {} step {} loss {:.4f} {:.1f} samples/s (data {:.2f} ms, compute {:.2f} ms, optimizer {:.2f} ms)",
-                rank_, m.step, m.loss, m.samples_per_second, m.data_seconds * 1e3, m.compute_seconds * 1e3,
-                m.optimizer_seconds * 1e3);
+      log::Info(
+          "rank {} step {} loss {:.4f} {:.1f} samples/s (data wait {:.2f} ms, compute {:.2f} ms, optimizer {:.2f} ms)",
+          rank_, m.step, m.loss, m.samples_per_second, m.data_seconds * 1e3, m.compute_seconds * 1e3,
+          m.optimizer_seconds * 1e3);
     }
   }
 

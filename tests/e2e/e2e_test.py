@@ -447,6 +447,24 @@ max_steps: 5
         self.assertLess(job["first_loss"], 1.0, job)
         self.assertLess(job["loss"], job["first_loss"] + 0.2, job)
 
+    def test_2i_image_folder_example_skips_a_corrupt_image_and_says_so(self):
+        """examples/image-folder.yaml on the images its script makes (JPEG,
+        PNG, one corrupt file): the job succeeds, and the corrupt file is
+        named among the job's events by the rank that met it."""
+        s = self.server
+        python = os.environ.get("TRAINYARD_PYTHON", sys.executable)
+        images = os.path.join(self.tmp.name, "image-folder")
+        subprocess.run([python, os.path.join(REPO, "examples", "make_image_folder.py"), images, "24"], check=True,
+                       capture_output=True)
+        with open(os.path.join(REPO, "examples", "image-folder.yaml")) as f:
+            text = f.read().replace("path: image-folder", "path: " + images)
+        text = text.replace("max_steps: 60", "max_steps: 8").replace("eval_every_steps: 30", "eval_every_steps: 4")
+        job = self.run_to_success(write_spec(self.tmp.name, "image-folder.yaml", text))
+        self.assertEqual(job["step"], 8)
+        skipped = [e["reason"] for e in job["events"] if "skipped an unreadable image" in e["reason"]]
+        self.assertTrue(skipped, job["events"])
+        self.assertRegex(skipped[0], r"^rank [01]: skipped an unreadable image \(1 so far\): .*corrupt\.jpg")
+
     def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
         s = self.server
         os.symlink("/", os.path.join(self.tmp.name, "escape"))
