@@ -57,8 +57,8 @@ TEST_F(ServerMetricsTest, StepsBecomePerRankSeriesLabelledByJobId) {
   EXPECT_NEAR(Value("trainyard_job_step_duration_seconds_sum{job_id=\"job-a\",phase=\"compute\",rank=\"0\"}"), 0.16,
               1e-9);
   // The wait for input has its own phase: input-bound jobs show there.
-  EXPECT_NEAR(Value("trainyard_job_step_duration_seconds_sum{job_id=\"job-a\",phase=\"data_wait\",rank=\"0\"}"),
-              0.02, 1e-9);
+  EXPECT_NEAR(Value("trainyard_job_step_duration_seconds_sum{job_id=\"job-a\",phase=\"data_wait\",rank=\"0\"}"), 0.02,
+              1e-9);
   // Counters accumulate the per-step bytes.
   EXPECT_EQ(Value("trainyard_job_comm_wire_bytes_total{job_id=\"job-a\",rank=\"0\"}"), 1000);
   // Series that do not apply (FSDP, CUDA memory) are not exported as zeros.

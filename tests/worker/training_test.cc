@@ -410,8 +410,7 @@ class InitFrom : public ::testing::Test {
     const at::Tensor inputs = ReadSafetensor(path, h, "inputs"), targets = ReadSafetensor(path, h, "targets");
     at::Tensor out = t.fsdp() ? t.fsdp()->Forward(inputs) : t.model().forward(inputs);
     if (t.fsdp()) t.fsdp()->FinishBackward();
-    return torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), targets.reshape({-1}))
-        .item<double>();
+    return torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), targets.reshape({-1})).item<double>();
   }
   static JobSpec Mlp(const std::string& init_from, const std::string& prefix = "") {
     JobSpec spec;
