@@ -27,6 +27,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -177,6 +178,9 @@ class JobManager {
 
  private:
   // All REQUIRE mu_ held.
+  // The job `id` if it has not ended; else NotFound, or FailedPrecondition
+  // "job <id> has ended (<STATE>)<why_it_matters>".
+  absl::StatusOr<ActiveJob*> FindActive(const std::string& id, const std::string& why_it_matters);
   LauncherKind KindOf(const ActiveJob& job) const;
   Launcher* LauncherOf(const ActiveJob& job);
   // A spec this server can run at all: slots, GPUs, the launcher.

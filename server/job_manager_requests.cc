@@ -14,6 +14,15 @@
 
 namespace trainyard {
 
+absl::StatusOr<ActiveJob*> JobManager::FindActive(const std::string& id, const std::string& why_it_matters) {
+  auto it = active_.find(id);
+  if (it != active_.end()) return &it->second;
+  auto rec = store_->Get(id);
+  if (!rec.ok()) return rec.status();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", id, " has ended (", JobStateName(rec->state), ")", why_it_matters));
+}
+
 absl::Status JobManager::CheckPaths(JobSpec& spec, const std::string& job_id) {
   CheckpointSpec& c = spec.checkpoint;
   if (c.project_dir.empty()) c.project_dir = absl::StrCat(options_.state_dir, "/jobs/", job_id);
@@ -173,14 +182,9 @@ absl::StatusOr<JobManager::JobPage> JobManager::List(const std::set<JobState>& s
 
 absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpoint) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = active_.find(id);
-  if (it == active_.end()) {
-    auto rec = store_->Get(id);
-    if (!rec.ok()) return rec.status();
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " has already ended (", JobStateName(rec->state), ")"));
-  }
-  ActiveJob& job = it->second;
+  absl::StatusOr<ActiveJob*> found = FindActive(id, "");
+  if (!found.ok()) return found.status();
+  ActiveJob& job = **found;
   if (job.record.state == JobState::kQueued) {
     queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
     Transition(job, JobState::kCancelled, "cancelled by user while queued");
@@ -212,14 +216,9 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpo
 
 absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, CheckpointType type) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = active_.find(id);
-  if (it == active_.end()) {
-    auto rec = store_->Get(id);
-    if (!rec.ok()) return rec.status();
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " has ended (", JobStateName(rec->state), "); only a running job can checkpoint"));
-  }
-  ActiveJob& job = it->second;
+  absl::StatusOr<ActiveJob*> found = FindActive(id, "; only a running job can checkpoint");
+  if (!found.ok()) return found.status();
+  ActiveJob& job = **found;
   auto rank0 = job.run.channels.find(0);
   if (job.record.state != JobState::kRunning || rank0 == job.run.channels.end() || job.cancel_requested) {
     return absl::FailedPreconditionError(absl::StrCat("job ", id, " is ", JobStateName(job.record.state),

@@ -38,13 +38,9 @@ void JobManager::ReportCheckpoint(const std::string& job_id, int32_t attempt, co
 
 absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = active_.find(id);
-  if (it == active_.end()) {
-    auto rec = store_->Get(id);
-    if (!rec.ok()) return rec.status();
-    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has ended (", JobStateName(rec->state), ")"));
-  }
-  const ActiveJob& job = it->second;
+  absl::StatusOr<ActiveJob*> found = FindActive(id, "");
+  if (!found.ok()) return found.status();
+  const ActiveJob& job = **found;
   if (KindOf(job) != LauncherKind::kExternal) {
     return absl::FailedPreconditionError(absl::StrCat("job ", id, " is started by the ", LauncherKindName(KindOf(job)),
                                                       " launcher; only launcher: external jobs take joining workers"));
