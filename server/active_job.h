@@ -80,9 +80,12 @@ struct ActiveJob {
   AttemptState run;
   bool cancel_requested = false;
   bool cancel_after_checkpoint = false;  // a cancel --checkpoint is under way
-  int restarts = 0;                      // whole-group restarts after failures
-  SteadyTime last_progress{};            // rank 0's last step or checkpoint
-  SteadyTime last_persist{};             // progress written to the store
+  // The coordinator is stopping with --on-shutdown checkpoint: the group
+  // checkpoints (when it runs) and stops, and the job is queued again.
+  bool stopped_for_restart = false;
+  int restarts = 0;            // whole-group restarts after failures
+  SteadyTime last_progress{};  // rank 0's last step or checkpoint
+  SteadyTime last_persist{};   // progress written to the store
   GoodputClock goodput;
   std::vector<std::shared_ptr<JobWatch>> watchers;
 };

@@ -166,7 +166,7 @@ void JobManager::HandleRankExit(ActiveJob& job, const RankExit& exit) {
   if (exited && OutcomeOfExitCode(e.exit_code) == WorkerOutcome::kPreempted) {
     job.run.preempted = true;
     // The other ranks stop at the same step; nothing to stop here.
-  } else if (!e.ok() && !job.cancel_requested) {
+  } else if (!e.ok() && !job.cancel_requested && !job.stopped_for_restart) {
     FailGroup(job, e.rank, e.Describe());
   }
   if (static_cast<int>(job.run.exited.size()) < job.record.num_processes) return;
@@ -184,6 +184,7 @@ bool JobManager::EndAttempt(ActiveJob& job, bool all_succeeded) {
   end.failure = job.run.failure;
   end.reattach_failed = job.run.reattach_failed;
   end.usage_error = job.run.usage_error;
+  end.stopped_for_restart = job.stopped_for_restart;
   end.preempted = job.run.preempted;
   end.all_succeeded = all_succeeded;
   end.shutting_down = shut_down_;
@@ -235,18 +236,51 @@ void JobManager::PublishGoodput(ActiveJob& job) {
   if (ratio >= 0) metrics_->SetGoodput(job.record.id, ratio);
 }
 
-std::vector<std::string> JobManager::Shutdown() {
+std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
   std::lock_guard<std::mutex> lock(mu_);
   shut_down_ = true;
   std::vector<std::string> running;
   for (auto& [id, job] : active_) {
     if (job.record.state == JobState::kQueued) continue;
-    StopGroup(job);
-    Transition(job, JobState::kFailed, "the coordinator shut down while the job was running");
+    if (mode == ShutdownMode::kDetach) {
+      // The streams end; the workers go on and reconnect to the next coordinator.
+      for (auto& [rank, ch] : job.run.channels) ch->Close();
+      for (auto& w : job.watchers) w->Close();
+      continue;
+    }
     running.push_back(id);
+    if (mode == ShutdownMode::kStop) {
+      StopGroup(job);
+      Transition(job, JobState::kFailed, "the coordinator shut down while the job was running");
+      continue;
+    }
+    if (job.cancel_requested) continue;  // it stops anyway, and ends CANCELLED
+    job.stopped_for_restart = true;
+    auto rank0 = job.run.channels.find(0);
+    if (job.record.state == JobState::kRunning && rank0 != job.run.channels.end() && !job.run.failed) {
+      WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "the coordinator is stopping"};
+      cmd.request_id = next_request_id_++;
+      cmd.stop_after = true;
+      rank0->second->Push(cmd);
+      AddEvent(job, absl::StrCat("the coordinator is stopping: checkpoint (request ", cmd.request_id,
+                                 "), then stop; the job resumes when it starts again"));
+    } else {
+      StopGroup(job);
+      AddEvent(job, "the coordinator is stopping: the job resumes from its latest checkpoint when it starts again");
+    }
   }
-  for (const auto& id : running) Finish(id);
+  if (mode == ShutdownMode::kStop) {
+    for (const auto& id : running) Finish(id);
+  }
   return running;
+}
+
+void JobManager::StopGroups(const std::vector<std::string>& ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : ids) {
+    auto it = active_.find(id);
+    if (it != active_.end() && it->second.record.state != JobState::kQueued) StopGroup(it->second);
+  }
 }
 
 // ---- private -----------------------------------------------------------------

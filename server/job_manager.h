@@ -39,6 +39,7 @@
 #include "server/job_store.h"
 #include "server/launcher.h"
 #include "server/server_metrics.h"
+#include "server/shutdown_mode.h"
 
 namespace trainyard {
 
@@ -169,9 +170,13 @@ class JobManager {
   // restart policy takes it from there. Call periodically.
   void CheckProgress();
 
-  // Stops every running job's workers (SIGINT, SIGKILL after the grace)
-  // and marks those jobs FAILED. Returns their ids.
-  std::vector<std::string> Shutdown();
+  // Takes no more jobs and starts nothing; treats the running jobs as
+  // `mode` says. Returns the ids of the jobs whose workers are stopping (none
+  // for kDetach), for the caller to wait for (and StopGroups after a timeout).
+  std::vector<std::string> Shutdown(ShutdownMode mode);
+  // Stops the groups of these jobs that have not ended (SIGINT, then
+  // SIGKILL after the grace): --on-shutdown checkpoint's time is up.
+  void StopGroups(const std::vector<std::string>& ids);
 
   int free_slots();
   int free_gpus();

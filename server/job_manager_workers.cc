@@ -188,7 +188,7 @@ void JobManager::ReportResult(const std::string& job_id, int32_t attempt, int32_
     return;
   }
   if (outcome == WorkerOutcome::kUsage) it->second.run.usage_error = true;
-  if (it->second.cancel_requested) return;  // a stop we asked for is no failure
+  if (it->second.cancel_requested || it->second.stopped_for_restart) return;  // a stop we asked for is no failure
   spdlog::warn("job {}: rank {} failed: {}", job_id, rank, error);
   FailGroup(it->second, rank, absl::StrCat("rank ", rank, ": ", error));
 }

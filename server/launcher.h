@@ -75,6 +75,10 @@ class Launcher {
   // cannot know the exit code) and stopping them like its own. A rank with
   // nothing left to follow is reported ended at once.
   virtual void Adopt(const LaunchRequest& request) = 0;
+  // The coordinator stops and leaves its workers running for the next one
+  // to adopt: forget every process, so that nothing is stopped, killed or
+  // reported from now on (the destructor included).
+  virtual void Detach() {}
 };
 
 struct LocalLauncherOptions {

@@ -208,6 +208,12 @@ class LocalLauncher final : public Launcher {
     cv_.notify_all();
   }
 
+  void Detach() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    procs_.clear();
+    pending_.clear();
+  }
+
   int LiveProcesses(const std::string& job_id) override {
     std::lock_guard<std::mutex> lock(mu_);
     int n = 0;

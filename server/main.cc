@@ -58,8 +58,22 @@ int main(int argc, char** argv) {
   app.add_option("--slurm-worker-binary", o.slurm_worker_binary,
                  "trainyard-worker as the compute nodes see it (default: --worker-binary)");
   app.add_option("--ready-file", o.ready_file, "Write the bound ports as JSON to this file once serving");
+  std::string on_shutdown = "detach";
+  int shutdown_timeout_s = static_cast<int>(o.shutdown_checkpoint_timeout.count() / 1000);
+  app.add_option("--on-shutdown", on_shutdown,
+                 "What SIGTERM/SIGINT does to running jobs: detach (workers keep training; the next server adopts "
+                 "them), checkpoint (each job checkpoints and stops, and resumes when the server starts again), "
+                 "stop (workers are stopped and the jobs end FAILED)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"detach", "checkpoint", "stop"}));
+  app.add_option("--shutdown-checkpoint-timeout-s", shutdown_timeout_s,
+                 "--on-shutdown checkpoint: how long to wait for the checkpoints before stopping the groups")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   CLI11_PARSE(app, argc, argv);
   o.stop_grace = std::chrono::milliseconds(stop_grace_ms);
+  o.on_shutdown = *trainyard::ValueOf(trainyard::kShutdownModeNames, on_shutdown);
+  o.shutdown_checkpoint_timeout = std::chrono::seconds(shutdown_timeout_s);
 
   // Signals are taken by one thread with sigwait; every other thread (gRPC's,
   // the launcher's) inherits the blocked mask. Workers get a clean mask.

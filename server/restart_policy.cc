@@ -7,6 +7,11 @@ namespace trainyard {
 NextStep DecideAfterAttempt(const AttemptEnd& end) {
   using Kind = NextStep::Kind;
   if (end.cancel_requested) return {Kind::kCancelled, "cancelled by user"};
+  if (end.stopped_for_restart) {
+    return {Kind::kRequeue,
+            "the coordinator stopped (--on-shutdown checkpoint): resumes from its latest checkpoint when it starts "
+            "again"};
+  }
   // Ranks that ended neither well nor preempted failed, reported or not.
   const bool failed = end.failed || (!end.all_succeeded && !end.preempted);
   if (failed) {

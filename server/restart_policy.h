@@ -26,8 +26,11 @@ struct AttemptEnd {
   bool usage_error = false;
   bool preempted = false;      // ranks checkpointed and stopped on a preemption signal
   bool all_succeeded = false;  // every rank trained to the end
-  bool shutting_down = false;  // the coordinator is stopping: nothing is requeued
-  int restarts = 0;            // whole-group restarts after failures so far
+  bool shutting_down = false;  // the coordinator is stopping: nothing is requeued...
+  // ...except the jobs it stopped to resume after it restarts
+  // (--on-shutdown checkpoint), whatever their ranks' ends.
+  bool stopped_for_restart = false;
+  int restarts = 0;  // whole-group restarts after failures so far
   int max_restarts = 0;
   bool preemptible = false;
   int32_t num_processes = 0;

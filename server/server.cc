@@ -288,10 +288,14 @@ void Server::Shutdown() {
     s.watchdog_cv.notify_all();
     s.watchdog.join();
   }
+  const ShutdownMode mode = s.options.on_shutdown;
   std::vector<std::string> stopping;
-  if (s.manager) stopping = s.manager->Shutdown();
-  // Give stopping workers their grace before the launcher kills what is left.
-  const auto deadline = std::chrono::steady_clock::now() + s.options.stop_grace + std::chrono::seconds(1);
+  if (s.manager) stopping = s.manager->Shutdown(mode);
+  if (mode == ShutdownMode::kDetach) {
+    // The workers are the next coordinator's: nothing stops or reaps them.
+    if (s.launcher) s.launcher->Detach();
+    if (s.slurm_launcher) s.slurm_launcher->Detach();
+  }
   auto live = [&] {
     int n = 0;
     for (const auto& id : stopping) {
@@ -300,9 +304,22 @@ void Server::Shutdown() {
     }
     return n;
   };
-  while (live() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Polled: the launchers report exits from their own threads.
+  auto wait_until = [&](std::chrono::steady_clock::time_point deadline) {
+    while (live() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  if (mode == ShutdownMode::kCheckpoint) {
+    wait_until(std::chrono::steady_clock::now() + s.options.shutdown_checkpoint_timeout);
+    if (live() > 0) {
+      spdlog::warn("trainyard-server: checkpoints not done within {} ms; stopping the groups",
+                   s.options.shutdown_checkpoint_timeout.count());
+      s.manager->StopGroups(stopping);
+    }
   }
+  // Give stopping workers their grace before the launcher kills what is left.
+  wait_until(std::chrono::steady_clock::now() + s.options.stop_grace + std::chrono::seconds(1));
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   s.launcher.reset();  // kills and reaps what is left; no callback after this
   s.slurm_launcher.reset();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/shutdown_mode.h"
 
 namespace trainyard {
 
@@ -19,8 +20,12 @@ struct ServerOptions {
   std::string state_dir = "trainyard-state";      // SQLite db and worker logs
   int slots = 0;                                  // 0 = number of CPUs
   std::string worker_binary;                      // empty = trainyard-worker beside the server
-  std::chrono::milliseconds stop_grace{5000};     // SIGTERM → SIGKILL
-  std::string ready_file;                         // written once serving: {"grpc_port":..,"metrics_port":..}
+  std::chrono::milliseconds stop_grace{5000};     // SIGINT → SIGKILL
+  // What stopping the server does to running jobs, and how long
+  // kCheckpoint waits for their checkpoints before stopping them.
+  ShutdownMode on_shutdown = ShutdownMode::kDetach;
+  std::chrono::milliseconds shutdown_checkpoint_timeout{45000};
+  std::string ready_file;  // written once serving: {"grpc_port":..,"metrics_port":..}
   int max_queued_jobs = 1000;
   int max_num_processes = 1024;
   // Roots a job's paths must lie under; empty: the state dir and the

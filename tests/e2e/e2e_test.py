@@ -38,6 +38,10 @@ def wait_for(condition, timeout, what):
 class Server:
     def __init__(self, state_dir, slots=2, extra=(), listen="127.0.0.1:0"):
         self.state_dir = state_dir
+        if "--on-shutdown" not in extra:
+            # A test's server stops its workers when it stops (the default,
+            # detach, would leave them training for the next server).
+            extra = (*extra, "--on-shutdown", "stop")
         self.ready = os.path.join(state_dir, "ready.json")
         if os.path.exists(self.ready):
             os.remove(self.ready)

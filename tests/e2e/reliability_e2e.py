@@ -229,6 +229,88 @@ class CoordinatorRestarts(unittest.TestCase):
             tmp.cleanup()
 
 
+# Slower steps (about 6 ms for one job alone here, 12 ms for two) than JOB's, so that the jobs
+# are still running after several server restarts.
+UPGRADE_JOB = JOB.replace("hidden: [64]", "hidden: [512, 512]").replace("batch_size: 16", "batch_size: 64")
+
+
+class CoordinatorUpgrades(unittest.TestCase):
+    """SIGTERM the server (as `systemctl restart` does) while 2 jobs run,
+    under each --on-shutdown mode: detach (5 times: workers keep training
+    and reattach to the next server, no attempt restarted) and checkpoint (3
+    times: each job checkpoints, stops and is queued, and resumes on the
+    next server) end SUCCEEDED with the model of an uninterrupted run; stop
+    ends both FAILED, saying why."""
+
+    def test_sigterm_the_server_under_each_mode(self):
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-upgrade-")
+        state = tmp.name
+        port = free_port()
+        s = Server(state, slots=4, listen=f"127.0.0.1:{port}")
+        try:
+            expected = {}
+            for j in range(2):
+                name, seed = f"up{j}", 500 + j
+                base = write_spec(state, f"{name}-base.yaml",
+                                  UPGRADE_JOB % dict(name=name + "-base", seed=seed, steps=4000, restarts=0))
+                job_id = submit(s, base)
+                w = s.ctl("watch", job_id)
+                self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
+                expected[name] = final_model_digest(s, job_id)
+            s.stop()
+            for mode, sigterms in (("detach", 5), ("checkpoint", 3), ("stop", 1)):
+                s = Server(state, slots=4, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", mode))
+                ids = []
+                for j in range(2):
+                    name, seed = f"up{j}", 500 + j
+                    spec = write_spec(state, f"{name}-{mode}.yaml",
+                                      UPGRADE_JOB % dict(name=f"{name}-{mode}", seed=seed, steps=4000, restarts=0)
+                                      + "reattach_timeout_s: 30\n")
+                    ids.append((submit(s, spec), name))
+                done = 0
+                for _ in range(sigterms):
+                    wait_for(lambda: all(s.job(i)["state"] in ("RUNNING", "SUCCEEDED") for i, _ in ids), 120,
+                             f"{mode}: both jobs running")
+                    if any(s.job(i)["state"] == "SUCCEEDED" for i, _ in ids):
+                        break
+                    marks = {i: s.job(i)["step"] for i, _ in ids}
+                    wait_for(lambda: all(s.job(i)["step"] >= marks[i] + 20 or s.job(i)["state"] == "SUCCEEDED"
+                                         for i, _ in ids), 120, f"{mode}: training to move on")
+                    s.proc.send_signal(signal.SIGTERM)
+                    self.assertEqual(s.proc.wait(timeout=90), 0)
+                    s.log.close()
+                    alive = [worker_pids(i) for i, _ in ids]
+                    if mode == "detach":
+                        self.assertTrue(all(alive), "detach: the workers keep training")
+                    else:
+                        self.assertEqual(alive, [[], []], f"{mode}: the workers stopped")
+                    done += 1
+                    s = Server(state, slots=4, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", mode))
+                self.assertEqual(done, sigterms, f"{mode}: a job ended before the server was stopped {sigterms} times")
+                for job_id, name in ids:
+                    w = s.ctl("watch", job_id)
+                    job = s.job(job_id)
+                    reasons = [e["reason"] for e in job["events"]]
+                    if mode == "stop":
+                        self.assertEqual(job["state"], "FAILED", reasons)
+                        self.assertEqual(job["reason"], "the coordinator shut down while the job was running")
+                        continue
+                    self.assertEqual(w.returncode, 0, w.stdout + w.stderr + s.ctl("logs", job_id).stdout[-2000:])
+                    self.assertEqual(job["state"], "SUCCEEDED", reasons)
+                    self.assertEqual(final_model_digest(s, job_id), expected[name], f"{mode} {job_id}")
+                    self.assertEqual(worker_pids(job_id), [])
+                    if mode == "detach":
+                        self.assertEqual(job["attempt"], 1, reasons)  # never restarted
+                        self.assertIn("RECOVERING", [e["state"] for e in job["events"]])
+                    else:
+                        self.assertEqual(job["attempt"], 1 + done, reasons)
+                        self.assertEqual(sum("--on-shutdown checkpoint" in r for r in reasons), done, reasons)
+                s.stop()
+        finally:
+            s.stop()
+            tmp.cleanup()
+
+
 def encode_varint(n):
     out = bytearray()
     while True:

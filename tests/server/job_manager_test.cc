@@ -294,6 +294,71 @@ TEST_F(JobManagerTest, CancelQueuedAndRunning) {
   EXPECT_EQ(manager_->Cancel("job-nope").status().code(), absl::StatusCode::kNotFound);
 }
 
+// --on-shutdown: detach leaves the running job as it is (the next
+// coordinator adopts it), checkpoint asks rank 0 for a checkpoint and a stop
+// and queues the job again whatever its ranks' ends, stop ends it FAILED.
+TEST_F(JobManagerTest, ShutdownModes) {
+  struct Started {
+    std::string id;
+    std::shared_ptr<WorkerChannel> rank0;
+    int32_t attempt;
+  };
+  auto start = [&](int procs) {
+    const std::string id = Submit(procs);
+    const JobRecord r = *manager_->Get(id);
+    Started out{id, nullptr, r.attempt};
+    for (int rank = 0; rank < procs; ++rank) {
+      auto w = manager_->AttachWorker(id, rank, r.attempt, r.worker_token);
+      EXPECT_TRUE(w.ok()) << w.status();
+      if (rank == 0 && w.ok()) out.rank0 = w->channel;
+    }
+    EXPECT_EQ(StateOf(id), JobState::kRunning);
+    return out;
+  };
+  // detach: nothing stopped or stored; the next coordinator adopts the job.
+  const Started a = start(2);
+  const std::string queued = Submit(4);  // waits for slots
+  EXPECT_TRUE(manager_->Shutdown(ShutdownMode::kDetach).empty());
+  WorkerCommand cmd;
+  EXPECT_FALSE(a.rank0->Pop(&cmd, std::chrono::milliseconds(0)));
+  EXPECT_TRUE(a.rank0->closed_and_drained());  // the stream ends; the worker reconnects to the next one
+  EXPECT_TRUE(launcher_.stopped().empty());
+  EXPECT_EQ(store_->Get(a.id)->state, JobState::kRunning);  // as after a crash
+  EXPECT_EQ(store_->Get(queued)->state, JobState::kQueued);
+  EXPECT_EQ(launcher_.launched().size(), 1u);
+  Open();
+  EXPECT_EQ(StateOf(a.id), JobState::kRecovering);
+  ExitAll(a.id, 3);
+  ASSERT_TRUE(manager_->Cancel(queued).ok());
+  ExitAll(queued, 3);
+  ASSERT_EQ(StateOf(queued), JobState::kCancelled);
+
+  // checkpoint: rank 0 checkpoints and stops; the job is queued again, and
+  // the next coordinator starts its next attempt.
+  const Started b = start(1);
+  const size_t launches = launcher_.launched().size();
+  ASSERT_EQ(manager_->Shutdown(ShutdownMode::kCheckpoint), std::vector<std::string>{b.id});
+  ASSERT_TRUE(b.rank0->Pop(&cmd, std::chrono::milliseconds(0)));
+  EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kCheckpoint);
+  EXPECT_TRUE(cmd.stop_after);
+  manager_->OnRankExit({b.id, b.attempt, 0, /*exit_code=*/3, 0});  // stopped after its checkpoint
+  const JobRecord after = *store_->Get(b.id);
+  EXPECT_EQ(after.state, JobState::kQueued);
+  EXPECT_NE(after.reason.find("--on-shutdown checkpoint"), std::string::npos) << after.reason;
+  EXPECT_EQ(launcher_.launched().size(), launches);  // nothing started by this coordinator
+  Open();
+  EXPECT_EQ(launcher_.launched().back().job_id, b.id);
+  EXPECT_EQ(launcher_.launched().back().attempt, b.attempt + 1);
+  ExitAll(b.id, 0);
+  EXPECT_EQ(StateOf(b.id), JobState::kSucceeded);
+
+  // stop: the workers are stopped and the job ends FAILED.
+  const Started c = start(1);
+  ASSERT_EQ(manager_->Shutdown(ShutdownMode::kStop), std::vector<std::string>{c.id});
+  EXPECT_EQ(store_->Get(c.id)->state, JobState::kFailed);
+  EXPECT_EQ(launcher_.stopped().back(), c.id + "#" + std::to_string(c.attempt));
+}
+
 TEST_F(JobManagerTest, WorkerTokensAreChecked) {
   const std::string a = Submit(2);
   auto launch = launcher_.launched().at(0);

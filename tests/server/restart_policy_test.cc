@@ -60,6 +60,16 @@ TEST(RestartPolicy, Table) {
          e.restarts = 2;
        }),
        Kind::kRequeue, "restart from the latest checkpoint after: the workers did not reattach", false},
+      {"a job stopped for a coordinator restart is requeued, whatever its ranks did", Ended([](AttemptEnd& e) {
+         e.shutting_down = true;
+         e.stopped_for_restart = true;
+         e.failed = true;
+         e.failure = "rank 0 was killed by signal 9";
+         e.restarts = 2;
+       }),
+       Kind::kRequeue,
+       "the coordinator stopped (--on-shutdown checkpoint): resumes from its latest checkpoint when it starts again",
+       false},
       {"a usage error is not retried, restarts left or not", Ended([](AttemptEnd& e) {
          e.failed = true;
          e.usage_error = true;
