@@ -28,9 +28,10 @@ rm -f "$state/ready.json"
 export TRAINYARD_SERVER=$listen
 
 "$bin/trainyard-server" --state-dir "$state" --listen "$listen" --metrics-listen "$metrics_addr" \
-  --ready-file "$state/ready.json" \
+  --ready-file "$state/ready.json" --on-shutdown stop \
   >> "$state/server.log" 2>&1 &
 server=$!
+# The demo's server takes its workers down with it (--on-shutdown stop), also on Ctrl-C.
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 300); do
   [ -f "$state/ready.json" ] && break
