@@ -87,6 +87,11 @@ struct ActiveJob {
   SteadyTime last_progress{};  // rank 0's last step or checkpoint
   SteadyTime last_persist{};   // progress written to the store
   GoodputClock goodput;
+  // Recovery: when the failure (or stop) that requeued the job was detected
+  // (unix ms; 0: none pending), and rank 0's step then. The next attempt's
+  // first step closes it (trainyard_job_recovery_seconds, lost steps).
+  int64_t recovery_from_millis = 0;
+  int64_t step_at_failure = 0;
   std::vector<std::shared_ptr<JobWatch>> watchers;
 };
 

@@ -222,6 +222,7 @@ void JobManager::StopGroup(ActiveJob& job) {
 void JobManager::Requeue(ActiveJob& job, const std::string& reason) {
   JobRecord& r = job.record;
   job.goodput.AttemptEnded();
+  StartRecoveryClock(job);  // preemptions and stops: from the attempt's end
   ReleaseResources(job);
   job.run = AttemptState{};
   job.spec.checkpoint.resume_from = "latest";
@@ -229,6 +230,12 @@ void JobManager::Requeue(ActiveJob& job, const std::string& reason) {
   Transition(job, JobState::kQueued, reason);
   queue_.push_front(r.id);  // ahead of jobs that have not started yet
   TrySchedule();
+}
+
+void JobManager::StartRecoveryClock(ActiveJob& job) {
+  if (job.recovery_from_millis != 0) return;
+  job.recovery_from_millis = NowMillis();
+  job.step_at_failure = job.record.step;
 }
 
 void JobManager::PublishGoodput(ActiveJob& job) {
@@ -287,6 +294,7 @@ void JobManager::StopGroups(const std::vector<std::string>& ids) {
 
 void JobManager::FailGroup(ActiveJob& job, int32_t rank, const std::string& reason) {
   if (job.run.failed) return;  // keep the root cause: the first failure
+  StartRecoveryClock(job);
   job.run.failed = true;
   job.run.failure = reason;
   job.record.failed_rank = rank;

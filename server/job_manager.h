@@ -208,6 +208,8 @@ class JobManager {
   // to resume from its latest checkpoint.
   void Requeue(ActiveJob& job, const std::string& reason);
   void PublishGoodput(ActiveJob& job);
+  // A failure or stop was detected: the recovery clock starts (once).
+  void StartRecoveryClock(ActiveJob& job);
   // Stops the attempt's workers: through its launcher, or (external jobs)
   // by a stop command down each connected rank's stream.
   void StopGroup(ActiveJob& job);

@@ -3,6 +3,7 @@
 // groups that hang or do not come back.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/clock.h"
 #include "common/secrets.h"
 #include "common/utf8.h"
 #include "common/worker_outcome.h"
@@ -150,6 +151,13 @@ void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const
     if (m.rank != 0) continue;
     job.last_progress = std::chrono::steady_clock::now();
     job.goodput.AddStep(m.step_seconds);
+    if (job.recovery_from_millis != 0 && m.step > 0) {
+      // The first step of the attempt after a failure: resumed at m.step - 1.
+      const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();
+      metrics_->RecordRecovery(job_id, std::max<int64_t>(0, at - job.recovery_from_millis) / 1000.0,
+                               std::max<int64_t>(0, job.step_at_failure - (m.step - 1)));
+      job.recovery_from_millis = 0;
+    }
     if (job.record.step == 0 || m.step < job.record.step) job.record.first_loss = m.loss;
     job.record.step = m.step;
     job.record.loss = m.loss;

@@ -5,6 +5,11 @@
 namespace trainyard {
 namespace {
 
+const prometheus::Histogram::BucketBoundaries& RecoveryBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {0.5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60, 120, 300, 600};
+  return kBuckets;
+}
+
 const prometheus::Histogram::BucketBoundaries& StepBuckets() {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                                    0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
@@ -123,8 +128,29 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       goodput_(prometheus::BuildGauge()
                    .Name("trainyard_job_goodput")
                    .Help("Share of the job's wall time since it first started spent on steps that were kept")
-                   .Register(*registry_)) {
+                   .Register(*registry_)),
+      recovery_seconds_(prometheus::BuildGauge()
+                            .Name("trainyard_job_recovery_seconds")
+                            .Help("The job's last recovery: from a failure (or stop) detected to the first step of "
+                                  "the next attempt")
+                            .Register(*registry_)),
+      recovery_all_(prometheus::BuildHistogram()
+                        .Name("trainyard_recovery_seconds")
+                        .Help("Recoveries of all jobs: from a failure (or stop) detected to the first step of the "
+                              "next attempt")
+                        .Register(*registry_)),
+      lost_steps_(prometheus::BuildCounter()
+                      .Name("trainyard_job_lost_steps_total")
+                      .Help("Steps the job trained again after restarts: trained before, past the checkpoint it "
+                            "resumed from")
+                      .Register(*registry_)),
+      lost_steps_all_(prometheus::BuildCounter()
+                          .Name("trainyard_lost_steps_total")
+                          .Help("Steps all jobs trained again after restarts")
+                          .Register(*registry_)) {
   restarts_all_.Add({});
+  lost_steps_all_.Add({});
+  recovery_all_.Add({}, RecoveryBuckets());
   for (CheckpointType t : {CheckpointType::kFull, CheckpointType::kSharded}) {
     const char* type = CheckpointTypeName(t);
     for (const char* result : {"ok", "failed"}) checkpoints_.Add({{"type", type}, {"result", result}});
@@ -275,6 +301,21 @@ void ServerMetrics::CountRestart(const std::string& job_id) {
   restarts_all_.Add({}).Increment();
 }
 
+void ServerMetrics::RecordRecovery(const std::string& job_id, double seconds, int64_t lost_steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = recovery_series_.find(job_id);
+  if (it == recovery_series_.end()) {
+    it = recovery_series_
+             .emplace(job_id, RecoverySeries{&recovery_seconds_.Add({{"job_id", job_id}}),
+                                             &lost_steps_.Add({{"job_id", job_id}})})
+             .first;
+  }
+  it->second.seconds->Set(seconds);
+  it->second.lost_steps->Increment(static_cast<double>(lost_steps));
+  recovery_all_.Add({}, RecoveryBuckets()).Observe(seconds);
+  lost_steps_all_.Add({}).Increment(static_cast<double>(lost_steps));
+}
+
 void ServerMetrics::SetGoodput(const std::string& job_id, double goodput) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = goodput_series_.find(job_id);
@@ -287,6 +328,11 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
   if (auto r = restart_series_.find(job_id); r != restart_series_.end()) {
     restarts_.Remove(r->second);
     restart_series_.erase(r);
+  }
+  if (auto r = recovery_series_.find(job_id); r != recovery_series_.end()) {
+    recovery_seconds_.Remove(r->second.seconds);
+    lost_steps_.Remove(r->second.lost_steps);
+    recovery_series_.erase(r);
   }
   if (auto g = goodput_series_.find(job_id); g != goodput_series_.end()) {
     goodput_.Remove(g->second);

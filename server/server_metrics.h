@@ -1,7 +1,8 @@
 // ServerMetrics: the Prometheus series the coordinator exports.
 //
 // Per server: trainyard_jobs{state}, submissions, checkpoints by type and
-// result, checkpoint bytes and durations. Per job and rank: step, samples/s,
+// result, checkpoint bytes and durations, restarts, recoveries and lost
+// steps. Per job and rank: step, samples/s,
 // loss, samples total and step-duration histograms split by phase, gradient
 // communication, memory, FSDP collectives. Per job: the last checkpoint's
 // step, time, bytes and duration. A job's series are removed when it ends
@@ -39,6 +40,10 @@ class ServerMetrics {
   // Share of the job's wall time (since it first started) spent on steps
   // that were kept (not lost to a failure after the last checkpoint).
   void SetGoodput(const std::string& job_id, double goodput);
+  // A requeued job's new attempt made its first step: `seconds` from the
+  // failure (or stop) being detected, and the steps it trains again
+  // (trained before, past the checkpoint it resumed from).
+  void RecordRecovery(const std::string& job_id, double seconds, int64_t lost_steps);
   void RemoveJob(const std::string& job_id);
 
   prometheus::Registry& registry() { return *registry_; }
@@ -110,7 +115,16 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& goodput_;
   std::map<std::string, prometheus::Gauge*> goodput_series_;    // guarded by mu_
   std::map<std::string, prometheus::Counter*> restart_series_;  // guarded by mu_
-  prometheus::Counter& RestartsOf(const std::string& job_id);   // REQUIRES: mu_ held
+  prometheus::Family<prometheus::Gauge>& recovery_seconds_;     // per job: the last recovery
+  prometheus::Family<prometheus::Histogram>& recovery_all_;     // server-wide
+  prometheus::Family<prometheus::Counter>& lost_steps_;         // per job
+  prometheus::Family<prometheus::Counter>& lost_steps_all_;     // server-wide
+  struct RecoverySeries {
+    prometheus::Gauge* seconds;
+    prometheus::Counter* lost_steps;
+  };
+  std::map<std::string, RecoverySeries> recovery_series_;      // guarded by mu_
+  prometheus::Counter& RestartsOf(const std::string& job_id);  // REQUIRES: mu_ held
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_

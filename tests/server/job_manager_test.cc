@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <mutex>
 #include <set>
 
+#include "common/clock.h"
 #include "tests/test_util.h"
 
 namespace trainyard {
@@ -357,6 +359,40 @@ TEST_F(JobManagerTest, ShutdownModes) {
   ASSERT_EQ(manager_->Shutdown(ShutdownMode::kStop), std::vector<std::string>{c.id});
   EXPECT_EQ(store_->Get(c.id)->state, JobState::kFailed);
   EXPECT_EQ(launcher_.stopped().back(), c.id + "#" + std::to_string(c.attempt));
+}
+
+// A failed group restarts; the next attempt's first step closes the
+// recovery: its time from the failure, and the steps trained again.
+TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
+  auto job = manager_->Submit("max_steps: 100\nnum_processes: 1\nmax_restarts: 1\n");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id;
+  JobRecord r = *manager_->Get(id);
+  ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
+  StepMetrics m;
+  m.step = 30;
+  manager_->ReportMetrics(id, r.attempt, {m});
+  const int64_t before = NowMillis();
+  manager_->OnRankExit({id, r.attempt, 0, /*exit_code=*/1, 0});  // fails at step 30
+  r = *manager_->Get(id);
+  ASSERT_EQ(r.state, JobState::kStarting);  // restarted
+  ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
+  m.step = 26;  // resumed from its checkpoint at step 25: steps 26..30 again
+  m.unix_millis = before + 1500;
+  manager_->ReportMetrics(id, r.attempt, {m});
+  m.step = 27;  // later steps close nothing more
+  m.unix_millis = before + 9000;
+  manager_->ReportMetrics(id, r.attempt, {m});
+  const std::string text = prometheus::TextSerializer().Serialize(metrics_.registry().Collect());
+  auto value = [&](const std::string& series) {
+    const size_t at = text.find("\n" + series + " ");
+    EXPECT_NE(at, std::string::npos) << series << " not in:\n" << text;
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+  };
+  EXPECT_NEAR(value("trainyard_job_recovery_seconds{job_id=\"" + id + "\"}"), 1.5, 0.1);
+  EXPECT_EQ(value("trainyard_job_lost_steps_total{job_id=\"" + id + "\"}"), 5);
+  EXPECT_EQ(value("trainyard_recovery_seconds_count"), 1);
+  EXPECT_EQ(value("trainyard_lost_steps_total"), 5);
 }
 
 TEST_F(JobManagerTest, WorkerTokensAreChecked) {
