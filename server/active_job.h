@@ -40,6 +40,9 @@ class GoodputClock {
     attempt_ = checkpointed_ = 0;
   }
   // In [0, 1]; negative before the job first started.
+  // Step time of the current attempt past its last checkpoint: lost if the
+  // attempt ends now.
+  double Unkept() const { return attempt_ - checkpointed_; }
   double Ratio(SteadyTime now) const {
     if (first_start_ == SteadyTime{}) return -1;
     const double wall = std::chrono::duration<double>(now - first_start_).count();
@@ -92,6 +95,9 @@ struct ActiveJob {
   // first step closes it (trainyard_job_recovery_seconds, lost steps).
   int64_t recovery_from_millis = 0;
   int64_t step_at_failure = 0;
+  // When the job was launched, not as a recovery (unix ms; 0: none pending):
+  // the first step closes the startup time.
+  int64_t startup_from_millis = 0;
   std::vector<std::shared_ptr<JobWatch>> watchers;
 };
 

@@ -221,6 +221,7 @@ void JobManager::StopGroup(ActiveJob& job) {
 
 void JobManager::Requeue(ActiveJob& job, const std::string& reason) {
   JobRecord& r = job.record;
+  metrics_->AddBadput(r.id, "lost_work", job.goodput.Unkept());
   job.goodput.AttemptEnded();
   StartRecoveryClock(job);  // preemptions and stops: from the attempt's end
   ReleaseResources(job);
@@ -384,6 +385,7 @@ void JobManager::StartJob(ActiveJob& job) {
   // fenced by the attempt number alone: their token is the job's.
   if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = NewWorkerToken();
   job.goodput.StartOnce(std::chrono::steady_clock::now());
+  if (job.recovery_from_millis == 0) job.startup_from_millis = NowMillis();
   if (kind == LauncherKind::kLocal) {
     job.run.held = pool_.Take(job.spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
                               r.num_processes);

@@ -21,6 +21,7 @@ void JobManager::ReportCheckpoint(const std::string& job_id, int32_t attempt, co
     spdlog::error("job {}: cannot record checkpoint {}: {}", job_id, c.index, std::string(s.message()));
   }
   metrics_->RecordCheckpoint(job_id, c);
+  metrics_->AddBadput(job_id, "checkpoint_blocking", c.seconds);
   job.last_progress = std::chrono::steady_clock::now();
   if (c.ok) job.goodput.Checkpointed();
   if (c.ok) {
@@ -151,12 +152,21 @@ void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const
     if (m.rank != 0) continue;
     job.last_progress = std::chrono::steady_clock::now();
     job.goodput.AddStep(m.step_seconds);
+    metrics_->AddBadput(job_id, "data_wait", m.data_seconds);
+    const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();
+    // Until this step began: the time before it was no step's.
+    const double before_step = static_cast<double>(at) / 1000.0 - m.step_seconds;
     if (job.recovery_from_millis != 0 && m.step > 0) {
       // The first step of the attempt after a failure: resumed at m.step - 1.
-      const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();
       metrics_->RecordRecovery(job_id, std::max<int64_t>(0, at - job.recovery_from_millis) / 1000.0,
                                std::max<int64_t>(0, job.step_at_failure - (m.step - 1)));
+      metrics_->AddBadput(job_id, "restart", before_step - job.recovery_from_millis / 1000.0);
       job.recovery_from_millis = 0;
+      job.startup_from_millis = 0;
+    }
+    if (job.startup_from_millis != 0) {
+      metrics_->AddBadput(job_id, "startup", before_step - job.startup_from_millis / 1000.0);
+      job.startup_from_millis = 0;
     }
     if (job.record.step == 0 || m.step < job.record.step) job.record.first_loss = m.loss;
     job.record.step = m.step;

@@ -129,10 +129,10 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                    .Name("trainyard_job_goodput")
                    .Help("Share of the job's wall time since it first started spent on steps that were kept")
                    .Register(*registry_)),
-      recovery_seconds_(prometheus::BuildGauge()
+      recovery_seconds_(prometheus::BuildHistogram()
                             .Name("trainyard_job_recovery_seconds")
-                            .Help("The job's last recovery: from a failure (or stop) detected to the first step of "
-                                  "the next attempt")
+                            .Help("The job's recoveries: from a failure (or stop) detected to the first step of the "
+                                  "next attempt")
                             .Register(*registry_)),
       recovery_all_(prometheus::BuildHistogram()
                         .Name("trainyard_recovery_seconds")
@@ -147,7 +147,12 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       lost_steps_all_(prometheus::BuildCounter()
                           .Name("trainyard_lost_steps_total")
                           .Help("Steps all jobs trained again after restarts")
-                          .Register(*registry_)) {
+                          .Register(*registry_)),
+      badput_(prometheus::BuildCounter()
+                  .Name("trainyard_job_badput_seconds_total")
+                  .Help("Wall time the job did not spend on steps it kept, by cause: restart, lost_work, "
+                        "checkpoint_blocking, startup, data_wait")
+                  .Register(*registry_)) {
   restarts_all_.Add({});
   lost_steps_all_.Add({});
   recovery_all_.Add({}, RecoveryBuckets());
@@ -263,6 +268,30 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
     s.eval_loss->Set(m.eval_loss);
   }
   RestartsOf(job_id);  // at 0 from the first step, so increase() sees the first restart
+  RecoveryOf(job_id);
+  for (const char* cause : {"restart", "lost_work", "checkpoint_blocking", "startup", "data_wait"}) {
+    BadputOf(job_id, cause);
+  }
+}
+
+ServerMetrics::RecoverySeries& ServerMetrics::RecoveryOf(const std::string& job_id) {
+  auto it = recovery_series_.find(job_id);
+  if (it == recovery_series_.end()) {
+    it = recovery_series_
+             .emplace(job_id, RecoverySeries{&recovery_seconds_.Add({{"job_id", job_id}}, RecoveryBuckets()),
+                                             &lost_steps_.Add({{"job_id", job_id}})})
+             .first;
+  }
+  return it->second;
+}
+
+prometheus::Counter& ServerMetrics::BadputOf(const std::string& job_id, const std::string& cause) {
+  auto key = std::make_pair(job_id, cause);
+  auto it = badput_series_.find(key);
+  if (it == badput_series_.end()) {
+    it = badput_series_.emplace(key, &badput_.Add({{"job_id", job_id}, {"cause", cause}})).first;
+  }
+  return *it->second;
 }
 
 void ServerMetrics::RecordCheckpoint(const std::string& job_id, const CheckpointEvent& c) {
@@ -303,17 +332,17 @@ void ServerMetrics::CountRestart(const std::string& job_id) {
 
 void ServerMetrics::RecordRecovery(const std::string& job_id, double seconds, int64_t lost_steps) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = recovery_series_.find(job_id);
-  if (it == recovery_series_.end()) {
-    it = recovery_series_
-             .emplace(job_id, RecoverySeries{&recovery_seconds_.Add({{"job_id", job_id}}),
-                                             &lost_steps_.Add({{"job_id", job_id}})})
-             .first;
-  }
-  it->second.seconds->Set(seconds);
-  it->second.lost_steps->Increment(static_cast<double>(lost_steps));
+  RecoverySeries& r = RecoveryOf(job_id);
+  r.seconds->Observe(seconds);
+  r.lost_steps->Increment(static_cast<double>(lost_steps));
   recovery_all_.Add({}, RecoveryBuckets()).Observe(seconds);
   lost_steps_all_.Add({}).Increment(static_cast<double>(lost_steps));
+}
+
+void ServerMetrics::AddBadput(const std::string& job_id, const char* cause, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::Counter& c = BadputOf(job_id, cause);
+  if (seconds > 0) c.Increment(seconds);
 }
 
 void ServerMetrics::SetGoodput(const std::string& job_id, double goodput) {
@@ -328,6 +357,10 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
   if (auto r = restart_series_.find(job_id); r != restart_series_.end()) {
     restarts_.Remove(r->second);
     restart_series_.erase(r);
+  }
+  for (auto b = badput_series_.lower_bound({job_id, ""}); b != badput_series_.end() && b->first.first == job_id;) {
+    badput_.Remove(b->second);
+    b = badput_series_.erase(b);
   }
   if (auto r = recovery_series_.find(job_id); r != recovery_series_.end()) {
     recovery_seconds_.Remove(r->second.seconds);

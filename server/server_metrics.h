@@ -44,6 +44,12 @@ class ServerMetrics {
   // failure (or stop) being detected, and the steps it trains again
   // (trained before, past the checkpoint it resumed from).
   void RecordRecovery(const std::string& job_id, double seconds, int64_t lost_steps);
+  // Wall time the job did not spend on steps it kept, by cause: `restart`
+  // (from a failure or stop to the next attempt's first step), `lost_work`
+  // (steps trained after the last checkpoint of an attempt that ended),
+  // `checkpoint_blocking` (saves, which block training), `startup` (launch
+  // to the first step), `data_wait` (rank 0 waiting for batches).
+  void AddBadput(const std::string& job_id, const char* cause, double seconds);
   void RemoveJob(const std::string& job_id);
 
   prometheus::Registry& registry() { return *registry_; }
@@ -113,18 +119,24 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& restarts_;      // per job
   prometheus::Family<prometheus::Counter>& restarts_all_;  // server-wide
   prometheus::Family<prometheus::Gauge>& goodput_;
-  std::map<std::string, prometheus::Gauge*> goodput_series_;    // guarded by mu_
-  std::map<std::string, prometheus::Counter*> restart_series_;  // guarded by mu_
-  prometheus::Family<prometheus::Gauge>& recovery_seconds_;     // per job: the last recovery
-  prometheus::Family<prometheus::Histogram>& recovery_all_;     // server-wide
-  prometheus::Family<prometheus::Counter>& lost_steps_;         // per job
-  prometheus::Family<prometheus::Counter>& lost_steps_all_;     // server-wide
+  std::map<std::string, prometheus::Gauge*> goodput_series_;     // guarded by mu_
+  std::map<std::string, prometheus::Counter*> restart_series_;   // guarded by mu_
+  prometheus::Family<prometheus::Histogram>& recovery_seconds_;  // per job
+  prometheus::Family<prometheus::Histogram>& recovery_all_;      // server-wide
+  prometheus::Family<prometheus::Counter>& lost_steps_;          // per job
+  prometheus::Family<prometheus::Counter>& lost_steps_all_;      // server-wide
   struct RecoverySeries {
-    prometheus::Gauge* seconds;
+    prometheus::Histogram* seconds;
     prometheus::Counter* lost_steps;
   };
-  std::map<std::string, RecoverySeries> recovery_series_;      // guarded by mu_
-  prometheus::Counter& RestartsOf(const std::string& job_id);  // REQUIRES: mu_ held
+  // A job's recovery and badput series, made at 0 with its first step (so
+  // that increase() sees the first one). REQUIRE mu_ held.
+  RecoverySeries& RecoveryOf(const std::string& job_id);
+  prometheus::Counter& BadputOf(const std::string& job_id, const std::string& cause);
+  std::map<std::string, RecoverySeries> recovery_series_;  // guarded by mu_
+  prometheus::Family<prometheus::Counter>& badput_;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> badput_series_;  // guarded by mu_
+  prometheus::Counter& RestartsOf(const std::string& job_id);                          // REQUIRES: mu_ held
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_

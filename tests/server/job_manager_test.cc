@@ -367,17 +367,26 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   auto job = manager_->Submit("max_steps: 100\nnum_processes: 1\nmax_restarts: 1\n");
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id;
+  const int64_t launched = NowMillis();
   JobRecord r = *manager_->Get(id);
   ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
   StepMetrics m;
   m.step = 30;
+  m.step_seconds = 0.1;
+  m.data_seconds = 0.05;
+  m.unix_millis = launched + 2000;  // its first report: 1.9 s after the launch began
   manager_->ReportMetrics(id, r.attempt, {m});
+  CheckpointEvent c;
+  c.ok = false;  // blocks training all the same
+  c.seconds = 0.25;
+  manager_->ReportCheckpoint(id, r.attempt, c);
   const int64_t before = NowMillis();
   manager_->OnRankExit({id, r.attempt, 0, /*exit_code=*/1, 0});  // fails at step 30
   r = *manager_->Get(id);
   ASSERT_EQ(r.state, JobState::kStarting);  // restarted
   ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
   m.step = 26;  // resumed from its checkpoint at step 25: steps 26..30 again
+  m.step_seconds = 0.2;
   m.unix_millis = before + 1500;
   manager_->ReportMetrics(id, r.attempt, {m});
   m.step = 27;  // later steps close nothing more
@@ -389,10 +398,22 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
     EXPECT_NE(at, std::string::npos) << series << " not in:\n" << text;
     return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
   };
-  EXPECT_NEAR(value("trainyard_job_recovery_seconds{job_id=\"" + id + "\"}"), 1.5, 0.1);
+  EXPECT_NEAR(value("trainyard_job_recovery_seconds_sum{job_id=\"" + id + "\"}"), 1.5, 0.1);
+  EXPECT_EQ(value("trainyard_job_recovery_seconds_count{job_id=\"" + id + "\"}"), 1);
   EXPECT_EQ(value("trainyard_job_lost_steps_total{job_id=\"" + id + "\"}"), 5);
   EXPECT_EQ(value("trainyard_recovery_seconds_count"), 1);
   EXPECT_EQ(value("trainyard_lost_steps_total"), 5);
+  // Badput by cause: the failure's downtime before the new first step, the
+  // step time lost past the last checkpoint (none was taken), the save, the
+  // launch before the first step, and rank 0's waits for data.
+  auto badput = [&](const char* cause) {
+    return value("trainyard_job_badput_seconds_total{cause=\"" + std::string(cause) + "\",job_id=\"" + id + "\"}");
+  };
+  EXPECT_NEAR(badput("restart"), 1.3, 0.1);
+  EXPECT_NEAR(badput("lost_work"), 0.1, 1e-9);
+  EXPECT_NEAR(badput("checkpoint_blocking"), 0.25, 1e-9);
+  EXPECT_NEAR(badput("startup"), 1.9, 0.1);
+  EXPECT_NEAR(badput("data_wait"), 0.15, 1e-9);
 }
 
 TEST_F(JobManagerTest, WorkerTokensAreChecked) {

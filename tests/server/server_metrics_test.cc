@@ -72,11 +72,21 @@ TEST_F(ServerMetricsTest, AJobsSeriesGoAwayWhenItEnds) {
   metrics_.CountRestart("job-a");
   metrics_.SetGoodput("job-a", 0.75);
   EXPECT_EQ(Value("trainyard_job_goodput{job_id=\"job-a\"}"), 0.75);
+  // Recovery and badput series start at 0 with the first step.
+  EXPECT_EQ(Value("trainyard_job_lost_steps_total{job_id=\"job-a\"}"), 0);
+  EXPECT_EQ(Value("trainyard_job_recovery_seconds_count{job_id=\"job-a\"}"), 0);
+  EXPECT_EQ(Value("trainyard_job_badput_seconds_total{cause=\"startup\",job_id=\"job-a\"}"), 0);
+  metrics_.RecordRecovery("job-a", 2.5, 7);
+  metrics_.AddBadput("job-a", "restart", 2.0);
+  EXPECT_EQ(Value("trainyard_job_lost_steps_total{job_id=\"job-a\"}"), 7);
+  EXPECT_EQ(Value("trainyard_job_badput_seconds_total{cause=\"restart\",job_id=\"job-a\"}"), 2.0);
   metrics_.RemoveJob("job-a");
   EXPECT_FALSE(Has("job_id=\"job-a\""));
   EXPECT_TRUE(Has("trainyard_job_step{job_id=\"job-b\",rank=\"0\"}"));
-  // The server-wide restart count stays.
+  // The server-wide restart count, recoveries and lost steps stay.
   EXPECT_EQ(Value("trainyard_restarts_total"), 1);
+  EXPECT_EQ(Value("trainyard_recovery_seconds_count"), 1);
+  EXPECT_EQ(Value("trainyard_lost_steps_total"), 7);
 }
 
 TEST_F(ServerMetricsTest, CheckpointsByTypeAndResult) {
