@@ -86,9 +86,10 @@ struct ActiveJob {
   // The coordinator is stopping with --on-shutdown checkpoint: the group
   // checkpoints (when it runs) and stops, and the job is queued again.
   bool stopped_for_restart = false;
-  int restarts = 0;            // whole-group restarts after failures
-  SteadyTime last_progress{};  // rank 0's last step or checkpoint
-  SteadyTime last_persist{};   // progress written to the store
+  int restarts = 0;               // whole-group restarts after failures
+  SteadyTime start_not_before{};  // QUEUED after repeated failures: the restart backoff
+  SteadyTime last_progress{};     // rank 0's last step or checkpoint
+  SteadyTime last_persist{};      // progress written to the store
   GoodputClock goodput;
   // Recovery: when the failure (or stop) that requeued the job was detected
   // (unix ms; 0: none pending), and rank 0's step then. The next attempt's

@@ -195,13 +195,22 @@ bool JobManager::EndAttempt(ActiveJob& job, bool all_succeeded) {
   end.step = job.record.step;
   const NextStep next = DecideAfterAttempt(end);
   switch (next.kind) {
-    case NextStep::Kind::kRequeue:
+    case NextStep::Kind::kRequeue: {
+      std::string reason = next.reason;
       if (next.counts_restart) {
         ++job.restarts;
         metrics_->CountRestart(job.record.id);
+        // Repeated failures: back off (1x, 2x, 4x ... the base, at most 30 s).
+        if (job.restarts > 1 && options_.restart_backoff.count() > 0) {
+          const auto backoff = std::min<std::chrono::milliseconds>(
+              options_.restart_backoff * (int64_t{1} << std::min(job.restarts - 2, 20)), std::chrono::seconds(30));
+          job.start_not_before = std::chrono::steady_clock::now() + backoff;
+          reason += absl::StrCat(" (starts in ", backoff.count() / 1000.0, " s: backoff after repeated failures)");
+        }
       }
-      Requeue(job, next.reason);
+      Requeue(job, reason);
       return false;
+    }
     case NextStep::Kind::kCancelled: Transition(job, JobState::kCancelled, next.reason); break;
     case NextStep::Kind::kFailed: Transition(job, JobState::kFailed, next.reason); break;
     case NextStep::Kind::kSucceeded: Transition(job, JobState::kSucceeded, next.reason); break;
@@ -345,6 +354,10 @@ void JobManager::TrySchedule() {
       continue;
     }
     const ActiveJob& job = it->second;
+    if (std::chrono::steady_clock::now() < job.start_not_before) {  // backing off: takes nothing, blocks nobody
+      ++i;
+      continue;
+    }
     const Pool pool = KindOf(job) != LauncherKind::kLocal ? kNone : job.spec.device == Device::kCuda ? kGpus : kSlots;
     if (pool != kNone && (blocked.count(pool) || !Fits(job))) {
       blocked.insert(pool);

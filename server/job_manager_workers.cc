@@ -237,6 +237,7 @@ void JobManager::DetachWorker(const std::string& job_id, int32_t attempt, int32_
 void JobManager::CheckProgress() {
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = std::chrono::steady_clock::now();
+  if (!queue_.empty()) TrySchedule();  // restarts whose backoff is over
   // Groups that did not reattach after a coordinator restart; ranks of
   // external jobs that are gone.
   std::vector<RankExit> gone;

@@ -58,6 +58,12 @@ int main(int argc, char** argv) {
   app.add_option("--slurm-worker-binary", o.slurm_worker_binary,
                  "trainyard-worker as the compute nodes see it (default: --worker-binary)");
   app.add_option("--ready-file", o.ready_file, "Write the bound ports as JSON to this file once serving");
+  int restart_backoff_ms = static_cast<int>(o.restart_backoff.count());
+  app.add_option("--restart-backoff-ms", restart_backoff_ms,
+                 "Wait before a job's restart after its second and later failures: this, doubling up to 30 s (0: "
+                 "restart at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
   std::string on_shutdown = "detach";
   int shutdown_timeout_s = static_cast<int>(o.shutdown_checkpoint_timeout.count() / 1000);
   app.add_option("--on-shutdown", on_shutdown,
@@ -72,6 +78,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 86400));
   CLI11_PARSE(app, argc, argv);
   o.stop_grace = std::chrono::milliseconds(stop_grace_ms);
+  o.restart_backoff = std::chrono::milliseconds(restart_backoff_ms);
   o.on_shutdown = *trainyard::ValueOf(trainyard::kShutdownModeNames, on_shutdown);
   o.shutdown_checkpoint_timeout = std::chrono::seconds(shutdown_timeout_s);
 

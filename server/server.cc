@@ -146,6 +146,7 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   const ServerOptions& o = options;
   JobManagerOptions mo;
   mo.slots = o.slots;
+  mo.restart_backoff = o.restart_backoff;
   const std::optional<LauncherKind> kind = ValueOf(kLauncherKindNames, o.launcher);
   if (!kind || *kind == LauncherKind::kDefault) {
     return absl::InvalidArgumentError(absl::StrCat("--launcher ", o.launcher, ": must be local, slurm or external"));

@@ -25,6 +25,8 @@ struct ServerOptions {
   // kCheckpoint waits for their checkpoints before stopping them.
   ShutdownMode on_shutdown = ShutdownMode::kDetach;
   std::chrono::milliseconds shutdown_checkpoint_timeout{45000};
+  // Base of the wait between repeated failures of a job (0: none).
+  std::chrono::milliseconds restart_backoff{1000};
   std::string ready_file;  // written once serving: {"grpc_port":..,"metrics_port":..}
   int max_queued_jobs = 1000;
   int max_num_processes = 1024;

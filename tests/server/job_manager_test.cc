@@ -416,6 +416,32 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   EXPECT_NEAR(badput("data_wait"), 0.15, 1e-9);
 }
 
+// The first restart is immediate; a repeated failure waits for the backoff
+// (1 s here) without holding back the jobs behind it.
+TEST_F(JobManagerTest, RepeatedFailuresBackOff) {
+  auto job = manager_->Submit("max_steps: 100\nnum_processes: 2\nmax_restarts: 3\n");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string a = job->id;
+  ExitAll(a, 1);
+  EXPECT_EQ(StateOf(a), JobState::kStarting);  // restart 1: at once
+  const auto failed_again = std::chrono::steady_clock::now();
+  ExitAll(a, 1);
+  EXPECT_EQ(StateOf(a), JobState::kQueued);
+  EXPECT_NE(manager_->Get(a)->reason.find("starts in 1 s: backoff after repeated failures"), std::string::npos)
+      << manager_->Get(a)->reason;
+  const std::string b = Submit(2);  // not held back by the waiting job
+  EXPECT_EQ(StateOf(b), JobState::kStarting);
+  manager_->CheckProgress();
+  EXPECT_EQ(StateOf(a), JobState::kQueued);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        manager_->CheckProgress();
+        return StateOf(a) == JobState::kStarting;
+      },
+      std::chrono::seconds(5)));
+  EXPECT_GE(std::chrono::steady_clock::now() - failed_again, std::chrono::milliseconds(1000));
+}
+
 TEST_F(JobManagerTest, WorkerTokensAreChecked) {
   const std::string a = Submit(2);
   auto launch = launcher_.launched().at(0);
