@@ -252,7 +252,7 @@ class CoordinatorUpgrades(unittest.TestCase):
             for j in range(2):
                 name, seed = f"up{j}", 500 + j
                 base = write_spec(state, f"{name}-base.yaml",
-                                  UPGRADE_JOB % dict(name=name + "-base", seed=seed, steps=4000, restarts=0))
+                                  UPGRADE_JOB % dict(name=name + "-base", seed=seed, steps=6000, restarts=0))
                 job_id = submit(s, base)
                 w = s.ctl("watch", job_id)
                 self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
@@ -264,7 +264,7 @@ class CoordinatorUpgrades(unittest.TestCase):
                 for j in range(2):
                     name, seed = f"up{j}", 500 + j
                     spec = write_spec(state, f"{name}-{mode}.yaml",
-                                      UPGRADE_JOB % dict(name=f"{name}-{mode}", seed=seed, steps=4000, restarts=0)
+                                      UPGRADE_JOB % dict(name=f"{name}-{mode}", seed=seed, steps=6000, restarts=0)
                                       + "reattach_timeout_s: 30\n")
                     ids.append((submit(s, spec), name))
                 done = 0
@@ -276,6 +276,9 @@ class CoordinatorUpgrades(unittest.TestCase):
                     marks = {i: s.job(i)["step"] for i, _ in ids}
                     wait_for(lambda: all(s.job(i)["step"] >= marks[i] + 20 or s.job(i)["state"] == "SUCCEEDED"
                                          for i, _ in ids), 120, f"{mode}: training to move on")
+                    # Enough left that neither job can finish while the server is away.
+                    left = min(6000 - s.job(i)["step"] for i, _ in ids)
+                    self.assertGreater(left, 1500, f"{mode}: the jobs are too fast for {sigterms} restarts")
                     s.proc.send_signal(signal.SIGTERM)
                     self.assertEqual(s.proc.wait(timeout=90), 0)
                     s.log.close()
