@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
@@ -114,10 +115,12 @@ TEST_F(ControlClientTest, AConversationFromHelloToResult) {
 
   // The commands sent after the welcome reach the trainer's control.
   std::optional<CheckpointRequest> request;
-  for (int i = 0; i < 500 && !(request && control.stop_requested()); ++i) {
-    if (!request) request = control.TakeCheckpoint();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        if (!request) request = control.TakeCheckpoint();
+        return request.has_value() && control.stop_requested();
+      },
+      std::chrono::seconds(5)));
   ASSERT_TRUE(request.has_value());
   EXPECT_EQ(request->type, CheckpointType::kSharded);
   EXPECT_EQ(request->request_id, 7);
