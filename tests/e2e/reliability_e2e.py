@@ -172,6 +172,20 @@ def free_port():
         return sock.getsockname()[1]
 
 
+def uninterrupted_digests(server, state, template, seeds, steps):
+    """Runs `template` once per name in `seeds` (name -> data seed) to the end
+    without faults; returns name -> final_model_digest, the reference."""
+    expected = {}
+    for name, seed in seeds.items():
+        base = write_spec(state, f"{name}-base.yaml",
+                          template % dict(name=name + "-base", seed=seed, steps=steps, restarts=0))
+        job_id = submit(server, base)
+        w = server.ctl("watch", job_id)
+        assert w.returncode == 0, w.stdout + w.stderr
+        expected[name] = final_model_digest(server, job_id)
+    return expected
+
+
 class CoordinatorRestarts(unittest.TestCase):
     """kill -9 the server 5 times while jobs run: workers keep training and
     reattach (RECOVERING → RUNNING); no job is lost or duplicated, all end
@@ -183,15 +197,8 @@ class CoordinatorRestarts(unittest.TestCase):
         port = free_port()
         s = Server(state, slots=4, listen=f"127.0.0.1:{port}")
         try:
-            expected, ids = {}, []
-            for j in range(2):
-                name, seed = f"coord{j}", 300 + j
-                base = write_spec(state, f"{name}-base.yaml",
-                                  JOB % dict(name=name + "-base", seed=seed, steps=3000, restarts=0))
-                job_id = submit(s, base)
-                w = s.ctl("watch", job_id)
-                self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
-                expected[name] = final_model_digest(s, job_id)
+            ids = []
+            expected = uninterrupted_digests(s, state, JOB, {"coord0": 300, "coord1": 301}, steps=3000)
             for j in range(2):
                 name, seed = f"coord{j}", 300 + j
                 spec = write_spec(state, f"{name}.yaml",
@@ -248,15 +255,7 @@ class CoordinatorUpgrades(unittest.TestCase):
         port = free_port()
         s = Server(state, slots=4, listen=f"127.0.0.1:{port}")
         try:
-            expected = {}
-            for j in range(2):
-                name, seed = f"up{j}", 500 + j
-                base = write_spec(state, f"{name}-base.yaml",
-                                  UPGRADE_JOB % dict(name=name + "-base", seed=seed, steps=6000, restarts=0))
-                job_id = submit(s, base)
-                w = s.ctl("watch", job_id)
-                self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
-                expected[name] = final_model_digest(s, job_id)
+            expected = uninterrupted_digests(s, state, UPGRADE_JOB, {"up0": 500, "up1": 501}, steps=6000)
             s.stop()
             for mode, sigterms in (("detach", 5), ("checkpoint", 3), ("stop", 1)):
                 s = Server(state, slots=4, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", mode))
