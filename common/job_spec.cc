@@ -338,6 +338,8 @@ void ParseCheckpoint(const YAML::Node& node, const std::string& path, Checkpoint
   }
   r.Enum<CheckpointType>("type", &c->type, kCheckpointTypeNames);
   r.Bool("save_final", &c->save_final);
+  r.Bool("async", &c->async);
+  r.Int("snapshot_every_steps", &c->snapshot_every_steps, 0, int64_t{1} << 40);
   r.RejectUnknown();
   for (const auto& [key, value] :
        {std::pair<const char*, const std::string*>{"project_dir", &c->project_dir}, {"resume_from", &c->resume_from}}) {

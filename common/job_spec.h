@@ -178,6 +178,13 @@ struct CheckpointSpec {
   CheckpointType type = CheckpointType::kAuto;
   // Save the final model as a FULL checkpoint when training ends.
   bool save_final = true;
+  // Periodic and requested saves copy the state into host memory at the
+  // step boundary and are written in the background while training goes on.
+  bool async = true;
+  // Every this many steps each rank keeps its state in the host's shared
+  // memory; a restarted group resumes from the newest complete snapshot when
+  // it is newer than the latest checkpoint. 0 = off.
+  int64_t snapshot_every_steps = 0;
 };
 
 // Slurm submission options (launcher: slurm). Empty fields are left to the

@@ -50,7 +50,9 @@ struct CheckpointEvent {
   int64_t request_id = 0;                       // of a remote request; 0 otherwise
   std::string path;                             // the committed directory
   int64_t bytes = 0;                            // every file of it
-  double seconds = 0;                           // wall time of the save, all ranks
+  double seconds = 0;                           // wall time of the save, start to commit
+  double blocking_seconds = 0;                  // of which training waited (all of it unless async)
+  int64_t host_bytes = 0;                       // host memory of an async save's copy (rank 0)
   int64_t unix_millis = 0;                      // when it was committed
   bool ok = false;
   std::string error;  // why it failed (nothing is left as "latest")

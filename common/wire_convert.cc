@@ -110,6 +110,8 @@ void ToProto(const CheckpointEvent& c, v1::Checkpoint* out) {
   out->set_path(c.path);
   out->set_bytes(c.bytes);
   out->set_seconds(c.seconds);
+  out->set_blocking_seconds(c.blocking_seconds);
+  out->set_host_bytes(c.host_bytes);
   out->set_unix_millis(c.unix_millis);
   out->set_request_id(c.request_id);
   out->set_ok(c.ok);
@@ -125,6 +127,8 @@ CheckpointEvent FromProto(const v1::Checkpoint& c) {
   e.path = c.path();
   e.bytes = c.bytes();
   e.seconds = c.seconds();
+  e.blocking_seconds = c.blocking_seconds();
+  e.host_bytes = c.host_bytes();
   e.unix_millis = c.unix_millis();
   e.request_id = c.request_id();
   e.ok = c.ok();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -31,13 +32,24 @@ class GoodputClock {
   void StartOnce(SteadyTime now) {
     if (first_start_ == SteadyTime{}) first_start_ = now;
   }
-  void AddStep(double seconds) { attempt_ += seconds; }
-  // A checkpoint of the current attempt completed: its steps so far are kept.
-  void Checkpointed() { checkpointed_ = attempt_; }
+  void AddStep(int64_t step, double seconds) {
+    attempt_ += seconds;
+    upto_.push_back({step, attempt_});
+    if (upto_.size() > kHistory) upto_.pop_front();
+  }
+  // A checkpoint of the current attempt taken at `step` was committed (an
+  // asynchronous one some steps later): the steps up to it are kept.
+  void Checkpointed(int64_t step) {
+    while (!upto_.empty() && upto_.front().first <= step) {
+      checkpointed_ = upto_.front().second;
+      upto_.pop_front();
+    }
+  }
   // The attempt ended and the job goes on: what it checkpointed is kept.
   void AttemptEnded() {
     kept_ += checkpointed_;
     attempt_ = checkpointed_ = 0;
+    upto_.clear();
   }
   // In [0, 1]; negative before the job first started.
   // Step time of the current attempt past its last checkpoint: lost if the
@@ -50,8 +62,10 @@ class GoodputClock {
   }
 
  private:
+  static constexpr size_t kHistory = 100000;
   SteadyTime first_start_{};
   double attempt_ = 0, checkpointed_ = 0, kept_ = 0;
+  std::deque<std::pair<int64_t, double>> upto_;  // step → attempt_ after it, past the last checkpoint
 };
 
 // One attempt's ranks as the coordinator sees them. Starts empty with each

@@ -21,13 +21,15 @@ void JobManager::ReportCheckpoint(const std::string& job_id, int32_t attempt, co
     spdlog::error("job {}: cannot record checkpoint {}: {}", job_id, c.index, std::string(s.message()));
   }
   metrics_->RecordCheckpoint(job_id, c);
-  metrics_->AddBadput(job_id, "checkpoint_blocking", c.seconds);
+  metrics_->AddBadput(job_id, "checkpoint_blocking", c.blocking_seconds);
   job.last_progress = std::chrono::steady_clock::now();
-  if (c.ok) job.goodput.Checkpointed();
+  if (c.ok) job.goodput.Checkpointed(c.step);
   if (c.ok) {
     AddEvent(job,
              absl::StrCat(c.trigger, " checkpoint ", c.index, " at step ", c.step, " (", CheckpointTypeName(c.type),
-                          ", ", c.bytes, " bytes, ", absl::StrFormat("%.2f", c.seconds), " s): ", c.path));
+                          ", ", c.bytes, " bytes, ", absl::StrFormat("%.2f", c.seconds), " s",
+                          c.host_bytes > 0 ? absl::StrFormat(", training waited %.2f s", c.blocking_seconds) : "",
+                          "): ", c.path));
   } else {
     AddEvent(job, absl::StrCat(c.trigger, " checkpoint at step ", c.step, " failed: ", c.error));
   }
@@ -151,7 +153,7 @@ void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const
     job.run.last_metrics[m.rank] = m;
     if (m.rank != 0) continue;
     job.last_progress = std::chrono::steady_clock::now();
-    job.goodput.AddStep(m.step_seconds);
+    job.goodput.AddStep(m.step, m.step_seconds);
     metrics_->AddBadput(job_id, "data_wait", m.data_seconds);
     const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();
     // Until this step began: the time before it was no step's.

@@ -117,6 +117,14 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                    .Name("trainyard_job_last_checkpoint_duration_seconds")
                                    .Help("Wall time of the job's last committed checkpoint")
                                    .Register(*registry_)),
+      last_checkpoint_blocking_(prometheus::BuildGauge()
+                                    .Name("trainyard_job_last_checkpoint_blocking_seconds")
+                                    .Help("Of that, the time training waited for it")
+                                    .Register(*registry_)),
+      last_checkpoint_host_bytes_(prometheus::BuildGauge()
+                                      .Name("trainyard_job_last_checkpoint_host_bytes")
+                                      .Help("Host memory rank 0's copy of the job's last asynchronous checkpoint took")
+                                      .Register(*registry_)),
       restarts_(prometheus::BuildCounter()
                     .Name("trainyard_job_restarts_total")
                     .Help("Whole-group restarts of the job from its latest checkpoint after a failure or hang")
@@ -309,13 +317,16 @@ void ServerMetrics::RecordCheckpoint(const std::string& job_id, const Checkpoint
     it = checkpoint_series_
              .emplace(job_id,
                       CheckpointSeries{&last_checkpoint_step_.Add(labels), &last_checkpoint_time_.Add(labels),
-                                       &last_checkpoint_bytes_.Add(labels), &last_checkpoint_seconds_.Add(labels)})
+                                       &last_checkpoint_bytes_.Add(labels), &last_checkpoint_seconds_.Add(labels),
+                                       &last_checkpoint_blocking_.Add(labels), &last_checkpoint_host_bytes_.Add(labels)})
              .first;
   }
   it->second.step->Set(static_cast<double>(c.step));
   it->second.timestamp->Set(static_cast<double>(c.unix_millis) / 1000.0);
   it->second.bytes->Set(static_cast<double>(c.bytes));
   it->second.seconds->Set(c.seconds);
+  it->second.blocking->Set(c.blocking_seconds);
+  it->second.host_bytes->Set(static_cast<double>(c.host_bytes));
 }
 
 prometheus::Counter& ServerMetrics::RestartsOf(const std::string& job_id) {
@@ -376,6 +387,8 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
     last_checkpoint_time_.Remove(c->second.timestamp);
     last_checkpoint_bytes_.Remove(c->second.bytes);
     last_checkpoint_seconds_.Remove(c->second.seconds);
+    last_checkpoint_blocking_.Remove(c->second.blocking);
+    last_checkpoint_host_bytes_.Remove(c->second.host_bytes);
     checkpoint_series_.erase(c);
   }
   for (auto it = series_.begin(); it != series_.end();) {

@@ -89,6 +89,8 @@ class ServerMetrics {
     prometheus::Gauge* timestamp;
     prometheus::Gauge* bytes;
     prometheus::Gauge* seconds;
+    prometheus::Gauge* blocking;
+    prometheus::Gauge* host_bytes;
   };
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -116,6 +118,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& last_checkpoint_time_;
   prometheus::Family<prometheus::Gauge>& last_checkpoint_bytes_;
   prometheus::Family<prometheus::Gauge>& last_checkpoint_seconds_;
+  prometheus::Family<prometheus::Gauge>& last_checkpoint_blocking_;
+  prometheus::Family<prometheus::Gauge>& last_checkpoint_host_bytes_;
   prometheus::Family<prometheus::Counter>& restarts_;      // per job
   prometheus::Family<prometheus::Counter>& restarts_all_;  // server-wide
   prometheus::Family<prometheus::Gauge>& goodput_;

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -20,6 +22,10 @@
 #include "worker/fsdp.h"
 #include "worker/models.h"
 #include "worker/safetensors.h"
+
+namespace trainyard {
+class CheckpointOutput;
+}
 
 namespace trainyard::checkpoint_internal {
 
@@ -259,6 +265,44 @@ inline std::vector<std::pair<std::string, at::Tensor>> Buffers(const TrainingSta
   for (const auto& item : s.model->named_buffers()) out.emplace_back(item.key(), item.value().detach());
   return out;
 }
+
+// ---- Saving in phases (checkpoint_save.cc) ----------------------------------
+// SaveCheckpoint runs them in a row; an asynchronous save
+// (BackgroundCheckpoint) writes and commits on its own thread.
+
+// What rank 0 needs to commit a save; plain values, usable from any thread.
+struct CommitTarget {
+  std::string project_dir;
+  std::string staging;
+  int64_t index = 0;
+  int64_t step = 0;
+  int32_t world_size = 1;
+  int32_t total_limit = 0;
+};
+
+struct SaveBegun {
+  std::chrono::steady_clock::time_point start;
+  CheckpointType type = CheckpointType::kFull;  // kFull or kSharded
+  CheckpointEvent event;                        // index, step, type; the failure when `failed`
+  CommitTarget commit;
+  bool failed = false;
+};
+
+// Collective: rank 0 makes the staging directory; every rank learns whether
+// it could.
+SaveBegun BeginSave(const TrainingState& s, CheckpointType type, const CheckpointTarget& target);
+// This rank's files of the checkpoint into `staging` through `out`
+// (collective for FULL assembly under FSDP). Throws on errors.
+void WriteCheckpointFiles(const TrainingState& s, CheckpointType type, int64_t index, const std::string& staging,
+                          CheckpointOutput& out);
+// The failed event of a save whose lowest failing rank is `failed_rank`
+// (`error` is this rank's own text); rank 0 removes the staging directory.
+CheckpointEvent FailSave(const SaveBegun& b, int32_t rank, int32_t failed_rank, const std::string& error);
+// The directory a committed save has.
+std::string CommittedPath(const CommitTarget& c);
+// Rank 0, after every rank wrote its files: manifest, rename, total_limit.
+// Touches no training state.
+CheckpointEvent CommitSave(const SaveBegun& b);
 
 }  // namespace trainyard::checkpoint_internal
 

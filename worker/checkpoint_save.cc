@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "common/checkpoint_dir.h"
+#include "worker/checkpoint_output.h"
 #include "common/clock.h"
 #include "worker/collectives.h"
 #include "worker/data.h"
@@ -34,7 +35,7 @@ namespace {
 
 // ---- Writing ---------------------------------------------------------------
 
-void WriteRankState(const TrainingState& s, const std::string& staging) {
+void WriteRankState(const TrainingState& s, const std::string& staging, CheckpointOutput& out) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   {
     auto gen = at::detail::getDefaultCPUGenerator();
@@ -56,12 +57,13 @@ void WriteRankState(const TrainingState& s, const std::string& staging) {
                                              {"step", std::to_string(s.step)},
                                              {"epoch", std::to_string(s.loader->epoch())},
                                              {"offset", std::to_string(s.loader->offset())}};
-  WriteSafetensors((fs::path(staging) / RankStateFile(s.rank)).string(), specs,
-                   [&](size_t i) { return tensors[i].second; }, meta);
+  out.Safetensors((fs::path(staging) / RankStateFile(s.rank)).string(), specs,
+                  [&](size_t i) { return tensors[i].second; }, meta);
 }
 
 void WriteTrainerState(const TrainingState& s, const Holding& h, CheckpointType type, int64_t index,
-                       const std::vector<std::string>& fields, bool has_optimizer_state, const std::string& staging) {
+                       const std::vector<std::string>& fields, bool has_optimizer_state, const std::string& staging,
+                       CheckpointOutput& out) {
   std::vector<TensorSpec> buffers;
   for (const auto& [name, t] : Buffers(s)) buffers.push_back({name, t.scalar_type(), t.sizes().vec()});
   int64_t optimizer_step = 0;
@@ -85,15 +87,11 @@ void WriteTrainerState(const TrainingState& s, const Holding& h, CheckpointType 
       {"parameters", TensorTable(ParamSpecs(h))},
       {"buffers", TensorTable(buffers)},
       {"spec", nlohmann::ordered_json::parse(JobSpecToJson(*s.spec))}};
-  const std::string path = (fs::path(staging) / kTrainerState).string();
-  std::ofstream out(path, std::ios::trunc);
-  out << j.dump(2) << "\n";
-  out.flush();
-  if (!out) throw std::runtime_error("cannot write " + path);
+  out.Text((fs::path(staging) / kTrainerState).string(), j.dump(2) + "\n");
 }
 
 void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,
-               const std::string& staging) {
+               const std::string& staging, CheckpointOutput& out) {
   if (!h.assembles()) return;
   FullAssembler assembler(s, h, fields);
   const size_t n = h.num_params();
@@ -118,7 +116,7 @@ void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::
   size_t next_model = 0, next_optim = 0;
   std::string error;
   try {
-    WriteShardedSafetensors(
+    out.ShardedSafetensors(
         staging, model_specs,
         [&](size_t i) {
           next_model = i + 1;
@@ -126,7 +124,7 @@ void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::
         },
         ParseSize(s.spec->checkpoint.max_shard_size));
     if (!fields.empty()) {
-      WriteSafetensors((fs::path(staging) / kOptimizerFile).string(), optim_specs, [&](size_t i) {
+      out.Safetensors((fs::path(staging) / kOptimizerFile).string(), optim_specs, [&](size_t i) {
         next_optim = i + 1;
         return assembler.Get(i / fields.size(), static_cast<int>(i % fields.size()));
       });
@@ -143,7 +141,7 @@ void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::
 }
 
 void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,
-                  const std::string& staging) {
+                  const std::string& staging, CheckpointOutput& out) {
   const int32_t w = h.my_writer();
   if (w >= 0) {
     const std::vector<Piece> pieces = h.Owned(w);
@@ -151,7 +149,7 @@ void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<st
     std::vector<TensorSpec> specs;
     for (const Piece& piece : pieces) specs.push_back({h.name(piece.param), at::kFloat, {piece.size()}});
     for (const auto& [name, t] : buffers) specs.push_back({name, t.scalar_type(), {t.numel()}});
-    WriteSafetensors((fs::path(staging) / ShardFile("model", w, h.writers())).string(), specs, [&](size_t i) {
+    out.Safetensors((fs::path(staging) / ShardFile("model", w, h.writers())).string(), specs, [&](size_t i) {
       return i < pieces.size() ? PieceData(s, h, pieces[i], -1, fields).to(at::kFloat)
                                : buffers[i - pieces.size()].second.reshape({-1}).contiguous();
     });
@@ -161,7 +159,7 @@ void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<st
         for (const std::string& f : fields)
           ospecs.push_back({h.name(piece.param) + "." + f, at::kFloat, {piece.size()}});
       }
-      WriteSafetensors((fs::path(staging) / ShardFile("optimizer", w, h.writers())).string(), ospecs, [&](size_t i) {
+      out.Safetensors((fs::path(staging) / ShardFile("optimizer", w, h.writers())).string(), ospecs, [&](size_t i) {
         return PieceData(s, h, pieces[i / fields.size()], static_cast<int>(i % fields.size()), fields);
       });
     }
@@ -205,11 +203,7 @@ void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<st
                                   {"metadata", {{"total_size", total}, {"writers", h.writers()}}},
                                   {"model", model},
                                   {"optimizer", optim}};
-  const std::string path = (fs::path(staging) / kShardedIndex).string();
-  std::ofstream out(path, std::ios::trunc);
-  out << index.dump(1) << "\n";
-  out.flush();
-  if (!out) throw std::runtime_error("cannot write " + path);
+  out.Text((fs::path(staging) / kShardedIndex).string(), index.dump(1) + "\n");
 }
 
 int64_t DirectoryBytes(const std::string& dir) {
@@ -221,72 +215,122 @@ int64_t DirectoryBytes(const std::string& dir) {
   return total;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
-CheckpointEvent SaveCheckpoint(const TrainingState& s, CheckpointType type, const CheckpointTarget& target) {
-  const auto start = std::chrono::steady_clock::now();
-  if (type == CheckpointType::kAuto) type = CheckpointType::kFull;
-  CheckpointEvent ev;
-  ev.index = target.index;
-  ev.step = s.step;
-  ev.type = type == CheckpointType::kSharded ? CheckpointType::kSharded : CheckpointType::kFull;
-  CheckpointDir dir(target.project_dir);
-  const std::string staging = dir.StagingPath(target.index, target.staging_tag);
-  std::string error;
-  auto fail = [&](int32_t failed_rank) {
-    ev.ok = false;
-    ev.error = failed_rank == s.rank ? error : "checkpoint failed on rank " + std::to_string(failed_rank);
-    if (s.rank == 0) {
-      std::error_code ec;
-      fs::remove_all(staging, ec);
-    }
-    ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return ev;
-  };
+namespace checkpoint_internal {
 
+SaveBegun BeginSave(const TrainingState& s, CheckpointType type, const CheckpointTarget& target) {
+  SaveBegun b;
+  b.start = std::chrono::steady_clock::now();
+  b.type = type == CheckpointType::kSharded ? CheckpointType::kSharded : CheckpointType::kFull;
+  b.event.index = target.index;
+  b.event.step = s.step;
+  b.event.type = b.type;
+  b.commit.project_dir = target.project_dir;
+  b.commit.index = target.index;
+  b.commit.step = s.step;
+  b.commit.world_size = s.world_size;
+  b.commit.total_limit = s.spec->checkpoint.total_limit;
+  CheckpointDir dir(target.project_dir);
+  b.commit.staging = dir.StagingPath(target.index, target.staging_tag);
+  std::string error;
   if (s.rank == 0) {
     auto begun = dir.Begin(target.index, target.staging_tag);
     if (!begun.ok()) error = std::string(begun.status().message());
   }
-  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
+  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) {
+    b.event = FailSave(b, s.rank, failed, error);
+    b.failed = true;
+  }
+  return b;
+}
 
+void WriteCheckpointFiles(const TrainingState& s, CheckpointType type, int64_t index, const std::string& staging,
+                          CheckpointOutput& out) {
+  torch::NoGradGuard no_grad;
+  const Holding h(s);
+  const std::vector<std::string> all_fields = OptimizerFields(*s.spec);
+  const bool has_state = HasState(*s.optimizer, h.holders());
+  const std::vector<std::string> fields = has_state ? all_fields : std::vector<std::string>{};
+  WriteRankState(s, staging, out);
+  if (type == CheckpointType::kFull) {
+    WriteFull(s, h, fields, staging, out);
+  } else {
+    WriteSharded(s, h, fields, staging, out);
+  }
+  if (s.rank == 0) WriteTrainerState(s, h, type, index, fields, has_state, staging, out);
+}
+
+CheckpointEvent FailSave(const SaveBegun& b, int32_t rank, int32_t failed_rank, const std::string& error) {
+  CheckpointEvent ev = b.event;
+  ev.ok = false;
+  ev.error = failed_rank == rank ? error : "checkpoint failed on rank " + std::to_string(failed_rank);
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove_all(b.commit.staging, ec);
+  }
+  ev.seconds = SecondsSince(b.start);
+  return ev;
+}
+
+std::string CommittedPath(const CommitTarget& c) {
+  return (fs::absolute(CheckpointDir(c.project_dir).root()) / ("checkpoint_" + std::to_string(c.index))).string();
+}
+
+CheckpointEvent CommitSave(const SaveBegun& b) {
+  CheckpointEvent ev = b.event;
+  CheckpointDir dir(b.commit.project_dir);
+  nlohmann::ordered_json meta = {
+      {"step", b.commit.step}, {"type", CheckpointTypeName(b.type)}, {"world_size", b.commit.world_size}};
+  if (auto st = dir.Commit(b.commit.staging, b.commit.index, meta.dump()); !st.ok()) {
+    return FailSave(b, 0, 0, std::string(st.message()));
+  }
+  ev.ok = true;
+  ev.path = CommittedPath(b.commit);
+  ev.bytes = DirectoryBytes(ev.path);
+  if (b.commit.total_limit > 0) {
+    // Rotation trouble does not undo the checkpoint just committed.
+    auto deleted = dir.ApplyTotalLimit(b.commit.total_limit);
+    if (!deleted.ok()) ev.error = "total_limit: " + std::string(deleted.status().message());
+  }
+  ev.unix_millis = NowMillis();
+  ev.seconds = SecondsSince(b.start);
+  return ev;
+}
+
+}  // namespace checkpoint_internal
+
+CheckpointEvent SaveCheckpoint(const TrainingState& s, CheckpointType type, const CheckpointTarget& target) {
+  if (type == CheckpointType::kAuto) type = CheckpointType::kFull;
+  SaveBegun b = BeginSave(s, type, target);
+  if (b.failed) return b.event;
+
+  std::string error;
   try {
-    torch::NoGradGuard no_grad;
-    const Holding h(s);
-    const std::vector<std::string> all_fields = OptimizerFields(*s.spec);
-    const bool has_state = HasState(*s.optimizer, h.holders());
-    const std::vector<std::string> fields = has_state ? all_fields : std::vector<std::string>{};
-    WriteRankState(s, staging);
-    if (type == CheckpointType::kFull) {
-      WriteFull(s, h, fields, staging);
-    } else {
-      WriteSharded(s, h, fields, staging);
-    }
-    if (s.rank == 0) WriteTrainerState(s, h, type, target.index, fields, has_state, staging);
+    DiskOutput out;
+    WriteCheckpointFiles(s, b.type, target.index, b.commit.staging, out);
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
+  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return FailSave(b, s.rank, failed, error);
 
+  CheckpointEvent ev = b.event;
   if (s.rank == 0) {
-    nlohmann::ordered_json meta = {
-        {"step", s.step}, {"type", CheckpointTypeName(ev.type)}, {"world_size", s.world_size}};
-    if (auto st = dir.Commit(staging, target.index, meta.dump()); !st.ok()) error = std::string(st.message());
+    ev = CommitSave(b);
+    if (!ev.ok) error = ev.error;
   }
-  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return fail(failed);
-
-  ev.ok = true;
-  ev.path = (fs::absolute(dir.root()) / ("checkpoint_" + std::to_string(target.index))).string();
-  if (s.rank == 0) {
-    ev.bytes = DirectoryBytes(ev.path);
-    if (s.spec->checkpoint.total_limit > 0) {
-      // Rotation trouble does not undo the checkpoint just committed.
-      auto deleted = dir.ApplyTotalLimit(s.spec->checkpoint.total_limit);
-      if (!deleted.ok()) ev.error = "total_limit: " + std::string(deleted.status().message());
-    }
+  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) return FailSave(b, s.rank, failed, error);
+  if (s.rank != 0) {
+    ev.ok = true;
+    ev.path = CommittedPath(b.commit);
+    ev.unix_millis = NowMillis();
   }
-  ev.unix_millis = NowMillis();
-  ev.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ev.seconds = SecondsSince(b.start);
+  ev.blocking_seconds = ev.seconds;
   return ev;
 }
 

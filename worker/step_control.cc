@@ -8,15 +8,34 @@ namespace trainyard {
 namespace {
 
 // Slots of the control word; kCheckpointSlot holds 0 none, 1 full, 2 sharded.
-enum ControlSlot : int64_t { kStopSlot = 0, kCheckpointSlot, kRequestSlot, kStopAfterSlot, kPreemptSlot, kSlots };
+// kSaveWritingSlot is 1 on a rank still writing its background checkpoint;
+// kSaveFailedSlot holds world_size - rank on a rank whose write failed (the
+// MAX is the lowest such rank).
+enum ControlSlot : int64_t {
+  kStopSlot = 0,
+  kCheckpointSlot,
+  kRequestSlot,
+  kStopAfterSlot,
+  kPreemptSlot,
+  kSaveWritingSlot,
+  kSaveFailedSlot,
+  kSlots
+};
 
 }  // namespace
 
 StepControl::StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, ShmCollectives* shm, TrainerControl* control)
-    : pg_(std::move(pg)), shm_(shm), control_(control) {}
+    : pg_(std::move(pg)), shm_(shm), control_(control) {
+  if (pg_) {
+    rank_ = pg_->getRank();
+    world_size_ = pg_->getSize();
+  }
+}
 
-void StepControl::Start(CheckpointType periodic) {
+void StepControl::Start(CheckpointType periodic, SaveProgress save) {
   std::vector<int64_t> word(kSlots, 0);
+  word[kSaveWritingSlot] = save == SaveProgress::kWriting ? 1 : 0;
+  word[kSaveFailedSlot] = save == SaveProgress::kFailed ? world_size_ - rank_ : 0;
   if (control_ != nullptr) {
     word[kStopSlot] = control_->stop_requested() ? 1 : 0;
     word[kPreemptSlot] = control_->preemption_requested() ? 1 : 0;
@@ -52,6 +71,8 @@ StepAgreement StepControl::Finish() {
     a.checkpoint = w[kCheckpointSlot] == 2 ? CheckpointType::kSharded : CheckpointType::kFull;
   a.request_id = w[kRequestSlot];
   a.stop_after = w[kStopAfterSlot] != 0;
+  a.saves_written = w[kSaveWritingSlot] == 0;
+  a.save_failed_rank = w[kSaveFailedSlot] != 0 ? static_cast<int32_t>(world_size_ - w[kSaveFailedSlot]) : -1;
   return a;
 }
 

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "common/checkpoint_type.h"
+#include "worker/background_checkpoint.h"
 #include "worker/control.h"
 
 namespace trainyard {
@@ -28,6 +29,10 @@ struct StepAgreement {
   std::optional<CheckpointType> checkpoint;  // a requested one: kFull or kSharded
   int64_t request_id = 0;                    // of that request
   bool stop_after = false;                   // stop after that checkpoint
+  // The background checkpoint in flight (AsyncCheckpointer): no rank was
+  // still writing its files, and the lowest rank whose write failed (-1).
+  bool saves_written = true;
+  int32_t save_failed_rank = -1;
 };
 
 class StepControl {
@@ -37,8 +42,9 @@ class StepControl {
   StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, ShmCollectives* shm, TrainerControl* control);
 
   // Takes this rank's requests and starts the exchange. `periodic` is the
-  // job's own checkpoint type, which an "auto" request resolves to.
-  void Start(CheckpointType periodic);
+  // job's own checkpoint type, which an "auto" request resolves to; `save`
+  // where this rank's background checkpoint stands.
+  void Start(CheckpointType periodic, SaveProgress save = SaveProgress::kNone);
   // Waits for the exchange; call once after each Start.
   StepAgreement Finish();
 
@@ -46,6 +52,8 @@ class StepControl {
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   ShmCollectives* shm_;
   TrainerControl* control_;
+  int32_t rank_ = 0;
+  int32_t world_size_ = 1;
   at::Tensor word_;
   c10::intrusive_ptr<c10d::Work> work_;
 };

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "worker/autocast.h"
+#include "worker/background_checkpoint.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/device.h"
@@ -84,6 +85,7 @@ struct Trainer::Impl {
     int64_t last_step = -1;
     CheckpointType last_type = CheckpointType::kAuto;
     std::string last_path;
+    std::unique_ptr<AsyncCheckpointer> background;  // checkpoint.async
   } ckpt;
 
   std::unique_ptr<StepRecorder> recorder;
@@ -109,6 +111,16 @@ struct Trainer::Impl {
     st.step = step;
     return st;
   }
+
+  // A save's outcome: remembered when it succeeded, reported by rank 0.
+  void Report(const CheckpointEvent& ev);
+  // Collective: waits for the background save in flight, if any.
+  void DrainSaves() {
+    if (std::optional<CheckpointEvent> ev = ckpt.background->Drain(State())) Report(*ev);
+  }
+  // Collective, at a step boundary: a periodic or requested save, written
+  // in the background when checkpoint.async.
+  void StartCheckpoint(Trainer& trainer, CheckpointType type, const std::string& trigger, int64_t request_id);
 
   void BuildParallelModel(const DistContext& dist);
   // Checkpoint numbering and resume: rank 0 decides, every rank follows.
@@ -142,6 +154,30 @@ void Trainer::Impl::BuildParallelModel(const DistContext& dist) {
   fsdp = std::make_unique<FullyShardedModel>(model, fo, dist.shard_group, dist.replicate_group, world_size);
   if (spec.ddp.broadcast_buffers) buffers = model->buffers();
   optimizer = MakeOptimizer(spec.optimizer, fsdp->ShardParameters());
+}
+
+void Trainer::Impl::Report(const CheckpointEvent& ev) {
+  if (ev.ok) {
+    ckpt.last_step = ev.step;
+    ckpt.last_type = ev.type;
+    ckpt.last_path = ev.path;
+  } else {
+    log::Warn("rank {}: {} checkpoint at step {} failed: {}", rank, ev.trigger, ev.step, ev.error);
+  }
+  if (rank == 0 && sink != nullptr) sink->OnCheckpoint(ev);
+}
+
+void Trainer::Impl::StartCheckpoint(Trainer& trainer, CheckpointType type, const std::string& trigger,
+                                    int64_t request_id) {
+  if (!spec.checkpoint.async || spec.checkpoint.project_dir.empty()) {
+    trainer.Checkpoint(type, trigger, request_id);
+    return;
+  }
+  DrainSaves();
+  if (type == CheckpointType::kAuto) type = PeriodicType();
+  std::optional<CheckpointEvent> failed = ckpt.background->Start(
+      State(), type, {spec.checkpoint.project_dir, ckpt.next_index++, ckpt.staging_tag}, trigger, request_id);
+  if (failed) Report(*failed);
 }
 
 void Trainer::Impl::AgreeOnCheckpoints(Trainer& trainer) {
@@ -200,6 +236,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   // The control word rides DDP's shared memory when it has it.
   s.control = std::make_unique<StepControl>(s.pg, s.ddp ? dist.shm : nullptr, control);
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.ddp.get(), s.fsdp.get());
+  s.ckpt.background = std::make_unique<AsyncCheckpointer>(rank);
   std::vector<int64_t> sample_shape = s.model->sample_shape();
   if (sample_shape.empty()) sample_shape = {s.spec.model.input_size};  // torchscript: flat inputs
   MetricsSink* notes = sink;
@@ -233,6 +270,7 @@ void Trainer::RegisterForCheckpointing(const std::string& name, Checkpointable* 
 
 CheckpointEvent Trainer::Checkpoint(CheckpointType type, const std::string& trigger, int64_t request_id) {
   Impl& s = *impl_;
+  s.DrainSaves();
   if (type == CheckpointType::kAuto) type = s.PeriodicType();
   CheckpointEvent ev;
   if (s.spec.checkpoint.project_dir.empty()) {
@@ -243,16 +281,11 @@ CheckpointEvent Trainer::Checkpoint(CheckpointType type, const std::string& trig
   }
   ev.trigger = trigger;
   ev.request_id = request_id;
-  if (ev.ok) {
-    s.ckpt.last_step = s.step;
-    s.ckpt.last_type = type;
-    s.ckpt.last_path = ev.path;
-  } else {
-    log::Warn("rank {}: {} checkpoint at step {} failed: {}", s.rank, trigger, s.step, ev.error);
-  }
-  if (s.rank == 0 && s.sink != nullptr) s.sink->OnCheckpoint(ev);
+  s.Report(ev);
   return ev;
 }
+
+void Trainer::WaitForCheckpoints() { impl_->DrainSaves(); }
 
 Trainer::~Trainer() = default;
 
@@ -296,7 +329,7 @@ at::Tensor Trainer::Impl_Loss(const at::Tensor& output, const at::Tensor& target
 double Trainer::Step() {
   Impl& s = *impl_;
   const auto t0 = Clock::now();
-  s.control->Start(s.PeriodicType());
+  s.control->Start(s.PeriodicType(), s.ckpt.background->progress());
   const int accum = s.spec.gradient_accumulation_steps;
   // Autocast for DDP and single-process runs (FSDP casts its parameters to
   // its param_dtype instead): bf16 on CPU and CUDA, fp16 on CUDA (on CPU
@@ -382,6 +415,7 @@ double Trainer::Step() {
   const double loss_value = loss_sum / accum;
   const StepAgreement agreed = s.control->Finish();
   s.stop_agreed = agreed.stop;
+  if (auto ev = s.ckpt.background->Advance(agreed.saves_written, agreed.save_failed_rank)) s.Report(*ev);
   const auto t4 = Clock::now();
   ++s.step;
   const bool periodic = s.spec.checkpoint.every_steps > 0 && s.step % s.spec.checkpoint.every_steps == 0;
@@ -411,11 +445,13 @@ double Trainer::Step() {
     s.preempted = true;
     s.preemption_checkpoint = ev.ok ? ev.path : "";
     s.stop_agreed = true;
+  } else if (agreed.checkpoint && agreed.stop_after) {
+    Checkpoint(*agreed.checkpoint, "cancel", agreed.request_id);
+    s.stop_agreed = true;
   } else if (agreed.checkpoint) {
-    Checkpoint(*agreed.checkpoint, agreed.stop_after ? "cancel" : "request", agreed.request_id);
-    if (agreed.stop_after) s.stop_agreed = true;
+    s.StartCheckpoint(*this, *agreed.checkpoint, "request", agreed.request_id);
   } else if (periodic) {
-    Checkpoint(s.PeriodicType(), "periodic");
+    s.StartCheckpoint(*this, s.PeriodicType(), "periodic", 0);
   }
   return loss_value;
 }
@@ -460,6 +496,7 @@ TrainResult Trainer::Run() {
     }
   }
   result.final_step = s.step;
+  s.DrainSaves();
   if (!result.stopped && s.spec.checkpoint.save_final && !s.spec.checkpoint.project_dir.empty()) {
     if (s.ckpt.last_step == s.step && s.ckpt.last_type == CheckpointType::kFull) {
       result.final_checkpoint = s.ckpt.last_path;

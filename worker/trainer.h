@@ -89,8 +89,12 @@ class Trainer {
   // averaged over ranks); collective. Needs eval_every_steps > 0.
   double Evaluate();
 
-  // Saves a checkpoint now (collective; call between steps on every rank).
+  // Saves a checkpoint now, synchronously, after the background save in
+  // flight (collective; call between steps on every rank).
   CheckpointEvent Checkpoint(CheckpointType type, const std::string& trigger = "request", int64_t request_id = 0);
+  // Waits until the background save in flight (checkpoint.async: periodic
+  // and requested saves) is committed or failed (collective).
+  void WaitForCheckpoints();
   // State registered here is saved with every checkpoint and restored on
   // resume; `state` must outlive the trainer. Register before resuming
   // matters: state registered after construction is restored only by a

@@ -378,7 +378,8 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   manager_->ReportMetrics(id, r.attempt, {m});
   CheckpointEvent c;
   c.ok = false;  // blocks training all the same
-  c.seconds = 0.25;
+  c.seconds = 0.4;  // of which training waited 0.25 s (the rest was written in the background)
+  c.blocking_seconds = 0.25;
   manager_->ReportCheckpoint(id, r.attempt, c);
   const int64_t before = NowMillis();
   manager_->OnRankExit({id, r.attempt, 0, /*exit_code=*/1, 0});  // fails at step 30
@@ -568,6 +569,20 @@ TEST_F(JobManagerTest, WatchSeesStatesAndMetricsUntilTheEnd) {
   ASSERT_TRUE(updates.back().job.has_value());
   EXPECT_EQ(updates.back().job->state, JobState::kSucceeded);
   EXPECT_EQ(manager_->Get(a)->step, 3);
+}
+
+// An asynchronous checkpoint is committed steps after it was taken: only the
+// steps up to its own step are kept when the attempt ends.
+TEST(GoodputClockTest, AnAsynchronousCheckpointKeepsTheStepsUpToItsStep) {
+  GoodputClock clock;
+  const SteadyTime start = std::chrono::steady_clock::now();
+  clock.StartOnce(start);
+  for (int64_t step = 1; step <= 10; ++step) clock.AddStep(step, 1.0);
+  clock.Checkpointed(5);  // taken at step 5, committed after step 10
+  EXPECT_DOUBLE_EQ(clock.Unkept(), 5.0);
+  clock.AttemptEnded();
+  EXPECT_DOUBLE_EQ(clock.Unkept(), 0.0);
+  EXPECT_NEAR(clock.Ratio(start + std::chrono::seconds(10)), 0.5, 1e-9);
 }
 
 }  // namespace
