@@ -49,7 +49,11 @@ class CheckpointDir {
   absl::StatusOr<std::string> Begin(int64_t index, const std::string& tag) const;
   std::string StagingPath(int64_t index, const std::string& tag) const;
   // Seals a staging directory as checkpoint_<N>: fsync, manifest, rename.
-  absl::Status Commit(const std::string& staging, int64_t index, const std::string& metadata_json) const;
+  // Without `checksums` the manifest holds sizes only and verification
+  // checks them alone (snapshots in memory, where reading every byte back
+  // would cost more than it guards against).
+  absl::Status Commit(const std::string& staging, int64_t index, const std::string& metadata_json,
+                      bool checksums = true) const;
 
   // Complete checkpoints and skipped directories. With `verify`, every
   // file's checksum is recomputed; otherwise sizes are checked.

@@ -140,10 +140,14 @@ std::string JobSpecToJson(const JobSpec& s) {
                 {"time_limit", s.slurm.time_limit}, {"constraint", s.slurm.constraint},
                 {"extra_args", s.slurm.extra_args}};
   const CheckpointSpec& c = s.checkpoint;
-  j["checkpoint"] = {{"project_dir", c.project_dir},       {"every_steps", c.every_steps},
-                     {"total_limit", c.total_limit},       {"resume_from", c.resume_from},
-                     {"max_shard_size", c.max_shard_size}, {"type", CheckpointTypeName(c.type)},
-                     {"save_final", c.save_final},         {"async", c.async},
+  j["checkpoint"] = {{"project_dir", c.project_dir},
+                     {"every_steps", c.every_steps},
+                     {"total_limit", c.total_limit},
+                     {"resume_from", c.resume_from},
+                     {"max_shard_size", c.max_shard_size},
+                     {"type", CheckpointTypeName(c.type)},
+                     {"save_final", c.save_final},
+                     {"async", c.async},
                      {"snapshot_every_steps", c.snapshot_every_steps}};
   // Strings were checked to be UTF-8; replace rather than throw all the same.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

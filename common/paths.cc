@@ -1,5 +1,6 @@
 #include "common/paths.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -54,6 +55,11 @@ bool ReadFileToString(const std::string& path, std::string* out) {
   ss << in.rdbuf();
   *out = ss.str();
   return static_cast<bool>(in) || in.eof();
+}
+
+std::string SnapshotDir(const std::string& job_id) {
+  const char* root = std::getenv("TRAINYARD_SNAPSHOT_ROOT");
+  return std::string(root != nullptr && *root != '\0' ? root : "/dev/shm") + "/trainyard-job-" + job_id;
 }
 
 }  // namespace trainyard

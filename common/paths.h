@@ -20,6 +20,12 @@ absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std
 // The whole content of a file; false when it cannot be read.
 bool ReadFileToString(const std::string& path, std::string* out);
 
+// Where a job's in-memory snapshots (checkpoint.snapshot_every_steps) live
+// on a host: $TRAINYARD_SNAPSHOT_ROOT (default /dev/shm, the host's shared
+// memory) / trainyard-job-<job_id>. Workers write there; the coordinator
+// removes it when a local job ends.
+std::string SnapshotDir(const std::string& job_id);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COMMON_PATHS_H_

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/paths.h"
 #include "common/placement.h"
 #include "common/secrets.h"
 #include "common/worker_outcome.h"
@@ -334,6 +335,12 @@ void JobManager::Finish(const std::string& id) {
   if (it == active_.end()) return;
   ActiveJob& job = it->second;
   ReleaseResources(job);
+  if (KindOf(job) == LauncherKind::kLocal && job.spec.checkpoint.snapshot_every_steps > 0) {
+    // The job's in-memory snapshots on this host (its workers remove them
+    // when they end well; a failed or cancelled job leaves them).
+    std::error_code ec;
+    std::filesystem::remove_all(SnapshotDir(id), ec);
+  }
   for (auto& [rank, ch] : job.run.channels) ch->Close();
   for (auto& w : job.watchers) w->Close();
   metrics_->RemoveJob(id);

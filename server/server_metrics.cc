@@ -314,12 +314,13 @@ void ServerMetrics::RecordCheckpoint(const std::string& job_id, const Checkpoint
   auto it = checkpoint_series_.find(job_id);
   if (it == checkpoint_series_.end()) {
     const std::map<std::string, std::string> labels = {{"job_id", job_id}};
-    it = checkpoint_series_
-             .emplace(job_id,
-                      CheckpointSeries{&last_checkpoint_step_.Add(labels), &last_checkpoint_time_.Add(labels),
-                                       &last_checkpoint_bytes_.Add(labels), &last_checkpoint_seconds_.Add(labels),
-                                       &last_checkpoint_blocking_.Add(labels), &last_checkpoint_host_bytes_.Add(labels)})
-             .first;
+    it =
+        checkpoint_series_
+            .emplace(job_id,
+                     CheckpointSeries{&last_checkpoint_step_.Add(labels), &last_checkpoint_time_.Add(labels),
+                                      &last_checkpoint_bytes_.Add(labels), &last_checkpoint_seconds_.Add(labels),
+                                      &last_checkpoint_blocking_.Add(labels), &last_checkpoint_host_bytes_.Add(labels)})
+            .first;
   }
   it->second.step->Set(static_cast<double>(c.step));
   it->second.timestamp->Set(static_cast<double>(c.unix_millis) / 1000.0);

@@ -92,8 +92,7 @@ std::optional<CheckpointEvent> AsyncCheckpointer::Start(const TrainingState& sta
     return failed_event(FailSave(save->begun, rank_, failed, error));
   }
   save->host_bytes = save->copy.host_bytes();
-  save->blocking_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - save->begun.start).count();
+  save->blocking_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - save->begun.start).count();
   Save* s = save.get();
   const int32_t rank = rank_;
   s->thread = std::thread([s, rank] {

@@ -17,9 +17,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "common/checkpoint_type.h"
 #include "common/step_metrics.h"
@@ -50,9 +50,8 @@ class AsyncCheckpointer {
   // first: there must be nothing in flight. Returns an event only when the
   // save failed at once (its staging directory could not be made, or the
   // copy failed); rank 0 reports it.
-  std::optional<CheckpointEvent> Start(const TrainingState& state, CheckpointType type,
-                                       const CheckpointTarget& target, const std::string& trigger,
-                                       int64_t request_id);
+  std::optional<CheckpointEvent> Start(const TrainingState& state, CheckpointType type, const CheckpointTarget& target,
+                                       const std::string& trigger, int64_t request_id);
 
   // After each step's agreement, on every rank: `all_written` when no rank
   // reported kWriting, `failed_rank` the lowest rank that reported kFailed

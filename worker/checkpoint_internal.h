@@ -278,6 +278,7 @@ struct CommitTarget {
   int64_t step = 0;
   int32_t world_size = 1;
   int32_t total_limit = 0;
+  bool checksums = true;
 };
 
 struct SaveBegun {

@@ -62,7 +62,8 @@ void HostCopyOutput::Safetensors(const std::string& path, const std::vector<Tens
                                  const std::map<std::string, std::string>& metadata) {
   auto copies = std::make_shared<std::vector<at::Tensor>>(Copy(tensors, produce));
   writes_.push_back([path, tensors, copies, metadata] {
-    WriteSafetensors(path, tensors, [&](size_t i) { return (*copies)[i]; }, metadata);
+    WriteSafetensors(
+        path, tensors, [&](size_t i) { return (*copies)[i]; }, metadata);
   });
 }
 
@@ -70,7 +71,8 @@ void HostCopyOutput::ShardedSafetensors(const std::string& dir, const std::vecto
                                         const std::function<at::Tensor(size_t)>& produce, int64_t max_shard_bytes) {
   auto copies = std::make_shared<std::vector<at::Tensor>>(Copy(tensors, produce));
   writes_.push_back([dir, tensors, copies, max_shard_bytes] {
-    WriteShardedSafetensors(dir, tensors, [&](size_t i) { return (*copies)[i]; }, max_shard_bytes);
+    WriteShardedSafetensors(
+        dir, tensors, [&](size_t i) { return (*copies)[i]; }, max_shard_bytes);
   });
 }
 

@@ -63,7 +63,8 @@ class HostCopyOutput final : public CheckpointOutput {
   int64_t host_bytes() const { return host_bytes_; }
 
  private:
-  std::vector<at::Tensor> Copy(const std::vector<TensorSpec>& tensors, const std::function<at::Tensor(size_t)>& produce);
+  std::vector<at::Tensor> Copy(const std::vector<TensorSpec>& tensors,
+                               const std::function<at::Tensor(size_t)>& produce);
 
   std::vector<std::function<void()>> writes_;
   int64_t host_bytes_ = 0;

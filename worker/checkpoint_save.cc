@@ -19,8 +19,8 @@
 #include <stdexcept>
 
 #include "common/checkpoint_dir.h"
-#include "worker/checkpoint_output.h"
 #include "common/clock.h"
+#include "worker/checkpoint_output.h"
 #include "worker/collectives.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
@@ -234,7 +234,8 @@ SaveBegun BeginSave(const TrainingState& s, CheckpointType type, const Checkpoin
   b.commit.index = target.index;
   b.commit.step = s.step;
   b.commit.world_size = s.world_size;
-  b.commit.total_limit = s.spec->checkpoint.total_limit;
+  b.commit.total_limit = target.total_limit >= 0 ? target.total_limit : s.spec->checkpoint.total_limit;
+  b.commit.checksums = target.checksums;
   CheckpointDir dir(target.project_dir);
   b.commit.staging = dir.StagingPath(target.index, target.staging_tag);
   std::string error;
@@ -286,7 +287,7 @@ CheckpointEvent CommitSave(const SaveBegun& b) {
   CheckpointDir dir(b.commit.project_dir);
   nlohmann::ordered_json meta = {
       {"step", b.commit.step}, {"type", CheckpointTypeName(b.type)}, {"world_size", b.commit.world_size}};
-  if (auto st = dir.Commit(b.commit.staging, b.commit.index, meta.dump()); !st.ok()) {
+  if (auto st = dir.Commit(b.commit.staging, b.commit.index, meta.dump(), b.commit.checksums); !st.ok()) {
     return FailSave(b, 0, 0, std::string(st.message()));
   }
   ev.ok = true;

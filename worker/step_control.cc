@@ -8,19 +8,32 @@ namespace trainyard {
 namespace {
 
 // Slots of the control word; kCheckpointSlot holds 0 none, 1 full, 2 sharded.
-// kSaveWritingSlot is 1 on a rank still writing its background checkpoint;
-// kSaveFailedSlot holds world_size - rank on a rank whose write failed (the
-// MAX is the lowest such rank).
+// kSaveSlot and kSnapshotSlot: a rank's background write (Encode): 2 *
+// world_size while it writes, world_size - rank when it failed (the MAX is
+// then the lowest such rank), else 0.
 enum ControlSlot : int64_t {
   kStopSlot = 0,
   kCheckpointSlot,
   kRequestSlot,
   kStopAfterSlot,
   kPreemptSlot,
-  kSaveWritingSlot,
-  kSaveFailedSlot,
+  kSaveSlot,
+  kSnapshotSlot,
   kSlots
 };
+
+int64_t Encode(SaveProgress p, int32_t rank, int32_t world) {
+  if (p == SaveProgress::kWriting) return 2 * int64_t{world};
+  if (p == SaveProgress::kFailed) return world - rank;
+  return 0;
+}
+
+SaveAgreement Decode(int64_t v, int32_t world) {
+  SaveAgreement a;
+  a.written = v < 2 * int64_t{world};
+  if (a.written && v > 0) a.failed_rank = static_cast<int32_t>(world - v);
+  return a;
+}
 
 }  // namespace
 
@@ -32,10 +45,10 @@ StepControl::StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, ShmCollectiv
   }
 }
 
-void StepControl::Start(CheckpointType periodic, SaveProgress save) {
+void StepControl::Start(CheckpointType periodic, SaveProgress save, SaveProgress snapshot) {
   std::vector<int64_t> word(kSlots, 0);
-  word[kSaveWritingSlot] = save == SaveProgress::kWriting ? 1 : 0;
-  word[kSaveFailedSlot] = save == SaveProgress::kFailed ? world_size_ - rank_ : 0;
+  word[kSaveSlot] = Encode(save, rank_, world_size_);
+  word[kSnapshotSlot] = Encode(snapshot, rank_, world_size_);
   if (control_ != nullptr) {
     word[kStopSlot] = control_->stop_requested() ? 1 : 0;
     word[kPreemptSlot] = control_->preemption_requested() ? 1 : 0;
@@ -71,8 +84,8 @@ StepAgreement StepControl::Finish() {
     a.checkpoint = w[kCheckpointSlot] == 2 ? CheckpointType::kSharded : CheckpointType::kFull;
   a.request_id = w[kRequestSlot];
   a.stop_after = w[kStopAfterSlot] != 0;
-  a.saves_written = w[kSaveWritingSlot] == 0;
-  a.save_failed_rank = w[kSaveFailedSlot] != 0 ? static_cast<int32_t>(world_size_ - w[kSaveFailedSlot]) : -1;
+  a.save = Decode(w[kSaveSlot], world_size_);
+  a.snapshot = Decode(w[kSnapshotSlot], world_size_);
   return a;
 }
 

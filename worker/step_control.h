@@ -22,6 +22,13 @@ namespace trainyard {
 
 class ShmCollectives;
 
+// Where the ranks stand with a background save (AsyncCheckpointer): no rank
+// was still writing its files, and the lowest rank whose write failed (-1).
+struct SaveAgreement {
+  bool written = true;
+  int32_t failed_rank = -1;
+};
+
 // What every rank agreed on for this step's boundary.
 struct StepAgreement {
   bool stop = false;
@@ -29,10 +36,8 @@ struct StepAgreement {
   std::optional<CheckpointType> checkpoint;  // a requested one: kFull or kSharded
   int64_t request_id = 0;                    // of that request
   bool stop_after = false;                   // stop after that checkpoint
-  // The background checkpoint in flight (AsyncCheckpointer): no rank was
-  // still writing its files, and the lowest rank whose write failed (-1).
-  bool saves_written = true;
-  int32_t save_failed_rank = -1;
+  SaveAgreement save;                        // the background checkpoint in flight
+  SaveAgreement snapshot;                    // the in-memory snapshot in flight
 };
 
 class StepControl {
@@ -43,8 +48,9 @@ class StepControl {
 
   // Takes this rank's requests and starts the exchange. `periodic` is the
   // job's own checkpoint type, which an "auto" request resolves to; `save`
-  // where this rank's background checkpoint stands.
-  void Start(CheckpointType periodic, SaveProgress save = SaveProgress::kNone);
+  // and `snapshot` where this rank's background writes stand.
+  void Start(CheckpointType periodic, SaveProgress save = SaveProgress::kNone,
+             SaveProgress snapshot = SaveProgress::kNone);
   // Waits for the exchange; call once after each Start.
   StepAgreement Finish();
 

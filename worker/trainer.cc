@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/checkpoint_dir.h"
@@ -28,6 +29,7 @@
 #include "worker/models.h"
 #include "worker/optimizer.h"
 #include "worker/shm_collectives.h"
+#include "worker/snapshots.h"
 #include "worker/step_control.h"
 #include "worker/step_recorder.h"
 
@@ -86,6 +88,9 @@ struct Trainer::Impl {
     CheckpointType last_type = CheckpointType::kAuto;
     std::string last_path;
     std::unique_ptr<AsyncCheckpointer> background;  // checkpoint.async
+    std::unique_ptr<Snapshots> snapshots;           // checkpoint.snapshot_every_steps
+    int64_t next_snapshot = 0;
+    bool snapshot_failing = false;
   } ckpt;
 
   std::unique_ptr<StepRecorder> recorder;
@@ -121,6 +126,10 @@ struct Trainer::Impl {
   // Collective, at a step boundary: a periodic or requested save, written
   // in the background when checkpoint.async.
   void StartCheckpoint(Trainer& trainer, CheckpointType type, const std::string& trigger, int64_t request_id);
+
+  // Collective: this step's in-memory snapshot.
+  void TakeSnapshot();
+  void SnapshotEnded(const CheckpointEvent& ev);
 
   void BuildParallelModel(const DistContext& dist);
   // Checkpoint numbering and resume: rank 0 decides, every rank follows.
@@ -180,30 +189,100 @@ void Trainer::Impl::StartCheckpoint(Trainer& trainer, CheckpointType type, const
   if (failed) Report(*failed);
 }
 
+void Trainer::Impl::TakeSnapshot() {
+  for (const CheckpointEvent& ev : ckpt.snapshots->Take(State(), ckpt.next_snapshot++, ckpt.staging_tag)) {
+    SnapshotEnded(ev);
+  }
+}
+
+void Trainer::Impl::SnapshotEnded(const CheckpointEvent& ev) {
+  if (ev.ok) {
+    ckpt.snapshot_failing = false;
+    return;
+  }
+  log::Warn("rank {}: snapshot at step {} failed: {}", rank, ev.step, ev.error);
+  // Said once each time snapshots start failing.
+  if (!ckpt.snapshot_failing && rank == 0 && sink != nullptr) {
+    sink->OnNote("in-memory snapshot at step " + std::to_string(ev.step) + " failed: " + ev.error);
+  }
+  ckpt.snapshot_failing = true;
+}
+
+namespace {
+
+// The step a complete checkpoint directory was taken at; -1 when unknown.
+int64_t CheckpointStep(const std::string& path) {
+  if (path.empty()) return -1;
+  auto info = CheckCheckpoint(path, /*verify=*/false);
+  if (!info.ok()) return -1;
+  auto meta = nlohmann::json::parse(info->metadata_json, nullptr, false);
+  return meta.is_object() && meta.contains("step") && meta["step"].is_number_integer() ? meta["step"].get<int64_t>()
+                                                                                       : -1;
+}
+
+}  // namespace
+
 void Trainer::Impl::AgreeOnCheckpoints(Trainer& trainer) {
-  int64_t header[3] = {0, static_cast<int64_t>(::getpid()), 0};  // next index, staging tag, error
-  std::string path_or_error;
+  // next index, staging tag, error, next snapshot index, resume from the snapshot
+  int64_t header[5] = {0, static_cast<int64_t>(::getpid()), 0, 0, 0};
+  std::string path_or_error, snapshot;
   if (rank == 0) {
     try {
       if (!spec.checkpoint.project_dir.empty()) header[0] = CheckpointDir(spec.checkpoint.project_dir).NextIndex();
       path_or_error = ResolveCheckpoint(spec.checkpoint.project_dir, spec.checkpoint.resume_from, &ckpt.resume_notes);
+      if (ckpt.snapshots->enabled()) header[3] = CheckpointDir(ckpt.snapshots->dir()).NextIndex();
+      if (spec.checkpoint.resume_from == "latest") {
+        std::vector<std::string> snapshot_notes;
+        snapshot = ckpt.snapshots->Newest(&snapshot_notes);
+        const int64_t disk_step = CheckpointStep(path_or_error), snapshot_step = CheckpointStep(snapshot);
+        if (!snapshot.empty() && snapshot_step > disk_step) {
+          header[4] = 1;
+        } else if (!snapshot.empty()) {
+          ckpt.resume_notes.push_back("in-memory snapshot at step " + std::to_string(snapshot_step) +
+                                      " is not newer than the checkpoint at step " + std::to_string(disk_step));
+        }
+      }
     } catch (const std::exception& e) {
       header[2] = 1;
       path_or_error = e.what();
     }
   }
   if (pg) {
-    at::Tensor h = at::tensor(std::vector<int64_t>(header, header + 3), at::kLong);
+    at::Tensor h = at::tensor(std::vector<int64_t>(header, header + 5), at::kLong);
     std::vector<at::Tensor> v = {h};
     pg->broadcast(v)->wait();
-    for (int i = 0; i < 3; ++i) header[i] = h[i].item<int64_t>();
+    for (int i = 0; i < 5; ++i) header[i] = h[i].item<int64_t>();
     BroadcastString(pg, &path_or_error);
+    BroadcastString(pg, &snapshot);
   }
   if (header[2] != 0) throw std::runtime_error(path_or_error);
   ckpt.next_index = header[0];
   ckpt.staging_tag = std::to_string(header[1]);
+  ckpt.next_snapshot = header[3];
+  if (header[4] != 0) {
+    // Every rank must see the snapshot (ranks on other hosts do not).
+    const bool visible = CheckCheckpoint(snapshot, /*verify=*/false).ok();
+    at::Tensor all = at::full({1}, visible ? int64_t{1} : int64_t{0}, at::kLong);
+    if (pg) {
+      std::vector<at::Tensor> v = {all};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = c10d::ReduceOp::MIN;
+      pg->allreduce(v, opts)->wait();
+    }
+    if (all.item<int64_t>() == 1) {
+      ckpt.resume_notes.push_back("resuming from the in-memory snapshot at step " +
+                                  std::to_string(CheckpointStep(snapshot)) + " (newer than " +
+                                  (path_or_error.empty() ? std::string("any checkpoint") : path_or_error) + ")");
+      path_or_error = snapshot;
+    } else {
+      ckpt.resume_notes.push_back("the in-memory snapshot " + snapshot +
+                                  " is not on every rank's host; resuming from disk");
+    }
+  }
   if (!path_or_error.empty()) {
+    const int64_t next_index = ckpt.next_index;
     ResumeInfo info = trainer.Resume(path_or_error);
+    if (path_or_error == snapshot) ckpt.next_index = next_index;  // disk numbering goes on
     ckpt.resumed_from = path_or_error;
     ckpt.resume_notes.insert(ckpt.resume_notes.end(), info.notes.begin(), info.notes.end());
   } else if (spec.checkpoint.resume_from == "latest") {
@@ -237,6 +316,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   s.control = std::make_unique<StepControl>(s.pg, s.ddp ? dist.shm : nullptr, control);
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.ddp.get(), s.fsdp.get());
   s.ckpt.background = std::make_unique<AsyncCheckpointer>(rank);
+  s.ckpt.snapshots = std::make_unique<Snapshots>(dist.snapshot_dir, s.spec.checkpoint.snapshot_every_steps, rank);
   std::vector<int64_t> sample_shape = s.model->sample_shape();
   if (sample_shape.empty()) sample_shape = {s.spec.model.input_size};  // torchscript: flat inputs
   MetricsSink* notes = sink;
@@ -285,7 +365,10 @@ CheckpointEvent Trainer::Checkpoint(CheckpointType type, const std::string& trig
   return ev;
 }
 
-void Trainer::WaitForCheckpoints() { impl_->DrainSaves(); }
+void Trainer::WaitForCheckpoints() {
+  impl_->DrainSaves();
+  if (auto ev = impl_->ckpt.snapshots->Drain(impl_->State())) impl_->SnapshotEnded(*ev);
+}
 
 Trainer::~Trainer() = default;
 
@@ -329,7 +412,7 @@ at::Tensor Trainer::Impl_Loss(const at::Tensor& output, const at::Tensor& target
 double Trainer::Step() {
   Impl& s = *impl_;
   const auto t0 = Clock::now();
-  s.control->Start(s.PeriodicType(), s.ckpt.background->progress());
+  s.control->Start(s.PeriodicType(), s.ckpt.background->progress(), s.ckpt.snapshots->progress());
   const int accum = s.spec.gradient_accumulation_steps;
   // Autocast for DDP and single-process runs (FSDP casts its parameters to
   // its param_dtype instead): bf16 on CPU and CUDA, fp16 on CUDA (on CPU
@@ -415,7 +498,8 @@ double Trainer::Step() {
   const double loss_value = loss_sum / accum;
   const StepAgreement agreed = s.control->Finish();
   s.stop_agreed = agreed.stop;
-  if (auto ev = s.ckpt.background->Advance(agreed.saves_written, agreed.save_failed_rank)) s.Report(*ev);
+  if (auto ev = s.ckpt.background->Advance(agreed.save.written, agreed.save.failed_rank)) s.Report(*ev);
+  if (auto ev = s.ckpt.snapshots->Advance(agreed.snapshot)) s.SnapshotEnded(*ev);
   const auto t4 = Clock::now();
   ++s.step;
   const bool periodic = s.spec.checkpoint.every_steps > 0 && s.step % s.spec.checkpoint.every_steps == 0;
@@ -453,6 +537,7 @@ double Trainer::Step() {
   } else if (periodic) {
     s.StartCheckpoint(*this, s.PeriodicType(), "periodic", 0);
   }
+  if (!s.stop_agreed && s.ckpt.snapshots->Due(s.step) && s.step < s.spec.max_steps) s.TakeSnapshot();
   return loss_value;
 }
 
@@ -506,6 +591,9 @@ TrainResult Trainer::Run() {
       result.final_checkpoint = ev.path;
     }
   }
+  // Every rank is past its last snapshot (the drain is collective).
+  if (auto ev = s.ckpt.snapshots->Drain(s.State())) s.SnapshotEnded(*ev);
+  if (s.rank == 0) s.ckpt.snapshots->RemoveAll();
   return result;
 }
 

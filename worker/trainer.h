@@ -44,6 +44,10 @@ struct DistContext {
   // This rank's device; unset: RankDevice(spec.device) (ranks as threads
   // of one process, as tests run them, set it per rank).
   std::optional<c10::Device> device;
+  // Where this job's in-memory snapshots live on this host (SnapshotDir of
+  // common/paths.h; the same path for every rank of the host). Empty:
+  // checkpoint.snapshot_every_steps is ignored.
+  std::string snapshot_dir;
 };
 
 struct TrainResult {
@@ -92,8 +96,9 @@ class Trainer {
   // Saves a checkpoint now, synchronously, after the background save in
   // flight (collective; call between steps on every rank).
   CheckpointEvent Checkpoint(CheckpointType type, const std::string& trigger = "request", int64_t request_id = 0);
-  // Waits until the background save in flight (checkpoint.async: periodic
-  // and requested saves) is committed or failed (collective).
+  // Waits until the background saves in flight (checkpoint.async: periodic
+  // and requested saves; the in-memory snapshot) are committed or failed
+  // (collective).
   void WaitForCheckpoints();
   // State registered here is saved with every checkpoint and restored on
   // resume; `state` must outlive the trainer. Register before resuming

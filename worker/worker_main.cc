@@ -170,9 +170,13 @@ int RunWorker(const WorkerArgs& args) {
     ro.bind_addr = bind_addr;
     const DistSetup dist = SetUpDistributed(*spec, ro);
     LoggingSink sink(&ctl, args.rank, spec->max_steps);
-    Trainer trainer(*spec, args.rank, world_size, dist.context(), &sink, &g_control);
+    DistContext context = dist.context();
+    if (!args.job_id.empty()) context.snapshot_dir = SnapshotDir(args.job_id);
+    Trainer trainer(*spec, args.rank, world_size, context, &sink, &g_control);
     if (!trainer.resumed_from().empty()) {
       log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
+      if (args.rank == 0)
+        ctl.OnNote(absl::StrCat("resumed at step ", trainer.step(), " from ", trainer.resumed_from()));
     }
     for (const std::string& note : trainer.resume_notes()) {
       log::Info("rank {}: {}", args.rank, note);

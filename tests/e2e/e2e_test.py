@@ -78,6 +78,13 @@ class Server:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
             return resp.read().decode()
 
+    def metric(self, name):
+        """The value of an unlabelled series on /metrics (0 when absent)."""
+        for line in self.scrape().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -1,8 +1,11 @@
 """Faults and security end to end: real server, workers and trainctl.
 
 - Chaos: kill -9 a random worker at a random step, 20 times across 4 jobs
-  with periodic checkpoints and max_restarts: every job ends SUCCEEDED and
-  its final model is bitwise the model of an uninterrupted run.
+  with in-memory snapshots every 5 steps, disk checkpoints every 200 and
+  max_restarts: every job ends SUCCEEDED, its final model is bitwise the
+  model of an uninterrupted run, every restart resumed at most 5 steps
+  before the step the kill came after (the lost-steps metric agrees), and
+  the snapshots are gone from /dev/shm when the job ends.
 - A hung worker (SIGSTOP) is detected within step_timeout_s; the group
   restarts and the job succeeds.
 - SIGTERM preemption of one worker: the job checkpoints, is queued again
@@ -16,6 +19,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -37,8 +41,27 @@ optimizer: {kind: adamw, lr: 0.003}
 max_steps: %(steps)d
 num_processes: 2
 max_restarts: %(restarts)d
-checkpoint: {every_steps: 25, total_limit: 3}
+checkpoint: {every_steps: %(every)d, total_limit: 3, snapshot_every_steps: %(snapshots)d}
 """
+
+
+def job_args(every=25, snapshots=0, **kw):
+    """JOB's fields: periodic disk checkpoints every 25 steps and no
+    in-memory snapshots unless said."""
+    return dict(kw, every=every, snapshots=snapshots)
+
+
+def resume_steps(job):
+    """The steps the job's restarted attempts resumed at, as their rank 0
+    said (0: nothing to resume from, they started afresh)."""
+    out = []
+    for e in job["events"]:
+        m = re.search(r"resumed at step (\d+) from", e["reason"])
+        if m:
+            out.append(int(m.group(1)))
+        elif "no complete checkpoint" in e["reason"] and "starting fresh" in e["reason"]:
+            out.append(0)
+    return out
 
 
 def final_model_digest(server, job_id):
@@ -69,9 +92,10 @@ class Faults(unittest.TestCase):
         cls.server.stop()
         cls.tmp.cleanup()
 
-    def baseline(self, name, seed, steps):
+    def baseline(self, name, seed, steps, every=25, snapshots=0):
         spec = write_spec(self.tmp.name, f"{name}-base.yaml",
-                          JOB % dict(name=name + "-base", seed=seed, steps=steps, restarts=0))
+                          JOB % job_args(name=name + "-base", seed=seed, steps=steps, restarts=0, every=every,
+                                     snapshots=snapshots))
         job_id = submit(self.server, spec)
         w = self.server.ctl("watch", job_id)
         self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
@@ -81,29 +105,39 @@ class Faults(unittest.TestCase):
         s = self.server
         rng = random.Random(20261122)
         kills_total = 0
+        lost_before = s.metric("trainyard_lost_steps_total")
         for j in range(4):
             name, seed, steps = f"chaos{j}", 100 + j, 1500
-            expected = self.baseline(name, seed, steps)
+            expected = self.baseline(name, seed, steps, every=200)
             spec = write_spec(self.tmp.name, f"{name}.yaml",
-                              JOB % dict(name=name, seed=seed, steps=steps, restarts=8))
+                              JOB % job_args(name=name, seed=seed, steps=steps, restarts=8, every=200, snapshots=5))
             job_id = submit(s, spec)
             kills = 0
+            killed_after = []  # the step rank 0 had reported when each kill came
             while kills < 5:
                 job = s.job(job_id)
                 if job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                     break
-                target = rng.randint(5, 120)
                 attempt = job["attempt"]
+                # A restarted attempt first says where it resumed; the kill
+                # comes 5 to 120 steps after that.
+                target = rng.randint(5, 120)
 
                 def ready():
                     jb = s.job(job_id)
-                    return (jb["state"] in ("SUCCEEDED", "FAILED") or
-                            (jb["state"] == "RUNNING" and jb["attempt"] == attempt and jb["step"] >= target
-                             and len(worker_pids(job_id)) == 2))
-                wait_for(ready, 120, f"{job_id} to reach step {target}")
+                    if jb["state"] in ("SUCCEEDED", "FAILED"):
+                        return True
+                    if jb["state"] != "RUNNING" or jb["attempt"] != attempt or len(worker_pids(job_id)) != 2:
+                        return False
+                    resumed = resume_steps(jb)
+                    if len(resumed) < kills:
+                        return False
+                    return jb["step"] >= (resumed[-1] if kills else 0) + target
+                wait_for(ready, 120, f"{job_id} to train {target} steps in attempt {attempt}")
                 pids = worker_pids(job_id)
                 if s.job(job_id)["state"] != "RUNNING" or len(pids) != 2:
                     continue
+                killed_after.append(s.job(job_id)["step"])
                 os.kill(rng.choice(pids), signal.SIGKILL)
                 kills += 1
                 # The next kill hits the next attempt.
@@ -116,15 +150,27 @@ class Faults(unittest.TestCase):
             self.assertEqual(job["step"], steps)
             restarts = [e for e in job["events"] if e["reason"].startswith("restart ")]
             self.assertEqual(len(restarts), kills, job["events"])
+            # Each restart's rank 0 says where it resumed (the first attempt
+            # starts fresh and says nothing).
+            resumed = resume_steps(job)
+            self.assertEqual(len(resumed), kills, job["events"])
+            for observed, at in zip(killed_after, resumed):
+                self.assertGreaterEqual(at, observed - 5, f"{job_id}: killed after step {observed}, resumed at {at}")
+            self.assertIn("in-memory snapshot", json.dumps(job["events"]))
+            self.assertFalse(os.path.exists(f"/dev/shm/trainyard-job-{job_id}"), "snapshots left behind")
             self.assertEqual(final_model_digest(s, job_id), expected,
                              f"{job_id}: final parameters differ from the uninterrupted run")
             kills_total += kills
         self.assertEqual(kills_total, 20)
         self.assertIn("trainyard_restarts_total 20", s.scrape())
+        # At most 5 steps lost per kill, as rank 0's reports and the first
+        # step of each new attempt measure them.
+        lost = s.metric("trainyard_lost_steps_total") - lost_before
+        self.assertLessEqual(lost, 5 * kills_total)
 
     def test_2_hung_worker_is_detected_and_restarted(self):
         s = self.server
-        spec = write_spec(self.tmp.name, "hang.yaml", JOB % dict(name="hang", seed=7, steps=1500, restarts=1)
+        spec = write_spec(self.tmp.name, "hang.yaml", JOB % job_args(name="hang", seed=7, steps=1500, restarts=1)
                           + "step_timeout_s: 3\n")
         job_id = submit(s, spec)
         wait_for(lambda: s.job(job_id)["state"] == "RUNNING" and s.job(job_id)["step"] > 40, 120, "training")
@@ -149,7 +195,7 @@ class Faults(unittest.TestCase):
         s = self.server
         expected = self.baseline("preempt", 11, 1500)
         spec = write_spec(self.tmp.name, "preempt.yaml",
-                          JOB % dict(name="preempt", seed=11, steps=1500, restarts=0) + "preemptible: true\n")
+                          JOB % job_args(name="preempt", seed=11, steps=1500, restarts=0) + "preemptible: true\n")
         job_id = submit(s, spec)
         wait_for(lambda: s.job(job_id)["state"] == "RUNNING" and s.job(job_id)["step"] > 60, 120, "training")
         pids = worker_pids(job_id)
@@ -201,8 +247,8 @@ class CoordinatorRestarts(unittest.TestCase):
             expected = uninterrupted_digests(s, state, JOB, {"coord0": 300, "coord1": 301}, steps=3000)
             for j in range(2):
                 name, seed = f"coord{j}", 300 + j
-                spec = write_spec(state, f"{name}.yaml",
-                                  JOB % dict(name=name, seed=seed, steps=3000, restarts=2) + "reattach_timeout_s: 30\n")
+                spec = write_spec(state, f"{name}.yaml", JOB % job_args(name=name, seed=seed, steps=3000, restarts=2)
+                                  + "reattach_timeout_s: 30\n")
                 ids.append((submit(s, spec), name))
             for kill in range(5):
                 wait_for(lambda: all(s.job(i)["state"] in ("RUNNING", "SUCCEEDED") for i, _ in ids), 120,
@@ -263,7 +309,7 @@ class CoordinatorUpgrades(unittest.TestCase):
                 for j in range(2):
                     name, seed = f"up{j}", 500 + j
                     spec = write_spec(state, f"{name}-{mode}.yaml",
-                                      UPGRADE_JOB % dict(name=f"{name}-{mode}", seed=seed, steps=6000, restarts=0)
+                                      UPGRADE_JOB % job_args(name=f"{name}-{mode}", seed=seed, steps=6000, restarts=0)
                                       + "reattach_timeout_s: 30\n")
                     ids.append((submit(s, spec), name))
                 done = 0
@@ -364,7 +410,7 @@ class Security(unittest.TestCase):
                                capture_output=True, text=True, env=env, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
             # A worker with a forged token is refused and changes nothing.
-            spec = write_spec(state, "long.yaml", JOB % dict(name="auth", seed=1, steps=10_000_000, restarts=0))
+            spec = write_spec(state, "long.yaml", JOB % job_args(name="auth", seed=1, steps=10_000_000, restarts=0))
             r = s.ctl("--token-file", token_file, "-o", "json", "submit", spec)
             self.assertEqual(r.returncode, 0, r.stderr)
             job_id = json.loads(r.stdout)["id"]
@@ -426,7 +472,7 @@ class Security(unittest.TestCase):
                       "--key", os.path.join(d, "server.key")]
             r = s.ctl(*client, "list")
             self.assertEqual(r.returncode, 0, r.stderr)
-            spec = write_spec(d, "mtls.yaml", JOB % dict(name="mtls", seed=4, steps=60, restarts=0))
+            spec = write_spec(d, "mtls.yaml", JOB % job_args(name="mtls", seed=4, steps=60, restarts=0))
             r = s.ctl(*client, "-o", "json", "submit", spec)
             self.assertEqual(r.returncode, 0, r.stderr)
             w = s.ctl(*client, "watch", json.loads(r.stdout)["id"])
@@ -439,7 +485,7 @@ class Security(unittest.TestCase):
                              "--tls-worker-ca", os.path.join(d, "ca.pem")])
         try:
             ca = os.path.join(d, "ca.pem")
-            spec = write_spec(d, "job.yaml", JOB % dict(name="tls", seed=3, steps=100, restarts=0))
+            spec = write_spec(d, "job.yaml", JOB % job_args(name="tls", seed=3, steps=100, restarts=0))
             r = s.ctl("--ca", ca, "-o", "json", "submit", spec)
             self.assertEqual(r.returncode, 0, r.stderr)
             job_id = json.loads(r.stdout)["id"]

@@ -377,7 +377,7 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   m.unix_millis = launched + 2000;  // its first report: 1.9 s after the launch began
   manager_->ReportMetrics(id, r.attempt, {m});
   CheckpointEvent c;
-  c.ok = false;  // blocks training all the same
+  c.ok = false;     // blocks training all the same
   c.seconds = 0.4;  // of which training waited 0.25 s (the rest was written in the background)
   c.blocking_seconds = 0.25;
   manager_->ReportCheckpoint(id, r.attempt, c);

@@ -7,9 +7,9 @@
 #include "worker/background_checkpoint.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -104,6 +104,8 @@ struct Case {
   CheckpointType layout;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class SameAsSynchronous : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SameAsSynchronous, WhileTrainingGoesOn) {
@@ -124,14 +126,16 @@ TEST_P(SameAsSynchronous, WhileTrainingGoesOn) {
     const int64_t until = std::min<int64_t>(async_rec.step.load() + 2, spec.max_steps);
     WaitFor([&] { return async_rec.step.load() >= until; }, std::chrono::seconds(60));
   });
-  RunTrainers(spec, 2, [](int, Trainer& t) { t.Run(); }, &async_rec);
+  RunTrainers(
+      spec, 2, [](int, Trainer& t) { t.Run(); }, &async_rec);
   SetBackgroundWriteHookForTesting(nullptr);
 
   JobSpec sync_spec = spec;
   sync_spec.checkpoint.project_dir = sync_dir.path();
   sync_spec.checkpoint.async = false;
   Recorder sync_rec;
-  RunTrainers(sync_spec, 2, [](int, Trainer& t) { t.Run(); }, &sync_rec);
+  RunTrainers(
+      sync_spec, 2, [](int, Trainer& t) { t.Run(); }, &sync_rec);
 
   ASSERT_EQ(async_rec.events.size(), 2u);
   ASSERT_EQ(sync_rec.events.size(), 2u);
@@ -177,7 +181,8 @@ TEST(AsyncFailures, AWriteFailingOnOneRankLeavesThePreviousCheckpointLatest) {
     }
   });
   Recorder rec;
-  RunTrainers(spec, 2, [](int, Trainer& t) { t.Run(); }, &rec);
+  RunTrainers(
+      spec, 2, [](int, Trainer& t) { t.Run(); }, &rec);
   ASSERT_EQ(rec.events.size(), 3u);
   EXPECT_TRUE(rec.events[0].ok) << rec.events[0].error;
   EXPECT_FALSE(rec.events[1].ok);

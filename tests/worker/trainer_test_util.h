@@ -27,7 +27,7 @@ namespace trainyard {
 // LOCAL_RANK cannot tell them apart).
 inline void RunTrainers(const JobSpec& spec, int world, const std::function<void(int, Trainer&)>& fn,
                         MetricsSink* rank0_sink = nullptr, TrainerControl* rank0_control = nullptr,
-                        const std::vector<c10::Device>& devices = {}) {
+                        const std::vector<c10::Device>& devices = {}, const std::string& snapshot_dir = "") {
   at::set_num_threads(1);
   auto store = c10::make_intrusive<c10d::HashStore>();
   RunThreads(world, [&](int r) {
@@ -35,8 +35,10 @@ inline void RunTrainers(const JobSpec& spec, int world, const std::function<void
     // As the worker: DDP over shared memory unless the spec says not.
     DistSetup dist;
     if (world > 1) dist = SetUpGroups(spec, store, r, world, "127.0.0.1", std::chrono::seconds(60));
-    if (!devices.empty()) dist.device = devices[r];
-    Trainer t(spec, r, world, dist.context(), r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
+    DistContext context = dist.context();
+    if (!devices.empty()) context.device = devices[r];
+    context.snapshot_dir = snapshot_dir;
+    Trainer t(spec, r, world, context, r == 0 ? rank0_sink : nullptr, r == 0 ? rank0_control : nullptr);
     fn(r, t);
   });
 }

@@ -1,0 +1,87 @@
+#include "worker/snapshots.h"
+
+#include <sys/statvfs.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "worker/checkpoint_internal.h"
+
+namespace trainyard {
+namespace fs = std::filesystem;
+using namespace checkpoint_internal;  // NOLINT: part of the checkpoint code
+
+Snapshots::Snapshots(std::string dir, int64_t every_steps, int32_t rank)
+    : dir_(std::move(dir)), every_steps_(every_steps), writer_(rank) {}
+
+int64_t SnapshotBytesEstimate(const TrainingState& s) {
+  const std::vector<at::Tensor> holders = s.fsdp != nullptr ? s.fsdp->ShardParameters() : s.model->parameters();
+  int64_t elements = 0;
+  for (const at::Tensor& h : holders) elements += h.numel();
+  const int64_t per_element = 4 * static_cast<int64_t>(1 + OptimizerFields(*s.spec).size());
+  // DDP: each rank writes an even share of the whole; FSDP: its own shard.
+  const int64_t shares = s.fsdp != nullptr ? 1 : std::max(1, s.world_size);
+  int64_t buffers = 0;
+  for (const auto& [name, t] : Buffers(s)) buffers += static_cast<int64_t>(t.nbytes());
+  return elements * per_element / shares + buffers + (1 << 20);  // headers, RNG, JSON
+}
+
+int64_t FreeBytes(const std::string& path) {
+  fs::path p = path;
+  std::error_code ec;
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  struct statvfs st {};
+  if (p.empty() || ::statvfs(p.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+std::vector<CheckpointEvent> Snapshots::Take(const TrainingState& s, int64_t index, const std::string& staging_tag) {
+  std::vector<CheckpointEvent> ended;
+  if (std::optional<CheckpointEvent> ev = writer_.Drain(s)) ended.push_back(*ev);
+  // Room for the new snapshot while the previous one is still there.
+  const int64_t need = SnapshotBytesEstimate(s);
+  const int64_t free = FreeBytes(dir_);
+  std::string error;
+  if (free >= 0 && free < need) {
+    error = "not enough shared memory for a snapshot in " + dir_ + ": " + std::to_string(free) +
+            " bytes free, this rank needs about " + std::to_string(need);
+  }
+  if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) {
+    CheckpointEvent ev;
+    ev.step = s.step;
+    ev.index = index;
+    ev.type = CheckpointType::kSharded;
+    ev.error = failed == s.rank ? error : "snapshot skipped: rank " + std::to_string(failed) + " lacks shared memory";
+    ended.push_back(ev);
+    return ended;
+  }
+  if (s.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);  // a failure shows in the save's own error
+  }
+  CheckpointTarget target{dir_, index, staging_tag, /*total_limit=*/1, /*checksums=*/false};
+  if (std::optional<CheckpointEvent> failed = writer_.Start(s, CheckpointType::kSharded, target, "snapshot", 0)) {
+    ended.push_back(*failed);
+  }
+  return ended;
+}
+
+std::optional<CheckpointEvent> Snapshots::Advance(const SaveAgreement& agreed) {
+  return writer_.Advance(agreed.written, agreed.failed_rank);
+}
+
+std::string Snapshots::Newest(std::vector<std::string>* notes) const {
+  if (!enabled()) return "";
+  std::error_code ec;
+  if (!fs::exists(dir_, ec)) return "";
+  return ResolveCheckpoint(dir_, "latest", notes);
+}
+
+void Snapshots::RemoveAll() const {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+}  // namespace trainyard
