@@ -101,6 +101,7 @@ struct ActiveJob {
   // checkpoints (when it runs) and stops, and the job is queued again.
   bool stopped_for_restart = false;
   int restarts = 0;               // whole-group restarts after failures
+  int failures_in_a_row = 0;      // failed attempts since one last trained a step
   SteadyTime start_not_before{};  // QUEUED after repeated failures: the restart backoff
   SteadyTime last_progress{};     // rank 0's last step or checkpoint
   SteadyTime last_persist{};      // progress written to the store

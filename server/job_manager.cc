@@ -200,11 +200,15 @@ bool JobManager::EndAttempt(ActiveJob& job, bool all_succeeded) {
       std::string reason = next.reason;
       if (next.counts_restart) {
         ++job.restarts;
+        ++job.failures_in_a_row;
         metrics_->CountRestart(job.record.id);
-        // Repeated failures: back off (1x, 2x, 4x ... the base, at most 30 s).
-        if (job.restarts > 1 && options_.restart_backoff.count() > 0) {
+        // Repeated failures (no attempt trained a step in between): back off
+        // (1x, 2x, 4x ... the base, at most 30 s). A group that trained
+        // before it failed restarts at once.
+        if (job.failures_in_a_row > 1 && options_.restart_backoff.count() > 0) {
           const auto backoff = std::min<std::chrono::milliseconds>(
-              options_.restart_backoff * (int64_t{1} << std::min(job.restarts - 2, 20)), std::chrono::seconds(30));
+              options_.restart_backoff * (int64_t{1} << std::min(job.failures_in_a_row - 2, 20)),
+              std::chrono::seconds(30));
           job.start_not_before = std::chrono::steady_clock::now() + backoff;
           reason += absl::StrCat(" (starts in ", backoff.count() / 1000.0, " s: backoff after repeated failures)");
         }

@@ -62,8 +62,9 @@ struct JobManagerOptions {
   std::vector<std::string> allowed_roots;
   // GPUs of this host for local CUDA jobs: one per rank, never shared.
   int gpus = 0;
-  // Between repeated failures of a job, its restart waits: not after the
-  // first failure, then restart_backoff, doubling up to 30 s (0: never).
+  // Between repeated failures of a job (no attempt trained a step in
+  // between), its restart waits: not after the first failure, then
+  // restart_backoff, doubling up to 30 s (0: never).
   std::chrono::milliseconds restart_backoff{1000};
   // The launcher of specs that name none (launcher: default).
   LauncherKind default_launcher = LauncherKind::kLocal;

@@ -153,6 +153,7 @@ void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const
     job.run.last_metrics[m.rank] = m;
     if (m.rank != 0) continue;
     job.last_progress = std::chrono::steady_clock::now();
+    job.failures_in_a_row = 0;
     job.goodput.AddStep(m.step, m.step_seconds);
     metrics_->AddBadput(job_id, "data_wait", m.data_seconds);
     const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();

@@ -441,6 +441,15 @@ TEST_F(JobManagerTest, RepeatedFailuresBackOff) {
       },
       std::chrono::seconds(5)));
   EXPECT_GE(std::chrono::steady_clock::now() - failed_again, std::chrono::milliseconds(1000));
+  // An attempt that trains before it fails is no crash loop: at once again.
+  JobRecord r = *manager_->Get(a);
+  ASSERT_TRUE(manager_->AttachWorker(a, 0, r.attempt, r.worker_token).ok());
+  StepMetrics m;
+  m.step = 5;
+  m.step_seconds = 0.1;
+  manager_->ReportMetrics(a, r.attempt, {m});
+  ExitAll(a, 1);
+  EXPECT_EQ(StateOf(a), JobState::kStarting) << manager_->Get(a)->reason;
 }
 
 TEST_F(JobManagerTest, WorkerTokensAreChecked) {
