@@ -38,6 +38,9 @@ struct StepMetrics {
   int64_t allgather_bytes = 0;
   int64_t reduce_scatter_bytes = 0;
   double sharded_comm_seconds = 0;
+  // Model FLOPs of the step on this rank: 3x its forward pass as PyTorch's
+  // profiler counts it (worker/model_flops.h); 0 when not counted.
+  double model_flops = 0;
   int64_t unix_millis = 0;
 };
 

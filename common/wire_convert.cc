@@ -52,6 +52,7 @@ void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
   out->set_allgather_bytes(m.allgather_bytes);
   out->set_reduce_scatter_bytes(m.reduce_scatter_bytes);
   out->set_sharded_comm_seconds(m.sharded_comm_seconds);
+  out->set_model_flops(m.model_flops);
   out->set_grad_norm(m.grad_norm);
 }
 
@@ -80,6 +81,7 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
   s.allgather_bytes = m.allgather_bytes();
   s.reduce_scatter_bytes = m.reduce_scatter_bytes();
   s.sharded_comm_seconds = m.sharded_comm_seconds();
+  s.model_flops = m.model_flops();
   s.grad_norm = m.grad_norm();
   return s;
 }

@@ -111,6 +111,7 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
   store = std::move(*opened);
   registry = std::make_shared<prometheus::Registry>();
   metrics = std::make_unique<ServerMetrics>(registry);
+  metrics->SetPeakFlops(options.peak_flops);
   try {
     exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen);
   } catch (const std::exception& e) {

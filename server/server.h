@@ -27,6 +27,8 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_checkpoint_timeout{45000};
   // Base of the wait between repeated failures of a job (0: none).
   std::chrono::milliseconds restart_backoff{1000};
+  // Peak FLOP/s of one device, for trainyard_job_mfu (0: no MFU).
+  double peak_flops = 0;
   std::string ready_file;  // written once serving: {"grpc_port":..,"metrics_port":..}
   int max_queued_jobs = 1000;
   int max_num_processes = 1024;

@@ -160,7 +160,16 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                   .Name("trainyard_job_badput_seconds_total")
                   .Help("Wall time the job did not spend on steps it kept, by cause: restart, lost_work, "
                         "checkpoint_blocking, startup, data_wait")
-                  .Register(*registry_)) {
+                  .Register(*registry_)),
+      model_flops_per_second_(prometheus::BuildGauge()
+                                  .Name("trainyard_job_model_flops_per_second")
+                                  .Help("Model FLOPs per second of the rank's last step (3x its forward pass)")
+                                  .Register(*registry_)),
+      mfu_(prometheus::BuildGauge()
+               .Name("trainyard_job_mfu")
+               .Help("Model FLOPs utilization of the rank's last step: its model FLOP/s over the peak FLOP/s of "
+                     "one device (--peak-flops)")
+               .Register(*registry_)) {
   restarts_all_.Add({});
   lost_steps_all_.Add({});
   recovery_all_.Add({}, RecoveryBuckets());
@@ -214,9 +223,23 @@ ServerMetrics::RankSeries& ServerMetrics::SeriesFor(const std::string& job_id, i
   return series_.emplace(key, s).first->second;
 }
 
+void ServerMetrics::SetPeakFlops(double peak) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_flops_ = peak;
+}
+
 void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) {
   std::lock_guard<std::mutex> lock(mu_);
   RankSeries& s = SeriesFor(job_id, m.rank);
+  if (m.model_flops > 0 && m.step_seconds > 0) {
+    const std::map<std::string, std::string> labels = {{"job_id", job_id}, {"rank", std::to_string(m.rank)}};
+    if (s.model_flops_per_second == nullptr) s.model_flops_per_second = &model_flops_per_second_.Add(labels);
+    s.model_flops_per_second->Set(m.model_flops / m.step_seconds);
+    if (peak_flops_ > 0) {
+      if (s.mfu == nullptr) s.mfu = &mfu_.Add(labels);
+      s.mfu->Set(m.model_flops / m.step_seconds / peak_flops_);
+    }
+  }
   s.step->Set(static_cast<double>(m.step));
   s.samples_per_second->Set(m.samples_per_second);
   s.loss->Set(m.loss);
@@ -413,6 +436,8 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
       comm_hook_seconds_.Remove(s.comm_hook_seconds);
     }
     for (auto* g : {s.param_bytes, s.grad_bytes, s.optimizer_bytes}) memory_bytes_.Remove(g);
+    if (s.model_flops_per_second != nullptr) model_flops_per_second_.Remove(s.model_flops_per_second);
+    if (s.mfu != nullptr) mfu_.Remove(s.mfu);
     if (s.device_peak_bytes != nullptr) {
       memory_bytes_.Remove(s.device_allocated_bytes);
       memory_bytes_.Remove(s.device_peak_bytes);

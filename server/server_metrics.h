@@ -30,6 +30,9 @@ namespace trainyard {
 class ServerMetrics {
  public:
   explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
+  // Peak FLOP/s of one device (one rank's share of the hardware), for
+  // trainyard_job_mfu; 0: MFU is not exported.
+  void SetPeakFlops(double peak);
 
   void SetJobCounts(const std::map<JobState, int>& counts);
   void RecordStep(const std::string& job_id, const StepMetrics& m);
@@ -82,6 +85,8 @@ class ServerMetrics {
     prometheus::Counter* sharded_comm_seconds;
     prometheus::Gauge* grad_norm;
     prometheus::Gauge* eval_loss;
+    prometheus::Gauge* model_flops_per_second;  // null until a rank reports model FLOPs
+    prometheus::Gauge* mfu;                     // null without a peak
   };
   RankSeries& SeriesFor(const std::string& job_id, int32_t rank);  // REQUIRES: mu_ held
   struct CheckpointSeries {
@@ -140,7 +145,10 @@ class ServerMetrics {
   std::map<std::string, RecoverySeries> recovery_series_;  // guarded by mu_
   prometheus::Family<prometheus::Counter>& badput_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> badput_series_;  // guarded by mu_
-  prometheus::Counter& RestartsOf(const std::string& job_id);                          // REQUIRES: mu_ held
+  prometheus::Family<prometheus::Gauge>& model_flops_per_second_;
+  prometheus::Family<prometheus::Gauge>& mfu_;
+  double peak_flops_ = 0;                                      // guarded by mu_
+  prometheus::Counter& RestartsOf(const std::string& job_id);  // REQUIRES: mu_ held
 
   std::mutex mu_;
   std::map<std::pair<std::string, int32_t>, RankSeries> series_;  // guarded by mu_

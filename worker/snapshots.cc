@@ -12,8 +12,7 @@ namespace trainyard {
 namespace fs = std::filesystem;
 using namespace checkpoint_internal;  // NOLINT: part of the checkpoint code
 
-Snapshots::Snapshots(std::string dir, int64_t every_steps, int32_t rank)
-    : dir_(std::move(dir)), every_steps_(every_steps), writer_(rank) {}
+Snapshots::Snapshots(std::string dir, int64_t every_steps) : dir_(std::move(dir)), every_steps_(every_steps) {}
 
 int64_t SnapshotBytesEstimate(const TrainingState& s) {
   const std::vector<at::Tensor> holders = s.fsdp != nullptr ? s.fsdp->ShardParameters() : s.model->parameters();
@@ -36,9 +35,7 @@ int64_t FreeBytes(const std::string& path) {
   return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
 }
 
-std::vector<CheckpointEvent> Snapshots::Take(const TrainingState& s, int64_t index, const std::string& staging_tag) {
-  std::vector<CheckpointEvent> ended;
-  if (std::optional<CheckpointEvent> ev = writer_.Drain(s)) ended.push_back(*ev);
+CheckpointEvent Snapshots::Take(const TrainingState& s, int64_t index, const std::string& staging_tag) {
   // Room for the new snapshot while the previous one is still there.
   const int64_t need = SnapshotBytesEstimate(s);
   const int64_t free = FreeBytes(dir_);
@@ -53,22 +50,14 @@ std::vector<CheckpointEvent> Snapshots::Take(const TrainingState& s, int64_t ind
     ev.index = index;
     ev.type = CheckpointType::kSharded;
     ev.error = failed == s.rank ? error : "snapshot skipped: rank " + std::to_string(failed) + " lacks shared memory";
-    ended.push_back(ev);
-    return ended;
+    return ev;
   }
   if (s.rank == 0) {
     std::error_code ec;
     fs::create_directories(dir_, ec);  // a failure shows in the save's own error
   }
   CheckpointTarget target{dir_, index, staging_tag, /*total_limit=*/1, /*checksums=*/false};
-  if (std::optional<CheckpointEvent> failed = writer_.Start(s, CheckpointType::kSharded, target, "snapshot", 0)) {
-    ended.push_back(*failed);
-  }
-  return ended;
-}
-
-std::optional<CheckpointEvent> Snapshots::Advance(const SaveAgreement& agreed) {
-  return writer_.Advance(agreed.written, agreed.failed_rank);
+  return SaveCheckpoint(s, CheckpointType::kSharded, target);
 }
 
 std::string Snapshots::Newest(std::vector<std::string>* notes) const {

@@ -3,9 +3,11 @@
 // (SnapshotDir in common/paths.h: one directory per job and host), as a
 // SHARDED checkpoint sealed like a disk one (staging, manifest last,
 // rename), so a snapshot torn by a crash is never taken for a complete one.
-// Snapshots are asynchronous like checkpoint.async saves (training waits
-// for the host copy only) and their manifest lists sizes without
-// checksums. Only the newest complete snapshot is kept. A restarted group resumes from
+// Snapshots are synchronous — a snapshot taken after step s is complete
+// before step s+1 starts, so a crash loses at most every_steps steps — and
+// their manifest lists sizes without checksums (reading the bytes back
+// would cost more than it guards against in memory). Only the newest
+// complete snapshot is kept. A restarted group resumes from
 // the newest snapshot when it is newer than the latest disk checkpoint and
 // every rank can read it (ranks on other hosts cannot: they resume from
 // disk).
@@ -17,33 +19,23 @@
 #include <vector>
 
 #include "common/step_metrics.h"
-#include "worker/background_checkpoint.h"
 #include "worker/checkpoint.h"
-#include "worker/step_control.h"
 
 namespace trainyard {
 
 class Snapshots {
  public:
   // `dir` empty or `every_steps` 0: off.
-  Snapshots(std::string dir, int64_t every_steps, int32_t rank);
+  Snapshots(std::string dir, int64_t every_steps);
 
   bool enabled() const { return !dir_.empty() && every_steps_ > 0; }
   const std::string& dir() const { return dir_; }
   bool Due(int64_t step) const { return enabled() && step % every_steps_ == 0; }
 
-  // This rank's snapshot in flight, for the step agreement.
-  SaveProgress progress() const { return writer_.progress(); }
-
-  // Collective (every rank after the same step): waits for the snapshot in
-  // flight, checks that shared memory has room on every rank (else skips
-  // it, saying so), then starts this one. Never throws for I/O trouble;
-  // returns the snapshots that ended meanwhile (failed ones with why).
-  std::vector<CheckpointEvent> Take(const TrainingState& state, int64_t index, const std::string& staging_tag);
-  // After each step's agreement; the snapshot that ended, if one did.
-  std::optional<CheckpointEvent> Advance(const SaveAgreement& agreed);
-  // Collective: waits for the snapshot in flight.
-  std::optional<CheckpointEvent> Drain(const TrainingState& state) { return writer_.Drain(state); }
+  // Collective (every rank after the same step): checks that shared memory
+  // has room on every rank (else skips, saying so), then saves. Never
+  // throws for I/O trouble; returns the event (ok false with the reason).
+  CheckpointEvent Take(const TrainingState& state, int64_t index, const std::string& staging_tag);
 
   // The newest complete snapshot (checksums verified), or "" when there is
   // none; what was skipped and why goes to `notes`.
@@ -54,7 +46,6 @@ class Snapshots {
  private:
   std::string dir_;
   int64_t every_steps_;
-  AsyncCheckpointer writer_;
 };
 
 // Bytes this rank writes into a SHARDED snapshot of `state`, estimated

@@ -8,7 +8,7 @@ namespace trainyard {
 namespace {
 
 // Slots of the control word; kCheckpointSlot holds 0 none, 1 full, 2 sharded.
-// kSaveSlot and kSnapshotSlot: a rank's background write (Encode): 2 *
+// kSaveSlot: a rank's background checkpoint write (Encode): 2 *
 // world_size while it writes, world_size - rank when it failed (the MAX is
 // then the lowest such rank), else 0.
 enum ControlSlot : int64_t {
@@ -18,7 +18,6 @@ enum ControlSlot : int64_t {
   kStopAfterSlot,
   kPreemptSlot,
   kSaveSlot,
-  kSnapshotSlot,
   kSlots
 };
 
@@ -45,10 +44,9 @@ StepControl::StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, ShmCollectiv
   }
 }
 
-void StepControl::Start(CheckpointType periodic, SaveProgress save, SaveProgress snapshot) {
+void StepControl::Start(CheckpointType periodic, SaveProgress save) {
   std::vector<int64_t> word(kSlots, 0);
   word[kSaveSlot] = Encode(save, rank_, world_size_);
-  word[kSnapshotSlot] = Encode(snapshot, rank_, world_size_);
   if (control_ != nullptr) {
     word[kStopSlot] = control_->stop_requested() ? 1 : 0;
     word[kPreemptSlot] = control_->preemption_requested() ? 1 : 0;
@@ -85,7 +83,6 @@ StepAgreement StepControl::Finish() {
   a.request_id = w[kRequestSlot];
   a.stop_after = w[kStopAfterSlot] != 0;
   a.save = Decode(w[kSaveSlot], world_size_);
-  a.snapshot = Decode(w[kSnapshotSlot], world_size_);
   return a;
 }
 

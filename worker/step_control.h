@@ -37,7 +37,6 @@ struct StepAgreement {
   int64_t request_id = 0;                    // of that request
   bool stop_after = false;                   // stop after that checkpoint
   SaveAgreement save;                        // the background checkpoint in flight
-  SaveAgreement snapshot;                    // the in-memory snapshot in flight
 };
 
 class StepControl {
@@ -48,9 +47,8 @@ class StepControl {
 
   // Takes this rank's requests and starts the exchange. `periodic` is the
   // job's own checkpoint type, which an "auto" request resolves to; `save`
-  // and `snapshot` where this rank's background writes stand.
-  void Start(CheckpointType periodic, SaveProgress save = SaveProgress::kNone,
-             SaveProgress snapshot = SaveProgress::kNone);
+  // where this rank's background checkpoint stands.
+  void Start(CheckpointType periodic, SaveProgress save = SaveProgress::kNone);
   // Waits for the exchange; call once after each Start.
   StepAgreement Finish();
 

@@ -33,6 +33,7 @@ StepMetrics StepRecorder::Record(const StepSample& s) {
   m.param_bytes = s.param_bytes;
   m.grad_bytes = s.grad_bytes;
   m.optimizer_bytes = s.optimizer_bytes;
+  m.model_flops = s.model_flops;
   if (const auto device_memory = ReadDeviceMemory(device_)) {
     m.device_allocated_bytes = device_memory->allocated;
     m.device_peak_bytes = device_memory->peak_allocated;

@@ -27,6 +27,7 @@ struct StepSample {
   double eval_loss = 0;  // NaN when not evaluated
   double grad_norm = 0;  // NaN when not clipped by norm
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  double model_flops = 0;
 };
 
 class StepRecorder {

@@ -26,6 +26,7 @@
 #include "worker/fsdp.h"
 #include "worker/job_data.h"
 #include "worker/loss_scaler.h"
+#include "worker/model_flops.h"
 #include "worker/models.h"
 #include "worker/optimizer.h"
 #include "worker/shm_collectives.h"
@@ -69,6 +70,7 @@ struct Trainer::Impl {
   std::unique_ptr<LossScaler> scaler;  // mixed_precision fp16
   JobData data;
   int64_t step = 0;
+  double forward_flops_per_sample = -1;  // counted in the first step
 
   // The step's agreement, and how the loop ends.
   std::unique_ptr<StepControl> control;
@@ -129,7 +131,6 @@ struct Trainer::Impl {
 
   // Collective: this step's in-memory snapshot.
   void TakeSnapshot();
-  void SnapshotEnded(const CheckpointEvent& ev);
 
   void BuildParallelModel(const DistContext& dist);
   // Checkpoint numbering and resume: rank 0 decides, every rank follows.
@@ -190,12 +191,7 @@ void Trainer::Impl::StartCheckpoint(Trainer& trainer, CheckpointType type, const
 }
 
 void Trainer::Impl::TakeSnapshot() {
-  for (const CheckpointEvent& ev : ckpt.snapshots->Take(State(), ckpt.next_snapshot++, ckpt.staging_tag)) {
-    SnapshotEnded(ev);
-  }
-}
-
-void Trainer::Impl::SnapshotEnded(const CheckpointEvent& ev) {
+  const CheckpointEvent ev = ckpt.snapshots->Take(State(), ckpt.next_snapshot++, ckpt.staging_tag);
   if (ev.ok) {
     ckpt.snapshot_failing = false;
     return;
@@ -316,7 +312,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   s.control = std::make_unique<StepControl>(s.pg, s.ddp ? dist.shm : nullptr, control);
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.ddp.get(), s.fsdp.get());
   s.ckpt.background = std::make_unique<AsyncCheckpointer>(rank);
-  s.ckpt.snapshots = std::make_unique<Snapshots>(dist.snapshot_dir, s.spec.checkpoint.snapshot_every_steps, rank);
+  s.ckpt.snapshots = std::make_unique<Snapshots>(dist.snapshot_dir, s.spec.checkpoint.snapshot_every_steps);
   std::vector<int64_t> sample_shape = s.model->sample_shape();
   if (sample_shape.empty()) sample_shape = {s.spec.model.input_size};  // torchscript: flat inputs
   MetricsSink* notes = sink;
@@ -365,10 +361,7 @@ CheckpointEvent Trainer::Checkpoint(CheckpointType type, const std::string& trig
   return ev;
 }
 
-void Trainer::WaitForCheckpoints() {
-  impl_->DrainSaves();
-  if (auto ev = impl_->ckpt.snapshots->Drain(impl_->State())) impl_->SnapshotEnded(*ev);
-}
+void Trainer::WaitForCheckpoints() { impl_->DrainSaves(); }
 
 Trainer::~Trainer() = default;
 
@@ -412,7 +405,7 @@ at::Tensor Trainer::Impl_Loss(const at::Tensor& output, const at::Tensor& target
 double Trainer::Step() {
   Impl& s = *impl_;
   const auto t0 = Clock::now();
-  s.control->Start(s.PeriodicType(), s.ckpt.background->progress(), s.ckpt.snapshots->progress());
+  s.control->Start(s.PeriodicType(), s.ckpt.background->progress());
   const int accum = s.spec.gradient_accumulation_steps;
   // Autocast for DDP and single-process runs (FSDP casts its parameters to
   // its param_dtype instead): bf16 on CPU and CUDA, fp16 on CUDA (on CPU
@@ -444,9 +437,15 @@ double Trainer::Step() {
       c10d::broadcast_coalesced(s.pg, s.buffers, 250 * 1024 * 1024, 0);
     }
     at::Tensor output;
-    {
+    auto forward = [&] {
       AutocastGuard guard(s.device.type(), autocast_dtype, autocast);
       output = s.fsdp ? s.fsdp->Forward(batch.inputs) : s.model->forward(batch.inputs);
+    };
+    if (s.forward_flops_per_sample < 0 && batch.inputs.size(0) > 0) {
+      // Once per trainer: the model's FLOPs, from the first forward pass.
+      s.forward_flops_per_sample = CountForwardFlops(forward) / static_cast<double>(batch.inputs.size(0));
+    } else {
+      forward();
     }
     at::Tensor loss = Impl_Loss(output, batch.targets);
     loss_sum += loss.item<double>();
@@ -499,7 +498,6 @@ double Trainer::Step() {
   const StepAgreement agreed = s.control->Finish();
   s.stop_agreed = agreed.stop;
   if (auto ev = s.ckpt.background->Advance(agreed.save.written, agreed.save.failed_rank)) s.Report(*ev);
-  if (auto ev = s.ckpt.snapshots->Advance(agreed.snapshot)) s.SnapshotEnded(*ev);
   const auto t4 = Clock::now();
   ++s.step;
   const bool periodic = s.spec.checkpoint.every_steps > 0 && s.step % s.spec.checkpoint.every_steps == 0;
@@ -520,6 +518,8 @@ double Trainer::Step() {
     sample.param_bytes = mem.params;
     sample.grad_bytes = mem.grads;
     sample.optimizer_bytes = mem.optimizer;
+    // The backward pass costs twice the forward.
+    sample.model_flops = 3 * std::max(0.0, s.forward_flops_per_sample) * static_cast<double>(samples);
     s.sink->OnStep(s.recorder->Record(sample));
   }
   // At the step boundary every rank agreed on: preemption, requested, then
@@ -591,8 +591,7 @@ TrainResult Trainer::Run() {
       result.final_checkpoint = ev.path;
     }
   }
-  // Every rank is past its last snapshot (the drain is collective).
-  if (auto ev = s.ckpt.snapshots->Drain(s.State())) s.SnapshotEnded(*ev);
+  // Every rank is past its last snapshot (each is collective).
   if (s.rank == 0) s.ckpt.snapshots->RemoveAll();
   return result;
 }

@@ -96,9 +96,8 @@ class Trainer {
   // Saves a checkpoint now, synchronously, after the background save in
   // flight (collective; call between steps on every rank).
   CheckpointEvent Checkpoint(CheckpointType type, const std::string& trigger = "request", int64_t request_id = 0);
-  // Waits until the background saves in flight (checkpoint.async: periodic
-  // and requested saves; the in-memory snapshot) are committed or failed
-  // (collective).
+  // Waits until the background save in flight (checkpoint.async: periodic
+  // and requested saves) is committed or failed (collective).
   void WaitForCheckpoints();
   // State registered here is saved with every checkpoint and restored on
   // resume; `state` must outlive the trainer. Register before resuming

@@ -41,8 +41,8 @@ JobSpec BaseSpec(const std::string& project_dir, DistributedType type) {
   return s;
 }
 
-// Runs `steps` steps on 2 ranks, lets the background writes in flight end,
-// and drops the trainers without ending the run, as a crash would (no final
+// Runs `steps` steps on 2 ranks, lets the background checkpoint in flight
+// end, and drops the trainers without ending the run, as a crash would (no final
 // save, no cleanup).
 void CrashAfter(const JobSpec& spec, const std::string& snapshot_dir, int steps) {
   RunTrainers(
