@@ -614,7 +614,7 @@ class LiveStack(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-deploy-")
         cls.addClassCleanup(cls.tmp.cleanup)
         cls.jobs = []
-        cls.server = Server(cls.tmp.name, slots=4)
+        cls.server = Server(cls.tmp.name, slots=4, extra=("--peak-flops", "1e11"))  # MFU is exported
         cls.addClassCleanup(cls.server.stop)
         cls.addClassCleanup(cls._cancel_jobs)
         spec = os.path.join(cls.tmp.name, "ddp.yaml")
