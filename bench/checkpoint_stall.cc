@@ -5,7 +5,7 @@
 // synchronous; and an in-memory snapshot every --snapshot-every steps.
 // It prints the time training waited per save (synchronous: the whole save;
 // asynchronous: the host copy) and each setting's throughput relative to no
-// checkpoints.
+// checkpoints. The order of the settings rotates from round to round.
 //
 //   checkpoint_stall [--dir DIR] [--layers L] [--width W] [--vocab V]
 //                    [--steps S] [--every E] [--snapshot-every K] [--rounds R]
@@ -90,8 +90,9 @@ int RunRank(const Options& o) {
   nlohmann::json out = nlohmann::json::object();
   for (const char* m : kModes) out[m] = {{"steps_per_s", nlohmann::json::array()}};
   for (int round = 0; round < o.rounds; ++round) {
-    for (const char* m : kModes) {
-      const std::string mode = m;
+    for (int i = 0; i < 4; ++i) {
+      // The settings take turns, and each round starts with the next one.
+      const std::string mode = kModes[(round + i) % 4];
       const std::string project = o.dir + "/" + mode + "-" + std::to_string(round);
       Saves saves;
       DistContext context = dist.context();
