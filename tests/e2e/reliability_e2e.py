@@ -224,7 +224,7 @@ def uninterrupted_digests(server, state, template, seeds, steps):
     expected = {}
     for name, seed in seeds.items():
         base = write_spec(state, f"{name}-base.yaml",
-                          template % dict(name=name + "-base", seed=seed, steps=steps, restarts=0))
+                          template % job_args(name=name + "-base", seed=seed, steps=steps, restarts=0))
         job_id = submit(server, base)
         w = server.ctl("watch", job_id)
         assert w.returncode == 0, w.stdout + w.stderr
