@@ -1,5 +1,5 @@
-// trainctl: submit, list, inspect, watch, cancel, checkpoint, resume and
-// read logs of jobs.
+// trainctl: submit, list, inspect, watch, cancel, checkpoint, resume,
+// diagnose and read logs of jobs.
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <cstdlib>
@@ -79,6 +79,17 @@ int main(int argc, char** argv) {
   logs->add_option("ID", id, "Job id")->required();
   logs->add_option("-r,--rank", rank, "Rank")->capture_default_str();
   logs->add_option("--tail", tail, "Bytes from the end (default: server's, 1 MiB)");
+  auto* diagnose = app.add_subcommand(
+      "diagnose", "Ask a running job's ranks for their last collectives: which rank is behind, at which collective");
+  diagnose->add_option("ID", id, "Job id")->required();
+  double diagnose_wait_s = 5;
+  diagnose->add_option("--wait", diagnose_wait_s, "Seconds to wait for the ranks' answers")
+      ->check(CLI::Range(0.1, 60.0))
+      ->capture_default_str();
+  int last_collectives = 8;
+  diagnose->add_option("--collectives", last_collectives, "Collectives to print per rank, newest last")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 
   std::string token_file, ca_file;
   app.add_option("--token-file", token_file, "File with the server's bearer token (env TRAINYARD_TOKEN)");
@@ -120,5 +131,8 @@ int main(int argc, char** argv) {
   if (*resume) return ctl.Resume(id, from, nproc, watch);
   if (*logs) return ctl.Logs(id, rank, tail);
   if (*join_info) return ctl.JoinInfo(id);
+  if (*diagnose) {
+    return ctl.Diagnose(id, std::chrono::milliseconds(static_cast<int64_t>(diagnose_wait_s * 1000)), last_collectives);
+  }
   return 2;
 }

@@ -534,6 +534,72 @@ int Trainctl::JoinInfo(const std::string& id) {
   return 0;
 }
 
+int Trainctl::Diagnose(const std::string& id, std::chrono::milliseconds wait, int last_collectives) {
+  Impl& s = *impl_;
+  v1::DiagnoseJobRequest req;
+  req.set_id(id);
+  req.set_timeout_ms(static_cast<int32_t>(wait.count()));
+  v1::DiagnoseJobResponse resp;
+  grpc::ClientContext ctx;
+  s.Authorize(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + wait + s.options.rpc_timeout);
+  grpc::Status st = s.stub->DiagnoseJob(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  const double now = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  auto seconds_since = [&](int64_t micros) { return std::max(0.0, (now - static_cast<double>(micros)) / 1e6); };
+  if (s.options.output == OutputFormat::kJson) {
+    ordered_json j;
+    j["job_id"] = id;
+    j["attempt"] = resp.attempt();
+    j["verdict"] = resp.verdict();
+    j["behind_ranks"] = std::vector<int32_t>(resp.behind_ranks().begin(), resp.behind_ranks().end());
+    j["silent_ranks"] = std::vector<int32_t>(resp.silent_ranks().begin(), resp.silent_ranks().end());
+    j["ranks"] = ordered_json::array();
+    for (const v1::FlightRecord& r : resp.ranks()) {
+      ordered_json o;
+      o["rank"] = r.rank();
+      o["step"] = r.step();
+      o["phase"] = r.phase();
+      o["phase_seconds"] = seconds_since(r.phase_since_unix_micros());
+      o["collectives"] = ordered_json::array();
+      for (const v1::CollectiveRecord& c : r.collectives()) {
+        o["collectives"].push_back({{"seq", c.seq()},
+                                    {"group", c.group()},
+                                    {"op", c.op()},
+                                    {"bytes", c.bytes()},
+                                    {"start_unix_micros", c.start_unix_micros()},
+                                    {"end_unix_micros", c.end_unix_micros()}});
+      }
+      j["ranks"].push_back(std::move(o));
+    }
+    s.out << j.dump(2) << "\n";
+    return 0;
+  }
+  s.out << "job " << id << " (attempt " << resp.attempt() << "): " << resp.verdict() << "\n";
+  for (const v1::FlightRecord& r : resp.ranks()) {
+    std::ostringstream since;
+    since << std::fixed << std::setprecision(1) << seconds_since(r.phase_since_unix_micros()) << " s";
+    s.out << "rank " << r.rank() << ": " << r.phase() << " after step " << r.step() << " for " << since.str() << "\n";
+    const int n = r.collectives_size();
+    for (int i = std::max(0, n - last_collectives); i < n; ++i) {
+      const v1::CollectiveRecord& c = r.collectives(i);
+      std::ostringstream took;
+      took << std::fixed << std::setprecision(3);
+      if (c.end_unix_micros() != 0) {
+        took << "took " << static_cast<double>(c.end_unix_micros() - c.start_unix_micros()) / 1e6 << " s";
+      } else {
+        took << "RUNNING for " << seconds_since(c.start_unix_micros()) << " s";
+      }
+      s.out << "  " << std::left << std::setw(14) << c.group() << "#" << std::setw(8) << c.seq() << std::setw(22)
+            << c.op() << std::setw(14) << (std::to_string(c.bytes()) + " B") << took.str() << "\n";
+    }
+  }
+  for (int32_t r : resp.silent_ranks()) s.out << "rank " << r << ": no answer\n";
+  return 0;
+}
+
 int Trainctl::Logs(const std::string& id, int rank, int64_t tail_bytes) {
   Impl& s = *impl_;
   v1::GetLogsRequest req;

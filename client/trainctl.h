@@ -54,6 +54,10 @@ class Trainctl {
   // token (secret) and world size, with the command to run on each host.
   int JoinInfo(const std::string& id);
   int Logs(const std::string& id, int rank, int64_t tail_bytes);
+  // Asks every rank of a running job for its flight recorder (waiting up to
+  // `wait` for their answers) and prints which rank is behind and at which
+  // collective, then each rank's phase and its last `last_collectives`.
+  int Diagnose(const std::string& id, std::chrono::milliseconds wait, int last_collectives);
 
  private:
   struct Impl;

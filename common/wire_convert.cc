@@ -120,6 +120,36 @@ void ToProto(const CheckpointEvent& c, v1::Checkpoint* out) {
   out->set_error(c.error);
 }
 
+void ToProto(const FlightRecord& r, v1::FlightRecord* out) {
+  out->set_rank(r.rank);
+  out->set_step(r.step);
+  out->set_phase(r.phase);
+  out->set_phase_since_unix_micros(r.phase_since_unix_micros);
+  out->set_captured_unix_micros(r.captured_unix_micros);
+  for (const CollectiveRecord& c : r.collectives) {
+    v1::CollectiveRecord* o = out->add_collectives();
+    o->set_seq(c.seq);
+    o->set_group(c.group);
+    o->set_op(c.op);
+    o->set_bytes(c.bytes);
+    o->set_start_unix_micros(c.start_unix_micros);
+    o->set_end_unix_micros(c.end_unix_micros);
+  }
+}
+
+FlightRecord FromProto(const v1::FlightRecord& r) {
+  FlightRecord out;
+  out.rank = r.rank();
+  out.step = r.step();
+  out.phase = r.phase();
+  out.phase_since_unix_micros = r.phase_since_unix_micros();
+  out.captured_unix_micros = r.captured_unix_micros();
+  for (const v1::CollectiveRecord& c : r.collectives()) {
+    out.collectives.push_back({c.seq(), c.group(), c.op(), c.bytes(), c.start_unix_micros(), c.end_unix_micros()});
+  }
+  return out;
+}
+
 CheckpointEvent FromProto(const v1::Checkpoint& c) {
   CheckpointEvent e;
   e.index = c.index();

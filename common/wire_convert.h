@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/flight_record.h"
 #include "common/job_record.h"
 #include "common/job_state.h"
 #include "common/step_metrics.h"
@@ -39,6 +40,9 @@ void ToProto(const CheckpointRecord& c, v1::Checkpoint* out);
 void ToProto(const JobRecord& job, const std::vector<JobEvent>& events, v1::Job* out, bool with_spec = true);
 
 // UNSPECIFIED (a peer that did not say) reads as kFailed.
+void ToProto(const FlightRecord& r, v1::FlightRecord* out);
+FlightRecord FromProto(const v1::FlightRecord& r);
+
 v1::WorkerOutcome ToProto(WorkerOutcome outcome);
 WorkerOutcome FromProto(v1::WorkerOutcome outcome);
 

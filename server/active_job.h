@@ -89,6 +89,7 @@ struct AttemptState {
   bool usage_error = false;        // a rank ended with a usage error (exit code 2)
   bool reattach_failed = false;    // lost while the coordinator restarted
   SteadyTime reattach_deadline{};  // RECOVERING: when waiting for the ranks ends
+  int64_t hang_diagnosis = 0;      // the watchdog's diagnose request, while it waits for answers
 };
 
 struct ActiveJob {

@@ -36,6 +36,7 @@
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
 #include "server/active_job.h"
+#include "server/hang_diagnosis.h"
 #include "server/job_store.h"
 #include "server/launcher.h"
 #include "server/server_metrics.h"
@@ -169,9 +170,26 @@ class JobManager {
   // The launcher's exit callback.
   void OnRankExit(const RankExit& exit);
 
-  // The hang watchdog: fails the group of every running job whose rank 0
-  // made no progress (step or checkpoint) within its step_timeout_s; the
-  // restart policy takes it from there. Call periodically.
+  // Hang diagnosis (server/hang_diagnosis.h). Asks every connected rank of
+  // a running job for its flight record, to be answered within `wait`;
+  // returns the request id.
+  absl::StatusOr<int64_t> RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait);
+  void ReportFlightRecord(const std::string& job_id, int32_t attempt, int64_t request_id, FlightRecord record);
+  struct Diagnosis {
+    int32_t attempt = 0;
+    HangDiagnosis result;
+    std::map<int32_t, FlightRecord> answers;  // by rank
+  };
+  // Waits until every rank answered request `request_id` or its wait ended,
+  // then diagnoses what came. NotFound for an unknown (or taken) request.
+  absl::StatusOr<Diagnosis> WaitDiagnosis(int64_t request_id);
+
+  // The hang watchdog: when a running job's rank 0 made no progress (step
+  // or checkpoint) within its step_timeout_s, asks its ranks for their
+  // flight records (at most kWatchdogDiagnoseWait), records the diagnosis
+  // as a job event and fails the group; the restart policy takes it from
+  // there. Call periodically.
+  static constexpr std::chrono::seconds kWatchdogDiagnoseWait{5};
   void CheckProgress();
 
   // Takes no more jobs and starts nothing; treats the running jobs as
@@ -219,6 +237,10 @@ class JobManager {
   void StopGroup(ActiveJob& job);
   void Finish(const std::string& id);
   void PublishCounts();
+  // The watchdog's part of CheckProgress (job_manager_diagnosis.cc).
+  void CheckHangs(SteadyTime now);
+  // Sends the diagnose command to the job's connected ranks; the request id.
+  int64_t StartDiagnosis(ActiveJob& job, std::chrono::milliseconds wait);
   void AddEvent(ActiveJob& job, const std::string& reason);
   absl::Status CheckPaths(JobSpec& spec, const std::string& job_id);
   std::string NewJobId();
@@ -239,6 +261,8 @@ class JobManager {
   int64_t next_request_id_ = 1;                            // guarded by mu_
   std::map<int64_t, CheckpointEvent> checkpoint_results_;  // guarded by mu_; reports of requests, by id
   std::condition_variable checkpoint_cv_;                  // signalled on reports and job ends
+  std::map<int64_t, PendingDiagnosis> diagnoses_;          // guarded by mu_; by request id
+  std::condition_variable diagnosis_cv_;                   // signalled on flight records
 };
 
 }  // namespace trainyard

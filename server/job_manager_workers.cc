@@ -281,16 +281,7 @@ void JobManager::CheckProgress() {
       HandleRankExit(it->second, e);
     }
   }
-  for (auto& [id, job] : active_) {
-    if (job.record.state != JobState::kRunning || job.run.failed || job.cancel_requested || job.run.preempted) continue;
-    const double timeout = job.spec.step_timeout_s;
-    if (timeout <= 0) continue;
-    if (now - job.last_progress > std::chrono::duration<double>(timeout)) {
-      FailGroup(job, -1,
-                absl::StrCat("no step progress within step_timeout_s (", timeout, " s) at step ", job.record.step,
-                             ": the job is hung"));
-    }
-  }
+  CheckHangs(now);
 }
 
 }  // namespace trainyard

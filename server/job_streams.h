@@ -33,11 +33,12 @@ class JobWatch : public BlockingQueue<JobUpdate> {
 
 // A command for one connected worker.
 struct WorkerCommand {
-  enum class Kind { kStop, kCheckpoint };
+  enum class Kind { kStop, kCheckpoint, kDiagnose };
   Kind kind = Kind::kStop;
   std::string reason;
-  // kCheckpoint:
+  // kCheckpoint and kDiagnose:
   int64_t request_id = 0;
+  // kCheckpoint:
   CheckpointType type = CheckpointType::kAuto;
   bool stop_after = false;
 };

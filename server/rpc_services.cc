@@ -165,6 +165,27 @@ grpc::Status JobServiceImpl::GetJoinInfo(grpc::ServerContext* ctx, const v1::Get
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::DiagnoseJob(grpc::ServerContext* ctx, const v1::DiagnoseJobRequest* req,
+                                         v1::DiagnoseJobResponse* resp) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (req->timeout_ms() < 0 || req->timeout_ms() > 60000) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("field 'timeout_ms': must be between 0 and 60000, got ", req->timeout_ms()));
+  }
+  const std::chrono::milliseconds wait(req->timeout_ms() == 0 ? 5000 : req->timeout_ms());
+  auto request_id = manager_->RequestDiagnosis(req->id(), wait);
+  if (!request_id.ok()) return ToGrpcStatus(request_id.status());
+  auto d = manager_->WaitDiagnosis(*request_id);
+  if (!d.ok()) return ToGrpcStatus(d.status());
+  resp->set_verdict(d->result.verdict);
+  resp->set_attempt(d->attempt);
+  for (int32_t r : d->result.behind_ranks) resp->add_behind_ranks(r);
+  for (int32_t r : d->result.silent_ranks) resp->add_silent_ranks(r);
+  for (const auto& [rank, record] : d->answers) ToProto(record, resp->add_ranks());
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::WatchJobResponse>* writer) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
@@ -251,6 +272,8 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
         c->set_request_id(cmd.request_id);
         c->set_type(ToProto(cmd.type));
         c->set_stop_after(cmd.stop_after);
+      } else if (cmd.kind == WorkerCommand::Kind::kDiagnose) {
+        down.mutable_diagnose()->set_request_id(cmd.request_id);
       } else {
         down.mutable_stop()->set_reason(cmd.reason);
       }
@@ -272,6 +295,10 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
       if (hello.rank() == 0) manager_->ReportCheckpoint(hello.job_id(), attempt, FromProto(msg.checkpoint()));
     } else if (msg.has_note()) {
       manager_->ReportNote(hello.job_id(), attempt, hello.rank(), msg.note().text());
+    } else if (msg.has_flight_record()) {
+      FlightRecord record = FromProto(msg.flight_record());
+      record.rank = hello.rank();  // a worker speaks only for its own rank
+      manager_->ReportFlightRecord(hello.job_id(), attempt, msg.flight_record().request_id(), std::move(record));
     } else if (msg.has_result()) {
       manager_->ReportResult(hello.job_id(), attempt, hello.rank(), FromProto(msg.result().outcome()),
                              msg.result().error());

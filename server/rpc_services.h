@@ -30,6 +30,7 @@ class JobServiceImpl final : public v1::JobService::Service {
                                v1::ListCheckpointsResponse*) override;
   grpc::Status ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest*, v1::ResumeJobResponse*) override;
   grpc::Status GetJoinInfo(grpc::ServerContext*, const v1::GetJoinInfoRequest*, v1::GetJoinInfoResponse*) override;
+  grpc::Status DiagnoseJob(grpc::ServerContext*, const v1::DiagnoseJobRequest*, v1::DiagnoseJobResponse*) override;
 
   // Ends open WatchJob streams (server shutdown).
   void Shutdown() { shutting_down_ = true; }

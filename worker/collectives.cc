@@ -127,17 +127,20 @@ std::unique_ptr<Collectives> MakeCollectives(c10::intrusive_ptr<c10d::ProcessGro
 
 HybridGroups MakeHybridGroups(const c10::intrusive_ptr<c10d::Store>& store, Backend backend, int32_t rank,
                               int32_t world_size, int32_t ranks_per_node, const std::string& bind_addr,
-                              std::chrono::milliseconds timeout) {
+                              std::chrono::milliseconds timeout, FlightRecorder* recorder) {
   if (ranks_per_node < 1 || world_size % ranks_per_node != 0) {
     throw std::invalid_argument("ranks_per_node must divide the world size");
   }
   const int32_t node = rank / ranks_per_node, local = rank % ranks_per_node;
   const int32_t nodes = world_size / ranks_per_node;
-  auto shard_store = c10::make_intrusive<c10d::PrefixStore>("hybrid/shard/" + std::to_string(node), store);
-  auto rep_store = c10::make_intrusive<c10d::PrefixStore>("hybrid/replicate/" + std::to_string(local), store);
+  const std::string shard_name = "shard/" + std::to_string(node), rep_name = "replicate/" + std::to_string(local);
+  auto shard_store = c10::make_intrusive<c10d::PrefixStore>("hybrid/" + shard_name, store);
+  auto rep_store = c10::make_intrusive<c10d::PrefixStore>("hybrid/" + rep_name, store);
   HybridGroups g;
-  g.shard = MakeCollectives(MakeProcessGroup(backend, shard_store, local, ranks_per_node, bind_addr, timeout));
-  g.replicate = MakeCollectives(MakeProcessGroup(backend, rep_store, node, nodes, bind_addr, timeout));
+  g.shard = MakeCollectives(
+      MakeProcessGroup(backend, shard_store, local, ranks_per_node, bind_addr, timeout, recorder, shard_name));
+  g.replicate =
+      MakeCollectives(MakeProcessGroup(backend, rep_store, node, nodes, bind_addr, timeout, recorder, rep_name));
   return g;
 }
 

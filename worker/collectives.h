@@ -22,6 +22,8 @@
 
 namespace trainyard {
 
+class FlightRecorder;
+
 class Collectives {
  public:
   virtual ~Collectives() = default;
@@ -51,9 +53,11 @@ struct HybridGroups {
   std::unique_ptr<Collectives> shard;
   std::unique_ptr<Collectives> replicate;
 };
+// With a `recorder`, their collectives are recorded as groups "shard/<node>"
+// and "replicate/<local rank>".
 HybridGroups MakeHybridGroups(const c10::intrusive_ptr<c10d::Store>& store, Backend backend, int32_t rank,
                               int32_t world_size, int32_t ranks_per_node, const std::string& bind_addr,
-                              std::chrono::milliseconds timeout);
+                              std::chrono::milliseconds timeout, FlightRecorder* recorder = nullptr);
 
 }  // namespace trainyard
 

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
+#include "worker/flight_recorder.h"
 
 namespace trainyard {
 
@@ -84,6 +85,20 @@ struct ControlClient::Impl {
       r.stop_after = c.stop_after();
       log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id, r.stop_after ? ", then stop" : "");
       control->RequestCheckpoint(r);
+    } else if (msg.has_diagnose()) {
+      // Answered here, on the reader thread: the training thread may be
+      // the one that is stuck.
+      FlightRecord record;
+      if (options.flight_recorder != nullptr) {
+        record = options.flight_recorder->Capture();
+      } else {
+        record.rank = options.rank;
+        record.phase = "unknown (no flight recorder)";
+      }
+      v1::WorkerMessage up;
+      ToProto(record, up.mutable_flight_record());
+      up.mutable_flight_record()->set_request_id(msg.diagnose().request_id());
+      Report(std::move(up));
     }
   }
 

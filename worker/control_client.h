@@ -18,6 +18,8 @@
 
 namespace trainyard {
 
+class FlightRecorder;
+
 struct ControlOptions {
   std::string server;  // host:port of the coordinator
   std::string job_id;
@@ -34,6 +36,9 @@ struct ControlOptions {
   std::string ca_pem, cert_pem, key_pem;
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
   int32_t metrics_every_steps = 10;
+  // Answers the coordinator's diagnose requests (null: an empty record);
+  // must outlive the client.
+  FlightRecorder* flight_recorder = nullptr;
   size_t max_buffered_samples = 100000;  // oldest dropped beyond this
   // After losing the coordinator: reconnect (hello again, same attempt and
   // token) with capped exponential backoff for this long, then stop.

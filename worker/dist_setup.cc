@@ -6,7 +6,11 @@
 
 namespace trainyard {
 
-DistContext DistSetup::context() const { return DistContext{world, shm.get(), shard.get(), replicate.get(), device}; }
+DistContext DistSetup::context() const {
+  DistContext c{world, shm.get(), shard.get(), replicate.get(), device};
+  c.flight_recorder = recorder;
+  return c;
+}
 
 std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
                                                   int32_t rank, int32_t world_size) {
@@ -32,12 +36,15 @@ std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10
 }
 
 DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
-                      int32_t world_size, const std::string& bind_addr, std::chrono::milliseconds timeout) {
+                      int32_t world_size, const std::string& bind_addr, std::chrono::milliseconds timeout,
+                      FlightRecorder* recorder) {
   DistSetup d;
   d.store = store;
+  d.recorder = recorder;
   const Backend backend = EffectiveBackend(spec.backend, spec.device);
-  d.world = MakeProcessGroup(backend, store, rank, world_size, bind_addr, timeout);
+  d.world = MakeProcessGroup(backend, store, rank, world_size, bind_addr, timeout, recorder);
   d.shm = MaybeSharedMemory(spec, store, rank, world_size);
+  if (d.shm) d.shm->set_flight_recorder(recorder);
   if (spec.distributed_type != DistributedType::kFsdp) return d;
   switch (spec.fsdp.sharding_strategy) {
     case ShardingStrategy::kFullShard:
@@ -46,7 +53,7 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
     case ShardingStrategy::kHybridShard:
     case ShardingStrategy::kHybridShardZero2: {
       const int32_t per_node = spec.fsdp.ranks_per_node > 0 ? spec.fsdp.ranks_per_node : world_size;
-      HybridGroups h = MakeHybridGroups(store, backend, rank, world_size, per_node, bind_addr, timeout);
+      HybridGroups h = MakeHybridGroups(store, backend, rank, world_size, per_node, bind_addr, timeout, recorder);
       d.shard = std::move(h.shard);
       d.replicate = std::move(h.replicate);
       break;
@@ -55,11 +62,12 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
   return d;
 }
 
-DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options) {
+DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options, FlightRecorder* recorder) {
   if (options.world_size < 2) return DistSetup{};
   log::Info("rank {}/{}: rendezvous at {}:{}", options.rank, options.world_size, options.master_addr,
             options.master_port);
-  return SetUpGroups(spec, ConnectStore(options), options.rank, options.world_size, options.bind_addr, options.timeout);
+  return SetUpGroups(spec, ConnectStore(options), options.rank, options.world_size, options.bind_addr, options.timeout,
+                     recorder);
 }
 
 }  // namespace trainyard

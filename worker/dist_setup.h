@@ -31,18 +31,21 @@ struct DistSetup {
   std::unique_ptr<ShmCollectives> shm;            // DDP on one host, when chosen
   std::unique_ptr<Collectives> shard, replicate;  // FSDP, by sharding strategy
   std::optional<c10::Device> device;              // unset: RankDevice(spec.device)
+  FlightRecorder* recorder = nullptr;             // records every group's collectives; not owned
 
   // Borrows this setup's groups: keep the setup alive while it is used.
   DistContext context() const;
 };
 
 // Rendezvous at options.master_addr:master_port, then every group. World
-// size 1: an empty setup.
-DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options);
+// size 1: an empty setup. With a `recorder` (which must outlive the setup),
+// every group's collectives are recorded in it.
+DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options, FlightRecorder* recorder = nullptr);
 
 // Every group over an existing store (world size > 1).
 DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
-                      int32_t world_size, const std::string& bind_addr, std::chrono::milliseconds timeout);
+                      int32_t world_size, const std::string& bind_addr, std::chrono::milliseconds timeout,
+                      FlightRecorder* recorder = nullptr);
 
 // The shared-memory gradient path when the spec allows it and every rank is
 // on this host (collective over all ranks); null otherwise. Throws

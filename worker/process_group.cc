@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "worker/recording_backend.h"
+
 namespace trainyard {
 
 c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& o) {
@@ -20,15 +22,19 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& o) {
 
 c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Backend backend, const c10::intrusive_ptr<c10d::Store>& store,
                                                         int32_t rank, int32_t world_size, const std::string& bind_addr,
-                                                        std::chrono::milliseconds timeout) {
+                                                        std::chrono::milliseconds timeout, FlightRecorder* recorder,
+                                                        const std::string& group_name) {
+  auto recorded = [&](c10::intrusive_ptr<c10d::Backend> b) {
+    return recorder != nullptr ? MakeRecordingBackend(std::move(b), recorder, group_name) : b;
+  };
   if (backend == Backend::kAuto) throw std::invalid_argument("MakeProcessGroup: resolve the backend first");
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world_size);
   // Each backend rendezvouses under its own prefix, as torch.distributed's do.
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(bind_addr));
   options->threads = 2;
-  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store), rank,
-                                                          world_size, options);
+  auto gloo = recorded(c10::make_intrusive<c10d::ProcessGroupGloo>(
+      c10::make_intrusive<c10d::PrefixStore>("cpu/", store), rank, world_size, options));
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
   if (backend == Backend::kGloo) {
     group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
@@ -36,7 +42,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Backend backend, const c
     return group;
   }
 #ifdef TRAINYARD_WITH_CUDA
-  auto nccl = MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>("cuda/", store), rank, world_size, timeout);
+  auto nccl =
+      recorded(MakeNcclBackend(c10::make_intrusive<c10d::PrefixStore>("cuda/", store), rank, world_size, timeout));
   group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
   return group;

@@ -20,6 +20,8 @@
 
 namespace trainyard {
 
+class FlightRecorder;
+
 struct RendezvousOptions {
   std::string master_addr = "127.0.0.1";  // rank 0 hosts the TCPStore here
   int master_port = 29500;
@@ -35,10 +37,14 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& options);
 
 // `backend` must be resolved (EffectiveBackend): kGloo or kNccl. kNccl
 // needs a CUDA build and the rank's GPU selected (UseDevice) first; it
-// throws std::runtime_error otherwise.
+// throws std::runtime_error otherwise. With a `recorder` (which must
+// outlive the group), every collective is recorded in it under `group_name`
+// (worker/recording_backend.h).
 c10::intrusive_ptr<c10d::ProcessGroup> MakeProcessGroup(Backend backend, const c10::intrusive_ptr<c10d::Store>& store,
                                                         int32_t rank, int32_t world_size, const std::string& bind_addr,
-                                                        std::chrono::milliseconds timeout);
+                                                        std::chrono::milliseconds timeout,
+                                                        FlightRecorder* recorder = nullptr,
+                                                        const std::string& group_name = "world");
 
 // True when `group` sends CUDA tensors through NCCL.
 bool UsesNccl(const c10d::ProcessGroup& group);

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "worker/flight_recorder.h"
+
 namespace trainyard {
 namespace {
 
@@ -228,6 +230,7 @@ void ShmCollectives::Barrier() {
 }
 
 void ShmCollectives::Broadcast(void* data, size_t bytes, int32_t root) {
+  RecordedCollective record(recorder_, "shm", "broadcast", static_cast<int64_t>(bytes));
   if (root < 0 || root >= world_) throw std::invalid_argument("Broadcast: root out of range");
   // The root's input slot carries it: input slots are read only between an
   // operation's two barriers, so writing one before the first is safe.
@@ -246,6 +249,11 @@ void ShmCollectives::Broadcast(void* data, size_t bytes, int32_t root) {
 }
 
 void ShmCollectives::AllreduceMax(int64_t* values, int n) {
+  RecordedCollective record(recorder_, "shm", "allreduce_max", static_cast<int64_t>(n * sizeof(int64_t)));
+  MaxOfWords(values, n);
+}
+
+void ShmCollectives::MaxOfWords(int64_t* values, int n) {
   if (n < 0 || n > kMaxWords) throw std::invalid_argument("AllreduceMax takes at most 8 values");
   // Call k writes buffer k % 2. A rank can write buffer p again (call k + 2)
   // only after the barrier of call k + 1, which every rank reaches after
@@ -285,6 +293,7 @@ void SumSlices(float* const* out, int32_t outs, const float* const* in, int32_t 
 }  // namespace
 
 void ShmCollectives::AllreduceSum(at::Tensor& tensor, float divisor) {
+  RecordedCollective record(recorder_, "shm", "allreduce", static_cast<int64_t>(tensor.nbytes()));
   if (tensor.scalar_type() != at::kFloat || !tensor.is_contiguous() || !tensor.device().is_cpu()) {
     throw std::invalid_argument("shared-memory allreduce takes contiguous fp32 CPU tensors");
   }
@@ -298,7 +307,7 @@ void ShmCollectives::AllreduceSum(at::Tensor& tensor, float divisor) {
     const bool inside = n > 0 && p >= mine && p + n * sizeof(float) <= mine + resident_stride_;
     const int64_t offset = inside ? static_cast<int64_t>(p - mine) : -1;
     int64_t words[4] = {offset, -offset, static_cast<int64_t>(n), -static_cast<int64_t>(n)};
-    AllreduceMax(words, 4);  // a barrier: every rank's tensor is complete
+    MaxOfWords(words, 4);  // a barrier: every rank's tensor is complete
     if (words[0] != -words[1] || words[2] != -words[3]) {
       throw std::runtime_error("shared-memory allreduce: ranks passed different tensors (offset " +
                                std::to_string(offset) + ", " + std::to_string(n) + " floats on rank " +

@@ -24,6 +24,8 @@
 
 namespace trainyard {
 
+class FlightRecorder;
+
 class ShmCollectives {
  public:
   // Collective over all ranks: rank 0 creates the segment and publishes its
@@ -72,10 +74,16 @@ class ShmCollectives {
   static constexpr int kMaxWords = 8;
   void AllreduceMax(int64_t* values, int n);
 
+  // Records AllreduceSum, Broadcast and AllreduceMax as group "shm" in
+  // `recorder` (null: nothing), which must outlive this object.
+  void set_flight_recorder(FlightRecorder* recorder) { recorder_ = recorder; }
+
   int32_t rank() const { return rank_; }
   int32_t world_size() const { return world_; }
 
  private:
+  // AllreduceMax without recording it (a part of another collective).
+  void MaxOfWords(int64_t* values, int n);
   ShmCollectives(int32_t rank, int32_t world, void* base, size_t bytes, size_t chunk_floats,
                  std::chrono::milliseconds timeout);
   void Barrier();
@@ -87,6 +95,7 @@ class ShmCollectives {
   size_t mapped_bytes_;
   size_t chunk_floats_;
   std::chrono::milliseconds timeout_;
+  FlightRecorder* recorder_ = nullptr;
   uint64_t word_calls_ = 0;                // AllreduceMax alternates between two buffers
   uint64_t epoch_ = 0;                     // barriers passed so far
   c10::intrusive_ptr<c10d::Store> store_;  // for segments mapped later

@@ -23,6 +23,7 @@
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/device.h"
+#include "worker/flight_recorder.h"
 #include "worker/fsdp.h"
 #include "worker/job_data.h"
 #include "worker/loss_scaler.h"
@@ -59,6 +60,7 @@ struct Trainer::Impl {
   int32_t world_size;
   c10::Device device = c10::Device(c10::kCPU);  // where the model, batches and gradients live
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  FlightRecorder* flight = nullptr;  // the phase goes here (diagnosis of hangs)
   MetricsSink* sink;
 
   // The model and how it is parallelized (at most one of ddp, fsdp).
@@ -303,6 +305,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   s.rank = rank;
   s.world_size = world_size;
   s.pg = dist.process_group;
+  s.flight = dist.flight_recorder;
   s.sink = sink;
   if (world_size > 1 && !s.pg) throw std::invalid_argument("a process group is required when world_size > 1");
   s.device = dist.device ? *dist.device : RankDevice(s.spec.device);
@@ -419,6 +422,7 @@ double Trainer::Step() {
   double loss_sum = 0;
   int64_t samples = 0;
   for (int micro = 0; micro < accum; ++micro) {
+    SetPhase(s.flight, "data", s.step);
     const auto d0 = Clock::now();
     Batch batch = s.data.train->Next();
     if (cuda) batch = batch.To(s.device);
@@ -436,6 +440,7 @@ double Trainer::Step() {
       torch::NoGradGuard no_grad;
       c10d::broadcast_coalesced(s.pg, s.buffers, 250 * 1024 * 1024, 0);
     }
+    SetPhase(s.flight, "forward", s.step);
     at::Tensor output;
     auto forward = [&] {
       AutocastGuard guard(s.device.type(), autocast_dtype, autocast);
@@ -456,10 +461,12 @@ double Trainer::Step() {
       s.ddp->PrepareBackward(s.spec.ddp.find_unused_parameters ? std::vector<at::Tensor>{output}
                                                                : std::vector<at::Tensor>{});
     }
+    SetPhase(s.flight, "backward", s.step);
     if (s.fsdp) s.fsdp->PrepareBackward();
     scaled.backward();
     if (s.fsdp) s.fsdp->FinishBackward();
   }
+  SetPhase(s.flight, "optimizer", s.step);
   const std::vector<at::Tensor> params = s.fsdp ? s.fsdp->ShardParameters() : s.model->parameters();
   bool finite = true;
   if (s.scaler) {
@@ -495,6 +502,7 @@ double Trainer::Step() {
   }
   const auto t3 = Clock::now();
   const double loss_value = loss_sum / accum;
+  SetPhase(s.flight, "step agreement", s.step);
   const StepAgreement agreed = s.control->Finish();
   s.stop_agreed = agreed.stop;
   if (auto ev = s.ckpt.background->Advance(agreed.save.written, agreed.save.failed_rank)) s.Report(*ev);
@@ -524,6 +532,7 @@ double Trainer::Step() {
   }
   // At the step boundary every rank agreed on: preemption, requested, then
   // periodic.
+  if (agreed.preempt || agreed.checkpoint || periodic) SetPhase(s.flight, "checkpoint", s.step);
   if (agreed.preempt) {
     CheckpointEvent ev = Checkpoint(s.PeriodicType(), "preemption");
     s.preempted = true;
@@ -537,7 +546,11 @@ double Trainer::Step() {
   } else if (periodic) {
     s.StartCheckpoint(*this, s.PeriodicType(), "periodic", 0);
   }
-  if (!s.stop_agreed && s.ckpt.snapshots->Due(s.step) && s.step < s.spec.max_steps) s.TakeSnapshot();
+  if (!s.stop_agreed && s.ckpt.snapshots->Due(s.step) && s.step < s.spec.max_steps) {
+    SetPhase(s.flight, "snapshot", s.step);
+    s.TakeSnapshot();
+  }
+  SetPhase(s.flight, "between steps", s.step);
   return loss_value;
 }
 
@@ -547,6 +560,7 @@ double Trainer::Evaluate() {
   torch::NoGradGuard no_grad;
   s.model->eval();
   s.data.eval->Seek(0, 0);  // the same held-out batches every time
+  SetPhase(s.flight, "eval", s.step);
   double sum = 0;
   for (int32_t b = 0; b < s.spec.eval_batches; ++b) {
     Batch batch = s.data.eval->Next();
@@ -581,6 +595,7 @@ TrainResult Trainer::Run() {
     }
   }
   result.final_step = s.step;
+  SetPhase(s.flight, "final checkpoint", s.step);
   s.DrainSaves();
   if (!result.stopped && s.spec.checkpoint.save_final && !s.spec.checkpoint.project_dir.empty()) {
     if (s.ckpt.last_step == s.step && s.ckpt.last_type == CheckpointType::kFull) {

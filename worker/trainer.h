@@ -30,6 +30,7 @@ class DistributedDataParallel;
 class ShmCollectives;
 class Collectives;
 class FullyShardedModel;
+class FlightRecorder;
 
 // The communication a rank has: null pointers when world_size == 1.
 struct DistContext {
@@ -48,6 +49,8 @@ struct DistContext {
   // common/paths.h; the same path for every rank of the host). Empty:
   // checkpoint.snapshot_every_steps is ignored.
   std::string snapshot_dir;
+  // Where the trainer tells its phase (worker/flight_recorder.h); not owned.
+  FlightRecorder* flight_recorder = nullptr;
 };
 
 struct TrainResult {

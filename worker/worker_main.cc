@@ -19,6 +19,7 @@
 #include "worker/control_client.h"
 #include "worker/device.h"
 #include "worker/dist_setup.h"
+#include "worker/flight_recorder.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
@@ -125,6 +126,9 @@ int RunWorker(const WorkerArgs& args) {
       return kExitUsage;
     }
   }
+  // Outlives the control stream and the groups, which record into it.
+  FlightRecorder flight_recorder(args.rank);
+  co.flight_recorder = &flight_recorder;
   auto control = ControlClient::Connect(co, &g_control);
   if (!control.ok()) {
     log::Error("rank {}: {}", args.rank, std::string(control.status().message()));
@@ -168,9 +172,10 @@ int RunWorker(const WorkerArgs& args) {
     ro.rank = args.rank;
     ro.world_size = world_size;
     ro.bind_addr = bind_addr;
-    const DistSetup dist = SetUpDistributed(*spec, ro);
+    const DistSetup dist = SetUpDistributed(*spec, ro, &flight_recorder);
     LoggingSink sink(&ctl, args.rank, spec->max_steps);
     DistContext context = dist.context();
+    context.flight_recorder = &flight_recorder;
     if (!args.job_id.empty()) context.snapshot_dir = SnapshotDir(args.job_id);
     Trainer trainer(*spec, args.rank, world_size, context, &sink, &g_control);
     if (!trainer.resumed_from().empty()) {

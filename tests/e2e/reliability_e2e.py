@@ -6,7 +6,9 @@
   model of an uninterrupted run, every restart resumed at most 5 steps
   before the step the kill came after (the lost-steps metric agrees), and
   the snapshots are gone from /dev/shm when the job ends.
-- A hung worker (SIGSTOP) is detected within step_timeout_s; the group
+- A hung worker (SIGSTOP of rank 1): `trainctl diagnose` names rank 1 and
+  the collective rank 0 waits in; the watchdog detects the hang within
+  step_timeout_s, records the same diagnosis as an event, the group
   restarts and the job succeeds.
 - SIGTERM preemption of one worker: the job checkpoints, is queued again
   (preemptible) and ends SUCCEEDED with the same final model.
@@ -73,6 +75,16 @@ def final_model_digest(server, job_id):
     assert final, f"{job_id}: no FULL checkpoint at step {job['max_steps']}"
     with open(os.path.join(final[-1]["path"], "model.safetensors"), "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def rank_pid(job_id, rank):
+    """The pid of the job's worker of `rank`."""
+    for pid in worker_pids(job_id):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode().split("\0")
+        if "--rank" in args and args[args.index("--rank") + 1] == str(rank):
+            return pid
+    raise AssertionError(f"{job_id}: no worker of rank {rank}")
 
 
 def submit(server, spec_path):
@@ -168,24 +180,50 @@ class Faults(unittest.TestCase):
         lost = s.metric("trainyard_lost_steps_total") - lost_before
         self.assertLessEqual(lost, 5 * kills_total)
 
-    def test_2_hung_worker_is_detected_and_restarted(self):
+    def test_2_hung_worker_is_diagnosed_detected_and_restarted(self):
         s = self.server
         spec = write_spec(self.tmp.name, "hang.yaml", JOB % job_args(name="hang", seed=7, steps=1500, restarts=1)
-                          + "step_timeout_s: 3\n")
+                          + "step_timeout_s: 8\n")
         job_id = submit(s, spec)
         wait_for(lambda: s.job(job_id)["state"] == "RUNNING" and s.job(job_id)["step"] > 40, 120, "training")
-        pid = worker_pids(job_id)[0]
+        pid = rank_pid(job_id, 1)
         os.kill(pid, signal.SIGSTOP)
         stopped_at = time.time()
-        wait_for(lambda: any("hung" in e["reason"] for e in s.job(job_id)["events"]), 30, "the watchdog")
-        detected = [e for e in s.job(job_id)["events"] if "hung" in e["reason"]][0]
+
+        # Before the watchdog fires, `trainctl diagnose` names the stopped
+        # rank and the collective rank 0 waits in for it.
+        def diagnosis():
+            r = s.ctl("-o", "json", "diagnose", job_id, "--wait", "1")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            d = json.loads(r.stdout)
+            ranks = {x["rank"]: x for x in d["ranks"]}
+            # Rank 0 has started a collective that has not ended.
+            return d if 0 in ranks and ranks[0]["collectives"][-1]["end_unix_micros"] == 0 else None
+        d = wait_for(diagnosis, 6, "rank 0 waiting in a collective")
+        self.assertEqual(d["silent_ranks"], [1], d)
+        self.assertEqual(d["behind_ranks"], [1], d)
+        waiting = [x for x in d["ranks"] if x["rank"] == 0][0]["collectives"][-1]
+        self.assertIn("rank 1 did not answer", d["verdict"])
+        self.assertIn(f"rank 0 waits in collective #{waiting['seq']} of group {waiting['group']} ({waiting['op']},",
+                      d["verdict"])
+        table = s.ctl("diagnose", job_id, "--wait", "1")
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertIn("rank 1: no answer", table.stdout)
+        self.assertIn("RUNNING for", table.stdout)
+
+        # The watchdog asks the ranks too, and records what it learned.
+        wait_for(lambda: any("hung" in e["reason"] for e in s.job(job_id)["events"]), 40, "the watchdog")
+        events = s.job(job_id)["events"]
+        detected = [e for e in events if "hung" in e["reason"]][0]
+        diagnosed = [e for e in events if e["reason"].startswith("hang diagnosis: ")]
+        self.assertTrue(diagnosed, events)
+        self.assertIn("rank 1 did not answer", diagnosed[0]["reason"])
+        self.assertRegex(diagnosed[0]["reason"], r"rank 0 waits in collective #\d+ of group \S+ \(\w+,")
         w = s.ctl("watch", job_id)
         self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
         job = s.job(job_id)
         self.assertEqual(job["state"], "SUCCEEDED")
         self.assertEqual(job["attempt"], 2)
-        # Detected within step_timeout_s plus the watchdog's period and the
-        # metrics batching (each at most a second).
         hung_event = [e for e in job["events"] if e["reason"].startswith("restart 1 of 1")]
         self.assertTrue(hung_event, job["events"])
         self.assertIn("step_timeout_s", detected["reason"])

@@ -8,6 +8,7 @@
 
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "common/clock.h"
 #include "tests/test_util.h"
@@ -592,6 +593,90 @@ TEST(GoodputClockTest, AnAsynchronousCheckpointKeepsTheStepsUpToItsStep) {
   clock.AttemptEnded();
   EXPECT_DOUBLE_EQ(clock.Unkept(), 0.0);
   EXPECT_NEAR(clock.Ratio(start + std::chrono::seconds(10)), 0.5, 1e-9);
+}
+
+// A rank's flight record with collectives of group "world": (seq, started
+// this long ago, ended or not).
+FlightRecord Record(int32_t rank, const std::string& phase,
+                    const std::vector<std::tuple<int64_t, double, bool>>& collectives) {
+  const int64_t now = NowMillis() * 1000;
+  FlightRecord r;
+  r.rank = rank;
+  r.step = 7;
+  r.phase = phase;
+  r.phase_since_unix_micros = now - 2000000;
+  r.captured_unix_micros = now;
+  for (const auto& [seq, ago, ended] : collectives) {
+    const int64_t start = now - static_cast<int64_t>(ago * 1e6);
+    r.collectives.push_back({seq, "world", "allreduce", 400, start, ended ? start + 1000 : 0});
+  }
+  return r;
+}
+
+// `diagnose` and the watchdog ask every rank for its flight record; the
+// watchdog records the diagnosis and fails the hung group with it.
+TEST_F(JobManagerTest, HangsAreDiagnosedFromTheRanksFlightRecords) {
+  auto job = manager_->Submit("max_steps: 100\nnum_processes: 2\nstep_timeout_s: 0.3\n");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id;
+  const JobRecord r = *manager_->Get(id);
+  auto w0 = manager_->AttachWorker(id, 0, r.attempt, r.worker_token);
+  auto w1 = manager_->AttachWorker(id, 1, r.attempt, r.worker_token);
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  ASSERT_EQ(StateOf(id), JobState::kRunning);
+  // Rank 0 waits in collective #2 since 3 s; rank 1 never started it.
+  const FlightRecord r0 = Record(0, "backward", {{1, 5.0, true}, {2, 3.0, false}});
+  const FlightRecord r1 = Record(1, "data", {{1, 5.0, true}});
+
+  auto request = manager_->RequestDiagnosis(id, std::chrono::seconds(10));
+  ASSERT_TRUE(request.ok()) << request.status();
+  for (auto* w : {&*w0, &*w1}) {
+    WorkerCommand cmd;
+    ASSERT_TRUE(w->channel->Pop(&cmd, std::chrono::milliseconds(100)));
+    EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kDiagnose);
+    EXPECT_EQ(cmd.request_id, *request);
+  }
+  manager_->ReportFlightRecord(id, r.attempt + 1, *request, r1);  // another attempt's: ignored
+  manager_->ReportFlightRecord(id, r.attempt, *request, r0);
+  manager_->ReportFlightRecord(id, r.attempt, *request, r1);
+  const auto asked = std::chrono::steady_clock::now();
+  auto d = manager_->WaitDiagnosis(*request);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(5));  // both answered: no wait
+  EXPECT_EQ(d->answers.size(), 2u);
+  EXPECT_EQ(d->result.behind_ranks, std::vector<int32_t>{1});
+  EXPECT_NE(d->result.verdict.find("rank 1 is behind: it has not started collective #2 of group world (allreduce, "
+                                   "400 B), which rank 0 started 3.0 s ago; rank 1 is in data after step 7"),
+            std::string::npos)
+      << d->result.verdict;
+  EXPECT_EQ(manager_->WaitDiagnosis(*request).status().code(), absl::StatusCode::kNotFound);  // taken
+
+  // The watchdog: no step for step_timeout_s.
+  WorkerCommand cmd;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        manager_->CheckProgress();
+        return w0->channel->Pop(&cmd, std::chrono::milliseconds(20));
+      },
+      std::chrono::seconds(5)));
+  ASSERT_EQ(cmd.kind, WorkerCommand::Kind::kDiagnose);
+  EXPECT_EQ(StateOf(id), JobState::kRunning);  // still asking
+  manager_->ReportFlightRecord(id, r.attempt, cmd.request_id, r0);
+  manager_->ReportFlightRecord(id, r.attempt, cmd.request_id, r1);
+  manager_->CheckProgress();
+  EXPECT_EQ(launcher_.stopped(), std::vector<std::string>{id + "#" + std::to_string(r.attempt)});
+  auto events = manager_->Events(id);
+  ASSERT_TRUE(events.ok());
+  bool diagnosed = false;
+  for (const JobEvent& e : *events) {
+    diagnosed =
+        diagnosed || e.reason.rfind("hang diagnosis: rank 1 is behind: it has not started collective #2", 0) == 0;
+  }
+  EXPECT_TRUE(diagnosed);
+  ExitAll(id, 1);  // the stopped ranks end: the job fails with the watchdog's reason
+  EXPECT_EQ(StateOf(id), JobState::kFailed);
+  EXPECT_NE(manager_->Get(id)->reason.find("the job is hung (rank 1 is behind"), std::string::npos)
+      << manager_->Get(id)->reason;
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+#include "worker/flight_recorder.h"
+
+#include <chrono>
+
+namespace trainyard {
+namespace {
+
+int64_t UnixMicrosNow() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+FlightRecorder::FlightRecorder(int32_t rank, size_t capacity)
+    : rank_(rank), capacity_(capacity == 0 ? 1 : capacity), phase_since_micros_(UnixMicrosNow()) {
+  ring_.reserve(capacity_);
+}
+
+uint64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t bytes) {
+  CollectiveRecord r;
+  r.group = group;
+  r.op = op;
+  r.bytes = bytes;
+  r.start_unix_micros = UnixMicrosNow();
+  std::lock_guard<std::mutex> lock(mu_);
+  r.seq = ++seq_[group];
+  const uint64_t handle = next_++;
+  if (ring_.size() < capacity_) {
+    ring_.push_back(std::move(r));
+  } else {
+    ring_[handle % capacity_] = std::move(r);
+  }
+  return handle;
+}
+
+void FlightRecorder::End(uint64_t handle) {
+  const int64_t now = UnixMicrosNow();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (handle >= next_ || next_ - handle > capacity_) return;  // overwritten since
+  ring_[handle % capacity_].end_unix_micros = now;
+}
+
+void FlightRecorder::SetPhase(const char* phase, int64_t step) {
+  step_.store(step, std::memory_order_relaxed);
+  if (phase_.exchange(phase, std::memory_order_relaxed) != phase) {
+    phase_since_micros_.store(UnixMicrosNow(), std::memory_order_relaxed);
+  }
+}
+
+FlightRecord FlightRecorder::Capture() const {
+  FlightRecord out;
+  out.rank = rank_;
+  out.step = step_.load(std::memory_order_relaxed);
+  out.phase = phase_.load(std::memory_order_relaxed);
+  out.phase_since_unix_micros = phase_since_micros_.load(std::memory_order_relaxed);
+  out.captured_unix_micros = UnixMicrosNow();
+  std::lock_guard<std::mutex> lock(mu_);
+  out.collectives.reserve(ring_.size());
+  // Oldest first: once the ring has wrapped, it starts at the next slot.
+  const size_t first = ring_.size() < capacity_ ? 0 : next_ % capacity_;
+  for (size_t i = 0; i < ring_.size(); ++i) out.collectives.push_back(ring_[(first + i) % ring_.size()]);
+  return out;
+}
+
+}  // namespace trainyard
