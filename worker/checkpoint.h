@@ -69,6 +69,10 @@ struct TrainingState {
   int32_t rank = 0;
   int32_t world_size = 1;
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;  // null when world_size == 1
+  // FSDP: a Gloo group of its own for assembling FULL checkpoints on the
+  // background writer threads (rank r = writer r); null: assembled at the
+  // step boundary.
+  c10::intrusive_ptr<c10d::ProcessGroup> checkpoint_group;
   Model* model = nullptr;
   FullyShardedModel* fsdp = nullptr;
   DistributedDataParallel* ddp = nullptr;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -172,12 +173,28 @@ inline at::Tensor PieceData(const TrainingState& s, const Holding& h, const Piec
   return src.reshape({-1}).narrow(0, piece.holder_offset, piece.size()).contiguous();
 }
 
+// This rank's data of a piece (field < 0: the parameter values).
+using PieceSource = std::function<at::Tensor(const Piece& piece, int field)>;
+
 // Rank 0 gets whole tensors, one at a time, from their owners' pieces.
+// Everything it needs of the Holding is taken at construction, so it may be
+// used later on another thread with a PieceSource of host copies.
 class FullAssembler {
  public:
-  FullAssembler(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields)
-      : s_(s), h_(h), fields_(fields), by_param_(h.num_params()) {
-    if (h.full_group() == nullptr) {
+  // `group` numbers its ranks as the Holding numbers writers (rank r =
+  // writer r); null when rank 0 holds every parameter whole. `whole` is
+  // the live parameters to write as they are (DDP) or empty.
+  FullAssembler(const Holding& h, int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> group, PieceSource source,
+                std::vector<at::Tensor> whole = {})
+      : rank_(rank),
+        my_writer_(h.my_writer()),
+        num_params_(h.num_params()),
+        group_(std::move(group)),
+        source_(std::move(source)),
+        whole_(std::move(whole)),
+        by_param_(h.num_params()) {
+    for (size_t p = 0; p < num_params_; ++p) sizes_.push_back(h.param(p).sizes().vec());
+    if (!group_) {
       for (const Piece& piece : h.Local()) by_param_[piece.param].push_back({0, piece});
       return;
     }
@@ -186,26 +203,35 @@ class FullAssembler {
     }
   }
 
+  // The pieces writer `w` contributes (its own, to copy for later).
+  std::vector<Piece> PiecesOf(int32_t w) const {
+    std::vector<Piece> out;
+    for (const auto& list : by_param_) {
+      for (const auto& [owner, piece] : list) {
+        if (owner == w) out.push_back(piece);
+      }
+    }
+    return out;
+  }
+
   // Rank 0: parameter p's values (field < 0) or optimizer field, whole.
   // Other owners: send their pieces; returns an undefined tensor.
   at::Tensor Get(size_t p, int field) {
-    Collectives* group = h_.full_group();
-    const int tag = static_cast<int>((field + 1) * h_.num_params() + p);
-    const at::Tensor& param = h_.param(p);
-    if (s_.rank != 0) {
+    const int tag = static_cast<int>((field + 1) * num_params_ + p);
+    if (rank_ != 0) {
       for (const auto& [w, piece] : by_param_[p]) {
-        if (w != h_.my_writer()) continue;
+        if (w != my_writer_) continue;
         // Host tensors: the pieces travel through the group's Gloo backend
         // whatever the device (and one tensor at a time through host memory).
-        std::vector<at::Tensor> t = {ToHost(PieceData(s_, h_, piece, field, fields_))};
-        group->process_group()->send(t, 0, tag)->wait();
+        std::vector<at::Tensor> t = {ToHost(source_(piece, field))};
+        group_->send(t, 0, tag)->wait();
       }
       return at::Tensor();
     }
     // DDP holds parameters whole in fp32: no copy. FSDP's module parameters
     // may be low-precision views; the fp32 shards are the truth.
-    if (group == nullptr && field < 0 && s_.fsdp == nullptr) return ToHost(param.detach());
-    at::Tensor out = at::empty(param.sizes(), at::TensorOptions(at::kFloat));  // host memory
+    if (!group_ && field < 0 && !whole_.empty()) return ToHost(whole_[p].detach());
+    at::Tensor out = at::empty(sizes_[p], at::TensorOptions(at::kFloat));  // host memory
     at::Tensor flat = out.view({-1});
     std::vector<c10::intrusive_ptr<c10d::Work>> pending;
     std::vector<std::vector<at::Tensor>> buffers;
@@ -213,10 +239,10 @@ class FullAssembler {
     for (const auto& [w, piece] : by_param_[p]) {
       at::Tensor dst = flat.narrow(0, piece.begin, piece.size());
       if (w == 0) {
-        dst.copy_(PieceData(s_, h_, piece, field, fields_));
+        dst.copy_(source_(piece, field));
       } else {
         buffers.push_back({dst});
-        pending.push_back(group->process_group()->recv(buffers.back(), w, tag));
+        pending.push_back(group_->recv(buffers.back(), w, tag));
       }
     }
     for (auto& work : pending) work->wait();
@@ -224,9 +250,13 @@ class FullAssembler {
   }
 
  private:
-  const TrainingState& s_;
-  const Holding& h_;
-  const std::vector<std::string>& fields_;
+  const int32_t rank_;
+  const int32_t my_writer_;
+  const size_t num_params_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  PieceSource source_;
+  std::vector<at::Tensor> whole_;
+  std::vector<std::vector<int64_t>> sizes_;
   std::vector<std::vector<std::pair<int32_t, Piece>>> by_param_;
 };
 

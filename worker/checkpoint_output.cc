@@ -57,6 +57,8 @@ std::vector<at::Tensor> HostCopyOutput::Copy(const std::vector<TensorSpec>& tens
   return out;
 }
 
+void DiskOutput::Later(std::function<void(CheckpointOutput&)> work, int64_t /*host_bytes*/) { work(*this); }
+
 void HostCopyOutput::Safetensors(const std::string& path, const std::vector<TensorSpec>& tensors,
                                  const std::function<at::Tensor(size_t)>& produce,
                                  const std::map<std::string, std::string>& metadata) {
@@ -78,6 +80,14 @@ void HostCopyOutput::ShardedSafetensors(const std::string& dir, const std::vecto
 
 void HostCopyOutput::Text(const std::string& path, const std::string& text) {
   writes_.push_back([path, text] { WriteTextFile(path, text); });
+}
+
+void HostCopyOutput::Later(std::function<void(CheckpointOutput&)> work, int64_t host_bytes) {
+  host_bytes_ += host_bytes;
+  writes_.push_back([work = std::move(work)] {
+    DiskOutput disk;
+    work(disk);
+  });
 }
 
 void HostCopyOutput::Flush() {

@@ -31,6 +31,13 @@ class CheckpointOutput {
                                   const std::function<at::Tensor(size_t)>& produce, int64_t max_shard_bytes) = 0;
   // A small text file (JSON).
   virtual void Text(const std::string& path, const std::string& text) = 0;
+  // Work that writes files (through the output it is given), run now or, by
+  // an output that writes later, in its turn among the other writes.
+  // `host_bytes`: the host memory the work holds until then.
+  virtual void Later(std::function<void(CheckpointOutput&)> work, int64_t host_bytes) = 0;
+  // True when the files are written later, on another thread (Later's work
+  // must then not touch the training state).
+  virtual bool deferred() const = 0;
 };
 
 // Writes at once. Throws std::runtime_error on I/O errors.
@@ -42,6 +49,8 @@ class DiskOutput final : public CheckpointOutput {
   void ShardedSafetensors(const std::string& dir, const std::vector<TensorSpec>& tensors,
                           const std::function<at::Tensor(size_t)>& produce, int64_t max_shard_bytes) override;
   void Text(const std::string& path, const std::string& text) override;
+  void Later(std::function<void(CheckpointOutput&)> work, int64_t host_bytes) override;
+  bool deferred() const override { return false; }
 };
 
 // Keeps host copies of what it is given; nothing touches the disk before
@@ -55,6 +64,8 @@ class HostCopyOutput final : public CheckpointOutput {
   void ShardedSafetensors(const std::string& dir, const std::vector<TensorSpec>& tensors,
                           const std::function<at::Tensor(size_t)>& produce, int64_t max_shard_bytes) override;
   void Text(const std::string& path, const std::string& text) override;
+  void Later(std::function<void(CheckpointOutput&)> work, int64_t host_bytes) override;
+  bool deferred() const override { return true; }
 
   // Writes every file, in the order given, then releases the copies.
   // Throws std::runtime_error on I/O errors. Call once.

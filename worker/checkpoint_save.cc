@@ -14,9 +14,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include "common/checkpoint_dir.h"
 #include "common/clock.h"
@@ -90,43 +93,42 @@ void WriteTrainerState(const TrainingState& s, const Holding& h, CheckpointType 
   out.Text((fs::path(staging) / kTrainerState).string(), j.dump(2) + "\n");
 }
 
-void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,
-               const std::string& staging, CheckpointOutput& out) {
-  if (!h.assembles()) return;
-  FullAssembler assembler(s, h, fields);
-  const size_t n = h.num_params();
-  if (s.rank != 0) {
+// What rank 0 writes of a FULL checkpoint: the model's tensors (parameters,
+// then buffers) and the optimizer's (each parameter's fields in turn).
+struct FullLayout {
+  size_t params = 0, fields = 0;
+  std::vector<TensorSpec> model, optim;
+  std::vector<std::pair<std::string, at::Tensor>> buffers;  // rank 0
+  std::string staging;
+  int64_t max_shard_bytes = 0;
+};
+
+// Rank 0 writes the FULL files from `assembler`; the other owners send it
+// their pieces. On a write error rank 0 keeps receiving what the owners send
+// (so nobody waits forever), then throws.
+void WriteFullFiles(FullAssembler& assembler, int32_t rank, const FullLayout& l, CheckpointOutput& out) {
+  const size_t n = l.params;
+  if (rank != 0) {
     for (size_t p = 0; p < n; ++p) assembler.Get(p, -1);
     for (size_t p = 0; p < n; ++p) {
-      for (size_t f = 0; f < fields.size(); ++f) assembler.Get(p, static_cast<int>(f));
+      for (size_t f = 0; f < l.fields; ++f) assembler.Get(p, static_cast<int>(f));
     }
     return;
-  }
-  // Rank 0 writes; on a write error it keeps receiving what the owners send
-  // (so nobody waits forever), then reports the error.
-  const auto buffers = Buffers(s);
-  std::vector<TensorSpec> model_specs;
-  for (size_t p = 0; p < n; ++p) model_specs.push_back({h.name(p), at::kFloat, h.param(p).sizes().vec()});
-  for (const auto& [name, t] : buffers) model_specs.push_back({name, t.scalar_type(), t.sizes().vec()});
-  std::vector<TensorSpec> optim_specs;
-  for (size_t p = 0; p < n; ++p) {
-    for (const std::string& f : fields)
-      optim_specs.push_back({h.name(p) + "." + f, at::kFloat, h.param(p).sizes().vec()});
   }
   size_t next_model = 0, next_optim = 0;
   std::string error;
   try {
     out.ShardedSafetensors(
-        staging, model_specs,
+        l.staging, l.model,
         [&](size_t i) {
           next_model = i + 1;
-          return i < n ? assembler.Get(i, -1).to(at::kFloat) : buffers[i - n].second.contiguous();
+          return i < n ? assembler.Get(i, -1).to(at::kFloat) : l.buffers[i - n].second.contiguous();
         },
-        ParseSize(s.spec->checkpoint.max_shard_size));
-    if (!fields.empty()) {
-      out.Safetensors((fs::path(staging) / kOptimizerFile).string(), optim_specs, [&](size_t i) {
+        l.max_shard_bytes);
+    if (l.fields > 0) {
+      out.Safetensors((fs::path(l.staging) / kOptimizerFile).string(), l.optim, [&](size_t i) {
         next_optim = i + 1;
-        return assembler.Get(i / fields.size(), static_cast<int>(i % fields.size()));
+        return assembler.Get(i / l.fields, static_cast<int>(i % l.fields));
       });
     }
   } catch (const std::exception& e) {
@@ -134,10 +136,67 @@ void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::
   }
   if (error.empty()) return;
   for (size_t i = next_model; i < n; ++i) assembler.Get(i, -1);
-  for (size_t i = next_optim; i < optim_specs.size(); ++i) {
-    assembler.Get(i / fields.size(), static_cast<int>(i % fields.size()));
-  }
+  for (size_t i = next_optim; i < l.optim.size(); ++i) assembler.Get(i / l.fields, static_cast<int>(i % l.fields));
   throw std::runtime_error(error);
+}
+
+// A copy that shares nothing with the training state, in host memory.
+at::Tensor Frozen(const at::Tensor& t) { return t.is_cuda() ? ToHost(t, /*pinned=*/true) : t.clone(); }
+
+void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,
+               const std::string& staging, CheckpointOutput& out) {
+  if (!h.assembles()) return;
+  auto layout = std::make_shared<FullLayout>();
+  FullLayout& l = *layout;
+  l.params = h.num_params();
+  l.fields = fields.size();
+  l.staging = staging;
+  l.max_shard_bytes = ParseSize(s.spec->checkpoint.max_shard_size);
+  if (s.rank == 0) {
+    l.buffers = Buffers(s);
+    for (size_t p = 0; p < l.params; ++p) l.model.push_back({h.name(p), at::kFloat, h.param(p).sizes().vec()});
+    for (const auto& [name, t] : l.buffers) l.model.push_back({name, t.scalar_type(), t.sizes().vec()});
+    for (size_t p = 0; p < l.params; ++p) {
+      for (const std::string& f : fields)
+        l.optim.push_back({h.name(p) + "." + f, at::kFloat, h.param(p).sizes().vec()});
+    }
+  }
+  Collectives* full = h.full_group();
+  if (out.deferred() && full != nullptr && s.checkpoint_group) {
+    // Written later, on the writer thread: this rank's pieces are copied
+    // now, and assembled then over the checkpoint group (the training
+    // groups stay the training thread's).
+    using Key = std::tuple<size_t, int64_t, int>;
+    auto copies = std::make_shared<std::map<Key, at::Tensor>>();
+    auto assembler =
+        std::make_shared<FullAssembler>(h, s.rank, s.checkpoint_group, [copies](const Piece& piece, int field) {
+          return copies->at(Key{piece.param, piece.begin, field});
+        });
+    int64_t bytes = 0;
+    for (const Piece& piece : assembler->PiecesOf(h.my_writer())) {
+      for (int f = -1; f < static_cast<int>(fields.size()); ++f) {
+        at::Tensor t = Frozen(PieceData(s, h, piece, f, fields));
+        bytes += static_cast<int64_t>(t.nbytes());
+        (*copies)[Key{piece.param, piece.begin, f}] = std::move(t);
+      }
+    }
+    for (auto& [name, t] : l.buffers) {
+      t = Frozen(t);
+      bytes += static_cast<int64_t>(t.nbytes());
+    }
+    const int32_t rank = s.rank;
+    out.Later([assembler, layout, rank](CheckpointOutput& disk) { WriteFullFiles(*assembler, rank, *layout, disk); },
+              bytes);
+    return;
+  }
+  std::vector<at::Tensor> whole;
+  if (s.fsdp == nullptr) {
+    for (size_t p = 0; p < l.params; ++p) whole.push_back(h.param(p));
+  }
+  FullAssembler assembler(
+      h, s.rank, full != nullptr ? full->process_group() : nullptr,
+      [&](const Piece& piece, int field) { return PieceData(s, h, piece, field, fields); }, std::move(whole));
+  WriteFullFiles(assembler, s.rank, l, out);
 }
 
 void WriteSharded(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,

@@ -1,5 +1,7 @@
 #include "worker/dist_setup.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <stdexcept>
 
 #include "common/log.h"
@@ -9,6 +11,7 @@ namespace trainyard {
 DistContext DistSetup::context() const {
   DistContext c{world, shm.get(), shard.get(), replicate.get(), device};
   c.flight_recorder = recorder;
+  c.checkpoint_group = checkpoint;
   return c;
 }
 
@@ -46,6 +49,10 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
   d.shm = MaybeSharedMemory(spec, store, rank, world_size);
   if (d.shm) d.shm->set_flight_recorder(recorder);
   if (spec.distributed_type != DistributedType::kFsdp) return d;
+  if (spec.checkpoint.async) {
+    d.checkpoint = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("checkpoint/", store), rank,
+                                    world_size, bind_addr, timeout);
+  }
   switch (spec.fsdp.sharding_strategy) {
     case ShardingStrategy::kFullShard:
     case ShardingStrategy::kShardGradOp: d.shard = MakeCollectives(d.world); break;

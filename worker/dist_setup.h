@@ -30,8 +30,11 @@ struct DistSetup {
   c10::intrusive_ptr<c10d::ProcessGroup> world;   // null when world size is 1
   std::unique_ptr<ShmCollectives> shm;            // DDP on one host, when chosen
   std::unique_ptr<Collectives> shard, replicate;  // FSDP, by sharding strategy
-  std::optional<c10::Device> device;              // unset: RankDevice(spec.device)
-  FlightRecorder* recorder = nullptr;             // records every group's collectives; not owned
+  // FSDP with asynchronous checkpoints: the writer threads' Gloo group for
+  // assembling FULL checkpoints (TrainingState::checkpoint_group).
+  c10::intrusive_ptr<c10d::ProcessGroup> checkpoint;
+  std::optional<c10::Device> device;   // unset: RankDevice(spec.device)
+  FlightRecorder* recorder = nullptr;  // records every group's collectives; not owned
 
   // Borrows this setup's groups: keep the setup alive while it is used.
   DistContext context() const;

@@ -61,6 +61,7 @@ struct Trainer::Impl {
   c10::Device device = c10::Device(c10::kCPU);  // where the model, batches and gradients live
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   FlightRecorder* flight = nullptr;  // the phase goes here (diagnosis of hangs)
+  c10::intrusive_ptr<c10d::ProcessGroup> checkpoint_group;
   MetricsSink* sink;
 
   // The model and how it is parallelized (at most one of ddp, fsdp).
@@ -111,6 +112,7 @@ struct Trainer::Impl {
     st.rank = rank;
     st.world_size = world_size;
     st.process_group = pg;
+    st.checkpoint_group = checkpoint_group;
     st.model = model.get();
     st.fsdp = fsdp.get();
     st.ddp = ddp.get();
@@ -306,6 +308,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   s.world_size = world_size;
   s.pg = dist.process_group;
   s.flight = dist.flight_recorder;
+  s.checkpoint_group = dist.checkpoint_group;
   s.sink = sink;
   if (world_size > 1 && !s.pg) throw std::invalid_argument("a process group is required when world_size > 1");
   s.device = dist.device ? *dist.device : RankDevice(s.spec.device);

@@ -51,6 +51,9 @@ struct DistContext {
   std::string snapshot_dir;
   // Where the trainer tells its phase (worker/flight_recorder.h); not owned.
   FlightRecorder* flight_recorder = nullptr;
+  // FSDP, asynchronous checkpoints: a Gloo group over the same ranks as
+  // process_group, used by the background writers alone (FULL assembly).
+  c10::intrusive_ptr<c10d::ProcessGroup> checkpoint_group;
 };
 
 struct TrainResult {
