@@ -4,8 +4,11 @@
 // every --every steps, asynchronous (checkpoint.async, the default) and
 // synchronous; and an in-memory snapshot every --snapshot-every steps.
 // It prints the time training waited per save (synchronous: the whole save;
-// asynchronous: the host copy) and each setting's throughput relative to no
-// checkpoints. The order of the settings rotates from round to round.
+// asynchronous: the copy at the step boundary), each setting's throughput
+// relative to no checkpoints, and how much longer the steps that save are
+// than the others (per interval: the boundary's share of training time,
+// free of the drift between rounds). The order of the settings rotates from
+// round to round.
 //
 //   checkpoint_stall [--dir DIR] [--layers L] [--width W] [--vocab V]
 //                    [--steps S] [--every E] [--snapshot-every K] [--rounds R]
@@ -102,8 +105,16 @@ int RunRank(const Options& o) {
       for (int i = 0; i < o.warmup; ++i) t.Step();
       dist.world->barrier()->wait();
       const auto t0 = Clock::now();
-      // Steps warmup+1 .. warmup+steps: saves at multiples of `every`.
-      for (int i = 0; i < o.steps; ++i) t.Step();
+      // Steps warmup+1 .. warmup+steps: saves at multiples of `every`. Each
+      // step's time goes with the steps that saved, or with the others.
+      const int every = mode == "snapshot" ? o.snapshot_every : mode == "none" ? 0 : o.every;
+      for (int i = 0; i < o.steps; ++i) {
+        const auto s0 = Clock::now();
+        t.Step();
+        const double took = std::chrono::duration<double>(Clock::now() - s0).count();
+        const bool saved = every > 0 && (o.warmup + i + 1) % every == 0;
+        out[mode][saved ? "saving_step_s" : "plain_step_s"].push_back(took);
+      }
       dist.world->barrier()->wait();
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       t.WaitForCheckpoints();
@@ -193,6 +204,18 @@ int main(int argc, char** argv) {
   }
   const double sync_wait = median(j["sync"]["blocking"]), async_wait = median(j["async"]["blocking"]);
   if (sync_wait > 0) std::printf("\nasynchronous wait / synchronous wait: %.3f\n", async_wait / sync_wait);
+  // The cost at the step boundary alone, free of drift between rounds: how
+  // much longer a step that saves is than the others, per interval.
+  std::printf(
+      "\n| setting | step that saves, s (median) | other steps, s (median) | extra per save, s | extra / interval "
+      "|\n|---|---|---|---|---|\n");
+  for (const char* m : {"async", "sync", "snapshot"}) {
+    const auto& k = j[m];
+    const double saving = median(k["saving_step_s"]), plain = median(k["plain_step_s"]);
+    const int every = std::string(m) == "snapshot" ? o.snapshot_every : o.every;
+    std::printf("| %s | %.3f | %.3f | %.3f | %.2f%% |\n", m, saving, plain, saving - plain,
+                100.0 * (saving - plain) / (every * plain));
+  }
   std::cout << "model: GPT " << o.layers << " layers, width " << o.width << ", vocab " << o.vocab
             << ", AdamW, FSDP FULL_SHARD at N=2 (processes, 1 thread each), FULL checkpoints every " << o.every
             << " steps, snapshots (SHARDED, /dev/shm) every " << o.snapshot_every << "; " << o.steps
