@@ -41,6 +41,9 @@ struct StepMetrics {
   // Model FLOPs of the step on this rank: 3x its forward pass as PyTorch's
   // profiler counts it (worker/model_flops.h); 0 when not counted.
   double model_flops = 0;
+  // The peak FLOP/s of the rank's device at the job's precision, from the
+  // worker's table of devices (0: not in it, or a CPU).
+  double peak_flops = 0;
   int64_t unix_millis = 0;
 };
 

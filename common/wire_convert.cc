@@ -53,6 +53,7 @@ void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
   out->set_reduce_scatter_bytes(m.reduce_scatter_bytes);
   out->set_sharded_comm_seconds(m.sharded_comm_seconds);
   out->set_model_flops(m.model_flops);
+  out->set_peak_flops(m.peak_flops);
   out->set_grad_norm(m.grad_norm);
 }
 
@@ -82,6 +83,7 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
   s.reduce_scatter_bytes = m.reduce_scatter_bytes();
   s.sharded_comm_seconds = m.sharded_comm_seconds();
   s.model_flops = m.model_flops();
+  s.peak_flops = m.peak_flops();
   s.grad_norm = m.grad_norm();
   return s;
 }

@@ -58,9 +58,11 @@ int main(int argc, char** argv) {
   app.add_option("--slurm-worker-binary", o.slurm_worker_binary,
                  "trainyard-worker as the compute nodes see it (default: --worker-binary)");
   app.add_option("--ready-file", o.ready_file, "Write the bound ports as JSON to this file once serving");
-  app.add_option("--peak-flops", o.peak_flops,
-                 "Peak FLOP/s of one device (GPU, or the CPU cores one rank uses) in the jobs' precision, e.g. 989e12 "
-                 "for an H100 SXM in bf16; exports trainyard_job_mfu (0: not exported)")
+  app.add_option(
+         "--peak-flops", o.peak_flops,
+         "Peak FLOP/s of one device (GPU, or the CPU cores one rank uses) in the jobs' precision, e.g. 989e12 "
+         "for an H100 SXM in bf16; exports trainyard_job_mfu for every job. 0: the peak of the device each rank "
+         "reports from the worker's table (known GPUs), else no trainyard_job_mfu")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   int restart_backoff_ms = static_cast<int>(o.restart_backoff.count());

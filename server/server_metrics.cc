@@ -168,7 +168,7 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       mfu_(prometheus::BuildGauge()
                .Name("trainyard_job_mfu")
                .Help("Model FLOPs utilization of the rank's last step: its model FLOP/s over the peak FLOP/s of "
-                     "one device (--peak-flops)")
+                     "its device (--peak-flops, else the worker's table of devices)")
                .Register(*registry_)) {
   restarts_all_.Add({});
   lost_steps_all_.Add({});
@@ -235,9 +235,11 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
     const std::map<std::string, std::string> labels = {{"job_id", job_id}, {"rank", std::to_string(m.rank)}};
     if (s.model_flops_per_second == nullptr) s.model_flops_per_second = &model_flops_per_second_.Add(labels);
     s.model_flops_per_second->Set(m.model_flops / m.step_seconds);
-    if (peak_flops_ > 0) {
+    // --peak-flops wins over the worker's table of devices.
+    const double peak = peak_flops_ > 0 ? peak_flops_ : m.peak_flops;
+    if (peak > 0) {
       if (s.mfu == nullptr) s.mfu = &mfu_.Add(labels);
-      s.mfu->Set(m.model_flops / m.step_seconds / peak_flops_);
+      s.mfu->Set(m.model_flops / m.step_seconds / peak);
     }
   }
   s.step->Set(static_cast<double>(m.step));

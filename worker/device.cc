@@ -3,6 +3,9 @@
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <torch/torch.h>
+#ifdef TRAINYARD_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +61,13 @@ void ResetPeakMemory(c10::Device device) {
 
 void Synchronize(c10::Device device) {
   if (!device.is_cpu()) at::accelerator::synchronizeDevice(device.index());
+}
+
+std::string DeviceName(c10::Device device) {
+#ifdef TRAINYARD_WITH_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  return device.str();
 }
 
 at::Tensor ToHost(const at::Tensor& t, bool pinned) {

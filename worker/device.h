@@ -44,6 +44,9 @@ void ResetPeakMemory(c10::Device device);
 // the CPU. Timers that measure device work call it first.
 void Synchronize(c10::Device device);
 
+// "cpu", or the name CUDA gives the device ("NVIDIA H100 80GB HBM3").
+std::string DeviceName(c10::Device device);
+
 // `t` in host memory (a no-op for CPU tensors); `pinned` page-locks the copy
 // so that later host<->device copies of it can run asynchronously.
 at::Tensor ToHost(const at::Tensor& t, bool pinned = false);

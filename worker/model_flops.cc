@@ -3,7 +3,9 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/profiler/util.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace trainyard {
 namespace {
@@ -36,6 +38,50 @@ double CountForwardFlops(const std::function<void()>& forward) {
   at::removeCallback(handle);
   at::enableRecordFunction(was_enabled);
   return counted_flops;
+}
+
+double PeakFlops(const std::string& device_name, MixedPrecision precision) {
+  struct Row {
+    const char* name;  // a part of the device name
+    double half;       // bf16/fp16 dense tensor-core FLOP/s (0: no bf16)
+    double fp16;       // fp16 dense tensor-core FLOP/s
+    double fp32;       // plain fp32 FLOP/s
+  };
+  // Most specific names first (the H100 variants before "H100").
+  static const Row kTable[] = {
+      {"H100 PCIe", 756e12, 756e12, 51.2e12}, {"H100 NVL", 835e12, 835e12, 60e12},
+      {"H100", 989.4e12, 989.4e12, 66.9e12},  {"H200", 989.4e12, 989.4e12, 66.9e12},
+      {"A100", 312e12, 312e12, 19.5e12},      {"L40S", 362.05e12, 362.05e12, 91.6e12},
+      {"L4", 121e12, 121e12, 30.3e12},        {"A10", 125e12, 125e12, 31.2e12},
+      {"V100", 0, 125e12, 15.7e12},
+  };
+  // Whole words only ("A10" is not "A10G"); words end at spaces and dashes
+  // ("NVIDIA A100-SXM4-80GB").
+  auto words = [](const std::string& text) {
+    std::vector<std::string> out(1);
+    for (char c : text) {
+      if (c == ' ' || c == '-') {
+        if (!out.back().empty()) out.emplace_back();
+      } else {
+        out.back() += c;
+      }
+    }
+    if (out.back().empty()) out.pop_back();
+    return out;
+  };
+  const std::vector<std::string> name = words(device_name);
+  for (const Row& r : kTable) {
+    const std::vector<std::string> want = words(r.name);
+    if (want.size() > name.size() || std::search(name.begin(), name.end(), want.begin(), want.end()) == name.end()) {
+      continue;
+    }
+    switch (precision) {
+      case MixedPrecision::kBf16: return r.half;
+      case MixedPrecision::kFp16: return r.fp16;
+      case MixedPrecision::kNo: return r.fp32;
+    }
+  }
+  return 0;
 }
 
 }  // namespace trainyard

@@ -10,11 +10,22 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+
+#include "common/spec_enums.h"
 
 namespace trainyard {
 
 // Runs `forward` on this thread and returns the FLOPs its operators did.
 double CountForwardFlops(const std::function<void()>& forward);
+
+// The dense peak FLOP/s of a device, by its name as CUDA reports it
+// (DeviceName of worker/device.h), at the job's precision: bf16/fp16 tensor
+// cores for mixed precision, plain fp32 otherwise (LibTorch's default
+// matmuls do not use TF32). The vendors' data-sheet numbers, without
+// sparsity, for H100 (SXM, PCIe, NVL), H200, A100, L40S, L4, A10 and V100
+// (fp16 only); 0 for any other device and for the CPU.
+double PeakFlops(const std::string& device_name, MixedPrecision precision);
 
 }  // namespace trainyard
 

@@ -62,6 +62,7 @@ struct Trainer::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   FlightRecorder* flight = nullptr;  // the phase goes here (diagnosis of hangs)
   c10::intrusive_ptr<c10d::ProcessGroup> checkpoint_group;
+  double peak_flops = 0;  // the device's, at the job's precision (PeakFlops)
   MetricsSink* sink;
 
   // The model and how it is parallelized (at most one of ddp, fsdp).
@@ -313,6 +314,7 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   if (world_size > 1 && !s.pg) throw std::invalid_argument("a process group is required when world_size > 1");
   s.device = dist.device ? *dist.device : RankDevice(s.spec.device);
   UseDevice(s.device);
+  s.peak_flops = PeakFlops(DeviceName(s.device), s.spec.mixed_precision);
   s.BuildParallelModel(dist);
   // The control word rides DDP's shared memory when it has it.
   s.control = std::make_unique<StepControl>(s.pg, s.ddp ? dist.shm : nullptr, control);
@@ -531,7 +533,9 @@ double Trainer::Step() {
     sample.optimizer_bytes = mem.optimizer;
     // The backward pass costs twice the forward.
     sample.model_flops = 3 * std::max(0.0, s.forward_flops_per_sample) * static_cast<double>(samples);
-    s.sink->OnStep(s.recorder->Record(sample));
+    StepMetrics m = s.recorder->Record(sample);
+    m.peak_flops = s.peak_flops;
+    s.sink->OnStep(m);
   }
   // At the step boundary every rank agreed on: preemption, requested, then
   // periodic.

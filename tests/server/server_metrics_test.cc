@@ -66,6 +66,22 @@ TEST_F(ServerMetricsTest, StepsBecomePerRankSeriesLabelledByJobId) {
   EXPECT_FALSE(Has("device_allocated"));
 }
 
+// MFU: over the peak the rank's worker reports from its table of devices,
+// unless the server was given --peak-flops; absent when neither knows it.
+TEST_F(ServerMetricsTest, MfuUsesTheServersPeakElseTheDevicesOwn) {
+  StepMetrics m = Step(0, 1);
+  m.model_flops = 5e10;  // in 0.1 s: 5e11 FLOP/s
+  metrics_.RecordStep("job-a", m);
+  EXPECT_FALSE(Has("trainyard_job_mfu{"));  // a CPU rank: no peak known
+  EXPECT_DOUBLE_EQ(Value("trainyard_job_model_flops_per_second{job_id=\"job-a\",rank=\"0\"}"), 5e11);
+  m.peak_flops = 1e12;  // e.g. a GPU from the worker's table
+  metrics_.RecordStep("job-a", m);
+  EXPECT_DOUBLE_EQ(Value("trainyard_job_mfu{job_id=\"job-a\",rank=\"0\"}"), 0.5);
+  metrics_.SetPeakFlops(2e12);  // --peak-flops wins
+  metrics_.RecordStep("job-a", m);
+  EXPECT_DOUBLE_EQ(Value("trainyard_job_mfu{job_id=\"job-a\",rank=\"0\"}"), 0.25);
+}
+
 TEST_F(ServerMetricsTest, AJobsSeriesGoAwayWhenItEnds) {
   metrics_.RecordStep("job-a", Step(0, 1));
   metrics_.RecordStep("job-b", Step(0, 1));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/worker/trainer_test_util.h"
+#include "worker/device.h"
 #include "worker/trainer.h"
 
 namespace trainyard {
@@ -88,6 +89,23 @@ TEST(ModelFlops, CountsOnlyWhatRunsInside) {
   EXPECT_DOUBLE_EQ(CountForwardFlops([&] { (void)torch::mm(a, b); }), 2.0 * 8 * 16 * 4);
   (void)torch::mm(a, b);  // outside: not counted by the next call
   EXPECT_DOUBLE_EQ(CountForwardFlops([] {}), 0.0);
+}
+
+// The table of device peaks matches whole words of the name CUDA reports.
+TEST(PeakFlops, KnownDevicesByWholeWordsOfTheirNames) {
+  EXPECT_EQ(PeakFlops("NVIDIA H100 80GB HBM3", MixedPrecision::kBf16), 989.4e12);
+  EXPECT_EQ(PeakFlops("NVIDIA H100 80GB HBM3", MixedPrecision::kNo), 66.9e12);
+  EXPECT_EQ(PeakFlops("NVIDIA H100 PCIe", MixedPrecision::kNo), 51.2e12);
+  EXPECT_EQ(PeakFlops("NVIDIA H200", MixedPrecision::kFp16), 989.4e12);
+  EXPECT_EQ(PeakFlops("NVIDIA A100-SXM4-80GB", MixedPrecision::kBf16), 312e12);
+  EXPECT_EQ(PeakFlops("NVIDIA L40S", MixedPrecision::kBf16), 362.05e12);
+  EXPECT_EQ(PeakFlops("NVIDIA L4", MixedPrecision::kFp16), 121e12);
+  EXPECT_EQ(PeakFlops("Tesla V100-SXM2-16GB", MixedPrecision::kFp16), 125e12);
+  EXPECT_EQ(PeakFlops("Tesla V100-SXM2-16GB", MixedPrecision::kBf16), 0);  // no bf16 tensor cores
+  EXPECT_EQ(PeakFlops("NVIDIA A10G", MixedPrecision::kBf16), 0);           // not "A10"
+  EXPECT_EQ(PeakFlops("NVIDIA L40", MixedPrecision::kBf16), 0);            // neither "L4" nor "L40S"
+  EXPECT_EQ(PeakFlops(DeviceName(c10::Device(c10::kCPU)), MixedPrecision::kNo), 0);
+  EXPECT_EQ(DeviceName(c10::Device(c10::kCPU)), "cpu");
 }
 
 }  // namespace
