@@ -88,7 +88,7 @@ struct CheckpointTarget {
   std::string project_dir;
   int64_t index = 0;
   std::string staging_tag;
-  int32_t total_limit = -1;  // checkpoints to keep; -1: the job's checkpoint.total_limit
+  int32_t total_limit = -1;  // checkpoints to keep (0: all); -1: the job's checkpoint.total_limit
   bool checksums = true;     // XXH3 of every file in the manifest (CheckpointDir::Commit)
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "common/checkpoint_dir.h"
 #include "worker/checkpoint_internal.h"
 
 namespace trainyard {
@@ -13,6 +14,12 @@ namespace fs = std::filesystem;
 using namespace checkpoint_internal;  // NOLINT: part of the checkpoint code
 
 Snapshots::Snapshots(std::string dir, int64_t every_steps) : dir_(std::move(dir)), every_steps_(every_steps) {}
+
+Snapshots::~Snapshots() { WaitForPruning(); }
+
+void Snapshots::WaitForPruning() {
+  if (pruning_.joinable()) pruning_.join();
+}
 
 int64_t SnapshotBytesEstimate(const TrainingState& s) {
   const std::vector<at::Tensor> holders = s.fsdp != nullptr ? s.fsdp->ShardParameters() : s.model->parameters();
@@ -36,6 +43,8 @@ int64_t FreeBytes(const std::string& path) {
 }
 
 CheckpointEvent Snapshots::Take(const TrainingState& s, int64_t index, const std::string& staging_tag) {
+  // The previous removal touches staging directories too: it must be over.
+  WaitForPruning();
   // Room for the new snapshot while the previous one is still there.
   const int64_t need = SnapshotBytesEstimate(s);
   const int64_t free = FreeBytes(dir_);
@@ -56,8 +65,15 @@ CheckpointEvent Snapshots::Take(const TrainingState& s, int64_t index, const std
     std::error_code ec;
     fs::create_directories(dir_, ec);  // a failure shows in the save's own error
   }
-  CheckpointTarget target{dir_, index, staging_tag, /*total_limit=*/1, /*checksums=*/false};
-  return SaveCheckpoint(s, CheckpointType::kSharded, target);
+  // total_limit 0: nothing removed at the boundary; the older snapshot goes
+  // afterwards, while training runs (freeing its memory takes a while, and
+  // the other ranks would wait for it).
+  CheckpointTarget target{dir_, index, staging_tag, /*total_limit=*/0, /*checksums=*/false};
+  CheckpointEvent ev = SaveCheckpoint(s, CheckpointType::kSharded, target);
+  if (ev.ok && s.rank == 0) {
+    pruning_ = std::thread([dir = dir_] { (void)CheckpointDir(dir).ApplyTotalLimit(1); });
+  }
+  return ev;
 }
 
 std::string Snapshots::Newest(std::vector<std::string>* notes) const {
@@ -67,7 +83,8 @@ std::string Snapshots::Newest(std::vector<std::string>* notes) const {
   return ResolveCheckpoint(dir_, "latest", notes);
 }
 
-void Snapshots::RemoveAll() const {
+void Snapshots::RemoveAll() {
+  WaitForPruning();
   if (dir_.empty()) return;
   std::error_code ec;
   fs::remove_all(dir_, ec);

@@ -7,7 +7,9 @@
 // before step s+1 starts, so a crash loses at most every_steps steps — and
 // their manifest lists sizes without checksums (reading the bytes back
 // would cost more than it guards against in memory). Only the newest
-// complete snapshot is kept. A restarted group resumes from
+// complete snapshot is kept: rank 0 removes the one before it on a thread
+// of its own, off the step boundary, and waits for that before the next
+// snapshot begins. A restarted group resumes from
 // the newest snapshot when it is newer than the latest disk checkpoint and
 // every rank can read it (ranks on other hosts cannot: they resume from
 // disk).
@@ -15,7 +17,9 @@
 #define TRAINYARD_WORKER_SNAPSHOTS_H_
 
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/step_metrics.h"
@@ -27,6 +31,9 @@ class Snapshots {
  public:
   // `dir` empty or `every_steps` 0: off.
   Snapshots(std::string dir, int64_t every_steps);
+  ~Snapshots();
+  Snapshots(const Snapshots&) = delete;
+  Snapshots& operator=(const Snapshots&) = delete;
 
   bool enabled() const { return !dir_.empty() && every_steps_ > 0; }
   const std::string& dir() const { return dir_; }
@@ -41,11 +48,15 @@ class Snapshots {
   // none; what was skipped and why goes to `notes`.
   std::string Newest(std::vector<std::string>* notes) const;
   // Removes every snapshot of the job on this host.
-  void RemoveAll() const;
+  void RemoveAll();
 
  private:
+  // Waits for the removal of older snapshots, if one runs.
+  void WaitForPruning();
+
   std::string dir_;
   int64_t every_steps_;
+  std::thread pruning_;  // rank 0: removing the snapshots older than the newest
 };
 
 // Bytes this rank writes into a SHARDED snapshot of `state`, estimated
