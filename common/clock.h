@@ -1,5 +1,6 @@
 // Wall-clock time as the project records it: milliseconds since the Unix
-// epoch (job records, events, checkpoint manifests, metrics samples).
+// epoch (job records, events, checkpoint manifests, metrics samples), and
+// microseconds where collectives are timed.
 #ifndef TRAINYARD_COMMON_CLOCK_H_
 #define TRAINYARD_COMMON_CLOCK_H_
 
@@ -10,6 +11,12 @@ namespace trainyard {
 
 inline int64_t NowMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The same in microseconds (flight records of collectives).
+inline int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 

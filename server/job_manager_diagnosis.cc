@@ -5,18 +5,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "server/job_manager.h"
 
 namespace trainyard {
-namespace {
-
-int64_t UnixMicrosNow() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 int64_t JobManager::StartDiagnosis(ActiveJob& job, std::chrono::milliseconds wait) {
   const int64_t request_id = next_request_id_++;
   PendingDiagnosis& p = diagnoses_[request_id];
@@ -68,7 +60,7 @@ absl::StatusOr<JobManager::Diagnosis> JobManager::WaitDiagnosis(int64_t request_
   Diagnosis d;
   d.attempt = it->second.attempt;
   d.answers = std::move(it->second.answers);
-  d.result = DiagnoseHang(it->second.world_size, d.answers, UnixMicrosNow());
+  d.result = DiagnoseHang(it->second.world_size, d.answers, NowMicros());
   diagnoses_.erase(it);
   return d;
 }
@@ -94,7 +86,7 @@ void JobManager::CheckHangs(SteadyTime now) {
     if (p != diagnoses_.end() && !p->second.complete() && now < p->second.deadline) continue;
     std::string verdict;
     if (p != diagnoses_.end()) {
-      verdict = DiagnoseHang(p->second.world_size, p->second.answers, UnixMicrosNow()).verdict;
+      verdict = DiagnoseHang(p->second.world_size, p->second.answers, NowMicros()).verdict;
       diagnoses_.erase(p);
     }
     job.run.hang_diagnosis = 0;

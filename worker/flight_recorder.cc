@@ -1,19 +1,11 @@
 #include "worker/flight_recorder.h"
 
-#include <chrono>
+#include "common/clock.h"
 
 namespace trainyard {
-namespace {
-
-int64_t UnixMicrosNow() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 FlightRecorder::FlightRecorder(int32_t rank, size_t capacity)
-    : rank_(rank), capacity_(capacity == 0 ? 1 : capacity), phase_since_micros_(UnixMicrosNow()) {
+    : rank_(rank), capacity_(capacity == 0 ? 1 : capacity), phase_since_micros_(NowMicros()) {
   ring_.reserve(capacity_);
 }
 
@@ -22,7 +14,7 @@ uint64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t
   r.group = group;
   r.op = op;
   r.bytes = bytes;
-  r.start_unix_micros = UnixMicrosNow();
+  r.start_unix_micros = NowMicros();
   std::lock_guard<std::mutex> lock(mu_);
   r.seq = ++seq_[group];
   const uint64_t handle = next_++;
@@ -35,7 +27,7 @@ uint64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t
 }
 
 void FlightRecorder::End(uint64_t handle) {
-  const int64_t now = UnixMicrosNow();
+  const int64_t now = NowMicros();
   std::lock_guard<std::mutex> lock(mu_);
   if (handle >= next_ || next_ - handle > capacity_) return;  // overwritten since
   ring_[handle % capacity_].end_unix_micros = now;
@@ -44,7 +36,7 @@ void FlightRecorder::End(uint64_t handle) {
 void FlightRecorder::SetPhase(const char* phase, int64_t step) {
   step_.store(step, std::memory_order_relaxed);
   if (phase_.exchange(phase, std::memory_order_relaxed) != phase) {
-    phase_since_micros_.store(UnixMicrosNow(), std::memory_order_relaxed);
+    phase_since_micros_.store(NowMicros(), std::memory_order_relaxed);
   }
 }
 
@@ -54,7 +46,7 @@ FlightRecord FlightRecorder::Capture() const {
   out.step = step_.load(std::memory_order_relaxed);
   out.phase = phase_.load(std::memory_order_relaxed);
   out.phase_since_unix_micros = phase_since_micros_.load(std::memory_order_relaxed);
-  out.captured_unix_micros = UnixMicrosNow();
+  out.captured_unix_micros = NowMicros();
   std::lock_guard<std::mutex> lock(mu_);
   out.collectives.reserve(ring_.size());
   // Oldest first: once the ring has wrapped, it starts at the next slot.

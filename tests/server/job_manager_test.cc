@@ -599,7 +599,7 @@ TEST(GoodputClockTest, AnAsynchronousCheckpointKeepsTheStepsUpToItsStep) {
 // this long ago, ended or not).
 FlightRecord Record(int32_t rank, const std::string& phase,
                     const std::vector<std::tuple<int64_t, double, bool>>& collectives) {
-  const int64_t now = NowMillis() * 1000;
+  const int64_t now = NowMicros();
   FlightRecord r;
   r.rank = rank;
   r.step = 7;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <vector>
 
+#include "common/clock.h"
 #include "server/hang_diagnosis.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
@@ -19,11 +20,6 @@
 
 namespace trainyard {
 namespace {
-
-int64_t UnixMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 TEST(FlightRecorder, TheRingKeepsTheNewestCollectivesOldestFirst) {
   FlightRecorder rec(3, /*capacity=*/4);
@@ -113,7 +109,7 @@ TEST(RecordingBackend, AStalledRankIsFoundBehindAtTheCollectiveItHasNotStarted) 
       recs[1]->SetPhase("data", 7);
       ASSERT_TRUE(WaitFor([&] { return rank0_started.load(); }, std::chrono::seconds(10)));
       std::map<int32_t, FlightRecord> answers = {{0, recs[0]->Capture()}, {1, recs[1]->Capture()}};
-      stuck = DiagnoseHang(kWorld, answers, UnixMicros(), /*stuck_after_micros=*/0);
+      stuck = DiagnoseHang(kWorld, answers, NowMicros(), /*stuck_after_micros=*/0);
       diagnosed = true;
       pg->allreduce(t)->wait();
     }
@@ -130,7 +126,7 @@ TEST(RecordingBackend, AStalledRankIsFoundBehindAtTheCollectiveItHasNotStarted) 
   // Once rank 1 caught up, nobody is behind and nothing is in flight.
   ASSERT_TRUE(WaitFor(
       [&] {
-        after = DiagnoseHang(kWorld, {{0, recs[0]->Capture()}, {1, recs[1]->Capture()}}, UnixMicros(), 0);
+        after = DiagnoseHang(kWorld, {{0, recs[0]->Capture()}, {1, recs[1]->Capture()}}, NowMicros(), 0);
         return after.verdict.rfind("no rank is in a collective", 0) == 0;
       },
       std::chrono::seconds(5)))
