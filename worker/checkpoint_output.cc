@@ -1,5 +1,7 @@
 #include "worker/checkpoint_output.h"
 
+#include <exception>
+
 #include <ATen/ATen.h>
 
 #include <fstream>
@@ -93,10 +95,18 @@ void HostCopyOutput::Later(std::function<void(CheckpointOutput&)> work, int64_t 
 void HostCopyOutput::Flush() {
   std::vector<std::function<void()>> writes = std::move(writes_);
   writes_.clear();
+  // Every write runs even after one failed: a deferred FULL assembly must
+  // still send this rank's pieces, or rank 0 would wait for them.
+  std::exception_ptr first;
   for (auto& write : writes) {
-    write();
+    try {
+      write();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
     write = nullptr;  // releases that file's copies as soon as it is written
   }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace trainyard

@@ -67,8 +67,9 @@ class HostCopyOutput final : public CheckpointOutput {
   void Later(std::function<void(CheckpointOutput&)> work, int64_t host_bytes) override;
   bool deferred() const override { return true; }
 
-  // Writes every file, in the order given, then releases the copies.
-  // Throws std::runtime_error on I/O errors. Call once.
+  // Writes every file, in the order given, then releases the copies. Goes
+  // on after a failed write, then throws the first error
+  // (std::runtime_error on I/O errors). Call once.
   void Flush();
   // Bytes of the host copies (the tensors' data).
   int64_t host_bytes() const { return host_bytes_; }

@@ -168,11 +168,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SameAsSynchronous,
 // Rank 1 cannot write its file of the second save (a directory stands where
 // the file goes): every rank learns it, rank 0 reports it naming rank 1, the
 // first checkpoint stays the latest, and the next save is numbered after the
-// failed one.
-TEST(AsyncFailures, AWriteFailingOnOneRankLeavesThePreviousCheckpointLatest) {
+// failed one. Under FSDP rank 1 still sends rank 0 its pieces of the FULL
+// files (or rank 0's writer would wait for them until the group's timeout).
+class AsyncFailures : public ::testing::TestWithParam<DistributedType> {};
+
+TEST_P(AsyncFailures, AWriteFailingOnOneRankLeavesThePreviousCheckpointLatest) {
   HookReset reset;
   TempDir dir;
   JobSpec spec = BaseSpec(dir.path());
+  spec.distributed_type = GetParam();
   spec.checkpoint.every_steps = 2;
   spec.max_steps = 6;
   SetBackgroundWriteHookForTesting([](int32_t rank, const std::string& staging) {
@@ -199,9 +203,12 @@ TEST(AsyncFailures, AWriteFailingOnOneRankLeavesThePreviousCheckpointLatest) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Parallelism, AsyncFailures, ::testing::Values(DistributedType::kDdp, DistributedType::kFsdp),
+                         [](const auto& info) { return info.param == DistributedType::kDdp ? "Ddp" : "Fsdp"; });
+
 // A process killed (SIGKILL) while its background write of the second save
 // is under way: the first checkpoint is what "latest" resumes from.
-TEST(AsyncFailures, KilledDuringABackgroundWriteResumesFromThePreviousCheckpoint) {
+TEST(AsyncKilled, KilledDuringABackgroundWriteResumesFromThePreviousCheckpoint) {
   TempDir dir;
   JobSpec spec = BaseSpec(dir.path());
   spec.checkpoint.every_steps = 2;
