@@ -520,6 +520,13 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
 
 }  // namespace
 
+SpecLimits AcceptedSpecLimits() {
+  SpecLimits limits;
+  limits.max_num_processes = kMaxNumProcessesCeiling;
+  limits.max_spec_bytes = std::numeric_limits<size_t>::max();
+  return limits;
+}
+
 absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   try {
     CheckCrossField(spec, limits);

@@ -260,10 +260,21 @@ struct JobSpec {
 };
 
 // Bounds a spec must respect beyond its own fields (set by the server).
+// The most ranks a coordinator can be set to accept (--max-num-processes).
+inline constexpr int32_t kMaxNumProcessesCeiling = 1 << 16;
+
+// A coordinator's policy caps on specs (its --max-num-processes and request
+// size). Workers do not apply them: see AcceptedSpecLimits.
 struct SpecLimits {
   int32_t max_num_processes = 1024;
   size_t max_spec_bytes = 1 << 20;
 };
+
+// The limits a worker parses its job's spec with: the spec reached it from a
+// coordinator that already applied its own caps, so only what no coordinator
+// can be set to exceed is checked again. A worker never refuses a spec its
+// coordinator accepted.
+SpecLimits AcceptedSpecLimits();
 
 // Parses YAML or JSON text into a validated JobSpec. Every unknown key, wrong
 // type and out-of-range value is an InvalidArgument error naming the field

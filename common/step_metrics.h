@@ -10,41 +10,80 @@
 
 namespace trainyard {
 
+// Every number a rank reports about one training step, declared once: the
+// StepMetrics struct, its proto (v1::MetricsSample, fields of the same
+// names), the worker's recorder and the coordinator's per-rank series all
+// follow this list.
+//
+//   X(type, name, initial value, family, kind, label, when, help)
+//
+// `family` is the Prometheus family the coordinator exports the number in
+// ("" for none: derived series, or the wire only), with labels job_id, rank
+// and, when `label` is "key=value", that label. `kind` says how: kGauge is
+// set to the value, kCounter increased by it, kHistogram observes it. A
+// rank's series appear with its first sample where `when` holds (written
+// over the sample `m`), and follow every sample where it holds.
+#define TRAINYARD_STEP_NUMBERS(X)                                                                                     \
+  X(int32_t, rank, 0, "", kNone, "", true, "")                                                                        \
+  X(int64_t, step, 0, "trainyard_job_step", kGauge, "", true, "Last completed training step")                         \
+  X(double, loss, 0, "trainyard_job_loss", kGauge, "", true, "Training loss at the last step")                        \
+  X(double, samples_per_second, 0, "trainyard_job_samples_per_second", kGauge, "", true,                              \
+    "Training throughput of one rank over its last step")                                                             \
+  X(double, step_seconds, 0, "trainyard_job_step_duration_seconds", kHistogram, "phase=step", true, kStepPhasesHelp)  \
+  X(double, data_seconds, 0, "trainyard_job_step_duration_seconds", kHistogram, "phase=data_wait", true,              \
+    kStepPhasesHelp)                                                                                                  \
+  X(double, compute_seconds, 0, "trainyard_job_step_duration_seconds", kHistogram, "phase=compute", true,             \
+    kStepPhasesHelp)                                                                                                  \
+  X(double, optimizer_seconds, 0, "trainyard_job_step_duration_seconds", kHistogram, "phase=optimizer", true,         \
+    kStepPhasesHelp)                                                                                                  \
+  X(double, learning_rate, 0, "trainyard_job_learning_rate", kGauge, "", true, "Learning rate at the last step")      \
+  X(int64_t, samples, 0, "trainyard_job_samples_total", kCounter, "", true, "Samples processed by one rank")          \
+  X(double, eval_loss, std::nan(""), "trainyard_job_eval_loss", kGauge, "", !std::isnan(m.eval_loss),                 \
+    "Loss on the held-out split at the last evaluation (jobs with eval_every_steps)")                                 \
+  X(int64_t, comm_wire_bytes, 0, "trainyard_job_comm_wire_bytes_total", kCounter, "", m.comm_fp32_bytes > 0,          \
+    "Gradient payload bytes handed to collectives (after compression)")                                               \
+  X(int64_t, comm_fp32_bytes, 0, "trainyard_job_comm_fp32_equivalent_bytes_total", kCounter, "",                      \
+    m.comm_fp32_bytes > 0, "Bytes plain fp32 allreduce would have carried for the same gradients")                    \
+  X(double, comm_hook_seconds, 0, "trainyard_job_comm_hook_seconds_total", kCounter, "", m.comm_fp32_bytes > 0,       \
+    "Time spent in the DDP communication hook")                                                                       \
+  X(int64_t, param_bytes, 0, "trainyard_job_memory_bytes", kGauge, "kind=parameters", true, kMemoryHelp)              \
+  X(int64_t, grad_bytes, 0, "trainyard_job_memory_bytes", kGauge, "kind=gradients", true, kMemoryHelp)                \
+  X(int64_t, optimizer_bytes, 0, "trainyard_job_memory_bytes", kGauge, "kind=optimizer_state", true, kMemoryHelp)     \
+  X(int64_t, device_allocated_bytes, 0, "trainyard_job_memory_bytes", kGauge, "kind=device_allocated",                \
+    m.device_peak_bytes > 0, kMemoryHelp)                                                                             \
+  X(int64_t, device_peak_bytes, 0, "trainyard_job_memory_bytes", kGauge, "kind=device_peak", m.device_peak_bytes > 0, \
+    kMemoryHelp)                                                                                                      \
+  X(int64_t, allgather_bytes, 0, "trainyard_job_fsdp_collective_bytes_total", kCounter, "op=all_gather",              \
+    m.allgather_bytes + m.reduce_scatter_bytes > 0, kFsdpBytesHelp)                                                   \
+  X(int64_t, reduce_scatter_bytes, 0, "trainyard_job_fsdp_collective_bytes_total", kCounter, "op=reduce_scatter",     \
+    m.allgather_bytes + m.reduce_scatter_bytes > 0, kFsdpBytesHelp)                                                   \
+  X(double, sharded_comm_seconds, 0, "trainyard_job_fsdp_collective_seconds_total", kCounter, "",                     \
+    m.allgather_bytes + m.reduce_scatter_bytes > 0, "Time spent in FSDP collectives")                                 \
+  X(double, model_flops, 0, "", kNone, "", true, "")                                                                  \
+  X(double, peak_flops, 0, "", kNone, "", true, "")                                                                   \
+  X(int64_t, unix_millis, 0, "", kNone, "", true, "")
+
+// What the numbers above mean, where several share a family.
+//   step_seconds: wall time of the whole step; data_seconds: waiting for the
+//   batch; compute_seconds: forward + backward (with DDP's overlapped
+//   allreduce); optimizer_seconds: the optimizer step.
+//   comm_*: DDP gradient communication this step. *_bytes held: bytes this
+//   rank holds at the end of the step (unique storages); device_*: the CUDA
+//   allocator's (0 on the CPU). allgather/reduce_scatter: FSDP collectives
+//   this step. model_flops: 3x the step's forward pass as PyTorch's profiler
+//   counts it (worker/model_flops.h), 0 when not counted; peak_flops: the
+//   device's peak FLOP/s at the job's precision (0: unknown, or a CPU).
+inline constexpr const char* kStepPhasesHelp =
+    "Step time by phase: step (whole), data, compute (forward+backward with overlapped gradient communication), "
+    "optimizer";
+inline constexpr const char* kMemoryHelp =
+    "Bytes a rank holds, by kind: parameters, gradients, optimizer state (tensor storages)";
+inline constexpr const char* kFsdpBytesHelp = "FSDP collective payload, by op: all_gather, reduce_scatter";
+
 struct StepMetrics {
-  int32_t rank = 0;
-  int64_t step = 0;
-  double loss = 0;
-  double samples_per_second = 0;
-  double step_seconds = 0;       // wall time of the whole step
-  double data_seconds = 0;       // waiting for the batch
-  double compute_seconds = 0;    // forward + backward (with DDP's overlapped allreduce)
-  double optimizer_seconds = 0;  // optimizer step
-  double learning_rate = 0;
-  int64_t samples = 0;  // samples this rank processed in the step
-  double eval_loss = std::nan("");
-  double grad_norm = std::nan("");  // global gradient norm before clipping (when clipping)
-  int64_t comm_wire_bytes = 0;      // gradient payload handed to collectives this step
-  int64_t comm_fp32_bytes = 0;      // what plain fp32 allreduce would have carried
-  double comm_hook_seconds = 0;     // time in the comm hook this step
-  // Bytes this rank holds at the end of the step (unique storages).
-  int64_t param_bytes = 0;
-  int64_t grad_bytes = 0;
-  int64_t optimizer_bytes = 0;
-  // The device allocator's bytes (CUDA jobs; 0 on the CPU): held by live
-  // tensors at the end of the step, and the most ever held by this rank.
-  int64_t device_allocated_bytes = 0;
-  int64_t device_peak_bytes = 0;
-  // FSDP collectives this step: payload bytes and time.
-  int64_t allgather_bytes = 0;
-  int64_t reduce_scatter_bytes = 0;
-  double sharded_comm_seconds = 0;
-  // Model FLOPs of the step on this rank: 3x its forward pass as PyTorch's
-  // profiler counts it (worker/model_flops.h); 0 when not counted.
-  double model_flops = 0;
-  // The peak FLOP/s of the rank's device at the job's precision, from the
-  // worker's table of devices (0: not in it, or a CPU).
-  double peak_flops = 0;
-  int64_t unix_millis = 0;
+#define TRAINYARD_STEP_MEMBER(type, name, init, ...) type name = init;
+  TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_MEMBER)
+#undef TRAINYARD_STEP_MEMBER
 };
 
 // One checkpoint a job saved (or failed to save), as rank 0 reports it.

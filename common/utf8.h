@@ -43,6 +43,13 @@ inline bool ValidUtf8(const std::string& s) {
   return true;
 }
 
+// `s` if it is valid UTF-8; else `s` with every byte >= 0x80 made '?'.
+inline std::string AsValidUtf8(std::string s) {
+  if (ValidUtf8(s)) return s;
+  for (char& c : s) c = static_cast<unsigned char>(c) >= 0x80 ? '?' : c;
+  return s;
+}
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COMMON_UTF8_H_

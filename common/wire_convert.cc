@@ -29,62 +29,16 @@ std::optional<JobState> FromProto(v1::JobState state) {
 }
 
 void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
-  out->set_rank(m.rank);
-  out->set_step(m.step);
-  out->set_loss(m.loss);
-  out->set_samples_per_second(m.samples_per_second);
-  out->set_step_seconds(m.step_seconds);
-  out->set_data_seconds(m.data_seconds);
-  out->set_compute_seconds(m.compute_seconds);
-  out->set_optimizer_seconds(m.optimizer_seconds);
-  out->set_learning_rate(m.learning_rate);
-  out->set_samples(m.samples);
-  out->set_eval_loss(m.eval_loss);
-  out->set_unix_millis(m.unix_millis);
-  out->set_comm_wire_bytes(m.comm_wire_bytes);
-  out->set_comm_fp32_bytes(m.comm_fp32_bytes);
-  out->set_comm_hook_seconds(m.comm_hook_seconds);
-  out->set_param_bytes(m.param_bytes);
-  out->set_grad_bytes(m.grad_bytes);
-  out->set_optimizer_bytes(m.optimizer_bytes);
-  out->set_device_allocated_bytes(m.device_allocated_bytes);
-  out->set_device_peak_bytes(m.device_peak_bytes);
-  out->set_allgather_bytes(m.allgather_bytes);
-  out->set_reduce_scatter_bytes(m.reduce_scatter_bytes);
-  out->set_sharded_comm_seconds(m.sharded_comm_seconds);
-  out->set_model_flops(m.model_flops);
-  out->set_peak_flops(m.peak_flops);
-  out->set_grad_norm(m.grad_norm);
+#define TRAINYARD_STEP_TO_PROTO(type, name, ...) out->set_##name(m.name);
+  TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_TO_PROTO)
+#undef TRAINYARD_STEP_TO_PROTO
 }
 
 StepMetrics FromProto(const v1::MetricsSample& m) {
   StepMetrics s;
-  s.rank = m.rank();
-  s.step = m.step();
-  s.loss = m.loss();
-  s.samples_per_second = m.samples_per_second();
-  s.step_seconds = m.step_seconds();
-  s.data_seconds = m.data_seconds();
-  s.compute_seconds = m.compute_seconds();
-  s.optimizer_seconds = m.optimizer_seconds();
-  s.learning_rate = m.learning_rate();
-  s.samples = m.samples();
-  s.eval_loss = m.eval_loss();
-  s.unix_millis = m.unix_millis();
-  s.comm_wire_bytes = m.comm_wire_bytes();
-  s.comm_fp32_bytes = m.comm_fp32_bytes();
-  s.comm_hook_seconds = m.comm_hook_seconds();
-  s.param_bytes = m.param_bytes();
-  s.grad_bytes = m.grad_bytes();
-  s.optimizer_bytes = m.optimizer_bytes();
-  s.device_allocated_bytes = m.device_allocated_bytes();
-  s.device_peak_bytes = m.device_peak_bytes();
-  s.allgather_bytes = m.allgather_bytes();
-  s.reduce_scatter_bytes = m.reduce_scatter_bytes();
-  s.sharded_comm_seconds = m.sharded_comm_seconds();
-  s.model_flops = m.model_flops();
-  s.peak_flops = m.peak_flops();
-  s.grad_norm = m.grad_norm();
+#define TRAINYARD_STEP_FROM_PROTO(type, name, ...) s.name = m.name();
+  TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_FROM_PROTO)
+#undef TRAINYARD_STEP_FROM_PROTO
   return s;
 }
 

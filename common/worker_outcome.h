@@ -1,8 +1,8 @@
 // How one trainyard-worker process ended: the contract between a worker and
 // the coordinator. The worker exits with ExitCodeOf(outcome) and reports the
-// same outcome in its WorkerResult; the coordinator reads either (an exit
-// code from a launcher, an outcome from an external worker's stream) through
-// OutcomeOfExitCode / the outcome field, and nothing else.
+// same outcome in its WorkerResult. The coordinator reads an exit code once,
+// inside the launcher that saw it (OutcomeOfExitCode, server/launcher.h's
+// RankExit), and an external worker's outcome from its stream; nothing else.
 #ifndef TRAINYARD_COMMON_WORKER_OUTCOME_H_
 #define TRAINYARD_COMMON_WORKER_OUTCOME_H_
 
@@ -15,6 +15,17 @@ enum class WorkerOutcome {
   kStopped,    // stopped on request (SIGINT or the coordinator's stop command)
   kPreempted,  // checkpointed, then stopped on a preemption signal (SIGTERM)
 };
+
+constexpr const char* WorkerOutcomeName(WorkerOutcome outcome) {
+  switch (outcome) {
+    case WorkerOutcome::kSucceeded: return "succeeded";
+    case WorkerOutcome::kFailed: return "failed";
+    case WorkerOutcome::kUsage: return "usage error";
+    case WorkerOutcome::kStopped: return "stopped";
+    case WorkerOutcome::kPreempted: return "preempted";
+  }
+  return "failed";
+}
 
 // Process exit codes of trainyard-worker.
 inline constexpr int kExitOk = 0;

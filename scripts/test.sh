@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Sets up everything on a fresh Debian 12 machine and runs every test (ctest):
-# unit tests (spec, store, scheduler, launcher, DDP, comm hooks, FSDP,
-# collectives, safetensors — distributed ones over real Gloo), end-to-end
-# server + workers + trainctl on loopback, and the CUDA syntax check.
+# unit tests (spec, store, scheduler, launcher, safetensors, the worker's
+# linkage), distributed ones over real Gloo (DDP, comm hooks, FSDP,
+# collectives, checkpoints), and end-to-end server + workers + trainctl on
+# loopback. The CUDA and NCCL paths compile and link in every build; the gpu
+# tests skip without a GPU (docs/gpu-status.md). Arguments go to ctest
+# (bash scripts/test.sh -L unit).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}

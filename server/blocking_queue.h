@@ -5,12 +5,14 @@
 #define TRAINYARD_SERVER_BLOCKING_QUEUE_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <limits>
-#include <mutex>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace trainyard {
 
@@ -27,20 +29,18 @@ class BlockingQueue {
 
   // Ignored once closed.
   void Push(T item) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closed_) return;
-      if (queue_.size() >= capacity_ && droppable_ && droppable_(item)) return;
-      queue_.push_back(std::move(item));
-    }
-    cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    if (queue_.size() >= capacity_ && droppable_ && droppable_(item)) return;
+    queue_.push_back(std::move(item));
   }
 
   // Waits up to `timeout` for an item. False on timeout, or when closed and
   // drained.
   bool Pop(T* out, std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_; });
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closed_; };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(timeout));
     if (queue_.empty()) return false;
     *out = std::move(queue_.front());
     queue_.pop_front();
@@ -49,29 +49,25 @@ class BlockingQueue {
 
   // Items pushed before stay readable.
   void Close() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-    }
-    cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
   }
 
   bool closed() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return closed_;
   }
   bool closed_and_drained() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return closed_ && queue_.empty();
   }
 
  private:
   const size_t capacity_;
   const std::function<bool(const T&)> droppable_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<T> queue_;  // guarded by mu_
-  bool closed_ = false;  // guarded by mu_
+  absl::Mutex mu_;  // waiters wake when a condition they await holds
+  std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace trainyard

@@ -1,455 +1,487 @@
 #include "server/job_manager.h"
 
-#include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/accelerate_config.h"
+#include "common/checkpoint_dir.h"
 #include "common/clock.h"
 #include "common/paths.h"
 #include "common/placement.h"
 #include "common/secrets.h"
-#include "common/worker_outcome.h"
+#include "common/utf8.h"
+#include "server/hang_watchdog.h"
 #include "server/restart_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
+namespace {
+
+using std::chrono::steady_clock;
+
+std::string AbsoluteDir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::absolute(dir, ec).lexically_normal().string();
+}
+
+AdmissionOptions AdmissionOf(const JobManagerOptions& o) {
+  std::error_code ec;
+  const std::string state_dir = AbsoluteDir(o.state_dir);
+  return {o.slots, o.gpus, state_dir,
+          o.allowed_roots.empty() ? std::vector<std::string>{state_dir, std::filesystem::current_path(ec).string()}
+                                  : o.allowed_roots,
+          o.default_launcher};
+}
+
+}  // namespace
+
 JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options)
     : store_(store),
-      launcher_(launcher),
       metrics_(metrics),
       options_(std::move(options)),
-      pool_(options_.slots, options_.gpus) {
-  launchers_[LauncherKind::kLocal] = launcher;
-  std::error_code ec;
-  options_.state_dir = std::filesystem::absolute(options_.state_dir, ec).lexically_normal().string();
-  if (options_.allowed_roots.empty()) {
-    options_.allowed_roots = {options_.state_dir, std::filesystem::current_path(ec).string()};
-  }
+      admission_(AdmissionOf(options_)),
+      jobs_(store, metrics),
+      scheduler_(options_.slots, options_.gpus),
+      lifecycle_(
+          &jobs_, &scheduler_, &launchers_, &admission_, metrics,
+          {options_.master_addr, admission_.options().state_dir, options_.restart_backoff, options_.coordinator_addr,
+           options_.remote_coordinator_addr.empty() ? options_.coordinator_addr : options_.remote_coordinator_addr}) {
+  absl::MutexLock lock(&mu_);
+  launchers_.Register(LauncherKind::kLocal, launcher);
 }
 
 JobManager::~JobManager() = default;
 
 void JobManager::set_coordinator_addr(const std::string& addr, const std::string& remote_addr) {
-  std::lock_guard<std::mutex> lock(mu_);
-  options_.coordinator_addr = addr;
-  options_.remote_coordinator_addr = remote_addr.empty() ? addr : remote_addr;
-}
-
-int JobManager::free_slots() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return pool_.free_slots();
-}
-
-int JobManager::free_gpus() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return pool_.free_gpus();
+  absl::MutexLock lock(&mu_);
+  lifecycle_.set_coordinator_addr(addr, remote_addr);
 }
 
 void JobManager::RegisterLauncher(LauncherKind kind, Launcher* launcher) {
-  std::lock_guard<std::mutex> lock(mu_);
-  launchers_[kind] = launcher;
+  absl::MutexLock lock(&mu_);
+  launchers_.Register(kind, launcher);
 }
 
-LauncherKind JobManager::KindOf(const ActiveJob& job) const {
-  return job.spec.launcher == LauncherKind::kDefault ? options_.default_launcher : job.spec.launcher;
+int JobManager::free_slots() {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.free_slots();
 }
 
-Launcher* JobManager::LauncherOf(const ActiveJob& job) {
-  auto it = launchers_.find(KindOf(job));
-  return it == launchers_.end() ? nullptr : it->second;
-}
-
-bool JobManager::Fits(const ActiveJob& job) const {
-  if (KindOf(job) != LauncherKind::kLocal) return true;
-  return pool_.Fits(job.spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
-                    job.record.num_processes);
-}
-
-void JobManager::ReleaseResources(ActiveJob& job) { pool_.Release(&job.run.held); }
-
-LaunchRequest JobManager::MakeLaunchRequest(const ActiveJob& job) const {
-  const JobRecord& r = job.record;
-  LaunchRequest req;
-  req.job_id = r.id;
-  req.attempt = r.attempt;
-  req.world_size = r.num_processes;
-  req.master_addr = job.run.master_addr;
-  req.master_port = job.run.master_port;
-  req.coordinator_addr =
-      KindOf(job) == LauncherKind::kLocal ? options_.coordinator_addr : options_.remote_coordinator_addr;
-  req.token = r.worker_token;
-  req.log_dir = LogDir(r, r.attempt);
-  req.threads_per_process = job.spec.threads_per_process;
-  req.job_name = job.spec.name;
-  req.cuda = job.spec.device == Device::kCuda;
-  req.gpus = job.run.held.gpus;
-  req.preemptible = job.spec.preemptible;
-  req.preemption_grace_s = job.spec.preemption_grace_s;
-  req.slurm = job.spec.slurm;
-  return req;
+int JobManager::free_gpus() {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.free_gpus();
 }
 
 absl::Status JobManager::Recover() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto jobs = store_->List(std::numeric_limits<int>::max());
   if (!jobs.ok()) return jobs.status();
+  std::vector<ActiveJob*> queued;
   for (JobRecord& rec : *jobs) {
     if (IsTerminal(rec.state)) {
-      counts_[rec.state]++;
+      jobs_.CountEnded(rec.state);
       continue;
     }
     auto spec = ParseJobSpec(rec.spec_json, options_.limits);
-    ActiveJob job;
-    job.record = rec;
+    ActiveJob& job = jobs_.Hold(rec, spec.ok() ? *spec : JobSpec{});
     if (!spec.ok()) {
-      counts_[rec.state]++;
-      Transition(job, JobState::kFailed, absl::StrCat("stored spec no longer valid: ", spec.status().message()));
+      jobs_.Transition(job, JobState::kFailed, absl::StrCat("stored spec no longer valid: ", spec.status().message()));
+      jobs_.Remove(rec.id, /*local=*/false);
       continue;
     }
-    job.spec = *spec;
-    counts_[rec.state]++;
+    // Queued: waits again. Starting or running: its workers may still be
+    // training, and get to reattach.
     if (rec.state == JobState::kQueued) {
-      active_.emplace(rec.id, std::move(job));
-      queue_.push_back(rec.id);
+      queued.push_back(&job);
     } else {
-      // Its workers may still be training: wait for them to reattach.
-      if (KindOf(job) == LauncherKind::kLocal) {
-        // Which GPUs it held is not stored: it holds as many.
-        job.run.held =
-            pool_.Take(job.spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
-                       rec.num_processes, /*partial=*/job.spec.device == Device::kCuda);
-      }
-      // The launcher follows the processes (local: found by command line)
-      // or the batch job (Slurm: found by name) and reports their ends.
-      if (Launcher* l = LauncherOf(job); l != nullptr && KindOf(job) != LauncherKind::kExternal) {
-        l->Adopt(MakeLaunchRequest(job));
-      }
-      job.run.reattach_deadline =
-          std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                 std::chrono::duration<double>(job.spec.reattach_timeout_s));
-      job.last_progress = std::chrono::steady_clock::now();
-      job.goodput.StartOnce(job.last_progress);
-      const std::string id = rec.id;
-      active_.emplace(id, std::move(job));
-      Transition(active_.at(id), JobState::kRecovering,
-                 absl::StrCat("the coordinator restarted; waiting up to ", active_.at(id).spec.reattach_timeout_s,
-                              " s for the workers of attempt ", rec.attempt, " to reattach"));
+      lifecycle_.Adopt(job);
     }
   }
-  PublishCounts();
-  TrySchedule();
+  for (ActiveJob* job : queued) lifecycle_.Enqueue(*job);
   return absl::OkStatus();
 }
 
-void JobManager::OnRankExit(const RankExit& e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = active_.find(e.job_id);
-  if (it == active_.end() || it->second.record.attempt != e.attempt) return;
-  HandleRankExit(it->second, e);
+// ---- People's side ----------------------------------------------------------
+
+absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config) {
+  std::vector<std::string> warnings;
+  auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &warnings);
+  absl::MutexLock lock(&mu_);
+  const std::string id = jobs_.NewId();
+  absl::Status admitted = spec.status();
+  if (admitted.ok()) {
+    if (spec->launcher == LauncherKind::kDefault) spec->launcher = options_.default_launcher;
+    admitted = admission_.CheckResources(*spec, launchers_);
+  }
+  if (admitted.ok() && static_cast<int>(scheduler_.size()) >= options_.max_queued_jobs) {
+    admitted = absl::ResourceExhaustedError(
+        absl::StrCat("the queue already holds ", scheduler_.size(), " jobs (the limit); try again later"));
+  }
+  if (admitted.ok() && lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
+  if (admitted.ok()) admitted = admission_.ResolvePaths(*spec, id);
+  if (!admitted.ok()) {
+    metrics_->CountRejected();
+    return admitted;
+  }
+  for (std::string& w : warnings) w = "accelerate config: " + w;
+  absl::StatusOr<ActiveJob*> job = jobs_.Submit(id, *spec, warnings);
+  if (!job.ok()) return job.status();
+  metrics_->CountSubmitted();
+  spdlog::info("job {} ({}) queued: {} processes, {} steps", id, spec->name, spec->num_processes, spec->max_steps);
+  lifecycle_.Enqueue(**job);
+  return jobs_.Record(id);
 }
 
-void JobManager::HandleRankExit(ActiveJob& job, const RankExit& exit) {
-  if (job.run.exited.count(exit.rank)) return;
-  job.run.exited.insert(exit.rank);
-  RankExit e = exit;
-  if (e.code_unknown) {
-    // Not the launcher's child (adopted): the rank's own report says how it ended.
-    auto code = job.run.result_codes.find(e.rank);
-    e.code_unknown = code == job.run.result_codes.end();
-    if (!e.code_unknown) e.exit_code = code->second;
-    // Gone without a word before reattaching (killed with the coordinator,
-    // say) is the coordinator's loss, not the job's: no restart is counted.
-    if (e.code_unknown && job.record.state == JobState::kRecovering) job.run.reattach_failed = true;
-  }
-  const bool exited = e.signal == 0 && !e.code_unknown;
-  if (exited && OutcomeOfExitCode(e.exit_code) == WorkerOutcome::kUsage) job.run.usage_error = true;
-  if (exited && OutcomeOfExitCode(e.exit_code) == WorkerOutcome::kPreempted) {
-    job.run.preempted = true;
-    // The other ranks stop at the same step; nothing to stop here.
-  } else if (!e.ok() && !job.cancel_requested && !job.stopped_for_restart) {
-    FailGroup(job, e.rank, e.Describe());
-  }
-  if (static_cast<int>(job.run.exited.size()) < job.record.num_processes) return;
-  // A rank that did not end well failed the group (above), unless preempted.
-  if (EndAttempt(job, /*all_succeeded=*/!job.run.failed && !job.run.preempted)) {
-    Finish(e.job_id);
-    TrySchedule();
-  }
+absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return jobs_.Record(id);
 }
 
-bool JobManager::EndAttempt(ActiveJob& job, bool all_succeeded) {
-  AttemptEnd end;
-  end.cancel_requested = job.cancel_requested;
-  end.failed = job.run.failed;
-  end.failure = job.run.failure;
-  end.reattach_failed = job.run.reattach_failed;
-  end.usage_error = job.run.usage_error;
-  end.stopped_for_restart = job.stopped_for_restart;
-  end.preempted = job.run.preempted;
-  end.all_succeeded = all_succeeded;
-  end.shutting_down = shut_down_;
-  end.restarts = job.restarts;
-  end.max_restarts = job.spec.max_restarts;
-  end.preemptible = job.spec.preemptible;
-  end.num_processes = job.record.num_processes;
-  end.step = job.record.step;
-  const NextStep next = DecideAfterAttempt(end);
-  switch (next.kind) {
-    case NextStep::Kind::kRequeue: {
-      std::string reason = next.reason;
-      if (next.counts_restart) {
-        ++job.restarts;
-        ++job.failures_in_a_row;
-        metrics_->CountRestart(job.record.id);
-        // Repeated failures (no attempt trained a step in between): back off
-        // (1x, 2x, 4x ... the base, at most 30 s). A group that trained
-        // before it failed restarts at once.
-        if (job.failures_in_a_row > 1 && options_.restart_backoff.count() > 0) {
-          const auto backoff = std::min<std::chrono::milliseconds>(
-              options_.restart_backoff * (int64_t{1} << std::min(job.failures_in_a_row - 2, 20)),
-              std::chrono::seconds(30));
-          job.start_not_before = std::chrono::steady_clock::now() + backoff;
-          reason += absl::StrCat(" (starts in ", backoff.count() / 1000.0, " s: backoff after repeated failures)");
-        }
-      }
-      Requeue(job, reason);
-      return false;
+absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) { return store_->Events(id); }
+
+absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size,
+                                         const std::string& page_token) {
+  auto after = JobPageAfter(page_token);
+  if (!after.ok()) return after.status();
+  const int size = page_size <= 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
+  auto page = store_->ListPage(std::vector<JobState>(states.begin(), states.end()), *after, size);
+  if (!page.ok()) return page.status();
+  absl::MutexLock lock(&mu_);
+  JobPage out;
+  for (JobRecord& r : page->jobs) {
+    const ActiveJob* live = jobs_.Find(r.id);
+    out.jobs.push_back(live != nullptr ? live->record : std::move(r));  // the live one is fresher
+  }
+  if (page->more) out.next_page_token = JobPageToken(page->last);
+  return out;
+}
+
+absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpoint) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "");
+  if (!found.ok()) return found.status();
+  ActiveJob& job = **found;
+  if (job.record.state == JobState::kQueued) {
+    lifecycle_.End(job, JobState::kCancelled, "cancelled by user while queued");
+    return jobs_.Record(id);
+  }
+  lifecycle_.Cancel(job, checkpoint, requests_.NextId());
+  return job.record;
+}
+
+absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, CheckpointType type) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can checkpoint");
+  if (!found.ok()) return found.status();
+  ActiveJob& job = **found;
+  WorkerChannel* rank0 = job.attempt ? job.attempt->channel(0) : nullptr;
+  const bool cancelling = job.attempt && job.attempt->cancel_requested();
+  if (job.record.state != JobState::kRunning || rank0 == nullptr || cancelling) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is ", JobStateName(job.record.state),
+                                                      cancelling ? " and being cancelled" : "",
+                                                      "; only a running job can checkpoint"));
+  }
+  WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "requested"};
+  cmd.request_id = requests_.NextId();
+  cmd.type = type;
+  rank0->Push(cmd);
+  spdlog::info("job {}: checkpoint requested (request {})", id, cmd.request_id);
+  return cmd.request_id;
+}
+
+absl::StatusOr<CheckpointEvent> JobManager::WaitCheckpoint(const std::string& id, int64_t request_id,
+                                                           std::chrono::system_clock::time_point deadline) {
+  absl::MutexLock lock(&mu_);
+  auto answered_or_ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return requests_.has_checkpoint(request_id) || jobs_.Find(id) == nullptr;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&answered_or_ended), absl::FromChrono(deadline));
+  if (std::optional<CheckpointEvent> c = requests_.TakeCheckpoint(request_id)) return *c;
+  if (jobs_.Find(id) == nullptr) {
+    return absl::AbortedError(absl::StrCat("job ", id, " ended before checkpoint request ", request_id, " completed"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("checkpoint request ", request_id, " of job ", id,
+                                                  " has not completed yet; see `trainctl checkpoints ", id, "`"));
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> JobManager::Checkpoints(const std::string& id) {
+  auto rec = store_->Get(id);
+  if (!rec.ok()) return rec.status();
+  return store_->Checkpoints(id);
+}
+
+absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::string& from, int32_t num_processes) {
+  absl::MutexLock lock(&mu_);
+  if (const ActiveJob* live = jobs_.Find(id)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not ended (", JobStateName(live->record.state),
+                                                      "); cancel it first, or checkpoint it while it runs"));
+  }
+  auto rec = store_->Get(id);
+  if (!rec.ok()) return rec.status();
+  if (lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
+  auto spec = admission_.ForResume(rec->spec_json, options_.limits, id, from, num_processes, launchers_);
+  if (!spec.ok()) return spec.status();
+  JobRecord r = *rec;
+  r.spec_json = JobSpecToJson(*spec);
+  r.num_processes = spec->num_processes;
+  r.failed_rank = -1;
+  r.ended_unix_millis = 0;
+  ActiveJob& job = jobs_.Hold(r, *spec);
+  jobs_.Transition(
+      job, JobState::kQueued,
+      absl::StrCat("resume requested from ", from.empty() ? "the latest checkpoint" : spec->checkpoint.resume_from,
+                   " with ", spec->num_processes, " processes"));
+  lifecycle_.Enqueue(job);
+  return jobs_.Record(id);
+}
+
+absl::StatusOr<std::shared_ptr<JobWatch>> JobManager::Watch(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto watch = std::make_shared<JobWatch>();
+  ActiveJob* job = jobs_.Find(id);
+  if (job == nullptr) {
+    auto rec = store_->Get(id);
+    if (!rec.ok()) return rec.status();
+    watch->Push({*rec, std::nullopt});
+    watch->Close();
+    return watch;
+  }
+  watch->Push({job->record, std::nullopt});
+  job->watchers.push_back(watch);
+  return watch;
+}
+
+absl::StatusOr<std::string> JobManager::LogPath(const std::string& id, int32_t rank) {
+  absl::MutexLock lock(&mu_);
+  auto rec = jobs_.Record(id);
+  if (!rec.ok()) return rec.status();
+  if (rec->attempt == 0)
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not started yet: no logs"));
+  if (rank < 0 || rank >= rec->num_processes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range: job ", id, " has ranks 0..", rec->num_processes - 1));
+  }
+  return absl::StrCat(lifecycle_.LogDir(id, rec->attempt), "/rank-", rank, ".log");
+}
+
+absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "");
+  if (!found.ok()) return found.status();
+  const ActiveJob& job = **found;
+  const LauncherKind kind = admission_.KindOf(job.spec);
+  if (kind != LauncherKind::kExternal) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is started by the ", LauncherKindName(kind),
+                                                      " launcher; only launcher: external jobs take joining workers"));
+  }
+  if (job.record.worker_token.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("job ", id, " is ", JobStateName(job.record.state), "; it takes workers once it is started"));
+  }
+  return JoinInfo{id, job.record.worker_token, job.record.num_processes, job.record.attempt,
+                  lifecycle_.options().remote_coordinator_addr};
+}
+
+// ---- Workers' side -----------------------------------------------------------
+
+absl::StatusOr<WorkerAttachment> JobManager::AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
+                                                          const std::string& token, const std::string& advertise_addr,
+                                                          int32_t rendezvous_port) {
+  absl::MutexLock lock(&mu_);
+  ActiveJob* found = jobs_.Find(job_id);
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " is not running"));
+  ActiveJob& job = *found;
+  // Check the token before telling anything about the attempt.
+  if (job.record.worker_token.empty() || !ConstantTimeEquals(token, job.record.worker_token)) {
+    return absl::PermissionDeniedError(absl::StrCat("invalid worker token for job ", job_id));
+  }
+  const bool external = admission_.KindOf(job.spec) == LauncherKind::kExternal;
+  if (attempt == 0 && external) attempt = job.record.attempt;  // joining
+  if (attempt != job.record.attempt) {
+    return absl::FailedPreconditionError(absl::StrCat("attempt ", attempt, " of job ", job_id,
+                                                      " is stale; the current attempt is ", job.record.attempt));
+  }
+  if (job.record.state == JobState::kQueued || !job.attempt) {
+    return absl::UnavailableError(absl::StrCat("job ", job_id, " is queued; it takes workers once it is started"));
+  }
+  Attempt& a = *job.attempt;
+  if (auto s = a.CheckAttach(job_id, rank); !s.ok()) return s;
+  if (external && job.record.state == JobState::kStarting) {
+    std::string event;
+    if (auto s = a.Join(job_id, rank, advertise_addr, rendezvous_port, &event); !s.ok()) return s;
+    if (!event.empty()) jobs_.AddEvent(job, event);
+  }
+  auto channel = std::make_shared<WorkerChannel>();
+  a.Attach(rank, channel);
+  if (a.cancel_requested()) channel->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
+  if (a.all_attached() && (job.record.state == JobState::kRecovering || job.record.state == JobState::kStarting)) {
+    job.progress.Touch(steady_clock::now());
+    jobs_.Transition(
+        job, JobState::kRunning,
+        job.record.state == JobState::kRecovering
+            ? absl::StrCat("all ", job.record.num_processes, " ranks reattached after a coordinator restart")
+            : absl::StrCat("all ", job.record.num_processes, " ranks connected"));
+  }
+  return WorkerAttachment{job.record.spec_json, job.record.num_processes, a.number(),
+                          a.master_addr(),      a.master_port(),          channel};
+}
+
+void JobManager::ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) {
+  absl::MutexLock lock(&mu_);
+  ActiveJob* job = jobs_.FindAttempt(job_id, attempt);
+  if (job == nullptr) return;
+  const auto now = steady_clock::now();
+  for (const StepMetrics& agg : job->progress.OnSamples(samples, &job->record, now)) {
+    for (auto& w : job->watchers) w->Push({std::nullopt, agg});
+  }
+  jobs_.PersistProgress(*job, now);
+}
+
+void JobManager::ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
+                              const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  ActiveJob* job = jobs_.FindAttempt(job_id, attempt);
+  if (job == nullptr) return;
+  spdlog::log(outcome == WorkerOutcome::kSucceeded ? spdlog::level::info : spdlog::level::warn,
+              "job {}: rank {} reports {}{}{}", job_id, rank, WorkerOutcomeName(outcome), error.empty() ? "" : ": ",
+              error);
+  lifecycle_.Apply(*job, job->attempt->OnResult(rank, outcome, error));
+}
+
+void JobManager::ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& c) {
+  absl::MutexLock lock(&mu_);
+  ActiveJob* job = jobs_.FindAttempt(job_id, attempt);
+  if (job == nullptr) return;
+  if (auto s = store_->AddCheckpoint(job_id, {attempt, c}); !s.ok()) {
+    spdlog::error("job {}: cannot record checkpoint {}: {}", job_id, c.index, std::string(s.message()));
+  }
+  jobs_.AddEvent(*job, job->progress.OnCheckpoint(c, steady_clock::now()));
+  requests_.CheckpointReported(c);
+}
+
+void JobManager::ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) {
+  absl::MutexLock lock(&mu_);
+  ActiveJob* job = jobs_.FindAttempt(job_id, attempt);
+  if (job == nullptr || !job->attempt->TakeNote(kMaxNotesPerAttempt)) return;
+  // Events travel in proto strings: valid UTF-8 only.
+  const std::string clean = AsValidUtf8(text.substr(0, 2000));
+  const bool last = job->attempt->notes() == kMaxNotesPerAttempt;
+  jobs_.AddEvent(
+      *job, absl::StrCat("rank ", rank, ": ", clean, last ? " (later notes of this attempt: see the rank logs)" : ""));
+}
+
+void JobManager::ReportFlightRecord(const std::string& job_id, int32_t attempt, int64_t request_id,
+                                    FlightRecord record) {
+  absl::MutexLock lock(&mu_);
+  requests_.AddFlightRecord(job_id, attempt, request_id, std::move(record));
+}
+
+void JobManager::DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
+                              const std::shared_ptr<WorkerChannel>& channel) {
+  absl::MutexLock lock(&mu_);
+  channel->Close();
+  ActiveJob* job = jobs_.FindAttempt(job_id, attempt);
+  if (job == nullptr) return;
+  lifecycle_.Apply(*job, job->attempt->Detach(job_id, rank, channel, steady_clock::now()));
+}
+
+void JobManager::OnRankExit(const RankExit& exit) {
+  absl::MutexLock lock(&mu_);
+  ActiveJob* job = jobs_.FindAttempt(exit.job_id, exit.attempt);
+  if (job == nullptr) return;
+  lifecycle_.Apply(*job, job->attempt->OnExit(exit, job->record.state == JobState::kRecovering));
+}
+
+// ---- Hang diagnosis and the watchdog -----------------------------------------
+
+absl::StatusOr<int64_t> JobManager::RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can be diagnosed");
+  if (!found.ok()) return found.status();
+  ActiveJob& job = **found;
+  if (job.record.state != JobState::kRunning && job.record.state != JobState::kRecovering) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", JobStateName(job.record.state), "; only a running job can be diagnosed"));
+  }
+  return AskForFlightRecords(job, &requests_, wait);
+}
+
+absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
+  absl::MutexLock lock(&mu_);
+  const PendingDiagnosis* p = requests_.diagnosis(request_id);
+  if (p == nullptr) return absl::NotFoundError(absl::StrCat("no diagnose request ", request_id));
+  auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const PendingDiagnosis* q = requests_.diagnosis(request_id);
+    return q == nullptr || q->complete();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&answered),
+                        absl::FromChrono(std::chrono::system_clock::now() + (p->deadline - steady_clock::now())));
+  std::optional<PendingDiagnosis> done = requests_.TakeDiagnosis(request_id);
+  if (!done) return absl::NotFoundError(absl::StrCat("no diagnose request ", request_id));
+  Diagnosis d;
+  d.attempt = done->attempt;
+  d.answers = std::move(done->answers);
+  d.result = DiagnoseHang(done->world_size, d.answers, NowMicros());
+  return d;
+}
+
+void JobManager::CheckProgress() {
+  absl::MutexLock lock(&mu_);
+  const auto now = steady_clock::now();
+  lifecycle_.TrySchedule();  // restarts whose backoff is over
+  for (const std::string& id : jobs_.ids()) {
+    // Each step may end the attempt (and start or end other jobs): look again.
+    auto attempt_of = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      ActiveJob* job = jobs_.Find(id);
+      return job == nullptr || job->record.state == JobState::kQueued ? nullptr : job;
+    };
+    ActiveJob* job = attempt_of();
+    if (job == nullptr || !job->attempt) continue;
+    Attempt* a = job->attempt.get();
+    // A group that did not reattach after a coordinator restart.
+    if (job->record.state == JobState::kRecovering && now > a->reattach_deadline() && !a->cancel_requested()) {
+      lifecycle_.Apply(*job,
+                       a->FailReattach(absl::StrCat("the workers did not reattach within reattach_timeout_s (",
+                                                    job->spec.reattach_timeout_s, " s) after a coordinator restart")));
     }
-    case NextStep::Kind::kCancelled: Transition(job, JobState::kCancelled, next.reason); break;
-    case NextStep::Kind::kFailed: Transition(job, JobState::kFailed, next.reason); break;
-    case NextStep::Kind::kSucceeded: Transition(job, JobState::kSucceeded, next.reason); break;
+    // External ranks that are gone.
+    for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
+      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) break;
+      lifecycle_.Apply(*job, a->OnExit(e, /*recovering=*/false));
+    }
+    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
+    const HangVerdict hang = CheckForHang(*job, now, &requests_, kWatchdogDiagnoseWait);
+    if (!hang.diagnosis.empty()) jobs_.AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
+    if (hang.hung) lifecycle_.Apply(*job, a->Fail(-1, hang.failure));
   }
-  return true;
+  requests_.ExpireDiagnoses(now);
 }
 
-void JobManager::StopGroup(ActiveJob& job) {
-  if (KindOf(job) == LauncherKind::kExternal) {
-    // No process of ours: the workers stop on the command; ranks that are
-    // not connected are accounted for by CheckProgress.
-    for (auto& [rank, ch] : job.run.channels) ch->Push({WorkerCommand::Kind::kStop, "the attempt is stopping"});
-    return;
-  }
-  if (Launcher* l = LauncherOf(job)) l->Stop(job.record.id, job.record.attempt);
-}
-
-void JobManager::Requeue(ActiveJob& job, const std::string& reason) {
-  JobRecord& r = job.record;
-  metrics_->AddBadput(r.id, "lost_work", job.goodput.Unkept());
-  job.goodput.AttemptEnded();
-  StartRecoveryClock(job);  // preemptions and stops: from the attempt's end
-  ReleaseResources(job);
-  job.run = AttemptState{};
-  job.spec.checkpoint.resume_from = "latest";
-  r.spec_json = JobSpecToJson(job.spec);
-  Transition(job, JobState::kQueued, reason);
-  queue_.push_front(r.id);  // ahead of jobs that have not started yet
-  TrySchedule();
-}
-
-void JobManager::StartRecoveryClock(ActiveJob& job) {
-  if (job.recovery_from_millis != 0) return;
-  job.recovery_from_millis = NowMillis();
-  job.step_at_failure = job.record.step;
-}
-
-void JobManager::PublishGoodput(ActiveJob& job) {
-  const double ratio = job.goodput.Ratio(std::chrono::steady_clock::now());
-  if (ratio >= 0) metrics_->SetGoodput(job.record.id, ratio);
-}
+// ---- Shutdown ---------------------------------------------------------------
 
 std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
-  std::lock_guard<std::mutex> lock(mu_);
-  shut_down_ = true;
+  absl::MutexLock lock(&mu_);
+  lifecycle_.Shutdown();
   std::vector<std::string> running;
-  for (auto& [id, job] : active_) {
-    if (job.record.state == JobState::kQueued) continue;
-    if (mode == ShutdownMode::kDetach) {
-      // The streams end; the workers go on and reconnect to the next coordinator.
-      for (auto& [rank, ch] : job.run.channels) ch->Close();
-      for (auto& w : job.watchers) w->Close();
-      continue;
+  for (const std::string& id : jobs_.ids()) {
+    ActiveJob& job = *jobs_.Find(id);
+    if (job.attempt && job.record.state != JobState::kQueued &&
+        lifecycle_.StopForShutdown(job, mode, requests_.NextId())) {
+      running.push_back(id);
     }
-    running.push_back(id);
-    if (mode == ShutdownMode::kStop) {
-      StopGroup(job);
-      Transition(job, JobState::kFailed, "the coordinator shut down while the job was running");
-      continue;
-    }
-    if (job.cancel_requested) continue;  // it stops anyway, and ends CANCELLED
-    job.stopped_for_restart = true;
-    auto rank0 = job.run.channels.find(0);
-    if (job.record.state == JobState::kRunning && rank0 != job.run.channels.end() && !job.run.failed) {
-      WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "the coordinator is stopping"};
-      cmd.request_id = next_request_id_++;
-      cmd.stop_after = true;
-      rank0->second->Push(cmd);
-      AddEvent(job, absl::StrCat("the coordinator is stopping: checkpoint (request ", cmd.request_id,
-                                 "), then stop; the job resumes when it starts again"));
-    } else {
-      StopGroup(job);
-      AddEvent(job, "the coordinator is stopping: the job resumes from its latest checkpoint when it starts again");
-    }
-  }
-  if (mode == ShutdownMode::kStop) {
-    for (const auto& id : running) Finish(id);
   }
   return running;
 }
 
 void JobManager::StopGroups(const std::vector<std::string>& ids) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const std::string& id : ids) {
-    auto it = active_.find(id);
-    if (it != active_.end() && it->second.record.state != JobState::kQueued) StopGroup(it->second);
+    ActiveJob* job = jobs_.Find(id);
+    if (job != nullptr && job->attempt && job->record.state != JobState::kQueued) lifecycle_.StopGroup(*job);
   }
-}
-
-// ---- private -----------------------------------------------------------------
-
-void JobManager::FailGroup(ActiveJob& job, int32_t rank, const std::string& reason) {
-  if (job.run.failed) return;  // keep the root cause: the first failure
-  StartRecoveryClock(job);
-  job.run.failed = true;
-  job.run.failure = reason;
-  job.record.failed_rank = rank;
-  spdlog::warn("job {}: {}; stopping the other ranks", job.record.id, reason);
-  StopGroup(job);
-}
-
-void JobManager::Transition(ActiveJob& job, JobState state, const std::string& reason) {
-  JobRecord& r = job.record;
-  counts_[r.state]--;
-  counts_[state]++;
-  r.state = state;
-  r.reason = reason;
-  const int64_t now = NowMillis();
-  if (state == JobState::kStarting && r.started_unix_millis == 0) r.started_unix_millis = now;
-  if (IsTerminal(state)) r.ended_unix_millis = now;
-  JobEvent event{now, state, reason};
-  absl::Status s = store_->Update(r, &event);
-  if (!s.ok()) spdlog::error("job {}: cannot persist {}: {}", r.id, JobStateName(state), std::string(s.message()));
-  spdlog::info("job {} -> {}: {}", r.id, JobStateName(state), reason);
-  for (auto& w : job.watchers) w->Push({r, std::nullopt});
-  PublishCounts();
-}
-
-void JobManager::Finish(const std::string& id) {
-  auto it = active_.find(id);
-  if (it == active_.end()) return;
-  ActiveJob& job = it->second;
-  ReleaseResources(job);
-  if (KindOf(job) == LauncherKind::kLocal && job.spec.checkpoint.snapshot_every_steps > 0) {
-    // The job's in-memory snapshots on this host (its workers remove them
-    // when they end well; a failed or cancelled job leaves them).
-    std::error_code ec;
-    std::filesystem::remove_all(SnapshotDir(id), ec);
-  }
-  for (auto& [rank, ch] : job.run.channels) ch->Close();
-  for (auto& w : job.watchers) w->Close();
-  metrics_->RemoveJob(id);
-  active_.erase(it);
-  checkpoint_cv_.notify_all();  // waiters of this job's checkpoints give up
-}
-
-void JobManager::TrySchedule() {
-  // FIFO within each resource of this host: a job waits only behind earlier
-  // jobs that need the same kind (CPU slots or GPUs). Slurm and external
-  // jobs take none of them and start at once.
-  enum Pool { kNone, kSlots, kGpus };
-  std::set<Pool> blocked;
-  for (size_t i = 0; i < queue_.size() && !shut_down_;) {
-    auto it = active_.find(queue_[i]);
-    if (it == active_.end()) {
-      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
-      continue;
-    }
-    const ActiveJob& job = it->second;
-    if (std::chrono::steady_clock::now() < job.start_not_before) {  // backing off: takes nothing, blocks nobody
-      ++i;
-      continue;
-    }
-    const Pool pool = KindOf(job) != LauncherKind::kLocal ? kNone : job.spec.device == Device::kCuda ? kGpus : kSlots;
-    if (pool != kNone && (blocked.count(pool) || !Fits(job))) {
-      blocked.insert(pool);
-      ++i;
-      continue;
-    }
-    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
-    StartJob(it->second);
-  }
-}
-
-void JobManager::StartJob(ActiveJob& job) {
-  JobRecord& r = job.record;
-  const LauncherKind kind = KindOf(job);
-  Launcher* launcher = LauncherOf(job);
-  if (kind != LauncherKind::kExternal && launcher == nullptr) {
-    Transition(job, JobState::kFailed,
-               absl::StrCat("launcher ", LauncherKindName(kind), " is not available on this server"));
-    Finish(r.id);
-    return;
-  }
-  job.run = AttemptState{};
-  if (kind != LauncherKind::kExternal) {
-    // Local: rank 0 serves the store on this host. Slurm: on the first node
-    // of the step (the worker reads it from Slurm); the port is a guess
-    // that is free here.
-    const int port = PickFreePortOn(options_.master_addr);
-    if (port == 0) {
-      Transition(job, JobState::kFailed, "cannot find a free port for the rendezvous");
-      Finish(r.id);
-      return;
-    }
-    job.run.master_port = port;
-    if (kind == LauncherKind::kLocal) job.run.master_addr = options_.master_addr;
-  }
-  r.attempt += 1;
-  // A new token fences the previous attempt's workers. Joined workers are
-  // fenced by the attempt number alone: their token is the job's.
-  if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = NewWorkerToken();
-  job.goodput.StartOnce(std::chrono::steady_clock::now());
-  if (job.recovery_from_millis == 0) job.startup_from_millis = NowMillis();
-  if (kind == LauncherKind::kLocal) {
-    job.run.held = pool_.Take(job.spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
-                              r.num_processes);
-  }
-  if (kind == LauncherKind::kExternal) {
-    Transition(job, JobState::kStarting,
-               absl::StrCat("attempt ", r.attempt, ": waiting for ", r.num_processes,
-                            " ranks to join (trainyard-worker --join ", r.id, "; `trainctl join-info ", r.id, "`)"));
-    return;
-  }
-  Transition(job, JobState::kStarting,
-             absl::StrCat(
-                 "launching ", r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
-                 job.run.held.gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(job.run.held.gpus, ",")), ")"));
-  if (auto s = launcher->Launch(MakeLaunchRequest(job)); !s.ok()) {
-    Transition(job, JobState::kFailed, absl::StrCat("launch failed: ", s.message()));
-    Finish(r.id);
-  }
-}
-
-void JobManager::PublishCounts() { metrics_->SetJobCounts(counts_); }
-
-void JobManager::AddEvent(ActiveJob& job, const std::string& reason) {
-  JobEvent event{NowMillis(), job.record.state, reason};
-  if (auto s = store_->Update(job.record, &event); !s.ok()) {
-    spdlog::error("job {}: cannot persist event: {}", job.record.id, std::string(s.message()));
-  }
-  spdlog::info("job {}: {}", job.record.id, reason);
-}
-
-std::string JobManager::NewJobId() {
-  for (;;) {
-    std::string id = "job-" + RandomHex(4);
-    if (active_.count(id)) continue;
-    if (store_->Get(id).status().code() == absl::StatusCode::kNotFound) return id;
-  }
-}
-
-std::string JobManager::LogDir(const JobRecord& job, int32_t attempt) const {
-  return absl::StrCat(options_.state_dir, "/jobs/", job.id, "/attempt-", attempt);
 }
 
 }  // namespace trainyard

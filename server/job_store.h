@@ -45,6 +45,11 @@ class JobStore {
   virtual absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) = 0;
 };
 
+// The page token of a listing that goes on after insertion number `last`,
+// and back; a malformed token is InvalidArgument.
+std::string JobPageToken(int64_t last);
+absl::StatusOr<int64_t> JobPageAfter(const std::string& page_token);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_SERVER_JOB_STORE_H_

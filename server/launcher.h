@@ -10,11 +10,14 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/job_spec.h"
+#include "common/worker_outcome.h"
 
 namespace trainyard {
 
@@ -39,19 +42,31 @@ struct LaunchRequest {
   SlurmSpec slurm;                 // Slurm: nodes, partition, ...
 };
 
-// How one rank's process ended.
+// How one rank's process ended. Each launcher reads the process's exit
+// status once, through the factories below, into the worker's own account
+// of its end (common/worker_outcome.h); the coordinator reads nothing else.
 struct RankExit {
   std::string job_id;
   int32_t attempt = 0;
   int32_t rank = 0;
-  int exit_code = 0;  // valid when signal == 0
-  int signal = 0;     // non-zero when killed by a signal
-  // The process was not the launcher's child (adopted after a coordinator
-  // restart): it ended, but how is not known.
-  bool code_unknown = false;
-  std::string detail;  // the launcher's own account, when it has one
-  bool ok() const { return !code_unknown && signal == 0 && exit_code == 0; }
-  std::string Describe() const;
+  // How the worker ended; empty when the process ended but how is not known
+  // (not the launcher's child: adopted after a coordinator restart).
+  std::optional<WorkerOutcome> outcome;
+  // What the launcher saw, for people ("rank 1 was killed by signal 9").
+  std::string description;
+
+  // Exited with `code` (a worker exit code; any other code is a failure).
+  static RankExit Exited(std::string job_id, int32_t attempt, int32_t rank, int code);
+  // Killed by `signal` (a failure).
+  static RankExit Killed(std::string job_id, int32_t attempt, int32_t rank, int signal);
+  // Gone, how is unknown; `description` may say more.
+  static RankExit Unknown(std::string job_id, int32_t attempt, int32_t rank, std::string description = "");
+  // Ended as `outcome` by another account than an exit status (an external
+  // rank's report, a rank the coordinator gave up on), said in `description`.
+  static RankExit Ended(std::string job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
+                        std::string description);
+
+  bool ok() const { return outcome == WorkerOutcome::kSucceeded; }
 };
 
 class Launcher {
@@ -71,8 +86,8 @@ class Launcher {
   // error names what is missing.
   virtual absl::Status Available() { return absl::OkStatus(); }
   // After a coordinator restart: follows an attempt an earlier coordinator
-  // launched, reporting its ranks' ends (code_unknown where the launcher
-  // cannot know the exit code) and stopping them like its own. A rank with
+  // launched, reporting its ranks' ends (RankExit::Unknown where the
+  // launcher cannot read the exit status) and stopping them like its own. A rank with
   // nothing left to follow is reported ended at once.
   virtual void Adopt(const LaunchRequest& request) = 0;
   // The coordinator stops and leaves its workers running for the next one
@@ -107,8 +122,8 @@ struct SlurmLauncherOptions {
 // Creates the Slurm launcher: one batch job per attempt (`sbatch`, one
 // `srun` step of world_size tasks), followed with squeue/scontrol, stopped
 // with scancel. Each rank writes its exit code under the attempt's log dir;
-// ranks that end without one (killed) are reported as killed once Slurm
-// says the job has ended.
+// ranks that end without one are reported failed once Slurm says the job
+// has ended.
 std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit);
 
 // This process's environment with `overrides` ("NAME=value") added: entries

@@ -7,32 +7,21 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "server/launcher.h"
 
 namespace trainyard {
-
-std::string RankExit::Describe() const {
-  if (!detail.empty()) return detail;
-  if (code_unknown) {
-    return absl::StrCat(
-        "rank ", rank,
-        " ended without reporting a result (started by an earlier coordinator: its exit code is unknown)");
-  }
-  if (signal != 0) return absl::StrCat("rank ", rank, " was killed by signal ", signal, " (", strsignal(signal), ")");
-  return absl::StrCat("rank ", rank, " exited with code ", exit_code);
-}
 
 namespace {
 
@@ -99,14 +88,14 @@ class LocalLauncher final : public Launcher {
 
   ~LocalLauncher() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       shutting_down_ = true;
       for (auto& [pid, p] : procs_) Signal(pid, SIGKILL);
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     reaper_.join();
     // Reap what the loop left (it stops at shutdown).
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [pid, p] : procs_) {
       if (!p.adopted) waitpid(pid, nullptr, 0);
     }
@@ -150,7 +139,7 @@ class LocalLauncher final : public Launcher {
       if (!r.gpus.empty()) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", r.gpus.at(rank)));
       absl::StatusOr<pid_t> pid = Spawn(args, log_path, r.token, env);
       if (!pid.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         for (pid_t p : started) {
           kill(-p, SIGKILL);
           procs_[p].term_sent = true;
@@ -158,15 +147,15 @@ class LocalLauncher final : public Launcher {
         return pid.status();
       }
       started.push_back(*pid);
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       procs_[*pid] = Proc{*pid, r.job_id, r.attempt, rank};
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     return absl::OkStatus();
   }
 
   void Stop(const std::string& job_id, int32_t attempt) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [pid, p] : procs_) {
       if (p.job_id != job_id || p.attempt != attempt || p.term_sent) continue;
       // SIGINT: stop now, no checkpoint (SIGTERM asks a worker to checkpoint
@@ -175,7 +164,7 @@ class LocalLauncher final : public Launcher {
       p.term_sent = true;
       p.kill_at = Clock::now() + options_.stop_grace;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   void Adopt(const LaunchRequest& r) override {
@@ -190,32 +179,32 @@ class LocalLauncher final : public Launcher {
       if (!absl::SimpleAtoi(FlagValue(args, "--rank"), &rank) || rank < 0 || rank >= r.world_size) continue;
       found.emplace(rank, static_cast<pid_t>(std::stol(name)));
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (int32_t rank = 0; rank < r.world_size; ++rank) {
       auto it = found.find(rank);
       if (it == found.end()) {
-        RankExit e{r.job_id, r.attempt, rank};
-        e.code_unknown = true;
-        e.detail =
-            absl::StrCat("rank ", rank, " of attempt ", r.attempt, " was not running when the coordinator restarted");
-        pending_.push_back(e);  // reported from the reaper, never under the caller's locks
+        pending_.push_back(RankExit::Unknown(
+            r.job_id, r.attempt, rank,
+            absl::StrCat("rank ", rank, " of attempt ", r.attempt,
+                         " was not running when the coordinator restarted")));  // reported from the reaper, never under
+                                                                                // the caller's locks
         continue;
       }
       Proc p{it->second, r.job_id, r.attempt, rank};
       p.adopted = true;
       procs_[it->second] = p;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   void Detach() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     procs_.clear();
     pending_.clear();
   }
 
   int LiveProcesses(const std::string& job_id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     int n = 0;
     for (auto& [pid, p] : procs_) n += p.job_id == job_id;
     return n;
@@ -265,7 +254,7 @@ class LocalLauncher final : public Launcher {
   }
 
   void ReapLoop() {
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     while (!shutting_down_) {
       std::vector<RankExit> exits;
       exits.swap(pending_);
@@ -280,18 +269,18 @@ class LocalLauncher final : public Launcher {
             ++it;
             continue;
           }
-          RankExit e{p.job_id, p.attempt, p.rank};
-          e.code_unknown = true;
-          exits.push_back(e);
+          exits.push_back(RankExit::Unknown(p.job_id, p.attempt, p.rank));
           it = procs_.erase(it);
           continue;
         }
         int status = 0;
         pid_t r = waitpid(p.pid, &status, WNOHANG);
         if (r == p.pid || (r < 0 && errno == ECHILD)) {
-          RankExit e{p.job_id, p.attempt, p.rank};
-          if (r == p.pid && WIFSIGNALED(status)) e.signal = WTERMSIG(status);
-          if (r == p.pid && WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+          // Not our child any more (reaped elsewhere): an exit we cannot read.
+          RankExit e = RankExit::Unknown(p.job_id, p.attempt, p.rank,
+                                         absl::StrCat("rank ", p.rank, " ended; its exit status could not be read"));
+          if (r == p.pid && WIFSIGNALED(status)) e = RankExit::Killed(p.job_id, p.attempt, p.rank, WTERMSIG(status));
+          if (r == p.pid && WIFEXITED(status)) e = RankExit::Exited(p.job_id, p.attempt, p.rank, WEXITSTATUS(status));
           // Anything the worker left in its process group goes with it.
           kill(-p.pid, SIGKILL);
           exits.push_back(e);
@@ -305,24 +294,25 @@ class LocalLauncher final : public Launcher {
         ++it;
       }
       if (!exits.empty()) {
-        lock.unlock();
+        mu_.Unlock();
         for (const auto& e : exits) on_exit_(e);
-        lock.lock();
+        mu_.Lock();
         continue;
       }
       // Children are polled: SIGCHLD cannot be routed to one thread reliably
       // in a process that also hosts gRPC's threads.
-      cv_.wait_for(lock, std::chrono::milliseconds(procs_.empty() ? 500 : 50));
+      cv_.WaitWithTimeout(&mu_, absl::Milliseconds(procs_.empty() ? 500 : 50));
     }
+    mu_.Unlock();
   }
 
   const LocalLauncherOptions options_;
   const ExitCallback on_exit_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<pid_t, Proc> procs_;    // guarded by mu_
-  std::vector<RankExit> pending_;  // guarded by mu_; ends found by Adopt
-  bool shutting_down_ = false;     // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::map<pid_t, Proc> procs_ ABSL_GUARDED_BY(mu_);
+  std::vector<RankExit> pending_ ABSL_GUARDED_BY(mu_);  // ends found by Adopt
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };
 

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/job_spec.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   app.add_option("--max-num-processes", o.max_num_processes, "Largest num_processes a spec may ask for")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(CLI::Range(1, trainyard::kMaxNumProcessesCeiling));
   app.add_option(
       "--allowed-root", o.allowed_roots,
       "Directory a job's paths (checkpoint.project_dir, resume sources, model and data files) may lie under; "

@@ -2,8 +2,8 @@
 // jobs run on — a CPU job's ranks take one slot each, a CUDA job's ranks one
 // GPU each (never shared). Jobs on Slurm or external workers take none.
 //
-// Not thread-safe: the JobManager calls it under its mutex, and decides in
-// what order jobs take from it (FIFO per resource).
+// Not thread-safe: the Scheduler owns it and decides in what order jobs
+// take from it.
 #ifndef TRAINYARD_SERVER_RESOURCE_POOL_H_
 #define TRAINYARD_SERVER_RESOURCE_POOL_H_
 

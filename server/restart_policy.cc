@@ -1,5 +1,7 @@
 #include "server/restart_policy.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace trainyard {
@@ -35,6 +37,12 @@ NextStep DecideAfterAttempt(const AttemptEnd& end) {
     return {Kind::kFailed, "preempted after a checkpoint (not preemptible): `trainctl resume` continues from it"};
   }
   return {Kind::kSucceeded, absl::StrCat("all ", end.num_processes, " ranks finished at step ", end.step)};
+}
+
+std::chrono::milliseconds RestartBackoff(int failures_in_a_row, std::chrono::milliseconds base) {
+  if (failures_in_a_row <= 1 || base.count() <= 0) return std::chrono::milliseconds(0);
+  return std::min<std::chrono::milliseconds>(base * (int64_t{1} << std::min(failures_in_a_row - 2, 20)),
+                                             std::chrono::seconds(30));
 }
 
 }  // namespace trainyard

@@ -6,6 +6,7 @@
 #ifndef TRAINYARD_SERVER_RESTART_POLICY_H_
 #define TRAINYARD_SERVER_RESTART_POLICY_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -50,6 +51,11 @@ struct NextStep {
 };
 
 NextStep DecideAfterAttempt(const AttemptEnd& end);
+
+// How long a job's restart waits after `failures_in_a_row` failed attempts
+// (none of them trained a step): nothing after the first, then `base`,
+// doubling up to 30 s; never with a zero base.
+std::chrono::milliseconds RestartBackoff(int failures_in_a_row, std::chrono::milliseconds base);
 
 }  // namespace trainyard
 

@@ -1,11 +1,12 @@
-// The gRPC services: thin layers that convert requests, call the JobManager
-// and map its Status to gRPC codes. Thread-safe as the JobManager is.
+// The gRPC services: thin layers that convert requests, call the handlers
+// (server/job_handlers.h, the JobManager) and map their Status to gRPC
+// codes. Thread-safe as the handlers are.
 #ifndef TRAINYARD_SERVER_RPC_SERVICES_H_
 #define TRAINYARD_SERVER_RPC_SERVICES_H_
 
 #include <atomic>
 
-#include "server/job_manager.h"
+#include "server/job_handlers.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
@@ -14,7 +15,7 @@ class JobServiceImpl final : public v1::JobService::Service {
  public:
   // With a non-empty `auth_token`, every call needs "authorization: Bearer
   // <auth_token>" or fails with UNAUTHENTICATED.
-  explicit JobServiceImpl(JobManager* manager, std::string auth_token = "")
+  explicit JobServiceImpl(JobRequestHandler* manager, std::string auth_token = "")
       : manager_(manager), auth_token_(std::move(auth_token)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
@@ -37,20 +38,20 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   grpc::Status Authorize(grpc::ServerContext* ctx) const;
-  JobManager* const manager_;
+  JobRequestHandler* const manager_;
   const std::string auth_token_;
   std::atomic<bool> shutting_down_{false};
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(JobManager* manager) : manager_(manager) {}
+  explicit WorkerServiceImpl(WorkerHandler* manager) : manager_(manager) {}
 
   grpc::Status Connect(grpc::ServerContext*,
                        grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>*) override;
 
  private:
-  JobManager* const manager_;
+  WorkerHandler* const manager_;
 };
 
 void JobToProto(const JobRecord& job, const std::vector<JobEvent>& events, v1::Job* out);

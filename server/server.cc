@@ -8,14 +8,15 @@
 #include <prometheus/registry.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
 #include "common/secrets.h"
 #include "server/job_manager.h"
@@ -68,14 +69,13 @@ struct Server::Impl {
   std::unique_ptr<grpc::Server> grpc_server;
   int grpc_port = 0;
   int metrics_port = 0;
-  std::mutex shutdown_mu;
-  bool shut_down = false;  // guarded by shutdown_mu
-  std::thread watchdog;    // calls JobManager::CheckProgress every 500 ms
-  std::mutex watchdog_mu;
-  std::condition_variable watchdog_cv;
-  bool watchdog_stop = false;  // guarded by watchdog_mu
-  std::string remote_addr;     // where workers on other hosts reach the server
-  int gpus = 0;                // for local CUDA jobs
+  absl::Mutex shutdown_mu;
+  bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
+  std::thread watchdog;  // calls JobManager::CheckProgress every 500 ms
+  absl::Mutex watchdog_mu;
+  bool watchdog_stop ABSL_GUARDED_BY(watchdog_mu) = false;
+  std::string remote_addr;  // where workers on other hosts reach the server
+  int gpus = 0;             // for local CUDA jobs
 
   absl::Status PrepareStateDir();
   absl::Status OpenStoreAndMetrics();
@@ -229,10 +229,9 @@ void Server::Impl::AdvertiseAddresses() {
 
 void Server::Impl::StartWatchdog() {
   watchdog = std::thread([this] {
-    std::unique_lock<std::mutex> lock(watchdog_mu);
-    while (!watchdog_cv.wait_for(lock, std::chrono::milliseconds(500), [this] { return watchdog_stop; })) {
-      manager->CheckProgress();
-    }
+    absl::MutexLock lock(&watchdog_mu);
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watchdog_mu) { return watchdog_stop; };
+    while (!watchdog_mu.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(500))) manager->CheckProgress();
   });
 }
 
@@ -278,16 +277,15 @@ void Server::Wait() {
 void Server::Shutdown() {
   Impl& s = *impl_;
   // A second caller waits until the first has finished.
-  std::lock_guard<std::mutex> lock(s.shutdown_mu);
+  absl::MutexLock lock(&s.shutdown_mu);
   if (s.shut_down) return;
   s.shut_down = true;
   if (s.job_service) s.job_service->Shutdown();
   if (s.watchdog.joinable()) {
     {
-      std::lock_guard<std::mutex> lock(s.watchdog_mu);
+      absl::MutexLock stop(&s.watchdog_mu);
       s.watchdog_stop = true;
     }
-    s.watchdog_cv.notify_all();
     s.watchdog.join();
   }
   const ShutdownMode mode = s.options.on_shutdown;

@@ -14,20 +14,20 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "server/launcher.h"
 #include "server/slurm_batch.h"
 #include "spdlog/spdlog.h"
@@ -137,7 +137,7 @@ bool Terminal(const std::string& state) {
   return kEnded.count(state) > 0;
 }
 
-struct Attempt {
+struct SlurmAttempt {
   std::string job_id;
   int32_t attempt = 0;
   int32_t world_size = 0;
@@ -161,13 +161,13 @@ class SlurmLauncher final : public Launcher {
   ~SlurmLauncher() override {
     std::vector<std::string> stopping;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       shutting_down_ = true;
       for (const auto& [key, a] : attempts_) {
         if (a.stop_sent && !a.slurm_id.empty()) stopping.push_back(a.slurm_id);
       }
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     poller_.join();
     // What was asked to stop and is still there gets no more grace: nobody
     // would follow it any more.
@@ -246,7 +246,7 @@ class SlurmLauncher final : public Launcher {
   void Stop(const std::string& job_id, int32_t attempt) override {
     std::string id;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto it = attempts_.find({job_id, attempt});
       if (it == attempts_.end() || it->second.stop_sent) return;
       it->second.stop_sent = true;
@@ -258,11 +258,11 @@ class SlurmLauncher final : public Launcher {
     // (SIGTERM would be preemption). A job still pending is just cancelled.
     CommandResult res = RunCommand({Tool("scancel"), "--signal=INT", id}, {});
     if (res.exit_code != 0) RunCommand({Tool("scancel"), id}, {});
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   int LiveProcesses(const std::string& job_id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     int n = 0;
     for (const auto& [key, a] : attempts_) {
       if (key.first == job_id) n += a.world_size - static_cast<int>(a.reported.size());
@@ -276,8 +276,8 @@ class SlurmLauncher final : public Launcher {
   }
 
   void Track(const LaunchRequest& r, const std::string& name, const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Attempt a;
+    absl::MutexLock lock(&mu_);
+    SlurmAttempt a;
     a.job_id = r.job_id;
     a.attempt = r.attempt;
     a.world_size = r.world_size;
@@ -285,41 +285,37 @@ class SlurmLauncher final : public Launcher {
     a.slurm_id = id;
     a.log_dir = r.log_dir;
     attempts_[{r.job_id, r.attempt}] = std::move(a);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
   // Exit codes the ranks wrote since the last look.
-  static std::vector<RankExit> NewExitFiles(Attempt& a) {
+  static std::vector<RankExit> NewExitFiles(SlurmAttempt& a) {
     std::vector<RankExit> out;
     for (int32_t rank = 0; rank < a.world_size; ++rank) {
       if (a.reported.count(rank)) continue;
       std::ifstream f(absl::StrCat(a.log_dir, "/rank-", rank, ".exit"));
       int code = 0;
       if (!(f >> code)) continue;
-      RankExit e{a.job_id, a.attempt, rank};
-      if (code > 128) {
-        e.signal = code - 128;  // the shell's account of a signal
-      } else {
-        e.exit_code = code;
-      }
+      // Above 128: the shell's account of a signal.
+      out.push_back(code > 128 ? RankExit::Killed(a.job_id, a.attempt, rank, code - 128)
+                               : RankExit::Exited(a.job_id, a.attempt, rank, code));
       a.reported.insert(rank);
-      out.push_back(e);
     }
     return out;
   }
 
   void PollLoop() {
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     while (!shutting_down_) {
-      cv_.wait_for(lock, options_.poll_interval);
+      cv_.WaitWithTimeout(&mu_, absl::FromChrono(options_.poll_interval));
       if (shutting_down_ || attempts_.empty()) continue;
       // Slurm's view of our jobs, one squeue call for all (outside the lock).
       std::vector<std::string> names;
       for (const auto& [key, a] : attempts_) names.push_back(a.slurm_name);
-      lock.unlock();
+      mu_.Unlock();
       CommandResult q =
           RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T"}, {});
-      lock.lock();
+      mu_.Lock();
       std::map<std::string, std::string> states;  // slurm id -> state
       for (const auto line : absl::StrSplit(q.out, '\n', absl::SkipWhitespace())) {
         std::vector<std::string> f = absl::StrSplit(Trim(std::string(line)), '|');
@@ -328,7 +324,7 @@ class SlurmLauncher final : public Launcher {
       std::vector<RankExit> exits;
       std::vector<std::string> to_cancel, to_kill;
       for (auto it = attempts_.begin(); it != attempts_.end();) {
-        Attempt& a = it->second;
+        SlurmAttempt& a = it->second;
         for (RankExit& e : NewExitFiles(a)) exits.push_back(e);
         bool ended = a.slurm_id.empty();
         if (!ended && q.exit_code == 0) {
@@ -348,12 +344,10 @@ class SlurmLauncher final : public Launcher {
           for (RankExit& e : NewExitFiles(a)) exits.push_back(e);  // written just before the end
           for (int32_t rank = 0; rank < a.world_size; ++rank) {
             if (a.reported.count(rank)) continue;
-            RankExit e{a.job_id, a.attempt, rank};
-            e.signal = SIGKILL;
-            e.detail = absl::StrCat("rank ", rank, " ended without an exit status (Slurm job ",
-                                    a.slurm_id.empty() ? "gone" : a.slurm_id, " ",
-                                    a.last_state.empty() ? "ended" : a.last_state, ")");
-            exits.push_back(e);
+            exits.push_back(RankExit::Ended(a.job_id, a.attempt, rank, WorkerOutcome::kFailed,
+                                            absl::StrCat("rank ", rank, " ended without an exit status (Slurm job ",
+                                                         a.slurm_id.empty() ? "gone" : a.slurm_id, " ",
+                                                         a.last_state.empty() ? "ended" : a.last_state, ")")));
             a.reported.insert(rank);
           }
         }
@@ -367,23 +361,24 @@ class SlurmLauncher final : public Launcher {
         }
         ++it;
       }
-      lock.unlock();
+      mu_.Unlock();
       for (const auto& id : to_kill) {
         RunCommand({Tool("scancel"), "--signal=KILL", id}, {});
         RunCommand({Tool("scancel"), id}, {});
       }
       for (const auto& id : to_cancel) RunCommand({Tool("scancel"), id}, {});
       for (const auto& e : exits) on_exit_(e);
-      lock.lock();
+      mu_.Lock();
     }
+    mu_.Unlock();
   }
 
   const SlurmLauncherOptions options_;
   const ExitCallback on_exit_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::pair<std::string, int32_t>, Attempt> attempts_;  // guarded by mu_
-  bool shutting_down_ = false;                                   // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::map<std::pair<std::string, int32_t>, SlurmAttempt> attempts_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread poller_;
 };
 

@@ -1,9 +1,10 @@
 // SQLite implementation of JobStore.
 #include <sqlite3.h>
 
-#include <mutex>
-
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "server/job_store.h"
 
 namespace trainyard {
@@ -91,9 +92,13 @@ class Stmt {
 class SqliteJobStore final : public JobStore {
  public:
   explicit SqliteJobStore(sqlite3* db) : db_(db) {}
-  ~SqliteJobStore() override { sqlite3_close(db_); }
+  ~SqliteJobStore() override {
+    absl::MutexLock lock(&mu_);
+    sqlite3_close(db_);
+  }
 
   absl::Status Init() {
+    absl::MutexLock lock(&mu_);
     // WAL + synchronous=FULL: a committed transaction is on disk when
     // COMMIT returns, and readers never block the writer.
     for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA foreign_keys=ON;",
@@ -104,7 +109,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::Status Insert(const JobRecord& job, const JobEvent& event) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
     Stmt st(db_, absl::StrCat("INSERT INTO jobs (", kJobColumns, ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?);"));
     if (!st.ok()) return Rollback(Error("prepare insert"));
@@ -115,7 +120,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::Status Update(const JobRecord& job, const JobEvent* event) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
     Stmt st(db_,
             "UPDATE jobs SET id=?1, name=?2, state=?3, reason=?4, spec_json=?5, num_processes=?6, "
@@ -126,7 +131,7 @@ class SqliteJobStore final : public JobStore {
     BindJob(st, job);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("update job " + job.id));
     if (sqlite3_changes(db_) != 1) {
-      Exec("ROLLBACK;");
+      Exec("ROLLBACK;").IgnoreError();  // the missing row is the error to report
       return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
     }
     if (event != nullptr) {
@@ -136,7 +141,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::StatusOr<JobRecord> Get(const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Stmt st(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id=?;"));
     if (!st.ok()) return Error("prepare get");
     st.Bind(1, id);
@@ -147,7 +152,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::StatusOr<std::vector<JobRecord>> List(int limit) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Stmt st(db_, absl::StrCat("SELECT ", kJobColumns,
                               " FROM (SELECT * FROM jobs ORDER BY seq DESC LIMIT ?) ORDER BY seq ASC;"));
     if (!st.ok()) return Error("prepare list");
@@ -160,7 +165,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::string where = "seq > ?";
     if (!states.empty()) {
       where += " AND state IN (";
@@ -188,7 +193,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Stmt st(db_, "SELECT unix_ms, state, reason FROM job_events WHERE job_id=? ORDER BY seq;");
     if (!st.ok()) return Error("prepare events");
     st.Bind(1, id);
@@ -206,7 +211,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& r) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Stmt st(db_,
             "INSERT INTO checkpoints (job_id, attempt, idx, step, type, trigger, request_id, path, bytes, seconds, "
             "unix_ms, ok, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?);");
@@ -230,7 +235,7 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     Stmt st(db_,
             "SELECT attempt, idx, step, type, trigger, request_id, path, bytes, seconds, unix_ms, ok, error "
             "FROM checkpoints WHERE job_id=? ORDER BY seq;");
@@ -260,8 +265,7 @@ class SqliteJobStore final : public JobStore {
   }
 
  private:
-  // REQUIRES: mu_ held (or during Init).
-  absl::Status Exec(const char* sql) {
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
       std::string msg = err ? err : "unknown error";
@@ -271,16 +275,16 @@ class SqliteJobStore final : public JobStore {
     return absl::OkStatus();
   }
 
-  absl::Status Error(const std::string& what) {
+  absl::Status Error(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db_)));
   }
 
-  absl::Status Rollback(absl::Status s) {
-    Exec("ROLLBACK;");
+  absl::Status Rollback(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Exec("ROLLBACK;").IgnoreError();  // `s`, the first error, is the one to report
     return s;
   }
 
-  absl::Status AppendEvent(const std::string& id, const JobEvent& e) {
+  absl::Status AppendEvent(const std::string& id, const JobEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Stmt st(db_, "INSERT INTO job_events (job_id, unix_ms, state, reason) VALUES (?,?,?,?);");
     if (!st.ok()) return Error("prepare event");
     st.Bind(1, id);
@@ -334,8 +338,8 @@ class SqliteJobStore final : public JobStore {
     return j;
   }
 
-  std::mutex mu_;
-  sqlite3* db_;  // guarded by mu_
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -354,6 +358,19 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     return absl::Status(s.code(), absl::StrCat("cannot initialize job store ", path, ": ", s.message()));
   }
   return std::unique_ptr<JobStore>(std::move(store));
+}
+
+std::string JobPageToken(int64_t last) { return absl::StrCat("jobs-after-", last); }
+
+absl::StatusOr<int64_t> JobPageAfter(const std::string& page_token) {
+  if (page_token.empty()) return 0;
+  constexpr std::string_view kPrefix = "jobs-after-";
+  int64_t after = 0;
+  if (page_token.rfind(kPrefix, 0) != 0 || page_token.size() == kPrefix.size() ||
+      !absl::SimpleAtoi(page_token.substr(kPrefix.size()), &after) || after < 0 || JobPageToken(after) != page_token) {
+    return absl::InvalidArgumentError("field 'page_token': not a token this server gave");
+  }
+  return after;
 }
 
 }  // namespace trainyard

@@ -1,15 +1,16 @@
 #include "worker/comm_hooks.h"
-#include "common/splitmix.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/splitmix.h"
 
 namespace trainyard {
 namespace {
@@ -20,18 +21,14 @@ class OrderedExecutor {
   OrderedExecutor() : thread_([this] { Loop(); }) {}
   ~OrderedExecutor() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       done_ = true;
     }
-    cv_.notify_all();
     thread_.join();
   }
   void Submit(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_all();
+    absl::MutexLock lock(&mu_);
+    tasks_.push_back(std::move(task));
   }
 
  private:
@@ -39,8 +36,9 @@ class OrderedExecutor {
     for (;;) {
       std::function<void()> task;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return done_ || !tasks_.empty(); });
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || !tasks_.empty(); };
+        mu_.Await(absl::Condition(&ready));
         if (tasks_.empty()) return;
         task = std::move(tasks_.front());
         tasks_.pop_front();
@@ -49,10 +47,9 @@ class OrderedExecutor {
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mu_
-  bool done_ = false;                        // guarded by mu_
+  absl::Mutex mu_;  // the loop wakes when a task or the end comes
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -8,9 +8,10 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 
 namespace trainyard {
@@ -30,12 +31,12 @@ class TrainerControl {
   bool preemption_requested() const { return preempt_.load(); }
 
   void RequestCheckpoint(const CheckpointRequest& request) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     pending_.push_back(request);
   }
   // The oldest pending request, if any.
   std::optional<CheckpointRequest> TakeCheckpoint() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (pending_.empty()) return std::nullopt;
     CheckpointRequest r = pending_.front();
     pending_.pop_front();
@@ -46,8 +47,8 @@ class TrainerControl {
   static_assert(std::atomic<bool>::is_always_lock_free, "signal handlers need a lock-free flag");
   std::atomic<bool> stop_{false};
   std::atomic<bool> preempt_{false};
-  std::mutex mu_;
-  std::deque<CheckpointRequest> pending_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::deque<CheckpointRequest> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

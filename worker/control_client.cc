@@ -2,13 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <deque>
 #include <future>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
 #include "common/log.h"
 #include "common/wire_convert.h"
@@ -31,17 +31,17 @@ struct ControlClient::Impl {
   std::unique_ptr<v1::WorkerService::Stub> stub;
   Welcome welcome;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::shared_ptr<Conn> conn;       // guarded by mu
-  std::deque<StepMetrics> pending;  // guarded by mu
-  // Checkpoint reports and notes, sent at once; guarded by mu.
-  std::deque<v1::WorkerMessage> reports;
-  bool finishing = false;      // guarded by mu
-  bool result_sent = false;    // guarded by mu: the stream's end is expected
-  bool stream_broken = false;  // guarded by mu
-  bool gave_up = false;        // guarded by mu: no more reconnection attempts
-  std::mutex write_mu;         // one writer on a stream at a time
+  // Waiters await conditions on `mu`; they wake when one holds.
+  absl::Mutex mu;
+  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  std::deque<StepMetrics> pending ABSL_GUARDED_BY(mu);
+  // Checkpoint reports and notes, sent at once.
+  std::deque<v1::WorkerMessage> reports ABSL_GUARDED_BY(mu);
+  bool finishing ABSL_GUARDED_BY(mu) = false;
+  bool result_sent ABSL_GUARDED_BY(mu) = false;  // the stream's end is expected
+  bool stream_broken ABSL_GUARDED_BY(mu) = false;
+  bool gave_up ABSL_GUARDED_BY(mu) = false;  // no more reconnection attempts
+  absl::Mutex write_mu;                      // one writer on a stream at a time
   std::atomic<int32_t> every_steps{10};
 
   std::thread reader;
@@ -110,8 +110,9 @@ struct ControlClient::Impl {
     auto backoff = std::chrono::milliseconds(250);
     while (std::chrono::steady_clock::now() < deadline) {
       {
-        std::unique_lock<std::mutex> lock(mu);
-        if (cv.wait_for(lock, backoff, [&] { return finishing && result_sent; })) return nullptr;
+        absl::MutexLock lock(&mu);
+        auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finishing && result_sent; };
+        if (mu.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(backoff))) return nullptr;
       }
       backoff = std::min(backoff * 2, std::chrono::milliseconds(4000));
       v1::CoordinatorMessage first;
@@ -138,45 +139,39 @@ struct ControlClient::Impl {
     for (;;) {
       std::shared_ptr<Conn> c;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         c = conn;
       }
       v1::CoordinatorMessage msg;
       while (c->stream->Read(&msg)) Handle(msg);
       {
-        std::lock_guard<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         if (result_sent) break;  // the coordinator closes the stream after the result
         stream_broken = true;
       }
       log::Warn("lost the stream to the coordinator at {}; training goes on, metrics are kept", options.server);
       std::shared_ptr<Conn> fresh = Reconnect();
       {
-        std::lock_guard<std::mutex> wlock(write_mu);
+        absl::MutexLock wlock(&write_mu);
         c->ctx.TryCancel();
         c->stream->Finish();
         c->finished = true;
       }
       if (!fresh) {
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          gave_up = true;
-        }
-        cv.notify_all();
+        absl::MutexLock lock(&mu);
+        gave_up = true;
         break;
       }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        conn = fresh;
-        stream_broken = false;
-      }
-      cv.notify_all();
+      absl::MutexLock lock(&mu);
+      conn = fresh;
+      stream_broken = false;
     }
     reader_done.set_value();
   }
 
-  // REQUIRES: mu held. Writes what is pending; on failure keeps it (bounded)
-  // for after a reconnection. False when the stream is gone.
-  bool FlushLocked(std::unique_lock<std::mutex>& lock) {
+  // Writes what is pending (releasing `mu` while writing); on failure keeps
+  // it (bounded) for after a reconnection. False when the stream is gone.
+  bool Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if ((pending.empty() && reports.empty()) || stream_broken) return !stream_broken;
     std::vector<v1::WorkerMessage> msgs;
     std::deque<StepMetrics> batch;
@@ -189,13 +184,13 @@ struct ControlClient::Impl {
     }
     msgs.insert(msgs.end(), sent.begin(), sent.end());
     std::shared_ptr<Conn> c = conn;
-    lock.unlock();
+    mu.Unlock();
     bool ok = true;
     {
-      std::lock_guard<std::mutex> wlock(write_mu);
+      absl::MutexLock wlock(&write_mu);
       for (const auto& msg : msgs) ok = ok && c->stream->Write(msg);
     }
-    lock.lock();
+    mu.Lock();
     if (!ok) {
       stream_broken = true;
       // Put them back in front of what came meanwhile, within the bound.
@@ -208,22 +203,20 @@ struct ControlClient::Impl {
   }
 
   void Report(v1::WorkerMessage msg) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      reports.push_back(std::move(msg));
-      while (reports.size() > 1000) reports.pop_front();
-    }
-    cv.notify_all();
+    absl::MutexLock lock(&mu);
+    reports.push_back(std::move(msg));
+    while (reports.size() > 1000) reports.pop_front();
   }
 
   void SendLoop() {
-    std::unique_lock<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
+    auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return finishing ||
+             (!stream_broken && (!reports.empty() || static_cast<int32_t>(pending.size()) >= every_steps.load()));
+    };
     while (!finishing) {
-      cv.wait_for(lock, std::chrono::seconds(1), [&] {
-        return finishing ||
-               (!stream_broken && (!reports.empty() || static_cast<int32_t>(pending.size()) >= every_steps.load()));
-      });
-      FlushLocked(lock);
+      mu.AwaitWithTimeout(absl::Condition(&due), absl::Seconds(1));
+      Flush();
     }
   }
 };
@@ -262,7 +255,10 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
     conn = impl->Open(&first);
   }
   if (!conn.ok()) return conn.status();
-  impl->conn = *conn;
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->conn = *conn;
+  }
   impl->welcome.spec_json = first.welcome().spec_json();
   impl->welcome.world_size = first.welcome().world_size();
   impl->welcome.attempt = first.welcome().attempt();
@@ -280,12 +276,11 @@ ControlClient::~ControlClient() {
   Impl& s = *impl_;
   std::shared_ptr<Conn> c;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    absl::MutexLock lock(&s.mu);
     s.finishing = true;
     s.result_sent = true;  // nothing more to say: no reconnection either
     c = s.conn;
   }
-  s.cv.notify_all();
   if (s.sender.joinable()) s.sender.join();
   if (s.reader.joinable()) {
     if (c) c->ctx.TryCancel();
@@ -299,14 +294,9 @@ void ControlClient::set_metrics_every_steps(int32_t n) { impl_->every_steps = st
 
 void ControlClient::OnStep(const StepMetrics& metrics) {
   Impl& s = *impl_;
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.pending.push_back(metrics);
-    if (s.pending.size() > s.options.max_buffered_samples) s.pending.pop_front();
-    wake = static_cast<int32_t>(s.pending.size()) >= s.every_steps.load();
-  }
-  if (wake) s.cv.notify_all();
+  absl::MutexLock lock(&s.mu);  // the sender wakes once enough samples are pending
+  s.pending.push_back(metrics);
+  if (s.pending.size() > s.options.max_buffered_samples) s.pending.pop_front();
 }
 
 void ControlClient::OnCheckpoint(const CheckpointEvent& event) {
@@ -324,26 +314,28 @@ void ControlClient::OnNote(const std::string& text) {
 void ControlClient::Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step) {
   Impl& s = *impl_;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    absl::MutexLock lock(&s.mu);
     s.finishing = true;
   }
-  s.cv.notify_all();
   if (s.sender.joinable()) s.sender.join();
-  std::unique_lock<std::mutex> lock(s.mu);
-  // A coordinator that is away gets the reconnect window to come back.
-  s.cv.wait_for(lock, s.options.reconnect_timeout, [&] { return !s.stream_broken || s.gave_up; });
-  s.FlushLocked(lock);
-  const bool broken = s.stream_broken;
-  std::shared_ptr<Conn> c = s.conn;
-  s.result_sent = true;
-  lock.unlock();
-  s.cv.notify_all();
+  bool broken = false;
+  std::shared_ptr<Conn> c;
+  {
+    absl::MutexLock lock(&s.mu);
+    // A coordinator that is away gets the reconnect window to come back.
+    auto back = [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return !s.stream_broken || s.gave_up; };
+    s.mu.AwaitWithTimeout(absl::Condition(&back), absl::FromChrono(s.options.reconnect_timeout));
+    s.Flush();
+    broken = s.stream_broken;
+    c = s.conn;
+    s.result_sent = true;
+  }
   if (!broken && !c->finished) {
     v1::WorkerMessage msg;
     msg.mutable_result()->set_outcome(ToProto(outcome));
     msg.mutable_result()->set_error(error);
     msg.mutable_result()->set_final_step(final_step);
-    std::lock_guard<std::mutex> wlock(s.write_mu);
+    absl::MutexLock wlock(&s.write_mu);
     c->stream->Write(msg);
     c->stream->WritesDone();
   } else {
@@ -355,7 +347,7 @@ void ControlClient::Finish(WorkerOutcome outcome, const std::string& error, int6
     c->ctx.TryCancel();
   }
   s.reader.join();
-  std::lock_guard<std::mutex> wlock(s.write_mu);
+  absl::MutexLock wlock(&s.write_mu);
   if (!c->finished) {
     grpc::Status st = c->stream->Finish();
     c->finished = true;

@@ -15,7 +15,7 @@ uint64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t
   r.op = op;
   r.bytes = bytes;
   r.start_unix_micros = NowMicros();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   r.seq = ++seq_[group];
   const uint64_t handle = next_++;
   if (ring_.size() < capacity_) {
@@ -28,7 +28,7 @@ uint64_t FlightRecorder::Begin(const std::string& group, const char* op, int64_t
 
 void FlightRecorder::End(uint64_t handle) {
   const int64_t now = NowMicros();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (handle >= next_ || next_ - handle > capacity_) return;  // overwritten since
   ring_[handle % capacity_].end_unix_micros = now;
 }
@@ -47,7 +47,7 @@ FlightRecord FlightRecorder::Capture() const {
   out.phase = phase_.load(std::memory_order_relaxed);
   out.phase_since_unix_micros = phase_since_micros_.load(std::memory_order_relaxed);
   out.captured_unix_micros = NowMicros();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   out.collectives.reserve(ring_.size());
   // Oldest first: once the ring has wrapped, it starts at the next slot.
   const size_t first = ring_.size() < capacity_ ? 0 : next_ % capacity_;

@@ -11,10 +11,11 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/flight_record.h"
 
 namespace trainyard {
@@ -40,10 +41,10 @@ class FlightRecorder {
  private:
   const int32_t rank_;
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::vector<CollectiveRecord> ring_;  // guarded by mu_
-  uint64_t next_ = 0;                   // guarded by mu_; handles are 0, 1, ...
-  std::map<std::string, int64_t> seq_;  // guarded by mu_; last number per group
+  mutable absl::Mutex mu_;
+  std::vector<CollectiveRecord> ring_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;                   // handles are 0, 1, ...
+  std::map<std::string, int64_t> seq_ ABSL_GUARDED_BY(mu_);  // last number per group
   std::atomic<const char*> phase_{"setup"};
   std::atomic<int64_t> phase_since_micros_;
   std::atomic<int64_t> step_{0};

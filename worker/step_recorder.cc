@@ -17,23 +17,13 @@ StepRecorder::StepRecorder(int32_t rank, c10::Device device, const DistributedDa
     : rank_(rank), device_(device), ddp_(ddp), fsdp_(fsdp) {}
 
 StepMetrics StepRecorder::Record(const StepSample& s) {
-  StepMetrics m;
+  StepMetrics m = s.numbers;
   m.rank = rank_;
-  m.step = s.step;
-  m.loss = s.loss;
-  m.samples = s.samples;
   m.data_seconds = Seconds(s.data);
   m.compute_seconds = Seconds(s.compute);
   m.optimizer_seconds = Seconds(s.optimizer);
   m.step_seconds = Seconds(s.total);
   m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
-  m.learning_rate = s.learning_rate;
-  m.eval_loss = s.eval_loss;
-  m.grad_norm = s.grad_norm;
-  m.param_bytes = s.param_bytes;
-  m.grad_bytes = s.grad_bytes;
-  m.optimizer_bytes = s.optimizer_bytes;
-  m.model_flops = s.model_flops;
   if (const auto device_memory = ReadDeviceMemory(device_)) {
     m.device_allocated_bytes = device_memory->allocated;
     m.device_peak_bytes = device_memory->peak_allocated;

@@ -1,7 +1,8 @@
-// StepRecorder: turns one training step's timings and the rank's running
-// counters (DDP's comm-hook bytes and time, FSDP's all-gather and
-// reduce-scatter bytes and time, device memory) into the step's
-// StepMetrics: counters are reported as the change since the previous step.
+// StepRecorder: turns what the trainer measured in one step (its numbers and
+// timings) and the rank's running counters (DDP's comm-hook bytes and time,
+// FSDP's all-gather and reduce-scatter bytes and time, device memory) into
+// the step's StepMetrics: counters are reported as the change since the
+// previous step.
 #ifndef TRAINYARD_WORKER_STEP_RECORDER_H_
 #define TRAINYARD_WORKER_STEP_RECORDER_H_
 
@@ -17,17 +18,12 @@ namespace trainyard {
 class DistributedDataParallel;
 class FullyShardedModel;
 
-// What the trainer measured in one step.
+// What the trainer measured in one step: the step's numbers it knows itself
+// (step, loss, samples, learning rate, memory held... any of the list in
+// common/step_metrics.h), reported as they are, and the phases' durations.
 struct StepSample {
-  int64_t step = 0;  // optimizer steps completed
-  double loss = 0;
-  int64_t samples = 0;
+  StepMetrics numbers;
   std::chrono::steady_clock::duration data{}, compute{}, optimizer{}, total{};
-  double learning_rate = 0;
-  double eval_loss = 0;  // NaN when not evaluated
-  double grad_norm = 0;  // NaN when not clipped by norm
-  int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
-  double model_flops = 0;
 };
 
 class StepRecorder {

@@ -9,17 +9,15 @@
 
 #include <chrono>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/checkpoint_dir.h"
 #include "common/clock.h"
 #include "common/log.h"
 
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "worker/autocast.h"
-#include "worker/background_checkpoint.h"
+#include "worker/checkpointer.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/device.h"
@@ -31,7 +29,6 @@
 #include "worker/models.h"
 #include "worker/optimizer.h"
 #include "worker/shm_collectives.h"
-#include "worker/snapshots.h"
 #include "worker/step_control.h"
 #include "worker/step_recorder.h"
 
@@ -39,18 +36,6 @@ namespace trainyard {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Rank 0's string on every rank.
-void BroadcastString(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::string* text) {
-  at::Tensor len = at::full({1}, static_cast<int64_t>(text->size()), at::kLong);
-  std::vector<at::Tensor> v = {len};
-  pg->broadcast(v)->wait();
-  at::Tensor bytes = at::zeros({std::max<int64_t>(1, len.item<int64_t>())}, at::kByte);
-  std::memcpy(bytes.data_ptr(), text->data(), text->size() <= static_cast<size_t>(bytes.numel()) ? text->size() : 0);
-  std::vector<at::Tensor> b = {bytes};
-  pg->broadcast(b)->wait();
-  text->assign(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(len.item<int64_t>()));
-}
 
 }  // namespace
 
@@ -82,30 +67,10 @@ struct Trainer::Impl {
   bool preempted = false;    // a preemption checkpoint was taken; stopping
   std::string preemption_checkpoint;
 
-  // Checkpoints: the next N, the staging tag every rank shares, registered
-  // state, where the run resumed from, and the last one saved.
-  struct {
-    int64_t next_index = 0;
-    std::string staging_tag;
-    std::map<std::string, Checkpointable*> extra;
-    std::string resumed_from;
-    std::vector<std::string> resume_notes;
-    int64_t last_step = -1;
-    CheckpointType last_type = CheckpointType::kAuto;
-    std::string last_path;
-    std::unique_ptr<AsyncCheckpointer> background;  // checkpoint.async
-    std::unique_ptr<Snapshots> snapshots;           // checkpoint.snapshot_every_steps
-    int64_t next_snapshot = 0;
-    bool snapshot_failing = false;
-  } ckpt;
+  // Checkpoints, their agreement and snapshots.
+  std::unique_ptr<Checkpointer> checkpoints;
 
   std::unique_ptr<StepRecorder> recorder;
-
-  CheckpointType PeriodicType() const {
-    if (spec.checkpoint.type != CheckpointType::kAuto) return spec.checkpoint.type;
-    return fsdp && spec.fsdp.state_dict_type == StateDictType::kShardedStateDict ? CheckpointType::kSharded
-                                                                                 : CheckpointType::kFull;
-  }
 
   TrainingState State() {
     TrainingState st;
@@ -119,27 +84,11 @@ struct Trainer::Impl {
     st.ddp = ddp.get();
     st.optimizer = optimizer.get();
     st.loader = data.train.get();
-    st.extra = ckpt.extra;
     st.step = step;
     return st;
   }
 
-  // A save's outcome: remembered when it succeeded, reported by rank 0.
-  void Report(const CheckpointEvent& ev);
-  // Collective: waits for the background save in flight, if any.
-  void DrainSaves() {
-    if (std::optional<CheckpointEvent> ev = ckpt.background->Drain(State())) Report(*ev);
-  }
-  // Collective, at a step boundary: a periodic or requested save, written
-  // in the background when checkpoint.async.
-  void StartCheckpoint(Trainer& trainer, CheckpointType type, const std::string& trigger, int64_t request_id);
-
-  // Collective: this step's in-memory snapshot.
-  void TakeSnapshot();
-
   void BuildParallelModel(const DistContext& dist);
-  // Checkpoint numbering and resume: rank 0 decides, every rank follows.
-  void AgreeOnCheckpoints(Trainer& trainer);
 };
 
 void Trainer::Impl::BuildParallelModel(const DistContext& dist) {
@@ -171,135 +120,6 @@ void Trainer::Impl::BuildParallelModel(const DistContext& dist) {
   optimizer = MakeOptimizer(spec.optimizer, fsdp->ShardParameters());
 }
 
-void Trainer::Impl::Report(const CheckpointEvent& ev) {
-  if (ev.ok) {
-    ckpt.last_step = ev.step;
-    ckpt.last_type = ev.type;
-    ckpt.last_path = ev.path;
-  } else {
-    log::Warn("rank {}: {} checkpoint at step {} failed: {}", rank, ev.trigger, ev.step, ev.error);
-  }
-  if (rank == 0 && sink != nullptr) sink->OnCheckpoint(ev);
-}
-
-void Trainer::Impl::StartCheckpoint(Trainer& trainer, CheckpointType type, const std::string& trigger,
-                                    int64_t request_id) {
-  if (!spec.checkpoint.async || spec.checkpoint.project_dir.empty()) {
-    trainer.Checkpoint(type, trigger, request_id);
-    return;
-  }
-  DrainSaves();
-  if (type == CheckpointType::kAuto) type = PeriodicType();
-  std::optional<CheckpointEvent> failed = ckpt.background->Start(
-      State(), type, {spec.checkpoint.project_dir, ckpt.next_index++, ckpt.staging_tag}, trigger, request_id);
-  if (failed) Report(*failed);
-}
-
-void Trainer::Impl::TakeSnapshot() {
-  const CheckpointEvent ev = ckpt.snapshots->Take(State(), ckpt.next_snapshot++, ckpt.staging_tag);
-  if (ev.ok) {
-    ckpt.snapshot_failing = false;
-    return;
-  }
-  log::Warn("rank {}: snapshot at step {} failed: {}", rank, ev.step, ev.error);
-  // Said once each time snapshots start failing.
-  if (!ckpt.snapshot_failing && rank == 0 && sink != nullptr) {
-    sink->OnNote("in-memory snapshot at step " + std::to_string(ev.step) + " failed: " + ev.error);
-  }
-  ckpt.snapshot_failing = true;
-}
-
-namespace {
-
-// The step a complete checkpoint directory was taken at; -1 when unknown.
-int64_t CheckpointStep(const std::string& path) {
-  if (path.empty()) return -1;
-  auto info = CheckCheckpoint(path, /*verify=*/false);
-  if (!info.ok()) return -1;
-  auto meta = nlohmann::json::parse(info->metadata_json, nullptr, false);
-  return meta.is_object() && meta.contains("step") && meta["step"].is_number_integer() ? meta["step"].get<int64_t>()
-                                                                                       : -1;
-}
-
-}  // namespace
-
-void Trainer::Impl::AgreeOnCheckpoints(Trainer& trainer) {
-  // next index, staging tag, error, next snapshot index, resume from the snapshot
-  int64_t header[5] = {0, static_cast<int64_t>(::getpid()), 0, 0, 0};
-  std::string path_or_error, snapshot;
-  if (rank == 0) {
-    try {
-      if (!spec.checkpoint.project_dir.empty()) header[0] = CheckpointDir(spec.checkpoint.project_dir).NextIndex();
-      path_or_error = ResolveCheckpoint(spec.checkpoint.project_dir, spec.checkpoint.resume_from, &ckpt.resume_notes);
-      if (ckpt.snapshots->enabled()) header[3] = CheckpointDir(ckpt.snapshots->dir()).NextIndex();
-      if (spec.checkpoint.resume_from == "latest") {
-        std::vector<std::string> snapshot_notes;
-        snapshot = ckpt.snapshots->Newest(&snapshot_notes);
-        const int64_t disk_step = CheckpointStep(path_or_error), snapshot_step = CheckpointStep(snapshot);
-        if (!snapshot.empty() && snapshot_step > disk_step) {
-          header[4] = 1;
-        } else if (!snapshot.empty()) {
-          ckpt.resume_notes.push_back("in-memory snapshot at step " + std::to_string(snapshot_step) +
-                                      " is not newer than the checkpoint at step " + std::to_string(disk_step));
-        }
-      }
-    } catch (const std::exception& e) {
-      header[2] = 1;
-      path_or_error = e.what();
-    }
-  }
-  if (pg) {
-    at::Tensor h = at::tensor(std::vector<int64_t>(header, header + 5), at::kLong);
-    std::vector<at::Tensor> v = {h};
-    pg->broadcast(v)->wait();
-    for (int i = 0; i < 5; ++i) header[i] = h[i].item<int64_t>();
-    BroadcastString(pg, &path_or_error);
-    BroadcastString(pg, &snapshot);
-  }
-  if (header[2] != 0) throw std::runtime_error(path_or_error);
-  ckpt.next_index = header[0];
-  ckpt.staging_tag = std::to_string(header[1]);
-  ckpt.next_snapshot = header[3];
-  if (header[4] != 0) {
-    // Every rank must see the snapshot (ranks on other hosts do not).
-    const bool visible = CheckCheckpoint(snapshot, /*verify=*/false).ok();
-    at::Tensor all = at::full({1}, visible ? int64_t{1} : int64_t{0}, at::kLong);
-    if (pg) {
-      std::vector<at::Tensor> v = {all};
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = c10d::ReduceOp::MIN;
-      pg->allreduce(v, opts)->wait();
-    }
-    if (all.item<int64_t>() == 1) {
-      ckpt.resume_notes.push_back("resuming from the in-memory snapshot at step " +
-                                  std::to_string(CheckpointStep(snapshot)) + " (newer than " +
-                                  (path_or_error.empty() ? std::string("any checkpoint") : path_or_error) + ")");
-      path_or_error = snapshot;
-    } else {
-      ckpt.resume_notes.push_back("the in-memory snapshot " + snapshot +
-                                  " is not on every rank's host; resuming from disk");
-    }
-  }
-  if (!path_or_error.empty()) {
-    const int64_t next_index = ckpt.next_index;
-    ResumeInfo info = trainer.Resume(path_or_error);
-    if (path_or_error == snapshot) ckpt.next_index = next_index;  // disk numbering goes on
-    ckpt.resumed_from = path_or_error;
-    ckpt.resume_notes.insert(ckpt.resume_notes.end(), info.notes.begin(), info.notes.end());
-  } else if (spec.checkpoint.resume_from == "latest") {
-    ckpt.resume_notes.push_back("resume_from latest: no complete checkpoint in " + spec.checkpoint.project_dir +
-                                "; starting fresh");
-  }
-  // Fine-tuning starts from the given weights; a resumed job from its checkpoint.
-  if (path_or_error.empty() && !spec.model.init_from.empty()) {
-    for (std::string& note :
-         LoadInitialWeights(State(), spec.model.init_from, spec.model.init_from_strict, spec.model.init_from_prefix)) {
-      ckpt.resume_notes.push_back(std::move(note));
-    }
-    ckpt.resume_notes.push_back("initial weights from " + spec.model.init_from);
-  }
-}
-
 Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
                  TrainerControl* control)
     : impl_(std::make_unique<Impl>()) {
@@ -319,8 +139,9 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   // The control word rides DDP's shared memory when it has it.
   s.control = std::make_unique<StepControl>(s.pg, s.ddp ? dist.shm : nullptr, control);
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.ddp.get(), s.fsdp.get());
-  s.ckpt.background = std::make_unique<AsyncCheckpointer>(rank);
-  s.ckpt.snapshots = std::make_unique<Snapshots>(dist.snapshot_dir, s.spec.checkpoint.snapshot_every_steps);
+  Impl* impl = impl_.get();
+  s.checkpoints =
+      std::make_unique<Checkpointer>(s.spec, rank, s.pg, dist.snapshot_dir, sink, [impl] { return impl->State(); });
   std::vector<int64_t> sample_shape = s.model->sample_shape();
   if (sample_shape.empty()) sample_shape = {s.spec.model.input_size};  // torchscript: flat inputs
   MetricsSink* notes = sink;
@@ -329,47 +150,29 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   });
   if (s.spec.mixed_precision == MixedPrecision::kFp16) {
     s.scaler = std::make_unique<LossScaler>();
-    s.ckpt.extra["loss_scaler"] = s.scaler.get();
+    s.checkpoints->Register("loss_scaler", s.scaler.get());
   }
-  s.AgreeOnCheckpoints(*this);
+  s.step = s.checkpoints->AgreeAndRestore();
 }
 
 ResumeInfo Trainer::Resume(const std::string& dir) {
-  Impl& s = *impl_;
-  ResumeInfo info = LoadCheckpoint(s.State(), dir);
-  s.step = info.step;
-  s.ckpt.next_index = std::max(s.ckpt.next_index, info.checkpoint_index + 1);
+  ResumeInfo info = impl_->checkpoints->Restore(dir);
+  impl_->step = info.step;
   return info;
 }
 
-const std::string& Trainer::resumed_from() const { return impl_->ckpt.resumed_from; }
-const std::vector<std::string>& Trainer::resume_notes() const { return impl_->ckpt.resume_notes; }
+const std::string& Trainer::resumed_from() const { return impl_->checkpoints->resumed_from(); }
+const std::vector<std::string>& Trainer::resume_notes() const { return impl_->checkpoints->resume_notes(); }
 
 void Trainer::RegisterForCheckpointing(const std::string& name, Checkpointable* state) {
-  if (name.empty() || name.find('.') != std::string::npos) {
-    throw std::invalid_argument("checkpointable state name '" + name + "' must be non-empty and without '.'");
-  }
-  impl_->ckpt.extra[name] = state;
+  impl_->checkpoints->Register(name, state);
 }
 
 CheckpointEvent Trainer::Checkpoint(CheckpointType type, const std::string& trigger, int64_t request_id) {
-  Impl& s = *impl_;
-  s.DrainSaves();
-  if (type == CheckpointType::kAuto) type = s.PeriodicType();
-  CheckpointEvent ev;
-  if (s.spec.checkpoint.project_dir.empty()) {
-    ev.error = "checkpoint.project_dir is not set";
-    ev.step = s.step;
-  } else {
-    ev = SaveCheckpoint(s.State(), type, {s.spec.checkpoint.project_dir, s.ckpt.next_index++, s.ckpt.staging_tag});
-  }
-  ev.trigger = trigger;
-  ev.request_id = request_id;
-  s.Report(ev);
-  return ev;
+  return impl_->checkpoints->Save(type, trigger, request_id);
 }
 
-void Trainer::WaitForCheckpoints() { impl_->DrainSaves(); }
+void Trainer::WaitForCheckpoints() { impl_->checkpoints->Drain(); }
 
 Trainer::~Trainer() = default;
 
@@ -413,7 +216,7 @@ at::Tensor Trainer::Impl_Loss(const at::Tensor& output, const at::Tensor& target
 double Trainer::Step() {
   Impl& s = *impl_;
   const auto t0 = Clock::now();
-  s.control->Start(s.PeriodicType(), s.ckpt.background->progress());
+  s.control->Start(s.checkpoints->PeriodicType(), s.checkpoints->progress());
   const int accum = s.spec.gradient_accumulation_steps;
   // Autocast for DDP and single-process runs (FSDP casts its parameters to
   // its param_dtype instead): bf16 on CPU and CUDA, fp16 on CUDA (on CPU
@@ -479,12 +282,14 @@ double Trainer::Step() {
     for (const at::Tensor& p : params) grads.push_back(p.grad());
     finite = s.scaler->UnscaleAndCheck(grads, s.pg);
   }
-  double grad_norm = std::nan("");
   if (finite && s.spec.max_grad_norm > 0) {
     // DDP's gradients are already averaged and identical on every rank;
     // FSDP's norm is taken over all shards.
-    grad_norm = s.fsdp ? s.fsdp->ClipGradNorm(s.spec.max_grad_norm)
-                       : torch::nn::utils::clip_grad_norm_(params, s.spec.max_grad_norm);
+    if (s.fsdp) {
+      s.fsdp->ClipGradNorm(s.spec.max_grad_norm);
+    } else {
+      torch::nn::utils::clip_grad_norm_(params, s.spec.max_grad_norm);
+    }
   }
   if (finite && s.spec.clip_grad_value > 0) {
     // Element-wise, so clamping shards is clamping the whole gradient.
@@ -510,7 +315,7 @@ double Trainer::Step() {
   SetPhase(s.flight, "step agreement", s.step);
   const StepAgreement agreed = s.control->Finish();
   s.stop_agreed = agreed.stop;
-  if (auto ev = s.ckpt.background->Advance(agreed.save.written, agreed.save.failed_rank)) s.Report(*ev);
+  s.checkpoints->Advance(agreed.save.written, agreed.save.failed_rank);
   const auto t4 = Clock::now();
   ++s.step;
   const bool periodic = s.spec.checkpoint.every_steps > 0 && s.step % s.spec.checkpoint.every_steps == 0;
@@ -518,44 +323,43 @@ double Trainer::Step() {
 
   if (s.sink != nullptr) {
     StepSample sample;
-    sample.step = s.step;
-    sample.loss = loss_value;
-    sample.samples = samples;
+    StepMetrics& n = sample.numbers;
+    n.step = s.step;
+    n.loss = loss_value;
+    n.samples = samples;
+    n.learning_rate = lr;
+    n.eval_loss = eval_loss;
+    n.param_bytes = mem.params;
+    n.grad_bytes = mem.grads;
+    n.optimizer_bytes = mem.optimizer;
+    // The backward pass costs twice the forward.
+    n.model_flops = 3 * std::max(0.0, s.forward_flops_per_sample) * static_cast<double>(samples);
+    n.peak_flops = s.peak_flops;
     sample.data = data_time;
     sample.compute = t2 - t0 - data_time;
     sample.optimizer = t3 - t2;
     sample.total = t4 - t0;
-    sample.learning_rate = lr;
-    sample.eval_loss = eval_loss;
-    sample.grad_norm = grad_norm;
-    sample.param_bytes = mem.params;
-    sample.grad_bytes = mem.grads;
-    sample.optimizer_bytes = mem.optimizer;
-    // The backward pass costs twice the forward.
-    sample.model_flops = 3 * std::max(0.0, s.forward_flops_per_sample) * static_cast<double>(samples);
-    StepMetrics m = s.recorder->Record(sample);
-    m.peak_flops = s.peak_flops;
-    s.sink->OnStep(m);
+    s.sink->OnStep(s.recorder->Record(sample));
   }
   // At the step boundary every rank agreed on: preemption, requested, then
   // periodic.
   if (agreed.preempt || agreed.checkpoint || periodic) SetPhase(s.flight, "checkpoint", s.step);
   if (agreed.preempt) {
-    CheckpointEvent ev = Checkpoint(s.PeriodicType(), "preemption");
+    CheckpointEvent ev = s.checkpoints->Save(CheckpointType::kAuto, "preemption");
     s.preempted = true;
     s.preemption_checkpoint = ev.ok ? ev.path : "";
     s.stop_agreed = true;
   } else if (agreed.checkpoint && agreed.stop_after) {
-    Checkpoint(*agreed.checkpoint, "cancel", agreed.request_id);
+    s.checkpoints->Save(*agreed.checkpoint, "cancel", agreed.request_id);
     s.stop_agreed = true;
   } else if (agreed.checkpoint) {
-    s.StartCheckpoint(*this, *agreed.checkpoint, "request", agreed.request_id);
+    s.checkpoints->Start(*agreed.checkpoint, "request", agreed.request_id);
   } else if (periodic) {
-    s.StartCheckpoint(*this, s.PeriodicType(), "periodic", 0);
+    s.checkpoints->Start(CheckpointType::kAuto, "periodic", 0);
   }
-  if (!s.stop_agreed && s.ckpt.snapshots->Due(s.step) && s.step < s.spec.max_steps) {
+  if (!s.stop_agreed && s.checkpoints->SnapshotDue(s.step) && s.step < s.spec.max_steps) {
     SetPhase(s.flight, "snapshot", s.step);
-    s.TakeSnapshot();
+    s.checkpoints->Snapshot();
   }
   SetPhase(s.flight, "between steps", s.step);
   return loss_value;
@@ -603,18 +407,12 @@ TrainResult Trainer::Run() {
   }
   result.final_step = s.step;
   SetPhase(s.flight, "final checkpoint", s.step);
-  s.DrainSaves();
+  s.checkpoints->Drain();
   if (!result.stopped && s.spec.checkpoint.save_final && !s.spec.checkpoint.project_dir.empty()) {
-    if (s.ckpt.last_step == s.step && s.ckpt.last_type == CheckpointType::kFull) {
-      result.final_checkpoint = s.ckpt.last_path;
-    } else {
-      CheckpointEvent ev = Checkpoint(CheckpointType::kFull, "final");
-      if (!ev.ok) throw std::runtime_error("final checkpoint failed: " + ev.error);
-      result.final_checkpoint = ev.path;
-    }
+    result.final_checkpoint = s.checkpoints->SaveFinal(s.step);
   }
   // Every rank is past its last snapshot (each is collective).
-  if (s.rank == 0) s.ckpt.snapshots->RemoveAll();
+  s.checkpoints->RemoveSnapshots();
   return result;
 }
 

@@ -135,7 +135,7 @@ int RunWorker(const WorkerArgs& args) {
     return kExitFailed;
   }
   ControlClient& ctl = **control;
-  auto spec = ParseJobSpec(ctl.welcome().spec_json);
+  auto spec = ParseJobSpec(ctl.welcome().spec_json, AcceptedSpecLimits());
   if (!spec.ok()) {
     const std::string err = absl::StrCat("the job's spec is invalid here: ", std::string(spec.status().message()));
     log::Error("rank {}: {}", args.rank, err);
@@ -154,6 +154,8 @@ int RunWorker(const WorkerArgs& args) {
   if (master_addr.empty()) master_addr = RendezvousHostFromEnvironment();
   if (master_addr.empty()) master_addr = "127.0.0.1";
   const int master_port = ctl.welcome().master_port > 0 ? ctl.welcome().master_port : args.master_port;
+  log::Info("rank {}: spec accepted: job {} ({}, {} processes); rendezvous at {}:{}", args.rank, args.job_id,
+            spec->name, world_size, master_addr, master_port);
   std::string bind_addr = args.bind_addr;
   if (bind_addr.empty()) bind_addr = IsLoopback(master_addr) ? "127.0.0.1" : LocalAddressToward(master_addr);
   if (bind_addr.empty()) {

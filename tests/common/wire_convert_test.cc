@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include <cmath>
 
 namespace trainyard {
@@ -36,59 +39,27 @@ TEST(WireConvert, CheckpointTypes) {
   EXPECT_EQ(FromProto(static_cast<v1::CheckpointType>(9)), std::nullopt);
 }
 
-TEST(WireConvert, MetricsSampleRoundTripsEveryField) {
+// Every number of the step list travels: each gets a value of its own, and
+// the proto has exactly the list's fields, by name.
+TEST(WireConvert, EveryStepNumberRoundTrips) {
   StepMetrics m;
-  m.rank = 3;
-  m.step = 17;
-  m.loss = 1.25;
-  m.samples_per_second = 100.5;
-  m.step_seconds = 0.5;
-  m.data_seconds = 0.01;
-  m.compute_seconds = 0.4;
-  m.optimizer_seconds = 0.09;
-  m.learning_rate = 1e-3;
-  m.samples = 64;
-  m.eval_loss = 2.5;
-  m.unix_millis = 1700000000123;
-  m.comm_wire_bytes = 11;
-  m.comm_fp32_bytes = 22;
-  m.comm_hook_seconds = 0.02;
-  m.param_bytes = 1000;
-  m.grad_bytes = 2000;
-  m.optimizer_bytes = 3000;
-  m.device_allocated_bytes = 4000;
-  m.device_peak_bytes = 5000;
-  m.allgather_bytes = 6000;
-  m.reduce_scatter_bytes = 7000;
-  m.sharded_comm_seconds = 0.03;
-  m.grad_norm = 0.75;
+  double v = 1;
+#define TRAINYARD_TEST_SET(type, name, ...) m.name = static_cast<type>(v++ * 1.5);
+  TRAINYARD_STEP_NUMBERS(TRAINYARD_TEST_SET)
+#undef TRAINYARD_TEST_SET
   v1::MetricsSample p;
   ToProto(m, &p);
   const StepMetrics back = FromProto(p);
-  EXPECT_EQ(back.rank, m.rank);
-  EXPECT_EQ(back.step, m.step);
-  EXPECT_EQ(back.loss, m.loss);
-  EXPECT_EQ(back.samples_per_second, m.samples_per_second);
-  EXPECT_EQ(back.step_seconds, m.step_seconds);
-  EXPECT_EQ(back.data_seconds, m.data_seconds);
-  EXPECT_EQ(back.compute_seconds, m.compute_seconds);
-  EXPECT_EQ(back.optimizer_seconds, m.optimizer_seconds);
-  EXPECT_EQ(back.learning_rate, m.learning_rate);
-  EXPECT_EQ(back.samples, m.samples);
-  EXPECT_EQ(back.eval_loss, m.eval_loss);
-  EXPECT_EQ(back.unix_millis, m.unix_millis);
-  EXPECT_EQ(back.comm_wire_bytes, m.comm_wire_bytes);
-  EXPECT_EQ(back.comm_fp32_bytes, m.comm_fp32_bytes);
-  EXPECT_EQ(back.comm_hook_seconds, m.comm_hook_seconds);
-  EXPECT_EQ(back.param_bytes, m.param_bytes);
-  EXPECT_EQ(back.grad_bytes, m.grad_bytes);
-  EXPECT_EQ(back.optimizer_bytes, m.optimizer_bytes);
-  EXPECT_EQ(back.device_allocated_bytes, m.device_allocated_bytes);
-  EXPECT_EQ(back.device_peak_bytes, m.device_peak_bytes);
-  EXPECT_EQ(back.allgather_bytes, m.allgather_bytes);
-  EXPECT_EQ(back.reduce_scatter_bytes, m.reduce_scatter_bytes);
-  EXPECT_EQ(back.sharded_comm_seconds, m.sharded_comm_seconds);
-  EXPECT_EQ(back.grad_norm, m.grad_norm);
+  std::set<std::string> listed;
+#define TRAINYARD_TEST_CHECK(type, name, ...) \
+  EXPECT_EQ(back.name, m.name) << #name;      \
+  listed.insert(#name);
+  TRAINYARD_STEP_NUMBERS(TRAINYARD_TEST_CHECK)
+#undef TRAINYARD_TEST_CHECK
+  std::set<std::string> in_proto;
+  const auto* d = v1::MetricsSample::descriptor();
+  for (int f = 0; f < d->field_count(); ++f) in_proto.insert(d->field(f)->name());
+  EXPECT_EQ(in_proto, listed);
 }
 
 TEST(WireConvert, CheckpointEventAndRecord) {

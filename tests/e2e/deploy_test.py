@@ -1,5 +1,5 @@
 """The deployment files in deploy/: Kubernetes manifests, Prometheus config and
-alerting rules, the Grafana dashboard, and docs/metrics.md.
+alerting rules, the Grafana dashboard, and docs/reference/metrics.md.
 
 - The Kubernetes manifests are parsed and checked for consistency (there is
   no cluster here).
@@ -9,7 +9,7 @@ alerting rules, the Grafana dashboard, and docs/metrics.md.
   evaluation, clipping, one requested checkpoint) and a short FSDP job, and a
   real Prometheus scrapes it with the shipped config and rules. Every metric
   the dashboard and the rules name must be in the live scrape, every dashboard
-  query must return data from Prometheus, and docs/metrics.md must list
+  query must return data from Prometheus, and docs/reference/metrics.md must list
   exactly the metric families the server exports.
 
 Run as `python3 tests/e2e/deploy_test.py --bin DIR` (or `deploy_test.py DIR`, or
@@ -41,7 +41,7 @@ DEPLOY = os.path.join(REPO, "deploy")
 K8S = os.path.join(DEPLOY, "kubernetes")
 PROM = os.path.join(DEPLOY, "prometheus")
 DASHBOARD = os.path.join(DEPLOY, "grafana", "trainyard-dashboard.json")
-METRICS_DOC = os.path.join(REPO, "docs", "metrics.md")
+METRICS_DOC = os.path.join(REPO, "docs", "reference", "metrics.md")
 BIN = None  # set in __main__
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -716,7 +716,7 @@ class LiveStack(unittest.TestCase):
                          "\n".join(f"  {n}: {', '.join(w)}" for n, w in sorted(missing.items())))
         self.assertEqual(bad_labels, [], "label matchers on labels the metric does not have")
 
-        # docs/metrics.md lists exactly the exported families, with their types and labels.
+        # docs/reference/metrics.md lists exactly the exported families, with their types and labels.
         documented = {}
         with open(METRICS_DOC) as f:
             for line in f:
@@ -724,14 +724,14 @@ class LiveStack(unittest.TestCase):
                 if m:
                     documented[m.group(1)] = (m.group(2), set(re.findall(r"`(\w+)`", m.group(3))))
         exported = {n: t for n, t in types.items() if n.startswith("trainyard_")}
-        self.assertEqual(sorted(set(exported) - set(documented)), [], "exported but not in docs/metrics.md")
-        self.assertEqual(sorted(set(documented) - set(exported)), [], "in docs/metrics.md but not exported")
+        self.assertEqual(sorted(set(exported) - set(documented)), [], "exported but not in docs/reference/metrics.md")
+        self.assertEqual(sorted(set(documented) - set(exported)), [], "in docs/reference/metrics.md but not exported")
         for name, kind in exported.items():
-            self.assertEqual(documented[name][0], kind, f"docs/metrics.md: type of {name}")
+            self.assertEqual(documented[name][0], kind, f"docs/reference/metrics.md: type of {name}")
             series = [l for n, ls in samples.items() if n == name or
                       (kind == "histogram" and n in (name + "_bucket", name + "_count")) for l, _ in ls]
             labels = {k for l in series for k in l} - {"le"}
-            self.assertEqual(documented[name][1], labels, f"docs/metrics.md: labels of {name}")
+            self.assertEqual(documented[name][1], labels, f"docs/reference/metrics.md: labels of {name}")
 
         # Every dashboard query is valid PromQL and returns data from Prometheus,
         # as do the job_id and instance variables.

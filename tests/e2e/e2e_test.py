@@ -98,6 +98,11 @@ def worker_pids(job_id):
     return [int(p) for p in out.stdout.split()]
 
 
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
 def write_spec(dir_, name, text):
     path = os.path.join(dir_, name)
     with open(path, "w") as f:
@@ -475,6 +480,45 @@ max_steps: 5
         skipped = [e["reason"] for e in job["events"] if "skipped an unreadable image" in e["reason"]]
         self.assertTrue(skipped, job["events"])
         self.assertRegex(skipped[0], r"^rank [01]: skipped an unreadable image \(1 so far\): .*corrupt\.jpg")
+
+    def test_2j_a_rank_accepts_the_spec_of_a_job_its_coordinator_accepted(self):
+        # 1,100 ranks: over the default limit (1,024) a spec parser applies,
+        # under this coordinator's --max-num-processes. The rank must get past
+        # the spec (to the rendezvous, where it would wait for the others).
+        state = os.path.join(self.tmp.name, "large-world")
+        os.makedirs(state)
+        server = Server(state, extra=("--max-num-processes", "2048"))
+        worker = None
+        try:
+            spec = write_spec(state, "large.yaml", "name: large\nmax_steps: 1\nnum_processes: 1100\n"
+                              "launcher: external\nreattach_timeout_s: 600\n")
+            r = server.ctl("-o", "json", "submit", spec)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job_id = json.loads(r.stdout)["id"]
+            r = server.ctl("-o", "json", "join-info", job_id)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            info = json.loads(r.stdout)
+            self.assertEqual(info["world_size"], 1100)
+            log_path = os.path.join(state, "rank-0.log")
+            with open(log_path, "wb") as log:
+                worker = subprocess.Popen(
+                    [os.path.join(BIN, "trainyard-worker"), "--join", job_id, "--server", server.addr, "--rank", "0",
+                     "--advertise-addr", "127.0.0.1"],
+                    env=dict(os.environ, TRAINYARD_WORKER_TOKEN=info["token"]), stdout=log, stderr=subprocess.STDOUT)
+
+            def past_the_spec():
+                if worker.poll() is not None:
+                    raise AssertionError(f"rank 0 exited with {worker.returncode}:\n{read(log_path)[-3000:]}")
+                return "spec accepted" in read(log_path)
+            wait_for(past_the_spec, 120, "rank 0 to accept the spec")
+            self.assertIn("1100 processes", read(log_path))
+            self.assertNotIn("invalid here", read(log_path))
+            self.assertEqual(server.job(job_id)["state"], "STARTING")
+        finally:
+            if worker is not None and worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            server.stop()
 
     def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
         s = self.server

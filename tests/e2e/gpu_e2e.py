@@ -3,7 +3,9 @@ GPU — one rank (NCCL), two ranks sharing one GPU over Gloo, an FSDP job, and a
 TorchScript attention module — each to SUCCEEDED, and reports the rank's peak
 GPU memory on /metrics.
 
-Exits 77 (ctest: skipped) when no NVIDIA GPU is visible. Needs only the
+Exits 77 (ctest: skipped) when no NVIDIA GPU is visible; with
+TRAINYARD_REQUIRE_GPU=N (the number of GPUs the machine has) that and every
+other skip is a failure. Needs only the
 binaries (trainyard-server, trainyard-worker, trainctl) and, for the
 TorchScript case, a Python with torch (TRAINYARD_PYTHON, else skipped there).
 
@@ -22,6 +24,17 @@ import e2e_test  # noqa: E402  (Server, wait_for, write_spec)
 from e2e_test import Server, wait_for, write_spec  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def required_gpus():
+    """TRAINYARD_REQUIRE_GPU as a number (0 when unset); exits 1 when it is not one."""
+    value = os.environ.get("TRAINYARD_REQUIRE_GPU", "")
+    if value == "":
+        return 0
+    if not value.isdigit():
+        print("gpu_e2e: TRAINYARD_REQUIRE_GPU must be a number of GPUs (0, 1, 2...)")
+        sys.exit(1)
+    return int(value)
 
 
 def gpu_count():
@@ -102,6 +115,8 @@ class GpuEndToEnd(unittest.TestCase):
     def test_4_torchscript_attention(self):
         python = os.environ.get("TRAINYARD_PYTHON")
         if not python:
+            if required_gpus() > 0:
+                self.fail("TRAINYARD_REQUIRE_GPU is set but TRAINYARD_PYTHON (a Python with torch) is not")
             self.skipTest("TRAINYARD_PYTHON (a Python with torch) is not set")
         pt = os.path.join(self.tmp.name, "attention.pt")
         subprocess.run([python, os.path.join(REPO, "examples", "export_attention.py"), pt], check=True)
@@ -111,6 +126,10 @@ class GpuEndToEnd(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    required = required_gpus()
+    if gpu_count() < required:
+        print(f"gpu_e2e: TRAINYARD_REQUIRE_GPU={required} but {gpu_count()} NVIDIA GPU(s) are visible")
+        sys.exit(1)
     if gpu_count() == 0:
         print("gpu_e2e: no NVIDIA GPU is visible; skipped")
         sys.exit(77)

@@ -99,7 +99,7 @@ class JobManagerTest : public ::testing::Test {
   void ExitAll(const std::string& id, int code) {
     auto job = manager_->Get(id);
     ASSERT_TRUE(job.ok());
-    for (int r = 0; r < job->num_processes; ++r) manager_->OnRankExit({id, job->attempt, r, code, 0});
+    for (int r = 0; r < job->num_processes; ++r) manager_->OnRankExit(RankExit::Exited(id, job->attempt, r, code));
   }
 
   TempDir dir_;
@@ -270,9 +270,9 @@ TEST_F(JobManagerTest, FirstFailureIsTheRootCauseAndStopsTheGroup) {
   auto job = manager_->Get(a);
   ASSERT_TRUE(job.ok());
   manager_->ReportResult(a, job->attempt, 1, WorkerOutcome::kFailed, "boom in forward");
-  manager_->OnRankExit({a, job->attempt, 1, 1, 0});
+  manager_->OnRankExit(RankExit::Exited(a, job->attempt, 1, 1));
   EXPECT_EQ(launcher_.stopped().size(), 1u);
-  manager_->OnRankExit({a, job->attempt, 0, 0, 9});  // killed by the stop
+  manager_->OnRankExit(RankExit::Killed(a, job->attempt, 0, 9));  // killed by the stop
   auto ended = manager_->Get(a);
   ASSERT_TRUE(ended.ok());
   EXPECT_EQ(ended->state, JobState::kFailed);
@@ -344,7 +344,7 @@ TEST_F(JobManagerTest, ShutdownModes) {
   ASSERT_TRUE(b.rank0->Pop(&cmd, std::chrono::milliseconds(0)));
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kCheckpoint);
   EXPECT_TRUE(cmd.stop_after);
-  manager_->OnRankExit({b.id, b.attempt, 0, /*exit_code=*/3, 0});  // stopped after its checkpoint
+  manager_->OnRankExit(RankExit::Exited(b.id, b.attempt, 0, /*code=*/3));  // stopped after its checkpoint
   const JobRecord after = *store_->Get(b.id);
   EXPECT_EQ(after.state, JobState::kQueued);
   EXPECT_NE(after.reason.find("--on-shutdown checkpoint"), std::string::npos) << after.reason;
@@ -383,7 +383,7 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   c.blocking_seconds = 0.25;
   manager_->ReportCheckpoint(id, r.attempt, c);
   const int64_t before = NowMillis();
-  manager_->OnRankExit({id, r.attempt, 0, /*exit_code=*/1, 0});  // fails at step 30
+  manager_->OnRankExit(RankExit::Exited(id, r.attempt, 0, /*code=*/1));  // fails at step 30
   r = *manager_->Get(id);
   ASSERT_EQ(r.state, JobState::kStarting);  // restarted
   ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
@@ -520,9 +520,7 @@ TEST_F(JobManagerTest, AdoptedRanksEndAsTheyReported) {
   ASSERT_EQ(StateOf(b), JobState::kRunning);
   for (int r = 0; r < 2; ++r) manager_->ReportResult(b, rb.attempt, r, WorkerOutcome::kSucceeded, "");
   for (int r = 0; r < 2; ++r) {
-    RankExit e{b, rb.attempt, r};
-    e.code_unknown = true;
-    manager_->OnRankExit(e);
+    manager_->OnRankExit(RankExit::Unknown(b, rb.attempt, r));
   }
   EXPECT_EQ(StateOf(b), JobState::kSucceeded);
 }
@@ -533,8 +531,7 @@ TEST_F(JobManagerTest, AdoptedRankGoneWithoutAReportStopsTheGroupAndRestartsItUn
   const JobRecord rb = *manager_->Get(b);
   ASSERT_TRUE(manager_->AttachWorker(b, 0, rb.attempt, rb.worker_token).ok());
   ASSERT_EQ(StateOf(b), JobState::kRecovering);
-  RankExit e{b, rb.attempt, 1};
-  e.code_unknown = true;
+  RankExit e = RankExit::Unknown(b, rb.attempt, 1);
   manager_->OnRankExit(e);
   // The rest of the group is stopped through the launcher.
   const std::vector<std::string> stopped = launcher_.stopped();

@@ -74,7 +74,7 @@ TEST_F(LocalLauncherTest, RunsEveryRankWithItsArgumentsAndLog) {
   ASSERT_TRUE(launcher->Launch(Request("ok", 2)).ok());
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 2; }, std::chrono::seconds(10)));
   for (const RankExit& e : Exits()) {
-    EXPECT_TRUE(e.ok()) << e.Describe();
+    EXPECT_TRUE(e.ok()) << e.description;
     EXPECT_EQ(e.job_id, "ok");
   }
   EXPECT_EQ(launcher->LiveProcesses("ok"), 0);
@@ -116,9 +116,10 @@ TEST_F(LocalLauncherTest, ReportsExitCodes) {
   auto launcher = Make(std::chrono::milliseconds(1000));
   ASSERT_TRUE(launcher->Launch(Request("exit3", 1)).ok());
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 1; }, std::chrono::seconds(10)));
-  EXPECT_EQ(Exits()[0].exit_code, 3);
+  // Exit code 3 is the worker's "stopped on request".
+  EXPECT_EQ(Exits()[0].outcome, WorkerOutcome::kStopped);
   EXPECT_FALSE(Exits()[0].ok());
-  EXPECT_NE(Exits()[0].Describe().find("exited with code 3"), std::string::npos);
+  EXPECT_NE(Exits()[0].description.find("exited with code 3"), std::string::npos);
 }
 
 TEST_F(LocalLauncherTest, StopInterruptsThenKillsAfterGrace) {
@@ -138,8 +139,10 @@ TEST_F(LocalLauncherTest, StopInterruptsThenKillsAfterGrace) {
   launcher->Stop("stubborn", 1);
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 2; }, std::chrono::seconds(10)));
   for (const RankExit& e : Exits()) {
-    if (e.job_id == "sleeper") EXPECT_EQ(e.signal, SIGINT) << e.Describe();
-    if (e.job_id == "stubborn") EXPECT_EQ(e.signal, SIGKILL) << e.Describe();
+    EXPECT_EQ(e.outcome, WorkerOutcome::kFailed) << e.description;
+    if (e.job_id == "sleeper") EXPECT_NE(e.description.find("killed by signal 2 "), std::string::npos) << e.description;
+    if (e.job_id == "stubborn")
+      EXPECT_NE(e.description.find("killed by signal 9 "), std::string::npos) << e.description;
   }
   EXPECT_EQ(launcher->LiveProcesses("sleeper"), 0);
   EXPECT_EQ(launcher->LiveProcesses("stubborn"), 0);
@@ -194,14 +197,14 @@ TEST_F(LocalLauncherTest, AdoptFollowsAndStopsAnEarlierLaunchersWorkers) {
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 5; }, std::chrono::seconds(10)));
   std::set<int32_t> stopped;
   for (const RankExit& e : Exits()) {
-    EXPECT_TRUE(e.code_unknown) << e.Describe();
+    EXPECT_FALSE(e.outcome.has_value()) << e.description;
     EXPECT_FALSE(e.ok());
     if (e.attempt == 1 && e.rank < 2) stopped.insert(e.rank);
   }
   EXPECT_EQ(stopped, (std::set<int32_t>{0, 1}));
   EXPECT_EQ(later->LiveProcesses("waiter"), 0);
   EXPECT_TRUE(WaitFor([&] { return earlier->LiveProcesses("waiter") == 0; }, std::chrono::seconds(10)));
-  EXPECT_NE(Exits()[0].Describe().find("not running when the coordinator restarted"), std::string::npos);
+  EXPECT_NE(Exits()[0].description.find("not running when the coordinator restarted"), std::string::npos);
 }
 
 TEST_F(LocalLauncherTest, MissingBinaryIsAClearError) {

@@ -4,6 +4,8 @@
 // arguments it refuses.
 #include "server/rpc_services.h"
 
+#include "server/job_manager.h"
+
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 

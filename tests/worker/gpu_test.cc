@@ -1,5 +1,7 @@
 // GPU tests: the CUDA paths of the worker on a real GPU. They run wherever a
-// CUDA device is visible and exit 77 (ctest: skipped) elsewhere.
+// CUDA device is visible and exit 77 (ctest: skipped) on machines without
+// an NVIDIA GPU; TRAINYARD_REQUIRE_GPU turns that skip into a failure
+// (tests/gpu_presence.h).
 //
 // Ranks are threads. Two ranks on one GPU talk over Gloo (NCCL refuses two
 // ranks on one device); with two or more GPUs the NCCL tests run too.
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "tests/gpu_presence.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
 #include "tests/worker/trainer_test_util.h"
@@ -401,7 +404,10 @@ TEST(CudaCheckpoint, WrittenOnCpuResumedOnCudaBitwise) {
 class MultiGpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two GPUs (NCCL takes one device per rank)";
+    if (CudaDeviceCount() >= 2) return;
+    if (RequiredGpus() >= 2)
+      FAIL() << "TRAINYARD_REQUIRE_GPU=" << RequiredGpus() << " but CUDA sees " << CudaDeviceCount();
+    GTEST_SKIP() << "needs two GPUs (NCCL takes one device per rank)";
   }
 };
 
@@ -436,10 +442,25 @@ TEST_F(MultiGpu, NcclDdpAndFsdpMatchTheCpuRun) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (trainyard::CudaDeviceCount() == 0) {
-    std::cout << "gpu_test: no CUDA device is visible; skipped\n";
+  const int required = trainyard::RequiredGpus();
+  if (required < 0) {
+    std::cout << "gpu_test: TRAINYARD_REQUIRE_GPU must be a number of GPUs (0, 1, 2...)\n";
+    return 1;
+  }
+  const int usable = trainyard::CudaDeviceCount(), present = trainyard::NvidiaGpusPresent();
+  if (usable == 0 && present > 0) {
+    std::cout << "gpu_test: the NVIDIA driver shows " << present
+              << " GPU(s) but CUDA sees none: CUDA is broken on this machine\n";
+    return 1;
+  }
+  if (usable < required) {
+    std::cout << "gpu_test: TRAINYARD_REQUIRE_GPU=" << required << " but CUDA sees " << usable << " device(s)\n";
+    return 1;
+  }
+  if (usable == 0) {
+    std::cout << "gpu_test: no NVIDIA GPU on this machine; skipped\n";
     return 77;
   }
-  std::cout << "gpu_test: " << trainyard::CudaDeviceCount() << " CUDA device(s)\n";
+  std::cout << "gpu_test: " << usable << " CUDA device(s)\n";
   return RUN_ALL_TESTS();
 }

@@ -1,0 +1,37 @@
+// The hang watchdog's rules for one running job: when rank 0 made no
+// progress (a step or a checkpoint) within the job's step_timeout_s, ask
+// every connected rank for its flight record, wait for the answers (at most
+// a few seconds), and then call the job hung with the diagnosis of what
+// came (server/hang_diagnosis.h). Progress in the meantime calls it off.
+//
+// Not thread-safe: the JobManager calls it under its mutex.
+#ifndef TRAINYARD_SERVER_HANG_WATCHDOG_H_
+#define TRAINYARD_SERVER_HANG_WATCHDOG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "server/active_job.h"
+#include "server/pending_requests.h"
+
+namespace trainyard {
+
+// Sends a diagnose request to every connected rank of the job's attempt,
+// to be answered within `wait`; returns its id.
+int64_t AskForFlightRecords(ActiveJob& job, PendingRequests* requests, std::chrono::milliseconds wait);
+
+struct HangVerdict {
+  bool hung = false;
+  std::string failure;    // the group's failure, when hung
+  std::string diagnosis;  // what the flight records say (may be empty)
+};
+
+// One look at a running job (REQUIRES: job.attempt): may send the diagnose
+// request (recorded in the attempt), and says when the job is hung.
+HangVerdict CheckForHang(ActiveJob& job, std::chrono::steady_clock::time_point now, PendingRequests* requests,
+                         std::chrono::milliseconds diagnose_wait);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_HANG_WATCHDOG_H_

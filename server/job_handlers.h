@@ -1,0 +1,139 @@
+// The coordinator's request handlers as the gRPC services see them:
+// people's requests (JobService) and workers' (WorkerService). The services
+// only convert between proto and these calls; the JobManager implements
+// both, and tests call them directly, without a channel.
+//
+// Implementations are thread-safe: every method may be called from any
+// thread.
+#ifndef TRAINYARD_SERVER_JOB_HANDLERS_H_
+#define TRAINYARD_SERVER_JOB_HANDLERS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/checkpoint_type.h"
+#include "common/flight_record.h"
+#include "common/job_record.h"
+#include "common/job_state.h"
+#include "common/step_metrics.h"
+#include "common/worker_outcome.h"
+#include "server/hang_diagnosis.h"
+#include "server/job_streams.h"
+
+namespace trainyard {
+
+// One page of a job listing; next_page_token is empty on the last page.
+struct JobPage {
+  std::vector<JobRecord> jobs;
+  std::string next_page_token;
+};
+
+// What workers started outside the server need to join a job.
+struct JoinInfo {
+  std::string job_id;
+  std::string token;
+  int32_t world_size = 0;
+  int32_t attempt = 0;
+  std::string coordinator_addr;
+};
+
+// A hang diagnosis of one attempt, from the flight records of the ranks
+// that answered.
+struct Diagnosis {
+  int32_t attempt = 0;
+  HangDiagnosis result;
+  std::map<int32_t, FlightRecord> answers;  // by rank
+};
+
+// People's side.
+class JobRequestHandler {
+ public:
+  static constexpr int kDefaultPageSize = 100;
+  static constexpr int kMaxPageSize = 1000;
+
+  virtual ~JobRequestHandler() = default;
+  // Queues a job. `accelerate_config`, when not empty, is an Accelerate
+  // config file applied to the spec (ParseJobSpecWithAccelerateConfig); each
+  // of its warnings becomes a QUEUED event "accelerate config: <warning>".
+  virtual absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config) = 0;
+  virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
+  virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
+  // One page of the jobs in `states` (all when empty), oldest first, after
+  // the page that `page_token` ends (empty: the first), at most page_size
+  // (capped at kMaxPageSize). A malformed token is InvalidArgument.
+  virtual absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size,
+                                       const std::string& page_token) = 0;
+  // With `checkpoint`, a running job saves a checkpoint at its next step
+  // boundary and then stops (a later plain Cancel stops it at once).
+  virtual absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint) = 0;
+  // Asks a running job's rank 0 for a checkpoint; returns the request id.
+  virtual absl::StatusOr<int64_t> RequestCheckpoint(const std::string& id, CheckpointType type) = 0;
+  // Waits until the job reports the checkpoint of `request_id` (ok or not),
+  // the job ends (Aborted) or `deadline` passes (DeadlineExceeded).
+  virtual absl::StatusOr<CheckpointEvent> WaitCheckpoint(const std::string& id, int64_t request_id,
+                                                         std::chrono::system_clock::time_point deadline) = 0;
+  virtual absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) = 0;
+  // Starts an ended job again (same id, next attempt) from `from` (a
+  // checkpoint directory) or, when empty, its latest complete checkpoint;
+  // num_processes > 0 changes its world size.
+  virtual absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes) = 0;
+  virtual absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id) = 0;
+  virtual absl::StatusOr<std::string> LogPath(const std::string& id, int32_t rank) = 0;
+  // The worker token of a job whose launcher is external (not ended).
+  virtual absl::StatusOr<JoinInfo> GetJoinInfo(const std::string& id) = 0;
+  // Asks every connected rank of a running job for its flight record, to
+  // be answered within `wait`; returns the request id.
+  virtual absl::StatusOr<int64_t> RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) = 0;
+  // Waits until every rank answered request `request_id` or its wait ended,
+  // then diagnoses what came. NotFound for an unknown (or taken) request.
+  virtual absl::StatusOr<Diagnosis> WaitDiagnosis(int64_t request_id) = 0;
+};
+
+// What a worker learns when it attaches to its job.
+struct WorkerAttachment {
+  std::string spec_json;
+  int32_t world_size = 0;
+  int32_t attempt = 0;
+  // Rank 0's rendezvous store; empty address: the launcher told the worker.
+  std::string master_addr;
+  int master_port = 0;
+  std::shared_ptr<WorkerChannel> channel;
+};
+
+// Workers' side. Reports of another attempt than the job's current one are
+// ignored.
+class WorkerHandler {
+ public:
+  static constexpr int kMaxNotesPerAttempt = 100;
+
+  virtual ~WorkerHandler() = default;
+  // attempt 0: join the current attempt (external jobs only). Rank 0 of an
+  // external job says where its rendezvous store listens
+  // (advertise_addr:rendezvous_port); the other ranks wait for it
+  // (UNAVAILABLE until then).
+  virtual absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
+                                                        const std::string& token, const std::string& advertise_addr,
+                                                        int32_t rendezvous_port) = 0;
+  virtual void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) = 0;
+  // How one rank ended, as it reports (external ranks: in place of an exit).
+  virtual void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
+                            const std::string& error) = 0;
+  virtual void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint) = 0;
+  // A rank's note becomes a job event "rank R: <text>" (at most
+  // kMaxNotesPerAttempt per attempt; text cut at 2000 bytes).
+  virtual void ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) = 0;
+  virtual void ReportFlightRecord(const std::string& job_id, int32_t attempt, int64_t request_id,
+                                  FlightRecord record) = 0;
+  virtual void DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
+                            const std::shared_ptr<WorkerChannel>& channel) = 0;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_JOB_HANDLERS_H_

@@ -1,0 +1,229 @@
+#include "server/job_lifecycle.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/placement.h"
+#include "common/secrets.h"
+#include "server/restart_policy.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+
+using std::chrono::steady_clock;
+
+JobLifecycle::JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, const SpecAdmission* admission,
+                           ServerMetrics* metrics, LifecycleOptions options)
+    : jobs_(jobs),
+      scheduler_(scheduler),
+      launchers_(launchers),
+      admission_(admission),
+      metrics_(metrics),
+      options_(std::move(options)) {}
+
+void JobLifecycle::set_coordinator_addr(const std::string& addr, const std::string& remote_addr) {
+  options_.coordinator_addr = addr;
+  options_.remote_coordinator_addr = remote_addr.empty() ? addr : remote_addr;
+}
+
+Demand JobLifecycle::DemandOf(const JobSpec& spec) const {
+  return {admission_->KindOf(spec) == LauncherKind::kLocal,
+          spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots, spec.num_processes};
+}
+
+void JobLifecycle::Enqueue(ActiveJob& job) {
+  scheduler_->Enqueue(job.record.id, DemandOf(job.spec));
+  TrySchedule();
+}
+
+void JobLifecycle::TrySchedule() {
+  for (const std::string& id : scheduler_->Schedule(steady_clock::now())) {
+    if (ActiveJob* job = jobs_->Find(id)) StartJob(*job);
+  }
+}
+
+void JobLifecycle::StartJob(ActiveJob& job) {
+  JobRecord& r = job.record;
+  const LauncherKind kind = admission_->KindOf(job.spec);
+  auto fail = [&](const std::string& why) { End(job, JobState::kFailed, why); };
+  if (kind != LauncherKind::kExternal && launchers_->Get(kind) == nullptr) {
+    return fail(absl::StrCat("launcher ", LauncherKindName(kind), " is not available on this server"));
+  }
+  r.attempt += 1;
+  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, kind == LauncherKind::kExternal);
+  if (kind != LauncherKind::kExternal) {
+    // Local: rank 0 serves the store on this host. Slurm: on the first node
+    // of the step (the worker reads it from Slurm); the port is a guess
+    // that is free here.
+    const int port = PickFreePortOn(options_.master_addr);
+    if (port == 0) return fail("cannot find a free port for the rendezvous");
+    job.attempt->SetRendezvous(kind == LauncherKind::kLocal ? options_.master_addr : "", port);
+  }
+  // A new token fences the previous attempt's workers. Joined workers are
+  // fenced by the attempt number alone: their token is the job's.
+  if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = NewWorkerToken();
+  job.progress.Launched(steady_clock::now());
+  if (kind == LauncherKind::kExternal) {
+    return jobs_->Transition(
+        job, JobState::kStarting,
+        absl::StrCat("attempt ", r.attempt, ": waiting for ", r.num_processes,
+                     " ranks to join (trainyard-worker --join ", r.id, "; `trainctl join-info ", r.id, "`)"));
+  }
+  const std::vector<int>& gpus = scheduler_->Held(r.id).gpus;
+  jobs_->Transition(
+      job, JobState::kStarting,
+      absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
+                   gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(gpus, ",")), ")"));
+  if (auto s = launchers_->Launch(job, kind, ContextOf(job)); !s.ok()) {
+    fail(absl::StrCat("launch failed: ", s.message()));
+  }
+}
+
+void JobLifecycle::Apply(ActiveJob& job, const Attempt::Update& update) {
+  if (!update.event.empty()) jobs_->AddEvent(job, update.event);
+  if (update.failed_now) {
+    job.progress.FailureDetected(job.record.step);
+    job.record.failed_rank = job.attempt->failed_rank();
+    spdlog::warn("job {}: {}; stopping the other ranks", job.record.id, job.attempt->failure());
+    StopGroup(job);
+  }
+  if (update.ended) EndAttempt(job);
+}
+
+LaunchContext JobLifecycle::ContextOf(const ActiveJob& job) const {
+  return {options_.coordinator_addr, options_.remote_coordinator_addr, LogDir(job.record.id, job.record.attempt),
+          scheduler_->Held(job.record.id).gpus};
+}
+
+void JobLifecycle::StopGroup(ActiveJob& job) { launchers_->Stop(job, admission_->KindOf(job.spec)); }
+
+void JobLifecycle::EndAttempt(ActiveJob& job) {
+  AttemptEnd end = job.attempt->End();
+  end.shutting_down = shut_down_;
+  end.restarts = job.restarts;
+  end.max_restarts = job.spec.max_restarts;
+  end.preemptible = job.spec.preemptible;
+  end.step = job.record.step;
+  const NextStep next = DecideAfterAttempt(end);
+  const std::string id = job.record.id;
+  if (next.kind != NextStep::Kind::kRequeue) {
+    End(job,
+        next.kind == NextStep::Kind::kSucceeded   ? JobState::kSucceeded
+        : next.kind == NextStep::Kind::kCancelled ? JobState::kCancelled
+                                                  : JobState::kFailed,
+        next.reason);
+    TrySchedule();
+    return;
+  }
+  std::string reason = next.reason;
+  SteadyTime not_before{};
+  if (next.counts_restart) {
+    ++job.restarts;
+    job.progress.CountFailure();
+    metrics_->CountRestart(id);
+    // Repeated failures (no attempt trained a step in between) back off; a
+    // group that trained before it failed restarts at once.
+    if (const auto backoff = RestartBackoff(job.progress.failures_in_a_row(), options_.restart_backoff);
+        backoff.count() > 0) {
+      not_before = steady_clock::now() + backoff;
+      reason += absl::StrCat(" (starts in ", backoff.count() / 1000.0, " s: backoff after repeated failures)");
+    }
+  }
+  // Queued again to resume from its latest checkpoint, ahead of jobs that
+  // have not started yet.
+  job.progress.FailureDetected(job.record.step);  // preemptions and stops: from the attempt's end
+  job.progress.AttemptEnded();
+  scheduler_->Release(id);
+  job.attempt.reset();
+  job.spec.checkpoint.resume_from = "latest";
+  job.record.spec_json = JobSpecToJson(job.spec);
+  jobs_->Transition(job, JobState::kQueued, reason);
+  scheduler_->Enqueue(id, DemandOf(job.spec), not_before, /*ahead=*/true);
+  TrySchedule();
+}
+
+void JobLifecycle::End(ActiveJob& job, JobState state, const std::string& reason) {
+  const std::string id = job.record.id;
+  jobs_->Transition(job, state, reason);
+  scheduler_->Remove(id);
+  scheduler_->Release(id);
+  jobs_->Remove(id, admission_->KindOf(job.spec) == LauncherKind::kLocal);  // waiters of its checkpoints give up
+}
+
+void JobLifecycle::Adopt(ActiveJob& job) {
+  const JobRecord& r = job.record;
+  const LauncherKind kind = admission_->KindOf(job.spec);
+  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, kind == LauncherKind::kExternal);
+  scheduler_->HoldAdopted(r.id, DemandOf(job.spec));
+  // The launcher follows the processes (local: found by command line) or
+  // the batch job (Slurm: found by name) and reports their ends.
+  launchers_->Adopt(job, kind, ContextOf(job));
+  const auto now = steady_clock::now();
+  job.attempt->set_reattach_deadline(now + std::chrono::duration_cast<steady_clock::duration>(
+                                               std::chrono::duration<double>(job.spec.reattach_timeout_s)));
+  job.progress.Adopted(now);
+  jobs_->Transition(job, JobState::kRecovering,
+                    absl::StrCat("the coordinator restarted; waiting up to ", job.spec.reattach_timeout_s,
+                                 " s for the workers of attempt ", r.attempt, " to reattach"));
+}
+
+void JobLifecycle::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id) {
+  Attempt& a = *job.attempt;
+  WorkerChannel* rank0 = a.channel(0);
+  if (checkpoint && !a.cancel_requested() && job.record.state == JobState::kRunning && rank0 != nullptr) {
+    a.RequestStop(Attempt::Stop::kCancelAfterCheckpoint);
+    WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "cancel --checkpoint"};
+    cmd.request_id = request_id;
+    cmd.stop_after = true;
+    rank0->Push(cmd);
+    jobs_->AddEvent(job, absl::StrCat("cancel requested: checkpoint (request ", request_id, "), then stop"));
+    return;
+  }
+  if (a.stop() == Attempt::Stop::kCancel) return;  // stopping already
+  a.RequestStop(Attempt::Stop::kCancel);
+  spdlog::info("job {}: cancel requested; stopping {} ranks", job.record.id, job.record.num_processes);
+  a.Broadcast({WorkerCommand::Kind::kStop, "cancelled by user"});
+  StopGroup(job);
+}
+
+bool JobLifecycle::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t request_id) {
+  Attempt& a = *job.attempt;
+  switch (mode) {
+    case ShutdownMode::kDetach:
+      // The streams end; the workers go on and reconnect to the next coordinator.
+      a.CloseChannels();
+      for (auto& w : job.watchers) w->Close();
+      return false;
+    case ShutdownMode::kStop:
+      StopGroup(job);
+      End(job, JobState::kFailed, "the coordinator shut down while the job was running");
+      return true;
+    case ShutdownMode::kCheckpoint: break;
+  }
+  if (a.cancel_requested()) return true;  // it stops anyway, and ends CANCELLED
+  a.RequestStop(Attempt::Stop::kForRestart);
+  WorkerChannel* rank0 = a.channel(0);
+  if (job.record.state == JobState::kRunning && rank0 != nullptr && !a.failed()) {
+    WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "the coordinator is stopping"};
+    cmd.request_id = request_id;
+    cmd.stop_after = true;
+    rank0->Push(cmd);
+    jobs_->AddEvent(job, absl::StrCat("the coordinator is stopping: checkpoint (request ", request_id,
+                                      "), then stop; the job resumes when it starts again"));
+  } else {
+    StopGroup(job);
+    jobs_->AddEvent(job,
+                    "the coordinator is stopping: the job resumes from its latest checkpoint when it starts again");
+  }
+  return true;
+}
+
+void JobLifecycle::Shutdown() {
+  shut_down_ = true;
+  scheduler_->Pause();
+}
+
+std::string JobLifecycle::LogDir(const std::string& job_id, int32_t attempt) const {
+  return absl::StrCat(options_.state_dir, "/jobs/", job_id, "/attempt-", attempt);
+}
+
+}  // namespace trainyard

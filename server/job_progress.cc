@@ -1,0 +1,91 @@
+#include "server/job_progress.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+
+namespace trainyard {
+
+void JobProgress::Launched(SteadyTime now) {
+  goodput_.StartOnce(now);
+  last_progress_ = now;
+  if (recovery_from_millis_ == 0) startup_from_millis_ = NowMillis();
+}
+
+void JobProgress::Adopted(SteadyTime now) {
+  goodput_.StartOnce(now);
+  last_progress_ = now;
+}
+
+void JobProgress::FailureDetected(int64_t step) {
+  if (recovery_from_millis_ != 0) return;
+  recovery_from_millis_ = NowMillis();
+  step_at_failure_ = step;
+}
+
+std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& samples, JobRecord* record,
+                                                SteadyTime now) {
+  std::vector<StepMetrics> updates;
+  for (const StepMetrics& m : samples) {
+    metrics_->RecordStep(job_id_, m);
+    samples_per_second_[m.rank] = m.samples_per_second;
+    if (m.rank != 0) continue;
+    last_progress_ = now;
+    failures_in_a_row_ = 0;
+    goodput_.AddStep(m.step, m.step_seconds);
+    metrics_->AddBadput(job_id_, "data_wait", m.data_seconds);
+    const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();
+    // Until this step began: the time before it was no step's.
+    const double before_step = static_cast<double>(at) / 1000.0 - m.step_seconds;
+    if (recovery_from_millis_ != 0 && m.step > 0) {
+      // The first step of the attempt after a failure: resumed at m.step - 1.
+      metrics_->RecordRecovery(job_id_, std::max<int64_t>(0, at - recovery_from_millis_) / 1000.0,
+                               std::max<int64_t>(0, step_at_failure_ - (m.step - 1)));
+      metrics_->AddBadput(job_id_, "restart", before_step - recovery_from_millis_ / 1000.0);
+      recovery_from_millis_ = 0;
+      startup_from_millis_ = 0;
+    }
+    if (startup_from_millis_ != 0) {
+      metrics_->AddBadput(job_id_, "startup", before_step - startup_from_millis_ / 1000.0);
+      startup_from_millis_ = 0;
+    }
+    if (record->step == 0 || m.step < record->step) record->first_loss = m.loss;
+    record->step = m.step;
+    record->loss = m.loss;
+    double total = 0;
+    for (const auto& [rank, sps] : samples_per_second_) total += sps;
+    record->samples_per_second = total;
+    StepMetrics agg = m;
+    agg.samples_per_second = total;
+    updates.push_back(agg);
+  }
+  const double ratio = goodput_.Ratio(now);
+  if (ratio >= 0) metrics_->SetGoodput(job_id_, ratio);
+  return updates;
+}
+
+std::string JobProgress::OnCheckpoint(const CheckpointEvent& c, SteadyTime now) {
+  metrics_->RecordCheckpoint(job_id_, c);
+  metrics_->AddBadput(job_id_, "checkpoint_blocking", c.blocking_seconds);
+  last_progress_ = now;
+  if (!c.ok) return absl::StrCat(c.trigger, " checkpoint at step ", c.step, " failed: ", c.error);
+  goodput_.Checkpointed(c.step);
+  return absl::StrCat(c.trigger, " checkpoint ", c.index, " at step ", c.step, " (", CheckpointTypeName(c.type), ", ",
+                      c.bytes, " bytes, ", absl::StrFormat("%.2f", c.seconds), " s",
+                      c.host_bytes > 0 ? absl::StrFormat(", training waited %.2f s", c.blocking_seconds) : "",
+                      "): ", c.path);
+}
+
+void JobProgress::AttemptEnded() {
+  metrics_->AddBadput(job_id_, "lost_work", goodput_.Unkept());
+  goodput_.AttemptEnded();
+  samples_per_second_.clear();
+}
+
+bool JobProgress::PersistDue(SteadyTime now) {
+  if (now - last_persist_ <= std::chrono::seconds(1)) return false;
+  last_persist_ = now;
+  return true;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,129 @@
+#include "server/job_table.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/paths.h"
+#include "common/secrets.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+
+std::string JobTable::NewId() const {
+  for (;;) {
+    std::string id = "job-" + RandomHex(4);
+    if (jobs_.count(id)) continue;
+    if (store_->Get(id).status().code() == absl::StatusCode::kNotFound) return id;
+  }
+}
+
+absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec& spec,
+                                            const std::vector<std::string>& notes) {
+  JobRecord r;
+  r.id = id;
+  r.name = spec.name;
+  r.state = JobState::kQueued;
+  r.reason = "submitted";
+  r.spec_json = JobSpecToJson(spec);
+  r.num_processes = spec.num_processes;
+  r.max_steps = spec.max_steps;
+  r.created_unix_millis = NowMillis();
+  if (auto s = store_->Insert(r, {r.created_unix_millis, JobState::kQueued, "submitted"}); !s.ok()) return s;
+  counts_[JobState::kQueued]++;
+  metrics_->SetJobCounts(counts_);
+  ActiveJob& job = jobs_.try_emplace(id, r, spec, metrics_).first->second;
+  for (const std::string& note : notes) AddEvent(job, note);
+  return &job;
+}
+
+ActiveJob& JobTable::Hold(const JobRecord& record, const JobSpec& spec) {
+  counts_[record.state]++;
+  auto [it, added] = jobs_.try_emplace(record.id, record, spec, metrics_);
+  return it->second;
+}
+
+void JobTable::CountEnded(JobState state) {
+  counts_[state]++;
+  metrics_->SetJobCounts(counts_);
+}
+
+ActiveJob* JobTable::Find(const std::string& id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+ActiveJob* JobTable::FindAttempt(const std::string& id, int32_t attempt) {
+  ActiveJob* job = Find(id);
+  return job == nullptr || job->record.attempt != attempt || !job->attempt ? nullptr : job;
+}
+
+absl::StatusOr<ActiveJob*> JobTable::FindActive(const std::string& id, const std::string& why_it_matters) {
+  if (ActiveJob* job = Find(id)) return job;
+  auto rec = store_->Get(id);
+  if (!rec.ok()) return rec.status();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", id, " has ended (", JobStateName(rec->state), ")", why_it_matters));
+}
+
+absl::StatusOr<JobRecord> JobTable::Record(const std::string& id) {
+  if (ActiveJob* job = Find(id)) return job->record;
+  return store_->Get(id);
+}
+
+std::vector<std::string> JobTable::ids() const {
+  std::vector<std::string> out;
+  for (const auto& [id, job] : jobs_) out.push_back(id);
+  return out;
+}
+
+void JobTable::Transition(ActiveJob& job, JobState state, const std::string& reason) {
+  JobRecord& r = job.record;
+  counts_[r.state]--;
+  counts_[state]++;
+  r.state = state;
+  r.reason = reason;
+  const int64_t now = NowMillis();
+  if (state == JobState::kStarting && r.started_unix_millis == 0) r.started_unix_millis = now;
+  if (IsTerminal(state)) r.ended_unix_millis = now;
+  JobEvent event{now, state, reason};
+  if (absl::Status s = store_->Update(r, &event); !s.ok()) {
+    spdlog::error("job {}: cannot persist {}: {}", r.id, JobStateName(state), std::string(s.message()));
+  }
+  spdlog::info("job {} -> {}: {}", r.id, JobStateName(state), reason);
+  for (auto& w : job.watchers) w->Push({r, std::nullopt});
+  metrics_->SetJobCounts(counts_);
+}
+
+void JobTable::AddEvent(ActiveJob& job, const std::string& reason) {
+  JobEvent event{NowMillis(), job.record.state, reason};
+  if (auto s = store_->Update(job.record, &event); !s.ok()) {
+    spdlog::error("job {}: cannot persist event: {}", job.record.id, std::string(s.message()));
+  }
+  spdlog::info("job {}: {}", job.record.id, reason);
+}
+
+void JobTable::PersistProgress(ActiveJob& job, std::chrono::steady_clock::time_point now) {
+  if (!job.progress.PersistDue(now)) return;
+  if (auto s = store_->Update(job.record, nullptr); !s.ok()) {
+    spdlog::warn("job {}: cannot persist progress: {}", job.record.id, std::string(s.message()));
+  }
+}
+
+void JobTable::Remove(const std::string& id, bool local) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  ActiveJob& job = it->second;
+  if (local && job.spec.checkpoint.snapshot_every_steps > 0) {
+    // The job's in-memory snapshots on this host (its workers remove them
+    // when they end well; a failed or cancelled job leaves them).
+    std::error_code ec;
+    std::filesystem::remove_all(SnapshotDir(id), ec);
+  }
+  if (job.attempt) job.attempt->CloseChannels();
+  for (auto& w : job.watchers) w->Close();
+  metrics_->RemoveJob(id);
+  jobs_.erase(it);
+}
+
+}  // namespace trainyard

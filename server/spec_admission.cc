@@ -1,0 +1,97 @@
+#include "server/spec_admission.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_dir.h"
+#include "common/paths.h"
+
+namespace trainyard {
+
+absl::Status SpecAdmission::CheckResources(const JobSpec& spec, const Launchers& launchers) const {
+  const LauncherKind kind = KindOf(spec);
+  if (kind == LauncherKind::kExternal) return absl::OkStatus();
+  Launcher* launcher = launchers.Get(kind);
+  if (launcher == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field 'launcher': ", LauncherKindName(kind), " is not available on this server"));
+  }
+  if (auto s = launcher->Available(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'launcher': ", s.message()));
+  }
+  if (kind != LauncherKind::kLocal) return absl::OkStatus();  // the cluster's scheduler decides
+  if (spec.slurm.nodes > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field 'slurm.nodes': ", spec.slurm.nodes,
+                     " nodes need launcher slurm or external; the local launcher runs on one host"));
+  }
+  if (spec.device == Device::kCuda) {
+    if (spec.num_processes > options_.gpus) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec field 'device': cuda needs one GPU per process (", spec.num_processes, "); this server has ",
+          options_.gpus, options_.gpus == 0 ? " (no GPU found; --gpus N sets the count)" : " (--gpus)",
+          ". device: cpu runs on CPU slots"));
+    }
+    return absl::OkStatus();
+  }
+  if (spec.num_processes > options_.slots) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'num_processes': ", spec.num_processes,
+                                                   " exceeds this server's ", options_.slots,
+                                                   " slots (start the server with --slots N to allow more)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_id) const {
+  CheckpointSpec& c = spec.checkpoint;
+  if (c.project_dir.empty()) c.project_dir = absl::StrCat(options_.state_dir, "/jobs/", job_id);
+  auto dir = ResolveUnderRoots(c.project_dir, options_.allowed_roots);
+  if (!dir.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.project_dir': ", dir.status().message()));
+  }
+  c.project_dir = *dir;
+  // The files a job reads.
+  for (auto [field, path] : {std::pair<const char*, std::string*>{"model.kind", &spec.model.path},
+                             {"model.init_from", &spec.model.init_from},
+                             {"data.kind", &spec.data.path},
+                             {"data.eval_path", &spec.data.eval_path}}) {
+    if (path->empty()) continue;
+    auto resolved = ResolveUnderRoots(*path, options_.allowed_roots);
+    if (!resolved.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
+    }
+    *path = *resolved;
+  }
+  if (!c.resume_from.empty() && c.resume_from != "latest") {
+    auto from = ResolveUnderRoots(c.resume_from, options_.allowed_roots);
+    if (!from.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.resume_from': ", from.status().message()));
+    }
+    c.resume_from = *from;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobSpec> SpecAdmission::ForResume(const std::string& stored_spec_json, const SpecLimits& limits,
+                                                 const std::string& job_id, const std::string& from,
+                                                 int32_t num_processes, const Launchers& launchers) const {
+  auto spec = ParseJobSpec(stored_spec_json, limits);
+  if (!spec.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("stored spec no longer valid: ", spec.status().message()));
+  }
+  if (num_processes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_processes must be >= 1 (0: keep), got ", num_processes));
+  }
+  if (num_processes > 0) spec->num_processes = num_processes;
+  if (auto s = ValidateJobSpec(*spec, limits); !s.ok()) return s;
+  if (auto s = CheckResources(*spec, launchers); !s.ok()) return s;
+  spec->checkpoint.resume_from = from.empty() ? "latest" : from;
+  if (auto s = ResolvePaths(*spec, job_id); !s.ok()) return s;
+  if (!from.empty()) {
+    auto info = CheckCheckpoint(spec->checkpoint.resume_from, /*verify=*/false);
+    if (!info.ok()) return absl::InvalidArgumentError(std::string(info.status().message()));
+  }
+  return spec;
+}
+
+}  // namespace trainyard
