@@ -40,6 +40,8 @@ namespace trainyard {
   X(int64_t, samples, 0, "trainyard_job_samples_total", kCounter, "", true, "Samples processed by one rank")          \
   X(double, eval_loss, std::nan(""), "trainyard_job_eval_loss", kGauge, "", !std::isnan(m.eval_loss),                 \
     "Loss on the held-out split at the last evaluation (jobs with eval_every_steps)")                                 \
+  X(double, grad_norm, std::nan(""), "trainyard_job_grad_norm", kGauge, "", !std::isnan(m.grad_norm),                 \
+    "Global gradient norm before clipping at the last step (jobs with max_grad_norm)")                                \
   X(int64_t, comm_wire_bytes, 0, "trainyard_job_comm_wire_bytes_total", kCounter, "", m.comm_fp32_bytes > 0,          \
     "Gradient payload bytes handed to collectives (after compression)")                                               \
   X(int64_t, comm_fp32_bytes, 0, "trainyard_job_comm_fp32_equivalent_bytes_total", kCounter, "",                      \

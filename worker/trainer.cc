@@ -282,14 +282,12 @@ double Trainer::Step() {
     for (const at::Tensor& p : params) grads.push_back(p.grad());
     finite = s.scaler->UnscaleAndCheck(grads, s.pg);
   }
+  double grad_norm = std::nan("");
   if (finite && s.spec.max_grad_norm > 0) {
     // DDP's gradients are already averaged and identical on every rank;
     // FSDP's norm is taken over all shards.
-    if (s.fsdp) {
-      s.fsdp->ClipGradNorm(s.spec.max_grad_norm);
-    } else {
-      torch::nn::utils::clip_grad_norm_(params, s.spec.max_grad_norm);
-    }
+    grad_norm = s.fsdp ? s.fsdp->ClipGradNorm(s.spec.max_grad_norm)
+                       : torch::nn::utils::clip_grad_norm_(params, s.spec.max_grad_norm);
   }
   if (finite && s.spec.clip_grad_value > 0) {
     // Element-wise, so clamping shards is clamping the whole gradient.
@@ -329,6 +327,7 @@ double Trainer::Step() {
     n.samples = samples;
     n.learning_rate = lr;
     n.eval_loss = eval_loss;
+    n.grad_norm = grad_norm;
     n.param_bytes = mem.params;
     n.grad_bytes = mem.grads;
     n.optimizer_bytes = mem.optimizer;

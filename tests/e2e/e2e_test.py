@@ -146,7 +146,7 @@ class EndToEnd(unittest.TestCase):
 
     def test_1_ddp_job_succeeds_with_metrics(self):
         s = self.server
-        spec = write_spec(self.tmp.name, "small.yaml", SMALL_JOB % 2000)
+        spec = write_spec(self.tmp.name, "small.yaml", SMALL_JOB % 2000 + "max_grad_norm: 1000.0\n")
         r = s.ctl("-o", "json", "submit", spec)
         self.assertEqual(r.returncode, 0, r.stderr)
         job_id = json.loads(r.stdout)["id"]
@@ -160,6 +160,15 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(len(lines), 2, text)
         self.assertTrue(all(float(l.rsplit(" ", 1)[1]) > 0 for l in lines), lines)
         self.assertIn('trainyard_jobs{state="RUNNING"} 1', text)
+        # The gradient norm before clipping, per rank: DDP's averaged gradients
+        # are the same on both ranks, so are their norms at the same step.
+        norms = {}
+        for l in text.splitlines():
+            m = re.match(r'trainyard_job_grad_norm\{job_id="%s",rank="(\d)"\} (\S+)' % job_id, l)
+            if m:
+                norms[m.group(1)] = float(m.group(2))
+        self.assertEqual(sorted(norms), ["0", "1"], text)
+        self.assertTrue(all(0 < v < 1000 for v in norms.values()), norms)
 
         w = s.ctl("watch", job_id)
         self.assertEqual(w.returncode, 0, w.stdout + w.stderr)

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include <cmath>
 #include <regex>
 #include <string>
 
@@ -64,6 +65,22 @@ TEST_F(ServerMetricsTest, StepsBecomePerRankSeriesLabelledByJobId) {
   // Series that do not apply (FSDP, CUDA memory) are not exported as zeros.
   EXPECT_FALSE(Has("trainyard_job_allgather"));
   EXPECT_FALSE(Has("device_allocated"));
+  EXPECT_FALSE(Has("trainyard_job_grad_norm{")) << "no norm without clipping";
+}
+
+// The gradient norm appears with the first step that measured it, and a
+// step without one (NaN) leaves the last value.
+TEST_F(ServerMetricsTest, GradientNormPerRankWhenMeasured) {
+  StepMetrics m = Step(1, 1);
+  m.grad_norm = 3.25;
+  metrics_.RecordStep("job-a", m);
+  EXPECT_EQ(Value("trainyard_job_grad_norm{job_id=\"job-a\",rank=\"1\"}"), 3.25);
+  m.step = 2;
+  m.grad_norm = std::nan("");
+  metrics_.RecordStep("job-a", m);
+  EXPECT_EQ(Value("trainyard_job_grad_norm{job_id=\"job-a\",rank=\"1\"}"), 3.25);
+  metrics_.RemoveJob("job-a");
+  EXPECT_FALSE(Has("trainyard_job_grad_norm{"));
 }
 
 // MFU: over the peak the rank's worker reports from its table of devices,
