@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/allocator_tuning.h"
 #include "common/placement.h"
 
 namespace trainyard::bench {
@@ -31,7 +32,39 @@ Stats Summarize(std::vector<double> v) {
   return s;
 }
 
-nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const std::string& master_addr) {
+std::vector<std::pair<std::string, std::string>> RunEnvironment::Variables() const {
+  std::vector<std::pair<std::string, std::string>> v = {{"OMP_NUM_THREADS", std::to_string(threads)}};
+  if (tuned_allocator) {
+    for (const std::string& kv : TunedAllocatorEnvironment()) {
+      v.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+    }
+  }
+  return v;
+}
+
+std::string RunEnvironment::Describe() const {
+  return std::to_string(threads) + " thread(s) per process (OMP_NUM_THREADS, set_num_threads), " +
+         (tuned_allocator ? DescribeTunedAllocator() : std::string("glibc's default malloc thresholds"));
+}
+
+std::string ShellPrefix(const RunEnvironment& env) {
+  std::string prefix = "env -u MALLOC_MMAP_THRESHOLD_ -u MALLOC_TRIM_THRESHOLD_";
+  for (const auto& [name, value] : env.Variables()) prefix += " " + name + "=" + value;
+  return prefix + " ";
+}
+
+RunEnvironment OurSettings() { return RunEnvironment{1, true}; }
+RunEnvironment PeerDefaults() { return RunEnvironment{1, false}; }
+
+std::string DescribeConditions() {
+  return "Conditions: Trainyard and the peer rows marked \"our settings\" ran with " + OurSettings().Describe() +
+         " (the peer through MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_); rows marked \"defaults\" with " +
+         PeerDefaults().Describe() + ". Every \"vs\" ratio is against the peer with our settings.";
+}
+
+nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const RunEnvironment& env,
+                        const std::string& master_addr) {
+  const std::vector<std::pair<std::string, std::string>> variables = env.Variables();
   const int world = static_cast<int>(argvs.size());
   const int port = PickFreePortOn("127.0.0.1");
   if (port == 0) throw std::runtime_error("no free port on 127.0.0.1");
@@ -48,7 +81,10 @@ nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, cons
       setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("MASTER_ADDR", master_addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("OMP_NUM_THREADS", "1", 1);
+      // The variables of this environment, and no tuning inherited from ours.
+      unsetenv("MALLOC_MMAP_THRESHOLD_");
+      unsetenv("MALLOC_TRIM_THRESHOLD_");
+      for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> args;
       for (const auto& a : argvs[r]) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);

@@ -1,10 +1,12 @@
-// Helpers shared by the benchmark programs: statistics over steps and
-// running ranks as child processes.
+// Helpers shared by the benchmark programs: statistics over steps, the
+// environment both sides of a comparison run under, and running ranks as
+// child processes.
 #ifndef TRAINYARD_BENCH_BENCH_UTIL_H_
 #define TRAINYARD_BENCH_BENCH_UTIL_H_
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trainyard::bench {
@@ -15,11 +17,36 @@ struct Stats {
 };
 Stats Summarize(std::vector<double> values);
 
+// What a benchmarked process runs with, beyond its command line: the
+// threads of each process (OMP_NUM_THREADS; each side also sets its intra-op
+// threads to the same number) and glibc's allocator thresholds. Trainyard's
+// ranks set the worker's thresholds themselves (common/allocator_tuning.h),
+// as trainyard-worker does: a peer gets them through the environment when
+// `tuned_allocator` is set, or runs with glibc's defaults, as a user runs it.
+struct RunEnvironment {
+  int threads = 1;
+  bool tuned_allocator = true;
+  // The variables a process of this environment is started with.
+  std::vector<std::pair<std::string, std::string>> Variables() const;
+  // For the line above a table.
+  std::string Describe() const;
+};
+// `env` as a prefix of a shell command ("env -u ... NAME=value ... "): for
+// a peer started through std::system.
+std::string ShellPrefix(const RunEnvironment& env);
+// The environment of every side of a comparison: Trainyard's settings.
+RunEnvironment OurSettings();
+// A peer as a user runs it: the same threads, glibc's default allocator.
+RunEnvironment PeerDefaults();
+// The line a benchmark prints above its table: what both sides ran with.
+std::string DescribeConditions();
+
 // Runs one process per argv in `argvs` (rank r gets argvs[r], with RANK,
-// WORLD_SIZE, MASTER_ADDR=`master_addr`, MASTER_PORT and OMP_NUM_THREADS=1 in
-// its environment), waits for all, and returns rank 0's last stdout line
-// that parses as a JSON object. Throws when a rank fails.
-nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs,
+// WORLD_SIZE, MASTER_ADDR=`master_addr`, MASTER_PORT and the variables of
+// `env` in its environment), waits for all, and returns rank 0's last stdout
+// line that parses as a JSON object. Throws when a rank fails. Both sides
+// of every comparison are started here.
+nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const RunEnvironment& env,
                         const std::string& master_addr = "127.0.0.1");
 
 }  // namespace trainyard::bench

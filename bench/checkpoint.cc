@@ -17,6 +17,7 @@
 #include <iostream>
 
 #include "bench/bench_util.h"
+#include "common/allocator_tuning.h"
 #include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
 #include "worker/dist_setup.h"
@@ -85,6 +86,7 @@ double Dd(const std::string& dir, int64_t bytes) {
 }
 
 int RunRank(const std::string& dir, int layers, int width, int vocab, int repeats) {
+  TuneAllocator();  // as trainyard-worker does
   at::set_num_threads(1);
   // Large blocks straight from mmap and back on free, so resident memory
   // follows live allocations (glibc would otherwise reuse retained heap).
@@ -184,7 +186,7 @@ int main(int argc, char** argv) {
                                 std::to_string(vocab),
                                 "--repeats",
                                 std::to_string(repeats)};
-  auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a));
+  auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a), bench::OurSettings());
   std::cout << "| layout | bytes (MB) | save s min | median | max | save MB/s (median) | dd conv=fsync MB/s "
                "(same bytes, alternating; median) | save / dd | load s min | median | max | load MB/s (median) |\n"
                "|---|---|---|---|---|---|---|---|---|---|---|---|\n";

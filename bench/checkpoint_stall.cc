@@ -22,6 +22,7 @@
 #include <iostream>
 
 #include "bench/bench_util.h"
+#include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "worker/dist_setup.h"
 #include "worker/trainer.h"
@@ -81,6 +82,7 @@ struct Saves : MetricsSink {
 };
 
 int RunRank(const Options& o) {
+  TuneAllocator();  // as trainyard-worker does
   at::set_num_threads(1);
   const int rank = std::stoi(getenv("RANK"));
   const int world = std::stoi(getenv("WORLD_SIZE"));
@@ -182,7 +184,7 @@ int main(int argc, char** argv) {
                                 std::to_string(o.rounds),
                                 "--warmup",
                                 std::to_string(o.warmup)};
-  auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a));
+  auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a), bench::OurSettings());
   auto median = [](const nlohmann::json& v) {
     return v.is_array() && !v.empty() ? bench::Summarize(v.get<std::vector<double>>()).median : 0.0;
   };

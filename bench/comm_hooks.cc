@@ -19,9 +19,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "bench/bench_util.h"
+#include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "worker/process_group.h"
 #include "worker/trainer.h"
@@ -69,6 +71,7 @@ class Sink final : public MetricsSink {
 };
 
 int RunRank(const HookConfig& c, int steps, int warmup, const std::string& bind_addr) {
+  TuneAllocator();  // as trainyard-worker does
   at::set_num_threads(1);
   const int rank = std::stoi(getenv("RANK"));
   const int world = std::stoi(getenv("WORLD_SIZE"));
@@ -153,17 +156,27 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < Configs().size(); ++i) selected.push_back(i);
   }
   std::vector<Row> rows;
+  // The peer runs with our settings, and without a hook also as a user
+  // runs it (glibc's defaults): kImpls[2] covers config 0 only.
+  const char* kImpls[] = {"Trainyard", "PyTorch, our settings", "PyTorch, defaults"};
   auto run_link = [&](const std::string& link, bool namespaced) {
-    const size_t first = rows.size();
-    for (const char* impl : {"Trainyard", "PyTorch"}) {
-      for (size_t ci : selected) rows.push_back(Row{link, impl, Configs().at(ci).label});
+    std::map<std::pair<int, size_t>, size_t> row_of;  // (implementation, config) -> rows index
+    for (int which = 0; which < 3; ++which) {
+      for (size_t ci : selected) {
+        if (which == 2 && ci != 0) continue;
+        row_of[{which, ci}] = rows.size();
+        rows.push_back(Row{link, kImpls[which], Configs().at(ci).label});
+      }
     }
     for (int round = 0; round < rounds; ++round) {
       for (size_t k = 0; k < selected.size(); ++k) {
         const size_t ci = selected[k];
-        for (int which = 0; which < 2; ++which) {  // Trainyard, then PyTorch, config by config
-          Row& row = rows[first + which * selected.size() + k];
+        for (int which = 0; which < 3; ++which) {  // Trainyard, then the peer, config by config
+          auto at = row_of.find({which, ci});
+          if (at == row_of.end()) continue;
+          Row& row = rows[at->second];
           if (!row.error.empty()) continue;
+          const bench::RunEnvironment env = which == 2 ? bench::PeerDefaults() : bench::OurSettings();
           std::vector<std::vector<std::string>> argvs;
           for (int r = 0; r < 2; ++r) {
             std::vector<std::string> a;
@@ -196,7 +209,7 @@ int main(int argc, char** argv) {
           }
           nlohmann::json j;
           try {
-            j = bench::RunRanks(argvs, namespaced ? "10.231.0.1" : "127.0.0.1");
+            j = bench::RunRanks(argvs, env, namespaced ? "10.231.0.1" : "127.0.0.1");
           } catch (const std::exception& e) {
             // A rank that aborts (PyTorch's PowerSGD on Gloo can) is a result too.
             j = {{"error", std::string("a rank aborted (") + e.what() + "; its stderr is above)"}};
@@ -235,29 +248,37 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::cout << "| link | implementation | hook | step ms min | median | max | CV | samples/s (2 ranks, median) | "
-               "speed-up vs its own no hook (median) | wire MB/step | wire / fp32 | loss (last 10 steps) |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::cout << bench::DescribeConditions() << "\n\n"
+            << "| link | implementation | hook | step ms min | median | max | CV | samples/s (2 ranks, median) | "
+               "speed-up vs its own no hook (median) | vs PyTorch, our settings | wire MB/step | wire / fp32 | loss "
+               "(last 10 steps) |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     if (!r.error.empty()) {
       std::cout << "| " << r.link << " | " << r.implementation << " | " << r.label << " | failed: " << r.error
-                << " |  |  |  |  |  |  |  |  |\n";
+                << " |  |  |  |  |  |  |  |  |  |\n";
       continue;
     }
     const bench::Stats st = bench::Summarize(r.steps);
-    double base = 0;
+    double base = 0, peer = 0;
     for (const Row& b : rows) {
       if (b.link == r.link && b.implementation == r.implementation && b.label == Configs()[0].label) {
         base = bench::Summarize(b.steps).median;
       }
+      if (b.link == r.link && b.implementation == kImpls[1] && b.label == r.label && b.error.empty()) {
+        peer = bench::Summarize(b.steps).median;
+      }
     }
+    char vs[32] = "";
+    if (r.implementation == kImpls[0] && peer > 0) std::snprintf(vs, sizeof(vs), "%.2fx", peer / st.median);
     double loss = 0;
     for (double l : r.losses) loss += l / static_cast<double>(r.losses.size());
     const double wire = bench::Summarize(r.wire).mean, fp32 = bench::Summarize(r.fp32).mean;
     char line[640];
-    std::snprintf(line, sizeof(line), "| %s | %s | %s | %.1f | %.1f | %.1f | %.3f | %.1f | %.2fx | %s | %s | %.4f |\n",
-                  r.link.c_str(), r.implementation.c_str(), r.label.c_str(), st.min * 1e3, st.median * 1e3,
-                  st.max * 1e3, st.cv, 2 * kBatch / st.median, base > 0 ? base / st.median : 0.0,
+    std::snprintf(line, sizeof(line),
+                  "| %s | %s | %s | %.1f | %.1f | %.1f | %.3f | %.1f | %.2fx | %s | %s | %s | %.4f |\n", r.link.c_str(),
+                  r.implementation.c_str(), r.label.c_str(), st.min * 1e3, st.median * 1e3, st.max * 1e3, st.cv,
+                  2 * kBatch / st.median, base > 0 ? base / st.median : 0.0, vs,
                   r.wire.empty() ? "-" : std::to_string(wire / 1e6).substr(0, 6).c_str(),
                   r.wire.empty() || fp32 <= 0 ? "-" : std::to_string(wire / fp32).substr(0, 6).c_str(), loss);
     std::cout << line;

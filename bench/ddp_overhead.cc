@@ -7,7 +7,10 @@
 // Trainyard's steps run through the worker's real Trainer (model, Reducer
 // DDP, optimizer and the per-step control exchange); the synthetic data
 // loading time is excluded from the step time, as the Python peer trains on
-// a pre-made batch. Ranks are child processes of this program. Every setup
+// a pre-made batch. Both sides run with one thread per process and the
+// worker's allocator thresholds (bench_util's RunEnvironment); the peer runs
+// a second time as a user runs it, with glibc's defaults, and every "vs
+// PyTorch" ratio is against the first. Ranks are child processes of this program. Every setup
 // runs `--rounds` times, interleaved with the others, and its steps are
 // pooled: on a shared machine whose speed drifts over minutes, setups run
 // one after the other would otherwise each meet a different machine.
@@ -32,12 +35,12 @@
 #include <sstream>
 
 #include "bench/bench_util.h"
+#include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "worker/dist_setup.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
-#include "worker/worker_main.h"
 
 namespace trainyard {
 namespace {
@@ -109,8 +112,8 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
   return 0;
 }
 
-nlohmann::json RunProcesses(const std::vector<std::string>& argv, int world) {
-  return bench::RunRanks(std::vector<std::vector<std::string>>(static_cast<size_t>(world), argv));
+nlohmann::json RunProcesses(const std::vector<std::string>& argv, int world, const bench::RunEnvironment& env) {
+  return bench::RunRanks(std::vector<std::vector<std::string>>(static_cast<size_t>(world), argv), env);
 }
 
 std::vector<double> SamplesPerSecond(const nlohmann::json& j, int64_t batch) {
@@ -172,8 +175,8 @@ int main(int argc, char** argv) {
   const std::string script = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_ddp.py";
   std::ostringstream md;
   md << "| model | implementation | setup | mean samples/s/rank | min | median | max | CV | DDP overhead vs 1 process "
-        "(vs 2 processes) |\n"
-     << "|---|---|---|---|---|---|---|---|---|\n";
+        "(vs 2 processes) | vs PyTorch, our settings |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (size_t ci = 0; ci < configs.size(); ++ci) {
     if (only >= 0 && static_cast<size_t>(only) != ci) continue;
     const Config& c = configs[ci];
@@ -197,7 +200,7 @@ int main(int argc, char** argv) {
                                     "--round-steps",
                                     std::to_string(round_steps)};
       a.insert(a.end(), extra.begin(), extra.end());
-      const nlohmann::json j = RunProcesses(a, procs);
+      const nlohmann::json j = RunProcesses(a, procs, bench::OurSettings());
       if (j.value("hook_seconds", 0.0) > 0) {
         hook_s += j["hook_seconds"].get<double>();
         for (double t : j["train_seconds"]) step_s += t;
@@ -205,7 +208,7 @@ int main(int argc, char** argv) {
       }
       return SamplesPerSecond(j, c.batch);
     };
-    auto pytorch = [&](int procs, const std::vector<std::string>& extra) {
+    auto pytorch = [&](int procs, const std::vector<std::string>& extra, const bench::RunEnvironment& env) {
       std::vector<std::string> a = {python,       script,
                                     "--model",    ModelKindName(c.kind),
                                     "--hidden",   Join(c.hidden),
@@ -214,18 +217,22 @@ int main(int argc, char** argv) {
                                     "--steps",    std::to_string(round_steps),
                                     "--warmup",   std::to_string(warmup)};
       a.insert(a.end(), extra.begin(), extra.end());
-      return SamplesPerSecond(RunProcesses(a, procs), c.batch);
+      return SamplesPerSecond(RunProcesses(a, procs, env), c.batch);
     };
-    const std::string kTy = "Trainyard", kPy = "PyTorch DDP (Python)", kAcc = "Accelerate (Python)";
+    const std::string kTy = "Trainyard", kPy = "PyTorch DDP (Python), our settings",
+                      kPyDefaults = "PyTorch DDP (Python), defaults", kAcc = "Accelerate (Python), our settings";
+    const bench::RunEnvironment ours = bench::OurSettings(), defaults = bench::PeerDefaults();
     struct Setup {
       std::string impl, setup;
       std::function<std::vector<double>()> run;
     };
     const std::vector<Setup> setups = {
         {kTy, "1 process", [&] { return trainyard(1, {}); }},
-        {kPy, "1 process", [&] { return pytorch(1, {}); }},
+        {kPy, "1 process", [&] { return pytorch(1, {}, ours); }},
+        {kPyDefaults, "1 process", [&] { return pytorch(1, {}, defaults); }},
         {kTy, "2 processes, no DDP", [&] { return trainyard(2, {"--no-ddp"}); }},
-        {kPy, "2 processes, no DDP", [&] { return pytorch(2, {"--no-ddp"}); }},
+        {kPy, "2 processes, no DDP", [&] { return pytorch(2, {"--no-ddp"}, ours); }},
+        {kPyDefaults, "2 processes, no DDP", [&] { return pytorch(2, {"--no-ddp"}, defaults); }},
         {kTy, "2 ranks, DDP, shared memory",
          [&] {
            return trainyard(2, {"--transport", "shm"});
@@ -234,8 +241,9 @@ int main(int argc, char** argv) {
          [&] {
            return trainyard(2, {"--transport", "process_group"});
          }},
-        {kPy, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {}); }},
-        {kAcc, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {"--accelerate"}); }},
+        {kPy, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {}, ours); }},
+        {kPyDefaults, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {}, defaults); }},
+        {kAcc, "2 ranks, DDP, Gloo", [&] { return pytorch(2, {"--accelerate"}, ours); }},
     };
     // Rounds interleave the setups (A B C … A B C …), so a drift of the
     // machine's speed during the run weighs on all of them alike.
@@ -256,7 +264,7 @@ int main(int argc, char** argv) {
       throw std::logic_error("missing run");
     };
     for (const Run& r : runs) {
-      char extra[96] = "";
+      char extra[96] = "", vs_peer[64] = "";
       if (r.setup.rfind("2 ranks", 0) == 0) {
         // Accelerate runs PyTorch: its baselines are PyTorch's without DDP.
         const std::string& base = r.impl == kAcc ? kPy : r.impl;
@@ -264,22 +272,27 @@ int main(int argc, char** argv) {
         const double vs2 = 1.0 - r.stats.mean / find(base, "2 processes, no DDP").mean;
         std::snprintf(extra, sizeof(extra), "%.1f%% (%.1f%%)", vs1 * 100, vs2 * 100);
       }
-      char line[640];
-      std::snprintf(line, sizeof(line), "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", c.label.c_str(),
-                    r.impl.c_str(), r.setup.c_str(), r.stats.mean, r.stats.min, r.stats.median, r.stats.max, r.stats.cv,
-                    extra);
+      if (r.impl == kTy) {
+        // Shared memory is a transport PyTorch lacks on CPU: against its Gloo.
+        const std::string peer_setup = r.setup == "2 ranks, DDP, shared memory" ? "2 ranks, DDP, Gloo" : r.setup;
+        std::snprintf(vs_peer, sizeof(vs_peer), "%.2fx", r.stats.mean / find(kPy, peer_setup).mean);
+      }
+      char line[700];
+      std::snprintf(line, sizeof(line), "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s | %s |\n",
+                    c.label.c_str(), r.impl.c_str(), r.setup.c_str(), r.stats.mean, r.stats.min, r.stats.median,
+                    r.stats.max, r.stats.cv, extra, vs_peer);
       md << line;
     }
     if (step_ms > 0) {
       char line[200];
       std::snprintf(
           line, sizeof(line),
-          "| %s | Trainyard | shared-memory allreduce per step (rank 0) | %.2f ms of %.1f ms |  |  |  |  |  |\n",
+          "| %s | Trainyard | shared-memory allreduce per step (rank 0) | %.2f ms of %.1f ms |  |  |  |  |  |  |\n",
           c.label.c_str(), allreduce_ms, step_ms);
       md << line;
     }
   }
-  std::cout << md.str();
+  std::cout << bench::DescribeConditions() << "\n\n" << md.str();
   std::cout << "\nDDP overhead = 1 - mean(2 ranks with DDP) / mean(1 process without DDP), per-rank samples/s;\n"
             << "in parentheses against 2 independent processes without DDP (machine sharing factored out).\n";
   std::cout << "command: " << argv[0] << " --steps-percent " << steps_scale << " --warmup " << warmup << " --rounds "

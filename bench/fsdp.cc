@@ -1,8 +1,11 @@
 // bench/fsdp: samples/s and per-rank bytes of parameters + gradients +
 // optimizer state for DDP and each FSDP sharding strategy, at N = 2 and 4
 // ranks (processes on this machine), on the GPT, against PyTorch's FSDP2
-// (`fully_shard` per Block, FULL_SHARD semantics; bench/python_fsdp.py with
-// the venv's torch) on the same model. Memory is counted from tensor
+// (`fully_shard` per Block and the root, as FSDP2's examples apply it;
+// bench/python_fsdp.py with the venv's torch) on the same model, with the
+// same optimizer settings. Both sides run with one thread per process and
+// the worker's allocator thresholds; the peer also as a user runs it
+// (glibc's defaults) and with foreach AdamW. Memory is counted from tensor
 // storages after the last optimizer step (the worker's Trainer::Memory; the
 // peer counts its DTensors' local shards the same way), not RSS. HYBRID
 // strategies take 2 ranks per "node" at N = 4 and 1 at N = 2. Every setup
@@ -17,12 +20,12 @@
 #include <iostream>
 
 #include "bench/bench_util.h"
+#include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "worker/dist_setup.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
-#include "worker/worker_main.h"
 
 namespace trainyard {
 namespace {
@@ -59,6 +62,7 @@ JobSpec SpecFor(const Setup& setup, int world, int steps) {
   spec.data.batch_size = 4;
   spec.optimizer.kind = OptimizerKind::kAdamW;
   spec.optimizer.lr = 1e-3;
+  spec.optimizer.weight_decay = 0.0;  // as the peer's
   spec.max_steps = steps;
   spec.num_processes = world;
   spec.distributed_type = setup.type;
@@ -85,6 +89,7 @@ class Sink final : public MetricsSink {
 };
 
 int RunRank(int setup_index, int steps, int warmup) {
+  TuneAllocator();  // as trainyard-worker does
   at::set_num_threads(1);
   const int rank = std::stoi(getenv("RANK"));
   const int world = std::stoi(getenv("WORLD_SIZE"));
@@ -134,18 +139,35 @@ int main(int argc, char** argv) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string peer = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_fsdp.py";
   const int per_round = std::max(1, steps / rounds);
-  const size_t kPeer = Setups().size();  // the last row of each N: FSDP2
-  std::cout << "| N | implementation / setup | samples/s (all ranks, median step) | step s min | median | max | CV | "
-               "params MB/rank | grads MB/rank | optimizer MB/rank | total MB/rank | total / DDP |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  // The last rows of each N: FSDP2 with our settings, as a user runs it,
+  // and with foreach AdamW.
+  struct Peer {
+    std::string label;
+    bench::RunEnvironment env;
+    std::vector<std::string> extra;
+  };
+  const std::vector<Peer> peers = {
+      {"PyTorch FSDP2 fully_shard (FULL_SHARD), our settings", bench::OurSettings(), {}},
+      {"PyTorch FSDP2 fully_shard (FULL_SHARD), defaults", bench::PeerDefaults(), {}},
+      {"PyTorch FSDP2 fully_shard (FULL_SHARD), foreach AdamW, our settings", bench::OurSettings(), {"--foreach"}},
+  };
+  const size_t kPeer = Setups().size(), kRows = Setups().size() + peers.size();
+  std::cout << bench::DescribeConditions() << "\n\n"
+            << "| N | implementation / setup | samples/s (all ranks, median step) | step s min | median | max | CV | "
+               "params MB/rank | grads MB/rank | optimizer MB/rank | total MB/rank | total / DDP | vs FSDP2, our "
+               "settings |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (int world : {2, 4}) {
-    std::vector<std::vector<double>> seconds(Setups().size() + 1);
-    std::vector<nlohmann::json> last(Setups().size() + 1);
+    std::vector<std::vector<double>> seconds(kRows);
+    std::vector<nlohmann::json> last(kRows);
     for (int round = 0; round < rounds; ++round) {
-      for (size_t i = 0; i <= Setups().size(); ++i) {
+      for (size_t i = 0; i < kRows; ++i) {
         std::vector<std::string> a;
-        if (i == kPeer) {
+        bench::RunEnvironment env = bench::OurSettings();
+        if (i >= kPeer) {
           a = {python, peer, "--steps", std::to_string(per_round), "--warmup", std::to_string(warmup)};
+          a.insert(a.end(), peers[i - kPeer].extra.begin(), peers[i - kPeer].extra.end());
+          env = peers[i - kPeer].env;
         } else {
           a = {self,
                "--role",
@@ -157,31 +179,33 @@ int main(int argc, char** argv) {
                "--warmup",
                std::to_string(warmup)};
         }
-        auto j = bench::RunRanks(std::vector<std::vector<std::string>>(world, a));
+        auto j = bench::RunRanks(std::vector<std::vector<std::string>>(world, a), env);
         for (double x : j["seconds"].get<std::vector<double>>()) seconds[i].push_back(x);
         last[i] = j;
       }
     }
     double ddp_total = 0;
-    for (size_t i = 0; i <= Setups().size(); ++i) {
+    const double peer_median = bench::Summarize(seconds[kPeer]).median;
+    for (size_t i = 0; i < kRows; ++i) {
       const bench::Stats st = bench::Summarize(seconds[i]);
       const nlohmann::json& j = last[i];
       const double params = j["param_bytes"].get<double>() / 1e6, grads = j["grad_bytes"].get<double>() / 1e6,
                    opt = j["optimizer_bytes"].get<double>() / 1e6, total = params + grads + opt;
       if (i == 0) ddp_total = total;
-      const std::string label =
-          i == kPeer ? "PyTorch FSDP2 fully_shard (FULL_SHARD)" : "Trainyard " + Setups()[i].label;
-      char line[640];
+      const std::string label = i >= kPeer ? peers[i - kPeer].label : "Trainyard " + Setups()[i].label;
+      char vs[32] = "";
+      if (i != kPeer) std::snprintf(vs, sizeof(vs), "%.2fx", peer_median / st.median);
+      char line[700];
       std::snprintf(line, sizeof(line),
-                    "| %d | %s | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f |\n", world,
+                    "| %d | %s | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.3f | %s |\n", world,
                     label.c_str(), static_cast<double>(world) * 4 / st.median, st.min, st.median, st.max, st.cv, params,
-                    grads, opt, total, total / ddp_total);
+                    grads, opt, total, total / ddp_total, vs);
       std::cout << line << std::flush;
     }
   }
   std::cout << "\nmodel: GPT 4 layers, width 256, 4 heads, context 64, vocab 512 (3.3M parameters), batch 4 "
-               "sequences per rank, AdamW, 1 thread per rank, Gloo; FSDP wraps each Block (TRANSFORMER_BASED_WRAP; "
-               "FSDP2: fully_shard per Block, then the root); "
+               "sequences per rank, AdamW (lr 1e-3, weight decay 0), 1 thread per rank, Gloo; FSDP wraps each Block "
+               "(TRANSFORMER_BASED_WRAP; FSDP2: fully_shard per Block, then the root with its defaults); "
             << steps << " measured steps per setup in " << rounds << " interleaved rounds, " << warmup
             << " warm-up steps per run.\ncommand: " << argv[0] << " --steps " << steps << " --rounds " << rounds
             << " --warmup " << warmup << "\n";

@@ -22,6 +22,7 @@
 #include <iostream>
 
 #include "bench/bench_util.h"
+#include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "worker/dist_setup.h"
 #include "worker/image_folder.h"
@@ -100,6 +101,7 @@ class Sink final : public MetricsSink {
 };
 
 int RunRank(int config, const std::string& data, int workers, const std::string& dir, int steps, int warmup) {
+  TuneAllocator();  // as trainyard-worker does
   at::set_num_threads(1);
   const int rank = std::stoi(getenv("RANK"));
   JobSpec spec = SpecFor(kConfigs[config], data, workers, dir, warmup + steps);
@@ -145,6 +147,7 @@ double DecodeRate(const Config& c, const std::string& dir, int batches) {
 }
 
 int Run(const std::string& python, int steps, int rounds, int warmup, char** argv) {
+  TuneAllocator();  // this process decodes Trainyard's side, as trainyard-worker would
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::string helper = std::filesystem::path(TRAINYARD_BENCH_DIR) / "python_image_loader.py";
   char tmpl[] = "/tmp/trainyard-image-bench-XXXXXX";
@@ -156,18 +159,23 @@ int Run(const std::string& python, int steps, int rounds, int warmup, char** arg
     WriteDecoded(c, dir);
   }
 
-  std::cout << "| files | Trainyard images/s, 1 thread | PyTorch DataLoader images/s, 1 worker | ratio |\n"
-               "|---|---|---|---|\n";
+  std::cout << bench::DescribeConditions() << "\n\n"
+            << "| files | Trainyard images/s, 1 thread | PyTorch DataLoader images/s, 1 worker, our settings | "
+               "defaults | ratio (vs our settings) |\n"
+               "|---|---|---|---|---|\n";
   for (const Config& c : kConfigs) {
     const int batches = c.side > 100 ? 15 : 60;
     const double ours = DecodeRate(c, dir, batches);
-    const std::string cmd = python + " " + helper + " decode " + dir + "/" + c.files + " --size " +
-                            std::to_string(c.side) + " --resize " + std::to_string(c.resize) + " --batches " +
-                            std::to_string(batches) + " > " + dir + "/peer.json";
-    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
-    std::ifstream in(dir + "/peer.json");
-    const double peer = nlohmann::json::parse(in)["images_per_second"].get<double>();
-    std::printf("| %s (%d) | %.0f | %.0f | %.2f |\n", c.files, c.images, ours, peer, ours / peer);
+    auto peer = [&](const bench::RunEnvironment& env) {
+      const std::string cmd = bench::ShellPrefix(env) + python + " " + helper + " decode " + dir + "/" + c.files +
+                              " --size " + std::to_string(c.side) + " --resize " + std::to_string(c.resize) +
+                              " --batches " + std::to_string(batches) + " > " + dir + "/peer.json";
+      if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+      std::ifstream in(dir + "/peer.json");
+      return nlohmann::json::parse(in)["images_per_second"].get<double>();
+    };
+    const double tuned = peer(bench::OurSettings()), defaults = peer(bench::PeerDefaults());
+    std::printf("| %s (%d) | %.0f | %.0f | %.0f | %.2f |\n", c.files, c.images, ours, tuned, defaults, ours / tuned);
   }
 
   std::cout << "\n| model and data | setup | step s min | median | max | data wait median s | vs decoded |\n"
@@ -200,7 +208,7 @@ int Run(const std::string& python, int steps, int rounds, int warmup, char** arg
                                             std::to_string(per_round),
                                             "--warmup",
                                             std::to_string(warmup)};
-        auto j = bench::RunRanks({a, a});
+        auto j = bench::RunRanks({a, a}, bench::OurSettings());
         for (double x : j["seconds"].get<std::vector<double>>()) seconds[s].push_back(x);
         for (double x : j["wait"].get<std::vector<double>>()) wait[s].push_back(x);
       }

@@ -1,9 +1,13 @@
 """Python peer for bench/fsdp: the worker's GPT (token + position embeddings,
 pre-LayerNorm blocks with causal attention written as softmax(QK^T/sqrt(d))V
 and a GELU MLP, final LayerNorm, head tied to the token embedding) trained
-with PyTorch's FSDP2 (`fully_shard` on every Block, then on the root;
-reshard_after_forward=True: FULL_SHARD) over Gloo, AdamW, 1 thread per
-process, the venv's torch.
+with PyTorch's FSDP2 as its own examples apply it (`fully_shard` on every
+Block, then `fully_shard(model)` on the root with FSDP2's defaults: the
+Blocks reshard after forward, FULL_SHARD; the root keeps its parameters
+gathered until backward, as Trainyard's root unit does) over Gloo, AdamW
+with the same learning rate and weight decay (0) as bench/fsdp's ranks —
+its default per-parameter loop, or `--foreach` — 1 thread per process, the
+venv's torch.
 
 Started once per rank by bench/fsdp with RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT in the environment. Rank 0 prints one JSON line: per-step
@@ -98,6 +102,7 @@ def main():
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--foreach", action="store_true", help="AdamW(foreach=True): one kernel per state tensor list")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
@@ -105,9 +110,9 @@ def main():
     torch.manual_seed(42)
     model = Gpt(a.layers, a.width, a.heads, a.context, a.vocab)
     for block in model.h:
-        fully_shard(block, reshard_after_forward=True)
-    fully_shard(model, reshard_after_forward=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        fully_shard(block)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, foreach=True if a.foreach else None)
     g = torch.Generator().manual_seed(1000 + rank)
     tokens = torch.randint(0, a.vocab, (a.batch, a.context + 1), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]

@@ -3,7 +3,6 @@
 #include "common/paths.h"
 #include "common/placement.h"
 
-#include <malloc.h>
 #include <signal.h>
 #include <torch/torch.h>
 
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "worker/collectives.h"
@@ -87,11 +87,6 @@ std::string ErrorText(const std::exception& e) {
 }
 
 }  // namespace
-
-void TuneAllocator() {
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 512 << 20);
-}
 
 int RunWorker(const WorkerArgs& args) {
   TuneAllocator();

@@ -42,13 +42,6 @@ struct WorkerArgs {
 
 int RunWorker(const WorkerArgs& args);
 
-// Keeps freed tensor memory in the process for reuse (glibc: large blocks
-// from the heap rather than mmap, no trimming below 512 MiB free). Without
-// it every step maps and unmaps its activations and pays the page faults
-// again — 15-20% of a small convolutional model's step on CPU. Call once,
-// first thing.
-void TuneAllocator();
-
 }  // namespace trainyard
 
 #endif  // TRAINYARD_WORKER_WORKER_MAIN_H_
