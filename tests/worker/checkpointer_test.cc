@@ -173,8 +173,10 @@ TEST(Checkpointer, ANewerSnapshotWinsOverTheDiskCheckpoint) {
     EXPECT_EQ(c.AgreeAndRestore(), 2);
     EXPECT_TRUE(torch::equal(rank.model->parameters()[0], at_snapshot[r]));
     bool said = false;
-    for (const std::string& note : c.resume_notes()) said |= note.find("in-memory snapshot at step 2") != std::string::npos;
+    for (const std::string& note : c.resume_notes())
+      said |= note.find("in-memory snapshot at step 2") != std::string::npos;
     EXPECT_TRUE(said) << "the notes say where it resumed from";
+    rank.pg->barrier()->wait();  // every rank has read its part (the Trainer's end is collective too)
     c.RemoveSnapshots();
   });
   EXPECT_TRUE(!fs::exists(snapshots) || fs::is_empty(snapshots)) << "rank 0 removed them";
