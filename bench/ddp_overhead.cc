@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -65,9 +66,15 @@ class TimingSink final : public MetricsSink {
     if (m.step <= warmup_) return;
     train_seconds.push_back(m.step_seconds - m.data_seconds);
     hook_seconds += m.comm_hook_seconds;
+    phases["compute"].push_back(m.compute_seconds);
+    phases["optimizer"].push_back(m.optimizer_seconds);
+    phases["other"].push_back(m.step_seconds - m.data_seconds - m.compute_seconds - m.optimizer_seconds);
   }
   std::vector<double> train_seconds;
   double hook_seconds = 0;  // in the gradient allreduce (shared-memory hook)
+  // Rank 0's step by phase (its StepMetrics): forward and backward, the
+  // optimizer, and the rest (the step's agreement, its accounting).
+  std::map<std::string, std::vector<double>> phases;
 
  private:
   int warmup_;
@@ -107,7 +114,10 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
   trainer.Run();
   if (dist.world) dist.world->barrier()->wait();
   if (reporter)
-    std::cout << nlohmann::json{{"train_seconds", sink.train_seconds}, {"hook_seconds", sink.hook_seconds}}.dump()
+    std::cout << nlohmann::json{{"train_seconds", sink.train_seconds},
+                                {"hook_seconds", sink.hook_seconds},
+                                {"phases", sink.phases}}
+                     .dump()
               << std::endl;
   return 0;
 }

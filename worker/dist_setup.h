@@ -33,6 +33,10 @@ struct DistSetup {
   // FSDP with asynchronous checkpoints: the writer threads' Gloo group for
   // assembling FULL checkpoints (TrainingState::checkpoint_group).
   c10::intrusive_ptr<c10d::ProcessGroup> checkpoint;
+  // The per-step agreement's Gloo group (worker/step_control.h), when it
+  // does not ride shared memory: its own threads and connections, so the
+  // small exchange never queues with the gradients' collectives.
+  c10::intrusive_ptr<c10d::ProcessGroup> control;
   std::optional<c10::Device> device;   // unset: RankDevice(spec.device)
   FlightRecorder* recorder = nullptr;  // records every group's collectives; not owned
 
