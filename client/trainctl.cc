@@ -563,6 +563,7 @@ int Trainctl::Diagnose(const std::string& id, std::chrono::milliseconds wait, in
       o["step"] = r.step();
       o["phase"] = r.phase();
       o["phase_seconds"] = seconds_since(r.phase_since_unix_micros());
+      if (!r.python_stack().empty()) o["python_stack"] = r.python_stack();
       o["collectives"] = ordered_json::array();
       for (const v1::CollectiveRecord& c : r.collectives()) {
         o["collectives"].push_back({{"seq", c.seq()},
@@ -582,6 +583,10 @@ int Trainctl::Diagnose(const std::string& id, std::chrono::milliseconds wait, in
     std::ostringstream since;
     since << std::fixed << std::setprecision(1) << seconds_since(r.phase_since_unix_micros()) << " s";
     s.out << "rank " << r.rank() << ": " << r.phase() << " after step " << r.step() << " for " << since.str() << "\n";
+    if (!r.python_stack().empty()) {
+      std::istringstream stack(r.python_stack());
+      for (std::string line; std::getline(stack, line);) s.out << "  " << line << "\n";
+    }
     const int n = r.collectives_size();
     for (int i = std::max(0, n - last_collectives); i < n; ++i) {
       const v1::CollectiveRecord& c = r.collectives(i);

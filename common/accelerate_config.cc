@@ -509,6 +509,31 @@ class ConfigMerge {
   std::map<std::string, std::string> owned_;
 };
 
+// Emits `node` as YAML, quoting the scalars that were quoted where they came
+// from (yaml-cpp tags them "!"): a quoted 'no' stays a string for readers
+// that resolve YAML 1.1 booleans.
+void EmitKeepingQuotes(const YAML::Node& node, YAML::Emitter& out) {
+  if (node.IsMap()) {
+    out << YAML::BeginMap;
+    for (const auto& kv : node) {
+      out << YAML::Key;
+      EmitKeepingQuotes(kv.first, out);
+      out << YAML::Value;
+      EmitKeepingQuotes(kv.second, out);
+    }
+    out << YAML::EndMap;
+  } else if (node.IsSequence()) {
+    out << YAML::BeginSeq;
+    for (const auto& e : node) EmitKeepingQuotes(e, out);
+    out << YAML::EndSeq;
+  } else if (node.IsScalar()) {
+    if (node.Tag() == "!") out << YAML::DoubleQuoted;
+    out << node.Scalar();
+  } else {
+    out << YAML::Null;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec_text,
@@ -544,6 +569,34 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
     return ParseJobSpec(spec_text, limits);
   }
   if (!root.IsMap()) return ParseJobSpec(spec_text, limits);  // its message for a spec that is not a mapping
+
+  if (const_root["script"]) {
+    // A script job: the config is the script's, as `accelerate launch
+    // --config_file` would read it; only its process count is the spec's
+    // when the spec names none.
+    try {
+      if (!const_root["num_processes"] && config.IsMap() && config["num_processes"] &&
+          config["num_processes"].IsScalar()) {
+        root["num_processes"] = config["num_processes"].Scalar();
+      }
+      YAML::Emitter spec_out, config_out;
+      spec_out << root;
+      if (accelerate_yaml.empty()) {
+        EmitKeepingQuotes(config, config_out);
+      }
+      SpecLimits merged_limits = limits;
+      merged_limits.max_spec_bytes = std::max(limits.max_spec_bytes, spec_out.size());
+      auto spec = ParseJobSpec(spec_out.c_str(), merged_limits);
+      if (!spec.ok()) return spec.status();
+      // The file as given (Accelerate reads `mixed_precision: no` unquoted as
+      // a boolean: quoting is meaning); an embedded mapping re-emitted with
+      // its quotes.
+      spec->script.accelerate_config = accelerate_yaml.empty() ? std::string(config_out.c_str()) : accelerate_yaml;
+      return spec;
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("accelerate config could not be read: ", e.what()));
+    }
+  }
 
   try {
     ConfigMerge merge(root);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace trainyard {
@@ -95,12 +96,15 @@ absl::StatusOr<std::string> CheckpointDir::Begin(int64_t index, const std::strin
   return staging;
 }
 
-absl::Status CheckpointDir::Commit(const std::string& staging, int64_t index, const std::string& metadata_json,
-                                   bool checksums) const {
+namespace {
+
+// Fsyncs every file under `dir` and writes its manifest last (fsynced, with
+// the directory): from then on `dir` is a complete checkpoint N.
+absl::Status WriteManifest(const std::string& dir, int64_t index, const std::string& metadata_json, bool checksums) {
   nlohmann::ordered_json files = nlohmann::ordered_json::object();
   std::vector<fs::path> paths;
-  for (const auto& e : fs::recursive_directory_iterator(staging)) {
-    if (e.is_regular_file()) paths.push_back(e.path());
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().filename() != kManifest) paths.push_back(e.path());
   }
   std::sort(paths.begin(), paths.end());
   for (const fs::path& p : paths) {
@@ -111,27 +115,50 @@ absl::Status CheckpointDir::Commit(const std::string& staging, int64_t index, co
       if (!sum.ok()) return sum.status();
       entry["xxh3"] = *sum;
     }
-    files[fs::relative(p, staging).string()] = entry;
+    files[fs::relative(p, dir).string()] = entry;
   }
   nlohmann::ordered_json manifest = {
       {"format", "trainyard-checkpoint-v1"}, {"index", index}, {"checksums", checksums}, {"files", files}};
   auto meta = nlohmann::json::parse(metadata_json.empty() ? "{}" : metadata_json, nullptr, false);
   if (meta.is_discarded()) return absl::InvalidArgumentError("checkpoint metadata is not JSON");
   manifest["metadata"] = meta;
-  const std::string manifest_path = (fs::path(staging) / kManifest).string();
+  const std::string manifest_path = (fs::path(dir) / kManifest).string();
   {
     std::ofstream out(manifest_path, std::ios::trunc);
     out << manifest.dump(2) << "\n";
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", manifest_path));
   }
   if (auto s = FsyncPath(manifest_path, false); !s.ok()) return s;
-  if (auto s = FsyncPath(staging, true); !s.ok()) return s;
+  return FsyncPath(dir, true);
+}
+
+}  // namespace
+
+absl::Status CheckpointDir::Commit(const std::string& staging, int64_t index, const std::string& metadata_json,
+                                   bool checksums) const {
+  if (auto s = WriteManifest(staging, index, metadata_json, checksums); !s.ok()) return s;
   const std::string final_path = (fs::path(root_) / absl::StrCat(kPrefix, index)).string();
   std::error_code ec;
   if (fs::exists(final_path, ec)) return absl::AlreadyExistsError(absl::StrCat(final_path, " already exists"));
   fs::rename(staging, final_path, ec);
   if (ec) return absl::InternalError(absl::StrCat("rename to ", final_path, ": ", ec.message()));
   return FsyncPath(root_, true);
+}
+
+absl::StatusOr<int64_t> CheckpointDir::Seal(const std::string& dir, const std::string& metadata_json,
+                                            bool checksums) const {
+  const fs::path p = fs::path(dir).lexically_normal();
+  const std::string name = p.filename().string();
+  int64_t index = -1;
+  if (p.parent_path() != fs::path(root_).lexically_normal() || name.rfind(kPrefix, 0) != 0 ||
+      !absl::SimpleAtoi(name.substr(std::string(kPrefix).size()), &index) || index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, " is not a checkpoint_<N> directory of ", root_));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) return absl::NotFoundError(absl::StrCat(dir, " does not exist"));
+  if (fs::exists(p / kManifest, ec)) return absl::AlreadyExistsError(absl::StrCat(dir, " is sealed already"));
+  if (auto s = WriteManifest(p.string(), index, metadata_json, checksums); !s.ok()) return s;
+  return index;
 }
 
 namespace {

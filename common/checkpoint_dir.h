@@ -54,6 +54,10 @@ class CheckpointDir {
   // would cost more than it guards against).
   absl::Status Commit(const std::string& staging, int64_t index, const std::string& metadata_json,
                       bool checksums = true) const;
+  // Seals a checkpoint_<N> directory someone else wrote in place (a script
+  // job's save_state): fsync, manifest. Until then it is not complete; the
+  // files must not change afterwards. Returns N.
+  absl::StatusOr<int64_t> Seal(const std::string& dir, const std::string& metadata_json, bool checksums = true) const;
 
   // Complete checkpoints and skipped directories. With `verify`, every
   // file's checksum is recomputed; otherwise sizes are checked.

@@ -27,6 +27,9 @@ struct FlightRecord {
   int64_t phase_since_unix_micros = 0;        // when it entered `phase`
   int64_t captured_unix_micros = 0;           // when this record was taken
   std::vector<CollectiveRecord> collectives;  // oldest first
+  // A script job's rank: its script's Python stack (py-spy dump), or why
+  // there is none; empty for native jobs.
+  std::string python_stack;
 };
 
 }  // namespace trainyard

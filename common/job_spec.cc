@@ -386,6 +386,41 @@ void ParseSlurm(const YAML::Node& node, const std::string& path, SlurmSpec* s) {
   r.RejectUnknown();
 }
 
+void ParseScript(const YAML::Node& node, const std::string& path, ScriptSpec* s) {
+  MapReader r(node, path);
+  r.String("path", &s->path, kMaxPath);
+  if (s->path.empty()) Fail(r.PathOf("path"), "is required: the Python script each rank runs");
+  r.String("python", &s->python, kMaxPath);
+  r.String("working_dir", &s->working_dir, kMaxPath);
+  r.String("accelerate_config", &s->accelerate_config, 1 << 20);
+  if (YAML::Node n = r.Child("args")) {
+    const std::string p = r.PathOf("args");
+    if (!n.IsSequence()) Fail(p, "must be a list of strings, got " + Describe(n));
+    if (n.size() > 1024) Fail(p, "must have at most 1024 entries");
+    for (const auto& e : n) {
+      if (!e.IsScalar() || e.Scalar().size() > kMaxPath) Fail(p, "each entry must be a string, got " + Describe(e));
+      s->args.push_back(e.Scalar());
+    }
+  }
+  if (YAML::Node n = r.Child("env")) {
+    const std::string p = r.PathOf("env");
+    if (!n.IsMap()) Fail(p, "must be a mapping of NAME: value, got " + Describe(n));
+    if (n.size() > 256) Fail(p, "must have at most 256 entries");
+    for (const auto& kv : n) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      bool ok = !key.empty() && key.size() <= 128 && !std::isdigit(static_cast<unsigned char>(key[0]));
+      for (char c : key) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+      if (!ok) Fail(p, "names must be letters, digits and '_' (not starting with a digit), got '" + key + "'");
+      if (key.rfind("TRAINYARD_", 0) == 0) Fail(p + "." + key, "TRAINYARD_ variables are set by Trainyard");
+      if (!kv.second.IsScalar() || kv.second.Scalar().size() > kMaxPath) {
+        Fail(p + "." + key, "must be a string, got " + Describe(kv.second));
+      }
+      s->env[key] = kv.second.Scalar();
+    }
+  }
+  r.RejectUnknown();
+}
+
 // Rules between fields (each field's own range is checked as it is read);
 // throws SpecError naming the field at fault.
 void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
@@ -478,6 +513,7 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
       Fail("name", "may contain only letters, digits, '-', '_' and '.'");
     }
   }
+  if (YAML::Node n = r.Child("script")) ParseScript(n, "script", &s.script);
   if (YAML::Node n = r.Child("model")) ParseModel(n, "model", &s.model);
   if (YAML::Node n = r.Child("data")) ParseData(n, "data", &s.data);
   if (YAML::Node n = r.Child("optimizer")) ParseOptimizer(n, "optimizer", &s.optimizer);

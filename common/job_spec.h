@@ -6,6 +6,7 @@
 #define TRAINYARD_COMMON_JOB_SPEC_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -199,8 +200,26 @@ struct SlurmSpec {
   std::vector<std::string> extra_args;  // further sbatch options, each "--name[=value]"
 };
 
+// A script job (`script:` in the spec): each rank runs the user's Python
+// script as the child of its trainyard-worker, with the environment
+// `accelerate launch` (and torchrun) gives a rank. The native engine's
+// fields (model, data, optimizer...) do not apply.
+struct ScriptSpec {
+  std::string path;                        // the script (under the allowed roots); empty: a native job
+  std::vector<std::string> args;           // its command-line arguments
+  std::string python;                      // interpreter; empty: the server's --script-python
+  std::string working_dir;                 // empty: the script's directory
+  std::map<std::string, std::string> env;  // added to the rank's environment
+  // The Accelerate config the job came with (YAML), from which each rank's
+  // ACCELERATE_* and FSDP_* variables are computed; empty: none (the ranks
+  // get torchrun's variables only).
+  std::string accelerate_config;
+  bool empty() const { return path.empty(); }
+};
+
 struct JobSpec {
   std::string name = "job";
+  ScriptSpec script;
   ModelSpec model;
   DataSpec data;
   OptimizerSpec optimizer;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/checkpoint_type.h"
@@ -86,6 +87,9 @@ struct StepMetrics {
 #define TRAINYARD_STEP_MEMBER(type, name, init, ...) type name = init;
   TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_MEMBER)
 #undef TRAINYARD_STEP_MEMBER
+  // Named numbers of the step beyond the list (a script's
+  // trainyard.report(**values)): trainyard_job_value{name}.
+  std::map<std::string, double> values;
 };
 
 // One checkpoint a job saved (or failed to save), as rank 0 reports it.

@@ -32,6 +32,7 @@ void ToProto(const StepMetrics& m, v1::MetricsSample* out) {
 #define TRAINYARD_STEP_TO_PROTO(type, name, ...) out->set_##name(m.name);
   TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_TO_PROTO)
 #undef TRAINYARD_STEP_TO_PROTO
+  for (const auto& [name, value] : m.values) (*out->mutable_values())[name] = value;
 }
 
 StepMetrics FromProto(const v1::MetricsSample& m) {
@@ -39,6 +40,7 @@ StepMetrics FromProto(const v1::MetricsSample& m) {
 #define TRAINYARD_STEP_FROM_PROTO(type, name, ...) s.name = m.name();
   TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_FROM_PROTO)
 #undef TRAINYARD_STEP_FROM_PROTO
+  for (const auto& [name, value] : m.values()) s.values[name] = value;
   return s;
 }
 
@@ -82,6 +84,7 @@ void ToProto(const FlightRecord& r, v1::FlightRecord* out) {
   out->set_phase(r.phase);
   out->set_phase_since_unix_micros(r.phase_since_unix_micros);
   out->set_captured_unix_micros(r.captured_unix_micros);
+  out->set_python_stack(r.python_stack);
   for (const CollectiveRecord& c : r.collectives) {
     v1::CollectiveRecord* o = out->add_collectives();
     o->set_seq(c.seq);
@@ -100,6 +103,7 @@ FlightRecord FromProto(const v1::FlightRecord& r) {
   out.phase = r.phase();
   out.phase_since_unix_micros = r.phase_since_unix_micros();
   out.captured_unix_micros = r.captured_unix_micros();
+  out.python_stack = r.python_stack();
   for (const v1::CollectiveRecord& c : r.collectives()) {
     out.collectives.push_back({c.seq(), c.group(), c.op(), c.bytes(), c.start_unix_micros(), c.end_unix_micros()});
   }

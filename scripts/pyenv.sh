@@ -11,9 +11,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${TRAINYARD_VENV:-$root/.venv}
 # One torch for C++ and Python. Pinned: a new release is a deliberate change.
 # nvidia-cuda-crt: the CUDA headers (crt/) the wheel's runtime headers include, so the NCCL
-# process group compiles without a CUDA toolkit installed.
+# process group compiles without a CUDA toolkit installed. py-spy: script jobs' Python stacks for
+# `trainctl diagnose`.
 requirements=(torch==2.15.0 nvidia-cuda-crt==13.2.86 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6
-  pillow==13.0.0)
+  pillow==13.0.0 py-spy==0.4.3)
 if [ ! -x "$venv/bin/python" ]; then
   echo "pyenv: creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"

@@ -30,10 +30,13 @@ std::string AbsoluteDir(const std::string& dir) {
 AdmissionOptions AdmissionOf(const JobManagerOptions& o) {
   std::error_code ec;
   const std::string state_dir = AbsoluteDir(o.state_dir);
-  return {o.slots, o.gpus, state_dir,
+  return {o.slots,
+          o.gpus,
+          state_dir,
           o.allowed_roots.empty() ? std::vector<std::string>{state_dir, std::filesystem::current_path(ec).string()}
                                   : o.allowed_roots,
-          o.default_launcher};
+          o.default_launcher,
+          o.script_python};
 }
 
 }  // namespace

@@ -68,6 +68,8 @@ struct JobManagerOptions {
   std::chrono::milliseconds restart_backoff{1000};
   // The launcher of specs that name none (launcher: default).
   LauncherKind default_launcher = LauncherKind::kLocal;
+  // The Python of script jobs whose spec names none (--script-python).
+  std::string script_python = "python3";
 };
 
 class JobManager final : public JobRequestHandler, public WorkerHandler {

@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
       "Directory a job's paths (checkpoint.project_dir, resume sources, model and data files) may lie under; "
       "repeatable. "
       "Default: the state dir and the working directory");
+#ifdef TRAINYARD_DEFAULT_SCRIPT_PYTHON
+  o.script_python = TRAINYARD_DEFAULT_SCRIPT_PYTHON;  // the Python the build used (the project venv's)
+#endif
+  app.add_option("--script-python", o.script_python, "Python that runs script jobs whose spec names no script.python")
+      ->capture_default_str();
   app.add_option("--auth-token-file", o.auth_token_file,
                  "File with the bearer token every client call must carry (authorization: Bearer <token>)");
   app.add_option("--tls-cert", o.tls_cert, "Server certificate chain (PEM): serve TLS");

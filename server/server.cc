@@ -159,6 +159,7 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   mo.max_queued_jobs = o.max_queued_jobs;
   mo.limits.max_num_processes = o.max_num_processes;
   mo.allowed_roots = o.allowed_roots;
+  mo.script_python = o.script_python;
   auto tls_args = WorkerTlsArgs();
   if (!tls_args.ok()) return tls_args.status();
   // The launchers report exits to the manager; they are destroyed before

@@ -35,6 +35,8 @@ struct ServerOptions {
   // Roots a job's paths must lie under; empty: the state dir and the
   // working directory.
   std::vector<std::string> allowed_roots;
+  // The Python that runs script jobs whose spec names none.
+  std::string script_python = "python3";
   // File holding the bearer token people's calls (JobService) must carry;
   // empty: no token needed.
   std::string auth_token_file;

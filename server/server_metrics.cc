@@ -156,6 +156,13 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
   TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_EXPORT)
 #undef TRAINYARD_STEP_EXPORT
   (void)kNone;
+  // A script's named numbers, at most kMaxValueNames per rank.
+  for (const auto& [name, value] : m.values) {
+    if (r.value_names.size() >= kMaxValueNames && !r.value_names.count(name)) continue;
+    r.value_names.insert(name);
+    JobGauge(job_id, "trainyard_job_value", {{"job_id", job_id}, {"rank", labels.at("rank")}, {"name", name}})
+        .Set(value);
+  }
   // Derived from the numbers.
   if (m.comm_fp32_bytes > 0) {
     if (r.comm_ratio == nullptr) r.comm_ratio = &JobGauge(job_id, "trainyard_job_comm_compression_ratio", labels);

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,9 @@ class ServerMetrics {
     prometheus::Gauge* comm_ratio = nullptr;
     prometheus::Gauge* model_flops_per_second = nullptr;
     prometheus::Gauge* mfu = nullptr;
+    std::set<std::string> value_names;  // trainyard_job_value series made
   };
+  static constexpr size_t kMaxValueNames = 64;
 
   // The job's series of `family` with `labels`, made (at 0) when missing.
   prometheus::Gauge& JobGauge(const std::string& job_id, const std::string& family, const Labels& labels)

@@ -62,6 +62,18 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
     }
     *path = *resolved;
   }
+  if (!spec.script.empty()) {
+    for (auto [field, path] : {std::pair<const char*, std::string*>{"script.path", &spec.script.path},
+                               {"script.working_dir", &spec.script.working_dir}}) {
+      if (path->empty()) continue;
+      auto resolved = ResolveUnderRoots(*path, options_.allowed_roots);
+      if (!resolved.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
+      }
+      *path = *resolved;
+    }
+    if (spec.script.python.empty()) spec.script.python = options_.script_python;
+  }
   if (!c.resume_from.empty() && c.resume_from != "latest") {
     auto from = ResolveUnderRoots(c.resume_from, options_.allowed_roots);
     if (!from.ok()) {

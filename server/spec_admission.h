@@ -26,6 +26,8 @@ struct AdmissionOptions {
   // Paths a job may name lie under one of these (absolute).
   std::vector<std::string> allowed_roots;
   LauncherKind default_launcher = LauncherKind::kLocal;
+  // The Python of script jobs whose spec names none.
+  std::string script_python = "python3";
 };
 
 class SpecAdmission {

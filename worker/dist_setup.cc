@@ -13,6 +13,7 @@ DistContext DistSetup::context() const {
   c.flight_recorder = recorder;
   c.checkpoint_group = checkpoint;
   c.control_group = control;
+  c.control_shm = control_shm.get();
   return c;
 }
 
@@ -51,9 +52,15 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
   if (d.shm) d.shm->set_flight_recorder(recorder);
   if (!d.shm) {
     // Measured on the 2-rank DDP benchmark over Gloo: the agreement on the
-    // training group cost ~2 ms of a 21 ms step (docs/BENCHMARKS.md).
-    d.control = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store), rank,
-                                 world_size, bind_addr, timeout, recorder, "control");
+    // training group cost ~2 ms of a 21 ms step, and a Gloo round trip of
+    // its own still weighs on steps under a millisecond (docs/BENCHMARKS.md).
+    if (ShmCollectives::AllRanksOnThisHost(store, rank, world_size, "trainyard-control")) {
+      d.control_shm = ShmCollectives::Create(store, rank, world_size, "trainyard-control", 4 << 10);
+      d.control_shm->set_flight_recorder(recorder);
+    } else {
+      d.control = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store), rank,
+                                   world_size, bind_addr, timeout, recorder, "control");
+    }
   }
   if (spec.distributed_type != DistributedType::kFsdp) return d;
   if (spec.checkpoint.async) {

@@ -33,9 +33,11 @@ struct DistSetup {
   // FSDP with asynchronous checkpoints: the writer threads' Gloo group for
   // assembling FULL checkpoints (TrainingState::checkpoint_group).
   c10::intrusive_ptr<c10d::ProcessGroup> checkpoint;
-  // The per-step agreement's Gloo group (worker/step_control.h), when it
-  // does not ride shared memory: its own threads and connections, so the
-  // small exchange never queues with the gradients' collectives.
+  // The per-step agreement (worker/step_control.h), when DDP's shared
+  // memory does not carry it: shared memory of its own when every rank is
+  // on this host, else a Gloo group of its own (its own threads and
+  // connections, so the small exchange never queues with the gradients').
+  std::unique_ptr<ShmCollectives> control_shm;
   c10::intrusive_ptr<c10d::ProcessGroup> control;
   std::optional<c10::Device> device;   // unset: RankDevice(spec.device)
   FlightRecorder* recorder = nullptr;  // records every group's collectives; not owned

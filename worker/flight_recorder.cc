@@ -47,12 +47,22 @@ FlightRecord FlightRecorder::Capture() const {
   out.phase = phase_.load(std::memory_order_relaxed);
   out.phase_since_unix_micros = phase_since_micros_.load(std::memory_order_relaxed);
   out.captured_unix_micros = NowMicros();
-  absl::MutexLock lock(&mu_);
-  out.collectives.reserve(ring_.size());
-  // Oldest first: once the ring has wrapped, it starts at the next slot.
-  const size_t first = ring_.size() < capacity_ ? 0 : next_ % capacity_;
-  for (size_t i = 0; i < ring_.size(); ++i) out.collectives.push_back(ring_[(first + i) % ring_.size()]);
+  std::function<std::string()> stack;
+  {
+    absl::MutexLock lock(&mu_);
+    out.collectives.reserve(ring_.size());
+    // Oldest first: once the ring has wrapped, it starts at the next slot.
+    const size_t first = ring_.size() < capacity_ ? 0 : next_ % capacity_;
+    for (size_t i = 0; i < ring_.size(); ++i) out.collectives.push_back(ring_[(first + i) % ring_.size()]);
+    stack = stack_source_;
+  }
+  if (stack) out.python_stack = stack();
   return out;
+}
+
+void FlightRecorder::SetStackSource(std::function<std::string()> source) {
+  absl::MutexLock lock(&mu_);
+  stack_source_ = std::move(source);
 }
 
 }  // namespace trainyard

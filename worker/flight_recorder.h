@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,8 +36,12 @@ class FlightRecorder {
   // `step` steps completed.
   void SetPhase(const char* phase, int64_t step);
 
-  // Everything it holds now, oldest collective first.
+  // Everything it holds now, oldest collective first (and, when a stack
+  // source is set, what it says: a script job's Python stack).
   FlightRecord Capture() const;
+  // Called by Capture, outside the lock, on the thread that captures (it may
+  // take a while: the stream's reader thread answers). Null: none.
+  void SetStackSource(std::function<std::string()> source);
 
  private:
   const int32_t rank_;
@@ -45,6 +50,7 @@ class FlightRecorder {
   std::vector<CollectiveRecord> ring_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;                   // handles are 0, 1, ...
   std::map<std::string, int64_t> seq_ ABSL_GUARDED_BY(mu_);  // last number per group
+  std::function<std::string()> stack_source_ ABSL_GUARDED_BY(mu_);
   std::atomic<const char*> phase_{"setup"};
   std::atomic<int64_t> phase_since_micros_;
   std::atomic<int64_t> step_{0};

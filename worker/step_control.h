@@ -3,10 +3,11 @@
 // request from the coordinator) into a small control word; the ranks
 // reduce it with MAX while the step computes, and at the step's end every
 // rank reads the same agreement, so a request seen by one rank takes effect
-// on every rank after the same step. The exchange runs over the shared-
-// memory path when DDP has one (a barrier at the step's end), else over a
-// Gloo group of its own (DistContext::control_group: on the training group
-// it queued with the gradients' collectives); with one rank it is local.
+// on every rank after the same step. The exchange runs through shared
+// memory when every rank is on one host (DDP's, or its own: a barrier at
+// the step's end), else over a Gloo group of its own
+// (DistContext::control_group: on the training group it queued with the
+// gradients' collectives); with one rank it is local.
 #ifndef TRAINYARD_WORKER_STEP_CONTROL_H_
 #define TRAINYARD_WORKER_STEP_CONTROL_H_
 

@@ -137,8 +137,8 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   s.peak_flops = PeakFlops(DeviceName(s.device), s.spec.mixed_precision);
   s.BuildParallelModel(dist);
   // The control word rides DDP's shared memory when it has it.
-  s.control = std::make_unique<StepControl>(dist.control_group ? dist.control_group : s.pg,
-                                            s.ddp ? dist.shm : nullptr, control);
+  ShmCollectives* control_shm = s.ddp && dist.shm != nullptr ? dist.shm : dist.control_shm;
+  s.control = std::make_unique<StepControl>(dist.control_group ? dist.control_group : s.pg, control_shm, control);
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.ddp.get(), s.fsdp.get());
   Impl* impl = impl_.get();
   s.checkpoints =

@@ -54,8 +54,9 @@ struct DistContext {
   // FSDP, asynchronous checkpoints: a Gloo group over the same ranks as
   // process_group, used by the background writers alone (FULL assembly).
   c10::intrusive_ptr<c10d::ProcessGroup> checkpoint_group;
-  // The per-step agreement's own group; null: it rides shared memory, or
-  // the process group.
+  // The per-step agreement's own shared memory or group; null: it rides
+  // DDP's shared memory, or the process group. Not owned.
+  ShmCollectives* control_shm = nullptr;
   c10::intrusive_ptr<c10d::ProcessGroup> control_group;
 };
 

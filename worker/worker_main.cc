@@ -8,19 +8,23 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/worker_outcome.h"
 #include "worker/collectives.h"
 #include "worker/control_client.h"
 #include "worker/device.h"
 #include "worker/dist_setup.h"
 #include "worker/flight_recorder.h"
 #include "worker/process_group.h"
+#include "worker/script_runner.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
 
@@ -79,6 +83,124 @@ class LoggingSink final : public MetricsSink {
 int Finish(ControlClient& ctl, WorkerOutcome outcome, const std::string& error, int64_t final_step) {
   ctl.Finish(outcome, error, final_step);
   return ExitCodeOf(outcome);
+}
+
+// The directory holding the `trainyard` Python package: beside this binary
+// in a build (bin/../python) or an installation (bin/../share/trainyard/python).
+std::string PackageDir() {
+  if (const char* dir = std::getenv("TRAINYARD_PACKAGE_DIR")) return dir;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  for (const char* rel : {"../python", "../share/trainyard/python"}) {
+    const std::filesystem::path p = (exe.parent_path() / rel).lexically_normal();
+    if (std::filesystem::exists(p / "trainyard" / "__init__.py", ec)) return p.string();
+  }
+  return "";
+}
+
+// What `accelerate launch` adds to a process's environment for the job's
+// Accelerate config, computed by Accelerate itself (trainyard._launch_env)
+// with the script's Python.
+absl::StatusOr<std::map<std::string, std::string>> AccelerateEnvironment(const JobSpec& spec, const ScriptRank& w,
+                                                                         const std::string& package_dir) {
+  std::map<std::string, std::string> env;
+  if (spec.script.accelerate_config.empty()) return env;
+  char path[] = "/tmp/trainyard-accelerate-XXXXXX.yaml";
+  const int fd = mkstemps(path, 5);
+  if (fd < 0) return absl::InternalError("cannot write the accelerate config to /tmp");
+  (void)!write(fd, spec.script.accelerate_config.data(), spec.script.accelerate_config.size());
+  close(fd);
+  const std::string python = spec.script.python.empty() ? "python3" : spec.script.python;
+  const std::string cmd =
+      absl::StrCat("PYTHONPATH='", package_dir, "' '", python, "' -m trainyard._launch_env --config_file '", path,
+                   "' --num_processes ", w.world_size, " --num_machines ", w.num_nodes, " --machine_rank ", w.node_rank,
+                   " --main_process_ip '", w.master_addr, "' --main_process_port ", w.master_port, " 2>&1");
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    const int status = pclose(p);
+    std::remove(path);
+    auto j =
+        nlohmann::json::parse(out.substr(out.rfind('{') == std::string::npos ? 0 : out.rfind('{')), nullptr, false);
+    if (status != 0 || !j.is_object()) {
+      return absl::FailedPreconditionError(absl::StrCat("the job's accelerate config: ", out));
+    }
+    for (auto& [k, v] : j.items()) env[k] = v.is_string() ? v.get<std::string>() : v.dump();
+    return env;
+  }
+  std::remove(path);
+  return absl::InternalError(absl::StrCat("cannot run ", python));
+}
+
+// A script job's rank: the script runs under this worker (worker/script_runner.h).
+// py-spy (a PyPI package, in the project venv): beside the script's Python,
+// else on PATH; empty when there is none.
+std::string FindPySpy(const std::string& python) {
+  std::error_code ec;
+  const std::filesystem::path beside = std::filesystem::path(python).parent_path() / "py-spy";
+  if (!python.empty() && std::filesystem::exists(beside, ec)) return beside.string();
+  if (const char* path = std::getenv("PATH")) {
+    std::istringstream dirs(path);
+    for (std::string d; std::getline(dirs, d, ':');) {
+      if (std::filesystem::exists(std::filesystem::path(d) / "py-spy", ec)) return d + "/py-spy";
+    }
+  }
+  return "";
+}
+
+int RunScriptRank(ControlClient& ctl, const JobSpec& spec, ScriptRank where, MetricsSink* checkpoints,
+                  FlightRecorder* flight) {
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const char* slurm_local_world = std::getenv("SLURM_NTASKS_PER_NODE");
+  where.num_nodes = std::max(1, spec.slurm.nodes);
+  where.local_world_size = local_world != nullptr         ? std::max(1, std::atoi(local_world))
+                           : slurm_local_world != nullptr ? std::max(1, std::atoi(slurm_local_world))
+                                                          : std::max(1, where.world_size / where.num_nodes);
+  where.local_rank = std::getenv("LOCAL_RANK") != nullptr || std::getenv("SLURM_LOCALID") != nullptr
+                         ? LocalRankFromEnvironment()
+                         : where.rank % where.local_world_size;
+  where.node_rank = where.rank / where.local_world_size;
+  where.num_nodes = std::max(where.num_nodes, (where.world_size + where.local_world_size - 1) / where.local_world_size);
+  where.package_dir = PackageDir();
+  try {
+    std::vector<std::string> notes;
+    where.resume_dir = ResolveCheckpoint(spec.checkpoint.project_dir, spec.checkpoint.resume_from, &notes);
+    if (where.rank == 0) {
+      for (const std::string& note : notes) ctl.OnNote(note);
+      if (!where.resume_dir.empty()) ctl.OnNote("the script resumes from " + where.resume_dir);
+    }
+  } catch (const std::exception& e) {
+    return Finish(ctl, WorkerOutcome::kFailed, e.what(), 0);
+  }
+  auto accelerate = AccelerateEnvironment(spec, where, where.package_dir);
+  if (!accelerate.ok()) return Finish(ctl, WorkerOutcome::kFailed, std::string(accelerate.status().message()), 0);
+  // Rank 0 reports the checkpoints; every rank its steps.
+  class Sink final : public MetricsSink {
+   public:
+    Sink(ControlClient* ctl, MetricsSink* checkpoints) : ctl_(ctl), checkpoints_(checkpoints) {}
+    void OnStep(const StepMetrics& m) override { ctl_->OnStep(m); }
+    void OnCheckpoint(const CheckpointEvent& c) override {
+      if (checkpoints_ != nullptr) checkpoints_->OnCheckpoint(c);
+    }
+    void OnNote(const std::string& text) override { ctl_->OnNote(text); }
+
+   private:
+    ControlClient* ctl_;
+    MetricsSink* checkpoints_;
+  } sink(&ctl, checkpoints);
+  ScriptOptions options;
+  options.flight_recorder = flight;
+  options.py_spy = FindPySpy(spec.script.python);
+  ScriptRunner runner(spec, where, ScriptEnvironment(spec, where, *accelerate), &sink, &g_control, options);
+  const ScriptResult r = runner.Run();
+  if (r.outcome == WorkerOutcome::kSucceeded && !r.reported && where.rank == 0) {
+    ctl.OnNote("the script ended without reporting a step (trainyard.report): its progress is not known");
+  }
+  log::Info("rank {}: script ended: {}{}{}", where.rank, WorkerOutcomeName(r.outcome), r.error.empty() ? "" : ": ",
+            r.error);
+  return Finish(ctl, r.outcome, r.error, r.last_step);
 }
 
 std::string ErrorText(const std::exception& e) {
@@ -151,6 +273,17 @@ int RunWorker(const WorkerArgs& args) {
   const int master_port = ctl.welcome().master_port > 0 ? ctl.welcome().master_port : args.master_port;
   log::Info("rank {}: spec accepted: job {} ({}, {} processes); rendezvous at {}:{}", args.rank, args.job_id,
             spec->name, world_size, master_addr, master_port);
+  if (!spec->script.empty()) {
+    ScriptRank where;
+    where.job_id = args.job_id;
+    where.rank = args.rank;
+    where.world_size = world_size;
+    where.master_addr = master_addr;
+    where.master_port = master_port;
+    where.attempt = ctl.welcome().attempt;
+    where.threads = args.threads > 0 ? args.threads : spec->threads_per_process;
+    return RunScriptRank(ctl, *spec, where, args.rank == 0 ? &ctl : nullptr, &flight_recorder);
+  }
   std::string bind_addr = args.bind_addr;
   if (bind_addr.empty()) bind_addr = IsLoopback(master_addr) ? "127.0.0.1" : LocalAddressToward(master_addr);
   if (bind_addr.empty()) {

@@ -47,6 +47,7 @@ TEST(WireConvert, EveryStepNumberRoundTrips) {
 #define TRAINYARD_TEST_SET(type, name, ...) m.name = static_cast<type>(v++ * 1.5);
   TRAINYARD_STEP_NUMBERS(TRAINYARD_TEST_SET)
 #undef TRAINYARD_TEST_SET
+  m.values = {{"accuracy", 0.75}, {"tokens", 4096}};
   v1::MetricsSample p;
   ToProto(m, &p);
   const StepMetrics back = FromProto(p);
@@ -56,6 +57,8 @@ TEST(WireConvert, EveryStepNumberRoundTrips) {
   listed.insert(#name);
   TRAINYARD_STEP_NUMBERS(TRAINYARD_TEST_CHECK)
 #undef TRAINYARD_TEST_CHECK
+  EXPECT_EQ(back.values, m.values);
+  listed.insert("values");  // the one field beyond the list
   std::set<std::string> in_proto;
   const auto* d = v1::MetricsSample::descriptor();
   for (int f = 0; f < d->field_count(); ++f) in_proto.insert(d->field(f)->name());

@@ -507,6 +507,16 @@ distributed_type: DDP
 ddp: {comm_hook: fp16}
 """
 
+# A script job reporting a named number (trainyard_job_value); the system's
+# python3, no torch.
+SCRIPT = """import time, trainyard
+step = 0
+while True:
+    step += 1
+    trainyard.report(step, samples=4, loss=1.0 / step, accuracy=0.5)
+    time.sleep(0.2)
+"""
+
 FSDP_JOB = """
 name: deploy-fsdp
 model: {kind: gpt, layers: 2, width: 32, heads: 4, context: 16, vocab: 64}
@@ -614,7 +624,7 @@ class LiveStack(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-deploy-")
         cls.addClassCleanup(cls.tmp.cleanup)
         cls.jobs = []
-        cls.server = Server(cls.tmp.name, slots=4, extra=("--peak-flops", "1e11"))  # MFU is exported
+        cls.server = Server(cls.tmp.name, slots=5, extra=("--peak-flops", "1e11"))  # MFU is exported
         cls.addClassCleanup(cls.server.stop)
         cls.addClassCleanup(cls._cancel_jobs)
         spec = os.path.join(cls.tmp.name, "ddp.yaml")
@@ -622,6 +632,14 @@ class LiveStack(unittest.TestCase):
             f.write(DDP_JOB)
         cls.ddp = cls.server.submit(spec)
         cls.jobs.append(cls.ddp)
+        script = os.path.join(cls.tmp.name, "report.py")
+        with open(script, "w") as f:
+            f.write(SCRIPT)
+        spec = os.path.join(cls.tmp.name, "script.yaml")
+        with open(spec, "w") as f:
+            f.write(f"name: deploy-script\nscript: {{path: {script}, python: /usr/bin/python3}}\nnum_processes: 1\n")
+        cls.script = cls.server.submit(spec)
+        cls.jobs.append(cls.script)
         cls.prom = Prometheus(cls.tmp.name, f"127.0.0.1:{cls.server.metrics_port}")
         cls.addClassCleanup(cls.prom.stop)
 
@@ -690,6 +708,8 @@ class LiveStack(unittest.TestCase):
                        for l, v in samples.get("trainyard_job_fsdp_collective_bytes_total", []))
 
         wait_for(fsdp_collectives, 90, "the FSDP job's collective bytes on /metrics")
+        wait_for(lambda: f'trainyard_job_value{{job_id="{self.script}",name="accuracy"' in s.scrape(), 90,
+                 "the script job's named number on /metrics")
         samples, types = parse_exposition(s.scrape())
         self.assertEqual(s.job(self.ddp)["state"], "RUNNING")
 
