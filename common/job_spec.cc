@@ -513,7 +513,18 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
       Fail("name", "may contain only letters, digits, '-', '_' and '.'");
     }
   }
-  if (YAML::Node n = r.Child("script")) ParseScript(n, "script", &s.script);
+  if (YAML::Node n = r.Child("script")) {
+    ParseScript(n, "script", &s.script);
+    // The script does its own training: a field only Trainyard's trainer
+    // reads would be silently ignored, so it is refused instead.
+    for (const char* key : {"model", "data", "optimizer", "scheduler", "loss", "max_steps", "seed", "max_grad_norm",
+                            "clip_grad_value", "gradient_accumulation_steps", "eval_every_steps", "eval_batches"}) {
+      if (root[key]) Fail(key, "applies to built-in models; a script job's script sets it (script.args)");
+    }
+    for (const char* key : {"distributed_type", "mixed_precision", "fsdp_config", "backend"}) {
+      if (root[key]) Fail(key, "a script job takes it from its Accelerate config (--accelerate-config)");
+    }
+  }
   if (YAML::Node n = r.Child("model")) ParseModel(n, "model", &s.model);
   if (YAML::Node n = r.Child("data")) ParseData(n, "data", &s.data);
   if (YAML::Node n = r.Child("optimizer")) ParseOptimizer(n, "optimizer", &s.optimizer);

@@ -45,6 +45,24 @@ TEST(JobSpecTest, ParsesTheFsdpExample) {
   EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, (std::vector<std::string>{"Block"}));
 }
 
+TEST(JobSpecTest, ParsesTheScriptExample) {
+  std::ifstream in(std::string(TRAINYARD_SOURCE_DIR) + "/examples/accelerate_script/job.yaml");
+  ASSERT_TRUE(in) << "examples/accelerate_script/job.yaml missing";
+  std::stringstream buf;
+  buf << in.rdbuf();
+  auto spec = ParseJobSpec(buf.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->script.empty());
+  EXPECT_EQ(spec->script.path, "examples/accelerate_script/train.py");
+  EXPECT_EQ(spec->script.args, (std::vector<std::string>{"--steps", "300", "--checkpoint-every", "100"}));
+  EXPECT_EQ(spec->ddp.comm_hook, CommHookType::kFp16);
+  EXPECT_EQ(spec->checkpoint.total_limit, 2);
+  auto with_env = ParseJobSpec("name: s\nscript: {path: t.py, env: {HF_HOME: /data/hf}, working_dir: /w}\n");
+  ASSERT_TRUE(with_env.ok()) << with_env.status();
+  EXPECT_EQ(with_env->script.env.at("HF_HOME"), "/data/hf");
+  EXPECT_EQ(with_env->script.working_dir, "/w");
+}
+
 TEST(JobSpecTest, DefaultsForAMinimalSpec) {
   auto spec = ParseJobSpec("name: tiny\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -115,6 +133,14 @@ INSTANTIATE_TEST_SUITE_P(
                 {"'scheduler.warmup_steps'", "max_steps"}},
         BadSpec{"gradient_accumulation_steps: 0\n", {"'gradient_accumulation_steps'", "between 1"}},
         BadSpec{"loss: mse\n", {"'loss'", "torchscript"}},
+        BadSpec{"script: {args: [--x]}\n", {"'script.path'", "is required"}},
+        BadSpec{"script: {path: t.py, args: --x}\n", {"'script.args'", "list of strings"}},
+        BadSpec{"script: {path: t.py, env: {TRAINYARD_JOB_ID: x}}\n", {"'script.env.TRAINYARD_JOB_ID'", "set by"}},
+        BadSpec{"script: {path: t.py, env: {1X: y}}\n", {"'script.env'", "not starting with a digit", "'1X'"}},
+        BadSpec{"script: {path: t.py, interpreter: py}\n", {"'script.interpreter'", "unknown key", "working_dir"}},
+        BadSpec{"script: {path: t.py}\nmodel: gpt\n", {"'model'", "script sets it"}},
+        BadSpec{"script: {path: t.py}\nmax_steps: 5\n", {"'max_steps'", "script.args"}},
+        BadSpec{"script: {path: t.py}\nmixed_precision: bf16\n", {"'mixed_precision'", "Accelerate config"}},
         BadSpec{"step_timeout_s: -1\n", {"'step_timeout_s'", "between 0"}},
         BadSpec{"data: {kind: 'tokens:/x.bin'}\n", {"'data.kind'", "gpt model only"}},
         BadSpec{"model: {kind: resnet}\ndata: {kind: 'mnist:/d'}\n", {"'data.kind'", "784 pixels"}},
