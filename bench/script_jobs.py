@@ -89,15 +89,26 @@ def main():
                 sub = server.ctl("-o", "json", "submit", spec, "--accelerate-config", config)
                 assert sub.returncode == 0, sub.stderr
                 job = json.loads(sub.stdout)["id"]
-                wait_for(lambda: os.path.exists(out) and open(out).read(), 300, "the job's first step")
+
+                def started():
+                    if os.path.exists(out) and open(out).read():
+                        return True
+                    state = server.job(job)
+                    if state["state"] in ("FAILED", "CANCELLED", "SUCCEEDED"):
+                        raise SystemExit(f"job {job} ended {state['state']} before its first step: {state['reason']}")
+                    return False
+
+                wait_for(started, 300, "the job's first step")
                 ours.append(float(open(out).read()) - t0)
                 server.ctl("watch", job, timeout=300)
 
                 out = os.path.join(tmp, f"theirs-{r}")
                 env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
                 t0 = time.time()
-                subprocess.run([accelerate, "launch", "--config_file", config, script, out], check=True, env=env,
-                               capture_output=True, timeout=300)
+                r = subprocess.run([accelerate, "launch", "--config_file", config, script, out], env=env,
+                                   capture_output=True, text=True, timeout=300)
+                if r.returncode != 0:
+                    raise SystemExit(f"accelerate launch failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
                 theirs.append(float(open(out).read()) - t0)
             out = os.path.join(tmp, "cost")
             spec = write_spec(tmp, "cost.yaml", f"name: report-cost\nscript: {{path: {cost}, python: {python}, "

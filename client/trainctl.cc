@@ -192,7 +192,7 @@ struct Trainctl::Impl {
         << "state:        " << StateName(j.state()) << "\n"
         << "reason:       " << j.reason() << "\n"
         << "processes:    " << j.num_processes() << "\n"
-        << "step:         " << j.step() << " / " << j.max_steps() << "\n"
+        << "step:         " << j.step() << (j.max_steps() > 0 ? " / " + std::to_string(j.max_steps()) : "") << "\n"
         << "loss:         " << j.loss() << " (first " << j.first_loss() << ")\n"
         << "samples/s:    " << std::fixed << std::setprecision(1) << j.samples_per_second() << "\n"
         << std::defaultfloat << "attempt:      " << j.attempt() << "\n"
@@ -310,7 +310,8 @@ int Trainctl::List(const std::string& state_filter, int64_t limit) {
         << "  CREATED\n";
   for (const auto& j : resp.jobs()) {
     std::ostringstream step;
-    step << j.step() << "/" << j.max_steps();
+    step << j.step();
+    if (j.max_steps() > 0) step << "/" << j.max_steps();
     std::ostringstream loss;
     loss << std::setprecision(4) << j.loss();
     s.out << std::left << std::setw(14) << j.id() << std::setw(20) << j.name().substr(0, 19) << std::setw(11)
@@ -368,6 +369,8 @@ int Trainctl::Watch(const std::string& id) {
       first_step = m.step();
       start = now;
     }
+    // A script job's length is its own (max_steps 0): its steps, no bar.
+    const bool known = job.max_steps() > 0;
     const int64_t max_steps = std::max<int64_t>(1, job.max_steps());
     const double elapsed = std::chrono::duration<double>(now - start).count();
     const int64_t done = m.step() - first_step;
@@ -375,13 +378,19 @@ int Trainctl::Watch(const std::string& id) {
     const int width = 24;
     const int filled = static_cast<int>(width * std::min<int64_t>(m.step(), max_steps) / max_steps);
     std::ostringstream line;
-    line << "[" << std::string(filled, '#') << std::string(width - filled, '-') << "] step " << m.step() << "/"
-         << max_steps << "  " << std::fixed << std::setprecision(1) << m.samples_per_second() << " samples/s  loss "
-         << std::setprecision(4) << m.loss() << "  ETA " << FormatDuration(eta);
+    if (known) {
+      line << "[" << std::string(filled, '#') << std::string(width - filled, '-') << "] step " << m.step() << "/"
+           << max_steps;
+    } else {
+      line << "step " << m.step();
+    }
+    line << "  " << std::fixed << std::setprecision(1) << m.samples_per_second() << " samples/s  loss "
+         << std::setprecision(4) << m.loss();
+    if (known) line << "  ETA " << FormatDuration(eta);
     last_progress = line.str();
     if (tty) {
       s.out << "\r" << last_progress << "\033[K" << std::flush;
-    } else if (now - last_line >= std::chrono::seconds(2) || m.step() >= max_steps) {
+    } else if (now - last_line >= std::chrono::seconds(2) || (known && m.step() >= max_steps)) {
       s.out << last_progress << "\n" << std::flush;
       last_line = now;
     }

@@ -517,11 +517,10 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
     ParseScript(n, "script", &s.script);
     // The script does its own training: a field only Trainyard's trainer
     // reads would be silently ignored, so it is refused instead.
-    for (const char* key : {"model", "data", "optimizer", "scheduler", "loss", "max_steps", "seed", "max_grad_norm",
-                            "clip_grad_value", "gradient_accumulation_steps", "eval_every_steps", "eval_batches"}) {
+    for (const char* key : kScriptRefusedTrainerFields) {
       if (root[key]) Fail(key, "applies to built-in models; a script job's script sets it (script.args)");
     }
-    for (const char* key : {"distributed_type", "mixed_precision", "fsdp_config", "backend"}) {
+    for (const char* key : kScriptRefusedAccelerateFields) {
       if (root[key]) Fail(key, "a script job takes it from its Accelerate config (--accelerate-config)");
     }
   }

@@ -217,6 +217,24 @@ struct ScriptSpec {
   bool empty() const { return path.empty(); }
 };
 
+// Top-level spec fields a script job refuses: those only the built-in
+// trainer reads (the script sets them), then those the script takes from its
+// Accelerate config. One list for the parser's refusals and the JSON form.
+inline constexpr const char* kScriptRefusedTrainerFields[] = {"model",
+                                                              "data",
+                                                              "optimizer",
+                                                              "scheduler",
+                                                              "loss",
+                                                              "max_steps",
+                                                              "seed",
+                                                              "max_grad_norm",
+                                                              "clip_grad_value",
+                                                              "gradient_accumulation_steps",
+                                                              "eval_every_steps",
+                                                              "eval_batches"};
+inline constexpr const char* kScriptRefusedAccelerateFields[] = {"distributed_type", "mixed_precision", "fsdp_config",
+                                                                 "backend"};
+
 struct JobSpec {
   std::string name = "job";
   ScriptSpec script;

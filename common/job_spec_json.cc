@@ -154,6 +154,10 @@ std::string JobSpecToJson(const JobSpec& s) {
                      {"save_final", c.save_final},
                      {"async", c.async},
                      {"snapshot_every_steps", c.snapshot_every_steps}};
+  if (!s.script.empty()) {
+    for (const char* key : kScriptRefusedTrainerFields) j.erase(key);
+    for (const char* key : kScriptRefusedAccelerateFields) j.erase(key);
+  }
   // Strings were checked to be UTF-8; replace rather than throw all the same.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

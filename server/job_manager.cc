@@ -133,7 +133,11 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
   absl::StatusOr<ActiveJob*> job = jobs_.Submit(id, *spec, warnings);
   if (!job.ok()) return job.status();
   metrics_->CountSubmitted();
-  spdlog::info("job {} ({}) queued: {} processes, {} steps", id, spec->name, spec->num_processes, spec->max_steps);
+  if (spec->script.empty()) {
+    spdlog::info("job {} ({}) queued: {} processes, {} steps", id, spec->name, spec->num_processes, spec->max_steps);
+  } else {
+    spdlog::info("job {} ({}) queued: {} processes running {}", id, spec->name, spec->num_processes, spec->script.path);
+  }
   lifecycle_.Enqueue(**job);
   return jobs_.Record(id);
 }

@@ -27,7 +27,7 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
   r.reason = "submitted";
   r.spec_json = JobSpecToJson(spec);
   r.num_processes = spec.num_processes;
-  r.max_steps = spec.max_steps;
+  r.max_steps = spec.script.empty() ? spec.max_steps : 0;  // a script's own length is not known
   r.created_unix_millis = NowMillis();
   if (auto s = store_->Insert(r, {r.created_unix_millis, JobState::kQueued, "submitted"}); !s.ok()) return s;
   counts_[JobState::kQueued]++;

@@ -61,6 +61,13 @@ TEST(JobSpecTest, ParsesTheScriptExample) {
   ASSERT_TRUE(with_env.ok()) << with_env.status();
   EXPECT_EQ(with_env->script.env.at("HF_HOME"), "/data/hf");
   EXPECT_EQ(with_env->script.working_dir, "/w");
+  // The canonical JSON (what the store keeps and the workers parse) is a
+  // valid script spec too.
+  auto round = ParseJobSpec(JobSpecToJson(*with_env));
+  ASSERT_TRUE(round.ok()) << round.status() << "\n" << JobSpecToJson(*with_env);
+  EXPECT_EQ(round->script.env, with_env->script.env);
+  EXPECT_EQ(round->script.path, "t.py");
+  EXPECT_EQ(JobSpecToJson(*round), JobSpecToJson(*with_env));
 }
 
 TEST(JobSpecTest, DefaultsForAMinimalSpec) {

@@ -117,6 +117,9 @@ class ScriptJobs(unittest.TestCase):
         events = " | ".join(e["reason"] for e in job["events"])
         self.assertIn("killed by signal 9", events)
         self.assertIn("the script resumes from", events)
+        self.assertEqual(job["max_steps"], 0, "a script's length is its own")
+        shown = s.ctl("get", job_id).stdout
+        self.assertRegex(shown, r"step: +%d\n" % job["step"], "no made-up total for a script job")
         got, want = read_bytes(weights), read_bytes(ref_weights)
         self.assertEqual(got, want, "the resumed run ends with the uninterrupted run's weights, bit for bit")
 
