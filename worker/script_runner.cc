@@ -20,6 +20,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/subprocess.h"
 #include "worker/flight_recorder.h"
 
 extern char** environ;
@@ -238,15 +239,10 @@ ScriptResult ScriptRunner::Run() {
     const std::string py_spy = options_.py_spy;
     flight->SetStackSource([pid, py_spy]() -> std::string {
       if (py_spy.empty()) return "(no py-spy here: its Python stack cannot be read)";
-      const std::string cmd = absl::StrCat("timeout 10 '", py_spy, "' dump --pid ", pid, " 2>&1");
-      std::string out;
-      if (FILE* f = popen(cmd.c_str(), "r")) {
-        char buf[4096];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof(buf), f)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
-        pclose(f);
-      }
-      return out.empty() ? "(py-spy said nothing)" : out;
+      auto run = RunCaptured({py_spy, "dump", "--pid", std::to_string(pid)}, {}, std::chrono::seconds(10));
+      if (!run.ok()) return absl::StrCat("(", run.status().message(), ")");
+      if (run->timed_out) return "(py-spy dump ran for 10 s: no stack)";
+      return run->output.empty() ? "(py-spy said nothing)" : run->output;
     });
   }
 

@@ -18,6 +18,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/worker_outcome.h"
+#include "worker/accelerate_env.h"
 #include "worker/collectives.h"
 #include "worker/control_client.h"
 #include "worker/device.h"
@@ -98,42 +99,6 @@ std::string PackageDir() {
   return "";
 }
 
-// What `accelerate launch` adds to a process's environment for the job's
-// Accelerate config, computed by Accelerate itself (trainyard._launch_env)
-// with the script's Python.
-absl::StatusOr<std::map<std::string, std::string>> AccelerateEnvironment(const JobSpec& spec, const ScriptRank& w,
-                                                                         const std::string& package_dir) {
-  std::map<std::string, std::string> env;
-  if (spec.script.accelerate_config.empty()) return env;
-  char path[] = "/tmp/trainyard-accelerate-XXXXXX.yaml";
-  const int fd = mkstemps(path, 5);
-  if (fd < 0) return absl::InternalError("cannot write the accelerate config to /tmp");
-  (void)!write(fd, spec.script.accelerate_config.data(), spec.script.accelerate_config.size());
-  close(fd);
-  const std::string python = spec.script.python.empty() ? "python3" : spec.script.python;
-  const std::string cmd =
-      absl::StrCat("PYTHONPATH='", package_dir, "' '", python, "' -m trainyard._launch_env --config_file '", path,
-                   "' --num_processes ", w.world_size, " --num_machines ", w.num_nodes, " --machine_rank ", w.node_rank,
-                   " --main_process_ip '", w.master_addr, "' --main_process_port ", w.master_port, " 2>&1");
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int status = pclose(p);
-    std::remove(path);
-    auto j =
-        nlohmann::json::parse(out.substr(out.rfind('{') == std::string::npos ? 0 : out.rfind('{')), nullptr, false);
-    if (status != 0 || !j.is_object()) {
-      return absl::FailedPreconditionError(absl::StrCat("the job's accelerate config: ", out));
-    }
-    for (auto& [k, v] : j.items()) env[k] = v.is_string() ? v.get<std::string>() : v.dump();
-    return env;
-  }
-  std::remove(path);
-  return absl::InternalError(absl::StrCat("cannot run ", python));
-}
-
 // A script job's rank: the script runs under this worker (worker/script_runner.h).
 // py-spy (a PyPI package, in the project venv): beside the script's Python,
 // else on PATH; empty when there is none.
@@ -174,7 +139,8 @@ int RunScriptRank(ControlClient& ctl, const JobSpec& spec, ScriptRank where, Met
   } catch (const std::exception& e) {
     return Finish(ctl, WorkerOutcome::kFailed, e.what(), 0);
   }
-  auto accelerate = AccelerateEnvironment(spec, where, where.package_dir);
+  auto accelerate =
+      AccelerateLaunchEnvironment(spec.script.python, spec.script.accelerate_config, where, AccelerateEnvCacheDir());
   if (!accelerate.ok()) return Finish(ctl, WorkerOutcome::kFailed, std::string(accelerate.status().message()), 0);
   // Rank 0 reports the checkpoints; every rank its steps.
   class Sink final : public MetricsSink {

@@ -1,17 +1,28 @@
 """The environment `accelerate launch` gives each process, computed by
 Accelerate's own launcher code: a script job's ranks get exactly it.
 
-    python -m trainyard._launch_env --config_file FILE --num_processes N \\
-        [--num_machines M --machine_rank R --main_process_ip IP --main_process_port P]
+    python -m trainyard._launch_env [--cache-dir DIR] --config_file FILE \\
+        --num_processes N [--num_machines M --machine_rank R \\
+        --main_process_ip IP --main_process_port P]
 
 Prints one JSON object: every variable the launcher sets or changes (the
 rank's own — RANK, LOCAL_RANK, ... — come from torchrun's agent, which
 Trainyard's worker plays). Exits 2 with Accelerate's message when it
 refuses the arguments.
+
+Importing Accelerate imports torch (about a second). With --cache-dir the
+answer is kept there, keyed by everything it depends on: this Python, the
+installed accelerate and torch (version, place, modification time), the
+config's text and the other arguments, the environment, and the GPUs the
+driver lists. Only the rendezvous address and port are left out of the key:
+Accelerate puts them in its launcher's arguments, not in the environment.
 """
+import hashlib
 import json
 import os
 import sys
+
+CACHE_ENTRIES = 64
 
 
 def launch_environment(argv):
@@ -29,15 +40,86 @@ def launch_environment(argv):
     return {k: str(v) for k, v in env.items() if before.get(k) != v}
 
 
-def main():
+def _package_identity(name):
+    """Version, place and modification time of an installed package, found
+    without importing it."""
+    import importlib.metadata
+    import importlib.util
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return [name, None]
     try:
-        env = launch_environment(sys.argv[1:])
-    except (ValueError, SystemExit) as e:
-        print(f"accelerate launch refuses this configuration: {e}", file=sys.stderr)
-        return 2
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return [name, version, spec.origin, os.stat(spec.origin).st_mtime_ns]
+
+
+def cache_key(argv):
+    """What the answer depends on (see the module's text)."""
+    args, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in ("--main_process_ip", "--main_process_port"):
+            skip = True
+            continue
+        if i > 0 and argv[i - 1] == "--config_file":
+            with open(a, "rb") as f:
+                a = hashlib.sha256(f.read()).hexdigest()
+        args.append(a)
+    env = sorted((k, v) for k, v in os.environ.items() if not k.startswith("TRAINYARD_"))
+    try:
+        gpus = sorted(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        gpus = []
+    key = [sys.executable, sys.version, _package_identity("accelerate"), _package_identity("torch"), args, env, gpus]
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()
+
+
+def _cached(cache_dir, argv):
+    path = os.path.join(cache_dir, f"accelerate-env-{cache_key(argv)}.json")
+    try:
+        with open(path) as f:
+            return path, json.load(f)
+    except (OSError, ValueError):
+        return path, None
+
+
+def _store(cache_dir, path, env):
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(env, f, sort_keys=True)
+        os.replace(tmp, path)
+        entries = sorted((e for e in os.scandir(cache_dir) if e.name.startswith("accelerate-env-")),
+                         key=lambda e: e.stat().st_mtime, reverse=True)
+        for old in entries[CACHE_ENTRIES:]:
+            os.unlink(old.path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next launch its second
+
+
+def main(argv):
+    cache_dir = None
+    if len(argv) >= 2 and argv[0] == "--cache-dir":
+        cache_dir, argv = argv[1], argv[2:]
+    path = env = None
+    if cache_dir:
+        path, env = _cached(cache_dir, argv)
+    if env is None:
+        try:
+            env = launch_environment(argv)
+        except (ValueError, SystemExit) as e:
+            print(f"accelerate launch refuses this configuration: {e}", file=sys.stderr)
+            return 2
+        if cache_dir:
+            _store(cache_dir, path, env)
     print(json.dumps(env, sort_keys=True))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -46,11 +46,15 @@ class Server:
         if os.path.exists(self.ready):
             os.remove(self.ready)
         self.log = open(os.path.join(state_dir, "server.log"), "ab")
+        # The workers' caches (the Accelerate environment of script jobs)
+        # stay in the test's directory, not the user's home.
+        self.cache_dir = os.path.join(state_dir, "cache")
+        env = dict(os.environ, TRAINYARD_CACHE_DIR=self.cache_dir)
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "trainyard-server"), "--listen", listen,
              "--metrics-listen", "127.0.0.1:0", "--state-dir", state_dir,
              "--slots", str(slots), "--ready-file", self.ready, "--stop-grace-ms", "3000", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
         info = wait_for(lambda: self._read_ready(), 30, "the server's ready file")
         self.grpc_port = info["grpc_port"]
         self.metrics_port = info["metrics_port"]

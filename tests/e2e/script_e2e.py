@@ -159,8 +159,11 @@ class ScriptJobs(unittest.TestCase):
                             "distributed_type: MULTI_GPU\nnum_machines: 1\nnum_processes: 2\nmixed_precision: 'no'\n")
         accelerate = os.path.join(os.path.dirname(PYTHON), "accelerate")
         ran, skipped = [], []
-        for name in ("test_script.py", "test_ops.py", "test_sync.py", "test_distributed_data_loop.py",
-                     "test_ddp_comm_hook.py"):
+        # Not test_script.py: with no GPU, Accelerate runs each process of a
+        # MULTI_GPU config as DistributedType.NO, and its main-process check
+        # then has both processes write, read and delete one file in the
+        # working directory: a race under `accelerate launch` as here.
+        for name in ("test_ops.py", "test_sync.py", "test_distributed_data_loop.py", "test_ddp_comm_hook.py"):
             script = os.path.join(scripts_dir, name)
             r = subprocess.run([accelerate, "launch", "--config_file", config, "--num_processes", "2", script],
                                capture_output=True, text=True, timeout=600)

@@ -1,0 +1,102 @@
+// AccelerateLaunchEnvironment with the venv's Python and Accelerate: the
+// variables of a config, the cache (used on the second call, kept apart
+// per config), and the errors of a refused config and a missing Python.
+#include "worker/accelerate_env.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kConfig =
+    "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_machines: 1\nnum_processes: 2\n"
+    "mixed_precision: 'no'\n";
+
+class AccelerateEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(TRAINYARD_TEST_PYTHON).empty()) GTEST_SKIP() << "built without TRAINYARD_PYTHON";
+    where_.world_size = 2;
+    where_.package_dir = std::string(TRAINYARD_SOURCE_DIR) + "/python";
+  }
+  std::vector<fs::path> CacheFiles() const {
+    std::vector<fs::path> out;
+    if (fs::exists(cache_.path() + "/c")) {
+      for (const auto& e : fs::directory_iterator(cache_.path() + "/c")) out.push_back(e.path());
+    }
+    return out;
+  }
+  ScriptRank where_;
+  TempDir cache_;
+};
+
+TEST_F(AccelerateEnvTest, AcceleratesVariablesForAConfig) {
+  auto env = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, "");
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("ACCELERATE_MIXED_PRECISION"), "no");
+  EXPECT_EQ(env->count("ACCELERATE_DYNAMO_BACKEND"), 1u);
+  std::string bf16 = kConfig;
+  bf16.replace(bf16.find("'no'"), 4, "bf16");
+  env = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, bf16, where_, "");
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("ACCELERATE_MIXED_PRECISION"), "bf16");
+}
+
+TEST_F(AccelerateEnvTest, NoConfigRunsNothing) {
+  auto env = AccelerateLaunchEnvironment("/nonexistent/python9", "", where_, "");
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_TRUE(env->empty());
+}
+
+TEST_F(AccelerateEnvTest, TheSecondCallReadsTheCacheAndConfigsAreKeptApart) {
+  const std::string dir = cache_.path() + "/c";
+  auto first = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(CacheFiles().size(), 1u);
+  // The port and address of the rendezvous are not part of the key.
+  where_.master_port = 31337;
+  auto second = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, *first);
+  EXPECT_EQ(CacheFiles().size(), 1u);
+  // What the cache holds is what the call returns: plant an answer.
+  std::ofstream(CacheFiles()[0]) << R"({"PLANTED": "1"})";
+  auto planted = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir);
+  ASSERT_TRUE(planted.ok()) << planted.status();
+  EXPECT_EQ(planted->at("PLANTED"), "1");
+  // Another config, another process count, or another machine rank: computed anew.
+  std::string bf16 = kConfig;
+  bf16.replace(bf16.find("'no'"), 4, "bf16");
+  auto other = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, bf16, where_, dir);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->at("ACCELERATE_MIXED_PRECISION"), "bf16");
+  where_.world_size = 4;
+  ASSERT_TRUE(AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir).ok());
+  EXPECT_EQ(CacheFiles().size(), 3u);
+}
+
+TEST_F(AccelerateEnvTest, ARefusedConfigGivesAcceleratesMessage) {
+  auto env = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, "distributed_type: NOT_A_TYPE\n", where_,
+                                         cache_.path() + "/c");
+  ASSERT_FALSE(env.ok());
+  EXPECT_EQ(env.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(env.status().message().find("accelerate config"), std::string::npos) << env.status();
+  EXPECT_NE(env.status().message().find("NOT_A_TYPE"), std::string::npos) << env.status();
+  EXPECT_TRUE(CacheFiles().empty()) << "a refusal is not cached";
+}
+
+TEST_F(AccelerateEnvTest, APythonThatDoesNotExistIsNamed) {
+  auto env = AccelerateLaunchEnvironment("/nonexistent/python9", kConfig, where_, "");
+  ASSERT_FALSE(env.ok());
+  EXPECT_NE(env.status().message().find("/nonexistent/python9"), std::string::npos) << env.status();
+}
+
+}  // namespace
+}  // namespace trainyard
