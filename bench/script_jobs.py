@@ -45,6 +45,11 @@ for step in range(3):
     if step == 0 and accelerator.is_main_process:
         with open(out, "w") as f:
             f.write(repr(time.time()))
+# Leave as a script should: a process that exits with its process group
+# still up may abort in Gloo's teardown (seen once under accelerate launch).
+accelerator.wait_for_everyone()
+accelerator.end_training()
+torch.distributed.destroy_process_group()
 """
 
 REPORT_COST = r"""
