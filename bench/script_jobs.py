@@ -48,8 +48,7 @@ for step in range(3):
 # Leave as a script should: a process that exits with its process group
 # still up may abort in Gloo's teardown (seen once under accelerate launch).
 accelerator.wait_for_everyone()
-accelerator.end_training()
-torch.distributed.destroy_process_group()
+accelerator.end_training()  # destroys the process group
 """
 
 REPORT_COST = r"""
