@@ -180,6 +180,30 @@ class ScriptJobs(unittest.TestCase):
         print(f"accelerate's test scripts as jobs: {ran}; not run by accelerate launch here: {skipped}")
         self.assertTrue(ran, f"accelerate launch ran none of them here: {skipped}")
 
+    def test_5_the_torchrun_example(self):
+        # examples/torchrun_script: plain torch.distributed + DDP, no
+        # Accelerate. It runs under torchrun as it is, and as a job from its
+        # own spec (a shorter run), checkpoints registered on the way.
+        example = os.path.join(REPO, "examples", "torchrun_script")
+        script = os.path.join(example, "train.py")
+        torchrun = os.path.join(os.path.dirname(PYTHON), "torchrun")
+        r = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), script,
+                            "--steps", "5"], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(os.path.join(example, "job.yaml")) as f:
+            text = f.read()
+        text = text.replace("path: examples/torchrun_script/train.py", f"path: {script}\n  python: {PYTHON}")
+        text = text.replace('[--steps, "300", --checkpoint-every, "100"]', '[--steps, "40", --checkpoint-every, "20"]')
+        self.assertIn('"40"', text, "the example's spec changed: update this test")
+        job_id = self.submit("torchrun-example", text, accelerate=False)
+        job = self.finish(job_id)
+        self.assertEqual(job["step"], 40, job)
+        listed = json.loads(self.server.ctl("-o", "json", "checkpoints", job_id).stdout)
+        self.assertEqual(sorted(c["step"] for c in listed if c["ok"]), [20, 40], listed)
+        for c in listed:
+            self.assertTrue(os.path.exists(os.path.join(c["path"], "state.pt")), c)
+
     def test_2_failures_name_what_is_wrong(self):
         broken = write_spec(self.tmp.name, "broken.py", "import trainyard\nraise ValueError('bad learning rate')\n")
         job_id = self.submit("broken", f"name: broken\nscript: {{path: {broken}, python: {PYTHON}}}\n"
