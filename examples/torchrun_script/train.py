@@ -80,6 +80,9 @@ def main():
         if trainyard.should_stop():
             break
 
+    # Every rank is done before any tears its process group down: a rank
+    # that leaves while a peer still talks to it can abort in Gloo.
+    dist.barrier()
     dist.destroy_process_group()
 
 
