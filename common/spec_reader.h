@@ -29,6 +29,10 @@ inline std::string Lower(std::string_view s) {
   return out;
 }
 
+// Longest names (job, layer, Slurm option values) and paths a spec takes.
+inline constexpr size_t kMaxName = 128;
+inline constexpr size_t kMaxPath = 4096;
+
 // A spec error carries the dotted field path; thrown inside the parser only
 // and turned into an InvalidArgument status at its boundary.
 struct SpecError {

@@ -1,0 +1,85 @@
+#include "client/job_format.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include "common/job_state.h"
+#include "common/wire_convert.h"
+
+namespace trainyard {
+
+using nlohmann::ordered_json;
+
+std::string StateName(v1::JobState s) {
+  auto st = FromProto(s);
+  return st ? std::string(JobStateName(*st)) : "UNKNOWN";
+}
+
+bool IsTerminalProto(v1::JobState s) {
+  auto st = FromProto(s);
+  return st && IsTerminal(*st);
+}
+
+std::string FormatTime(int64_t unix_millis) {
+  if (unix_millis == 0) return "-";
+  std::time_t t = unix_millis / 1000;
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+  int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>((s / 60) % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%02lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
+ordered_json JobJson(const v1::Job& j) {
+  ordered_json o;
+  o["id"] = j.id();
+  o["name"] = j.name();
+  o["state"] = StateName(j.state());
+  o["reason"] = j.reason();
+  o["num_processes"] = j.num_processes();
+  o["step"] = j.step();
+  o["max_steps"] = j.max_steps();
+  o["loss"] = j.loss();
+  o["first_loss"] = j.first_loss();
+  o["samples_per_second"] = j.samples_per_second();
+  o["attempt"] = j.attempt();
+  o["failed_rank"] = j.failed_rank();
+  o["created"] = FormatTime(j.created_unix_millis());
+  o["started"] = FormatTime(j.started_unix_millis());
+  o["ended"] = FormatTime(j.ended_unix_millis());
+  if (!j.spec_json().empty()) {
+    o["spec"] = ordered_json::parse(j.spec_json(), nullptr, /*allow_exceptions=*/false);
+  }
+  if (j.events_size() > 0) {
+    ordered_json events = ordered_json::array();
+    for (const auto& e : j.events()) {
+      events.push_back(
+          {{"time", FormatTime(e.unix_millis())}, {"state", StateName(e.state())}, {"reason", e.reason()}});
+    }
+    o["events"] = events;
+  }
+  return o;
+}
+
+ordered_json CheckpointJson(const v1::Checkpoint& c) {
+  return {{"index", c.index()},     {"step", c.step()},       {"type", CheckpointTypeName(FromProto(c).type)},
+          {"trigger", c.trigger()}, {"ok", c.ok()},           {"path", c.path()},
+          {"bytes", c.bytes()},     {"seconds", c.seconds()}, {"time", FormatTime(c.unix_millis())},
+          {"attempt", c.attempt()}, {"error", c.error()}};
+}
+
+}  // namespace trainyard

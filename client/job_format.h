@@ -1,0 +1,26 @@
+// How trainctl shows jobs and checkpoints: state names, times and
+// durations for people, and the JSON objects of `-o json`.
+#ifndef TRAINYARD_CLIENT_JOB_FORMAT_H_
+#define TRAINYARD_CLIENT_JOB_FORMAT_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "trainyard/v1/trainyard.pb.h"
+
+namespace trainyard {
+
+// "RUNNING", ...; "UNKNOWN" for a state this client does not know.
+std::string StateName(v1::JobState s);
+bool IsTerminalProto(v1::JobState s);
+// Local time "YYYY-MM-DD HH:MM:SS"; "-" for 0.
+std::string FormatTime(int64_t unix_millis);
+// "MM:SS" or "H:MM:SS"; "--:--" when unknown.
+std::string FormatDuration(double seconds);
+nlohmann::ordered_json JobJson(const v1::Job& j);
+nlohmann::ordered_json CheckpointJson(const v1::Checkpoint& c);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_CLIENT_JOB_FORMAT_H_
