@@ -9,7 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <map>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
@@ -17,18 +17,30 @@ extern char** environ;
 
 namespace trainyard {
 
+std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    bool replaced = false;
+    for (const std::string& x : overrides) replaced = replaced || entry.rfind(x.substr(0, x.find('=') + 1), 0) == 0;
+    if (!replaced) env.emplace_back(entry);
+  }
+  env.insert(env.end(), overrides.begin(), overrides.end());
+  return env;
+}
+
+std::vector<char*> ExecEnvironment(std::vector<std::string>& env) {
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  return envp;
+}
+
 absl::StatusOr<CapturedRun> RunCaptured(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                                         std::chrono::milliseconds timeout, size_t max_output) {
   if (argv.empty()) return absl::InvalidArgumentError("RunCaptured: no program");
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv = *e;
-    env[kv.substr(0, kv.find('='))] = kv;
-  }
-  for (const std::string& kv : extra_env) env[kv.substr(0, kv.find('='))] = kv;
-  std::vector<char*> envp, args;
-  for (auto& [name, kv] : env) envp.push_back(kv.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> env = EnvironmentWith(extra_env);
+  std::vector<char*> envp = ExecEnvironment(env), args;
   std::vector<std::string> argv_copy = argv;
   for (std::string& a : argv_copy) args.push_back(a.data());
   args.push_back(nullptr);

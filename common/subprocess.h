@@ -1,5 +1,6 @@
-// Running a short helper program and reading what it prints: no shell, the
-// arguments passed as they are.
+// Starting other programs: the environment a child gets, and running a
+// short helper program to read what it prints (no shell, the arguments
+// passed as they are).
 #ifndef TRAINYARD_COMMON_SUBPROCESS_H_
 #define TRAINYARD_COMMON_SUBPROCESS_H_
 
@@ -10,6 +11,13 @@
 #include "absl/status/statusor.h"
 
 namespace trainyard {
+
+// This process's environment with `overrides` ("NAME=value") added: entries
+// of the same names are dropped first. For a child's execve; the strings
+// must outlive the pointers made from them (ExecEnvironment).
+std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrides);
+// The null-terminated pointer array execve takes, into `env`.
+std::vector<char*> ExecEnvironment(std::vector<std::string>& env);
 
 struct CapturedRun {
   int exit_code = -1;  // the program's exit status; -1 when a signal ended it (the timeout's SIGKILL too)

@@ -126,13 +126,6 @@ struct SlurmLauncherOptions {
 // has ended.
 std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit);
 
-// This process's environment with `overrides` ("NAME=value") added: entries
-// of the same names are dropped first. For a child's execve; the strings
-// must outlive the pointers made from them (ExecEnvironment).
-std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrides);
-// The null-terminated pointer array execve takes, into `env`.
-std::vector<char*> ExecEnvironment(std::vector<std::string>& env);
-
 }  // namespace trainyard
 
 #endif  // TRAINYARD_SERVER_LAUNCHER_H_

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/subprocess.h"
 #include "server/launcher.h"
 
 namespace trainyard {

@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/subprocess.h"
 #include "server/launcher.h"
 #include "server/slurm_batch.h"
 #include "spdlog/spdlog.h"

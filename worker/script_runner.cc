@@ -23,8 +23,6 @@
 #include "common/subprocess.h"
 #include "worker/flight_recorder.h"
 
-extern char** environ;
-
 namespace trainyard {
 namespace {
 
@@ -179,20 +177,13 @@ ScriptResult ScriptRunner::Run() {
     return result;
   }
   // The environment: this worker's, then the rank's.
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv = *e;
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, v] : env_) env[k] = v;
-  env.erase("TRAINYARD_WORKER_TOKEN");  // the worker's secret is not the script's
-  env["TRAINYARD_CHANNEL_FD"] = std::to_string(channel[1]);
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> overrides;
+  for (const auto& [k, v] : env_) overrides.push_back(k + "=" + v);
+  overrides.push_back(absl::StrCat("TRAINYARD_CHANNEL_FD=", channel[1]));
+  std::vector<std::string> env_strings = EnvironmentWith(overrides);
+  // The worker's secret is not the script's.
+  std::erase_if(env_strings, [](const std::string& e) { return e.starts_with("TRAINYARD_WORKER_TOKEN="); });
+  std::vector<char*> envp = ExecEnvironment(env_strings);
   std::vector<std::string> argv_strings = {python, script.path};
   argv_strings.insert(argv_strings.end(), script.args.begin(), script.args.end());
   std::vector<char*> argv;
