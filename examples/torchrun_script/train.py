@@ -11,6 +11,7 @@ offers after a restart. Outside Trainyard the trainyard calls do nothing.
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -80,11 +81,17 @@ def main():
         if trainyard.should_stop():
             break
 
-    # Every rank is done before any tears its process group down: a rank
-    # that leaves while a peer still talks to it can abort in Gloo.
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # With Gloo, DDP keeps references to the process group, so destroying it
+    # does not stop Gloo's worker threads; one that drops the last
+    # collective's tensors while Python shuts down aborts the process
+    # ("terminate called without an active exception", pytorch/pytorch#179291).
+    # All is saved and reported by now: leave without Python's shutdown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
