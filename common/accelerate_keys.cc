@@ -11,8 +11,6 @@
 namespace trainyard::accelerate_keys {
 namespace {
 
-bool IsFalse(const YAML::Node& n) { return n && n.IsScalar() && spec_reader::Lower(n.Scalar()) == "false"; }
-
 // Every key Trainyard ignores, top level and fsdp_config.
 const IgnoredKey kIgnoredKeys[] = {
     {"compute_environment", "the job runs on this Trainyard server's workers"},
@@ -31,8 +29,6 @@ const IgnoredKey kIgnoredKeys[] = {
      "DeepSpeed is not supported by this version; only an empty deepspeed_config is accepted"},
     {"megatron_lm_config", "the section is empty", IsEmpty,
      "Megatron-LM is not supported by this version; only an empty megatron_lm_config is accepted"},
-    {"fsdp_config.fsdp_activation_checkpointing", "activation checkpointing is off", IsFalse,
-     "activation checkpointing is not supported by this version; accepted: false"},
     {"fp8_config", "the section is empty", IsEmpty,
      "fp8 training is not supported by this version; only an empty fp8_config is accepted"},
     {"parallelism_config", "the section is empty", IsEmpty,

@@ -26,7 +26,7 @@ namespace {
 using namespace spec_reader;  // NOLINT: the parser is written in the reader's terms
 
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-constexpr char kDataKinds[] = "synthetic, mnist:DIR, tokens:FILE, tensors:FILE_OR_DIR, image_folder:DIR";
+constexpr char kDataKinds[] = "synthetic, mnist:DIR, tokens:FILE_OR_DIR, tensors:FILE_OR_DIR, image_folder:DIR";
 
 void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   if (node.IsScalar()) {  // shorthand: `model: mlp`
@@ -74,6 +74,7 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
   r.Bool("tied_head", &m->tied_head);
   r.Int("channels", &m->channels, 1, 4096);
   r.Int("image_size", &m->image_size, 8, 1024);
+  r.String("config", &m->config, kMaxPath);
   r.String("init_from", &m->init_from, kMaxPath);
   r.Bool("init_from_strict", &m->init_from_strict);
   r.String("init_from_prefix", &m->init_from_prefix, kMaxName);
@@ -93,12 +94,24 @@ void ParseModel(const YAML::Node& node, const std::string& path, ModelSpec* m) {
     }
   }
   const bool gpt = m->kind == ModelKind::kGpt;
-  for (const char* key : {"layers", "width", "heads", "context", "vocab", "tied_head"}) {
+  const bool llama = m->kind == ModelKind::kLlama;
+  for (const char* key : {"layers", "width", "heads", "vocab", "tied_head"}) {
+    if (llama && r.Has(key)) {
+      Fail(r.PathOf(key), "does not apply to the llama model: its architecture is its config.json's (model.config)");
+    }
     if (!gpt && r.Has(key)) Fail(r.PathOf(key), "applies to the gpt model only");
   }
+  if (!gpt && !llama && r.Has("context")) Fail(r.PathOf("context"), "applies to the gpt and llama models only");
   for (const char* key : {"hidden", "input_size", "num_classes"}) {
     if (gpt && r.Has(key))
       Fail(r.PathOf(key), "does not apply to the gpt model (it uses layers, width, heads, context, vocab)");
+    if (llama && r.Has(key)) Fail(r.PathOf(key), "does not apply to the llama model (it uses config and context)");
+  }
+  if (!llama && r.Has("config")) Fail(r.PathOf("config"), "applies to the llama model only (its config.json)");
+  if (llama && m->config.empty() && m->init_from.empty()) {
+    Fail(Join(path, "config"),
+         "the llama model needs its architecture: config (a config.json) or init_from (a Hugging Face model "
+         "directory with config.json)");
   }
   if (gpt && m->width % m->heads != 0) {
     Fail(Join(path, "heads"), absl::StrCat("must divide width (", m->width, "), got ", m->heads));
@@ -133,6 +146,9 @@ void ParseData(const YAML::Node& node, const std::string& path, DataSpec* d) {
     }
     if (d->kind == DataKind::kSynthetic && r.Has("path")) Fail(r.PathOf("path"), "synthetic data has no path");
   }
+  r.Enum<TokenDtype>("token_dtype", &d->token_dtype, kTokenDtypeNames);
+  if (d->kind != DataKind::kTokens && r.Has("token_dtype"))
+    Fail(r.PathOf("token_dtype"), "applies to data kind tokens");
   r.String("inputs", &d->inputs, kMaxName);
   r.String("targets", &d->targets, kMaxName);
   r.Double("eval_fraction", &d->eval_fraction, 0.0, 0.9);
@@ -263,7 +279,9 @@ void ParseDdp(const YAML::Node& node, const std::string& path, DdpSpec* d) {
   }
 }
 
-void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
+// `activation_checkpointing`: Accelerate's fsdp_activation_checkpointing,
+// the same switch as the spec's top-level activation_checkpointing.
+void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f, bool* activation_checkpointing) {
   MapReader r(node, path);
   if (YAML::Node n = r.Child("fsdp_sharding_strategy")) {
     // Accelerate takes the name or its number (1..5).
@@ -311,6 +329,7 @@ void ParseFsdp(const YAML::Node& node, const std::string& path, FsdpSpec* f) {
     Fail(r.PathOf("fsdp_backward_prefetch_policy"), "give fsdp_backward_prefetch or its older name, not both");
   }
   r.Bool("fsdp_forward_prefetch", &f->forward_prefetch);
+  r.Bool("fsdp_activation_checkpointing", activation_checkpointing);
   r.Enum<StateDictType>("fsdp_state_dict_type", &f->state_dict_type, kStateDictTypeNames, {"LOCAL_STATE_DICT"});
   r.Bool("fsdp_sync_module_states", &f->sync_module_states);
   r.Bool("fsdp_use_orig_params", &f->use_orig_params);
@@ -398,8 +417,9 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
     Fail("data.eval_fraction", absl::StrCat("evaluation (eval_every_steps) on ", DataKindName(s.data.kind),
                                             " data needs eval_fraction or eval_path"));
   }
+  const bool token_model = s.model.kind == ModelKind::kGpt || s.model.kind == ModelKind::kLlama;
   if (s.data.kind == DataKind::kImageFolder &&
-      (s.model.kind == ModelKind::kGpt || s.model.kind == ModelKind::kTorchScript || s.model.kind == ModelKind::kMlp)) {
+      (token_model || s.model.kind == ModelKind::kTorchScript || s.model.kind == ModelKind::kMlp)) {
     Fail("data.kind",
          absl::StrCat("image_folder:DIR feeds the image models (resnet, cnn), not ", ModelKindName(s.model.kind)));
   }
@@ -412,16 +432,26 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
     Fail("data.crop_size", absl::StrCat("the resnet model takes ", s.model.image_size, "x", s.model.image_size,
                                         " images (model.image_size), got crop_size ", s.data.crop_size));
   }
-  if (s.data.kind == DataKind::kTokens && s.model.kind != ModelKind::kGpt) {
-    Fail("data.kind", "tokens:FILE feeds the gpt model only");
+  if (s.data.kind == DataKind::kTokens && !token_model) {
+    Fail("data.kind", "tokens:FILE feeds the token models (gpt, llama) only");
   }
-  if (s.model.kind == ModelKind::kGpt && s.data.kind == DataKind::kMnist) {
-    Fail("data.kind", "mnist:DIR feeds models of 28x28 images (mlp, cnn, torchscript), not gpt");
+  if (token_model && (s.data.kind == DataKind::kMnist || s.data.kind == DataKind::kTensors)) {
+    Fail("data.kind", absl::StrCat(DataKindName(s.data.kind), " data does not feed the ", ModelKindName(s.model.kind),
+                                   " model: it takes token ids (tokens:FILE or synthetic)"));
   }
   if (s.data.kind == DataKind::kMnist &&
       (s.model.kind == ModelKind::kResNet ||
        ((s.model.kind == ModelKind::kMlp || s.model.kind == ModelKind::kTorchScript) && s.model.input_size != 784))) {
     Fail("data.kind", "mnist:DIR images have 784 pixels; the model takes other inputs");
+  }
+  if (s.activation_checkpointing && !ModelWrapLayer(s.model.kind)) {
+    Fail("activation_checkpointing", absl::StrCat("applies to the transformer models (gpt, llama): the ",
+                                                  ModelKindName(s.model.kind), " model has no layer to recompute"));
+  }
+  if (s.activation_checkpointing && s.model.kind == ModelKind::kResNet) {
+    Fail("activation_checkpointing",
+         "applies to the transformer models (gpt, llama): recomputing a resnet block would update its BatchNorm "
+         "statistics twice");
   }
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));
@@ -453,7 +483,14 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   if (YAML::Node n = r.Child("data")) ParseData(n, "data", &s.data);
   if (YAML::Node n = r.Child("optimizer")) ParseOptimizer(n, "optimizer", &s.optimizer);
   if (YAML::Node n = r.Child("ddp")) ParseDdp(n, "ddp", &s.ddp);
-  if (YAML::Node n = r.Child("fsdp_config")) ParseFsdp(n, "fsdp_config", &s.fsdp);
+  r.Bool("activation_checkpointing", &s.activation_checkpointing);
+  if (YAML::Node n = r.Child("fsdp_config")) {
+    const bool top = s.activation_checkpointing;
+    ParseFsdp(n, "fsdp_config", &s.fsdp, &s.activation_checkpointing);
+    if (r.Has("activation_checkpointing") && s.activation_checkpointing != top) {
+      Fail("fsdp_config.fsdp_activation_checkpointing", "contradicts activation_checkpointing; give one of them");
+    }
+  }
   r.Int("max_steps", &s.max_steps, 1, int64_t{1} << 40);
   r.Int("num_processes", &s.num_processes, 1, limits.max_num_processes);
   r.Enum<Device>("device", &s.device, kDeviceNames);
@@ -483,6 +520,12 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
     // As Accelerate: the model's own transformer layer when none is named.
     if (const std::optional<std::string> layer = ModelWrapLayer(s.model.kind)) {
       s.fsdp.transformer_layer_cls_to_wrap = {*layer};
+    }
+  }
+  // Mistral's and Qwen2's decoder layers are the llama model's.
+  if (s.model.kind == ModelKind::kLlama) {
+    for (std::string& name : s.fsdp.transformer_layer_cls_to_wrap) {
+      if (name == "MistralDecoderLayer" || name == "Qwen2DecoderLayer") name = "LlamaDecoderLayer";
     }
   }
   CheckCrossField(s, limits);

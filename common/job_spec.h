@@ -26,6 +26,8 @@ struct ModelSpec {
   int64_t layers = 4;
   int64_t width = 256;
   int64_t heads = 4;
+  // gpt and llama: the sequence length of a sample (llama: at most the
+  // config's max_position_embeddings).
   int64_t context = 128;
   int64_t vocab = 512;
   bool tied_head = true;  // the output head reuses the token embedding
@@ -36,17 +38,24 @@ struct ModelSpec {
   int64_t image_size = 32;
   // torchscript:PATH — a module saved by torch.jit.script(model).save(PATH).
   std::string path;
+  // llama: the Hugging Face config.json of the architecture (the file, or a
+  // directory holding it). Empty: init_from's directory gives it.
+  std::string config;
   // Initial weights (fine-tuning): a safetensors file, or a directory in
   // Hugging Face's layout (model.safetensors, or model.safetensors.index.json
   // and its shards). Names are the model's state-dict names, after removing
-  // init_from_prefix (e.g. "model.") from the file's. Strict: a missing,
-  // unexpected, wrong-shape or wrong-dtype tensor fails the job at start;
+  // init_from_prefix (e.g. "model.") from the file's; bf16 or fp16 weights
+  // are converted. Strict: a missing, unexpected, wrong-shape or (not
+  // floating-point) wrong-dtype tensor fails the job at start;
   // not strict: missing and unexpected ones are listed and skipped. A job
   // that resumes from a checkpoint starts from the checkpoint instead.
   std::string init_from;
   bool init_from_strict = true;
   std::string init_from_prefix;
 };
+
+// Where a llama model's config.json is: `config`, or else init_from.
+inline const std::string& LlamaConfigSource(const ModelSpec& m) { return m.config.empty() ? m.init_from : m.config; }
 
 struct DataSpec {
   DataKind kind = DataKind::kSynthetic;
@@ -67,10 +76,13 @@ struct DataSpec {
   // many batches they keep ready (its prefetch_factor, per loader here).
   int32_t num_workers = 0;
   int32_t prefetch_batches = 2;
-  // mnist:DIR (the four IDX files, gzip or not), tokens:FILE (flat uint16)
-  // or tensors:FILE_OR_DIR (safetensors files; a directory's *.safetensors
+  // mnist:DIR (the four IDX files, gzip or not), tokens:FILE_OR_DIR (flat
+  // token ids; a directory's *.bin shards in name order, one stream) or
+  // tensors:FILE_OR_DIR (safetensors files; a directory's *.safetensors
   // in name order, their samples one after another).
   std::string path;
+  // tokens: the width of a token id in the files.
+  TokenDtype token_dtype = TokenDtype::kUint16;
   // tensors: the names of the input and target tensors; samples are their
   // first dimension (targets int64 class indices).
   std::string inputs = "inputs";
@@ -248,6 +260,10 @@ struct JobSpec {
   Backend backend = Backend::kAuto;
   DistributedType distributed_type = DistributedType::kDdp;
   MixedPrecision mixed_precision = MixedPrecision::kNo;
+  // Recompute each transformer layer's forward in backward instead of
+  // keeping its activations (gpt: Block, llama: LlamaDecoderLayer); with any
+  // distributed_type. Accelerate: fsdp_config.fsdp_activation_checkpointing.
+  bool activation_checkpointing = false;
   DdpSpec ddp;
   FsdpSpec fsdp;  // used when distributed_type is FSDP
   // Model-initialization seed, identical on all ranks.

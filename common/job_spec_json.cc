@@ -25,6 +25,9 @@ std::string JobSpecToJson(const JobSpec& s) {
                   {"context", s.model.context},
                   {"vocab", s.model.vocab},
                   {"tied_head", s.model.tied_head}};
+  } else if (s.model.kind == ModelKind::kLlama) {
+    j["model"] = {{"kind", ModelKindName(ModelKind::kLlama)}, {"context", s.model.context}};
+    if (!s.model.config.empty()) j["model"]["config"] = s.model.config;
   } else if (s.model.kind == ModelKind::kResNet) {
     j["model"] = {{"kind", ModelKindName(ModelKind::kResNet)},
                   {"channels", s.model.channels},
@@ -55,6 +58,7 @@ std::string JobSpecToJson(const JobSpec& s) {
       {"drop_last", s.data.drop_last},
       {"num_workers", s.data.num_workers},
       {"prefetch_batches", s.data.prefetch_batches}};
+  if (s.data.kind == DataKind::kTokens) j["data"]["token_dtype"] = TokenDtypeName(s.data.token_dtype);
   if (s.data.kind == DataKind::kTensors) {
     j["data"]["inputs"] = s.data.inputs;
     j["data"]["targets"] = s.data.targets;
@@ -134,6 +138,7 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["preemption_grace_s"] = s.preemption_grace_s;
   j["max_grad_norm"] = s.max_grad_norm;
   j["gradient_accumulation_steps"] = s.gradient_accumulation_steps;
+  j["activation_checkpointing"] = s.activation_checkpointing;
   j["clip_grad_value"] = s.clip_grad_value;
   j["scheduler"] = {{"kind", SchedulerKindName(s.scheduler.kind)}, {"warmup_steps", s.scheduler.warmup_steps}};
   j["loss"] = LossKindName(s.loss);

@@ -21,17 +21,19 @@ inline std::vector<std::string> ModelLayerTypes(ModelKind kind) {
     case ModelKind::kGpt: return {"Embedding", "Block", "Head"};
     case ModelKind::kResNet: return {"Stem", "BasicBlock", "Linear"};
     case ModelKind::kTorchScript: return {"TorchScript"};
+    case ModelKind::kLlama: return {"Embedding", "LlamaDecoderLayer", "Head"};
   }
   return {};
 }
 
 // The layer FSDP's TRANSFORMER_BASED_WRAP wraps when a spec names none (as
 // Accelerate takes a model's transformer layer from the model): the
-// repeated block of the gpt and resnet models; none for the others.
+// repeated block of the gpt, llama and resnet models; none for the others.
 inline std::optional<std::string> ModelWrapLayer(ModelKind kind) {
   switch (kind) {
     case ModelKind::kGpt: return "Block";
     case ModelKind::kResNet: return "BasicBlock";
+    case ModelKind::kLlama: return "LlamaDecoderLayer";
     default: return std::nullopt;
   }
 }

@@ -10,13 +10,14 @@
 
 namespace trainyard {
 
-enum class ModelKind { kMlp, kCnn, kGpt, kResNet, kTorchScript };
+enum class ModelKind { kMlp, kCnn, kGpt, kResNet, kTorchScript, kLlama };
 // kTorchScript is spelled "torchscript:PATH" in a spec.
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {{"mlp", ModelKind::kMlp},
                                                           {"cnn", ModelKind::kCnn},
                                                           {"gpt", ModelKind::kGpt},
                                                           {"resnet", ModelKind::kResNet},
-                                                          {"torchscript", ModelKind::kTorchScript}};
+                                                          {"torchscript", ModelKind::kTorchScript},
+                                                          {"llama", ModelKind::kLlama}};
 
 // Path-carrying kinds are spelled "mnist:DIR", "tokens:FILE",
 // "tensors:FILE_OR_DIR" in a spec, or given a `path` key.
@@ -26,6 +27,12 @@ inline constexpr EnumName<DataKind> kDataKindNames[] = {{"synthetic", DataKind::
                                                         {"tokens", DataKind::kTokens},
                                                         {"tensors", DataKind::kTensors},
                                                         {"image_folder", DataKind::kImageFolder}};
+
+// The width of a token id in tokens:FILE_OR_DIR data (numpy's little-endian
+// uint16 / uint32: Llama 3's 128k vocabulary needs uint32).
+enum class TokenDtype { kUint16, kUint32 };
+inline constexpr EnumName<TokenDtype> kTokenDtypeNames[] = {{"uint16", TokenDtype::kUint16},
+                                                            {"uint32", TokenDtype::kUint32}};
 
 enum class SchedulerKind { kConstant, kLinear, kCosine };
 inline constexpr EnumName<SchedulerKind> kSchedulerKindNames[] = {
@@ -123,6 +130,7 @@ inline constexpr EnumName<LauncherKind> kLauncherKindNames[] = {{"default", Laun
 
 constexpr const char* ModelKindName(ModelKind v) { return NameOf(kModelKindNames, v); }
 constexpr const char* DataKindName(DataKind v) { return NameOf(kDataKindNames, v); }
+constexpr const char* TokenDtypeName(TokenDtype v) { return NameOf(kTokenDtypeNames, v); }
 constexpr const char* SchedulerKindName(SchedulerKind v) { return NameOf(kSchedulerKindNames, v); }
 constexpr const char* LossKindName(LossKind v) { return NameOf(kLossKindNames, v); }
 constexpr const char* OptimizerKindName(OptimizerKind v) { return NameOf(kOptimizerKindNames, v); }

@@ -125,6 +125,7 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
   }
   if (admitted.ok() && lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
   if (admitted.ok()) admitted = admission_.ResolvePaths(*spec, id);
+  if (admitted.ok()) admitted = admission_.CheckModel(*spec);
   if (!admitted.ok()) {
     metrics_->CountRejected();
     return admitted;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_dir.h"
+#include "common/llama_config.h"
 #include "common/paths.h"
 
 namespace trainyard {
@@ -52,6 +53,7 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
   c.project_dir = *dir;
   // The files a job reads.
   for (auto [field, path] : {std::pair<const char*, std::string*>{"model.kind", &spec.model.path},
+                             {"model.config", &spec.model.config},
                              {"model.init_from", &spec.model.init_from},
                              {"data.kind", &spec.data.path},
                              {"data.eval_path", &spec.data.eval_path}}) {
@@ -84,6 +86,20 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
   return absl::OkStatus();
 }
 
+absl::Status SpecAdmission::CheckModel(const JobSpec& spec) const {
+  if (spec.model.kind != ModelKind::kLlama) return absl::OkStatus();
+  const char* field = spec.model.config.empty() ? "model.init_from" : "model.config";
+  auto config = ReadLlamaConfig(LlamaConfigSource(spec.model));
+  if (!config.ok()) {
+    if (absl::IsNotFound(config.status()) && KindOf(spec) == LauncherKind::kExternal) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", config.status().message()));
+  }
+  if (auto s = CheckLlamaContext(*config, spec.model.context); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'model.context': ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobSpec> SpecAdmission::ForResume(const std::string& stored_spec_json, const SpecLimits& limits,
                                                  const std::string& job_id, const std::string& from,
                                                  int32_t num_processes, const Launchers& launchers) const {
@@ -99,6 +115,7 @@ absl::StatusOr<JobSpec> SpecAdmission::ForResume(const std::string& stored_spec_
   if (auto s = CheckResources(*spec, launchers); !s.ok()) return s;
   spec->checkpoint.resume_from = from.empty() ? "latest" : from;
   if (auto s = ResolvePaths(*spec, job_id); !s.ok()) return s;
+  if (auto s = CheckModel(*spec); !s.ok()) return s;
   if (!from.empty()) {
     auto info = CheckCheckpoint(spec->checkpoint.resume_from, /*verify=*/false);
     if (!info.ok()) return absl::InvalidArgumentError(std::string(info.status().message()));

@@ -44,6 +44,11 @@ class SpecAdmission {
   // under the state directory; the files it reads; a resume source) to an
   // absolute path under the allowed roots, or says which field is outside.
   absl::Status ResolvePaths(JobSpec& spec, const std::string& job_id) const;
+  // What can be known of the model before a worker starts: a llama model's
+  // config.json (read after ResolvePaths) is one this engine trains, and
+  // the job's context fits it. An external job's workers may see files
+  // this host does not: an unreadable config is theirs to report.
+  absl::Status CheckModel(const JobSpec& spec) const;
 
   // The spec a resumed job runs with: its stored spec, with `num_processes`
   // (0: keep) and resuming from `from` (a checkpoint directory; empty: the

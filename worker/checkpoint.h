@@ -122,8 +122,9 @@ ResumeInfo LoadCheckpoint(const TrainingState& state, const std::string& dir);
 // directory (model.safetensors, or model.safetensors.index.json and its
 // shards), reading only the elements the rank holds (under FSDP its shard).
 // Tensor names are the model's after removing `prefix` from the file's.
-// Throws std::runtime_error listing every missing, unexpected, wrong-shape
-// and wrong-dtype tensor; with `strict` false, missing and unexpected ones
+// Floating-point tensors of another precision (bf16, fp16) are converted,
+// with a note. Throws std::runtime_error listing every missing, unexpected,
+// wrong-shape and wrong-dtype tensor; with `strict` false, missing and unexpected ones
 // are skipped and returned as notes instead. Reads only; no collective.
 std::vector<std::string> LoadInitialWeights(const TrainingState& state, const std::string& path, bool strict,
                                             const std::string& prefix);

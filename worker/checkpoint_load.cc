@@ -323,11 +323,17 @@ std::vector<std::string> LoadInitialWeights(const TrainingState& s, const std::s
   for (const auto& [name, t] : buffers) wanted.push_back({name, t.scalar_type(), t.sizes().vec()});
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> known;
+  // Floating-point weights of another precision (a bf16 Hugging Face
+  // checkpoint) are converted, and said so.
+  std::map<std::string, int> converted;
   for (const TensorSpec& t : wanted) {
     known.insert(t.name);
     auto it = r.model.find(t.name);
+    const bool floats = it != r.model.end() && at::isFloatingType(it->second.dtype) && at::isFloatingType(t.dtype);
     if (it == r.model.end()) {
       missing.push_back(prefix + t.name);
+    } else if (it->second.shape == t.shape && it->second.dtype != t.dtype && floats) {
+      ++converted[SafetensorsDtype(it->second.dtype) + " to " + SafetensorsDtype(t.dtype)];
     } else if (it->second.shape != t.shape || it->second.dtype != t.dtype) {
       mismatched.push_back(prefix + t.name + " is " + SafetensorsDtype(it->second.dtype) +
                            c10::str(c10::IntArrayRef(it->second.shape)) + " in the file, " + SafetensorsDtype(t.dtype) +
@@ -359,6 +365,9 @@ std::vector<std::string> LoadInitialWeights(const TrainingState& s, const std::s
   std::vector<std::string> notes;
   if (!missing.empty()) notes.push_back("init_from: not in the file, left as initialized: " + list(missing));
   if (!unexpected.empty()) notes.push_back("init_from: not in the model, skipped: " + list(unexpected));
+  for (const auto& [conversion, count] : converted) {
+    notes.push_back("init_from: " + std::to_string(count) + " tensors converted from " + conversion);
+  }
 
   for (const Piece& piece : h.Local()) {
     if (!r.model.count(h.name(piece.param))) continue;

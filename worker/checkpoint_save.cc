@@ -143,9 +143,24 @@ void WriteFullFiles(FullAssembler& assembler, int32_t rank, const FullLayout& l,
 // A copy that shares nothing with the training state, in host memory.
 at::Tensor Frozen(const at::Tensor& t) { return t.is_cuda() ? ToHost(t, /*pinned=*/true) : t.clone(); }
 
+// A llama model's config.json, as the job read it: beside the weights it
+// makes a FULL checkpoint a Hugging Face model directory.
+std::string LlamaConfigText(const ModelSpec& m) {
+  std::string path = LlamaConfigSource(m);
+  if (fs::is_directory(path)) path = (fs::path(path) / "config.json").string();
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) throw std::runtime_error("the llama model's config " + path + " cannot be read to save it");
+  return text.str();
+}
+
 void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::string>& fields,
                const std::string& staging, CheckpointOutput& out) {
   if (!h.assembles()) return;
+  if (s.rank == 0 && s.spec->model.kind == ModelKind::kLlama) {
+    out.Text((fs::path(staging) / "config.json").string(), LlamaConfigText(s.spec->model));
+  }
   auto layout = std::make_shared<FullLayout>();
   FullLayout& l = *layout;
   l.params = h.num_params();

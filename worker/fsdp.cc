@@ -220,7 +220,7 @@ FullyShardedModel::FullyShardedModel(std::shared_ptr<Model> model, FsdpOptions o
   s.world_size = world_size;
   s.shard_size = shard_group != nullptr ? shard_group->size() : 1;
   s.shard_rank = shard_group != nullptr ? shard_group->rank() : 0;
-  s.layers = s.model->layers();
+  s.layers = s.model->stages();
   const bool reshard = s.shard_size > 1 && (s.options.strategy == ShardingStrategy::kFullShard ||
                                             s.options.strategy == ShardingStrategy::kHybridShard);
 

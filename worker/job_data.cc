@@ -1,5 +1,7 @@
 #include "worker/job_data.h"
 
+#include "common/llama_config.h"
+
 #include "worker/image_folder.h"
 #include "worker/tensors_dataset.h"
 
@@ -71,17 +73,27 @@ Datasets MakeImageFolder(const JobSpec& spec, const std::vector<int64_t>& sample
   return out;
 }
 
+// The vocabulary of a token model: the gpt model's spec, the llama model's
+// config.json; 0 for the others.
+int64_t TokenVocab(const ModelSpec& m) {
+  if (m.kind == ModelKind::kGpt) return m.vocab;
+  if (m.kind != ModelKind::kLlama) return 0;
+  auto config = ReadLlamaConfig(LlamaConfigSource(m));
+  if (!config.ok()) throw std::invalid_argument("model.config: " + std::string(config.status().message()));
+  return config->vocab_size;
+}
+
 Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_shape, int32_t world_size,
                       const std::function<void(const std::string&)>& note) {
-  const bool gpt = spec.model.kind == ModelKind::kGpt;
+  const int64_t vocab = TokenVocab(spec.model);
+  const bool gpt = vocab > 0;  // a token model
   const bool eval = spec.eval_every_steps > 0;
   const int64_t eval_size = static_cast<int64_t>(spec.eval_batches) * spec.data.batch_size * world_size;
   Datasets d;
   switch (spec.data.kind) {
     case DataKind::kSynthetic:
       if (gpt) {
-        d.train = std::make_shared<SyntheticTokens>(spec.model.context, spec.model.vocab, spec.data.num_samples,
-                                                    spec.data.seed);
+        d.train = std::make_shared<SyntheticTokens>(spec.model.context, vocab, spec.data.num_samples, spec.data.seed);
       } else {
         d.train = std::make_shared<SyntheticDataset>(sample_shape, spec.model.num_classes, spec.data.num_samples,
                                                      spec.data.seed);
@@ -121,13 +133,13 @@ Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_sh
     }
     case DataKind::kImageFolder: d = MakeImageFolder(spec, sample_shape, note); break;
     case DataKind::kTokens:
-      if (!gpt) throw std::invalid_argument("data.kind tokens: needs the gpt model");
-      // The last 10% of the file is held out when evaluating.
-      d.train = std::make_shared<TokenFile>(spec.data.path, spec.model.context, spec.model.vocab, spec.data.num_samples,
-                                            spec.data.seed, 0.0, eval ? 0.9 : 1.0);
+      if (!gpt) throw std::invalid_argument("data.kind tokens: needs a token model (gpt, llama)");
+      // The last 10% of the stream is held out when evaluating.
+      d.train = std::make_shared<TokenFile>(spec.data.path, spec.data.token_dtype, spec.model.context, vocab,
+                                            spec.data.num_samples, spec.data.seed, 0.0, eval ? 0.9 : 1.0);
       if (eval) {
-        d.eval = std::make_shared<TokenFile>(spec.data.path, spec.model.context, spec.model.vocab, eval_size,
-                                             spec.data.seed + 1, 0.9, 1.0);
+        d.eval = std::make_shared<TokenFile>(spec.data.path, spec.data.token_dtype, spec.model.context, vocab,
+                                             eval_size, spec.data.seed + 1, 0.9, 1.0);
       }
       break;
   }

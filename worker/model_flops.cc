@@ -4,6 +4,7 @@
 #include <torch/csrc/profiler/util.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,29 @@ namespace {
 
 thread_local double counted_flops = 0;
 
+// The fused attention kernels, which the profiler has no formula for:
+// FlopCounterMode's, the two matrix products Q·Kᵀ and P·V in full
+// (causal masking not subtracted), over the query's heads. The math
+// fallback is counted through the matrix products it runs instead.
+double AttentionFlops(const at::RecordFunction& fn) {
+  static const std::set<std::string> kKernels = {
+      "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention",
+      "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+      "aten::_scaled_dot_product_fused_attention_overrideable"};
+  if (!kKernels.count(fn.name())) return 0;
+  const auto inputs = fn.inputs();
+  if (inputs.size() < 3 || !inputs[0].isTensor() || !inputs[1].isTensor() || !inputs[2].isTensor()) return 0;
+  const at::Tensor& q = inputs[0].toTensor();
+  const at::Tensor& k = inputs[1].toTensor();
+  const at::Tensor& v = inputs[2].toTensor();
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return 0;
+  const double bh = static_cast<double>(q.size(0) * q.size(1));
+  const double sq = static_cast<double>(q.size(2)), sk = static_cast<double>(k.size(2));
+  return 2 * bh * sq * sk * static_cast<double>(q.size(3)) + 2 * bh * sq * sk * static_cast<double>(v.size(3));
+}
+
 std::unique_ptr<at::ObserverContext> CountOp(const at::RecordFunction& fn) {
+  counted_flops += AttentionFlops(fn);
   auto args = torch::profiler::impl::saveExtraArgs(fn);
   if (!args.empty()) {
     counted_flops += static_cast<double>(torch::profiler::impl::computeFlops(std::string(fn.name()), args));

@@ -5,8 +5,12 @@
 #include <torch/torch.h>
 
 #include <cmath>
+
 #include <limits>
 #include <mutex>
+#include "common/llama_config.h"
+#include "worker/activation_checkpoint.h"
+#include "worker/llama.h"
 
 namespace trainyard {
 namespace {
@@ -316,6 +320,15 @@ class TorchScriptModel final : public Model {
 
 }  // namespace
 
+std::vector<Layer> Model::stages() {
+  std::vector<Layer> out = layers();
+  if (checkpointed_type_.empty()) return out;
+  for (Layer& layer : out) {
+    if (layer.type == checkpointed_type_) layer.forward = Checkpointed(std::move(layer.forward));
+  }
+  return out;
+}
+
 std::shared_ptr<Model> BuildModel(const ModelSpec& spec, uint64_t seed) {
   // Module constructors draw from the default generator: seed it, build, and
   // so get the same weights on every rank. The lock keeps ranks that run as
@@ -329,6 +342,14 @@ std::shared_ptr<Model> BuildModel(const ModelSpec& spec, uint64_t seed) {
     case ModelKind::kGpt: return std::make_shared<Gpt>(spec);
     case ModelKind::kResNet: return std::make_shared<ResNet>(spec);
     case ModelKind::kTorchScript: return std::make_shared<TorchScriptModel>(spec);
+    case ModelKind::kLlama: {
+      auto config = ReadLlamaConfig(LlamaConfigSource(spec));
+      if (!config.ok()) throw std::invalid_argument("model.config: " + std::string(config.status().message()));
+      if (auto s = CheckLlamaContext(*config, spec.context); !s.ok()) {
+        throw std::invalid_argument("model.context: " + std::string(s.message()));
+      }
+      return BuildLlama(*config, spec.context);
+    }
   }
   throw std::invalid_argument("unknown model kind");
 }

@@ -28,12 +28,20 @@ class Model : public torch::nn::Module {
  public:
   at::Tensor forward(const at::Tensor& input) {
     at::Tensor x = input;
-    for (const Layer& layer : layers()) x = layer.forward(x);
+    for (const Layer& layer : stages()) x = layer.forward(x);
     return x;
   }
   virtual std::vector<Layer> layers() = 0;
+  // The layers as training runs them: those of the type given to
+  // CheckpointActivations recompute their forward in backward.
+  std::vector<Layer> stages();
+  // Activation checkpointing for every layer of `layer_type` ("" : none).
+  void CheckpointActivations(std::string layer_type) { checkpointed_type_ = std::move(layer_type); }
   // Shape of one input sample, e.g. {784} or {1, 28, 28}.
   virtual std::vector<int64_t> sample_shape() const = 0;
+
+ private:
+  std::string checkpointed_type_;
 };
 
 // Builds the model with weights drawn from `seed` (identical on every rank).

@@ -1,4 +1,5 @@
 #include "worker/trainer.h"
+#include "common/model_layers.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -94,6 +95,7 @@ struct Trainer::Impl {
 void Trainer::Impl::BuildParallelModel(const DistContext& dist) {
   // Built on the host from the seed (identical on every rank), then moved.
   model = BuildModel(spec.model, spec.seed);
+  if (spec.activation_checkpointing) model->CheckpointActivations(ModelWrapLayer(spec.model.kind).value());
   if (!device.is_cpu()) model->to(device);
   if (pg && spec.distributed_type == DistributedType::kDdp) {
     ddp = std::make_unique<DistributedDataParallel>(model->parameters(), model->buffers(), pg, spec.ddp, dist.shm);

@@ -265,14 +265,32 @@ TEST(AccelerateConfigTest, ConditionallyIgnoredKeys) {
       kGptSpec,
       "distributed_type: FSDP\nnum_processes: 2\nmachine_rank: 1\ndeepspeed_config: {}\nmegatron_lm_config: {}\n"
       "dynamo_config: {dynamo_backend: INDUCTOR}\nmain_process_port: 29500\n"
-      "fsdp_config: {fsdp_version: 1, fsdp_activation_checkpointing: false}\n",
+      "fsdp_config: {fsdp_version: 1}\n",
       {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const std::string all = absl::StrJoin(warnings, "\n");
-  for (const char* key : {"machine_rank", "deepspeed_config", "megatron_lm_config", "dynamo_config",
-                          "main_process_port", "fsdp_config.fsdp_activation_checkpointing"}) {
+  for (const char* key :
+       {"machine_rank", "deepspeed_config", "megatron_lm_config", "dynamo_config", "main_process_port"}) {
     EXPECT_TRUE(AnyContains(warnings, absl::StrCat("accelerate_config.", key, " is ignored: "))) << key << "\n" << all;
   }
+}
+
+// fsdp_activation_checkpointing is the spec's activation_checkpointing.
+TEST(AccelerateConfigTest, ActivationCheckpointing) {
+  for (const bool on : {true, false}) {
+    auto spec = ParseJobSpecWithAccelerateConfig(
+        kGptSpec,
+        absl::StrCat("distributed_type: FSDP\nnum_processes: 2\nfsdp_config: {fsdp_activation_checkpointing: ",
+                     on ? "true" : "false", "}\n"),
+        {}, nullptr);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->activation_checkpointing, on);
+  }
+  auto mlp = ParseJobSpecWithAccelerateConfig(
+      "name: mlp\nmodel: {kind: mlp}\n", "distributed_type: FSDP\nfsdp_config: {fsdp_activation_checkpointing: true}\n",
+      {}, nullptr);
+  ASSERT_FALSE(mlp.ok());
+  EXPECT_NE(mlp.status().message().find("activation_checkpointing"), std::string::npos) << mlp.status();
 }
 
 TEST(AccelerateConfigTest, WarningsAreBounded) {
@@ -420,8 +438,6 @@ INSTANTIATE_TEST_SUITE_P(
                   {"spec field 'accelerate_config.fsdp_config.fsdp_ignored_modules'", "only null"}},
         BadConfig{"parallelism_config: {parallelism_config_tp_size: 2}\n",
                   {"spec field 'accelerate_config.parallelism_config'", "not supported"}},
-        BadConfig{"fsdp_config: {fsdp_activation_checkpointing: true}\n",
-                  {"spec field 'accelerate_config.fsdp_config.fsdp_activation_checkpointing'"}},
         BadConfig{"fsdp_config: [1]\n", {"spec field 'accelerate_config.fsdp_config'", "mapping"}},
         // FSDP's fp16 needs CUDA: the config's mixed_precision is named.
         BadConfig{"distributed_type: FSDP\nmixed_precision: fp16\n",

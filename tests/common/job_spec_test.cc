@@ -123,6 +123,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"model: {kind: transformer}\n", {"'model.kind'", "transformer", "mlp, cnn"}},
         BadSpec{"model: {kind: resnet, hidden: [3]}\n", {"'model.hidden'", "does not apply"}},
         BadSpec{"model: {kind: cnn, channels: 3}\n", {"'model.channels'", "resnet"}},
+        BadSpec{"model: {kind: llama}\n", {"'model.config'", "init_from"}},
+        BadSpec{"model: {kind: llama, config: c.json, width: 64}\n", {"'model.width'", "config.json"}},
+        BadSpec{"model: {kind: llama, config: c.json, hidden: [8]}\n", {"'model.hidden'", "llama"}},
+        BadSpec{"model: {kind: mlp, config: c.json}\n", {"'model.config'", "llama model only"}},
+        BadSpec{"model: {kind: mlp, context: 64}\n", {"'model.context'", "gpt and llama"}},
+        BadSpec{"model: {kind: llama, config: c.json}\ndata: {kind: 'mnist:/x'}\n", {"'data.kind'", "token ids"}},
+        BadSpec{"model: {kind: llama, config: c.json}\ndata: {kind: 'tokens:/x', token_dtype: int8}\n",
+                {"'data.token_dtype'", "uint16, uint32"}},
+        BadSpec{"data: {kind: synthetic, token_dtype: uint32}\n", {"'data.token_dtype'", "tokens"}},
+        BadSpec{"model: mlp\nactivation_checkpointing: true\n", {"'activation_checkpointing'", "no layer"}},
+        BadSpec{"model: resnet\nactivation_checkpointing: true\n", {"'activation_checkpointing'", "BatchNorm"}},
+        BadSpec{"model: gpt\nactivation_checkpointing: false\nfsdp_config: {fsdp_activation_checkpointing: true}\n",
+                {"'fsdp_config.fsdp_activation_checkpointing'", "contradicts"}},
         BadSpec{"data: {kind: 'ftp:x'}\n", {"'data.kind'", "mnist:DIR"}},
         BadSpec{"data: {kind: 'image_folder:/x'}\n", {"'data.kind'", "image models (resnet, cnn), not mlp"}},
         BadSpec{"data: {kind: synthetic, random_flip: true}\n", {"'data.random_flip'", "image_folder"}},
@@ -149,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"script: {path: t.py}\nmax_steps: 5\n", {"'max_steps'", "script.args"}},
         BadSpec{"script: {path: t.py}\nmixed_precision: bf16\n", {"'mixed_precision'", "Accelerate config"}},
         BadSpec{"step_timeout_s: -1\n", {"'step_timeout_s'", "between 0"}},
-        BadSpec{"data: {kind: 'tokens:/x.bin'}\n", {"'data.kind'", "gpt model only"}},
+        BadSpec{"data: {kind: 'tokens:/x.bin'}\n", {"'data.kind'", "token models (gpt, llama) only"}},
         BadSpec{"model: {kind: resnet}\ndata: {kind: 'mnist:/d'}\n", {"'data.kind'", "784 pixels"}},
         BadSpec{"distributed_type: FSDP\nmixed_precision: fp16\n", {"'mixed_precision'", "cuda"}},
         BadSpec{"model: {kind: resnet}\ndistributed_type: FSDP\nfsdp_config: {fsdp_auto_wrap_policy: "
@@ -420,6 +433,35 @@ TEST(JobSpecTest, InitFromRoundTripsAndNeedsAPath) {
   auto bad = ParseJobSpec("name: f\nmodel: {kind: mlp, init_from_prefix: model.}\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'model.init_from_prefix'"), std::string::npos) << bad.status();
+}
+
+TEST(JobSpecTest, LlamaRoundTrips) {
+  auto spec = ParseJobSpec(
+      "name: l\nmodel: {kind: llama, init_from: hf/llama, config: hf/other.json, context: 256}\n"
+      "data: {kind: tokens, path: corpus, token_dtype: uint32}\nactivation_checkpointing: true\n"
+      "distributed_type: FSDP\nnum_processes: 2\n"
+      "fsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP, fsdp_transformer_layer_cls_to_wrap: "
+      "Qwen2DecoderLayer}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.kind, ModelKind::kLlama);
+  EXPECT_EQ(LlamaConfigSource(spec->model), "hf/other.json");
+  EXPECT_EQ(spec->model.context, 256);
+  EXPECT_EQ(spec->data.token_dtype, TokenDtype::kUint32);
+  EXPECT_TRUE(spec->activation_checkpointing);
+  EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"LlamaDecoderLayer"});
+  auto again = ParseJobSpec(JobSpecToJson(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
+  // Without config, init_from's directory gives the architecture.
+  auto hf = ParseJobSpec("name: l\nmodel: {kind: llama, init_from: hf/llama}\n");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(LlamaConfigSource(hf->model), "hf/llama");
+  // TRANSFORMER_BASED_WRAP without a layer: the decoder layer, as Accelerate infers it.
+  auto inferred = ParseJobSpec(
+      "name: l\nmodel: {kind: llama, init_from: hf}\ndistributed_type: FSDP\nnum_processes: 2\n"
+      "fsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_EQ(inferred->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"LlamaDecoderLayer"});
 }
 
 TEST(JobSpecTest, ImageFolderRoundTrips) {

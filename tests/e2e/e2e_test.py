@@ -494,6 +494,106 @@ max_steps: 5
         self.assertTrue(skipped, job["events"])
         self.assertRegex(skipped[0], r"^rank [01]: skipped an unreadable image \(1 so far\): .*corrupt\.jpg")
 
+    def test_2k_llama_example_saves_a_model_transformers_loads(self):
+        """examples/llama-finetune.yaml (shortened) on the inputs its script
+        makes: a random Llama directory from transformers and a learnable
+        token stream. FSDP over decoder layers with activation
+        checkpointing; the loss falls; the final FULL checkpoint opens with
+        LlamaForCausalLM.from_pretrained (no missing or unexpected key), and
+        transformers' loss on the held-out windows equals the job's own
+        evaluation loss at that step."""
+        python = os.environ.get("TRAINYARD_PYTHON", sys.executable)
+        inputs = os.path.join(self.tmp.name, "llama-inputs")
+        subprocess.run([python, os.path.join(REPO, "examples", "make_llama_inputs.py"), inputs, "--hidden", "64",
+                        "--layers", "2", "--vocab", "128", "--tokens", "60000"], check=True, capture_output=True)
+        with open(os.path.join(REPO, "examples", "llama-finetune.yaml")) as f:
+            text = f.read().replace("llama-inputs/", inputs + "/")
+        for old, new in (("context: 128", "context: 32"), ("max_steps: 200", "max_steps: 60"),
+                         ("eval_every_steps: 50", "eval_every_steps: 30\neval_batches: 2"),
+                         ("every_steps: 100", "every_steps: 30")):
+            self.assertIn(old, text, "the example changed: update this test")
+            text = text.replace(old, new)
+        job = self.run_to_success(write_spec(self.tmp.name, "llama-finetune.yaml", text))
+        self.assertEqual(job["step"], 60)
+        self.assertLess(job["loss"], job["first_loss"] - 1.0, job)
+        logs = self.server.ctl("logs", job["id"]).stdout
+        evals = re.findall(r"step 60 eval loss ([0-9.]+)", logs)
+        self.assertTrue(evals, logs[-2000:])
+        listed = json.loads(self.server.ctl("-o", "json", "checkpoints", job["id"]).stdout)
+        final = [c for c in listed if c["step"] == 60]  # periodic at 60: also the final one
+        self.assertEqual([c["type"] for c in final], ["full"], listed)
+        path = final[0]["path"]
+        self.assertTrue(os.path.isfile(os.path.join(path, "config.json")), os.listdir(path))
+        r = subprocess.run([python, os.path.join(REPO, "tests", "fixtures", "llama_reference.py"), "heldout", path,
+                            os.path.join(inputs, "tokens.bin"), "--context", "32", "--windows", str(2 * 8 * 2)],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        reference = json.loads(r.stdout)
+        self.assertEqual(reference["architectures"], ["LlamaForCausalLM"])
+        self.assertAlmostEqual(reference["loss"], float(evals[0]), delta=1e-3 * float(evals[0]) + 1e-4)
+        print(f"llama example: loss {job['first_loss']:.4f} -> {job['loss']:.4f} in 60 steps; held-out loss "
+              f"{evals[0]} (job) vs {reference['loss']:.6f} (transformers on the saved checkpoint)")
+
+    def test_2l_bad_llama_inputs_are_named(self):
+        """Another architecture and a context past the model's positions are
+        refused at submit; a missing weight and a token id past the
+        vocabulary fail the job, each naming what is wrong."""
+        s = self.server
+        python = os.environ.get("TRAINYARD_PYTHON", sys.executable)
+        inputs = os.path.join(self.tmp.name, "bad-llama")
+        subprocess.run([python, os.path.join(REPO, "examples", "make_llama_inputs.py"), inputs, "--hidden", "32",
+                        "--layers", "1", "--vocab", "64", "--tokens", "5000"], check=True, capture_output=True)
+        model = os.path.join(inputs, "model")
+        bert = os.path.join(inputs, "bert.json")
+        with open(os.path.join(model, "config.json")) as f:
+            config = json.load(f)
+        with open(bert, "w") as f:
+            json.dump(dict(config, model_type="bert", architectures=["BertForMaskedLM"]), f)
+
+        def submit(name, model_yaml, data_yaml="{kind: synthetic, batch_size: 2}"):
+            spec = write_spec(self.tmp.name, name + ".yaml", f"name: {name}\nmodel: {model_yaml}\n"
+                              f"data: {data_yaml}\nmax_steps: 2\nnum_processes: 1\ndistributed_type: NO\n")
+            return s.ctl("-o", "json", "submit", spec)
+
+        r = submit("bert", f"{{kind: llama, config: {bert}, context: 16}}")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("spec field 'model.config'", r.stderr)
+        self.assertIn("bert", r.stderr)
+        r = submit("long", f"{{kind: llama, init_from: {model}, context: 4096}}")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("spec field 'model.context'", r.stderr)
+        self.assertIn("max_position_embeddings", r.stderr)
+
+        # A weight missing from the directory: the job fails naming it.
+        missing = os.path.join(inputs, "missing")
+        os.makedirs(missing)
+        subprocess.run([python, "-c", "import sys\nfrom safetensors.torch import load_file, save_file\n"
+                        "t = load_file(sys.argv[1])\ndel t['model.layers.0.mlp.up_proj.weight']\n"
+                        "save_file(t, sys.argv[2])", os.path.join(model, "model.safetensors"),
+                        os.path.join(missing, "model.safetensors")], check=True)
+        with open(os.path.join(missing, "config.json"), "w") as f:
+            json.dump(config, f)
+        r = submit("missing", f"{{kind: llama, init_from: {missing}, context: 16}}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = json.loads(r.stdout)["id"]
+        self.assertNotEqual(s.ctl("watch", job_id).returncode, 0)
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "FAILED")
+        self.assertIn("model.layers.0.mlp.up_proj.weight", job["reason"], job)
+
+        # A token id past the vocabulary (64): the job fails naming the file.
+        bad_tokens = os.path.join(inputs, "bad.bin")
+        with open(bad_tokens, "wb") as f:
+            f.write(bytes([70, 0]) * 2000)
+        r = submit("vocab", f"{{kind: llama, init_from: {model}, context: 16}}",
+                   f"{{kind: tokens, path: {bad_tokens}, batch_size: 2}}")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job_id = json.loads(r.stdout)["id"]
+        self.assertNotEqual(s.ctl("watch", job_id).returncode, 0)
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "FAILED")
+        self.assertIn("bad.bin: token 70", job["reason"], job)
+
     def test_2j_a_rank_accepts_the_spec_of_a_job_its_coordinator_accepted(self):
         # 1,100 ranks: over the default limit (1,024) a spec parser applies,
         # under this coordinator's --max-num-processes. The rank must get past

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/device.h"
 #include "worker/trainer.h"
@@ -21,8 +22,9 @@ std::string Python() {
   return p != nullptr ? p : TRAINYARD_TEST_PYTHON;
 }
 
-nlohmann::json Reference() {
-  const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/model_flops.py";
+// `llama_dir`: where the fixture writes the config.json of its llama model.
+nlohmann::json Reference(const std::string& llama_dir) {
+  const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/model_flops.py " + llama_dir;
   FILE* f = ::popen(cmd.c_str(), "r");
   if (f == nullptr) throw std::runtime_error("cannot run " + cmd);
   std::string out;
@@ -58,7 +60,8 @@ double ReportedForwardPerSample(const JobSpec& spec) {
 }
 
 TEST(ModelFlops, TheTrainersCountIsPyTorchsFlopCounter) {
-  const nlohmann::json want = Reference();
+  TempDir llama_dir;
+  const nlohmann::json want = Reference(llama_dir.path());
   JobSpec mlp;
   mlp.model.hidden = {512, 256};
   mlp.data.batch_size = 8;
@@ -81,6 +84,18 @@ TEST(ModelFlops, TheTrainersCountIsPyTorchsFlopCounter) {
   // (2560 per sample here), which FlopCounterMode leaves out.
   const double got = ReportedForwardPerSample(gpt), ref = want["gpt"].get<double>();
   EXPECT_NEAR(got, ref, 0.005 * ref) << "ours " << got << ", FlopCounterMode " << ref;
+
+  // transformers' Llama, attention (SDPA) included.
+  JobSpec llama;
+  llama.model.kind = ModelKind::kLlama;
+  llama.model.config = llama_dir.path();
+  llama.model.context = 32;
+  llama.data.batch_size = 4;
+  const double got_llama = ReportedForwardPerSample(llama), ref_llama = want["llama"].get<double>();
+  // The profiler also counts the elementwise products and sums of the
+  // norms, rotary embeddings, SwiGLU and residuals, which FlopCounterMode
+  // leaves out.
+  EXPECT_NEAR(got_llama, ref_llama, 0.03 * ref_llama) << "ours " << got_llama << ", FlopCounterMode " << ref_llama;
 }
 
 TEST(ModelFlops, CountsOnlyWhatRunsInside) {

@@ -555,19 +555,30 @@ TEST_F(InitFrom, EachMismatchIsNamed) {
   const std::string shape = error(wide);
   EXPECT_NE(shape.find("fc0.weight is F32[32, 784] in the file, F32[48, 784] in the model"), std::string::npos)
       << shape;
-  // Wrong dtype: the same tensors in bf16.
-  {
-    const std::string src = dir_->path() + "/mlp.safetensors", dst = dir_->path() + "/mlp-bf16.safetensors";
+  // Another precision: the same tensors in bf16 load, converted (as a
+  // Hugging Face checkpoint shared in bf16); integers do not.
+  auto rewrite = [&](at::ScalarType dtype, const std::string& name) {
+    const std::string src = dir_->path() + "/mlp.safetensors", dst = dir_->path() + "/" + name;
     const SafetensorsHeader h = ReadSafetensorsHeader(src);
     std::vector<TensorSpec> specs;
     std::vector<at::Tensor> data;
     for (const SafetensorsEntry& e : h.tensors) {
-      specs.push_back({e.spec.name, at::kBFloat16, e.spec.shape});
-      data.push_back(ReadSafetensor(src, h, e.spec.name).to(at::kBFloat16));
+      specs.push_back({e.spec.name, dtype, e.spec.shape});
+      data.push_back(ReadSafetensor(src, h, e.spec.name).to(dtype));
     }
     WriteSafetensors(dst, specs, [&](size_t i) { return data[i]; });
-    const std::string dtype = error(Mlp(dst));
-    EXPECT_NE(dtype.find("fc0.bias is BF16[32] in the file, F32[32] in the model"), std::string::npos) << dtype;
+    return dst;
+  };
+  {
+    const std::string bf16 = rewrite(at::kBFloat16, "mlp-bf16.safetensors");
+    JobSpec spec = Mlp(bf16);
+    Trainer t(spec, 0, 1, DistContext{}, nullptr, nullptr);
+    const SafetensorsHeader h = ReadSafetensorsHeader(bf16);
+    for (const auto& p : t.model().named_parameters()) {
+      EXPECT_TRUE(torch::equal(p.value(), ReadSafetensor(bf16, h, p.key()).to(at::kFloat))) << p.key();
+    }
+    const std::string integers = error(Mlp(rewrite(at::kInt, "mlp-i32.safetensors")));
+    EXPECT_NE(integers.find("fc0.bias is I32[32] in the file, F32[32] in the model"), std::string::npos) << integers;
   }
   // Not there at all.
   const std::string none = error(Mlp(dir_->path() + "/nothing.safetensors"));
@@ -759,7 +770,7 @@ TEST(Data, TokenFileWindows) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i);
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), 2000);
   constexpr int64_t kVocab = 1024, kContext = 16;
-  TokenFile f(path, kContext, kVocab, 100, 3, 0.0, 0.9);
+  TokenFile f(path, TokenDtype::kUint16, kContext, kVocab, 100, 3, 0.0, 0.9);
   EXPECT_EQ(f.tokens(), 1000);
   Batch b = f.Get({0, 1, 2});
   ASSERT_EQ(b.inputs.sizes(), (std::vector<int64_t>{3, kContext}));
@@ -775,7 +786,7 @@ TEST(Data, TokenFileWindows) {
   std::iota(all.begin(), all.end(), 0);
   const at::Tensor train_starts = f.Get(all).inputs.select(1, 0);
   EXPECT_LT(train_starts.max().item<int64_t>(), 900);
-  TokenFile tail(path, kContext, kVocab, 50, 3, 0.9, 1.0);
+  TokenFile tail(path, TokenDtype::kUint16, kContext, kVocab, 50, 3, 0.9, 1.0);
   std::vector<int64_t> held(50);
   std::iota(held.begin(), held.end(), 0);
   const Batch t = tail.Get(held);
@@ -783,8 +794,55 @@ TEST(Data, TokenFileWindows) {
   EXPECT_LE(t.targets.select(1, kContext - 1).max().item<int64_t>(), 999);
   EXPECT_GT(t.inputs.select(1, 0).max().item<int64_t>() - t.inputs.select(1, 0).min().item<int64_t>(), 10)
       << "held-out windows should spread over the tail";
-  EXPECT_THROW(TokenFile(path, kContext, 40, 10, 3).Get({0, 1, 2, 3, 4, 5}), std::runtime_error);  // tokens >= vocab
-  EXPECT_THROW(TokenFile(path, 2000, kVocab, 10, 3), std::runtime_error);                          // too short
+  EXPECT_THROW(TokenFile(path, TokenDtype::kUint16, kContext, 40, 10, 3).Get({0, 1, 2, 3, 4, 5}),
+               std::runtime_error);                                                             // tokens >= vocab
+  EXPECT_THROW(TokenFile(path, TokenDtype::kUint16, 2000, kVocab, 10, 3), std::runtime_error);  // too short
+}
+
+// uint32 ids in a directory of shards: one stream in name order, windows
+// across shard ends, ids past 65535 intact, a bad id named by its shard.
+TEST(Data, TokenShardsOfUint32) {
+  TempDir dir;
+  constexpr uint32_t kBase = 100000;  // every id needs more than 16 bits
+  // Token i of the stream is kBase + i; shards of 300, 500 and 200 tokens,
+  // written out of name order, and a file that is not a shard.
+  const std::vector<std::pair<std::string, std::pair<uint32_t, uint32_t>>> shards = {
+      {"b_001.bin", {300, 800}}, {"a_000.bin", {0, 300}}, {"c_002.bin", {800, 1000}}};
+  for (const auto& [name, range] : shards) {
+    std::vector<uint32_t> ids;
+    for (uint32_t i = range.first; i < range.second; ++i) ids.push_back(kBase + i);
+    std::ofstream(dir.path() + "/" + name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 4));
+  }
+  std::ofstream(dir.path() + "/README.txt") << "not tokens";
+  constexpr int64_t kContext = 64;
+  TokenFile f(dir.path(), TokenDtype::kUint32, kContext, 128256, 400, 7);
+  EXPECT_EQ(f.tokens(), 1000);
+  std::vector<int64_t> all(400);
+  std::iota(all.begin(), all.end(), 0);
+  const Batch b = f.Get(all);
+  const at::Tensor starts = b.inputs.select(1, 0) - kBase;
+  // Each window is kContext + 1 consecutive ids of the stream.
+  const at::Tensor expected = starts.unsqueeze(1) + torch::arange(kContext, torch::kLong).unsqueeze(0) + kBase;
+  EXPECT_TRUE(torch::equal(b.inputs, expected));
+  EXPECT_TRUE(torch::equal(b.targets, expected + 1));
+  // Some windows span the ends of the first and second shards.
+  const at::Tensor spans =
+      ((starts < 300) & (starts + kContext >= 300)) | ((starts < 800) & (starts + kContext >= 800));
+  EXPECT_GT(spans.sum().item<int64_t>(), 0);
+  // Read as uint16, the ids would be other numbers: the width matters.
+  TokenFile narrow(dir.path(), TokenDtype::kUint16, kContext, 1 << 16, 10, 7);
+  EXPECT_EQ(narrow.tokens(), 2000);
+  // An id past the vocabulary fails naming the shard it is in.
+  try {
+    TokenFile(dir.path(), TokenDtype::kUint32, kContext, kBase + 850, 400, 7).Get(all);
+    ADD_FAILURE() << "an id past the vocabulary was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("c_002.bin"), std::string::npos) << e.what();
+  }
+  // A size that is not a whole number of uint32 ids.
+  std::ofstream(dir.path() + "/d_003.bin", std::ios::binary) << "abc";
+  EXPECT_THROW(TokenFile(dir.path(), TokenDtype::kUint32, kContext, 128256, 10, 7), std::runtime_error);
 }
 
 // data kind tensors: samples are rows of named tensors in safetensors files
