@@ -355,6 +355,7 @@ void ParseCheckpoint(const YAML::Node& node, const std::string& path, Checkpoint
     Fail(r.PathOf("max_shard_size"), e.what());
   }
   r.Enum<CheckpointType>("type", &c->type, kCheckpointTypeNames);
+  r.Enum<SaveDtype>("save_dtype", &c->save_dtype, kSaveDtypeNames);
   r.Bool("save_final", &c->save_final);
   r.Bool("async", &c->async);
   r.Int("snapshot_every_steps", &c->snapshot_every_steps, 0, int64_t{1} << 40);

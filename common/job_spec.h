@@ -187,6 +187,10 @@ struct CheckpointSpec {
   // Largest model.safetensors file of a FULL checkpoint ("10GB", "500MB",
   // bytes), as Accelerate's save_model.
   std::string max_shard_size = "10GB";
+  // The dtype of the model weights in FULL checkpoints: float32, or bf16
+  // (half the size, as models are shared; resuming from one restores the
+  // bf16-rounded weights). The optimizer state stays float32.
+  SaveDtype save_dtype = SaveDtype::kFloat32;
   // Periodic checkpoints: auto = fsdp_state_dict_type under FSDP, else full.
   CheckpointType type = CheckpointType::kAuto;
   // Save the final model as a FULL checkpoint when training ends.

@@ -155,6 +155,7 @@ std::string JobSpecToJson(const JobSpec& s) {
                      {"total_limit", c.total_limit},
                      {"resume_from", c.resume_from},
                      {"max_shard_size", c.max_shard_size},
+                     {"save_dtype", SaveDtypeName(c.save_dtype)},
                      {"type", CheckpointTypeName(c.type)},
                      {"save_final", c.save_final},
                      {"async", c.async},

@@ -34,6 +34,11 @@ enum class TokenDtype { kUint16, kUint32 };
 inline constexpr EnumName<TokenDtype> kTokenDtypeNames[] = {{"uint16", TokenDtype::kUint16},
                                                             {"uint32", TokenDtype::kUint32}};
 
+// The dtype of the model weights in FULL checkpoints (bf16: as models are
+// shared on the Hugging Face hub).
+enum class SaveDtype { kFloat32, kBf16 };
+inline constexpr EnumName<SaveDtype> kSaveDtypeNames[] = {{"float32", SaveDtype::kFloat32}, {"bf16", SaveDtype::kBf16}};
+
 enum class SchedulerKind { kConstant, kLinear, kCosine };
 inline constexpr EnumName<SchedulerKind> kSchedulerKindNames[] = {
     {"constant", SchedulerKind::kConstant}, {"linear", SchedulerKind::kLinear}, {"cosine", SchedulerKind::kCosine}};
@@ -131,6 +136,7 @@ inline constexpr EnumName<LauncherKind> kLauncherKindNames[] = {{"default", Laun
 constexpr const char* ModelKindName(ModelKind v) { return NameOf(kModelKindNames, v); }
 constexpr const char* DataKindName(DataKind v) { return NameOf(kDataKindNames, v); }
 constexpr const char* TokenDtypeName(TokenDtype v) { return NameOf(kTokenDtypeNames, v); }
+constexpr const char* SaveDtypeName(SaveDtype v) { return NameOf(kSaveDtypeNames, v); }
 constexpr const char* SchedulerKindName(SchedulerKind v) { return NameOf(kSchedulerKindNames, v); }
 constexpr const char* LossKindName(LossKind v) { return NameOf(kLossKindNames, v); }
 constexpr const char* OptimizerKindName(OptimizerKind v) { return NameOf(kOptimizerKindNames, v); }

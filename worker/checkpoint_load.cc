@@ -174,12 +174,16 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
   torch::NoGradGuard no_grad;
   const Holding h(s);
 
-  // Every parameter and buffer must be there with its shape and dtype.
+  // Every parameter and buffer must be there with its shape and dtype (a
+  // FULL checkpoint saved with save_dtype bf16: its weights are converted).
+  int64_t converted = 0;
   auto check = [&](const TensorSpec& t) {
     auto it = r.model.find(t.name);
     if (it == r.model.end())
       throw std::runtime_error(dir + ": checkpoint has no tensor '" + t.name + "' the model needs");
-    if (it->second.shape != t.shape || it->second.dtype != t.dtype) {
+    if (it->second.shape == t.shape && it->second.dtype == at::kBFloat16 && t.dtype == at::kFloat) {
+      ++converted;
+    } else if (it->second.shape != t.shape || it->second.dtype != t.dtype) {
       throw std::runtime_error(dir + ": tensor '" + t.name + "' is " + SafetensorsDtype(it->second.dtype) +
                                c10::str(c10::IntArrayRef(it->second.shape)) + " in the checkpoint, " +
                                SafetensorsDtype(t.dtype) + c10::str(c10::IntArrayRef(t.shape)) + " in the model");
@@ -188,6 +192,10 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
   for (const TensorSpec& t : ParamSpecs(h)) check(t);
   const auto buffers = Buffers(s);
   for (const auto& [name, t] : buffers) check({name, t.scalar_type(), t.sizes().vec()});
+  if (converted > 0) {
+    info.notes.push_back("weights restored from bf16 (checkpoint.save_dtype): " + std::to_string(converted) +
+                         " tensors are the saved float32 weights rounded to bf16");
+  }
   if (r.model.size() != h.num_params() + buffers.size()) {
     throw std::runtime_error(dir + ": checkpoint has " + std::to_string(r.model.size()) + " model tensors, the model " +
                              std::to_string(h.num_params() + buffers.size()));

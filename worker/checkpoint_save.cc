@@ -101,6 +101,7 @@ struct FullLayout {
   std::vector<std::pair<std::string, at::Tensor>> buffers;  // rank 0
   std::string staging;
   int64_t max_shard_bytes = 0;
+  at::ScalarType param_dtype = at::kFloat;  // checkpoint.save_dtype
 };
 
 // Rank 0 writes the FULL files from `assembler`; the other owners send it
@@ -122,7 +123,7 @@ void WriteFullFiles(FullAssembler& assembler, int32_t rank, const FullLayout& l,
         l.staging, l.model,
         [&](size_t i) {
           next_model = i + 1;
-          return i < n ? assembler.Get(i, -1).to(at::kFloat) : l.buffers[i - n].second.contiguous();
+          return i < n ? assembler.Get(i, -1).to(l.param_dtype) : l.buffers[i - n].second.contiguous();
         },
         l.max_shard_bytes);
     if (l.fields > 0) {
@@ -167,9 +168,10 @@ void WriteFull(const TrainingState& s, const Holding& h, const std::vector<std::
   l.fields = fields.size();
   l.staging = staging;
   l.max_shard_bytes = ParseSize(s.spec->checkpoint.max_shard_size);
+  l.param_dtype = s.spec->checkpoint.save_dtype == SaveDtype::kBf16 ? at::kBFloat16 : at::kFloat;
   if (s.rank == 0) {
     l.buffers = Buffers(s);
-    for (size_t p = 0; p < l.params; ++p) l.model.push_back({h.name(p), at::kFloat, h.param(p).sizes().vec()});
+    for (size_t p = 0; p < l.params; ++p) l.model.push_back({h.name(p), l.param_dtype, h.param(p).sizes().vec()});
     for (const auto& [name, t] : l.buffers) l.model.push_back({name, t.scalar_type(), t.sizes().vec()});
     for (size_t p = 0; p < l.params; ++p) {
       for (const std::string& f : fields)

@@ -28,6 +28,7 @@
 #include "worker/fsdp.h"
 #include "worker/models.h"
 #include "worker/process_group.h"
+#include "worker/safetensors.h"
 #include "worker/trainer.h"
 #include "worker/worker_main.h"
 
@@ -156,6 +157,50 @@ TEST_P(RoundTrip, EveryStrategyRestoresBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RoundTrip, ::testing::Values(CheckpointType::kFull, CheckpointType::kSharded),
                          [](const auto& info) { return std::string(CheckpointTypeName(info.param)); });
+
+// save_dtype bf16: a FULL checkpoint's weights are the model's rounded to
+// bf16 (FSDP assembles them from the shards), the optimizer state stays
+// float32, and a resumed job starts from the rounded weights, saying so.
+TEST(FullSave, Bf16WeightsAreTheModelsRoundedAndResumeFromThem) {
+  TempDir dir;
+  JobSpec spec = Fsdp(BaseSpec(dir.path()), ShardingStrategy::kFullShard, 2);
+  spec.checkpoint.save_dtype = SaveDtype::kBf16;
+  std::string path;
+  std::vector<at::Tensor> trained;
+  std::vector<std::string> names;
+  RunTrainers(spec, 2, [&](int r, Trainer& t) {
+    for (int i = 0; i < 2; ++i) t.Step();
+    const std::vector<at::Tensor> full = t.fsdp()->FullParameters();  // collective
+    CheckpointEvent ev = t.Checkpoint(CheckpointType::kFull);
+    if (!ev.ok) throw std::runtime_error(ev.error);
+    if (r != 0) return;
+    path = ev.path;
+    trained = full;
+    for (const auto& item : t.model().named_parameters()) names.push_back(item.key());
+  });
+  ASSERT_FALSE(path.empty());
+  const SafetensorsHeader header = ReadSafetensorsHeader(path + "/model.safetensors");
+  ASSERT_EQ(header.tensors.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const at::Tensor saved = ReadSafetensor(path + "/model.safetensors", header, names[i]);
+    EXPECT_EQ(saved.scalar_type(), at::kBFloat16) << names[i];
+    EXPECT_TRUE(torch::equal(saved, trained[i].to(at::kBFloat16))) << names[i];
+  }
+  CheckpointReader reader(path);
+  for (const std::string& n : reader.OptimizerTensors()) {
+    EXPECT_EQ(reader.OptimizerTensor(n).scalar_type(), at::kFloat) << n;
+  }
+  spec.checkpoint.resume_from = path;
+  std::vector<at::Tensor> resumed;
+  RunTrainers(spec, 2, [&](int r, Trainer& t) {
+    const std::vector<at::Tensor> full = t.fsdp()->FullParameters();
+    if (r == 0) resumed = full;
+  });
+  ASSERT_EQ(resumed.size(), trained.size());
+  for (size_t i = 0; i < trained.size(); ++i) {
+    EXPECT_TRUE(torch::equal(resumed[i], trained[i].to(at::kBFloat16).to(at::kFloat))) << names[i];
+  }
+}
 
 // Counts the live and peak bytes of CPU tensors allocated by threads that
 // turned counting on (rank 0's, as threads-as-ranks share one allocator).
