@@ -32,7 +32,7 @@
 namespace trainyard {
 namespace {
 
-constexpr int64_t kContext = 128, kBatch = 2;
+constexpr int64_t kContext = 256, kBatch = 4;
 
 // The model both sides train: Llama's shape at 1/16 of the width of 7B.
 constexpr char kConfig[] = R"({
