@@ -13,6 +13,7 @@
 
 #include <barrier>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "tests/gpu_presence.h"
@@ -231,6 +232,28 @@ TEST(CudaTrainer, FsdpFullShardMatchesTheCpuRun) {
   spec.distributed_type = DistributedType::kFsdp;
   spec.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
   ExpectCudaMatchesCpu(spec, 2, 1e-5, "FSDP FULL_SHARD");
+}
+
+// The llama model on CUDA (SDPA's CUDA kernels, grouped K/V heads), sharded
+// by decoder layer with activation checkpointing: the CPU run's weights.
+TEST(CudaTrainer, LlamaFsdpWithCheckpointingMatchesTheCpuRun) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/config.json")
+      << R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 128, "hidden_size": 64,
+             "intermediate_size": 112, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+             "tie_word_embeddings": false})";
+  JobSpec spec = TrainerSpec();
+  spec.model = ModelSpec{};
+  spec.model.kind = ModelKind::kLlama;
+  spec.model.config = dir.path();
+  spec.model.context = 32;
+  spec.data.batch_size = 2;
+  spec.distributed_type = DistributedType::kFsdp;
+  spec.fsdp.auto_wrap_policy = WrapPolicy::kTransformerBased;
+  spec.fsdp.transformer_layer_cls_to_wrap = {"LlamaDecoderLayer"};
+  spec.activation_checkpointing = true;
+  ExpectCudaMatchesCpu(spec, 2, 1e-4, "llama FSDP FULL_SHARD with activation checkpointing");
 }
 
 // offload_params on CUDA: shards, their gradients and optimizer state stay

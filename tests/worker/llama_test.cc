@@ -16,6 +16,7 @@
 
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
+#include "tests/worker/trainer_test_util.h"
 #include "worker/activation_checkpoint.h"
 #include "worker/checkpoint.h"
 #include "worker/collectives.h"
@@ -170,6 +171,40 @@ TEST(LlamaActivationCheckpointing, TheLayerRunsAgainInBackward) {
   torch::tanh(torch::matmul(x2, w2)).sum().backward();
   EXPECT_TRUE(torch::equal(w.grad(), w2.grad()));
   EXPECT_TRUE(torch::equal(x.grad(), x2.grad()));
+}
+
+// Training with checkpointing gives the weights of training without it,
+// bit for bit, whether DDP's reducer or FSDP collects the gradients (the
+// reducer's hooks fire inside the recomputing backward).
+TEST(LlamaActivationCheckpointing, DdpAndFsdpTrainToTheSameWeights) {
+  const Reference& ref = ReferenceOf("gqa");
+  for (const DistributedType type : {DistributedType::kDdp, DistributedType::kFsdp}) {
+    std::vector<at::Tensor> weights[2];
+    for (const bool checkpointing : {false, true}) {
+      JobSpec spec = LlamaJob(ref);
+      spec.num_processes = 2;
+      spec.distributed_type = type;
+      spec.fsdp.auto_wrap_policy = WrapPolicy::kTransformerBased;
+      spec.fsdp.transformer_layer_cls_to_wrap = {"LlamaDecoderLayer"};
+      spec.activation_checkpointing = checkpointing;
+      spec.data.batch_size = 2;
+      spec.optimizer.kind = OptimizerKind::kAdamW;
+      spec.checkpoint.save_final = false;
+      RunTrainers(spec, 2, [&](int r, Trainer& t) {
+        for (int i = 0; i < 3; ++i) t.Step();
+        std::vector<at::Tensor> full = t.fsdp() != nullptr ? t.fsdp()->FullParameters() : t.model().parameters();
+        if (r == 0) {
+          for (const at::Tensor& p : full) weights[checkpointing].push_back(p.detach().clone());
+        }
+      });
+    }
+    ASSERT_EQ(weights[0].size(), weights[1].size());
+    for (size_t i = 0; i < weights[0].size(); ++i) {
+      EXPECT_TRUE(torch::equal(weights[0][i], weights[1][i]))
+          << DistributedTypeName(type) << " parameter " << i << " max diff "
+          << (weights[0][i] - weights[1][i]).abs().max().item<double>();
+    }
+  }
 }
 
 // The same gradients with the model sharded: one SGD step of lr 1 moves
