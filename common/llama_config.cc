@@ -288,9 +288,13 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(std::string_view json_text, std::st
   return c;
 }
 
-absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path) {
+std::string LlamaConfigFile(const std::string& path) {
   std::error_code ec;
-  const std::string file = std::filesystem::is_directory(path, ec) ? path + "/config.json" : path;
+  return std::filesystem::is_directory(path, ec) ? path + "/config.json" : path;
+}
+
+absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path) {
+  const std::string file = LlamaConfigFile(path);
   std::ifstream in(file);
   if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot be read"));
   std::stringstream text;

@@ -66,7 +66,10 @@ struct LlamaConfig {
 // token ids, dtype, cache settings, versions).
 absl::StatusOr<LlamaConfig> ParseLlamaConfig(std::string_view json_text, std::string_view source);
 
-// Reads DIR/config.json, or FILE when `path` is a file.
+// The config file `path` names: DIR/config.json, or FILE when it is a file.
+std::string LlamaConfigFile(const std::string& path);
+
+// Reads LlamaConfigFile(path).
 absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path);
 
 // A job's sequence length against the model: ≤ max_position_embeddings and,

@@ -23,6 +23,7 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/clock.h"
+#include "common/llama_config.h"
 #include "worker/checkpoint_output.h"
 #include "worker/collectives.h"
 #include "worker/data.h"
@@ -147,8 +148,7 @@ at::Tensor Frozen(const at::Tensor& t) { return t.is_cuda() ? ToHost(t, /*pinned
 // A llama model's config.json, as the job read it: beside the weights it
 // makes a FULL checkpoint a Hugging Face model directory.
 std::string LlamaConfigText(const ModelSpec& m) {
-  std::string path = LlamaConfigSource(m);
-  if (fs::is_directory(path)) path = (fs::path(path) / "config.json").string();
+  const std::string path = LlamaConfigFile(LlamaConfigSource(m));
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
