@@ -1,0 +1,72 @@
+// The server's policy file (--policy-file): who may call it (users, their
+// groups and roles, each known by the SHA-256 of a token), the priority
+// classes jobs name, and the quotas of users and groups. Torch-free and
+// gRPC-free: parsed and checked here, applied by the coordinator.
+//
+//   users:
+//     - {name: alice, token_sha256: "<64 hex digits>", groups: [vision], role: user}
+//     - {name: ops, token_sha256: "<64 hex digits>", role: admin}
+//   priority_classes: {low: 0, normal: 100, high: 1000}
+//   default_priority_class: normal          # optional; "normal" when present
+//   quotas:
+//     users: {alice: {slots: 8, gpus: 0, queued_jobs: 100}}
+//     groups: {vision: {slots: 16}}
+#ifndef TRAINYARD_COMMON_POLICY_H_
+#define TRAINYARD_COMMON_POLICY_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace trainyard {
+
+enum class Role { kUser, kAdmin };
+
+struct PolicyUser {
+  std::string name;
+  std::string token_sha256;  // lower-case hex, 64 digits
+  std::vector<std::string> groups;
+  Role role = Role::kUser;
+};
+
+// Limits on what is in use or waiting at once; unset: no limit.
+struct Quota {
+  std::optional<int64_t> slots, gpus, queued_jobs;
+};
+
+struct Policy {
+  std::vector<PolicyUser> users;
+  std::map<std::string, int64_t> priority_classes;  // name → priority (higher first)
+  std::string default_priority_class;               // "" when there are no classes
+  std::map<std::string, Quota> user_quotas, group_quotas;
+
+  // The user whose token this is, by its SHA-256; null when none.
+  const PolicyUser* UserOfToken(std::string_view token) const;
+  // The user of that name; null when none.
+  const PolicyUser* User(std::string_view name) const;
+  // The priority of a class name ("" : the default class); nullopt for an
+  // unknown name.
+  std::optional<int64_t> Priority(std::string_view class_name) const;
+};
+
+// Parses a policy file's text. `source` names it in errors. Refused, by
+// path (users[1].token_sha256, quotas.users.bob, ...): unknown keys, a
+// token hash that is not 64 hex digits, two users with one name or one
+// token, an unknown role, a quota for a user or group nobody is in, a
+// negative limit, a default class that is not a class.
+absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view source);
+
+// Reads and parses FILE.
+absl::StatusOr<Policy> ReadPolicy(const std::string& path);
+
+// The lower-case hex SHA-256 of `text` (what token_sha256 holds).
+std::string Sha256Hex(std::string_view text);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_POLICY_H_

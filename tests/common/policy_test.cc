@@ -1,0 +1,106 @@
+// The policy file: users by token hash, groups and roles, priority classes,
+// quotas; every refusal names the field.
+#include "common/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace trainyard {
+namespace {
+
+// SHA-256 test vectors (FIPS 180-2): the empty string and "abc".
+TEST(Sha256, KnownVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+std::string Policy3() {
+  return "users:\n"
+         "  - {name: alice, token_sha256: \"" +
+         Sha256Hex("alice-token") +
+         "\", groups: [vision], role: user}\n"
+         "  - {name: bob, token_sha256: \"" +
+         Sha256Hex("bob-token") +
+         "\", groups: [vision, nlp]}\n"
+         "  - {name: ops, token_sha256: \"" +
+         Sha256Hex("ops-token") +
+         "\", role: admin}\n"
+         "priority_classes: {low: 0, normal: 100, high: 1000}\n"
+         "quotas:\n"
+         "  users: {alice: {slots: 8, gpus: 0, queued_jobs: 100}}\n"
+         "  groups: {vision: {slots: 16}}\n";
+}
+
+TEST(Policy, ParsesUsersClassesAndQuotas) {
+  auto p = ParsePolicy(Policy3(), "policy.yaml");
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->users.size(), 3u);
+  const PolicyUser* alice = p->UserOfToken("alice-token");
+  ASSERT_NE(alice, nullptr);
+  EXPECT_EQ(alice->name, "alice");
+  EXPECT_EQ(alice->role, Role::kUser);
+  EXPECT_EQ(alice->groups, std::vector<std::string>{"vision"});
+  EXPECT_EQ(p->UserOfToken("ops-token")->role, Role::kAdmin);
+  EXPECT_EQ(p->User("bob")->groups, (std::vector<std::string>{"vision", "nlp"}));
+  EXPECT_EQ(p->UserOfToken("nobody's token"), nullptr);
+  EXPECT_EQ(p->UserOfToken(Sha256Hex("alice-token")), nullptr) << "the hash itself is no token";
+  EXPECT_EQ(p->Priority("high"), 1000);
+  EXPECT_EQ(p->Priority(""), 100);  // the default class, normal
+  EXPECT_EQ(p->Priority("urgent"), std::nullopt);
+  EXPECT_EQ(p->user_quotas.at("alice").slots, 8);
+  EXPECT_EQ(p->user_quotas.at("alice").gpus, 0);
+  EXPECT_EQ(p->user_quotas.at("alice").queued_jobs, 100);
+  EXPECT_EQ(p->group_quotas.at("vision").slots, 16);
+  EXPECT_EQ(p->group_quotas.at("vision").gpus, std::nullopt);
+}
+
+TEST(Policy, AnEmptyFileIsNoPolicy) {
+  auto p = ParsePolicy("", "policy.yaml");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->users.empty());
+  EXPECT_EQ(p->Priority(""), std::nullopt);
+}
+
+struct Bad {
+  std::string text;
+  std::vector<std::string> expected;
+};
+
+TEST(Policy, RefusalsNameTheField) {
+  const std::string h = Sha256Hex("t");
+  const std::vector<Bad> cases = {
+      {"userz: []\n", {"policy.yaml", "field 'userz'", "unknown key"}},
+      {"users: [{name: a, token_sha256: abc}]\n", {"field 'users[0].token_sha256'", "64"}},
+      {"users: [{name: a, token_sha256: \"" + std::string(64, 'A') + "\"}]\n", {"'users[0].token_sha256'"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\"}, {name: a, token_sha256: \"" + Sha256Hex("u") + "\"}]\n",
+       {"'users[1].name'", "twice"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\"}, {name: b, token_sha256: \"" + h + "\"}]\n",
+       {"'users[1].token_sha256'", "same token"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\", role: root}]\n", {"'users[0].role'", "user, admin"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\", colour: red}]\n", {"'users[0].colour'", "unknown key"}},
+      {"priority_classes: {low: 0, high: 9}\n", {"'default_priority_class'", "normal"}},
+      {"priority_classes: {normal: 1}\ndefault_priority_class: mid\n", {"'default_priority_class'", "mid"}},
+      {"priority_classes: {normal: x}\n", {"'priority_classes.normal'", "integer"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\"}]\nquotas: {users: {b: {slots: 1}}}\n",
+       {"'quotas.users.b'", "no user"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\"}]\nquotas: {groups: {g: {slots: 1}}}\n",
+       {"'quotas.groups.g'", "no user is in group"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\"}]\nquotas: {users: {a: {slots: -1}}}\n",
+       {"'quotas.users.a.slots'"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\"}]\nquotas: {users: {a: {cpus: 1}}}\n",
+       {"'quotas.users.a.cpus'", "unknown key"}},
+      {"users: {a: 1}\n", {"'users'", "list"}},
+      {"[1, 2\n", {"policy.yaml", "not YAML"}},
+  };
+  for (const Bad& b : cases) {
+    auto p = ParsePolicy(b.text, "policy.yaml");
+    ASSERT_FALSE(p.ok()) << b.text;
+    for (const std::string& part : b.expected) {
+      EXPECT_NE(p.status().message().find(part), std::string::npos) << b.text << " → " << p.status();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trainyard
