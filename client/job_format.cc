@@ -58,6 +58,9 @@ ordered_json JobJson(const v1::Job& j) {
   o["samples_per_second"] = j.samples_per_second();
   o["attempt"] = j.attempt();
   o["failed_rank"] = j.failed_rank();
+  o["owner"] = j.owner();
+  o["group"] = j.group();
+  o["priority"] = j.priority();
   o["created"] = FormatTime(j.created_unix_millis());
   o["started"] = FormatTime(j.started_unix_millis());
   o["ended"] = FormatTime(j.ended_unix_millis());

@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "List jobs");
   list->add_option("--state", state, "Only jobs in this state");
   int64_t list_limit = 0;
+  bool all_users = false;
+  list->add_flag("-A,--all-users", all_users, "Every user's jobs (admins; your groups' where the server allows it)");
+  auto* queue = app.add_subcommand("queue", "Show the waiting jobs in the order they start, with why each waits");
+  queue->add_flag("-A,--all-users", all_users, "Every user's waiting jobs, not only yours");
   list->add_option("--limit", list_limit, "At most this many jobs, oldest first (default: all)")
       ->check(CLI::NonNegativeNumber);
   auto* get = app.add_subcommand("get", "Show one job");
@@ -122,7 +126,8 @@ int main(int argc, char** argv) {
 
   trainyard::Trainctl ctl(o, std::cout, std::cerr);
   if (*submit) return ctl.Submit(file, watch, accelerate_config);
-  if (*list) return ctl.List(state, list_limit);
+  if (*list) return ctl.List(state, list_limit, all_users);
+  if (*queue) return ctl.Queue(all_users);
   if (*get) return ctl.Get(id);
   if (*watch_cmd) return ctl.Watch(id);
   if (*cancel) return ctl.Cancel(id, !no_wait, with_checkpoint);

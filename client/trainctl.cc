@@ -137,6 +137,10 @@ struct Trainctl::Impl {
         << "started:      " << FormatTime(j.started_unix_millis()) << "\n"
         << "ended:        " << FormatTime(j.ended_unix_millis()) << "\n";
     if (j.failed_rank() >= 0) out << "failed rank:  " << j.failed_rank() << "\n";
+    if (!j.owner().empty()) {
+      out << "owner:        " << j.owner() << (j.group().empty() ? "" : " (group " + j.group() + ")") << "\n"
+          << "priority:     " << j.priority() << "\n";
+    }
     if (j.events_size() > 0) {
       out << "events:\n";
       for (const auto& e : j.events()) {
@@ -210,9 +214,10 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
   return watch ? Watch(resp.job().id()) : 0;
 }
 
-int Trainctl::List(const std::string& state_filter, int64_t limit) {
+int Trainctl::List(const std::string& state_filter, int64_t limit, bool all_users) {
   Impl& s = *impl_;
   v1::ListJobsRequest req;
+  req.set_all_users(all_users);
   if (!state_filter.empty()) {
     auto st = ParseJobState(state_filter);
     if (!st) {
@@ -255,6 +260,51 @@ int Trainctl::List(const std::string& state_filter, int64_t limit) {
           << StateName(j.state()) << std::right << std::setw(6) << j.num_processes() << std::setw(16) << step.str()
           << std::setw(11) << loss.str() << std::setw(12) << std::fixed << std::setprecision(1)
           << j.samples_per_second() << std::defaultfloat << "  " << FormatTime(j.created_unix_millis()) << "\n";
+  }
+  return 0;
+}
+
+int Trainctl::Queue(bool all_users) {
+  Impl& s = *impl_;
+  v1::GetQueueRequest req;
+  req.set_all_users(all_users);
+  v1::GetQueueResponse resp;
+  grpc::ClientContext ctx;
+  s.Deadline(&ctx);
+  grpc::Status st = s.stub->GetQueue(&ctx, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  if (s.options.output == OutputFormat::kJson) {
+    ordered_json arr = ordered_json::array();
+    for (const auto& e : resp.entries()) {
+      arr.push_back(
+          {{"position", e.position()},
+           {"id", e.id()},
+           {"name", e.name()},
+           {"owner", e.owner()},
+           {"priority_class", e.priority_class()},
+           {"priority", e.priority()},
+           {"num_processes", e.num_processes()},
+           {"resource", e.resource()},
+           {"preemptible", e.preemptible()},
+           {"fair_share_usage", e.fair_share_usage()},
+           {"estimated_start",
+            e.estimated_start_unix_millis() > 0 ? FormatTime(e.estimated_start_unix_millis()) : std::string()},
+           {"reason", e.reason()}});
+    }
+    s.out << arr.dump(2) << "\n";
+    return 0;
+  }
+  s.out << std::left << std::setw(5) << "POS" << std::setw(14) << "ID" << std::setw(12) << "OWNER" << std::setw(10)
+        << "PRIORITY" << std::right << std::setw(6) << "PROCS"
+        << "  " << std::left << std::setw(6) << "KIND" << std::setw(21) << "ESTIMATED START"
+        << "REASON\n";
+  for (const auto& e : resp.entries()) {
+    s.out << std::left << std::setw(5) << e.position() << std::setw(14) << e.id() << std::setw(12)
+          << (e.owner().empty() ? "-" : e.owner().substr(0, 11)) << std::setw(10)
+          << (e.priority_class().empty() ? std::to_string(e.priority()) : e.priority_class()) << std::right
+          << std::setw(6) << e.num_processes() << "  " << std::left << std::setw(6) << e.resource() << std::setw(21)
+          << (e.estimated_start_unix_millis() > 0 ? FormatTime(e.estimated_start_unix_millis()) : "unknown")
+          << e.reason() << "\n";
   }
   return 0;
 }

@@ -37,7 +37,12 @@ class Trainctl {
   int Submit(const std::string& file, bool watch, const std::string& accelerate_config_file = "");
   // Every job (in `state_filter`, when given), oldest first, following the
   // server's pages; at most `limit` of them (0: all).
-  int List(const std::string& state_filter, int64_t limit = 0);
+  // `all_users`: everyone's jobs (admins; group members where the server
+  // allows it), not only the caller's.
+  int List(const std::string& state_filter, int64_t limit = 0, bool all_users = false);
+  // The waiting jobs in the order they start: position, owner, priority,
+  // estimated start and why each waits.
+  int Queue(bool all_users = false);
   int Get(const std::string& id);
   int Watch(const std::string& id);
   // With `checkpoint`, the job saves a checkpoint at its next step boundary

@@ -30,6 +30,11 @@ struct JobRecord {
   int32_t attempt = 0;  // 0 until first launched
   int32_t failed_rank = -1;
   std::string worker_token;  // per-attempt secret shared with the workers
+  // Who submitted it (the caller's user name; "" on a server without users)
+  // and the group it counts against (the owner's first group, or "").
+  std::string owner, group;
+  // Its priority class's value when it was submitted (0 without classes).
+  int64_t priority = 0;
 };
 
 struct JobEvent {

@@ -298,6 +298,10 @@ struct JobSpec {
   // What a preempted worker has to checkpoint and exit (the launcher's kill
   // deadline; Slurm's --signal lead time).
   double preemption_grace_s = 60;
+  // The job's priority class (the server's policy file names them, e.g.
+  // low, normal, high); "" = the server's default class. Higher classes
+  // start first and may preempt preemptible jobs of lower ones.
+  std::string priority;
   CheckpointSpec checkpoint;
   // Micro-batches per optimizer step; gradients are communicated only on
   // the last (Accelerate's gradient_accumulation_steps).

@@ -136,6 +136,7 @@ std::string JobSpecToJson(const JobSpec& s) {
   j["reattach_timeout_s"] = s.reattach_timeout_s;
   j["preemptible"] = s.preemptible;
   j["preemption_grace_s"] = s.preemption_grace_s;
+  j["priority"] = s.priority;
   j["max_grad_norm"] = s.max_grad_norm;
   j["gradient_accumulation_steps"] = s.gradient_accumulation_steps;
   j["activation_checkpointing"] = s.activation_checkpointing;

@@ -53,6 +53,7 @@ Quota ParseQuota(const YAML::Node& node, const std::string& path) {
     r.Int(key, &v, 0, int64_t{1} << 40);
     *field = v;
   }
+  r.String("max_priority_class", &q.max_priority_class, spec_reader::kMaxName);
   r.RejectUnknown();
   return q;
 }
@@ -79,6 +80,14 @@ Policy ParseRoot(const YAML::Node& root) {
         Fail(u.PathOf("token_sha256"), "another user has the same token");
       }
       if (YAML::Node g = u.Child("groups")) user.groups = Names(g, u.PathOf("groups"));
+      if (YAML::Node roots = u.Child("roots")) {
+        user.roots = Names(roots, u.PathOf("roots"));
+        for (size_t k = 0; k < user.roots.size(); ++k) {
+          if (user.roots[k].front() != '/') {
+            Fail(absl::StrCat(u.PathOf("roots"), "[", k, "]"), "must be an absolute path, got " + user.roots[k]);
+          }
+        }
+      }
       std::string role = "user";
       u.String("role", &role, 16);
       if (role == "admin") {
@@ -133,6 +142,15 @@ Policy ParseRoot(const YAML::Node& root) {
     }
     q.RejectUnknown();
   }
+  for (const auto* quotas : {&p.user_quotas, &p.group_quotas}) {
+    for (const auto& [name, quota] : *quotas) {
+      if (!quota.max_priority_class.empty() && !p.priority_classes.count(quota.max_priority_class)) {
+        Fail(absl::StrCat("quotas.", quotas == &p.user_quotas ? "users." : "groups.", name, ".max_priority_class"),
+             "'" + quota.max_priority_class + "' is not one of priority_classes");
+      }
+    }
+  }
+  r.Bool("group_visibility", &p.group_visibility);
   r.RejectUnknown();
   return p;
 }

@@ -9,8 +9,10 @@
 //   priority_classes: {low: 0, normal: 100, high: 1000}
 //   default_priority_class: normal          # optional; "normal" when present
 //   quotas:
-//     users: {alice: {slots: 8, gpus: 0, queued_jobs: 100}}
+//     users: {alice: {slots: 8, gpus: 0, queued_jobs: 100, max_priority_class: normal}}
 //     groups: {vision: {slots: 16}}
+//   group_visibility: true                  # members see each other's jobs
+// A user may also list `roots: [DIR...]`: where their jobs read and write.
 #ifndef TRAINYARD_COMMON_POLICY_H_
 #define TRAINYARD_COMMON_POLICY_H_
 
@@ -32,11 +34,17 @@ struct PolicyUser {
   std::string token_sha256;  // lower-case hex, 64 digits
   std::vector<std::string> groups;
   Role role = Role::kUser;
+  // Where this user's jobs may read and write (checkpoint.project_dir,
+  // init_from, resume sources...); empty: the server's --allowed-root
+  // directories with {user} replaced by the name.
+  std::vector<std::string> roots;
 };
 
 // Limits on what is in use or waiting at once; unset: no limit.
 struct Quota {
   std::optional<int64_t> slots, gpus, queued_jobs;
+  // The highest priority class its jobs may name ("": any).
+  std::string max_priority_class;
 };
 
 struct Policy {
@@ -44,6 +52,8 @@ struct Policy {
   std::map<std::string, int64_t> priority_classes;  // name → priority (higher first)
   std::string default_priority_class;               // "" when there are no classes
   std::map<std::string, Quota> user_quotas, group_quotas;
+  // Members of a group may see (not act on) each other's jobs.
+  bool group_visibility = false;
 
   // The user whose token this is, by its SHA-256; null when none.
   const PolicyUser* UserOfToken(std::string_view token) const;

@@ -150,6 +150,9 @@ void ToProto(const JobRecord& j, const std::vector<JobEvent>& events, v1::Job* o
   out->set_ended_unix_millis(j.ended_unix_millis);
   out->set_attempt(j.attempt);
   out->set_failed_rank(j.failed_rank);
+  out->set_owner(j.owner);
+  out->set_group(j.group);
+  out->set_priority(j.priority);
   for (const JobEvent& e : events) {
     v1::JobEvent* pe = out->add_events();
     pe->set_unix_millis(e.unix_millis);

@@ -113,6 +113,7 @@ Attempt::Update Attempt::OnExit(const RankExit& exit, bool recovering) {
     if (!outcome && recovering) reattach_failed_ = true;
   }
   Update u;
+  if (outcome == WorkerOutcome::kSucceeded) ++succeeded_;
   if (outcome == WorkerOutcome::kUsage) usage_error_ = true;
   if (outcome == WorkerOutcome::kPreempted) {
     preempted_ = true;  // the other ranks stop at the same step; nothing to stop here
@@ -166,6 +167,8 @@ AttemptEnd Attempt::End() const {
   AttemptEnd end;
   end.cancel_requested = cancel_requested();
   end.stopped_for_restart = stop_ == Stop::kForRestart;
+  // A job that trained to its end before the preemption took effect is done.
+  end.stopped_for_priority = stop_ == Stop::kForPriority && succeeded_ < world_size_;
   end.failed = failed_;
   end.failure = failure_;
   end.reattach_failed = reattach_failed_;

@@ -40,6 +40,7 @@ class Attempt {
     kCancel,                 // trainctl cancel: the job ends CANCELLED
     kCancelAfterCheckpoint,  // cancel --checkpoint: rank 0 saves, then every rank stops
     kForRestart,             // --on-shutdown checkpoint: the job resumes after the restart
+    kForPriority,            // preempted for another job: checkpoint, stop, queued again
   };
 
   // What a change did, for the caller to act on.
@@ -160,6 +161,7 @@ class Attempt {
   bool usage_error_ = false;
   bool reattach_failed_ = false;
   Stop stop_ = Stop::kNone;
+  int32_t succeeded_ = 0;  // ranks that ended having trained to the end
   SteadyTime reattach_deadline_{};
   int64_t hang_diagnosis_ = 0;
 };

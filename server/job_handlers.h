@@ -23,12 +23,25 @@
 #include "common/job_state.h"
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
+#include "server/caller.h"
 #include "server/hang_diagnosis.h"
 #include "server/job_streams.h"
 
 namespace trainyard {
 
 // One page of a job listing; next_page_token is empty on the last page.
+// A waiting job, as the queue shows it.
+struct QueuedJob {
+  JobRecord job;
+  int position = 0;  // 1: starts first
+  std::string priority_class;
+  std::string resource;  // slots, gpus, or none (Slurm, external)
+  std::string reason;
+  int64_t estimated_start_unix_millis = 0;  // 0: unknown
+  double owner_usage = 0;                   // fair share: its owner's decayed rank-seconds
+  bool preemptible = false;
+};
+
 struct JobPage {
   std::vector<JobRecord> jobs;
   std::string next_page_token;
@@ -61,14 +74,30 @@ class JobRequestHandler {
   // Queues a job. `accelerate_config`, when not empty, is an Accelerate
   // config file applied to the spec (ParseJobSpecWithAccelerateConfig); each
   // of its warnings becomes a QUEUED event "accelerate config: <warning>".
-  virtual absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config) = 0;
+  // `by` owns it: its group, its roots for the paths the spec names, its
+  // priority class (checked against the policy's classes and maximums) and
+  // its quota of queued jobs.
+  virtual absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config,
+                                           const Caller& by) = 0;
+  // Whether `by` may do `action` ("cancel", "read the logs of"...) to job
+  // `id`: admins and the owner may do anything; with the policy's
+  // group_visibility, members of the job's group may look (`read_only`).
+  // A refusal is PermissionDenied naming the job and the user, and becomes
+  // an event of the job. NotFound for an unknown job.
+  virtual absl::Status Authorize(const Caller& by, const std::string& id, const std::string& action,
+                                 bool read_only) = 0;
+  // The waiting jobs in the order they start (the caller's own unless
+  // `all_users`, as List), with why each waits and when it may start.
+  virtual absl::StatusOr<std::vector<QueuedJob>> Queue(const Caller& by, bool all_users) = 0;
   virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   // One page of the jobs in `states` (all when empty), oldest first, after
   // the page that `page_token` ends (empty: the first), at most page_size
   // (capped at kMaxPageSize). A malformed token is InvalidArgument.
-  virtual absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size,
-                                       const std::string& page_token) = 0;
+  // Only `by`'s own jobs unless `all_users` (admins: everyone's; others:
+  // their groups' too where the policy has group_visibility, else refused).
+  virtual absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,
+                                       const Caller& by, bool all_users) = 0;
   // With `checkpoint`, a running job saves a checkpoint at its next step
   // boundary and then stops (a later plain Cancel stops it at once).
   virtual absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint) = 0;
@@ -82,7 +111,8 @@ class JobRequestHandler {
   // Starts an ended job again (same id, next attempt) from `from` (a
   // checkpoint directory) or, when empty, its latest complete checkpoint;
   // num_processes > 0 changes its world size.
-  virtual absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes) = 0;
+  virtual absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes,
+                                           const Caller& by) = 0;
   virtual absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id) = 0;
   virtual absl::StatusOr<std::string> LogPath(const std::string& id, int32_t rank) = 0;
   // The worker token of a job whose launcher is external (not ended).

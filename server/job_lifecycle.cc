@@ -30,14 +30,67 @@ Demand JobLifecycle::DemandOf(const JobSpec& spec) const {
           spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots, spec.num_processes};
 }
 
+JobClaim JobLifecycle::ClaimOf(const ActiveJob& job) const {
+  JobClaim c;
+  c.owner = job.record.owner;
+  c.group = job.record.group;
+  c.priority = job.record.priority;
+  c.preemptible = job.spec.preemptible;
+  // Known once an attempt reported its step time; a script job's length is its own.
+  if (const double step_s = job.progress.step_seconds(); step_s > 0 && job.spec.max_steps > 0) {
+    const int64_t left = std::max<int64_t>(0, job.spec.max_steps - job.record.step);
+    c.runtime = std::chrono::duration_cast<steady_clock::duration>(std::chrono::duration<double>(left * step_s));
+  }
+  return c;
+}
+
 void JobLifecycle::Enqueue(ActiveJob& job) {
-  scheduler_->Enqueue(job.record.id, DemandOf(job.spec));
+  scheduler_->Enqueue(job.record.id, DemandOf(job.spec), ClaimOf(job));
   TrySchedule();
 }
 
 void JobLifecycle::TrySchedule() {
-  for (const std::string& id : scheduler_->Schedule(steady_clock::now())) {
+  Scheduler::Decision d = scheduler_->Schedule(steady_clock::now());
+  for (const std::string& id : d.start) {
     if (ActiveJob* job = jobs_->Find(id)) StartJob(*job);
+  }
+  for (const Scheduler::Preemption& p : d.preempt) {
+    if (ActiveJob* job = jobs_->Find(p.victim); job != nullptr && job->attempt) Preempt(*job, p);
+  }
+}
+
+void JobLifecycle::UpdateEstimates() {
+  const auto now = steady_clock::now();
+  jobs_->ForEach([&](ActiveJob& job) {
+    if (!job.attempt || !scheduler_->running(job.record.id)) return;
+    if (std::optional<steady_clock::duration> left = ClaimOf(job).runtime) {
+      scheduler_->SetExpectedEnd(job.record.id, now + *left);
+    }
+  });
+}
+
+void JobLifecycle::Preempt(ActiveJob& job, const Scheduler::Preemption& why) {
+  Attempt& a = *job.attempt;
+  if (a.stop_requested()) return;  // stopping already
+  a.RequestStop(Attempt::Stop::kForPriority);
+  metrics_->CountPreemption(job.record.owner);
+  const ActiveJob* other = jobs_->Find(why.for_job);
+  const std::string for_whom =
+      absl::StrCat("job ", why.for_job,
+                   other ? absl::StrCat(" (priority ", other->record.priority,
+                                        other->record.owner.empty() ? "" : ", user ", other->record.owner, ")")
+                         : "",
+                   why.reclaim ? ", whose owner reclaims the quota this job borrowed" : "");
+  WorkerChannel* rank0 = a.channel(0);
+  if (job.record.state == JobState::kRunning && rank0 != nullptr && !a.failed()) {
+    WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "preempted by the scheduler"};
+    cmd.stop_after = true;
+    rank0->Push(cmd);
+    jobs_->AddEvent(job, absl::StrCat("preempted for ", for_whom, ": checkpoint, then stop; queued again to resume"));
+  } else {
+    StopGroup(job);
+    jobs_->AddEvent(job, absl::StrCat("preempted for ", for_whom,
+                                      " before it ran: stopped; queued again to resume from its latest checkpoint"));
   }
 }
 
@@ -132,12 +185,12 @@ void JobLifecycle::EndAttempt(ActiveJob& job) {
   // have not started yet.
   job.progress.FailureDetected(job.record.step);  // preemptions and stops: from the attempt's end
   job.progress.AttemptEnded();
-  scheduler_->Release(id);
+  scheduler_->Release(id, steady_clock::now());
   job.attempt.reset();
   job.spec.checkpoint.resume_from = "latest";
   job.record.spec_json = JobSpecToJson(job.spec);
   jobs_->Transition(job, JobState::kQueued, reason);
-  scheduler_->Enqueue(id, DemandOf(job.spec), not_before, /*ahead=*/true);
+  scheduler_->Enqueue(id, DemandOf(job.spec), ClaimOf(job), not_before, /*ahead=*/true);
   TrySchedule();
 }
 
@@ -145,7 +198,7 @@ void JobLifecycle::End(ActiveJob& job, JobState state, const std::string& reason
   const std::string id = job.record.id;
   jobs_->Transition(job, state, reason);
   scheduler_->Remove(id);
-  scheduler_->Release(id);
+  scheduler_->Release(id, steady_clock::now());
   jobs_->Remove(id, admission_->KindOf(job.spec) == LauncherKind::kLocal);  // waiters of its checkpoints give up
 }
 
@@ -153,7 +206,7 @@ void JobLifecycle::Adopt(ActiveJob& job) {
   const JobRecord& r = job.record;
   const LauncherKind kind = admission_->KindOf(job.spec);
   job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, kind == LauncherKind::kExternal);
-  scheduler_->HoldAdopted(r.id, DemandOf(job.spec));
+  scheduler_->HoldAdopted(r.id, DemandOf(job.spec), ClaimOf(job), steady_clock::now());
   // The launcher follows the processes (local: found by command line) or
   // the batch job (Slurm: found by name) and reports their ends.
   launchers_->Adopt(job, kind, ContextOf(job));

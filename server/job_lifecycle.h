@@ -45,8 +45,12 @@ class JobLifecycle {
 
   // Queues the job (behind the jobs waiting already) and starts what can.
   void Enqueue(ActiveJob& job);
-  // Starts the waiting jobs the scheduler lets start now.
+  // Starts the waiting jobs the scheduler lets start now and preempts the
+  // running jobs it picks for them.
   void TrySchedule();
+  // Tells the scheduler when running jobs are expected to end (their
+  // remaining steps × rank 0's step time) and what waiting jobs will run.
+  void UpdateEstimates();
   // A job found starting or running after a coordinator restart: its
   // attempt is followed again (RECOVERING), its ranks have
   // reattach_timeout_s to reconnect.
@@ -76,6 +80,10 @@ class JobLifecycle {
 
  private:
   Demand DemandOf(const JobSpec& spec) const;
+  JobClaim ClaimOf(const ActiveJob& job) const;
+  // Stops `victim` for `for_job`: rank 0 checkpoints at its next step
+  // boundary and every rank stops; the job is queued again to resume.
+  void Preempt(ActiveJob& victim, const Scheduler::Preemption& why);
   void StartJob(ActiveJob& job);
   void EndAttempt(ActiveJob& job);
   LaunchContext ContextOf(const ActiveJob& job) const;

@@ -1,5 +1,6 @@
 #include "server/job_manager.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 
@@ -47,13 +48,137 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
       options_(std::move(options)),
       admission_(AdmissionOf(options_)),
       jobs_(store, metrics),
-      scheduler_(options_.slots, options_.gpus),
+      scheduler_(options_.slots, options_.gpus, SchedulingOf(Policy{})),
       lifecycle_(
           &jobs_, &scheduler_, &launchers_, &admission_, metrics,
           {options_.master_addr, admission_.options().state_dir, options_.restart_backoff, options_.coordinator_addr,
            options_.remote_coordinator_addr.empty() ? options_.coordinator_addr : options_.remote_coordinator_addr}) {
   absl::MutexLock lock(&mu_);
   launchers_.Register(LauncherKind::kLocal, launcher);
+  policy_ = std::make_shared<const Policy>();
+}
+
+SchedulerPolicy JobManager::SchedulingOf(const Policy& policy) const {
+  SchedulerPolicy s;
+  s.user_quotas = policy.user_quotas;
+  s.group_quotas = policy.group_quotas;
+  s.fair_share_half_life = options_.fair_share_half_life;
+  s.min_run_time = options_.preemption_min_run_time;
+  return s;
+}
+
+void JobManager::SetPolicy(std::shared_ptr<const Policy> policy) {
+  absl::MutexLock lock(&mu_);
+  policy_ = std::move(policy);
+  scheduler_.SetPolicy(SchedulingOf(*policy_));
+  metrics_->SetQuotas(policy_->user_quotas, policy_->group_quotas);
+  lifecycle_.TrySchedule();  // a larger quota may let jobs start
+}
+
+absl::StatusOr<int64_t> JobManager::PriorityFor(const Caller& by, const std::string& class_name) const {
+  const Policy& p = *policy_;
+  if (p.priority_classes.empty()) {
+    if (class_name.empty()) return 0;
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field 'priority': this server has no priority classes (got '", class_name, "')"));
+  }
+  std::optional<int64_t> value = p.Priority(class_name);
+  if (!value) {
+    std::vector<std::string> names;
+    for (const auto& [name, v] : p.priority_classes) names.push_back(name);
+    return absl::InvalidArgumentError(absl::StrCat("spec field 'priority': unknown class '", class_name,
+                                                   "'; this server has: ", absl::StrJoin(names, ", ")));
+  }
+  if (by.admin) return *value;
+  // The lowest maximum of the user's and its groups' quotas.
+  auto check = [&](const std::map<std::string, Quota>& quotas, const std::string& name,
+                   const char* what) -> absl::Status {
+    auto q = quotas.find(name);
+    if (q == quotas.end() || q->second.max_priority_class.empty()) return absl::OkStatus();
+    if (*value <= p.priority_classes.at(q->second.max_priority_class)) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat("spec field 'priority': ", what, " ", name, " may submit up to '",
+                                                    q->second.max_priority_class, "', not '",
+                                                    class_name.empty() ? p.default_priority_class : class_name, "'"));
+  };
+  if (auto s = check(p.user_quotas, by.user, "user"); !s.ok()) return s;
+  for (const std::string& g : by.groups) {
+    if (auto s = check(p.group_quotas, g, "group"); !s.ok()) return s;
+  }
+  return *value;
+}
+
+std::string JobManager::ClassName(int64_t priority) const {
+  for (const auto& [name, v] : policy_->priority_classes) {
+    if (v == priority) return name;
+  }
+  return "";
+}
+
+absl::Status JobManager::Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) {
+  absl::MutexLock lock(&mu_);
+  if (by.admin || (by.user.empty() && !by.admin)) {
+    // Admins, and anyone on a server without users.
+    if (jobs_.Find(id) != nullptr) return absl::OkStatus();
+    return store_->Get(id).status();
+  }
+  ActiveJob* live = jobs_.Find(id);
+  JobRecord stored;
+  if (live == nullptr) {
+    auto rec = store_->Get(id);
+    if (!rec.ok()) return rec.status();
+    stored = *std::move(rec);
+  }
+  const JobRecord& r = live != nullptr ? live->record : stored;
+  if (r.owner == by.user) return absl::OkStatus();
+  if (read_only && policy_->group_visibility && !r.group.empty() &&
+      std::find(by.groups.begin(), by.groups.end(), r.group) != by.groups.end()) {
+    return absl::OkStatus();
+  }
+  const std::string refusal = absl::StrCat(by.Describe(), " may not ", action, " job ", id, ": it is not theirs");
+  spdlog::warn("{}", refusal);
+  metrics_->CountDenied(by.user);
+  if (live != nullptr) {
+    jobs_.AddEvent(*live, absl::StrCat("refused: ", refusal));
+  } else {
+    const JobEvent event{NowMillis(), r.state, absl::StrCat("refused: ", refusal)};
+    store_->Update(r, &event).IgnoreError();
+  }
+  return absl::PermissionDeniedError(refusal);
+}
+
+absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool all_users) {
+  absl::MutexLock lock(&mu_);
+  const bool everyone = by.admin || by.user.empty();
+  if (all_users && !everyone && !policy_->group_visibility) {
+    return absl::PermissionDeniedError(absl::StrCat(by.Describe(), " may not see other users' jobs on this server"));
+  }
+  std::vector<QueuedJob> out;
+  const auto now = std::chrono::steady_clock::now();
+  const auto wall = std::chrono::system_clock::now();
+  for (Scheduler::QueueEntry& e : scheduler_.Queue(now)) {
+    const ActiveJob* job = jobs_.Find(e.id);
+    if (job == nullptr) continue;
+    const JobRecord& r = job->record;
+    const bool mine = r.owner == by.user;
+    const bool group_mate =
+        !r.group.empty() && std::find(by.groups.begin(), by.groups.end(), r.group) != by.groups.end();
+    if (!mine && !(all_users && (everyone || group_mate))) continue;
+    QueuedJob q;
+    q.job = r;
+    q.position = e.position;
+    q.priority_class = ClassName(r.priority);
+    q.resource = !e.demand.local ? "none" : e.demand.kind == ResourcePool::Kind::kGpus ? "gpus" : "slots";
+    q.reason = e.reason;
+    if (e.estimated_start) {
+      q.estimated_start_unix_millis =
+          std::chrono::duration_cast<std::chrono::milliseconds>((wall + (*e.estimated_start - now)).time_since_epoch())
+              .count();
+    }
+    q.owner_usage = e.owner_usage;
+    q.preemptible = job->spec.preemptible;
+    out.push_back(std::move(q));
+  }
+  return out;
 }
 
 JobManager::~JobManager() = default;
@@ -109,7 +234,8 @@ absl::Status JobManager::Recover() {
 
 // ---- People's side ----------------------------------------------------------
 
-absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config) {
+absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config,
+                                             const Caller& by) {
   std::vector<std::string> warnings;
   auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &warnings);
   absl::MutexLock lock(&mu_);
@@ -124,14 +250,24 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
         absl::StrCat("the queue already holds ", scheduler_.size(), " jobs (the limit); try again later"));
   }
   if (admitted.ok() && lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
-  if (admitted.ok()) admitted = admission_.ResolvePaths(*spec, id);
+  absl::StatusOr<int64_t> priority = admitted.ok() ? PriorityFor(by, spec->priority) : int64_t{0};
+  if (admitted.ok()) admitted = priority.status();
+  if (admitted.ok() && !by.admin) {
+    auto q = policy_->user_quotas.find(by.user);
+    if (q != policy_->user_quotas.end() && q->second.queued_jobs &&
+        scheduler_.queued_of(by.user) >= *q->second.queued_jobs) {
+      admitted = absl::ResourceExhaustedError(absl::StrCat("user ", by.user, " has ", scheduler_.queued_of(by.user),
+                                                           " jobs queued, the quota (queued_jobs); try again later"));
+    }
+  }
+  if (admitted.ok()) admitted = admission_.ResolvePaths(*spec, id, by.roots);
   if (admitted.ok()) admitted = admission_.CheckModel(*spec);
   if (!admitted.ok()) {
     metrics_->CountRejected();
     return admitted;
   }
   for (std::string& w : warnings) w = "accelerate config: " + w;
-  absl::StatusOr<ActiveJob*> job = jobs_.Submit(id, *spec, warnings);
+  absl::StatusOr<ActiveJob*> job = jobs_.Submit(id, *spec, warnings, {by.user, by.group(), *priority});
   if (!job.ok()) return job.status();
   metrics_->CountSubmitted();
   if (spec->script.empty()) {
@@ -145,17 +281,40 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
 
 absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  return jobs_.Record(id);
+  absl::StatusOr<JobRecord> r = jobs_.Record(id);
+  // A queued job says why it waits, as of the scheduler's last decision.
+  if (r.ok() && r->state == JobState::kQueued) {
+    if (std::string why = scheduler_.WhyWaiting(id); !why.empty()) r->reason = std::move(why);
+  }
+  return r;
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) { return store_->Events(id); }
 
-absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size,
-                                         const std::string& page_token) {
+absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size, const std::string& page_token,
+                                         const Caller& by, bool all_users) {
   auto after = JobPageAfter(page_token);
   if (!after.ok()) return after.status();
   const int size = page_size <= 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
-  auto page = store_->ListPage(std::vector<JobState>(states.begin(), states.end()), *after, size);
+  std::vector<std::string> owners, groups;
+  if (!by.admin && !by.user.empty()) {
+    owners.push_back(by.user);
+    if (all_users) {
+      bool visible = false;
+      {
+        absl::MutexLock lock(&mu_);
+        visible = policy_->group_visibility;
+      }
+      if (!visible) {
+        return absl::PermissionDeniedError(
+            absl::StrCat(by.Describe(), " may not list other users' jobs on this server"));
+      }
+      groups = by.groups;
+    }
+  } else if (!all_users && !by.user.empty()) {
+    owners.push_back(by.user);  // an admin's own, unless all users'
+  }
+  auto page = store_->ListPage(std::vector<JobState>(states.begin(), states.end()), *after, size, owners, groups);
   if (!page.ok()) return page.status();
   absl::MutexLock lock(&mu_);
   JobPage out;
@@ -221,7 +380,8 @@ absl::StatusOr<std::vector<CheckpointRecord>> JobManager::Checkpoints(const std:
   return store_->Checkpoints(id);
 }
 
-absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::string& from, int32_t num_processes) {
+absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::string& from, int32_t num_processes,
+                                             const Caller& by) {
   absl::MutexLock lock(&mu_);
   if (const ActiveJob* live = jobs_.Find(id)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not ended (", JobStateName(live->record.state),
@@ -230,7 +390,7 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
   auto rec = store_->Get(id);
   if (!rec.ok()) return rec.status();
   if (lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
-  auto spec = admission_.ForResume(rec->spec_json, options_.limits, id, from, num_processes, launchers_);
+  auto spec = admission_.ForResume(rec->spec_json, options_.limits, id, from, num_processes, launchers_, by.roots);
   if (!spec.ok()) return spec.status();
   JobRecord r = *rec;
   r.spec_json = JobSpecToJson(*spec);
@@ -439,7 +599,8 @@ absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
 void JobManager::CheckProgress() {
   absl::MutexLock lock(&mu_);
   const auto now = steady_clock::now();
-  lifecycle_.TrySchedule();  // restarts whose backoff is over
+  lifecycle_.UpdateEstimates();
+  lifecycle_.TrySchedule();  // restarts whose backoff is over, preemptions past the minimum run time
   for (const std::string& id : jobs_.ids()) {
     // Each step may end the attempt (and start or end other jobs): look again.
     auto attempt_of = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -466,6 +627,20 @@ void JobManager::CheckProgress() {
     if (hang.hung) lifecycle_.Apply(*job, a->Fail(-1, hang.failure));
   }
   requests_.ExpireDiagnoses(now);
+  metrics_->SetSchedulerUsage(scheduler_.UserUsage(now), scheduler_.GroupUsage());
+  if (!policy_->priority_classes.empty()) {
+    std::map<std::string, std::pair<int, int>> classes;
+    for (const auto& [name, value] : policy_->priority_classes) classes[name];
+    jobs_.ForEach([&](ActiveJob& job) {
+      auto& [queued, running] = classes[ClassName(job.record.priority)];
+      if (job.record.state == JobState::kQueued) {
+        ++queued;
+      } else if (job.attempt) {
+        running += job.record.num_processes;
+      }
+    });
+    metrics_->SetClassCounts(classes);
+  }
 }
 
 // ---- Shutdown ---------------------------------------------------------------

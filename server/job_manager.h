@@ -28,7 +28,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "common/policy.h"
 #include "server/active_job.h"
+#include "server/caller.h"
 #include "server/job_handlers.h"
 #include "server/job_lifecycle.h"
 #include "server/job_store.h"
@@ -70,6 +72,11 @@ struct JobManagerOptions {
   LauncherKind default_launcher = LauncherKind::kLocal;
   // The Python of script jobs whose spec names none (--script-python).
   std::string script_python = "python3";
+  // Fair share: how fast past usage fades (--fair-share-half-life).
+  std::chrono::seconds fair_share_half_life{24 * 3600};
+  // A job is not preempted for another before it ran this long since it
+  // started (--preemption-min-run-time).
+  std::chrono::seconds preemption_min_run_time{600};
 };
 
 class JobManager final : public JobRequestHandler, public WorkerHandler {
@@ -92,17 +99,37 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   // Makes `kind` (slurm) available to jobs. Call before Recover.
   void RegisterLauncher(LauncherKind kind, Launcher* launcher);
 
+  // The users' policy (classes, quotas, group visibility) from now on: at
+  // start and on every reload. What runs keeps running; queued jobs keep
+  // the priority they were submitted with.
+  void SetPolicy(std::shared_ptr<const Policy> policy);
+
   // JobRequestHandler.
-  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config = "") override;
+  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config,
+                                   const Caller& by) override;
+  // As anyone on a server without users.
+  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config = "") {
+    return Submit(spec_text, accelerate_config, Caller{});
+  }
+  absl::Status Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) override;
+  absl::StatusOr<std::vector<QueuedJob>> Queue(const Caller& by, bool all_users) override;
   absl::StatusOr<JobRecord> Get(const std::string& id) override;
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override;
-  absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token) override;
+  absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,
+                               const Caller& by, bool all_users) override;
+  absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token) {
+    return List(states, page_size, page_token, Caller{}, /*all_users=*/true);
+  }
   absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint = false) override;
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& id, CheckpointType type) override;
   absl::StatusOr<CheckpointEvent> WaitCheckpoint(const std::string& id, int64_t request_id,
                                                  std::chrono::system_clock::time_point deadline) override;
   absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) override;
-  absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes) override;
+  absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes,
+                                   const Caller& by) override;
+  absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes) {
+    return Resume(id, from, num_processes, Caller{});
+  }
   absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id) override;
   absl::StatusOr<std::string> LogPath(const std::string& id, int32_t rank) override;
   absl::StatusOr<JoinInfo> GetJoinInfo(const std::string& id) override;
@@ -147,6 +174,13 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   int free_gpus();
 
  private:
+  SchedulerPolicy SchedulingOf(const Policy& policy) const;
+  // Refuses `by`'s submission of a job of priority class `class_name` (""
+  // the default) when the class is unknown or above its maximum; else its value.
+  absl::StatusOr<int64_t> PriorityFor(const Caller& by, const std::string& class_name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string ClassName(int64_t priority) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   JobStore* const store_;
   ServerMetrics* const metrics_;
   const JobManagerOptions options_;
@@ -158,6 +192,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   PendingRequests requests_ ABSL_GUARDED_BY(mu_);
   Launchers launchers_ ABSL_GUARDED_BY(mu_);
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

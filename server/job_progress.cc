@@ -33,6 +33,9 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
     last_progress_ = now;
     failures_in_a_row_ = 0;
     goodput_.AddStep(m.step, m.step_seconds);
+    if (m.step_seconds > 0) {
+      step_seconds_ = step_seconds_ == 0 ? m.step_seconds : 0.9 * step_seconds_ + 0.1 * m.step_seconds;
+    }
     metrics_->AddBadput(job_id_, "data_wait", m.data_seconds);
     const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();
     // Until this step began: the time before it was no step's.

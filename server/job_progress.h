@@ -100,6 +100,10 @@ class JobProgress {
   // most once a second).
   bool PersistDue(SteadyTime now);
 
+  // Rank 0's seconds per step (an average over its recent steps); 0 until
+  // it reported one.
+  double step_seconds() const { return step_seconds_; }
+
   // Failed attempts since one last trained a step.
   int failures_in_a_row() const { return failures_in_a_row_; }
   void CountFailure() { ++failures_in_a_row_; }
@@ -111,6 +115,7 @@ class JobProgress {
   SteadyTime last_progress_{};
   SteadyTime last_persist_{};
   int failures_in_a_row_ = 0;
+  double step_seconds_ = 0;
   // Each rank's samples/s at its last step, this attempt.
   std::map<int32_t, double> samples_per_second_;
   // Recovery: when the failure (or stop) that requeued the job was detected

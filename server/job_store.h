@@ -38,7 +38,11 @@ class JobStore {
     int64_t last = 0;   // insertion number of the page's last job
     bool more = false;  // jobs in `states` follow
   };
-  virtual absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit) = 0;
+  // `owners`: only jobs of these owners (or of these groups, `groups`);
+  // both empty: every job.
+  virtual absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit,
+                                        const std::vector<std::string>& owners = {},
+                                        const std::vector<std::string>& groups = {}) = 0;
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   virtual absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) = 0;
   // In the order reported.

@@ -19,7 +19,7 @@ std::string JobTable::NewId() const {
 }
 
 absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec& spec,
-                                            const std::vector<std::string>& notes) {
+                                            const std::vector<std::string>& notes, const Ownership& ownership) {
   JobRecord r;
   r.id = id;
   r.name = spec.name;
@@ -29,6 +29,9 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
   r.num_processes = spec.num_processes;
   r.max_steps = spec.script.empty() ? spec.max_steps : 0;  // a script's own length is not known
   r.created_unix_millis = NowMillis();
+  r.owner = ownership.owner;
+  r.group = ownership.group;
+  r.priority = ownership.priority;
   if (auto s = store_->Insert(r, {r.created_unix_millis, JobState::kQueued, "submitted"}); !s.ok()) return s;
   counts_[JobState::kQueued]++;
   metrics_->SetJobCounts(counts_);

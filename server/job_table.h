@@ -21,6 +21,12 @@
 
 namespace trainyard {
 
+// Whose a submitted job is.
+struct Ownership {
+  std::string owner, group;
+  int64_t priority = 0;
+};
+
 class JobTable {
  public:
   // Both must outlive the table.
@@ -30,7 +36,8 @@ class JobTable {
   std::string NewId() const;
   // Stores a submitted job (QUEUED, with the event "submitted" and one per
   // note) and holds it.
-  absl::StatusOr<ActiveJob*> Submit(const std::string& id, const JobSpec& spec, const std::vector<std::string>& notes);
+  absl::StatusOr<ActiveJob*> Submit(const std::string& id, const JobSpec& spec, const std::vector<std::string>& notes,
+                                    const Ownership& ownership = {});
   // Holds a job the store already has (loaded after a restart, or resumed).
   ActiveJob& Hold(const JobRecord& record, const JobSpec& spec);
   // Counts a job of the store that has ended (loaded after a restart).
@@ -45,6 +52,11 @@ class JobTable {
   // The live record, else the stored one.
   absl::StatusOr<JobRecord> Record(const std::string& id);
   std::vector<std::string> ids() const;
+  // Calls f(ActiveJob&) for every job held.
+  template <typename F>
+  void ForEach(F&& f) {
+    for (auto& [id, job] : jobs_) f(job);
+  }
 
   // Records `state` with `reason` (an event), tells the watchers.
   void Transition(ActiveJob& job, JobState state, const std::string& reason);

@@ -42,6 +42,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--auth-token-file", o.auth_token_file,
                  "File with the bearer token every client call must carry (authorization: Bearer <token>)");
+  app.add_option("--policy-file", o.policy_file,
+                 "Users (by the SHA-256 of their tokens), groups, roles, priority classes and quotas (YAML; "
+                 "docs/operating/users.md); reloaded on SIGHUP")
+      ->check(CLI::ExistingFile);
+  double half_life_h = 24, min_run_s = 600;
+  app.add_option("--fair-share-half-life-hours", half_life_h, "How fast past usage fades from fair share (hours)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 24.0 * 365));
+  app.add_option("--preemption-min-run-time-s", min_run_s,
+                 "A job runs at least this long after it starts before it is preempted for a job of higher priority")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 7.0 * 86400));
   app.add_option("--tls-cert", o.tls_cert, "Server certificate chain (PEM): serve TLS");
   app.add_option("--tls-key", o.tls_key, "Server private key (PEM)");
   app.add_option("--tls-client-ca", o.tls_client_ca, "CA (PEM) client certificates must be signed by: mutual TLS");
@@ -93,6 +105,8 @@ int main(int argc, char** argv) {
   o.stop_grace = std::chrono::milliseconds(stop_grace_ms);
   o.restart_backoff = std::chrono::milliseconds(restart_backoff_ms);
   o.on_shutdown = *trainyard::ValueOf(trainyard::kShutdownModeNames, on_shutdown);
+  o.fair_share_half_life = std::chrono::seconds(static_cast<int64_t>(half_life_h * 3600));
+  o.preemption_min_run_time = std::chrono::seconds(static_cast<int64_t>(min_run_s));
   o.shutdown_checkpoint_timeout = std::chrono::seconds(shutdown_timeout_s);
 
   // Signals are taken by one thread with sigwait; every other thread (gRPC's,
@@ -101,6 +115,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -111,7 +126,11 @@ int main(int argc, char** argv) {
   }
   std::thread signals([&] {
     int sig = 0;
-    sigwait(&set, &sig);
+    // SIGHUP reloads the policy file; the others stop the server.
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+      if (auto s = server.ReloadPolicy(); !s.ok())
+        spdlog::error("trainyard-server: SIGHUP: {}", std::string(s.message()));
+    }
     spdlog::info("trainyard-server: signal {} received, shutting down", sig);
     server.Shutdown();
   });

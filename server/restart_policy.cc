@@ -14,6 +14,9 @@ NextStep DecideAfterAttempt(const AttemptEnd& end) {
             "the coordinator stopped (--on-shutdown checkpoint): resumes from its latest checkpoint when it starts "
             "again"};
   }
+  if (end.stopped_for_priority && !end.shutting_down) {
+    return {Kind::kRequeue, "preempted for a job of higher priority: resumes from its latest checkpoint"};
+  }
   // Ranks that ended neither well nor preempted failed, reported or not.
   const bool failed = end.failed || (!end.all_succeeded && !end.preempted);
   if (failed) {

@@ -31,6 +31,9 @@ struct AttemptEnd {
   // ...except the jobs it stopped to resume after it restarts
   // (--on-shutdown checkpoint), whatever their ranks' ends.
   bool stopped_for_restart = false;
+  // The scheduler preempted it for another job (checkpoint, then stop):
+  // queued again whatever its ranks' ends, without using up a restart.
+  bool stopped_for_priority = false;
   int restarts = 0;  // whole-group restarts after failures so far
   int max_restarts = 0;
   bool preemptible = false;

@@ -23,26 +23,40 @@ absl::Status CheckId(const std::string& id) {
 
 }  // namespace
 
-grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx) const {
-  if (auth_token_.empty()) return grpc::Status::OK;
+grpc::Status JobServiceImpl::Authenticate(grpc::ServerContext* ctx, Caller* caller) const {
+  if (identities_ == nullptr || identities_->open()) {
+    *caller = Caller{};
+    return grpc::Status::OK;
+  }
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
-  if (it == md.end()) {
-    return grpc::Status(
-        grpc::StatusCode::UNAUTHENTICATED,
-        "this server needs a token: authorization: Bearer <token> (trainctl --token-file or TRAINYARD_TOKEN)");
+  const std::string authorization = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+  // Under mutual TLS the client certificate's common name may name the user.
+  std::string common_name;
+  if (auto auth = ctx->auth_context(); auth != nullptr && auth->IsPeerAuthenticated()) {
+    for (const auto& v : auth->FindPropertyValues("x509_common_name")) common_name.assign(v.data(), v.size());
   }
-  const std::string value(it->second.data(), it->second.size());
-  if (!ConstantTimeEquals(value, "Bearer " + auth_token_)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid token");
-  }
+  auto who = identities_->Authenticate(authorization, common_name);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  *caller = *std::move(who);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, const std::string& id, const char* action,
+                                       bool read_only, Caller* caller) const {
+  Caller who;
+  if (grpc::Status auth = Authenticate(ctx, &who); !auth.ok()) return auth;
+  if (auto s = CheckId(id); !s.ok()) return ToGrpcStatus(s);
+  if (auto s = manager_->Authorize(who, id, action, read_only); !s.ok()) return ToGrpcStatus(s);
+  if (caller != nullptr) *caller = std::move(who);
   return grpc::Status::OK;
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  auto job = manager_->Submit(req->spec(), req->accelerate_config());
+  Caller caller;
+  if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;
+  auto job = manager_->Submit(req->spec(), req->accelerate_config(), caller);
   if (!job.ok()) {
     std::string source = req->source_name().empty() ? "" : absl::StrCat(req->source_name(), ": ");
     return grpc::Status(static_cast<grpc::StatusCode>(job.status().code()),
@@ -53,8 +67,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "see", true); !auth.ok()) return auth;
   auto job = manager_->Get(req->id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   auto events = manager_->Events(req->id());
@@ -65,7 +78,8 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  Caller caller;
+  if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;
   std::set<JobState> states;
   for (int s : req->states()) {
     auto st = FromProto(static_cast<v1::JobState>(s));
@@ -79,7 +93,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
       req->view() != v1::JOB_VIEW_FULL) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("field 'view': unknown view ", req->view()));
   }
-  auto page = manager_->List(states, req->page_size(), req->page_token());
+  auto page = manager_->List(states, req->page_size(), req->page_token(), caller, req->all_users());
   if (!page.ok()) return ToGrpcStatus(page.status());
   const bool full = req->view() == v1::JOB_VIEW_FULL;
   for (const JobRecord& j : page->jobs) ToProto(j, {}, resp->add_jobs(), full);
@@ -87,10 +101,33 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::GetQueue(grpc::ServerContext* ctx, const v1::GetQueueRequest* req,
+                                      v1::GetQueueResponse* resp) {
+  Caller caller;
+  if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;
+  auto queue = manager_->Queue(caller, req->all_users());
+  if (!queue.ok()) return ToGrpcStatus(queue.status());
+  for (const QueuedJob& q : *queue) {
+    v1::QueueEntry* e = resp->add_entries();
+    e->set_id(q.job.id);
+    e->set_name(q.job.name);
+    e->set_owner(q.job.owner);
+    e->set_priority_class(q.priority_class);
+    e->set_priority(q.job.priority);
+    e->set_position(q.position);
+    e->set_num_processes(q.job.num_processes);
+    e->set_resource(q.resource);
+    e->set_reason(q.reason);
+    e->set_estimated_start_unix_millis(q.estimated_start_unix_millis);
+    e->set_fair_share_usage(q.owner_usage);
+    e->set_preemptible(q.preemptible);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                                        v1::CancelJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "cancel", false); !auth.ok()) return auth;
   auto job = manager_->Cancel(req->id(), req->checkpoint());
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
@@ -99,8 +136,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
 
 grpc::Status JobServiceImpl::CheckpointJob(grpc::ServerContext* ctx, const v1::CheckpointJobRequest* req,
                                            v1::CheckpointJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "checkpoint", false); !auth.ok()) return auth;
   std::optional<CheckpointType> type = FromProto(req->type());
   if (!type) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -132,8 +168,7 @@ grpc::Status JobServiceImpl::CheckpointJob(grpc::ServerContext* ctx, const v1::C
 
 grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* req,
                                              v1::ListCheckpointsResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "see the checkpoints of", true); !auth.ok()) return auth;
   auto list = manager_->Checkpoints(req->id());
   if (!list.ok()) return ToGrpcStatus(list.status());
   for (const CheckpointRecord& r : *list) ToProto(r, resp->add_checkpoints());
@@ -142,10 +177,10 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx, const v1:
 
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
                                        v1::ResumeJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  Caller caller;
+  if (grpc::Status auth = Authorize(ctx, req->id(), "resume", false, &caller); !auth.ok()) return auth;
   if (req->from().size() > 4096) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'from': too long");
-  auto job = manager_->Resume(req->id(), req->from(), req->num_processes());
+  auto job = manager_->Resume(req->id(), req->from(), req->num_processes(), caller);
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
@@ -153,8 +188,7 @@ grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::Resum
 
 grpc::Status JobServiceImpl::GetJoinInfo(grpc::ServerContext* ctx, const v1::GetJoinInfoRequest* req,
                                          v1::GetJoinInfoResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "join", false); !auth.ok()) return auth;
   auto info = manager_->GetJoinInfo(req->id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   resp->set_job_id(info->job_id);
@@ -167,8 +201,7 @@ grpc::Status JobServiceImpl::GetJoinInfo(grpc::ServerContext* ctx, const v1::Get
 
 grpc::Status JobServiceImpl::DiagnoseJob(grpc::ServerContext* ctx, const v1::DiagnoseJobRequest* req,
                                          v1::DiagnoseJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "diagnose", false); !auth.ok()) return auth;
   if (req->timeout_ms() < 0 || req->timeout_ms() > 60000) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("field 'timeout_ms': must be between 0 and 60000, got ", req->timeout_ms()));
@@ -188,8 +221,7 @@ grpc::Status JobServiceImpl::DiagnoseJob(grpc::ServerContext* ctx, const v1::Dia
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::WatchJobResponse>* writer) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "watch", true); !auth.ok()) return auth;
   auto watch = manager_->Watch(req->id());
   if (!watch.ok()) return ToGrpcStatus(watch.status());
   JobUpdate update;
@@ -209,8 +241,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 
 grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
                                      v1::GetLogsResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (auto s = CheckId(req->id()); !s.ok()) return ToGrpcStatus(s);
+  if (grpc::Status auth = Authorize(ctx, req->id(), "read the logs of", true); !auth.ok()) return auth;
   if (req->tail_bytes() < 0 || req->tail_bytes() > kMaxLogTail) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("field 'tail_bytes': must be between 0 and ", kMaxLogTail));

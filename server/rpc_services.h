@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "server/identities.h"
 #include "server/job_handlers.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
@@ -13,14 +14,16 @@ namespace trainyard {
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  // With a non-empty `auth_token`, every call needs "authorization: Bearer
-  // <auth_token>" or fails with UNAUTHENTICATED.
-  explicit JobServiceImpl(JobRequestHandler* manager, std::string auth_token = "")
-      : manager_(manager), auth_token_(std::move(auth_token)) {}
+  // `identities` (null: anyone may do anything) say who a call comes from:
+  // a call they refuse fails with UNAUTHENTICATED; a job that is not the
+  // caller's, with PERMISSION_DENIED. Must outlive the service.
+  explicit JobServiceImpl(JobRequestHandler* manager, const Identities* identities = nullptr)
+      : manager_(manager), identities_(identities) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::GetJobResponse*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
+  grpc::Status GetQueue(grpc::ServerContext*, const v1::GetQueueRequest*, v1::GetQueueResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::CancelJobResponse*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::WatchJobResponse>*) override;
@@ -37,9 +40,13 @@ class JobServiceImpl final : public v1::JobService::Service {
   void Shutdown() { shutting_down_ = true; }
 
  private:
-  grpc::Status Authorize(grpc::ServerContext* ctx) const;
+  // Who calls (UNAUTHENTICATED when nobody this server knows).
+  grpc::Status Authenticate(grpc::ServerContext* ctx, Caller* caller) const;
+  // Authenticate, then whether the caller may `action` job `id` (a valid id).
+  grpc::Status Authorize(grpc::ServerContext* ctx, const std::string& id, const char* action, bool read_only,
+                         Caller* caller = nullptr) const;
   JobRequestHandler* const manager_;
-  const std::string auth_token_;
+  const Identities* const identities_;
   std::atomic<bool> shutting_down_{false};
 };
 

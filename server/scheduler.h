@@ -1,13 +1,25 @@
 // Scheduler: the jobs waiting to start, the resources of this host that
-// local jobs take (ResourcePool), what each job holds, and the decision
-// which waiting jobs start now.
+// local jobs take (ResourcePool), what each running job holds, and the
+// decision which waiting jobs start now and which running jobs give way.
 //
-// Today's policy: first come, first served within each resource — a job
-// waits only behind earlier jobs that need the same kind (CPU slots or
-// GPUs); Slurm and external jobs take neither and start at once; a job
-// requeued after a failure or preemption goes before jobs that have not
-// started; a job backing off after repeated failures takes nothing and
-// blocks nobody until its time comes.
+// The order of the queue: priority (higher first), then fair share (the
+// owner with less recent usage first: rank-seconds decaying with a
+// half-life, as Slurm's fair-share factor), then a job queued again after a
+// failure or preemption before one that has not started, then submit time.
+//
+// A job starts when its owner's and group's quotas (slots and GPUs in use,
+// counted over every launcher) allow it and, for a local job, this host has
+// what it needs. The first job in order whose resource (CPU slots or GPUs)
+// is short is the head of that resource: later jobs that need the same
+// resource start before it only when they do not delay it (backfill:
+// they end before the head's estimated start, or use what the head will not
+// need then). A job over its quota may borrow idle quota when no other
+// owner's job waits, if it is preemptible: it gives the quota back (is
+// preempted) when an owner within its quota needs the resources. When the
+// head cannot start and running preemptible jobs of lower priority hold
+// what it needs, the scheduler preempts the fewest of the lowest priority;
+// never a job that has run less than the minimum run time since it started.
+// Slurm and external jobs take nothing from this host (quota only).
 //
 // Deterministic: the time is passed in. Not thread-safe: the JobManager
 // calls it under its mutex.
@@ -16,66 +28,182 @@
 
 #include <chrono>
 #include <cstddef>
-#include <deque>
+#include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "common/policy.h"
 #include "server/resource_pool.h"
 
 namespace trainyard {
 
-// What one job takes from this host while it runs.
+// What one job takes while it runs.
 struct Demand {
-  // Local jobs take `count` of `kind`; the others take nothing here.
+  // Local jobs take `count` of `kind` from this host; the others take
+  // nothing here, but count against quotas as `count` of `kind`.
   bool local = false;
   ResourcePool::Kind kind = ResourcePool::Kind::kSlots;
   int count = 0;
 };
 
+// Whose a job is and how it may be treated.
+struct JobClaim {
+  std::string owner;  // "" on a server without users
+  std::string group;  // the quota group it counts against; "" for none
+  int64_t priority = 0;
+  bool preemptible = false;
+  // How long it runs once started, when known (remaining steps × measured
+  // step time): for backfill and estimated starts.
+  std::optional<std::chrono::steady_clock::duration> runtime;
+};
+
+struct SchedulerPolicy {
+  // Slots and GPUs in use at once per user and per group (queued_jobs is
+  // checked at submission).
+  std::map<std::string, Quota> user_quotas, group_quotas;
+  // How fast past usage fades from fair share.
+  std::chrono::steady_clock::duration fair_share_half_life = std::chrono::hours(24);
+  // A job is not preempted for another before it has run this long.
+  std::chrono::steady_clock::duration min_run_time = std::chrono::minutes(10);
+  bool backfill = true;
+};
+
 class Scheduler {
  public:
   using Time = std::chrono::steady_clock::time_point;
+  using Duration = std::chrono::steady_clock::duration;
 
-  Scheduler(int slots, int gpus);
+  // A running job to preempt so that `for_job` can start.
+  struct Preemption {
+    std::string victim, for_job;
+    bool reclaim = false;  // it ran on borrowed quota that `for_job`'s owner needs
+  };
+  struct Decision {
+    std::vector<std::string> start;  // in the order they start; each holds what it needs
+    std::vector<Preemption> preempt;
+  };
+  // One waiting job as `trainctl queue` shows it.
+  struct QueueEntry {
+    std::string id;
+    int position = 0;  // 1: first in order
+    Demand demand;
+    JobClaim claim;
+    std::string reason;                   // why it waits
+    std::optional<Time> estimated_start;  // from known run times; none: unknown
+    double owner_usage = 0;               // fair-share usage of its owner (rank-seconds)
+  };
+  // What one user or group has.
+  struct Usage {
+    int slots = 0, gpus = 0;  // in use
+    int queued = 0;           // jobs waiting
+    double rank_seconds = 0;  // decayed usage (users only)
+    int64_t preemptions = 0;  // its jobs preempted by the scheduler
+  };
 
-  // Queues job `id`; it does not start before `not_before`. `ahead`: before
-  // every job that has not started yet (a requeued job resumes first).
-  void Enqueue(const std::string& id, Demand demand, Time not_before = {}, bool ahead = false);
+  Scheduler(int slots, int gpus, SchedulerPolicy policy = {});
+
+  // Quotas and times from now on (a policy reload); what runs keeps running.
+  void SetPolicy(SchedulerPolicy policy);
+  const SchedulerPolicy& policy() const { return policy_; }
+
+  // Queues job `id`; it does not start before `not_before`. `ahead`: a job
+  // queued again, before jobs of its priority and owner that have not started.
+  void Enqueue(const std::string& id, Demand demand, JobClaim claim, Time not_before = {}, bool ahead = false);
   // Takes `id` out of the queue; false when it was not queued.
   bool Remove(const std::string& id);
-  bool queued(const std::string& id) const;
-  size_t size() const { return queue_.size(); }
+  bool queued(const std::string& id) const { return waiting_.count(id) > 0; }
+  size_t size() const { return waiting_.size(); }
+  // Jobs of `owner` waiting.
+  int queued_of(const std::string& owner) const;
 
-  // The waiting jobs that start at `now`, in the order they start; each
-  // has taken what it needs (Held). Nothing starts once Pause() was called.
-  std::vector<std::string> Schedule(Time now);
+  // The waiting jobs that start at `now` and the running jobs to preempt.
+  // Nothing starts or is preempted once Pause() was called.
+  Decision Schedule(Time now);
+  // Why a waiting job waits, as of the last Schedule ("" when not queued).
+  std::string WhyWaiting(const std::string& id) const;
+  // The queue in order, with reasons and estimated starts.
+  std::vector<QueueEntry> Queue(Time now) const;
 
+  // A running job's expected end (its remaining steps × step time).
+  void SetExpectedEnd(const std::string& id, Time end);
   // What job `id` holds (empty when nothing).
   const ResourcePool::Held& Held(const std::string& id) const;
   // A job found running after a coordinator restart holds what it needs
   // (slots even beyond what is free; GPUs as far as they go: which ones it
   // had is not stored).
-  void HoldAdopted(const std::string& id, Demand demand);
-  // Gives back what `id` holds.
-  void Release(const std::string& id);
+  void HoldAdopted(const std::string& id, Demand demand, JobClaim claim, Time now);
+  // The job stopped running: gives back what it holds.
+  void Release(const std::string& id, Time now);
+  bool running(const std::string& id) const { return running_.count(id) > 0; }
 
   // Starts nothing from now on (the coordinator is stopping).
   void Pause() { paused_ = true; }
 
   int free_slots() const { return pool_.free_slots(); }
   int free_gpus() const { return pool_.free_gpus(); }
+  // Every user and group with jobs running or waiting, or usage left.
+  std::map<std::string, Usage> UserUsage(Time now) const;
+  std::map<std::string, Usage> GroupUsage() const;
 
  private:
+  enum class Wait { kNone, kBackoff, kUserQuota, kGroupQuota, kResources, kBehindHead, kPreempting, kPaused };
   struct Waiting {
     std::string id;
     Demand demand;
+    JobClaim claim;
     Time not_before;
+    int64_t order = 0;  // within its priority and owner
+    Wait wait = Wait::kNone;
+    std::string wait_detail;  // the job or numbers the wait names
+  };
+  struct Running {
+    Demand demand;
+    JobClaim claim;
+    Time started;
+    std::optional<Time> expected_end;
+    bool preempting = false;
+    bool borrowing = false;
+  };
+  struct InUse {
+    int slots = 0, gpus = 0;
+    int& of(ResourcePool::Kind k) { return k == ResourcePool::Kind::kGpus ? gpus : slots; }
+    int of(ResourcePool::Kind k) const { return k == ResourcePool::Kind::kGpus ? gpus : slots; }
+  };
+  struct OwnerState {
+    double usage = 0;  // decayed rank-seconds at `updated`
+    Time updated{};
+    int ranks_running = 0;
+    int queued = 0;
+    int64_t preemptions = 0;
   };
 
+  // The waiting jobs in queue order at `now`.
+  std::vector<Waiting*> Order(Time now) const;
+  double UsageAt(const OwnerState& s, Time now) const;
+  void Accrue(const std::string& owner, Time now);
+  // Whether `w` over its owner's or group's quota; sets its wait reason.
+  bool OverQuota(Waiting& w) const;
+  void Start(Waiting& w, Time now, bool borrowing, bool adopted);
+  // Picks the running jobs to preempt so that `head` fits; empty when none will do.
+  std::vector<Preemption> PickVictims(const Waiting& head, int need, Time now) const;
+  // When `need` of `kind` is free at the earliest (unknown ends: now), and
+  // how much beyond `need` is free then.
+  std::pair<Time, int> ShadowTime(ResourcePool::Kind kind, int need, Time now) const;
+
+  SchedulerPolicy policy_;
   ResourcePool pool_;
-  std::deque<Waiting> queue_;
+  // priority (highest first) → owner → order → job (nodes of waiting_)
+  std::map<int64_t, std::map<std::string, std::map<int64_t, Waiting*>>, std::greater<>> levels_;
+  std::unordered_map<std::string, Waiting> waiting_;
+  std::unordered_map<std::string, Running> running_;
   std::map<std::string, ResourcePool::Held> held_;
+  std::map<std::string, OwnerState> owners_;
+  std::map<std::string, InUse> user_in_use_, group_in_use_;
+  int64_t next_back_ = 0, next_front_ = 0;
   bool paused_ = false;
 };
 

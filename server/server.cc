@@ -64,6 +64,7 @@ struct Server::Impl {
   std::unique_ptr<JobManager> manager;
   std::unique_ptr<Launcher> launcher;
   std::unique_ptr<Launcher> slurm_launcher;
+  std::unique_ptr<Identities> identities;
   std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<WorkerServiceImpl> worker_service;
   std::unique_ptr<grpc::Server> grpc_server;
@@ -160,6 +161,8 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   mo.limits.max_num_processes = o.max_num_processes;
   mo.allowed_roots = o.allowed_roots;
   mo.script_python = o.script_python;
+  mo.fair_share_half_life = o.fair_share_half_life;
+  mo.preemption_min_run_time = o.preemption_min_run_time;
   auto tls_args = WorkerTlsArgs();
   if (!tls_args.ok()) return tls_args.status();
   // The launchers report exits to the manager; they are destroyed before
@@ -196,7 +199,11 @@ absl::Status Server::Impl::StartGrpc() {
   if (!creds.ok()) return creds.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  job_service = std::make_unique<JobServiceImpl>(manager.get(), token);
+  identities = std::make_unique<Identities>(token, o.policy_file, o.allowed_roots);
+  if (auto s = identities->Reload(); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--policy-file ", s.message()));
+  manager->SetPolicy(identities->policy());
+  job_service = std::make_unique<JobServiceImpl>(manager.get(), identities.get());
   worker_service = std::make_unique<WorkerServiceImpl>(manager.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, *creds, &grpc_port);
@@ -324,6 +331,18 @@ void Server::Shutdown() {
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   s.launcher.reset();  // kills and reaps what is left; no callback after this
   s.slurm_launcher.reset();
+}
+
+absl::Status Server::ReloadPolicy() {
+  Impl& s = *impl_;
+  if (!s.identities) return absl::FailedPreconditionError("the server has not started");
+  if (s.options.policy_file.empty()) return absl::FailedPreconditionError("no --policy-file to reload");
+  if (auto st = s.identities->Reload(); !st.ok()) return st;
+  s.manager->SetPolicy(s.identities->policy());
+  const auto policy = s.identities->policy();
+  spdlog::info("policy {} reloaded: {} users, {} priority classes", s.options.policy_file, policy->users.size(),
+               policy->priority_classes.size());
+  return absl::OkStatus();
 }
 
 int Server::grpc_port() const { return impl_->grpc_port; }

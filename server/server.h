@@ -40,6 +40,13 @@ struct ServerOptions {
   // File holding the bearer token people's calls (JobService) must carry;
   // empty: no token needed.
   std::string auth_token_file;
+  // The users' policy file (common/policy.h): users by token hash, groups,
+  // roles, priority classes, quotas; reloaded by ReloadPolicy (SIGHUP).
+  std::string policy_file;
+  // Fair share's half-life and the minimum run time before a job is
+  // preempted for another (server/scheduler.h).
+  std::chrono::seconds fair_share_half_life{24 * 3600};
+  std::chrono::seconds preemption_min_run_time{600};
   // TLS: certificate chain and key (PEM) of the server; with a client CA,
   // clients must present a certificate it signed (mutual TLS).
   std::string tls_cert, tls_key, tls_client_ca;
@@ -70,6 +77,10 @@ class Server {
   absl::Status Start();
   void Wait();
   void Shutdown();
+  // Reads the policy file again: new users, classes and quotas apply to the
+  // next calls and scheduling decisions; connections stay. On error the
+  // previous policy stays.
+  absl::Status ReloadPolicy();
 
   int grpc_port() const;
   int metrics_port() const;

@@ -1,6 +1,7 @@
 #include "server/server_metrics.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "server/metric_table.h"
 
@@ -237,6 +238,87 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
   for (auto r = ranks_.lower_bound({job_id, INT32_MIN}); r != ranks_.end() && r->first.first == job_id;) {
     r = ranks_.erase(r);
   }
+}
+
+void ServerMetrics::SetGauges(const std::string& family, const std::map<Labels, double>& values) {
+  prometheus::Family<prometheus::Gauge>* f = gauges_.at(family);
+  auto& had = gauge_sets_[family];
+  for (auto it = had.begin(); it != had.end();) {
+    if (values.count(it->first)) {
+      ++it;
+      continue;
+    }
+    f->Remove(it->second);
+    it = had.erase(it);
+  }
+  for (const auto& [labels, value] : values) {
+    prometheus::Gauge*& g = had[labels];
+    if (g == nullptr) g = &f->Add(labels);
+    g->Set(value);
+  }
+}
+
+void ServerMetrics::SetSchedulerUsage(const std::map<std::string, Scheduler::Usage>& users,
+                                      const std::map<std::string, Scheduler::Usage>& groups) {
+  absl::MutexLock lock(&mu_);
+  std::map<Labels, double> queued, slots, gpus, usage;
+  for (const auto& [user, u] : users) {
+    if (user.empty()) continue;
+    const Labels l = {{"user", user}};
+    queued[l] = u.queued;
+    slots[l] = u.slots;
+    gpus[l] = u.gpus;
+    usage[l] = u.rank_seconds;
+  }
+  SetGauges("trainyard_user_queued_jobs", queued);
+  SetGauges("trainyard_user_slots_in_use", slots);
+  SetGauges("trainyard_user_gpus_in_use", gpus);
+  SetGauges("trainyard_user_fair_share_usage", usage);
+  queued.clear();
+  slots.clear();
+  gpus.clear();
+  for (const auto& [group, u] : groups) {
+    const Labels l = {{"group", group}};
+    queued[l] = u.queued;
+    slots[l] = u.slots;
+    gpus[l] = u.gpus;
+  }
+  SetGauges("trainyard_group_queued_jobs", queued);
+  SetGauges("trainyard_group_slots_in_use", slots);
+  SetGauges("trainyard_group_gpus_in_use", gpus);
+}
+
+void ServerMetrics::SetClassCounts(const std::map<std::string, std::pair<int, int>>& queued_and_running) {
+  absl::MutexLock lock(&mu_);
+  std::map<Labels, double> queued, running;
+  for (const auto& [name, counts] : queued_and_running) {
+    queued[{{"class", name}}] = counts.first;
+    running[{{"class", name}}] = counts.second;
+  }
+  SetGauges("trainyard_class_queued_jobs", queued);
+  SetGauges("trainyard_class_running_ranks", running);
+}
+
+void ServerMetrics::SetQuotas(const std::map<std::string, Quota>& users, const std::map<std::string, Quota>& groups) {
+  absl::MutexLock lock(&mu_);
+  for (auto [family, label, quotas] :
+       {std::tuple{"trainyard_user_quota", "user", &users}, std::tuple{"trainyard_group_quota", "group", &groups}}) {
+    std::map<Labels, double> values;
+    for (const auto& [name, q] : *quotas) {
+      for (auto [resource, limit] : {std::pair{"slots", q.slots}, {"gpus", q.gpus}, {"queued_jobs", q.queued_jobs}}) {
+        if (limit) values[{{label, name}, {"resource", resource}}] = static_cast<double>(*limit);
+      }
+    }
+    SetGauges(family, values);
+  }
+}
+
+void ServerMetrics::CountPreemption(const std::string& user) {
+  counters_.at("trainyard_preemptions_total")->Add({{"user", user}}).Increment();
+}
+
+void ServerMetrics::CountDenied(const std::string& user) {
+  counters_.at("trainyard_permission_denied_total")->Add({{"user", user}}).Increment();
 }
 
 }  // namespace trainyard

@@ -26,7 +26,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_state.h"
+#include "common/policy.h"
 #include "common/step_metrics.h"
+#include "server/scheduler.h"
 
 namespace trainyard {
 
@@ -57,6 +59,16 @@ class ServerMetrics {
   // to the first step), `data_wait` (rank 0 waiting for batches).
   void AddBadput(const std::string& job_id, const char* cause, double seconds);
   void RemoveJob(const std::string& job_id);
+
+  // The scheduler's numbers per user and group (users without a name are
+  // left out); a user or group no longer given loses its series.
+  void SetSchedulerUsage(const std::map<std::string, Scheduler::Usage>& users,
+                         const std::map<std::string, Scheduler::Usage>& groups);
+  // Queued jobs and running ranks per priority class.
+  void SetClassCounts(const std::map<std::string, std::pair<int, int>>& queued_and_running);
+  void SetQuotas(const std::map<std::string, Quota>& users, const std::map<std::string, Quota>& groups);
+  void CountPreemption(const std::string& user);
+  void CountDenied(const std::string& user);
 
   prometheus::Registry& registry() { return *registry_; }
 
@@ -98,8 +110,13 @@ class ServerMetrics {
   std::map<std::string, prometheus::Family<prometheus::Counter>*> counters_;
   std::map<std::string, prometheus::Family<prometheus::Histogram>*> histograms_;
 
+  // Sets `family`'s series to `values` (label values → value) and removes
+  // the ones it had that `values` lacks.
+  void SetGauges(const std::string& family, const std::map<Labels, double>& values) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
   double peak_flops_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::map<Labels, prometheus::Gauge*>> gauge_sets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int32_t>, RankSeries> ranks_ ABSL_GUARDED_BY(mu_);
 };

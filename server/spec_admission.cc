@@ -43,10 +43,14 @@ absl::Status SpecAdmission::CheckResources(const JobSpec& spec, const Launchers&
   return absl::OkStatus();
 }
 
-absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_id) const {
+absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_id,
+                                         const std::vector<std::string>& user_roots) const {
+  const std::vector<std::string>& roots = user_roots.empty() ? options_.allowed_roots : user_roots;
   CheckpointSpec& c = spec.checkpoint;
-  if (c.project_dir.empty()) c.project_dir = absl::StrCat(options_.state_dir, "/jobs/", job_id);
-  auto dir = ResolveUnderRoots(c.project_dir, options_.allowed_roots);
+  // The default project directory is the server's choice, under its state directory.
+  const bool chosen_here = c.project_dir.empty();
+  if (chosen_here) c.project_dir = absl::StrCat(options_.state_dir, "/jobs/", job_id);
+  auto dir = ResolveUnderRoots(c.project_dir, chosen_here ? options_.allowed_roots : roots);
   if (!dir.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.project_dir': ", dir.status().message()));
   }
@@ -58,7 +62,7 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
                              {"data.kind", &spec.data.path},
                              {"data.eval_path", &spec.data.eval_path}}) {
     if (path->empty()) continue;
-    auto resolved = ResolveUnderRoots(*path, options_.allowed_roots);
+    auto resolved = ResolveUnderRoots(*path, roots);
     if (!resolved.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
     }
@@ -68,7 +72,7 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
     for (auto [field, path] : {std::pair<const char*, std::string*>{"script.path", &spec.script.path},
                                {"script.working_dir", &spec.script.working_dir}}) {
       if (path->empty()) continue;
-      auto resolved = ResolveUnderRoots(*path, options_.allowed_roots);
+      auto resolved = ResolveUnderRoots(*path, roots);
       if (!resolved.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
       }
@@ -77,7 +81,7 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
     if (spec.script.python.empty()) spec.script.python = options_.script_python;
   }
   if (!c.resume_from.empty() && c.resume_from != "latest") {
-    auto from = ResolveUnderRoots(c.resume_from, options_.allowed_roots);
+    auto from = ResolveUnderRoots(c.resume_from, roots);
     if (!from.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.resume_from': ", from.status().message()));
     }
@@ -102,7 +106,8 @@ absl::Status SpecAdmission::CheckModel(const JobSpec& spec) const {
 
 absl::StatusOr<JobSpec> SpecAdmission::ForResume(const std::string& stored_spec_json, const SpecLimits& limits,
                                                  const std::string& job_id, const std::string& from,
-                                                 int32_t num_processes, const Launchers& launchers) const {
+                                                 int32_t num_processes, const Launchers& launchers,
+                                                 const std::vector<std::string>& user_roots) const {
   auto spec = ParseJobSpec(stored_spec_json, limits);
   if (!spec.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("stored spec no longer valid: ", spec.status().message()));
@@ -114,7 +119,7 @@ absl::StatusOr<JobSpec> SpecAdmission::ForResume(const std::string& stored_spec_
   if (auto s = ValidateJobSpec(*spec, limits); !s.ok()) return s;
   if (auto s = CheckResources(*spec, launchers); !s.ok()) return s;
   spec->checkpoint.resume_from = from.empty() ? "latest" : from;
-  if (auto s = ResolvePaths(*spec, job_id); !s.ok()) return s;
+  if (auto s = ResolvePaths(*spec, job_id, user_roots); !s.ok()) return s;
   if (auto s = CheckModel(*spec); !s.ok()) return s;
   if (!from.empty()) {
     auto info = CheckCheckpoint(spec->checkpoint.resume_from, /*verify=*/false);

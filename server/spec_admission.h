@@ -42,8 +42,10 @@ class SpecAdmission {
   absl::Status CheckResources(const JobSpec& spec, const Launchers& launchers) const;
   // Resolves every path `spec` names (checkpoint.project_dir, defaulting
   // under the state directory; the files it reads; a resume source) to an
-  // absolute path under the allowed roots, or says which field is outside.
-  absl::Status ResolvePaths(JobSpec& spec, const std::string& job_id) const;
+  // absolute path under the allowed roots (`user_roots`, the submitting
+  // user's, when given), or says which field is outside.
+  absl::Status ResolvePaths(JobSpec& spec, const std::string& job_id,
+                            const std::vector<std::string>& user_roots = {}) const;
   // What can be known of the model before a worker starts: a llama model's
   // config.json (read after ResolvePaths) is one this engine trains, and
   // the job's context fits it. An external job's workers may see files
@@ -55,7 +57,7 @@ class SpecAdmission {
   // latest complete one), checked again as a new submission is.
   absl::StatusOr<JobSpec> ForResume(const std::string& stored_spec_json, const SpecLimits& limits,
                                     const std::string& job_id, const std::string& from, int32_t num_processes,
-                                    const Launchers& launchers) const;
+                                    const Launchers& launchers, const std::vector<std::string>& user_roots = {}) const;
 
   const AdmissionOptions& options() const { return options_; }
 

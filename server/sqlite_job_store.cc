@@ -29,7 +29,10 @@ CREATE TABLE IF NOT EXISTS jobs (
   ended_ms INTEGER NOT NULL,
   attempt INTEGER NOT NULL,
   failed_rank INTEGER NOT NULL,
-  worker_token TEXT NOT NULL
+  worker_token TEXT NOT NULL,
+  owner TEXT NOT NULL DEFAULT '',
+  grp TEXT NOT NULL DEFAULT '',
+  priority INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS job_events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -60,7 +63,8 @@ CREATE INDEX IF NOT EXISTS checkpoints_by_job ON checkpoints(job_id, seq);
 
 constexpr const char* kJobColumns =
     "id, name, state, reason, spec_json, num_processes, max_steps, step, loss, first_loss, "
-    "samples_per_second, created_ms, started_ms, ended_ms, attempt, failed_rank, worker_token";
+    "samples_per_second, created_ms, started_ms, ended_ms, attempt, failed_rank, worker_token, owner, grp, "
+    "priority";
 
 // Owns one prepared statement.
 class Stmt {
@@ -105,13 +109,15 @@ class SqliteJobStore final : public JobStore {
                                "PRAGMA busy_timeout=5000;"}) {
       if (auto s = Exec(pragma); !s.ok()) return s;
     }
-    return Exec(kSchema);
+    if (auto s = Exec(kSchema); !s.ok()) return s;
+    return AddOwnerColumns();
   }
 
   absl::Status Insert(const JobRecord& job, const JobEvent& event) override {
     absl::MutexLock lock(&mu_);
     if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
-    Stmt st(db_, absl::StrCat("INSERT INTO jobs (", kJobColumns, ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?);"));
+    Stmt st(db_,
+            absl::StrCat("INSERT INTO jobs (", kJobColumns, ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?);"));
     if (!st.ok()) return Rollback(Error("prepare insert"));
     BindJob(st, job);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("insert job " + job.id));
@@ -125,7 +131,8 @@ class SqliteJobStore final : public JobStore {
     Stmt st(db_,
             "UPDATE jobs SET id=?1, name=?2, state=?3, reason=?4, spec_json=?5, num_processes=?6, "
             "max_steps=?7, step=?8, loss=?9, first_loss=?10, samples_per_second=?11, created_ms=?12, "
-            "started_ms=?13, ended_ms=?14, attempt=?15, failed_rank=?16, worker_token=?17 "
+            "started_ms=?13, ended_ms=?14, attempt=?15, failed_rank=?16, worker_token=?17, "
+            "owner=?18, grp=?19, priority=?20 "
             "WHERE id=?1;");
     if (!st.ok()) return Rollback(Error("prepare update"));
     BindJob(st, job);
@@ -164,19 +171,29 @@ class SqliteJobStore final : public JobStore {
     return out;
   }
 
-  absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit) override {
+  absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit,
+                                const std::vector<std::string>& owners,
+                                const std::vector<std::string>& groups) override {
     absl::MutexLock lock(&mu_);
+    auto in = [](size_t n) {
+      std::string list = "(";
+      for (size_t i = 0; i < n; ++i) list += i ? ",?" : "?";
+      return list + ")";
+    };
     std::string where = "seq > ?";
-    if (!states.empty()) {
-      where += " AND state IN (";
-      for (size_t i = 0; i < states.size(); ++i) where += i ? ",?" : "?";
-      where += ")";
+    if (!states.empty()) where += " AND state IN " + in(states.size());
+    if (!owners.empty() || !groups.empty()) {
+      where += absl::StrCat(" AND (owner IN ", in(owners.size()), " OR grp IN ", in(groups.size()), ")");
     }
     Stmt st(db_, absl::StrCat("SELECT seq, ", kJobColumns, " FROM jobs WHERE ", where, " ORDER BY seq LIMIT ?;"));
     if (!st.ok()) return Error("prepare list page");
     int i = 1;
     st.Bind(i++, after);
     for (JobState s : states) st.Bind(i++, std::string(JobStateName(s)));
+    if (!owners.empty() || !groups.empty()) {
+      for (const std::string& o : owners) st.Bind(i++, o);
+      for (const std::string& g : groups) st.Bind(i++, g);
+    }
     st.Bind(i, static_cast<int64_t>(limit) + 1);
     Page page;
     int rc;
@@ -295,6 +312,22 @@ class SqliteJobStore final : public JobStore {
     return absl::OkStatus();
   }
 
+  // A store written before jobs had owners gets the columns (its jobs
+  // belong to nobody: admins see them).
+  absl::Status AddOwnerColumns() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    bool has_owner = false;
+    {
+      Stmt st(db_, "SELECT name FROM pragma_table_info('jobs');");
+      if (!st.ok()) return Error("read the jobs table's columns");
+      while (sqlite3_step(st.get()) == SQLITE_ROW) has_owner |= st.Text(0) == "owner";
+    }
+    if (has_owner) return absl::OkStatus();
+    return Exec(
+        "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE jobs ADD COLUMN grp TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;");
+  }
+
   static void BindJob(Stmt& st, const JobRecord& j) {
     st.Bind(1, j.id);
     st.Bind(2, j.name);
@@ -313,6 +346,9 @@ class SqliteJobStore final : public JobStore {
     st.Bind(15, static_cast<int64_t>(j.attempt));
     st.Bind(16, static_cast<int64_t>(j.failed_rank));
     st.Bind(17, j.worker_token);
+    st.Bind(18, j.owner);
+    st.Bind(19, j.group);
+    st.Bind(20, j.priority);
   }
 
   // The job columns from column `first` on (kJobColumns order).
@@ -335,6 +371,9 @@ class SqliteJobStore final : public JobStore {
     j.attempt = static_cast<int32_t>(st.Int(first + 14));
     j.failed_rank = static_cast<int32_t>(st.Int(first + 15));
     j.worker_token = st.Text(first + 16);
+    j.owner = st.Text(first + 17);
+    j.group = st.Text(first + 18);
+    j.priority = st.Int(first + 19);
     return j;
   }
 

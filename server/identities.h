@@ -1,0 +1,53 @@
+// Identities: who may call the JobService. A server has no identities
+// (anyone may do anything), one admin token (--auth-token-file), a policy
+// file of users known by their tokens' SHA-256 (--policy-file), or both.
+// Under mutual TLS a client certificate whose common name is a user's name
+// names that user without a token.
+//
+// Thread-safe: Reload swaps the policy while calls are served; a call uses
+// the policy it started with.
+#ifndef TRAINYARD_SERVER_IDENTITIES_H_
+#define TRAINYARD_SERVER_IDENTITIES_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/policy.h"
+#include "server/caller.h"
+
+namespace trainyard {
+
+class Identities {
+ public:
+  // `admin_token`: "" for none. `policy_file`: "" for none. `allowed_roots`:
+  // the server's; "{user}" in one stands for the user's name.
+  Identities(std::string admin_token, std::string policy_file, std::vector<std::string> allowed_roots);
+
+  // Reads the policy file again (at start, and on SIGHUP); on error the
+  // previous policy stays and the error names the file and field.
+  absl::Status Reload();
+  std::shared_ptr<const Policy> policy() const;
+  bool open() const { return admin_token_.empty() && policy_file_.empty(); }
+
+  // The caller of a request with this `authorization` metadata value ("" if
+  // none) and client certificate common name ("" if none). UNAUTHENTICATED
+  // names what is wrong.
+  absl::StatusOr<Caller> Authenticate(const std::string& authorization, const std::string& cert_common_name) const;
+
+ private:
+  Caller CallerOf(const PolicyUser& user) const;
+
+  const std::string admin_token_;
+  const std::string policy_file_;
+  const std::vector<std::string> allowed_roots_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_IDENTITIES_H_

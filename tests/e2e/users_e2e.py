@@ -1,0 +1,210 @@
+"""End to end: a server shared by two users and an admin (--policy-file).
+
+Ownership (a user cannot see, cancel, checkpoint or read the logs of
+another's job; refusals are events), allowed roots per user, a forged owner,
+a quota holding a job QUEUED with its reason, SIGHUP adding a user and
+removing another without a restart, and priority preemption: a high-priority
+job preempts a low-priority preemptible one, which resumes and ends with the
+weights of an uninterrupted run.
+
+Run by ctest with the build's bin directory as the first argument.
+"""
+import hashlib
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402
+from e2e_test import Server, wait_for, write_spec  # noqa: E402
+
+LONG = """
+name: %(name)s
+model: {kind: mlp, hidden: [64]}
+data: {kind: synthetic, batch_size: 16, num_samples: 2048, seed: 7}
+optimizer: {kind: adamw, lr: 0.003}
+max_steps: %(steps)d
+num_processes: %(procs)d
+metrics_every_steps: 1
+priority: %(priority)s
+preemptible: %(preemptible)s
+"""
+
+
+def spec(name, steps=100000, procs=1, priority="normal", preemptible="false", extra=""):
+    return LONG % dict(name=name, steps=steps, procs=procs, priority=priority, preemptible=preemptible) + extra
+
+
+def policy(users, quotas):
+    lines = ["users:"]
+    for name, (token, groups, role, roots) in users.items():
+        lines.append(f"  - {{name: {name}, token_sha256: \"{hashlib.sha256(token.encode()).hexdigest()}\", "
+                     f"groups: [{', '.join(groups)}], role: {role}, roots: [{', '.join(roots)}]}}")
+    lines.append("priority_classes: {low: 0, normal: 100, high: 1000}")
+    lines.append("quotas:")
+    lines.append("  users: {" + ", ".join(f"{u}: {{slots: {n}}}" for u, n in quotas.items()) + "}")
+    return "\n".join(lines) + "\n"
+
+
+def digest_of(server, token, job_id, step):
+    listed = json.loads(server.ctl("--token-file", token, "-o", "json", "checkpoints", job_id).stdout)
+    final = [c for c in listed if c["ok"] and c["step"] == step and c["type"] == "full"]
+    assert final, f"{job_id}: no FULL checkpoint at step {step}: {listed}"
+    with open(os.path.join(final[-1]["path"], "model.safetensors"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class SharedServer(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="trainyard-users-")
+        d = self.tmp.name
+        self.roots = {u: os.path.join(d, u) for u in ("alice", "bob", "carol")}
+        for r in self.roots.values():
+            os.makedirs(r)
+        self.tokens = {}
+        for u in ("alice", "bob", "ops", "carol", "mallory"):
+            self.tokens[u] = write_spec(d, f"{u}.token", f"token-of-{u}-{os.getpid()}\n")
+        self.users = {
+            "alice": (f"token-of-alice-{os.getpid()}", ["vision"], "user", [self.roots["alice"]]),
+            "bob": (f"token-of-bob-{os.getpid()}", ["nlp"], "user", [self.roots["bob"]]),
+            "ops": (f"token-of-ops-{os.getpid()}", [], "admin", []),
+            "mallory": (f"token-of-mallory-{os.getpid()}", [], "user", [self.roots["bob"]]),
+        }
+        self.policy_path = write_spec(d, "policy.yaml", policy(self.users, {"bob": 1}))
+        self.server = Server(d, slots=2, extra=("--policy-file", self.policy_path, "--preemption-min-run-time-s", "0"))
+
+    def tearDown(self):
+        self.server.stop()
+        self.tmp.cleanup()
+
+    def as_(self, user, *args, timeout=300):
+        return self.server.ctl("--token-file", self.tokens[user], *args, timeout=timeout)
+
+    def submit(self, user, name, text):
+        r = self.as_(user, "-o", "json", "submit", write_spec(self.roots.get(user, self.tmp.name), name + ".yaml", text))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["id"]
+
+    def job(self, user, job_id):
+        r = self.as_(user, "-o", "json", "get", job_id)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_a_users_see_and_act_on_their_own_jobs_only(self):
+        s = self.server
+        a = self.submit("alice", "a", spec("alice-job"))
+        wait_for(lambda: self.job("alice", a)["step"] > 0, 120, "alice's job to train")
+        self.assertEqual(self.job("alice", a)["owner"], "alice")
+        self.assertEqual(self.job("alice", a)["group"], "vision")
+        for args, action in [(("get", a), "see"), (("cancel", a), "cancel"), (("checkpoint", a), "checkpoint"),
+                             (("logs", a), "read the logs of"), (("watch", a), "watch"),
+                             (("checkpoints", a), "see the checkpoints of"), (("diagnose", a), "diagnose")]:
+            r = self.as_("bob", *args, timeout=60)
+            self.assertEqual(r.returncode, 2, f"bob {args}: {r.stdout}")
+            self.assertIn("PERMISSION_DENIED", r.stderr)
+            self.assertIn(f"user bob may not {action} job {a}", r.stderr)
+        self.assertEqual(self.job("alice", a)["state"], "RUNNING", "bob's cancel did nothing")
+        events = " | ".join(e["reason"] for e in self.job("alice", a)["events"])
+        self.assertIn(f"refused: user bob may not cancel job {a}", events)
+        # Lists: each their own; an admin everyone's; no group visibility here.
+        bob_list = json.loads(self.as_("bob", "-o", "json", "list").stdout)
+        self.assertEqual([j["id"] for j in bob_list], [])
+        r = self.as_("bob", "list", "--all-users")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("may not list other users' jobs", r.stderr)
+        self.assertIn(a, [j["id"] for j in json.loads(self.as_("alice", "-o", "json", "list").stdout)])
+        everyone = json.loads(self.as_("ops", "-o", "json", "list", "--all-users").stdout)
+        self.assertEqual([(j["id"], j["owner"]) for j in everyone], [(a, "alice")])
+        # No token, a wrong token.
+        r = s.ctl("list")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("UNAUTHENTICATED", r.stderr)
+        bad = write_spec(self.tmp.name, "bad.token", "not-a-token\n")
+        self.assertIn("invalid token", s.ctl("--token-file", bad, "list").stderr)
+        # A forged owner is refused; the job is not created.
+        r = self.as_("bob", "submit", write_spec(self.roots["bob"], "forged.yaml", spec("forged") + "owner: alice\n"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("owner", r.stderr)
+        self.assertEqual(json.loads(self.as_("ops", "-o", "json", "list", "--all-users").stdout)[-1]["id"], a)
+        # Paths outside the user's roots are refused, naming the field.
+        into_alice = spec("sneaky", extra=f"checkpoint: {{project_dir: {self.roots['alice']}/stolen}}\n")
+        r = self.as_("bob", "submit", write_spec(self.roots["bob"], "sneaky.yaml", into_alice))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("checkpoint.project_dir", r.stderr)
+        own = spec("own-dir", steps=3, extra=f"checkpoint: {{project_dir: {self.roots['bob']}/run}}\n")
+        self.assertEqual(self.as_("bob", "submit", write_spec(self.roots["bob"], "own.yaml", own)).returncode, 0)
+        # Alice may cancel her own job.
+        r = self.as_("alice", "cancel", a)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('trainyard_permission_denied_total{user="bob"}', s.scrape())
+
+    def test_b_quota_holds_a_job_and_sighup_changes_users_without_a_restart(self):
+        s = self.server
+        b = self.submit("bob", "b", spec("bob-job", steps=5, procs=2))
+        job = self.job("bob", b)
+        self.assertEqual(job["state"], "QUEUED")
+        self.assertEqual(job["reason"], "waiting: user bob uses 0 of 1 slots; this job needs 2")
+        queue = json.loads(self.as_("bob", "-o", "json", "queue").stdout)
+        self.assertEqual([(q["id"], q["position"], q["priority_class"]) for q in queue], [(b, 1, "normal")])
+        self.assertEqual(self.as_("mallory", "list").returncode, 0)
+        self.assertEqual(self.as_("carol", "list").returncode, 2, "carol is not a user yet")
+        # Carol joins, mallory leaves, bob's quota grows: SIGHUP, same process.
+        users = dict(self.users)
+        del users["mallory"]
+        users["carol"] = (f"token-of-carol-{os.getpid()}", ["vision"], "user", [self.roots["carol"]])
+        with open(self.policy_path, "w") as f:
+            f.write(policy(users, {"bob": 2}))
+        pid = s.proc.pid
+        s.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.as_("carol", "list").returncode == 0, 30, "carol's token to be accepted")
+        r = self.as_("mallory", "list")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("invalid token", r.stderr)
+        wait_for(lambda: self.job("bob", b)["state"] == "SUCCEEDED", 120, "bob's job to start under his new quota")
+        self.assertEqual(s.proc.pid, pid)
+        self.assertIsNone(s.proc.poll())
+        # A policy file with an error keeps the previous policy.
+        with open(self.policy_path, "w") as f:
+            f.write("users: [{name: x, token_sha256: nothex}]\n")
+        s.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "token_sha256" in open(os.path.join(self.tmp.name, "server.log"), errors="replace").read(),
+                 30, "the reload error in the server's log")
+        self.assertEqual(self.as_("carol", "list").returncode, 0)
+
+    def test_c_high_priority_preempts_low_which_resumes_with_no_step_lost(self):
+        s = self.server
+        steps = 150
+        checkpointed = "checkpoint: {every_steps: 1000}\n"
+        low = self.submit("alice", "low", spec("low", steps=steps, procs=2, priority="low", preemptible="true",
+                                               extra=checkpointed))
+        wait_for(lambda: self.job("alice", low)["step"] >= 20, 120, "the low-priority job to train")
+        high = self.submit("ops", "high", spec("high", steps=5, procs=2, priority="high"))
+        wait_for(lambda: self.job("ops", high)["state"] == "SUCCEEDED", 180, "the high-priority job to run")
+        wait_for(lambda: self.job("alice", low)["state"] in ("SUCCEEDED", "FAILED"), 300, "the low job to end")
+        job = self.job("alice", low)
+        events = " | ".join(e["reason"] for e in job["events"])
+        self.assertEqual(job["state"], "SUCCEEDED", events)
+        self.assertIn(f"preempted for job {high} (priority 1000", events)
+        self.assertIn("preempted for a job of higher priority: resumes from its latest checkpoint", events)
+        self.assertGreaterEqual(job["attempt"], 2)
+        # It resumed where it was preempted: from the checkpoint it saved then.
+        m = re.search(r"resumed at step (\d+) from", events)
+        self.assertIsNotNone(m, events)
+        resumed = int(m.group(1))
+        self.assertGreaterEqual(resumed, 20)
+        listed = json.loads(self.as_("alice", "-o", "json", "checkpoints", low).stdout)
+        self.assertIn(resumed, [c["step"] for c in listed if c["ok"] and c["attempt"] == 1])
+        self.assertIn('trainyard_preemptions_total{user="alice"} 1', s.scrape())
+        # The same job uninterrupted ends with the same weights.
+        ref = self.submit("alice", "ref", spec("ref", steps=steps, procs=2, priority="low", extra=checkpointed))
+        wait_for(lambda: self.job("alice", ref)["state"] == "SUCCEEDED", 300, "the reference run")
+        self.assertEqual(digest_of(s, self.tokens["alice"], low, steps), digest_of(s, self.tokens["alice"], ref, steps))
+
+
+if __name__ == "__main__":
+    e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
