@@ -6,7 +6,9 @@
 #ifndef TRAINYARD_SERVER_ACTIVE_JOB_H_
 #define TRAINYARD_SERVER_ACTIVE_JOB_H_
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,9 @@ struct ActiveJob {
   std::unique_ptr<Attempt> attempt;
   JobProgress progress;
   int restarts = 0;  // whole-group restarts after failures
+  // Preempted by the scheduler: if its ranks have not stopped by then
+  // (preemption_grace_s), the group is stopped.
+  std::optional<std::chrono::steady_clock::time_point> preempt_deadline;
   std::vector<std::shared_ptr<JobWatch>> watchers;
 };
 

@@ -73,6 +73,8 @@ void JobLifecycle::Preempt(ActiveJob& job, const Scheduler::Preemption& why) {
   Attempt& a = *job.attempt;
   if (a.stop_requested()) return;  // stopping already
   a.RequestStop(Attempt::Stop::kForPriority);
+  job.preempt_deadline = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(
+                                                   std::chrono::duration<double>(job.spec.preemption_grace_s));
   metrics_->CountPreemption(job.record.owner);
   const ActiveJob* other = jobs_->Find(why.for_job);
   const std::string for_whom =
@@ -187,6 +189,7 @@ void JobLifecycle::EndAttempt(ActiveJob& job) {
   job.progress.AttemptEnded();
   scheduler_->Release(id, steady_clock::now());
   job.attempt.reset();
+  job.preempt_deadline.reset();
   job.spec.checkpoint.resume_from = "latest";
   job.record.spec_json = JobSpecToJson(job.spec);
   jobs_->Transition(job, JobState::kQueued, reason);

@@ -71,7 +71,7 @@ void JobManager::SetPolicy(std::shared_ptr<const Policy> policy) {
   absl::MutexLock lock(&mu_);
   policy_ = std::move(policy);
   scheduler_.SetPolicy(SchedulingOf(*policy_));
-  metrics_->SetQuotas(policy_->user_quotas, policy_->group_quotas);
+  metrics_->SetPolicy(*policy_);
   lifecycle_.TrySchedule();  // a larger quota may let jobs start
 }
 
@@ -168,7 +168,7 @@ absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool 
     q.position = e.position;
     q.priority_class = ClassName(r.priority);
     q.resource = !e.demand.local ? "none" : e.demand.kind == ResourcePool::Kind::kGpus ? "gpus" : "slots";
-    q.reason = e.reason;
+    q.reason = e.reason.empty() ? r.reason : e.reason;
     if (e.estimated_start) {
       q.estimated_start_unix_millis =
           std::chrono::duration_cast<std::chrono::milliseconds>((wall + (*e.estimated_start - now)).time_since_epoch())
@@ -622,6 +622,13 @@ void JobManager::CheckProgress() {
       lifecycle_.Apply(*job, a->OnExit(e, /*recovering=*/false));
     }
     if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
+    // A job preempted for another that did not stop within its grace.
+    if (job->preempt_deadline && now > *job->preempt_deadline) {
+      job->preempt_deadline.reset();
+      jobs_.AddEvent(*job, absl::StrCat("did not stop within preemption_grace_s (", job->spec.preemption_grace_s,
+                                        " s) after its preemption: stopping its ranks"));
+      lifecycle_.StopGroup(*job);
+    }
     const HangVerdict hang = CheckForHang(*job, now, &requests_, kWatchdogDiagnoseWait);
     if (!hang.diagnosis.empty()) jobs_.AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
     if (hang.hung) lifecycle_.Apply(*job, a->Fail(-1, hang.failure));
@@ -630,9 +637,14 @@ void JobManager::CheckProgress() {
   metrics_->SetSchedulerUsage(scheduler_.UserUsage(now), scheduler_.GroupUsage());
   if (!policy_->priority_classes.empty()) {
     std::map<std::string, std::pair<int, int>> classes;
-    for (const auto& [name, value] : policy_->priority_classes) classes[name];
+    std::map<int64_t, std::string> names;
+    for (const auto& [name, value] : policy_->priority_classes) {
+      classes[name];
+      names.emplace(value, name);
+    }
     jobs_.ForEach([&](ActiveJob& job) {
-      auto& [queued, running] = classes[ClassName(job.record.priority)];
+      auto name = names.find(job.record.priority);
+      auto& [queued, running] = classes[name == names.end() ? std::to_string(job.record.priority) : name->second];
       if (job.record.state == JobState::kQueued) {
         ++queued;
       } else if (job.attempt) {

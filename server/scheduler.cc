@@ -271,8 +271,8 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
     }
     Start(*w, now, borrowing, /*adopted=*/false);
     d.start.push_back(w->id);
+    Remove(d.start.back());  // `w` goes; the other jobs' nodes stay where they are
   }
-  for (const std::string& id : d.start) Remove(id);
   for (const Preemption& p : d.preempt) ++owners_[running_.at(p.victim).claim.owner].preemptions;
   return d;
 }
@@ -282,8 +282,8 @@ std::string Scheduler::WhyWaiting(const std::string& id) const {
   if (it == waiting_.end()) return "";
   const Waiting& w = it->second;
   switch (w.wait) {
-    case Wait::kNone: return "waiting: to be scheduled";
-    case Wait::kBackoff: return "waiting: restart backoff after repeated failures";
+    case Wait::kNone:                // not looked at yet
+    case Wait::kBackoff: return "";  // the job's own reason says when it restarts
     case Wait::kUserQuota:
     case Wait::kGroupQuota:
     case Wait::kResources:

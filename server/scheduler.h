@@ -123,7 +123,8 @@ class Scheduler {
   // The waiting jobs that start at `now` and the running jobs to preempt.
   // Nothing starts or is preempted once Pause() was called.
   Decision Schedule(Time now);
-  // Why a waiting job waits, as of the last Schedule ("" when not queued).
+  // Why a waiting job waits, as of the last Schedule; "" when it is not
+  // queued, was not looked at yet, or backs off (its own reason says).
   std::string WhyWaiting(const std::string& id) const;
   // The queue in order, with reasons and estimated starts.
   std::vector<QueueEntry> Queue(Time now) const;

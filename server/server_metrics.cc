@@ -299,7 +299,13 @@ void ServerMetrics::SetClassCounts(const std::map<std::string, std::pair<int, in
   SetGauges("trainyard_class_running_ranks", running);
 }
 
-void ServerMetrics::SetQuotas(const std::map<std::string, Quota>& users, const std::map<std::string, Quota>& groups) {
+void ServerMetrics::SetPolicy(const Policy& policy) {
+  for (const PolicyUser& u : policy.users) {
+    counters_.at("trainyard_preemptions_total")->Add({{"user", u.name}});
+    counters_.at("trainyard_permission_denied_total")->Add({{"user", u.name}});
+  }
+  const auto& users = policy.user_quotas;
+  const auto& groups = policy.group_quotas;
   absl::MutexLock lock(&mu_);
   for (auto [family, label, quotas] :
        {std::tuple{"trainyard_user_quota", "user", &users}, std::tuple{"trainyard_group_quota", "group", &groups}}) {

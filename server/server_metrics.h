@@ -66,7 +66,9 @@ class ServerMetrics {
                          const std::map<std::string, Scheduler::Usage>& groups);
   // Queued jobs and running ranks per priority class.
   void SetClassCounts(const std::map<std::string, std::pair<int, int>>& queued_and_running);
-  void SetQuotas(const std::map<std::string, Quota>& users, const std::map<std::string, Quota>& groups);
+  // The policy's quotas; the per-user counters of `users` start at 0 (so
+  // that increase() sees their first event).
+  void SetPolicy(const Policy& policy);
   void CountPreemption(const std::string& user);
   void CountDenied(const std::string& user);
 

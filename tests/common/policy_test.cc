@@ -55,6 +55,23 @@ TEST(Policy, ParsesUsersClassesAndQuotas) {
   EXPECT_EQ(p->group_quotas.at("vision").gpus, std::nullopt);
 }
 
+TEST(Policy, RootsMaximumClassesAndGroupVisibility) {
+  const std::string text = "users:\n  - {name: alice, token_sha256: \"" + Sha256Hex("a") +
+                           "\", groups: [vision], roots: [/data/alice, /scratch/alice]}\n"
+                           "priority_classes: {low: 0, normal: 100, high: 1000}\n"
+                           "quotas:\n  users: {alice: {max_priority_class: normal}}\n"
+                           "  groups: {vision: {gpus: 4, max_priority_class: low}}\n"
+                           "group_visibility: true\n";
+  auto p = ParsePolicy(text, "policy.yaml");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->User("alice")->roots, (std::vector<std::string>{"/data/alice", "/scratch/alice"}));
+  EXPECT_EQ(p->user_quotas.at("alice").max_priority_class, "normal");
+  EXPECT_EQ(p->group_quotas.at("vision").max_priority_class, "low");
+  EXPECT_EQ(p->group_quotas.at("vision").gpus, 4);
+  EXPECT_TRUE(p->group_visibility);
+  EXPECT_FALSE(ParsePolicy("", "p")->group_visibility);
+}
+
 TEST(Policy, AnEmptyFileIsNoPolicy) {
   auto p = ParsePolicy("", "policy.yaml");
   ASSERT_TRUE(p.ok()) << p.status();
@@ -91,6 +108,12 @@ TEST(Policy, RefusalsNameTheField) {
       {"users: [{name: a, token_sha256: \"" + h + "\"}]\nquotas: {users: {a: {cpus: 1}}}\n",
        {"'quotas.users.a.cpus'", "unknown key"}},
       {"users: {a: 1}\n", {"'users'", "list"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\", roots: [data]}]\n", {"'users[0].roots[0]'", "absolute"}},
+      {"users: [{name: a, token_sha256: \"" + h +
+           "\"}]\npriority_classes: {normal: 1}\n"
+           "quotas: {users: {a: {max_priority_class: top}}}\n",
+       {"'quotas.users.a.max_priority_class'", "'top'"}},
+      {"group_visibility: maybe\n", {"'group_visibility'"}},
       {"[1, 2\n", {"policy.yaml", "not YAML"}},
   };
   for (const Bad& b : cases) {

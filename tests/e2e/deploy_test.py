@@ -16,6 +16,7 @@ Run as `python3 tests/e2e/deploy_test.py --bin DIR` (or `deploy_test.py DIR`, or
 with TRAINYARD_BIN=DIR) where DIR holds trainyard-server, trainyard-worker and
 trainctl; default: build/bin. Needs python3-yaml and prometheus (promtool).
 """
+import hashlib
 import json
 import os
 import re
@@ -624,7 +625,21 @@ class LiveStack(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-deploy-")
         cls.addClassCleanup(cls.tmp.cleanup)
         cls.jobs = []
-        cls.server = Server(cls.tmp.name, slots=5, extra=("--peak-flops", "1e11"))  # MFU is exported
+        # A policy file: the per-user, group and class series are exported
+        # (trainctl sends the admin user's token).
+        token = "deploy-token-0123456789"
+        policy = os.path.join(cls.tmp.name, "policy.yaml")
+        with open(policy, "w") as f:
+            f.write("users:\n  - {name: deploy, token_sha256: \"%s\", groups: [ml], role: admin}\n"
+                    "priority_classes: {low: 0, normal: 100}\n"
+                    "quotas: {users: {deploy: {slots: 64}}, groups: {ml: {slots: 64}}}\n"
+                    % hashlib.sha256(token.encode()).hexdigest())
+        saved = os.environ.get("TRAINYARD_TOKEN")
+        os.environ["TRAINYARD_TOKEN"] = token
+        cls.addClassCleanup(lambda: os.environ.pop("TRAINYARD_TOKEN") if saved is None
+                            else os.environ.__setitem__("TRAINYARD_TOKEN", saved))
+        # MFU is exported with --peak-flops.
+        cls.server = Server(cls.tmp.name, slots=5, extra=("--peak-flops", "1e11", "--policy-file", policy))
         cls.addClassCleanup(cls.server.stop)
         cls.addClassCleanup(cls._cancel_jobs)
         spec = os.path.join(cls.tmp.name, "ddp.yaml")

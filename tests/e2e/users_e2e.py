@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
-from e2e_test import Server, wait_for, write_spec  # noqa: E402
+from e2e_test import Server, read, wait_for, write_spec  # noqa: E402
 
 LONG = """
 name: %(name)s
@@ -85,7 +85,8 @@ class SharedServer(unittest.TestCase):
         return self.server.ctl("--token-file", self.tokens[user], *args, timeout=timeout)
 
     def submit(self, user, name, text):
-        r = self.as_(user, "-o", "json", "submit", write_spec(self.roots.get(user, self.tmp.name), name + ".yaml", text))
+        path = write_spec(self.roots.get(user, self.tmp.name), name + ".yaml", text)
+        r = self.as_(user, "-o", "json", "submit", path)
         self.assertEqual(r.returncode, 0, r.stderr)
         return json.loads(r.stdout)["id"]
 
@@ -171,8 +172,8 @@ class SharedServer(unittest.TestCase):
         with open(self.policy_path, "w") as f:
             f.write("users: [{name: x, token_sha256: nothex}]\n")
         s.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "token_sha256" in open(os.path.join(self.tmp.name, "server.log"), errors="replace").read(),
-                 30, "the reload error in the server's log")
+        log = os.path.join(self.tmp.name, "server.log")
+        wait_for(lambda: "token_sha256" in read(log), 30, "the reload error in the server's log")
         self.assertEqual(self.as_("carol", "list").returncode, 0)
 
     def test_c_high_priority_preempts_low_which_resumes_with_no_step_lost(self):

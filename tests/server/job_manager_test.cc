@@ -80,6 +80,7 @@ class JobManagerTest : public ::testing::Test {
     o.state_dir = dir_.path();
     o.coordinator_addr = "127.0.0.1:1";
     o.gpus = gpus;
+    o.preemption_min_run_time = std::chrono::seconds(0);
     manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
     ASSERT_TRUE(manager_->Recover().ok());
   }
@@ -109,27 +110,31 @@ class JobManagerTest : public ::testing::Test {
   std::unique_ptr<JobManager> manager_;
 };
 
-TEST_F(JobManagerTest, StartsJobsWhileSlotsLastThenQueuesFifo) {
-  const std::string a = Submit(2), b = Submit(2), c = Submit(3), d = Submit(1);
+TEST_F(JobManagerTest, StartsJobsWhileSlotsLastThenQueuesWithBackfill) {
+  const std::string a = Submit(2), b = Submit(2), c = Submit(3), d = Submit(1), e = Submit(2);
   EXPECT_EQ(StateOf(a), JobState::kStarting);
   EXPECT_EQ(StateOf(b), JobState::kStarting);
   EXPECT_EQ(StateOf(c), JobState::kQueued);
-  // d would fit in no slot either; FIFO keeps it behind c.
-  EXPECT_EQ(StateOf(d), JobState::kQueued);
+  EXPECT_EQ(StateOf(d), JobState::kQueued);  // no slot is free
   EXPECT_EQ(manager_->free_slots(), 0);
 
   ExitAll(a, 0);
   EXPECT_EQ(StateOf(a), JobState::kSucceeded);
-  EXPECT_EQ(manager_->free_slots(), 2);
-  EXPECT_EQ(StateOf(c), JobState::kQueued);  // needs 3, only 2 free: head waits
+  EXPECT_EQ(StateOf(c), JobState::kQueued);  // needs 3, only 2 free: the head waits
+  EXPECT_EQ(manager_->Get(c)->reason, "waiting: 2 of this host's slots free; this job needs 3");
+  // d takes the one slot c will not need when b ends; e would take two.
+  EXPECT_EQ(StateOf(d), JobState::kStarting);
+  EXPECT_EQ(StateOf(e), JobState::kQueued);
+  EXPECT_EQ(manager_->Get(e)->reason, "waiting: behind job " + c + ", which starts first");
+  EXPECT_EQ(manager_->free_slots(), 1);
 
   ExitAll(b, 0);
   EXPECT_EQ(StateOf(c), JobState::kStarting);
-  EXPECT_EQ(StateOf(d), JobState::kStarting);
   EXPECT_EQ(manager_->free_slots(), 0);
   ASSERT_EQ(launcher_.launched().size(), 4u);
-  EXPECT_EQ(launcher_.launched()[2].job_id, c);
-  EXPECT_EQ(launcher_.launched()[2].world_size, 3);
+  EXPECT_EQ(launcher_.launched()[2].job_id, d);
+  EXPECT_EQ(launcher_.launched()[3].job_id, c);
+  EXPECT_EQ(launcher_.launched()[3].world_size, 3);
 }
 
 TEST_F(JobManagerTest, RejectsJobsLargerThanTheServer) {
@@ -165,15 +170,18 @@ TEST_F(JobManagerTest, GpusAreHandedOutOnePerRankNeverShared) {
   EXPECT_EQ(launcher_.launched()[0].gpus, (std::vector<int>{0, 1}));
   EXPECT_TRUE(launcher_.launched()[0].cuda);
   EXPECT_TRUE(launcher_.launched()[1].gpus.empty());
-  // b waits at the head; a later 1-GPU job waits behind it (FIFO).
+  // b waits at the head; a later 1-GPU job takes the GPU b will not need
+  // (backfill), a later 2-GPU one waits behind b.
   auto d = manager_->Submit("max_steps: 10\nnum_processes: 1\ndevice: cuda\n");
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(StateOf(d->id), JobState::kQueued);
+  auto e = manager_->Submit("max_steps: 10\nnum_processes: 2\ndevice: cuda\n");
+  ASSERT_TRUE(d.ok() && e.ok());
+  EXPECT_EQ(StateOf(d->id), JobState::kStarting);
+  EXPECT_EQ(StateOf(e->id), JobState::kQueued);
   ExitAll(a->id, 0);
   EXPECT_EQ(StateOf(b->id), JobState::kStarting);
-  EXPECT_EQ(StateOf(d->id), JobState::kStarting);
+  EXPECT_EQ(StateOf(e->id), JobState::kQueued);
   ASSERT_EQ(launcher_.launched().size(), 4u);
-  const std::vector<int> gb = launcher_.launched()[2].gpus, gd = launcher_.launched()[3].gpus;
+  const std::vector<int> gd = launcher_.launched()[2].gpus, gb = launcher_.launched()[3].gpus;
   ASSERT_EQ(gb.size(), 2u);
   ASSERT_EQ(gd.size(), 1u);
   std::set<int> all(gb.begin(), gb.end());
@@ -183,8 +191,10 @@ TEST_F(JobManagerTest, GpusAreHandedOutOnePerRankNeverShared) {
   // A failed attempt gives its GPUs back before the restart takes them again.
   ExitAll(b->id, 1);
   EXPECT_EQ(StateOf(b->id), JobState::kFailed);
-  EXPECT_EQ(manager_->free_gpus(), 2);
+  EXPECT_EQ(StateOf(e->id), JobState::kStarting);
+  EXPECT_EQ(launcher_.launched()[4].gpus, gb) << "e gets the two b gave back";
   ExitAll(d->id, 0);
+  ExitAll(e->id, 0);
   EXPECT_EQ(manager_->free_gpus(), 3);
 }
 
@@ -674,6 +684,125 @@ TEST_F(JobManagerTest, HangsAreDiagnosedFromTheRanksFlightRecords) {
   EXPECT_EQ(StateOf(id), JobState::kFailed);
   EXPECT_NE(manager_->Get(id)->reason.find("the job is hung (rank 1 is behind"), std::string::npos)
       << manager_->Get(id)->reason;
+}
+
+// ---- Users: ownership, classes, quotas, preemption ----
+
+Caller UserCaller(const std::string& name, std::vector<std::string> groups = {}) {
+  return Caller{name, std::move(groups), /*admin=*/false, {}};
+}
+
+std::shared_ptr<const Policy> TeamPolicy(bool group_visibility = false) {
+  auto p = std::make_shared<Policy>();
+  p->priority_classes = {{"low", 0}, {"normal", 100}, {"high", 1000}};
+  p->default_priority_class = "normal";
+  p->user_quotas["alice"].max_priority_class = "normal";
+  p->user_quotas["alice"].queued_jobs = 1;
+  p->group_visibility = group_visibility;
+  return p;
+}
+
+TEST_F(JobManagerTest, UsersSeeAndActOnTheirOwnJobsOnly) {
+  manager_->SetPolicy(TeamPolicy());
+  const Caller alice = UserCaller("alice", {"vision"}), bob = UserCaller("bob", {"nlp"});
+  auto job = manager_->Submit("max_steps: 10\nnum_processes: 1\n", "", alice);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string a = job->id;
+  EXPECT_EQ(job->owner, "alice");
+  EXPECT_EQ(job->group, "vision");
+  EXPECT_EQ(job->priority, 100);  // the default class
+  EXPECT_EQ(store_->Get(a)->owner, "alice") << "stored with its owner";
+
+  absl::Status denied = manager_->Authorize(bob, a, "cancel", /*read_only=*/false);
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(denied.message(), "user bob may not cancel job " + a + ": it is not theirs");
+  bool recorded = false;
+  const std::vector<JobEvent> events = *manager_->Events(a);
+  for (const JobEvent& e : events) recorded |= e.reason == "refused: " + std::string(denied.message());
+  EXPECT_TRUE(recorded);
+  EXPECT_EQ(manager_->Authorize(bob, a, "see", true).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(manager_->Authorize(alice, a, "cancel", false).ok());
+  EXPECT_TRUE(manager_->Authorize(Caller{"ops", {}, /*admin=*/true, {}}, a, "cancel", false).ok());
+  EXPECT_EQ(manager_->Authorize(bob, "nope", "see", true).code(), absl::StatusCode::kNotFound);
+
+  EXPECT_TRUE(manager_->List({}, 0, "", bob, false)->jobs.empty());
+  EXPECT_EQ(manager_->List({}, 0, "", alice, false)->jobs.size(), 1u);
+  EXPECT_EQ(manager_->List({}, 0, "", bob, true).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(manager_->List({}, 0, "", Caller{"ops", {}, true, {}}, true)->jobs.size(), 1u);
+
+  // With group visibility, a group member may look but not act.
+  manager_->SetPolicy(TeamPolicy(/*group_visibility=*/true));
+  const Caller carol = UserCaller("carol", {"vision"});
+  EXPECT_TRUE(manager_->Authorize(carol, a, "see", true).ok());
+  EXPECT_EQ(manager_->Authorize(carol, a, "cancel", false).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(manager_->List({}, 0, "", carol, true)->jobs.size(), 1u);
+  EXPECT_TRUE(manager_->List({}, 0, "", bob, true)->jobs.empty()) << "not bob's group";
+}
+
+TEST_F(JobManagerTest, PriorityClassesAndQuotasAreCheckedAtSubmit) {
+  manager_->SetPolicy(TeamPolicy());
+  const Caller alice = UserCaller("alice");
+  auto unknown = manager_->Submit("num_processes: 1\npriority: urgent\n", "", alice);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(unknown.status().message(),
+            "spec field 'priority': unknown class 'urgent'; this server has: high, low, normal");
+  auto above = manager_->Submit("num_processes: 1\npriority: high\n", "", alice);
+  EXPECT_EQ(above.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(above.status().message(), "spec field 'priority': user alice may submit up to 'normal', not 'high'");
+  EXPECT_EQ(manager_->Submit("num_processes: 1\npriority: high\n", "", UserCaller("bob"))->priority, 1000);
+  // queued_jobs: 1.
+  EXPECT_EQ(StateOf(manager_->Submit("num_processes: 3\n", "", alice)->id), JobState::kStarting);
+  EXPECT_EQ(StateOf(manager_->Submit("num_processes: 4\n", "", alice)->id), JobState::kQueued);
+  auto over = manager_->Submit("num_processes: 4\n", "", alice);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("user alice has 1 jobs queued"), std::string::npos) << over.status();
+}
+
+TEST_F(JobManagerTest, AHigherPriorityJobPreemptsALowerPreemptibleOneWhichResumes) {
+  manager_->SetPolicy(TeamPolicy());
+  auto low =
+      manager_->Submit("max_steps: 100\nnum_processes: 4\npreemptible: true\npriority: low\n", "", UserCaller("alice"));
+  ASSERT_TRUE(low.ok()) << low.status();
+  std::shared_ptr<WorkerChannel> rank0;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto w = manager_->AttachWorker(low->id, rank, 1, manager_->Get(low->id)->worker_token);
+    ASSERT_TRUE(w.ok()) << w.status();
+    if (rank == 0) rank0 = w->channel;
+  }
+  ASSERT_EQ(StateOf(low->id), JobState::kRunning);
+  auto high = manager_->Submit("max_steps: 10\nnum_processes: 2\npriority: high\n", "", UserCaller("bob"));
+  ASSERT_TRUE(high.ok()) << high.status();
+  EXPECT_EQ(StateOf(high->id), JobState::kQueued);
+  EXPECT_EQ(manager_->Get(high->id)->reason, "waiting: preempting " + low->id + " to free slots");
+  WorkerCommand cmd;
+  ASSERT_TRUE(rank0->Pop(&cmd, std::chrono::milliseconds(0)));
+  EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kCheckpoint);
+  EXPECT_TRUE(cmd.stop_after) << "checkpoint, then stop";
+  // The ranks checkpoint and stop (exit 3): low is queued again to resume; high starts.
+  for (int rank = 0; rank < 4; ++rank) manager_->OnRankExit(RankExit::Exited(low->id, 1, rank, 3));
+  EXPECT_EQ(StateOf(low->id), JobState::kQueued);
+  EXPECT_EQ(StateOf(high->id), JobState::kStarting);
+  const JobRecord requeued = *store_->Get(low->id);
+  EXPECT_EQ(requeued.reason, "preempted for a job of higher priority: resumes from its latest checkpoint");
+  EXPECT_NE(requeued.spec_json.find("\"resume_from\":\"latest\""), std::string::npos);
+  EXPECT_EQ(manager_->Get(low->id)->reason, "waiting: 2 of this host's slots free; this job needs 4");
+  EXPECT_EQ(launcher_.stopped().size(), 0u) << "no signal: the ranks stopped on their own";
+  // High ends: low starts again (attempt 2).
+  ExitAll(high->id, 0);
+  EXPECT_EQ(StateOf(low->id), JobState::kStarting);
+  EXPECT_EQ(manager_->Get(low->id)->attempt, 2);
+}
+
+TEST_F(JobManagerTest, NeitherEqualPriorityNorNonPreemptibleJobsArePreempted) {
+  manager_->SetPolicy(TeamPolicy());
+  const std::string stiff = manager_->Submit("num_processes: 2\npriority: low\n", "", UserCaller("alice"))->id;
+  const std::string peer =
+      manager_->Submit("num_processes: 2\npriority: high\npreemptible: true\n", "", UserCaller("bob"))->id;
+  auto high = manager_->Submit("num_processes: 2\npriority: high\n", "", UserCaller("bob"));
+  EXPECT_EQ(StateOf(high->id), JobState::kQueued);
+  EXPECT_EQ(manager_->Get(high->id)->reason, "waiting: 0 of this host's slots free; this job needs 2");
+  EXPECT_EQ(StateOf(stiff), JobState::kStarting);
+  EXPECT_EQ(StateOf(peer), JobState::kStarting);
 }
 
 }  // namespace
