@@ -29,6 +29,11 @@ void Scheduler::Enqueue(const std::string& id, Demand demand, JobClaim claim, Ti
   Waiting w{id, demand, std::move(claim), not_before};
   w.order = ahead ? --next_front_ : ++next_back_;
   ++owners_[w.claim.owner].queued;
+  if (w.demand.local) {
+    ++waiting_local_[w.demand.kind];
+  } else {
+    ++waiting_elsewhere_;
+  }
   Waiting& stored = waiting_.emplace(id, std::move(w)).first->second;
   levels_[stored.claim.priority][stored.claim.owner][stored.order] = &stored;
 }
@@ -43,6 +48,11 @@ bool Scheduler::Remove(const std::string& id) {
   if (owner->second.empty()) level->second.erase(owner);
   if (level->second.empty()) levels_.erase(level);
   --owners_[w.claim.owner].queued;
+  if (w.demand.local) {
+    --waiting_local_[w.demand.kind];
+  } else {
+    --waiting_elsewhere_;
+  }
   waiting_.erase(it);
   return true;
 }
@@ -100,8 +110,9 @@ bool Scheduler::OverQuota(Waiting& w) const {
     const int used = u == in_use.end() ? 0 : u->second.of(k);
     if (used + w.demand.count <= *limit) return false;
     w.wait = wait;
-    w.wait_detail = absl::StrCat(what, " ", name, " uses ", used, " of ", *limit, " ", NameOf(k), "; this job needs ",
-                                 w.demand.count);
+    w.quota_used = used;
+    w.quota_limit = *limit;
+    (void)what;
     return true;
   };
   return check(policy_.user_quotas, user_in_use_, w.claim.owner, "user", Wait::kUserQuota) ||
@@ -203,7 +214,21 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
     int extra = 0;  // free at the shadow time beyond what the head needs
   };
   std::map<Kind, Head> heads;
+  ++pass_;
+  last_decision_ = now;
+  int behind_heads = 0;
   for (Waiting* w : Order(now)) {
+    if (!heads.empty()) {
+      // Past the heads only backfill and jobs elsewhere can start: stop
+      // once neither can (the jobs not looked at keep waiting as they were).
+      bool every_head = true;
+      for (Kind k : {Kind::kSlots, Kind::kGpus}) every_head &= heads.count(k) > 0 || waiting_local_[k] == 0;
+      const bool room = policy_.backfill && (pool_.free_slots() > 0 || pool_.free_gpus() > 0) &&
+                        behind_heads < policy_.backfill_depth;
+      if (every_head && !room && waiting_elsewhere_ == 0) break;
+      ++behind_heads;
+    }
+    w->pass = pass_;
     w->wait = Wait::kNone;
     w->wait_detail.clear();
     if (now < w->not_before) {  // backing off: takes nothing, blocks nobody
@@ -229,7 +254,6 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
         const bool spare = w->demand.count <= h.extra;
         if (!fits || !policy_.backfill || !(ends_before || spare)) {
           w->wait = Wait::kBehindHead;
-          w->wait_detail = h.job->id;
           continue;
         }
         if (!ends_before) h.extra -= w->demand.count;
@@ -274,21 +298,43 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
     Remove(d.start.back());  // `w` goes; the other jobs' nodes stay where they are
   }
   for (const Preemption& p : d.preempt) ++owners_[running_.at(p.victim).claim.owner].preemptions;
+  last_heads_.clear();
+  for (const auto& [kind, head] : heads) {
+    if (waiting_.count(head.job->id)) last_heads_[kind] = head.job->id;
+  }
   return d;
 }
 
 std::string Scheduler::WhyWaiting(const std::string& id) const {
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return "";
-  const Waiting& w = it->second;
+  Waiting w = it->second;
+  if (w.pass != pass_ && w.wait != Wait::kPaused) {
+    // Not looked at by the last decision (it stopped early): behind the
+    // head of its resource, or over its quota.
+    w.wait = Wait::kNone;
+    if (last_decision_ < w.not_before) {
+      w.wait = Wait::kBackoff;
+    } else if (!OverQuota(w) && w.demand.local && last_heads_.count(w.demand.kind)) {
+      w.wait = Wait::kBehindHead;
+    }
+  }
+  const char* what = NameOf(w.demand.kind);
   switch (w.wait) {
     case Wait::kNone:                // not looked at yet
     case Wait::kBackoff: return "";  // the job's own reason says when it restarts
     case Wait::kUserQuota:
     case Wait::kGroupQuota:
+      return absl::StrCat("waiting: ", w.wait == Wait::kUserQuota ? "user " : "group ",
+                          w.wait == Wait::kUserQuota ? w.claim.owner : w.claim.group, " uses ", w.quota_used, " of ",
+                          w.quota_limit, " ", what, "; this job needs ", w.demand.count);
     case Wait::kResources:
     case Wait::kPreempting: return absl::StrCat("waiting: ", w.wait_detail);
-    case Wait::kBehindHead: return absl::StrCat("waiting: behind job ", w.wait_detail, ", which starts first");
+    case Wait::kBehindHead: {
+      auto head = last_heads_.find(w.demand.kind);
+      if (head == last_heads_.end()) return absl::StrCat("waiting: for free ", what);
+      return absl::StrCat("waiting: behind job ", head->second, ", which starts first");
+    }
     case Wait::kPaused: return "waiting: the coordinator is stopping";
   }
   return "";

@@ -70,6 +70,9 @@ struct SchedulerPolicy {
   // A job is not preempted for another before it has run this long.
   std::chrono::steady_clock::duration min_run_time = std::chrono::minutes(10);
   bool backfill = true;
+  // Jobs looked at for backfill behind the first head, per decision (as
+  // Slurm's bf_max_job_test): bounds a decision's time in a deep queue.
+  int backfill_depth = 1000;
 };
 
 class Scheduler {
@@ -158,8 +161,12 @@ class Scheduler {
     JobClaim claim;
     Time not_before;
     int64_t order = 0;  // within its priority and owner
+    // Why it waits, as of the last pass that looked at it (`pass`).
     Wait wait = Wait::kNone;
-    std::string wait_detail;  // the job or numbers the wait names
+    int quota_used = 0;
+    int64_t quota_limit = 0;
+    std::string wait_detail;  // heads only: what they wait for
+    int64_t pass = -1;
   };
   struct Running {
     Demand demand;
@@ -186,7 +193,7 @@ class Scheduler {
   std::vector<Waiting*> Order(Time now) const;
   double UsageAt(const OwnerState& s, Time now) const;
   void Accrue(const std::string& owner, Time now);
-  // Whether `w` over its owner's or group's quota; sets its wait reason.
+  // Whether `w` is over its owner's or group's quota: its wait then says which.
   bool OverQuota(Waiting& w) const;
   void Start(Waiting& w, Time now, bool borrowing, bool adopted);
   // Picks the running jobs to preempt so that `head` fits; empty when none will do.
@@ -205,6 +212,15 @@ class Scheduler {
   std::map<std::string, OwnerState> owners_;
   std::map<std::string, InUse> user_in_use_, group_in_use_;
   int64_t next_back_ = 0, next_front_ = 0;
+  int64_t pass_ = 0;  // decisions made
+  Time last_decision_{};
+  // Local jobs waiting per resource, and jobs waiting elsewhere (Slurm,
+  // external): when every resource has its head and none can backfill,
+  // only these could still start.
+  std::map<ResourcePool::Kind, int> waiting_local_;
+  int waiting_elsewhere_ = 0;
+  // The head of each resource at the last decision.
+  std::map<ResourcePool::Kind, std::string> last_heads_;
   bool paused_ = false;
 };
 

@@ -329,6 +329,24 @@ TEST(Scheduler, QueueShowsPositionsReasonsAndEstimatedStarts) {
   EXPECT_EQ(q[2].reason, "waiting: behind job a, which starts first");
 }
 
+// A decision stops looking once nothing more can start; the jobs it did
+// not look at still say why they wait, and jobs elsewhere still start.
+TEST(Scheduler, ADeepQueueBehindFullResources) {
+  SchedulerPolicy p;
+  p.user_quotas["alice"].slots = 1;
+  p.backfill_depth = 10;
+  Scheduler s(2, 0, p);
+  s.Enqueue("running", Slots(2), Of("bob"));
+  ASSERT_EQ(Started(s, kT0), Ids{"running"});
+  for (int i = 0; i < 100; ++i) s.Enqueue("bob" + std::to_string(i), Slots(1), Of("bob"));
+  s.Enqueue("alice-big", Slots(2), Of("alice"));
+  s.Enqueue("slurm", Elsewhere(8), Of("carol"));
+  EXPECT_EQ(Started(s, kT0 + seconds(1)), Ids{"slurm"});
+  EXPECT_EQ(s.WhyWaiting("bob0"), "waiting: 0 of this host's slots free; this job needs 1");
+  EXPECT_EQ(s.WhyWaiting("bob99"), "waiting: behind job bob0, which starts first");
+  EXPECT_EQ(s.WhyWaiting("alice-big"), "waiting: user alice uses 0 of 1 slots; this job needs 2");
+}
+
 TEST(Scheduler, ABackingOffJobTakesNothingAndBlocksNobody) {
   Scheduler s(2, 0);
   s.Enqueue("retry", Slots(2), {}, kT0 + seconds(4), /*ahead=*/true);
