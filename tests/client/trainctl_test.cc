@@ -61,7 +61,34 @@ class FakeJobService final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // Two waiting jobs: one with an estimated start, one without.
+  grpc::Status GetQueue(grpc::ServerContext* ctx, const v1::GetQueueRequest* req, v1::GetQueueResponse* resp) override {
+    Record(ctx);
+    std::lock_guard<std::mutex> lock(mu);
+    queue_all_users = req->all_users();
+    v1::QueueEntry* a = resp->add_entries();
+    a->set_position(1);
+    a->set_id("job-a");
+    a->set_owner("alice");
+    a->set_priority_class("high");
+    a->set_priority(1000);
+    a->set_num_processes(4);
+    a->set_resource("gpus");
+    a->set_reason("waiting: preempting job-x to free GPUs");
+    a->set_estimated_start_unix_millis(1700000000000);
+    v1::QueueEntry* b = resp->add_entries();
+    b->set_position(2);
+    b->set_id("job-b");
+    b->set_owner("bob");
+    b->set_priority(100);
+    b->set_num_processes(1);
+    b->set_resource("slots");
+    b->set_reason("waiting: user bob uses 8 of 8 slots; this job needs 1");
+    return grpc::Status::OK;
+  }
+
   std::mutex mu;
+  bool queue_all_users = false;
   std::vector<v1::ListJobsRequest> list_requests;
   std::string authorization;  // of the last call
   v1::CheckpointType checkpoint_type = v1::CHECKPOINT_TYPE_UNSPECIFIED;
@@ -181,6 +208,43 @@ std::string RunBinary(const std::string& args, int* rc) {
   while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
   *rc = WEXITSTATUS(pclose(p));
   return out;
+}
+
+TEST_F(TrainctlTest, QueueShowsOrderOwnersEstimatesAndReasons) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Queue(/*all_users=*/true); }), 0) << err_.str();
+  EXPECT_TRUE(service_.queue_all_users);
+  std::istringstream lines(out_.str());
+  std::string header, first, second;
+  std::getline(lines, header);
+  std::getline(lines, first);
+  std::getline(lines, second);
+  EXPECT_EQ(header.rfind("POS  ID", 0), 0u) << header;
+  EXPECT_NE(header.find("ESTIMATED START"), std::string::npos);
+  EXPECT_EQ(first.rfind("1    job-a", 0), 0u) << first;
+  EXPECT_NE(first.find("alice"), std::string::npos);
+  EXPECT_NE(first.find("high"), std::string::npos);
+  EXPECT_NE(first.find("gpus"), std::string::npos);
+  EXPECT_NE(first.find("waiting: preempting job-x to free GPUs"), std::string::npos);
+  EXPECT_NE(second.find("100"), std::string::npos) << "no class name: the number";
+  EXPECT_NE(second.find("unknown"), std::string::npos) << second;
+
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Queue(); }, OutputFormat::kJson), 0) << err_.str();
+  EXPECT_FALSE(service_.queue_all_users);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["owner"], "alice");
+  EXPECT_EQ(j[0]["priority_class"], "high");
+  EXPECT_EQ(j[1]["reason"], "waiting: user bob uses 8 of 8 slots; this job needs 1");
+  EXPECT_EQ(j[1]["estimated_start"], "");
+}
+
+TEST_F(TrainctlTest, ListAsksForEveryUsersJobsOnlyWhenTold) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.List("", 1); }), 0) << err_.str();
+  ASSERT_EQ(Run([](Trainctl& c) { return c.List("", 1, /*all_users=*/true); }), 0) << err_.str();
+  std::lock_guard<std::mutex> lock(service_.mu);
+  ASSERT_EQ(service_.list_requests.size(), 2u);
+  EXPECT_FALSE(service_.list_requests[0].all_users());
+  EXPECT_TRUE(service_.list_requests[1].all_users());
 }
 
 TEST_F(TrainctlTest, GlobalFlagsGoBeforeOrAfterTheSubcommand) {

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -204,6 +205,53 @@ class SharedServer(unittest.TestCase):
         ref = self.submit("alice", "ref", spec("ref", steps=steps, procs=2, priority="low", extra=checkpointed))
         wait_for(lambda: self.job("alice", ref)["state"] == "SUCCEEDED", 300, "the reference run")
         self.assertEqual(digest_of(s, self.tokens["alice"], low, steps), digest_of(s, self.tokens["alice"], ref, steps))
+
+
+class MutualTls(unittest.TestCase):
+    """Under mutual TLS, a client certificate whose common name is a user's
+    name is that user; one that names nobody needs a token."""
+
+    def test_the_certificate_names_the_user(self):
+        with tempfile.TemporaryDirectory(prefix="trainyard-users-tls-") as d:
+            def openssl(*args):
+                subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+
+            openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+                    "-days", "2", "-subj", "/CN=trainyard-test-ca")
+            with open(os.path.join(d, "ext.cnf"), "w") as f:
+                f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
+            for name in ("localhost", "alice", "stranger"):
+                openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                        "-subj", f"/CN={name}")
+                openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                        "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "ext.cnf")
+            bob_token = write_spec(d, "bob.token", "token-of-bob-over-tls\n")
+            users = {"alice": ("token-of-alice-over-tls", ["vision"], "user", []),
+                     "bob": ("token-of-bob-over-tls", ["nlp"], "user", [])}
+            pol = write_spec(d, "policy.yaml", policy(users, {}))
+            s = Server(d, extra=["--policy-file", pol, "--tls-cert", os.path.join(d, "localhost.pem"),
+                                 "--tls-key", os.path.join(d, "localhost.key"),
+                                 "--tls-client-ca", os.path.join(d, "ca.pem")])
+            try:
+                def as_cert(name, *args):
+                    return s.ctl("--ca", os.path.join(d, "ca.pem"), "--cert", os.path.join(d, f"{name}.pem"),
+                                 "--key", os.path.join(d, f"{name}.key"), *args)
+
+                r = as_cert("alice", "-o", "json", "submit", write_spec(d, "a.yaml", spec("tls-alice", steps=3)))
+                self.assertEqual(r.returncode, 0, r.stderr)
+                job_id = json.loads(r.stdout)["id"]
+                self.assertEqual(json.loads(as_cert("alice", "-o", "json", "get", job_id).stdout)["owner"], "alice")
+                r = as_cert("stranger", "list")
+                self.assertEqual(r.returncode, 2)
+                self.assertIn("UNAUTHENTICATED", r.stderr)
+                # A token names its own user, whatever the certificate says.
+                r = as_cert("alice", "--token-file", bob_token, "get", job_id)
+                self.assertEqual(r.returncode, 2)
+                self.assertIn(f"user bob may not see job {job_id}", r.stderr)
+                w = as_cert("alice", "watch", job_id)
+                self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
+            finally:
+                s.stop()
 
 
 if __name__ == "__main__":
