@@ -507,6 +507,9 @@ JobSpec ParseRoot(const YAML::Node& root, const SpecLimits& limits) {
   r.Bool("preemptible", &s.preemptible);
   r.Double("preemption_grace_s", &s.preemption_grace_s, 1.0, 86400.0);
   r.String("priority", &s.priority, kMaxName);
+  for (const char* key : {"owner", "group", "user"}) {
+    if (r.Has(key)) Fail(key, "a job belongs to the user who submits it (their token); a spec cannot name one");
+  }
   r.Double("max_grad_norm", &s.max_grad_norm, 0.0, 1e9);
   if (YAML::Node n = r.Child("checkpoint")) ParseCheckpoint(n, "checkpoint", &s.checkpoint);
   r.Int("gradient_accumulation_steps", &s.gradient_accumulation_steps, 1, 1 << 16);

@@ -14,6 +14,7 @@
 #include "common/placement.h"
 #include "common/secrets.h"
 #include "common/utf8.h"
+#include "server/access.h"
 #include "server/hang_watchdog.h"
 #include "server/restart_policy.h"
 #include "spdlog/spdlog.h"
@@ -75,52 +76,8 @@ void JobManager::SetPolicy(std::shared_ptr<const Policy> policy) {
   lifecycle_.TrySchedule();  // a larger quota may let jobs start
 }
 
-absl::StatusOr<int64_t> JobManager::PriorityFor(const Caller& by, const std::string& class_name) const {
-  const Policy& p = *policy_;
-  if (p.priority_classes.empty()) {
-    if (class_name.empty()) return 0;
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec field 'priority': this server has no priority classes (got '", class_name, "')"));
-  }
-  std::optional<int64_t> value = p.Priority(class_name);
-  if (!value) {
-    std::vector<std::string> names;
-    for (const auto& [name, v] : p.priority_classes) names.push_back(name);
-    return absl::InvalidArgumentError(absl::StrCat("spec field 'priority': unknown class '", class_name,
-                                                   "'; this server has: ", absl::StrJoin(names, ", ")));
-  }
-  if (by.admin) return *value;
-  // The lowest maximum of the user's and its groups' quotas.
-  auto check = [&](const std::map<std::string, Quota>& quotas, const std::string& name,
-                   const char* what) -> absl::Status {
-    auto q = quotas.find(name);
-    if (q == quotas.end() || q->second.max_priority_class.empty()) return absl::OkStatus();
-    if (*value <= p.priority_classes.at(q->second.max_priority_class)) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat("spec field 'priority': ", what, " ", name, " may submit up to '",
-                                                    q->second.max_priority_class, "', not '",
-                                                    class_name.empty() ? p.default_priority_class : class_name, "'"));
-  };
-  if (auto s = check(p.user_quotas, by.user, "user"); !s.ok()) return s;
-  for (const std::string& g : by.groups) {
-    if (auto s = check(p.group_quotas, g, "group"); !s.ok()) return s;
-  }
-  return *value;
-}
-
-std::string JobManager::ClassName(int64_t priority) const {
-  for (const auto& [name, v] : policy_->priority_classes) {
-    if (v == priority) return name;
-  }
-  return "";
-}
-
 absl::Status JobManager::Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) {
   absl::MutexLock lock(&mu_);
-  if (by.admin || (by.user.empty() && !by.admin)) {
-    // Admins, and anyone on a server without users.
-    if (jobs_.Find(id) != nullptr) return absl::OkStatus();
-    return store_->Get(id).status();
-  }
   ActiveJob* live = jobs_.Find(id);
   JobRecord stored;
   if (live == nullptr) {
@@ -129,11 +86,7 @@ absl::Status JobManager::Authorize(const Caller& by, const std::string& id, cons
     stored = *std::move(rec);
   }
   const JobRecord& r = live != nullptr ? live->record : stored;
-  if (r.owner == by.user) return absl::OkStatus();
-  if (read_only && policy_->group_visibility && !r.group.empty() &&
-      std::find(by.groups.begin(), by.groups.end(), r.group) != by.groups.end()) {
-    return absl::OkStatus();
-  }
+  if (MayAccess(*policy_, by, r, read_only)) return absl::OkStatus();
   const std::string refusal = absl::StrCat(by.Describe(), " may not ", action, " job ", id, ": it is not theirs");
   spdlog::warn("{}", refusal);
   metrics_->CountDenied(by.user);
@@ -148,10 +101,13 @@ absl::Status JobManager::Authorize(const Caller& by, const std::string& id, cons
 
 absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool all_users) {
   absl::MutexLock lock(&mu_);
-  const bool everyone = by.admin || by.user.empty();
-  if (all_users && !everyone && !policy_->group_visibility) {
-    return absl::PermissionDeniedError(absl::StrCat(by.Describe(), " may not see other users' jobs on this server"));
-  }
+  absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
+  if (!scope.ok()) return scope.status();
+  auto in_scope = [&](const JobRecord& r) {
+    if (scope->owners.empty() && scope->groups.empty()) return true;
+    return std::find(scope->owners.begin(), scope->owners.end(), r.owner) != scope->owners.end() ||
+           (!r.group.empty() && std::find(scope->groups.begin(), scope->groups.end(), r.group) != scope->groups.end());
+  };
   std::vector<QueuedJob> out;
   const auto now = std::chrono::steady_clock::now();
   const auto wall = std::chrono::system_clock::now();
@@ -159,14 +115,11 @@ absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool 
     const ActiveJob* job = jobs_.Find(e.id);
     if (job == nullptr) continue;
     const JobRecord& r = job->record;
-    const bool mine = r.owner == by.user;
-    const bool group_mate =
-        !r.group.empty() && std::find(by.groups.begin(), by.groups.end(), r.group) != by.groups.end();
-    if (!mine && !(all_users && (everyone || group_mate))) continue;
+    if (!in_scope(r)) continue;
     QueuedJob q;
     q.job = r;
     q.position = e.position;
-    q.priority_class = ClassName(r.priority);
+    q.priority_class = ClassName(*policy_, r.priority);
     q.resource = !e.demand.local ? "none" : e.demand.kind == ResourcePool::Kind::kGpus ? "gpus" : "slots";
     q.reason = e.reason.empty() ? r.reason : e.reason;
     if (e.estimated_start) {
@@ -250,16 +203,9 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
         absl::StrCat("the queue already holds ", scheduler_.size(), " jobs (the limit); try again later"));
   }
   if (admitted.ok() && lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
-  absl::StatusOr<int64_t> priority = admitted.ok() ? PriorityFor(by, spec->priority) : int64_t{0};
+  absl::StatusOr<int64_t> priority = admitted.ok() ? PriorityFor(*policy_, by, spec->priority) : int64_t{0};
   if (admitted.ok()) admitted = priority.status();
-  if (admitted.ok() && !by.admin) {
-    auto q = policy_->user_quotas.find(by.user);
-    if (q != policy_->user_quotas.end() && q->second.queued_jobs &&
-        scheduler_.queued_of(by.user) >= *q->second.queued_jobs) {
-      admitted = absl::ResourceExhaustedError(absl::StrCat("user ", by.user, " has ", scheduler_.queued_of(by.user),
-                                                           " jobs queued, the quota (queued_jobs); try again later"));
-    }
-  }
+  if (admitted.ok()) admitted = CheckQueuedJobs(*policy_, by, scheduler_.queued_of(by.user));
   if (admitted.ok()) admitted = admission_.ResolvePaths(*spec, id, by.roots);
   if (admitted.ok()) admitted = admission_.CheckModel(*spec);
   if (!admitted.ok()) {
@@ -296,25 +242,14 @@ absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int p
   auto after = JobPageAfter(page_token);
   if (!after.ok()) return after.status();
   const int size = page_size <= 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
-  std::vector<std::string> owners, groups;
-  if (!by.admin && !by.user.empty()) {
-    owners.push_back(by.user);
-    if (all_users) {
-      bool visible = false;
-      {
-        absl::MutexLock lock(&mu_);
-        visible = policy_->group_visibility;
-      }
-      if (!visible) {
-        return absl::PermissionDeniedError(
-            absl::StrCat(by.Describe(), " may not list other users' jobs on this server"));
-      }
-      groups = by.groups;
-    }
-  } else if (!all_users && !by.user.empty()) {
-    owners.push_back(by.user);  // an admin's own, unless all users'
+  absl::StatusOr<ListScope> scope;
+  {
+    absl::MutexLock lock(&mu_);
+    scope = ListScopeFor(*policy_, by, all_users);
   }
-  auto page = store_->ListPage(std::vector<JobState>(states.begin(), states.end()), *after, size, owners, groups);
+  if (!scope.ok()) return scope.status();
+  auto page =
+      store_->ListPage(std::vector<JobState>(states.begin(), states.end()), *after, size, scope->owners, scope->groups);
   if (!page.ok()) return page.status();
   absl::MutexLock lock(&mu_);
   JobPage out;

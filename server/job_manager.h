@@ -175,11 +175,6 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
 
  private:
   SchedulerPolicy SchedulingOf(const Policy& policy) const;
-  // Refuses `by`'s submission of a job of priority class `class_name` (""
-  // the default) when the class is unknown or above its maximum; else its value.
-  absl::StatusOr<int64_t> PriorityFor(const Caller& by, const std::string& class_name) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string ClassName(int64_t priority) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobStore* const store_;
   ServerMetrics* const metrics_;

@@ -43,10 +43,11 @@ grpc::Status JobServiceImpl::Authenticate(grpc::ServerContext* ctx, Caller* call
 }
 
 grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, const std::string& id, const char* action,
-                                       bool read_only, Caller* caller) const {
+                                       bool read_only, Caller* caller, const absl::Status& fields) const {
   Caller who;
   if (grpc::Status auth = Authenticate(ctx, &who); !auth.ok()) return auth;
   if (auto s = CheckId(id); !s.ok()) return ToGrpcStatus(s);
+  if (!fields.ok()) return ToGrpcStatus(fields);
   if (auto s = manager_->Authorize(who, id, action, read_only); !s.ok()) return ToGrpcStatus(s);
   if (caller != nullptr) *caller = std::move(who);
   return grpc::Status::OK;
@@ -136,12 +137,11 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
 
 grpc::Status JobServiceImpl::CheckpointJob(grpc::ServerContext* ctx, const v1::CheckpointJobRequest* req,
                                            v1::CheckpointJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "checkpoint", false); !auth.ok()) return auth;
   std::optional<CheckpointType> type = FromProto(req->type());
-  if (!type) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("field 'type': unknown checkpoint type ", req->type()));
-  }
+  const absl::Status fields =
+      type ? absl::OkStatus()
+           : absl::InvalidArgumentError(absl::StrCat("field 'type': unknown checkpoint type ", req->type()));
+  if (grpc::Status auth = Authorize(ctx, req->id(), "checkpoint", false, nullptr, fields); !auth.ok()) return auth;
   auto request_id = manager_->RequestCheckpoint(req->id(), *type);
   if (!request_id.ok()) return ToGrpcStatus(request_id.status());
   resp->set_request_id(*request_id);
@@ -178,8 +178,9 @@ grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx, const v1:
 grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
                                        v1::ResumeJobResponse* resp) {
   Caller caller;
-  if (grpc::Status auth = Authorize(ctx, req->id(), "resume", false, &caller); !auth.ok()) return auth;
-  if (req->from().size() > 4096) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'from': too long");
+  const absl::Status fields =
+      req->from().size() > 4096 ? absl::InvalidArgumentError("field 'from': too long") : absl::OkStatus();
+  if (grpc::Status auth = Authorize(ctx, req->id(), "resume", false, &caller, fields); !auth.ok()) return auth;
   auto job = manager_->Resume(req->id(), req->from(), req->num_processes(), caller);
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
@@ -201,11 +202,11 @@ grpc::Status JobServiceImpl::GetJoinInfo(grpc::ServerContext* ctx, const v1::Get
 
 grpc::Status JobServiceImpl::DiagnoseJob(grpc::ServerContext* ctx, const v1::DiagnoseJobRequest* req,
                                          v1::DiagnoseJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "diagnose", false); !auth.ok()) return auth;
-  if (req->timeout_ms() < 0 || req->timeout_ms() > 60000) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("field 'timeout_ms': must be between 0 and 60000, got ", req->timeout_ms()));
-  }
+  const absl::Status fields = req->timeout_ms() < 0 || req->timeout_ms() > 60000
+                                  ? absl::InvalidArgumentError(absl::StrCat(
+                                        "field 'timeout_ms': must be between 0 and 60000, got ", req->timeout_ms()))
+                                  : absl::OkStatus();
+  if (grpc::Status auth = Authorize(ctx, req->id(), "diagnose", false, nullptr, fields); !auth.ok()) return auth;
   const std::chrono::milliseconds wait(req->timeout_ms() == 0 ? 5000 : req->timeout_ms());
   auto request_id = manager_->RequestDiagnosis(req->id(), wait);
   if (!request_id.ok()) return ToGrpcStatus(request_id.status());
@@ -241,10 +242,12 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
 
 grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
                                      v1::GetLogsResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "read the logs of", true); !auth.ok()) return auth;
-  if (req->tail_bytes() < 0 || req->tail_bytes() > kMaxLogTail) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("field 'tail_bytes': must be between 0 and ", kMaxLogTail));
+  const absl::Status fields =
+      req->tail_bytes() < 0 || req->tail_bytes() > kMaxLogTail
+          ? absl::InvalidArgumentError(absl::StrCat("field 'tail_bytes': must be between 0 and ", kMaxLogTail))
+          : absl::OkStatus();
+  if (grpc::Status auth = Authorize(ctx, req->id(), "read the logs of", true, nullptr, fields); !auth.ok()) {
+    return auth;
   }
   auto path = manager_->LogPath(req->id(), req->rank());
   if (!path.ok()) return ToGrpcStatus(path.status());

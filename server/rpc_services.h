@@ -42,9 +42,10 @@ class JobServiceImpl final : public v1::JobService::Service {
  private:
   // Who calls (UNAUTHENTICATED when nobody this server knows).
   grpc::Status Authenticate(grpc::ServerContext* ctx, Caller* caller) const;
-  // Authenticate, then whether the caller may `action` job `id` (a valid id).
+  // Authenticate; then the id and the request's other `fields` (their
+  // check's result); then whether the caller may `action` job `id`.
   grpc::Status Authorize(grpc::ServerContext* ctx, const std::string& id, const char* action, bool read_only,
-                         Caller* caller = nullptr) const;
+                         Caller* caller = nullptr, const absl::Status& fields = absl::OkStatus()) const;
   JobRequestHandler* const manager_;
   const Identities* const identities_;
   std::atomic<bool> shutting_down_{false};

@@ -176,6 +176,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"slurm: {extra_args: ['-N 2']}\n", {"'slurm.extra_args'", "starting with --"}},
         BadSpec{"slurm: {extra_args: '--exclusive'}\n", {"'slurm.extra_args'", "list"}},
         BadSpec{"slurm: {gres: 'gpu:1'}\n", {"'slurm.gres'", "unknown key"}},
+        BadSpec{"owner: alice\n", {"'owner'", "cannot name one"}}, BadSpec{"priority: [high]\n", {"'priority'"}},
         BadSpec{"preemption_grace_s: 0\n", {"'preemption_grace_s'", "between 1"}},
         BadSpec{"model: {kind: gpt, width: 30, heads: 4}\n", {"'model.heads'", "divide width"}},
         BadSpec{"model: {kind: gpt, hidden: [3]}\n", {"'model.hidden'", "gpt"}},

@@ -130,7 +130,7 @@ class SharedServer(unittest.TestCase):
         # A forged owner is refused; the job is not created.
         r = self.as_("bob", "submit", write_spec(self.roots["bob"], "forged.yaml", spec("forged") + "owner: alice\n"))
         self.assertEqual(r.returncode, 2)
-        self.assertIn("owner", r.stderr)
+        self.assertIn("spec field 'owner': a job belongs to the user who submits it", r.stderr)
         self.assertEqual(json.loads(self.as_("ops", "-o", "json", "list", "--all-users").stdout)[-1]["id"], a)
         # Paths outside the user's roots are refused, naming the field.
         into_alice = spec("sneaky", extra=f"checkpoint: {{project_dir: {self.roots['alice']}/stolen}}\n")

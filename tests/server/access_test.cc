@@ -1,0 +1,84 @@
+// The access rules alone: who may see and act on a job, what a list shows,
+// which priority a submission gets, the queued-jobs quota.
+#include "server/access.h"
+
+#include <gtest/gtest.h>
+
+namespace trainyard {
+namespace {
+
+Policy Team(bool group_visibility) {
+  Policy p;
+  p.priority_classes = {{"low", 0}, {"normal", 100}, {"high", 1000}};
+  p.default_priority_class = "normal";
+  p.user_quotas["alice"].queued_jobs = 2;
+  p.group_quotas["interns"].max_priority_class = "low";
+  p.group_visibility = group_visibility;
+  return p;
+}
+
+JobRecord JobOf(std::string owner, std::string group) {
+  JobRecord r;
+  r.owner = std::move(owner);
+  r.group = std::move(group);
+  return r;
+}
+
+const Caller kAlice{"alice", {"vision"}, false, {}};
+const Caller kCarol{"carol", {"vision", "interns"}, false, {}};
+const Caller kBob{"bob", {"nlp"}, false, {}};
+const Caller kOps{"ops", {}, true, {}};
+
+TEST(Access, OwnersAndAdminsActGroupMembersOnlyLookWhenAllowed) {
+  const JobRecord job = JobOf("alice", "vision");
+  for (bool visible : {false, true}) {
+    const Policy p = Team(visible);
+    EXPECT_TRUE(MayAccess(p, kAlice, job, false));
+    EXPECT_TRUE(MayAccess(p, kOps, job, false));
+    EXPECT_TRUE(MayAccess(p, Caller{}, job, false)) << "a server without users";
+    EXPECT_FALSE(MayAccess(p, kBob, job, true));
+    EXPECT_FALSE(MayAccess(p, kCarol, job, false));
+    EXPECT_EQ(MayAccess(p, kCarol, job, true), visible);
+  }
+  EXPECT_FALSE(MayAccess(Team(true), kCarol, JobOf("dave", ""), true)) << "no group: nobody else's";
+}
+
+TEST(Access, ListsShowTheCallersOwnUnlessAllUsersMayBeShown) {
+  EXPECT_EQ(ListScopeFor(Team(false), kBob, false)->owners, std::vector<std::string>{"bob"});
+  EXPECT_EQ(ListScopeFor(Team(false), kBob, true).status().code(), absl::StatusCode::kPermissionDenied);
+  auto carol = ListScopeFor(Team(true), kCarol, true);
+  ASSERT_TRUE(carol.ok());
+  EXPECT_EQ(carol->owners, std::vector<std::string>{"carol"});
+  EXPECT_EQ(carol->groups, (std::vector<std::string>{"vision", "interns"}));
+  EXPECT_EQ(ListScopeFor(Team(false), kOps, false)->owners, std::vector<std::string>{"ops"});
+  auto all = ListScopeFor(Team(false), kOps, true);
+  EXPECT_TRUE(all->owners.empty() && all->groups.empty());
+  EXPECT_TRUE(ListScopeFor(Team(false), Caller{}, false)->owners.empty());
+}
+
+TEST(Access, PriorityIsTheClassValueWithinEveryMaximum) {
+  const Policy p = Team(false);
+  EXPECT_EQ(*PriorityFor(p, kAlice, ""), 100);
+  EXPECT_EQ(*PriorityFor(p, kAlice, "high"), 1000);
+  auto intern = PriorityFor(p, kCarol, "normal");
+  EXPECT_EQ(intern.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(intern.status().message(), "spec field 'priority': group interns may submit up to 'low', not 'normal'");
+  EXPECT_EQ(PriorityFor(p, kCarol, "").status().code(), absl::StatusCode::kPermissionDenied) << "the default too";
+  EXPECT_EQ(*PriorityFor(p, kCarol, "low"), 0);
+  EXPECT_EQ(*PriorityFor(p, Caller{"root", {"interns"}, true, {}}, "high"), 1000) << "admins have no maximum";
+  EXPECT_EQ(*PriorityFor(Policy{}, kAlice, ""), 0);
+  EXPECT_EQ(PriorityFor(Policy{}, kAlice, "high").status().message(),
+            "spec field 'priority': this server has no priority classes (got 'high')");
+  EXPECT_EQ(ClassName(p, 1000), "high");
+  EXPECT_EQ(ClassName(p, 7), "");
+}
+
+TEST(Access, QueuedJobsQuota) {
+  const Policy p = Team(false);
+  EXPECT_TRUE(CheckQueuedJobs(p, kAlice, 1).ok());
+  EXPECT_EQ(CheckQueuedJobs(p, kAlice, 2).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(CheckQueuedJobs(p, kBob, 1000).ok());
+}
+
+}  // namespace
+}  // namespace trainyard
