@@ -345,6 +345,7 @@ std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const {
   // Estimated starts, per resource, in queue order: each job starts once
   // what is free (now, plus known ends of running and earlier jobs) is
   // enough; after a job that never gets enough that way, none is known.
+  // A job over its quota has none.
   struct Timeline {
     std::map<Time, int> delta;  // change of what is free at a time
     Time last{};
@@ -365,7 +366,10 @@ std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const {
     QueueEntry e{w->id, ++position, w->demand, w->claim, WhyWaiting(w->id)};
     auto s = owners_.find(w->claim.owner);
     e.owner_usage = s == owners_.end() ? 0 : UsageAt(s->second, now);
-    if (!w->demand.local) {
+    Waiting quota_check = *w;
+    if (OverQuota(quota_check)) {
+      // It starts when its owner's jobs end, which no timeline here knows.
+    } else if (!w->demand.local) {
       e.estimated_start = std::max(now, w->not_before);
     } else if (Timeline& t = lines[w->demand.kind]; t.known) {
       int free = 0;

@@ -345,6 +345,9 @@ TEST(Scheduler, ADeepQueueBehindFullResources) {
   EXPECT_EQ(s.WhyWaiting("bob0"), "waiting: 0 of this host's slots free; this job needs 1");
   EXPECT_EQ(s.WhyWaiting("bob99"), "waiting: behind job bob0, which starts first");
   EXPECT_EQ(s.WhyWaiting("alice-big"), "waiting: user alice uses 0 of 1 slots; this job needs 2");
+  for (const auto& e : s.Queue(kT0 + seconds(1))) {
+    if (e.id == "alice-big") EXPECT_FALSE(e.estimated_start) << "over its quota: no estimate";
+  }
 }
 
 TEST(Scheduler, ABackingOffJobTakesNothingAndBlocksNobody) {
