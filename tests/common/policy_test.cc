@@ -72,6 +72,17 @@ TEST(Policy, RootsMaximumClassesAndGroupVisibility) {
   EXPECT_FALSE(ParsePolicy("", "p")->group_visibility);
 }
 
+// The example deploy/ ships parses as its comments say.
+TEST(Policy, TheDeployExampleParses) {
+  auto p = ReadPolicy(TRAINYARD_SOURCE_DIR "/deploy/policy.example.yaml");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->users.size(), 3u);
+  EXPECT_EQ(p->User("ops")->role, Role::kAdmin);
+  EXPECT_EQ(p->Priority(""), 100);
+  EXPECT_EQ(p->user_quotas.at("alice").gpus, 4);
+  EXPECT_TRUE(p->group_visibility);
+}
+
 TEST(Policy, AnEmptyFileIsNoPolicy) {
   auto p = ParsePolicy("", "policy.yaml");
   ASSERT_TRUE(p.ok()) << p.status();
