@@ -1,6 +1,7 @@
 #include "server/job_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "tests/test_util.h"
 
@@ -172,6 +173,54 @@ TEST(JobStoreTest, CheckpointsRoundTripInOrder) {
   EXPECT_TRUE((*store)->Checkpoints("b")->empty());
   // A checkpoint of an unknown job violates the foreign key.
   EXPECT_FALSE((*store)->AddCheckpoint("nope", {1, a.checkpoint}).ok());
+}
+
+// A store written before jobs had owners opens with its jobs intact (owned
+// by nobody); owners, groups and priorities are stored from then on, and a
+// list filters by them in SQL.
+TEST(JobStoreTest, AStoreWithoutOwnersGetsThemAndKeepsItsJobs) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* old_schema =
+      "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, name TEXT NOT NULL, "
+      "state TEXT NOT NULL, reason TEXT NOT NULL, spec_json TEXT NOT NULL, num_processes INTEGER NOT NULL, "
+      "max_steps INTEGER NOT NULL, step INTEGER NOT NULL, loss REAL NOT NULL, first_loss REAL NOT NULL, "
+      "samples_per_second REAL NOT NULL, created_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL, "
+      "ended_ms INTEGER NOT NULL, attempt INTEGER NOT NULL, failed_rank INTEGER NOT NULL, "
+      "worker_token TEXT NOT NULL);"
+      "INSERT INTO jobs (id, name, state, reason, spec_json, num_processes, max_steps, step, loss, first_loss, "
+      "samples_per_second, created_ms, started_ms, ended_ms, attempt, failed_rank, worker_token) VALUES "
+      "('old', 'n', 'SUCCEEDED', 'done', '{}', 2, 10, 10, 0.5, 1.0, 3.0, 1, 2, 3, 1, -1, '');";
+  ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto old = (*store)->Get("old");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->state, JobState::kSucceeded);
+  EXPECT_EQ(old->step, 10);
+  EXPECT_EQ(old->owner, "");
+  JobRecord mine = MakeJob("mine");
+  mine.owner = "alice";
+  mine.group = "vision";
+  mine.priority = 1000;
+  ASSERT_TRUE((*store)->Insert(mine, {1, JobState::kQueued, "submitted"}).ok());
+  auto back = (*store)->Get("mine");
+  EXPECT_EQ(back->owner, "alice");
+  EXPECT_EQ(back->group, "vision");
+  EXPECT_EQ(back->priority, 1000);
+  auto alices = (*store)->ListPage({}, 0, 10, {"alice"});
+  ASSERT_EQ(alices->jobs.size(), 1u);
+  EXPECT_EQ(alices->jobs[0].id, "mine");
+  EXPECT_EQ((*store)->ListPage({}, 0, 10, {"bob"}, {"vision"})->jobs.size(), 1u) << "by group";
+  EXPECT_EQ((*store)->ListPage({}, 0, 10)->jobs.size(), 2u);
+  store->reset();
+  auto again = JobStore::Open(path);  // opening twice adds nothing twice
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->Get("mine")->owner, "alice");
 }
 
 }  // namespace
