@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <iomanip>
+#include <ostream>
 
 #include "common/job_state.h"
 #include "common/wire_convert.h"
@@ -83,6 +85,41 @@ ordered_json CheckpointJson(const v1::Checkpoint& c) {
           {"trigger", c.trigger()}, {"ok", c.ok()},           {"path", c.path()},
           {"bytes", c.bytes()},     {"seconds", c.seconds()}, {"time", FormatTime(c.unix_millis())},
           {"attempt", c.attempt()}, {"error", c.error()}};
+}
+
+ordered_json QueueJson(const v1::GetQueueResponse& queue) {
+  ordered_json arr = ordered_json::array();
+  for (const auto& e : queue.entries()) {
+    arr.push_back({{"position", e.position()},
+                   {"id", e.id()},
+                   {"name", e.name()},
+                   {"owner", e.owner()},
+                   {"priority_class", e.priority_class()},
+                   {"priority", e.priority()},
+                   {"num_processes", e.num_processes()},
+                   {"resource", e.resource()},
+                   {"preemptible", e.preemptible()},
+                   {"fair_share_usage", e.fair_share_usage()},
+                   {"estimated_start",
+                    e.estimated_start_unix_millis() > 0 ? FormatTime(e.estimated_start_unix_millis()) : std::string()},
+                   {"reason", e.reason()}});
+  }
+  return arr;
+}
+
+void PrintQueueTable(const v1::GetQueueResponse& queue, std::ostream& out) {
+  out << std::left << std::setw(5) << "POS" << std::setw(14) << "ID" << std::setw(12) << "OWNER" << std::setw(10)
+      << "PRIORITY" << std::right << std::setw(6) << "PROCS"
+      << "  " << std::left << std::setw(6) << "KIND" << std::setw(21) << "ESTIMATED START"
+      << "REASON\n";
+  for (const auto& e : queue.entries()) {
+    out << std::left << std::setw(5) << e.position() << std::setw(14) << e.id() << std::setw(12)
+        << (e.owner().empty() ? "-" : e.owner().substr(0, 11)) << std::setw(10)
+        << (e.priority_class().empty() ? std::to_string(e.priority()) : e.priority_class()) << std::right
+        << std::setw(6) << e.num_processes() << "  " << std::left << std::setw(6) << e.resource() << std::setw(21)
+        << (e.estimated_start_unix_millis() > 0 ? FormatTime(e.estimated_start_unix_millis()) : "unknown") << e.reason()
+        << "\n";
+  }
 }
 
 }  // namespace trainyard

@@ -4,6 +4,7 @@
 #define TRAINYARD_CLIENT_JOB_FORMAT_H_
 
 #include <cstdint>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,6 +21,9 @@ std::string FormatTime(int64_t unix_millis);
 std::string FormatDuration(double seconds);
 nlohmann::ordered_json JobJson(const v1::Job& j);
 nlohmann::ordered_json CheckpointJson(const v1::Checkpoint& c);
+// `trainctl queue`: the entries as a JSON array, or as a table with a header.
+nlohmann::ordered_json QueueJson(const v1::GetQueueResponse& queue);
+void PrintQueueTable(const v1::GetQueueResponse& queue, std::ostream& out);
 
 }  // namespace trainyard
 

@@ -274,37 +274,9 @@ int Trainctl::Queue(bool all_users) {
   grpc::Status st = s.stub->GetQueue(&ctx, req, &resp);
   if (!st.ok()) return s.Fail(st);
   if (s.options.output == OutputFormat::kJson) {
-    ordered_json arr = ordered_json::array();
-    for (const auto& e : resp.entries()) {
-      arr.push_back(
-          {{"position", e.position()},
-           {"id", e.id()},
-           {"name", e.name()},
-           {"owner", e.owner()},
-           {"priority_class", e.priority_class()},
-           {"priority", e.priority()},
-           {"num_processes", e.num_processes()},
-           {"resource", e.resource()},
-           {"preemptible", e.preemptible()},
-           {"fair_share_usage", e.fair_share_usage()},
-           {"estimated_start",
-            e.estimated_start_unix_millis() > 0 ? FormatTime(e.estimated_start_unix_millis()) : std::string()},
-           {"reason", e.reason()}});
-    }
-    s.out << arr.dump(2) << "\n";
-    return 0;
-  }
-  s.out << std::left << std::setw(5) << "POS" << std::setw(14) << "ID" << std::setw(12) << "OWNER" << std::setw(10)
-        << "PRIORITY" << std::right << std::setw(6) << "PROCS"
-        << "  " << std::left << std::setw(6) << "KIND" << std::setw(21) << "ESTIMATED START"
-        << "REASON\n";
-  for (const auto& e : resp.entries()) {
-    s.out << std::left << std::setw(5) << e.position() << std::setw(14) << e.id() << std::setw(12)
-          << (e.owner().empty() ? "-" : e.owner().substr(0, 11)) << std::setw(10)
-          << (e.priority_class().empty() ? std::to_string(e.priority()) : e.priority_class()) << std::right
-          << std::setw(6) << e.num_processes() << "  " << std::left << std::setw(6) << e.resource() << std::setw(21)
-          << (e.estimated_start_unix_millis() > 0 ? FormatTime(e.estimated_start_unix_millis()) : "unknown")
-          << e.reason() << "\n";
+    s.out << QueueJson(resp).dump(2) << "\n";
+  } else {
+    PrintQueueTable(resp, s.out);
   }
   return 0;
 }

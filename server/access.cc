@@ -30,6 +30,14 @@ absl::StatusOr<ListScope> ListScopeFor(const Policy& policy, const Caller& by, b
   return scope;
 }
 
+bool InScope(const ListScope& scope, const JobRecord& job) {
+  if (scope.owners.empty() && scope.groups.empty()) return true;
+  auto has = [](const std::vector<std::string>& names, const std::string& name) {
+    return !name.empty() && std::find(names.begin(), names.end(), name) != names.end();
+  };
+  return has(scope.owners, job.owner) || has(scope.groups, job.group);
+}
+
 absl::StatusOr<int64_t> PriorityFor(const Policy& policy, const Caller& by, const std::string& class_name) {
   if (policy.priority_classes.empty()) {
     if (class_name.empty()) return 0;

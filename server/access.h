@@ -34,6 +34,9 @@ struct ListScope {
 // policy has group_visibility; PermissionDenied otherwise.
 absl::StatusOr<ListScope> ListScopeFor(const Policy& policy, const Caller& by, bool all_users);
 
+// Whether `job` is among those `scope` shows (as the store's list filters).
+bool InScope(const ListScope& scope, const JobRecord& job);
+
 // The priority of a job `by` submits naming `class_name` ("": the default
 // class): InvalidArgument for a class the server lacks (naming those it
 // has), PermissionDenied above the user's or a group's max_priority_class.

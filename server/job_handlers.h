@@ -26,6 +26,7 @@
 #include "server/caller.h"
 #include "server/hang_diagnosis.h"
 #include "server/job_streams.h"
+#include "server/resource_pool.h"
 
 namespace trainyard {
 
@@ -35,7 +36,8 @@ struct QueuedJob {
   JobRecord job;
   int position = 0;  // 1: starts first
   std::string priority_class;
-  std::string resource;  // slots, gpus, or none (Slurm, external)
+  bool local = false;  // takes this host's slots or GPUs (not Slurm, external)
+  ResourcePool::Kind kind = ResourcePool::Kind::kSlots;
   std::string reason;
   int64_t estimated_start_unix_millis = 0;  // 0: unknown
   double owner_usage = 0;                   // fair share: its owner's decayed rank-seconds

@@ -16,6 +16,7 @@
 #include "common/utf8.h"
 #include "server/access.h"
 #include "server/hang_watchdog.h"
+#include "server/queue_view.h"
 #include "server/restart_policy.h"
 #include "spdlog/spdlog.h"
 
@@ -103,35 +104,8 @@ absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool 
   absl::MutexLock lock(&mu_);
   absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
   if (!scope.ok()) return scope.status();
-  auto in_scope = [&](const JobRecord& r) {
-    if (scope->owners.empty() && scope->groups.empty()) return true;
-    return std::find(scope->owners.begin(), scope->owners.end(), r.owner) != scope->owners.end() ||
-           (!r.group.empty() && std::find(scope->groups.begin(), scope->groups.end(), r.group) != scope->groups.end());
-  };
-  std::vector<QueuedJob> out;
-  const auto now = std::chrono::steady_clock::now();
-  const auto wall = std::chrono::system_clock::now();
-  for (Scheduler::QueueEntry& e : scheduler_.Queue(now)) {
-    const ActiveJob* job = jobs_.Find(e.id);
-    if (job == nullptr) continue;
-    const JobRecord& r = job->record;
-    if (!in_scope(r)) continue;
-    QueuedJob q;
-    q.job = r;
-    q.position = e.position;
-    q.priority_class = ClassName(*policy_, r.priority);
-    q.resource = !e.demand.local ? "none" : e.demand.kind == ResourcePool::Kind::kGpus ? "gpus" : "slots";
-    q.reason = e.reason.empty() ? r.reason : e.reason;
-    if (e.estimated_start) {
-      q.estimated_start_unix_millis =
-          std::chrono::duration_cast<std::chrono::milliseconds>((wall + (*e.estimated_start - now)).time_since_epoch())
-              .count();
-    }
-    q.owner_usage = e.owner_usage;
-    q.preemptible = job->spec.preemptible;
-    out.push_back(std::move(q));
-  }
-  return out;
+  return QueueView(scheduler_, jobs_, *policy_, *scope, std::chrono::steady_clock::now(),
+                   std::chrono::system_clock::now());
 }
 
 JobManager::~JobManager() = default;
@@ -570,24 +544,7 @@ void JobManager::CheckProgress() {
   }
   requests_.ExpireDiagnoses(now);
   metrics_->SetSchedulerUsage(scheduler_.UserUsage(now), scheduler_.GroupUsage());
-  if (!policy_->priority_classes.empty()) {
-    std::map<std::string, std::pair<int, int>> classes;
-    std::map<int64_t, std::string> names;
-    for (const auto& [name, value] : policy_->priority_classes) {
-      classes[name];
-      names.emplace(value, name);
-    }
-    jobs_.ForEach([&](ActiveJob& job) {
-      auto name = names.find(job.record.priority);
-      auto& [queued, running] = classes[name == names.end() ? std::to_string(job.record.priority) : name->second];
-      if (job.record.state == JobState::kQueued) {
-        ++queued;
-      } else if (job.attempt) {
-        running += job.record.num_processes;
-      }
-    });
-    metrics_->SetClassCounts(classes);
-  }
+  if (!policy_->priority_classes.empty()) metrics_->SetClassCounts(ClassCounts(*policy_, jobs_));
 }
 
 // ---- Shutdown ---------------------------------------------------------------

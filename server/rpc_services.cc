@@ -117,7 +117,7 @@ grpc::Status JobServiceImpl::GetQueue(grpc::ServerContext* ctx, const v1::GetQue
     e->set_priority(q.job.priority);
     e->set_position(q.position);
     e->set_num_processes(q.job.num_processes);
-    e->set_resource(q.resource);
+    e->set_resource(!q.local ? "none" : q.kind == ResourcePool::Kind::kGpus ? "gpus" : "slots");
     e->set_reason(q.reason);
     e->set_estimated_start_unix_millis(q.estimated_start_unix_millis);
     e->set_fair_share_usage(q.owner_usage);

@@ -297,7 +297,6 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
     d.start.push_back(w->id);
     Remove(d.start.back());  // `w` goes; the other jobs' nodes stay where they are
   }
-  for (const Preemption& p : d.preempt) ++owners_[running_.at(p.victim).claim.owner].preemptions;
   last_heads_.clear();
   for (const auto& [kind, head] : heads) {
     if (waiting_.count(head.job->id)) last_heads_[kind] = head.job->id;
@@ -435,7 +434,6 @@ std::map<std::string, Scheduler::Usage> Scheduler::UserUsage(Time now) const {
     Usage& u = out[owner];
     u.queued = s.queued;
     u.rank_seconds = UsageAt(s, now);
-    u.preemptions = s.preemptions;
   }
   for (const auto& [owner, in_use] : user_in_use_) {
     out[owner].slots = in_use.slots;

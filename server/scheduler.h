@@ -104,7 +104,6 @@ class Scheduler {
     int slots = 0, gpus = 0;  // in use
     int queued = 0;           // jobs waiting
     double rank_seconds = 0;  // decayed usage (users only)
-    int64_t preemptions = 0;  // its jobs preempted by the scheduler
   };
 
   Scheduler(int slots, int gpus, SchedulerPolicy policy = {});
@@ -186,7 +185,6 @@ class Scheduler {
     Time updated{};
     int ranks_running = 0;
     int queued = 0;
-    int64_t preemptions = 0;
   };
 
   // The waiting jobs in queue order at `now`.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "server/metric_table.h"
 
 namespace trainyard {
@@ -261,31 +262,23 @@ void ServerMetrics::SetGauges(const std::string& family, const std::map<Labels, 
 void ServerMetrics::SetSchedulerUsage(const std::map<std::string, Scheduler::Usage>& users,
                                       const std::map<std::string, Scheduler::Usage>& groups) {
   absl::MutexLock lock(&mu_);
-  std::map<Labels, double> queued, slots, gpus, usage;
-  for (const auto& [user, u] : users) {
-    if (user.empty()) continue;
-    const Labels l = {{"user", user}};
-    queued[l] = u.queued;
-    slots[l] = u.slots;
-    gpus[l] = u.gpus;
-    usage[l] = u.rank_seconds;
+  // The same numbers per user and per group (users also have fair share).
+  for (auto [label, by_name] : {std::pair{"user", &users}, std::pair{"group", &groups}}) {
+    const std::string prefix = absl::StrCat("trainyard_", label, "_");
+    std::map<Labels, double> queued, slots, gpus, usage;
+    for (const auto& [name, u] : *by_name) {
+      if (name.empty()) continue;  // jobs of nobody (a server without users)
+      const Labels l = {{label, name}};
+      queued[l] = u.queued;
+      slots[l] = u.slots;
+      gpus[l] = u.gpus;
+      usage[l] = u.rank_seconds;
+    }
+    SetGauges(prefix + "queued_jobs", queued);
+    SetGauges(prefix + "slots_in_use", slots);
+    SetGauges(prefix + "gpus_in_use", gpus);
+    if (by_name == &users) SetGauges(prefix + "fair_share_usage", usage);
   }
-  SetGauges("trainyard_user_queued_jobs", queued);
-  SetGauges("trainyard_user_slots_in_use", slots);
-  SetGauges("trainyard_user_gpus_in_use", gpus);
-  SetGauges("trainyard_user_fair_share_usage", usage);
-  queued.clear();
-  slots.clear();
-  gpus.clear();
-  for (const auto& [group, u] : groups) {
-    const Labels l = {{"group", group}};
-    queued[l] = u.queued;
-    slots[l] = u.slots;
-    gpus[l] = u.gpus;
-  }
-  SetGauges("trainyard_group_queued_jobs", queued);
-  SetGauges("trainyard_group_slots_in_use", slots);
-  SetGauges("trainyard_group_gpus_in_use", gpus);
 }
 
 void ServerMetrics::SetClassCounts(const std::map<std::string, std::pair<int, int>>& queued_and_running) {
