@@ -60,7 +60,7 @@ def build(a):
                              nn.Flatten(), nn.Linear(32 * 12 * 12, 128), nn.ReLU(),
                              nn.Linear(128, a.classes)), (1, 28, 28)
     if a.model == "resnet":
-        return ResNet18(a.channels, a.classes), (3, 32, 32)
+        return ResNet18(a.channels, a.classes), (3, a.image_size, a.image_size)
     layers, width = [], a.input
     for h in [int(x) for x in a.hidden.split(",") if x]:
         layers += [nn.Linear(width, h), nn.ReLU()]
@@ -80,15 +80,22 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-ddp", action="store_true", help="train independently (no process group)")
+    p.add_argument("--image-size", type=int, default=32, help="resnet: the side of its square images")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda (bench/gpu): model and batch on GPU 0 (every rank)")
+    p.add_argument("--bf16", action="store_true", help="torch.autocast(bfloat16) around forward and loss")
+    p.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
     p.add_argument("--accelerate", action="store_true",
                    help="wrap model and optimizer with Accelerate's Accelerator (PyTorch DDP underneath)")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
     world = 1 if a.no_ddp else int(os.environ.get("WORLD_SIZE", "1"))
+    device = torch.device(a.device)
 
     torch.manual_seed(42)
     model, shape = build(a)
+    model = model.to(device)
     accelerator = None
     if a.accelerate and world > 1:
         from accelerate import Accelerator
@@ -100,19 +107,21 @@ def main():
         model, opt = accelerator.prepare(model, opt)
         torch.set_num_threads(1)  # Accelerate may reset it
     elif world > 1:
+        # On one GPU (bench/gpu) the ranks share it, over Gloo (NCCL refuses two ranks on one device).
         dist.init_process_group("gloo", rank=rank, world_size=world)
         # The same setting as Trainyard's default (gradients are views of the buckets).
         model = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
     if accelerator is None:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True if a.fused else None)
     g = torch.Generator().manual_seed(1000 + rank)
-    x = torch.randn(a.batch, *shape, generator=g)
-    y = torch.randint(0, a.classes, (a.batch,), generator=g)
+    x = torch.randn(a.batch, *shape, generator=g).to(device)
+    y = torch.randint(0, a.classes, (a.batch,), generator=g).to(device)
 
     times = []
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.bf16):
+            loss = F.cross_entropy(model(x).float(), y)
         if accelerator is not None:
             accelerator.backward(loss)
         else:
@@ -127,7 +136,8 @@ def main():
         dist.barrier()
         dist.destroy_process_group()
     if rank == 0:
-        print(json.dumps({"train_seconds": times}), flush=True)
+        device_peak = torch.cuda.max_memory_allocated() if a.device == "cuda" else 0
+        print(json.dumps({"train_seconds": times, "device_peak_bytes": device_peak}), flush=True)
 
 
 if __name__ == "__main__":

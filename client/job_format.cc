@@ -69,6 +69,25 @@ ordered_json JobJson(const v1::Job& j) {
   if (!j.spec_json().empty()) {
     o["spec"] = ordered_json::parse(j.spec_json(), nullptr, /*allow_exceptions=*/false);
   }
+  if (j.ranks_size() > 0) {
+    ordered_json ranks = ordered_json::array();
+    for (const v1::MetricsSample& r : j.ranks()) {
+      ordered_json o = {{"rank", r.rank()}, {"step", r.step()}, {"loss", r.loss()}};
+      if (r.gpu_memory_total_bytes() > 0) {
+        o["gpu"] = {{"utilization", r.gpu_utilization()},
+                    {"memory_used_bytes", r.gpu_memory_used_bytes()},
+                    {"memory_total_bytes", r.gpu_memory_total_bytes()},
+                    {"power_watts", r.gpu_power_watts()},
+                    {"temperature_celsius", r.gpu_temperature_celsius()},
+                    {"ecc_corrected", r.gpu_ecc_corrected()},
+                    {"ecc_uncorrected", r.gpu_ecc_uncorrected()},
+                    {"xid_errors", r.gpu_xid_errors()},
+                    {"last_xid", r.gpu_last_xid()}};
+      }
+      ranks.push_back(std::move(o));
+    }
+    o["ranks"] = ranks;
+  }
   if (j.events_size() > 0) {
     ordered_json events = ordered_json::array();
     for (const auto& e : j.events()) {
@@ -78,6 +97,38 @@ ordered_json JobJson(const v1::Job& j) {
     o["events"] = events;
   }
   return o;
+}
+
+void PrintRanks(const v1::Job& j, std::ostream& out) {
+  if (j.ranks_size() == 0) return;
+  out << "ranks:\n  " << std::left << std::setw(6) << "RANK" << std::setw(10) << "STEP" << std::setw(7) << "GPU"
+      << std::setw(22) << "GPU MEMORY" << std::setw(9) << "POWER" << std::setw(7) << "TEMP" << std::setw(12)
+      << "ECC C/U"
+      << "XID\n";
+  auto known = [](double v, const char* fmt) {
+    if (v < 0) return std::string("-");
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), fmt, v);
+    return std::string(buf);
+  };
+  for (const v1::MetricsSample& r : j.ranks()) {
+    out << "  " << std::left << std::setw(6) << r.rank() << std::setw(10) << r.step();
+    if (r.gpu_memory_total_bytes() <= 0) {
+      out << "(no GPU readings)\n";
+      continue;
+    }
+    char memory[48];
+    std::snprintf(memory, sizeof(memory), "%.1f / %.1f GiB", r.gpu_memory_used_bytes() / 1073741824.0,
+                  r.gpu_memory_total_bytes() / 1073741824.0);
+    const std::string ecc = (r.gpu_ecc_corrected() < 0 ? std::string("-") : std::to_string(r.gpu_ecc_corrected())) +
+                            "/" +
+                            (r.gpu_ecc_uncorrected() < 0 ? std::string("-") : std::to_string(r.gpu_ecc_uncorrected()));
+    out << std::setw(7) << known(r.gpu_utilization() * 100, "%.0f%%") << std::setw(22) << memory << std::setw(9)
+        << known(r.gpu_power_watts(), "%.0f W") << std::setw(7) << known(r.gpu_temperature_celsius(), "%.0f C")
+        << std::setw(12) << ecc << r.gpu_xid_errors()
+        << (r.gpu_last_xid() > 0 ? " (last Xid " + std::to_string(r.gpu_last_xid()) + ")" : std::string()) << "\n";
+  }
+  out << std::right;
 }
 
 ordered_json CheckpointJson(const v1::Checkpoint& c) {

@@ -20,6 +20,10 @@ std::string FormatTime(int64_t unix_millis);
 // "MM:SS" or "H:MM:SS"; "--:--" when unknown.
 std::string FormatDuration(double seconds);
 nlohmann::ordered_json JobJson(const v1::Job& j);
+// `trainctl get` of a running job: each rank's last step and its GPU
+// (utilization, memory, power, temperature, ECC, Xid) as a table; nothing
+// when the job has no rank samples.
+void PrintRanks(const v1::Job& j, std::ostream& out);
 nlohmann::ordered_json CheckpointJson(const v1::Checkpoint& c);
 // `trainctl queue`: the entries as a JSON array, or as a table with a header.
 nlohmann::ordered_json QueueJson(const v1::GetQueueResponse& queue);

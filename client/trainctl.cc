@@ -141,6 +141,7 @@ struct Trainctl::Impl {
       out << "owner:        " << j.owner() << (j.group().empty() ? "" : " (group " + j.group() + ")") << "\n"
           << "priority:     " << j.priority() << "\n";
     }
+    PrintRanks(j, out);
     if (j.events_size() > 0) {
       out << "events:\n";
       for (const auto& e : j.events()) {

@@ -49,8 +49,20 @@ endif()
 
 add_library(trainyard_torch INTERFACE)
 add_library(trainyard::torch ALIAS trainyard_torch)
-target_include_directories(trainyard_torch SYSTEM INTERFACE "${TRAINYARD_TORCH_DIR}/include"
-                           "${TRAINYARD_TORCH_DIR}/include/torch/csrc/api/include")
+# torch's include/ also holds the protobuf headers torch was built with;
+# where they are older than Debian's (torch 2.11's), gRPC's generated code
+# meets them first and refuses to compile. Trainyard sees torch's headers
+# through a folder of links to every entry of include/ but google/.
+set(_ty_include "${CMAKE_BINARY_DIR}/torch-include")
+file(REMOVE_RECURSE "${_ty_include}")
+file(MAKE_DIRECTORY "${_ty_include}")
+file(GLOB _ty_entries RELATIVE "${TRAINYARD_TORCH_DIR}/include" "${TRAINYARD_TORCH_DIR}/include/*")
+foreach(_entry IN LISTS _ty_entries)
+  if(NOT _entry STREQUAL "google")
+    file(CREATE_LINK "${TRAINYARD_TORCH_DIR}/include/${_entry}" "${_ty_include}/${_entry}" SYMBOLIC)
+  endif()
+endforeach()
+target_include_directories(trainyard_torch SYSTEM INTERFACE "${_ty_include}" "${_ty_include}/torch/csrc/api/include")
 target_compile_definitions(trainyard_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_ty_cxx11_abi})
 
 # The defines LibTorch's own CMake package gives its users (USE_DISTRIBUTED,

@@ -62,6 +62,24 @@ namespace trainyard {
     m.allgather_bytes + m.reduce_scatter_bytes > 0, kFsdpBytesHelp)                                                   \
   X(double, sharded_comm_seconds, 0, "trainyard_job_fsdp_collective_seconds_total", kCounter, "",                     \
     m.allgather_bytes + m.reduce_scatter_bytes > 0, "Time spent in FSDP collectives")                                 \
+  X(double, gpu_utilization, -1, "trainyard_job_gpu_utilization_ratio", kGauge, "", m.gpu_memory_total_bytes > 0,     \
+    "Share of the last sample period (NVML's, 1/6 s to 1 s) in which a kernel ran on the rank's GPU")                 \
+  X(int64_t, gpu_memory_used_bytes, -1, "trainyard_job_gpu_memory_bytes", kGauge, "kind=used",                        \
+    m.gpu_memory_total_bytes > 0, kGpuMemoryHelp)                                                                     \
+  X(int64_t, gpu_memory_total_bytes, -1, "trainyard_job_gpu_memory_bytes", kGauge, "kind=total",                      \
+    m.gpu_memory_total_bytes > 0, kGpuMemoryHelp)                                                                     \
+  X(double, gpu_power_watts, -1, "trainyard_job_gpu_power_watts", kGauge, "",                                         \
+    m.gpu_memory_total_bytes > 0 && m.gpu_power_watts >= 0, "Power draw of the rank's GPU (NVML)")                    \
+  X(double, gpu_temperature_celsius, -1, "trainyard_job_gpu_temperature_celsius", kGauge, "",                         \
+    m.gpu_memory_total_bytes > 0 && m.gpu_temperature_celsius >= 0, "Temperature of the rank's GPU die (NVML)")       \
+  X(int64_t, gpu_ecc_corrected, -1, "trainyard_job_gpu_ecc_errors", kGauge, "type=corrected",                         \
+    m.gpu_memory_total_bytes > 0 && m.gpu_ecc_corrected >= 0, kGpuEccHelp)                                            \
+  X(int64_t, gpu_ecc_uncorrected, -1, "trainyard_job_gpu_ecc_errors", kGauge, "type=uncorrected",                     \
+    m.gpu_memory_total_bytes > 0 && m.gpu_ecc_uncorrected >= 0, kGpuEccHelp)                                          \
+  X(int64_t, gpu_xid_errors, 0, "trainyard_job_gpu_xid_errors_total", kCounter, "", m.gpu_memory_total_bytes > 0,     \
+    "Xid critical errors the driver reported for the rank's GPU while the rank ran (NVML events)")                    \
+  X(int64_t, gpu_last_xid, 0, "trainyard_job_gpu_last_xid", kGauge, "", m.gpu_memory_total_bytes > 0,                 \
+    "The last Xid error code reported for the rank's GPU (0: none)")                                                  \
   X(double, model_flops, 0, "", kNone, "", true, "")                                                                  \
   X(double, peak_flops, 0, "", kNone, "", true, "")                                                                   \
   X(int64_t, unix_millis, 0, "", kNone, "", true, "")
@@ -76,11 +94,20 @@ namespace trainyard {
 //   this step. model_flops: 3x the step's forward pass as PyTorch's profiler
 //   counts it (worker/model_flops.h), 0 when not counted; peak_flops: the
 //   device's peak FLOP/s at the job's precision (0: unknown, or a CPU).
+//   gpu_*: the rank's GPU as NVML reads it every few seconds
+//   (worker/gpu_monitor.h): the latest reading rides on the next step; -1
+//   where the driver gives none, and every gpu_* is -1 without NVML (a CPU
+//   job, a machine without the NVIDIA driver), when none is exported.
 inline constexpr const char* kStepPhasesHelp =
     "Step time by phase: step (whole), data, compute (forward+backward with overlapped gradient communication), "
     "optimizer";
 inline constexpr const char* kMemoryHelp =
     "Bytes a rank holds, by kind: parameters, gradients, optimizer state (tensor storages)";
+inline constexpr const char* kGpuMemoryHelp =
+    "Device memory of the rank's GPU as the driver counts it (NVML; every process on the GPU), by kind: used, total";
+inline constexpr const char* kGpuEccHelp =
+    "ECC memory errors of the rank's GPU since the driver loaded (NVML volatile counts), by type: corrected, "
+    "uncorrected";
 inline constexpr const char* kFsdpBytesHelp = "FSDP collective payload, by op: all_gather, reduce_scatter";
 
 struct StepMetrics {

@@ -93,6 +93,9 @@ class JobRequestHandler {
   virtual absl::StatusOr<std::vector<QueuedJob>> Queue(const Caller& by, bool all_users) = 0;
   virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
+  // Each rank's last step sample in the job's current attempt (its GPU
+  // readings included), by rank; empty for a job that is not running.
+  virtual std::vector<StepMetrics> RankSamples(const std::string& /*id*/) { return {}; }
   // One page of the jobs in `states` (all when empty), oldest first, after
   // the page that `page_token` ends (empty: the first), at most page_size
   // (capped at kMaxPageSize). A malformed token is InvalidArgument.

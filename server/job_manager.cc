@@ -211,6 +211,12 @@ absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
 
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) { return store_->Events(id); }
 
+std::vector<StepMetrics> JobManager::RankSamples(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const ActiveJob* job = jobs_.Find(id);
+  return job == nullptr ? std::vector<StepMetrics>{} : job->progress.RankSamples();
+}
+
 absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size, const std::string& page_token,
                                          const Caller& by, bool all_users) {
   auto after = JobPageAfter(page_token);

@@ -28,7 +28,10 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
   std::vector<StepMetrics> updates;
   for (const StepMetrics& m : samples) {
     metrics_->RecordStep(job_id_, m);
-    samples_per_second_[m.rank] = m.samples_per_second;
+    StepMetrics& last = last_[m.rank];
+    const int64_t xids = last.gpu_xid_errors + m.gpu_xid_errors;  // a sample carries the new ones
+    last = m;
+    last.gpu_xid_errors = xids;
     if (m.rank != 0) continue;
     last_progress_ = now;
     failures_in_a_row_ = 0;
@@ -56,7 +59,7 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
     record->step = m.step;
     record->loss = m.loss;
     double total = 0;
-    for (const auto& [rank, sps] : samples_per_second_) total += sps;
+    for (const auto& [rank, sample] : last_) total += sample.samples_per_second;
     record->samples_per_second = total;
     StepMetrics agg = m;
     agg.samples_per_second = total;
@@ -82,7 +85,14 @@ std::string JobProgress::OnCheckpoint(const CheckpointEvent& c, SteadyTime now) 
 void JobProgress::AttemptEnded() {
   metrics_->AddBadput(job_id_, "lost_work", goodput_.Unkept());
   goodput_.AttemptEnded();
-  samples_per_second_.clear();
+  last_.clear();
+}
+
+std::vector<StepMetrics> JobProgress::RankSamples() const {
+  std::vector<StepMetrics> out;
+  out.reserve(last_.size());
+  for (const auto& [rank, sample] : last_) out.push_back(sample);
+  return out;
 }
 
 bool JobProgress::PersistDue(SteadyTime now) {

@@ -100,6 +100,10 @@ class JobProgress {
   // most once a second).
   bool PersistDue(SteadyTime now);
 
+  // Each rank's last sample in this attempt, by rank (gpu_xid_errors: the
+  // attempt's total).
+  std::vector<StepMetrics> RankSamples() const;
+
   // Rank 0's seconds per step (an average over its recent steps); 0 until
   // it reported one.
   double step_seconds() const { return step_seconds_; }
@@ -116,8 +120,9 @@ class JobProgress {
   SteadyTime last_persist_{};
   int failures_in_a_row_ = 0;
   double step_seconds_ = 0;
-  // Each rank's samples/s at its last step, this attempt.
-  std::map<int32_t, double> samples_per_second_;
+  // Each rank's last sample this attempt, its gpu_xid_errors summed over
+  // the attempt's samples.
+  std::map<int32_t, StepMetrics> last_;
   // Recovery: when the failure (or stop) that requeued the job was detected
   // (unix ms; 0: none pending), and rank 0's step then.
   int64_t recovery_from_millis_ = 0;

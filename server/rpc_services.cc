@@ -74,6 +74,7 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
   auto events = manager_->Events(req->id());
   if (!events.ok()) return ToGrpcStatus(events.status());
   ToProto(*job, *events, resp->mutable_job());
+  for (const StepMetrics& m : manager_->RankSamples(req->id())) ToProto(m, resp->mutable_job()->add_ranks());
   return grpc::Status::OK;
 }
 

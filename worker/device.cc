@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -68,6 +69,20 @@ std::string DeviceName(c10::Device device) {
   if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
 #endif
   return device.str();
+}
+
+std::string PciBusId(c10::Device device) {
+#ifdef TRAINYARD_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto* p = at::cuda::getDeviceProperties(device.index());
+    char id[32];
+    std::snprintf(id, sizeof(id), "%08X:%02X:%02X.0", static_cast<unsigned>(p->pciDomainID),
+                  static_cast<unsigned>(p->pciBusID), static_cast<unsigned>(p->pciDeviceID));
+    return id;
+  }
+#endif
+  (void)device;
+  return "";
 }
 
 at::Tensor ToHost(const at::Tensor& t, bool pinned) {

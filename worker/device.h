@@ -44,6 +44,10 @@ void ResetPeakMemory(c10::Device device);
 // the CPU. Timers that measure device work call it first.
 void Synchronize(c10::Device device);
 
+// The PCI bus id of a CUDA device as NVML takes it ("00000000:3B:00.0");
+// empty for the CPU or a build without CUDA.
+std::string PciBusId(c10::Device device);
+
 // "cpu", or the name CUDA gives the device ("NVIDIA H100 80GB HBM3").
 std::string DeviceName(c10::Device device);
 

@@ -1,5 +1,7 @@
 #include "worker/recording_backend.h"
 
+#include <torch/version.h>
+
 #include <ATen/core/ivalue.h>
 
 #include <utility>
@@ -37,8 +39,10 @@ class RecordingBackend final : public c10d::Backend {
   void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
   void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 15  // virtual since; torch 2.11's are not
   std::optional<at::Device> getBoundDeviceId() const override { return inner_->getBoundDeviceId(); }
   void setBoundDeviceId(std::optional<at::Device> device) override { inner_->setBoundDeviceId(device); }
+#endif
   void eagerConnectSingleDevice(at::Device device) override { inner_->eagerConnectSingleDevice(device); }
   void waitForPendingWorks() override { inner_->waitForPendingWorks(); }
   c10d::ErrorType getError() override { return inner_->getError(); }

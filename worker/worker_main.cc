@@ -10,7 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +26,7 @@
 #include "worker/device.h"
 #include "worker/dist_setup.h"
 #include "worker/flight_recorder.h"
+#include "worker/gpu_monitor.h"
 #include "worker/process_group.h"
 #include "worker/script_runner.h"
 #include "worker/shm_collectives.h"
@@ -78,6 +81,24 @@ class LoggingSink final : public MetricsSink {
   int32_t rank_;
   int64_t every_;
 };
+
+// The rank's GPU as NVML reads it, sampled every few seconds
+// (TRAINYARD_GPU_METRICS_INTERVAL_MS, default 5000); null for a CPU rank, and
+// where NVML is missing (said once in the log).
+std::unique_ptr<GpuMonitor> OpenGpuMonitor(c10::Device device, int32_t rank) {
+  if (!device.is_cuda()) return nullptr;
+  const std::string bus_id = PciBusId(device);
+  auto monitor = GpuMonitor::Open(bus_id);
+  if (!monitor.ok()) {
+    log::Info("rank {}: no GPU metrics: {}", rank, monitor.status().message());
+    return nullptr;
+  }
+  int64_t interval_ms = 5000;
+  if (const char* v = std::getenv("TRAINYARD_GPU_METRICS_INTERVAL_MS")) interval_ms = std::max(100L, std::atol(v));
+  log::Info("rank {}: GPU metrics from NVML for {} ({}) every {} ms", rank, (*monitor)->name(), bus_id, interval_ms);
+  (*monitor)->StartSampling(std::chrono::milliseconds(interval_ms));
+  return std::move(*monitor);
+}
 
 // Reports how this rank ended and returns its exit code: the one place both
 // are decided, so they always agree.
@@ -261,7 +282,9 @@ int RunWorker(const WorkerArgs& args) {
   int64_t final_step = 0;
   try {
     // The rank's GPU is current before NCCL or any CUDA work starts.
-    UseDevice(RankDevice(spec->device));
+    const c10::Device device = RankDevice(spec->device);
+    UseDevice(device);
+    const std::unique_ptr<GpuMonitor> gpu = OpenGpuMonitor(device, args.rank);
     RendezvousOptions ro;
     ro.master_addr = master_addr;
     ro.master_port = master_port;
@@ -269,7 +292,10 @@ int RunWorker(const WorkerArgs& args) {
     ro.world_size = world_size;
     ro.bind_addr = bind_addr;
     const DistSetup dist = SetUpDistributed(*spec, ro, &flight_recorder);
-    LoggingSink sink(&ctl, args.rank, spec->max_steps);
+    LoggingSink logging(&ctl, args.rank, spec->max_steps);
+    std::optional<GpuSink> gpu_sink;
+    if (gpu) gpu_sink.emplace(&logging, gpu.get());
+    MetricsSink& sink = gpu_sink ? static_cast<MetricsSink&>(*gpu_sink) : logging;
     DistContext context = dist.context();
     context.flight_recorder = &flight_recorder;
     if (!args.job_id.empty()) context.snapshot_dir = SnapshotDir(args.job_id);

@@ -1,7 +1,8 @@
 """GPU end to end: a real trainyard-server runs CUDA jobs on this machine's
 GPU — one rank (NCCL), two ranks sharing one GPU over Gloo, an FSDP job, and a
 TorchScript attention module — each to SUCCEEDED, and reports the rank's peak
-GPU memory on /metrics.
+GPU memory on /metrics, and its GPU as NVML reads it (utilization, memory,
+temperature...) on /metrics and in `trainctl get`.
 
 Exits 77 (ctest: skipped) when no NVIDIA GPU is visible; with
 TRAINYARD_REQUIRE_GPU=N (the number of GPUs the machine has) that and every
@@ -53,7 +54,7 @@ name: gpu-%(name)s
 model: {kind: %(model)s, hidden: [256, 256]}
 data: {kind: synthetic, batch_size: 32, num_samples: 2048}
 optimizer: {kind: adamw, lr: 0.001}
-max_steps: 60
+max_steps: 300
 num_processes: %(ranks)d
 device: cuda
 backend: %(backend)s
@@ -71,6 +72,9 @@ class GpuEndToEnd(unittest.TestCase):
         # Two ranks share GPU 0 in the Gloo case: the server hands out GPUs
         # one per rank, so it is told there are two when only one exists.
         cls.gpus = gpu_count()
+        # The workers (the server's children) read their GPU through NVML
+        # every 200 ms instead of every 5 s: these jobs last seconds.
+        os.environ["TRAINYARD_GPU_METRICS_INTERVAL_MS"] = "200"
         cls.server = Server(cls.tmp.name, slots=4, extra=("--gpus", str(max(2, cls.gpus))))
 
     @classmethod
@@ -84,14 +88,24 @@ class GpuEndToEnd(unittest.TestCase):
         r = s.ctl("-o", "json", "submit", path)
         self.assertEqual(r.returncode, 0, r.stderr)
         job_id = re.search(r'"id": "([^"]+)"', r.stdout).group(1)
-        peak = {}
+        peak, gpu_total, gpu_temperature, get_gpu = {}, {}, {}, {}
 
         def done():
             text = s.scrape()
             for m in re.finditer(r'trainyard_job_memory_bytes\{job_id="%s",kind="device_peak",rank="(\d+)"\} (\S+)'
                                  % re.escape(job_id), text):
                 peak[m.group(1)] = float(m.group(2))
-            state = s.job(job_id)["state"]
+            for m in re.finditer(r'trainyard_job_gpu_memory_bytes\{job_id="%s",kind="total",rank="(\d+)"\} (\S+)'
+                                 % re.escape(job_id), text):
+                gpu_total[m.group(1)] = float(m.group(2))
+            for m in re.finditer(r'trainyard_job_gpu_temperature_celsius\{job_id="%s",rank="(\d+)"\} (\S+)'
+                                 % re.escape(job_id), text):
+                gpu_temperature[m.group(1)] = float(m.group(2))
+            job = s.job(job_id)
+            for r in job.get("ranks", []):
+                if "gpu" in r:
+                    get_gpu[str(r["rank"])] = r["gpu"]
+            state = job["state"]
             return state if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
 
         state = wait_for(done, 300, f"{name} to finish")
@@ -100,6 +114,15 @@ class GpuEndToEnd(unittest.TestCase):
         self.assertTrue(peak, f"{name}: no device_peak memory series while it ran")
         for rank, value in peak.items():
             self.assertGreater(value, 0, f"{name}: rank {rank} reported no GPU memory")
+        # NVML's view of the rank's GPU, on /metrics and in `trainctl get`.
+        self.assertEqual(set(gpu_total), set(peak), f"{name}: NVML series per rank on /metrics: {gpu_total}")
+        for rank, total in gpu_total.items():
+            self.assertGreater(total, 1e9, f"{name}: rank {rank}'s GPU memory total")
+            self.assertGreater(gpu_temperature.get(rank, 0), 0, f"{name}: rank {rank}'s GPU temperature")
+        self.assertTrue(get_gpu, f"{name}: trainctl get never showed a rank's GPU while the job ran")
+        for rank, gpu in get_gpu.items():
+            self.assertGreater(gpu["memory_total_bytes"], 1e9, f"{name}: rank {rank} in trainctl get: {gpu}")
+            self.assertGreaterEqual(gpu["utilization"], 0, f"{name}: rank {rank} in trainctl get: {gpu}")
         return job
 
     def test_1_one_rank_over_nccl(self):

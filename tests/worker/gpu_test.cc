@@ -7,6 +7,7 @@
 // ranks on one device); with two or more GPUs the NCCL tests run too.
 // References are independent: a single-process float64 computation on the
 // CPU, or the same job on the CPU.
+#include <ATen/cuda/CUDAContext.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "tests/gpu_presence.h"
 #include "tests/test_util.h"
@@ -24,6 +26,7 @@
 #include "worker/ddp.h"
 #include "worker/device.h"
 #include "worker/fsdp.h"
+#include "worker/gpu_monitor.h"
 #include "worker/models.h"
 #include "worker/process_group.h"
 #include "worker/trainer.h"
@@ -458,6 +461,41 @@ TEST_F(MultiGpu, NcclDdpAndFsdpMatchTheCpuRun) {
     });
     ExpectClose(on_gpu, on_cpu, 1e-5, DistributedTypeName(type));
   }
+}
+
+// NVML, as the driver of this GPU answers: the rank's GPU found by CUDA's
+// PCI bus id, its memory total what CUDA reports (within 2%), memory in use
+// growing with a 1 GiB allocation, sane utilization, power and temperature.
+TEST(CudaGpuMonitor, ReadsTheRanksGpuThroughNvml) {
+  const std::string bus_id = PciBusId(kGpu0);
+  ASSERT_FALSE(bus_id.empty());
+  auto monitor = GpuMonitor::Open(bus_id);
+  ASSERT_TRUE(monitor.ok()) << monitor.status();
+  const GpuReading before = (*monitor)->Read();
+  std::cout << "NVML: " << (*monitor)->name() << " at " << bus_id << ": utilization " << before.utilization
+            << ", memory " << before.memory_used_bytes << " / " << before.memory_total_bytes << " B, "
+            << before.power_watts << " W, " << before.temperature_celsius << " C, ECC " << before.ecc_corrected << "/"
+            << before.ecc_uncorrected << "\n";
+  const double cuda_total = static_cast<double>(at::cuda::getDeviceProperties(0)->totalGlobalMem);
+  EXPECT_NEAR(static_cast<double>(before.memory_total_bytes), cuda_total, 0.02 * cuda_total);
+  EXPECT_GE(before.utilization, 0.0);
+  EXPECT_LE(before.utilization, 1.0);
+  EXPECT_GT(before.temperature_celsius, 0.0);
+  EXPECT_LT(before.temperature_celsius, 120.0);
+  if (before.power_watts >= 0) EXPECT_GT(before.power_watts, 1.0);
+  at::Tensor big = torch::empty({int64_t{1} << 28}, torch::TensorOptions().dtype(torch::kFloat).device(kGpu0));
+  big.fill_(1);
+  Synchronize(kGpu0);
+  const GpuReading after = (*monitor)->Read();
+  EXPECT_GE(after.memory_used_bytes - before.memory_used_bytes, int64_t{1} << 30);
+  // Sampling hands the latest reading to the step sink.
+  (*monitor)->StartSampling(std::chrono::milliseconds(100));
+  GpuReading latest;
+  for (int i = 0; i < 100 && latest.memory_total_bytes < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls a sampler thread's first reading
+    latest = (*monitor)->Latest();
+  }
+  EXPECT_EQ(latest.memory_total_bytes, before.memory_total_bytes);
 }
 
 }  // namespace

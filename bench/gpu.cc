@@ -1,0 +1,445 @@
+// bench/gpu (gpu_bench): the benchmarks of the GPU kit (scripts/gpu-kit.sh), for one
+// NVIDIA GPU. Every process of both sides is started by bench::RunRanks
+// with one environment (bench_util: threads, allocator thresholds); each
+// row is a fresh process set, and a row that fails prints its error and
+// leaves the others standing.
+//
+//   llama: a ~1.1B-parameter Llama (hidden 2048, 16 layers, 32 heads
+//     sharing 8 K/V heads, MLP 8192, vocab 32000, untied head) at context
+//     2048 in bf16 autocast with fp32 weights on one GPU, activation
+//     checkpointing off and on, against transformers' LlamaForCausalLM of
+//     the same config.json with PyTorch's own loop (AdamW foreach, its CUDA
+//     default, and fused, its fastest documented path; gradient
+//     checkpointing) and FSDP2 on one rank (bench/python_llama.py): tokens/s,
+//     MFU (model FLOPs as the worker counts them, over the GPU's data-sheet
+//     dense bf16 peak), peak device memory (the CUDA allocator's).
+//   resnet: the engine's ResNet-18 (CIFAR stem) on 3x64x64 images, batch
+//     128 per rank, bf16 autocast: one process, and DDP over 2 ranks that
+//     share the GPU (Gloo), against PyTorch (DDP) (bench/python_ddp.py).
+//   checkpoint: FULL and SHARDED checkpoints of the 1.1B llama after one
+//     step (fp32 weights and AdamW state, from GPU memory): seconds and
+//     GB/s, with the disk's own rate (the same bytes written and fsynced).
+//
+//   gpu_bench [--only llama|resnet|checkpoint] [--steps N] [--warmup W]
+//       [--batch B] [--python PATH] [--peer-dir DIR] [--dir DIR]
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_util.h"
+#include "common/allocator_tuning.h"
+#include "common/checkpoint_type.h"
+#include "common/job_spec.h"
+#include "common/llama_config.h"
+#include "worker/device.h"
+#include "worker/dist_setup.h"
+#include "worker/models.h"
+#include "worker/trainer.h"
+
+namespace trainyard {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kContext = 2048;
+constexpr int64_t kImage = 64, kImageBatch = 128;
+
+// Llama 3.2 1B's layout with Llama 2's vocabulary and an untied head.
+constexpr char kConfig[] = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000, "hidden_size": 2048,
+  "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+  "hidden_act": "silu", "max_position_embeddings": 2048, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+  "tie_word_embeddings": false, "initializer_range": 0.02, "attention_bias": false, "mlp_bias": false
+})";
+
+JobSpec LlamaSpec(const std::string& config_dir, int64_t batch, bool checkpointing, int steps) {
+  JobSpec spec;
+  spec.model.kind = ModelKind::kLlama;
+  spec.model.config = config_dir;
+  spec.model.context = kContext;
+  spec.data.batch_size = batch;
+  spec.optimizer.kind = OptimizerKind::kAdamW;
+  spec.optimizer.lr = 1e-4;
+  spec.optimizer.weight_decay = 0.0;  // as the peer's
+  spec.max_steps = steps;
+  spec.num_processes = 1;
+  spec.device = Device::kCuda;
+  spec.mixed_precision = MixedPrecision::kBf16;
+  spec.distributed_type = DistributedType::kNo;
+  spec.activation_checkpointing = checkpointing;
+  spec.checkpoint.save_final = false;
+  return spec;
+}
+
+JobSpec ResNetSpec(int world, int steps) {
+  JobSpec spec;
+  spec.model.kind = ModelKind::kResNet;
+  spec.model.channels = 64;
+  spec.model.image_size = kImage;
+  spec.data.batch_size = kImageBatch;
+  spec.optimizer.kind = OptimizerKind::kAdamW;
+  spec.optimizer.lr = 1e-3;
+  spec.optimizer.weight_decay = 0.01;  // as the peer's
+  spec.max_steps = steps;
+  spec.num_processes = world;
+  spec.device = Device::kCuda;
+  spec.mixed_precision = MixedPrecision::kBf16;
+  spec.distributed_type = world > 1 ? DistributedType::kDdp : DistributedType::kNo;
+  spec.backend = Backend::kGloo;  // two ranks on one GPU: NCCL refuses a shared device
+  spec.checkpoint.save_final = false;
+  return spec;
+}
+
+class Sink final : public MetricsSink {
+ public:
+  explicit Sink(int warmup) : warmup_(warmup) {}
+  void OnStep(const StepMetrics& m) override {
+    if (m.step <= warmup_) return;
+    seconds.push_back(m.step_seconds - m.data_seconds);
+    model_flops = m.model_flops;
+    peak_flops = m.peak_flops;
+  }
+  std::vector<double> seconds;
+  double model_flops = 0, peak_flops = 0;
+
+ private:
+  int warmup_;
+};
+
+DistSetup Rendezvous(const JobSpec& spec, int rank, int world) {
+  if (world == 1) return {};
+  RendezvousOptions ro;
+  ro.master_port = std::stoi(getenv("MASTER_PORT"));
+  ro.rank = rank;
+  ro.world_size = world;
+  ro.timeout = std::chrono::minutes(5);
+  return SetUpDistributed(spec, ro);
+}
+
+// One rank of a Trainyard row: trains, then rank 0 prints its JSON line.
+int RunTrainRank(const JobSpec& spec, int warmup) {
+  TuneAllocator();  // as trainyard-worker does
+  const int rank = std::stoi(getenv("RANK"));
+  const int world = std::stoi(getenv("WORLD_SIZE"));
+  const c10::Device device = RankDevice(spec.device);
+  UseDevice(device);
+  DistSetup dist = Rendezvous(spec, rank, world);
+  Sink sink(warmup);
+  int64_t parameters = 0;
+  {
+    Trainer trainer(spec, rank, world, dist.context(), &sink, nullptr);
+    for (const at::Tensor& p : trainer.model().parameters()) parameters += p.numel();
+    trainer.Run();
+  }
+  if (dist.world) dist.world->barrier()->wait();
+  if (rank == 0) {
+    const auto memory = ReadDeviceMemory(device);
+    std::cout << nlohmann::json{{"seconds", sink.seconds},
+                                {"model_flops", sink.model_flops},
+                                {"peak_flops", sink.peak_flops},
+                                {"device", DeviceName(device)},
+                                {"device_peak_bytes", memory ? memory->peak_allocated : 0},
+                                {"parameters", parameters}}
+                     .dump()
+              << std::endl;
+  }
+  return 0;
+}
+
+// Writes `bytes` to a file in `dir` in 64 MiB pieces and fsyncs it: the
+// disk's rate for a checkpoint's size. Returns seconds.
+double DiskWrite(const std::string& dir, int64_t bytes) {
+  const std::string path = dir + "/disk-rate.bin";
+  std::vector<char> block(64 << 20, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + path);
+  for (int64_t left = bytes; left > 0;) {
+    const ssize_t n = ::write(fd, block.data(), static_cast<size_t>(std::min<int64_t>(left, block.size())));
+    if (n <= 0) throw std::runtime_error("write to " + path + " failed");
+    left -= n;
+  }
+  ::fsync(fd);
+  ::close(fd);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fs::remove(path);
+  return s;
+}
+
+// The checkpoint rank: one step, then a FULL and a SHARDED save.
+int RunCheckpointRank(const std::string& config_dir, const std::string& dir) {
+  TuneAllocator();
+  JobSpec spec = LlamaSpec(config_dir, 1, false, 1);
+  spec.checkpoint.project_dir = dir;
+  const c10::Device device = RankDevice(spec.device);
+  UseDevice(device);
+  Trainer trainer(spec, 0, 1, {}, nullptr, nullptr);
+  trainer.Step();
+  nlohmann::json out = nlohmann::json::object();
+  for (CheckpointType type : {CheckpointType::kFull, CheckpointType::kSharded}) {
+    const CheckpointEvent ev = trainer.Checkpoint(type);
+    if (!ev.ok) throw std::runtime_error("checkpoint failed: " + ev.error);
+    const std::string name = CheckpointTypeName(type);
+    out[name] = {{"seconds", ev.seconds}, {"bytes", ev.bytes}, {"disk_seconds", DiskWrite(dir, ev.bytes)}};
+    fs::remove_all(ev.path);
+  }
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+struct Row {
+  std::string label;
+  int world;
+  bench::RunEnvironment env;
+  std::vector<std::string> argv;  // one rank's command line
+  bool ours;
+};
+
+// Runs each row; a failed row is reported and skipped.
+std::vector<nlohmann::json> RunRows(const std::vector<Row>& rows) {
+  std::vector<nlohmann::json> results;
+  for (const Row& r : rows) {
+    try {
+      results.push_back(bench::RunRanks(std::vector<std::vector<std::string>>(r.world, r.argv), r.env));
+    } catch (const std::exception& e) {
+      std::cerr << "gpu: row \"" << r.label << "\" failed: " << e.what() << "\n";
+      results.push_back(nlohmann::json{{"error", e.what()}});
+    }
+  }
+  return results;
+}
+
+void LlamaTable(const std::string& self, const std::string& python, const std::string& peer_dir,
+                const std::string& config_dir, int steps, int warmup, int64_t batch) {
+  const auto config = ReadLlamaConfig(config_dir);
+  if (!config.ok()) throw std::runtime_error(std::string(config.status().message()));
+  auto ours = [&](bool ac) {
+    return std::vector<std::string>{self,
+                                    "--role",
+                                    "llama-rank",
+                                    "--config",
+                                    config_dir,
+                                    "--steps",
+                                    std::to_string(steps),
+                                    "--warmup",
+                                    std::to_string(warmup),
+                                    "--batch",
+                                    std::to_string(batch),
+                                    ac ? "--checkpointing" : "--no-checkpointing"};
+  };
+  auto peer = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {python,
+                                  peer_dir + "/python_llama.py",
+                                  config_dir,
+                                  "--steps",
+                                  std::to_string(steps),
+                                  "--warmup",
+                                  std::to_string(warmup),
+                                  "--context",
+                                  std::to_string(kContext),
+                                  "--batch",
+                                  std::to_string(batch),
+                                  "--device",
+                                  "cuda",
+                                  "--bf16"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const bench::RunEnvironment env = bench::OurSettings();
+  const std::vector<Row> rows = {
+      {"Trainyard, 1 GPU", 1, env, ours(false), true},
+      {"Trainyard, 1 GPU, activation checkpointing", 1, env, ours(true), true},
+      {"transformers + PyTorch loop, AdamW foreach (default)", 1, env, peer({"--foreach"}), false},
+      {"transformers + PyTorch loop, AdamW fused", 1, env, peer({"--fused"}), false},
+      {"transformers + PyTorch loop, gradient checkpointing, AdamW fused", 1, env, peer({"--fused", "--checkpointing"}),
+       false},
+      {"transformers + FSDP2 fully_shard per layer, 1 rank, AdamW fused", 1, env, peer({"--fsdp", "--fused"}), false},
+  };
+  const std::vector<nlohmann::json> results = RunRows(rows);
+  // FLOPs per token: the worker's count of its step (the same architecture on both sides).
+  double flops_per_token = 0, peak = 0;
+  std::string device = "?";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].ours && results[i].contains("model_flops") && flops_per_token == 0) {
+      flops_per_token = results[i]["model_flops"].get<double>() / static_cast<double>(batch * kContext);
+      peak = results[i]["peak_flops"].get<double>();
+      device = results[i]["device"].get<std::string>();
+    }
+  }
+  double best_peer = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].ours && results[i].contains("seconds")) {
+      const double tps = batch * kContext / bench::Summarize(results[i]["seconds"].get<std::vector<double>>()).median;
+      // Against the peer's fastest setup of the same kind (checkpointing on or off).
+      if (rows[i].label.find("checkpointing") == std::string::npos) best_peer = std::max(best_peer, tps);
+    }
+  }
+  std::cout << "\n### Llama ~1.1B, bf16, one GPU (" << device << ")\n\n"
+            << "| implementation / setup | tokens/s (median step) | step s min | median | max | MFU | peak device "
+               "memory GB | vs fastest peer without checkpointing |\n|---|---|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!results[i].contains("seconds")) {
+      std::cout << "| " << rows[i].label << " | failed: " << results[i]["error"].get<std::string>() << " |\n";
+      continue;
+    }
+    const bench::Stats st = bench::Summarize(results[i]["seconds"].get<std::vector<double>>());
+    const double tps = batch * kContext / st.median;
+    char mfu[32] = "?", vs[32] = "";
+    if (flops_per_token > 0 && peak > 0) std::snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * tps * flops_per_token / peak);
+    if (rows[i].ours && best_peer > 0) std::snprintf(vs, sizeof(vs), "%.2fx", tps / best_peer);
+    char line[600];
+    std::snprintf(line, sizeof(line), "| %s | %.0f | %.3f | %.3f | %.3f | %s | %.1f | %s |\n", rows[i].label.c_str(),
+                  tps, st.min, st.median, st.max, mfu, results[i].value("device_peak_bytes", 0.0) / 1e9, vs);
+    std::cout << line;
+  }
+  std::cout << "\nmodel: " << config->NumParameters() << " parameters; context " << kContext << ", batch " << batch
+            << " sequences; " << steps << " measured steps after " << warmup
+            << " warm-up steps per row; MFU = tokens/s x " << flops_per_token / 1e9
+            << " GFLOP per token (the worker's count: 3x the forward) / " << peak / 1e12
+            << " TFLOP/s (dense bf16 data-sheet peak)\n";
+}
+
+void ResNetTable(const std::string& self, const std::string& python, const std::string& peer_dir, int steps,
+                 int warmup) {
+  auto ours = [&](int world) {
+    return std::vector<std::string>{self,
+                                    "--role",
+                                    "resnet-rank",
+                                    "--world",
+                                    std::to_string(world),
+                                    "--steps",
+                                    std::to_string(steps),
+                                    "--warmup",
+                                    std::to_string(warmup)};
+  };
+  auto peer = [&]() {
+    return std::vector<std::string>{python,         peer_dir + "/python_ddp.py",
+                                    "--model",      "resnet",
+                                    "--channels",   "64",
+                                    "--image-size", std::to_string(kImage),
+                                    "--batch",      std::to_string(kImageBatch),
+                                    "--steps",      std::to_string(steps),
+                                    "--warmup",     std::to_string(warmup),
+                                    "--device",     "cuda",
+                                    "--bf16",       "--fused"};
+  };
+  const bench::RunEnvironment env = bench::OurSettings();
+  const std::vector<Row> rows = {
+      {"Trainyard, 1 process", 1, env, ours(1), true},
+      {"PyTorch, 1 process, AdamW fused", 1, env, peer(), false},
+      {"Trainyard DDP, 2 ranks on the GPU (Gloo)", 2, env, ours(2), true},
+      {"PyTorch DDP, 2 ranks on the GPU (Gloo), AdamW fused", 2, env, peer(), false},
+  };
+  const std::vector<nlohmann::json> results = RunRows(rows);
+  std::cout << "\n### ResNet-18 (CIFAR stem), 3x" << kImage << "x" << kImage << ", batch " << kImageBatch
+            << " per rank, bf16, one GPU\n\n"
+            << "| implementation / setup | images/s per rank (median) | step s min | median | max | vs PyTorch |\n"
+            << "|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!results[i].contains("seconds") && !results[i].contains("train_seconds")) {
+      std::cout << "| " << rows[i].label << " | failed: " << results[i]["error"].get<std::string>() << " |\n";
+      continue;
+    }
+    auto median = [&](size_t k) {
+      const char* key = results[k].contains("seconds") ? "seconds" : "train_seconds";
+      return bench::Summarize(results[k][key].get<std::vector<double>>());
+    };
+    const bench::Stats st = median(i);
+    char vs[32] = "";
+    if (rows[i].ours && i + 1 < rows.size() && (results[i + 1].contains("train_seconds"))) {
+      std::snprintf(vs, sizeof(vs), "%.2fx", median(i + 1).median / st.median);
+    }
+    char line[400];
+    std::snprintf(line, sizeof(line), "| %s | %.0f | %.4f | %.4f | %.4f | %s |\n", rows[i].label.c_str(),
+                  kImageBatch / st.median, st.min, st.median, st.max, vs);
+    std::cout << line;
+  }
+  std::cout << "\n" << steps << " measured steps after " << warmup << " warm-up steps per row\n";
+}
+
+void CheckpointTable(const std::string& self, const std::string& config_dir, const std::string& dir) {
+  const std::vector<Row> rows = {{"checkpoint",
+                                  1,
+                                  bench::OurSettings(),
+                                  {self, "--role", "checkpoint-rank", "--config", config_dir, "--dir", dir},
+                                  true}};
+  const nlohmann::json r = RunRows(rows).at(0);
+  std::cout << "\n### Checkpoints of the ~1.1B llama (weights and AdamW state, from GPU memory) to " << dir
+            << "\n\n| type | bytes | seconds | GB/s | the disk's GB/s (same bytes, fsync) |\n|---|---|---|---|---|\n";
+  if (r.contains("error")) {
+    std::cout << "| both | failed: " << r["error"].get<std::string>() << " |\n";
+    return;
+  }
+  for (const char* type : {"full", "sharded"}) {
+    const auto& t = r[type];
+    const double bytes = t["bytes"].get<double>();
+    char line[300];
+    std::snprintf(line, sizeof(line), "| %s | %.0f | %.2f | %.2f | %.2f |\n", type, bytes, t["seconds"].get<double>(),
+                  bytes / 1e9 / t["seconds"].get<double>(), bytes / 1e9 / t["disk_seconds"].get<double>());
+    std::cout << line;
+  }
+}
+
+}  // namespace
+}  // namespace trainyard
+
+int main(int argc, char** argv) {
+  using namespace trainyard;
+  CLI::App app{"The GPU kit's benchmarks: Llama ~1B bf16, ResNet DDP and checkpoints on one GPU"};
+  int steps = 10, warmup = 3, world = 1;
+  int64_t batch = 4;
+  bool checkpointing = false;
+  std::string role = "orchestrate", only, config_dir, python = TRAINYARD_PYTHON, peer_dir = TRAINYARD_BENCH_DIR;
+  std::string dir = fs::temp_directory_path().string();
+  app.add_option("--only", only, "One table: llama, resnet or checkpoint")
+      ->check(CLI::IsMember({"llama", "resnet", "checkpoint"}));
+  app.add_option("--steps", steps, "Measured steps per row")->capture_default_str();
+  app.add_option("--warmup", warmup, "Unmeasured first steps of every row")->capture_default_str();
+  app.add_option("--batch", batch, "llama: sequences per step")->capture_default_str();
+  app.add_option("--python", python, "Python with torch and transformers for the peer")->capture_default_str();
+  app.add_option("--peer-dir", peer_dir, "Directory of the peer scripts (python_llama.py, python_ddp.py)")
+      ->capture_default_str();
+  app.add_option("--dir", dir, "checkpoint: where checkpoints are written")->capture_default_str();
+  app.add_option("--role", role, "internal");
+  app.add_option("--config", config_dir, "internal");
+  app.add_option("--world", world, "internal");
+  app.add_flag("--checkpointing,!--no-checkpointing", checkpointing, "internal");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (role == "llama-rank") return RunTrainRank(LlamaSpec(config_dir, batch, checkpointing, warmup + steps), warmup);
+    if (role == "resnet-rank") return RunTrainRank(ResNetSpec(world, warmup + steps), warmup);
+    if (role == "checkpoint-rank") return RunCheckpointRank(config_dir, dir);
+
+    if (CudaDeviceCount() == 0) {
+      std::cerr << "gpu_bench: no GPU: CUDA sees 0 devices\n";
+      return 1;
+    }
+    const fs::path config = fs::temp_directory_path() / ("trainyard-bench-gpu-" + std::to_string(::getpid()));
+    fs::create_directories(config);
+    std::ofstream(config / "config.json") << kConfig;
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    std::cout << bench::DescribeConditions() << "\n";
+    if (only.empty() || only == "llama") LlamaTable(self, python, peer_dir, config.string(), steps, warmup, batch);
+    if (only.empty() || only == "resnet") ResNetTable(self, python, peer_dir, steps * 3, warmup);
+    if (only.empty() || only == "checkpoint") {
+      const fs::path ckpt = fs::path(dir) / ("trainyard-bench-gpu-ckpt-" + std::to_string(::getpid()));
+      fs::create_directories(ckpt);
+      CheckpointTable(self, config.string(), ckpt.string());
+      fs::remove_all(ckpt);
+    }
+    std::cout << "\ncommand: " << argv[0] << (only.empty() ? "" : " --only " + only) << " --steps " << steps
+              << " --warmup " << warmup << " --batch " << batch << "\n";
+    fs::remove_all(config);
+  } catch (const std::exception& e) {
+    std::cerr << "gpu: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

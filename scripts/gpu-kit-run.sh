@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The GPU kit's one command (packed as .gpukit/run.sh by scripts/gpu-kit.sh
+# pack): on a machine with an NVIDIA GPU, its driver and a Python whose
+# torch is the kit's version (python3, or TRAINYARD_PYTHON), runs every GPU
+# test and benchmark with TRAINYARD_REQUIRE_GPU=1 (a missing GPU fails), one
+# part after the other, each within a time limit, and writes a log per part
+# and summary.md (the machine, the versions, a row per part, the benchmark
+# tables) to $OUT (default ./gpukit-out). A part that fails does not stop the
+# others; the exit code is 0 only when every part passed.
+#
+#   run.sh [PART...]   parts: gpu_test gpu_e2e bench_llama bench_resnet
+#                      bench_checkpoint (default: all, in that order)
+#
+# Limits in seconds: GPUKIT_LIMIT_<PART> (defaults 120 90 150 45 60: under 8
+# minutes together). The torch libraries come from the Python's torch
+# (torch/lib, nvidia/*/lib), the rest from bin/lib beside the programs.
+set -uo pipefail
+kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=${OUT:-$PWD/gpukit-out}
+mkdir -p "$out"
+python=${TRAINYARD_PYTHON:-python3}
+summary=$out/summary.md
+started=$SECONDS
+
+torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2> "$out/torch-import.err")
+if [ -z "$torch_dir" ]; then
+  echo "run.sh: $python cannot import torch: $(tail -1 "$out/torch-import.err")" | tee "$summary"
+  exit 1
+fi
+rm -f "$out/torch-import.err"
+libs="$torch_dir/lib"
+for d in "$(dirname "$torch_dir")"/nvidia/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TRAINYARD_PYTHON="$python" TRAINYARD_REQUIRE_GPU=${TRAINYARD_REQUIRE_GPU:-1} PYTHONUNBUFFERED=1
+
+{
+  echo "# GPU kit run"
+  echo
+  echo '```'
+  cat "$kit/MANIFEST" 2> /dev/null
+  echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host $(uname -srm), $(nproc) CPUs"
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv,noheader 2>&1 |
+      sed 's/^/gpu /'
+    echo "cuda driver $(nvidia-smi 2> /dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1)"
+  else
+    echo "gpu none (no nvidia-smi)"
+  fi
+  "$python" -c "import torch; print('python torch', torch.__version__, 'CUDA', torch.version.cuda, 'NCCL', \
+'.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else '-', 'cuda available', torch.cuda.is_available())" 2>&1
+  echo '```'
+  echo
+} > "$summary"
+kit_torch=$(awk '$1 == "torch" {print $2}' "$kit/MANIFEST" 2> /dev/null | cut -d+ -f1)
+here_torch=$("$python" -c 'import torch; print(torch.__version__.split("+")[0])' 2> /dev/null)
+if [ -n "$kit_torch" ] && [ "${kit_torch%.*}" != "${here_torch%.*}" ]; then
+  echo "run.sh: the kit was built against torch $kit_torch but $python has torch $here_torch:" \
+    "pack again with scripts/gpu-kit.sh pack --torch $here_torch" | tee -a "$summary"
+  exit 1
+fi
+
+declare -A limit=([gpu_test]=${GPUKIT_LIMIT_GPU_TEST:-120} [gpu_e2e]=${GPUKIT_LIMIT_GPU_E2E:-90}
+  [bench_llama]=${GPUKIT_LIMIT_BENCH_LLAMA:-150} [bench_resnet]=${GPUKIT_LIMIT_BENCH_RESNET:-45}
+  [bench_checkpoint]=${GPUKIT_LIMIT_BENCH_CHECKPOINT:-60})
+command_of() {
+  case "$1" in
+    gpu_test) echo "$kit/bin/gpu_test" ;;
+    gpu_e2e) echo "$python $kit/tests/e2e/gpu_e2e.py $kit/bin" ;;
+    bench_llama) echo "$kit/bin/gpu_bench --only llama --python $python --peer-dir $kit/bench" ;;
+    bench_resnet) echo "$kit/bin/gpu_bench --only resnet --python $python --peer-dir $kit/bench" ;;
+    bench_checkpoint) echo "$kit/bin/gpu_bench --only checkpoint --dir ${TMPDIR:-/tmp}" ;;
+    *) return 1 ;;
+  esac
+}
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(gpu_test gpu_e2e bench_llama bench_resnet bench_checkpoint)
+for p in "${parts[@]}"; do command_of "$p" > /dev/null || { echo "run.sh: unknown part $p" >&2; exit 2; }; done
+
+# What a part's log says of its tests: gtest's and unittest's closing lines.
+counts() {
+  local log=$1
+  local g
+  g=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log" | sed -E 's/^\[ *([A-Z]+) *\] ([0-9]+) .*/\2 \1/' |
+    tr '\n' ' ')
+  [ -n "$g" ] && { echo "gtest: ${g,,}"; return; }
+  local ran result
+  ran=$(grep -E -o '^Ran [0-9]+ tests?' "$log" | tail -1)
+  result=$(grep -E '^(OK|FAILED)( \(.*\))?$' "$log" | tail -1)
+  [ -n "$ran" ] && { echo "unittest: $ran, $result"; return; }
+  grep -c '^| ' "$log" | sed 's/$/ table rows/'
+}
+
+echo "| part | result | seconds | limit | tests |" >> "$summary"
+echo "|---|---|---|---|---|" >> "$summary"
+failures=0
+for p in "${parts[@]}"; do
+  log=$out/$p.log
+  t0=$SECONDS
+  echo "run.sh: $p (limit ${limit[$p]} s)"
+  # shellcheck disable=SC2046
+  timeout --kill-after=10 "${limit[$p]}" $(command_of "$p") > "$log" 2>&1
+  rc=$?
+  case $rc in
+    0) result=passed ;;
+    124 | 137) result="TIMED OUT"; failures=$((failures + 1)) ;;
+    77) result="SKIPPED (77)"; failures=$((failures + 1)) ;;
+    *) result="FAILED (exit $rc)"; failures=$((failures + 1)) ;;
+  esac
+  echo "| $p | $result | $((SECONDS - t0)) | ${limit[$p]} | $(counts "$log") |" >> "$summary"
+  echo "run.sh: $p: $result in $((SECONDS - t0)) s"
+  [ "$result" = passed ] || tail -15 "$log" | sed 's/^/    /'
+done
+
+{
+  echo
+  echo "total $((SECONDS - started)) s, $failures part(s) not passed"
+  for p in "${parts[@]}"; do
+    case "$p" in
+      bench_*)
+        echo
+        echo "## $p"
+        grep -E '^(###|\||model:|command:|Conditions:|[0-9]+ measured)' "$out/$p.log"
+        ;;
+      gpu_test | gpu_e2e)
+        if grep -E -q '^\[  FAILED  \]|^(FAIL|ERROR):' "$out/$p.log"; then
+          echo
+          echo "## $p failures"
+          grep -E '^\[  FAILED  \]|^(FAIL|ERROR):' "$out/$p.log" | sort -u
+        fi
+        ;;
+    esac
+  done
+} >> "$summary"
+cat "$summary"
+[ "$failures" -eq 0 ]
