@@ -1,8 +1,9 @@
 // bench/gpu (gpu_bench): the benchmarks of the GPU kit (scripts/gpu-kit.sh), for one
 // NVIDIA GPU. Every process of both sides is started by bench::RunRanks
-// with one environment (bench_util: threads, allocator thresholds); each
-// row is a fresh process set, and a row that fails prints its error and
-// leaves the others standing.
+// with one environment (bench_util's, with 8 threads per process: both
+// sides build their model and batches on the host); each row is a fresh
+// process set, printed as soon as it ends, and a row that fails prints its
+// error and leaves the others standing.
 //
 //   llama: a ~1.1B-parameter Llama (hidden 2048, 16 layers, 32 heads
 //     sharing 8 K/V heads, MLP 8192, vocab 32000, untied head) at context
@@ -21,7 +22,7 @@
 //     GB/s, with the disk's own rate (the same bytes written and fsynced).
 //
 //   gpu_bench [--only llama|resnet|checkpoint] [--steps N] [--warmup W]
-//       [--batch B] [--python PATH] [--peer-dir DIR] [--dir DIR]
+//       [--batch B] [--quick] [--python PATH] [--peer-dir DIR] [--dir DIR]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -38,6 +39,7 @@
 #include "common/checkpoint_type.h"
 #include "common/job_spec.h"
 #include "common/llama_config.h"
+#include "worker/crash_report.h"
 #include "worker/device.h"
 #include "worker/dist_setup.h"
 #include "worker/models.h"
@@ -202,22 +204,43 @@ struct Row {
   bool ours;
 };
 
-// Runs each row; a failed row is reported and skipped.
-std::vector<nlohmann::json> RunRows(const std::vector<Row>& rows) {
-  std::vector<nlohmann::json> results;
-  for (const Row& r : rows) {
-    try {
-      results.push_back(bench::RunRanks(std::vector<std::vector<std::string>>(r.world, r.argv), r.env));
-    } catch (const std::exception& e) {
-      std::cerr << "gpu: row \"" << r.label << "\" failed: " << e.what() << "\n";
-      results.push_back(nlohmann::json{{"error", e.what()}});
-    }
+bench::RunEnvironment GpuSettings() {
+  bench::RunEnvironment env = bench::OurSettings();
+  env.threads = 8;
+  return env;
+}
+
+// Runs one row: its result, or {"error": ...} when a rank failed.
+nlohmann::json RunRow(const Row& r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json result;
+  try {
+    result = bench::RunRanks(std::vector<std::vector<std::string>>(r.world, r.argv), r.env);
+  } catch (const std::exception& e) {
+    result = nlohmann::json{{"error", e.what()}};
   }
-  return results;
+  std::cerr << "gpu_bench: row \"" << r.label << "\" "
+            << (result.contains("error") ? "failed: " + result["error"].get<std::string>() : std::string("done"))
+            << " in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s"
+            << std::endl;
+  return result;
+}
+
+// A result's per-step seconds (ours: "seconds"; python_ddp.py: "train_seconds").
+std::vector<double> StepSeconds(const nlohmann::json& result) {
+  for (const char* key : {"seconds", "train_seconds"}) {
+    if (result.contains(key)) return result[key].get<std::vector<double>>();
+  }
+  return {};
+}
+
+void PrintFailed(const Row& row, const nlohmann::json& result) {
+  std::cout << "| " << row.label << " | failed: " << result.value("error", std::string("no step times")) << " |"
+            << std::endl;
 }
 
 void LlamaTable(const std::string& self, const std::string& python, const std::string& peer_dir,
-                const std::string& config_dir, int steps, int warmup, int64_t batch) {
+                const std::string& config_dir, int steps, int warmup, int64_t batch, bool quick) {
   const auto config = ReadLlamaConfig(config_dir);
   if (!config.ok()) throw std::runtime_error(std::string(config.status().message()));
   auto ours = [&](bool ac) {
@@ -252,58 +275,65 @@ void LlamaTable(const std::string& self, const std::string& python, const std::s
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const bench::RunEnvironment env = bench::OurSettings();
-  const std::vector<Row> rows = {
+  const bench::RunEnvironment env = GpuSettings();
+  // Ours first: their FLOP count gives every row's MFU. --quick: the rows
+  // the targets need (each side without and with checkpointing, the peer
+  // on its fastest optimizer).
+  std::vector<Row> rows = {
       {"Trainyard, 1 GPU", 1, env, ours(false), true},
       {"Trainyard, 1 GPU, activation checkpointing", 1, env, ours(true), true},
-      {"transformers + PyTorch loop, AdamW foreach (default)", 1, env, peer({"--foreach"}), false},
       {"transformers + PyTorch loop, AdamW fused", 1, env, peer({"--fused"}), false},
       {"transformers + PyTorch loop, gradient checkpointing, AdamW fused", 1, env, peer({"--fused", "--checkpointing"}),
        false},
-      {"transformers + FSDP2 fully_shard per layer, 1 rank, AdamW fused", 1, env, peer({"--fsdp", "--fused"}), false},
   };
-  const std::vector<nlohmann::json> results = RunRows(rows);
-  // FLOPs per token: the worker's count of its step (the same architecture on both sides).
+  if (!quick) {
+    rows.push_back({"transformers + PyTorch loop, AdamW foreach (default)", 1, env, peer({"--foreach"}), false});
+    rows.push_back({"transformers + FSDP2 fully_shard per layer, 1 rank, AdamW fused", 1, env,
+                    peer({"--fsdp", "--fused"}), false});
+  }
+  std::cout << "\n### Llama ~1.1B (" << config->NumParameters() << " parameters), bf16, context " << kContext
+            << ", batch " << batch << ", one GPU\n\n"
+            << "| implementation / setup | tokens/s (median step) | step s min | median | max | MFU | peak device "
+               "memory GB |\n|---|---|---|---|---|---|---|"
+            << std::endl;
   double flops_per_token = 0, peak = 0;
   std::string device = "?";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].ours && results[i].contains("model_flops") && flops_per_token == 0) {
-      flops_per_token = results[i]["model_flops"].get<double>() / static_cast<double>(batch * kContext);
-      peak = results[i]["peak_flops"].get<double>();
-      device = results[i]["device"].get<std::string>();
-    }
-  }
-  double best_peer = 0;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (!rows[i].ours && results[i].contains("seconds")) {
-      const double tps = batch * kContext / bench::Summarize(results[i]["seconds"].get<std::vector<double>>()).median;
-      // Against the peer's fastest setup of the same kind (checkpointing on or off).
-      if (rows[i].label.find("checkpointing") == std::string::npos) best_peer = std::max(best_peer, tps);
-    }
-  }
-  std::cout << "\n### Llama ~1.1B, bf16, one GPU (" << device << ")\n\n"
-            << "| implementation / setup | tokens/s (median step) | step s min | median | max | MFU | peak device "
-               "memory GB | vs fastest peer without checkpointing |\n|---|---|---|---|---|---|---|---|\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (!results[i].contains("seconds")) {
-      std::cout << "| " << rows[i].label << " | failed: " << results[i]["error"].get<std::string>() << " |\n";
+  double ours_tps[2] = {0, 0}, peer_tps[2] = {0, 0};  // [checkpointing]
+  for (const Row& row : rows) {
+    const nlohmann::json r = RunRow(row);
+    const std::vector<double> seconds = StepSeconds(r);
+    if (seconds.empty()) {
+      PrintFailed(row, r);
       continue;
     }
-    const bench::Stats st = bench::Summarize(results[i]["seconds"].get<std::vector<double>>());
+    if (row.ours && flops_per_token == 0 && r.value("model_flops", 0.0) > 0) {
+      flops_per_token = r["model_flops"].get<double>() / static_cast<double>(batch * kContext);
+      peak = r.value("peak_flops", 0.0);
+      device = r.value("device", std::string("?"));
+    }
+    const bench::Stats st = bench::Summarize(seconds);
     const double tps = batch * kContext / st.median;
-    char mfu[32] = "?", vs[32] = "";
+    const int ac = row.label.find("checkpointing") != std::string::npos ? 1 : 0;
+    double& best = row.ours ? ours_tps[ac] : peer_tps[ac];
+    best = std::max(best, tps);
+    char mfu[32] = "?";
     if (flops_per_token > 0 && peak > 0) std::snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * tps * flops_per_token / peak);
-    if (rows[i].ours && best_peer > 0) std::snprintf(vs, sizeof(vs), "%.2fx", tps / best_peer);
     char line[600];
-    std::snprintf(line, sizeof(line), "| %s | %.0f | %.3f | %.3f | %.3f | %s | %.1f | %s |\n", rows[i].label.c_str(),
-                  tps, st.min, st.median, st.max, mfu, results[i].value("device_peak_bytes", 0.0) / 1e9, vs);
-    std::cout << line;
+    std::snprintf(line, sizeof(line), "| %s | %.0f | %.3f | %.3f | %.3f | %s | %.1f |", row.label.c_str(), tps, st.min,
+                  st.median, st.max, mfu, r.value("device_peak_bytes", 0.0) / 1e9);
+    std::cout << line << std::endl;
   }
-  std::cout << "\nmodel: " << config->NumParameters() << " parameters; context " << kContext << ", batch " << batch
-            << " sequences; " << steps << " measured steps after " << warmup
+  std::cout << "\ndevice: " << device << "; " << steps << " measured steps after " << warmup
             << " warm-up steps per row; MFU = tokens/s x " << flops_per_token / 1e9
             << " GFLOP per token (the worker's count: 3x the forward) / " << peak / 1e12
             << " TFLOP/s (dense bf16 data-sheet peak)\n";
+  for (int ac : {0, 1}) {
+    if (ours_tps[ac] > 0 && peer_tps[ac] > 0) {
+      std::cout << "Trainyard vs the peer's fastest row, checkpointing " << (ac ? "on" : "off") << ": "
+                << ours_tps[ac] / peer_tps[ac] << "x\n";
+    }
+  }
+  std::cout << std::flush;
 }
 
 void ResNetTable(const std::string& self, const std::string& python, const std::string& peer_dir, int steps,
@@ -330,60 +360,60 @@ void ResNetTable(const std::string& self, const std::string& python, const std::
                                     "--device",     "cuda",
                                     "--bf16",       "--fused"};
   };
-  const bench::RunEnvironment env = bench::OurSettings();
+  const bench::RunEnvironment env = GpuSettings();
+  // Each Trainyard row is followed by its peer.
   const std::vector<Row> rows = {
       {"Trainyard, 1 process", 1, env, ours(1), true},
       {"PyTorch, 1 process, AdamW fused", 1, env, peer(), false},
       {"Trainyard DDP, 2 ranks on the GPU (Gloo)", 2, env, ours(2), true},
       {"PyTorch DDP, 2 ranks on the GPU (Gloo), AdamW fused", 2, env, peer(), false},
   };
-  const std::vector<nlohmann::json> results = RunRows(rows);
   std::cout << "\n### ResNet-18 (CIFAR stem), 3x" << kImage << "x" << kImage << ", batch " << kImageBatch
             << " per rank, bf16, one GPU\n\n"
-            << "| implementation / setup | images/s per rank (median) | step s min | median | max | vs PyTorch |\n"
-            << "|---|---|---|---|---|---|\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (!results[i].contains("seconds") && !results[i].contains("train_seconds")) {
-      std::cout << "| " << rows[i].label << " | failed: " << results[i]["error"].get<std::string>() << " |\n";
+            << "| implementation / setup | images/s per rank (median) | step s min | median | max | Trainyard vs "
+               "PyTorch |\n|---|---|---|---|---|---|"
+            << std::endl;
+  double ours_median = 0;
+  for (const Row& row : rows) {
+    const nlohmann::json r = RunRow(row);
+    const std::vector<double> seconds = StepSeconds(r);
+    if (seconds.empty()) {
+      PrintFailed(row, r);
+      if (row.ours) ours_median = 0;
       continue;
     }
-    auto median = [&](size_t k) {
-      const char* key = results[k].contains("seconds") ? "seconds" : "train_seconds";
-      return bench::Summarize(results[k][key].get<std::vector<double>>());
-    };
-    const bench::Stats st = median(i);
+    const bench::Stats st = bench::Summarize(seconds);
     char vs[32] = "";
-    if (rows[i].ours && i + 1 < rows.size() && (results[i + 1].contains("train_seconds"))) {
-      std::snprintf(vs, sizeof(vs), "%.2fx", median(i + 1).median / st.median);
+    if (row.ours) {
+      ours_median = st.median;
+    } else if (ours_median > 0) {
+      std::snprintf(vs, sizeof(vs), "%.2fx", st.median / ours_median);
     }
     char line[400];
-    std::snprintf(line, sizeof(line), "| %s | %.0f | %.4f | %.4f | %.4f | %s |\n", rows[i].label.c_str(),
+    std::snprintf(line, sizeof(line), "| %s | %.0f | %.4f | %.4f | %.4f | %s |", row.label.c_str(),
                   kImageBatch / st.median, st.min, st.median, st.max, vs);
-    std::cout << line;
+    std::cout << line << std::endl;
   }
-  std::cout << "\n" << steps << " measured steps after " << warmup << " warm-up steps per row\n";
+  std::cout << "\n" << steps << " measured steps after " << warmup << " warm-up steps per row" << std::endl;
 }
 
 void CheckpointTable(const std::string& self, const std::string& config_dir, const std::string& dir) {
-  const std::vector<Row> rows = {{"checkpoint",
-                                  1,
-                                  bench::OurSettings(),
-                                  {self, "--role", "checkpoint-rank", "--config", config_dir, "--dir", dir},
-                                  true}};
-  const nlohmann::json r = RunRows(rows).at(0);
+  const Row row = {
+      "checkpoint", 1, GpuSettings(), {self, "--role", "checkpoint-rank", "--config", config_dir, "--dir", dir}, true};
+  const nlohmann::json r = RunRow(row);
   std::cout << "\n### Checkpoints of the ~1.1B llama (weights and AdamW state, from GPU memory) to " << dir
             << "\n\n| type | bytes | seconds | GB/s | the disk's GB/s (same bytes, fsync) |\n|---|---|---|---|---|\n";
-  if (r.contains("error")) {
-    std::cout << "| both | failed: " << r["error"].get<std::string>() << " |\n";
-    return;
-  }
   for (const char* type : {"full", "sharded"}) {
+    if (!r.contains(type)) {
+      std::cout << "| " << type << " | failed: " << r.value("error", std::string("no result")) << " |" << std::endl;
+      continue;
+    }
     const auto& t = r[type];
     const double bytes = t["bytes"].get<double>();
     char line[300];
     std::snprintf(line, sizeof(line), "| %s | %.0f | %.2f | %.2f | %.2f |\n", type, bytes, t["seconds"].get<double>(),
                   bytes / 1e9 / t["seconds"].get<double>(), bytes / 1e9 / t["disk_seconds"].get<double>());
-    std::cout << line;
+    std::cout << line << std::flush;
   }
 }
 
@@ -392,10 +422,11 @@ void CheckpointTable(const std::string& self, const std::string& config_dir, con
 
 int main(int argc, char** argv) {
   using namespace trainyard;
+  InstallCrashReport("gpu_bench");
   CLI::App app{"The GPU kit's benchmarks: Llama ~1B bf16, ResNet DDP and checkpoints on one GPU"};
   int steps = 10, warmup = 3, world = 1;
   int64_t batch = 4;
-  bool checkpointing = false;
+  bool checkpointing = false, quick = false;
   std::string role = "orchestrate", only, config_dir, python = TRAINYARD_PYTHON, peer_dir = TRAINYARD_BENCH_DIR;
   std::string dir = fs::temp_directory_path().string();
   app.add_option("--only", only, "One table: llama, resnet or checkpoint")
@@ -406,6 +437,7 @@ int main(int argc, char** argv) {
   app.add_option("--python", python, "Python with torch and transformers for the peer")->capture_default_str();
   app.add_option("--peer-dir", peer_dir, "Directory of the peer scripts (python_llama.py, python_ddp.py)")
       ->capture_default_str();
+  app.add_flag("--quick", quick, "llama: only the rows the targets need (4 of 6)");
   app.add_option("--dir", dir, "checkpoint: where checkpoints are written")->capture_default_str();
   app.add_option("--role", role, "internal");
   app.add_option("--config", config_dir, "internal");
@@ -417,16 +449,20 @@ int main(int argc, char** argv) {
     if (role == "resnet-rank") return RunTrainRank(ResNetSpec(world, warmup + steps), warmup);
     if (role == "checkpoint-rank") return RunCheckpointRank(config_dir, dir);
 
-    if (CudaDeviceCount() == 0) {
-      std::cerr << "gpu_bench: no GPU: CUDA sees 0 devices\n";
+    // The driver's list, not CUDA: this process only starts the ranks and
+    // never initializes CUDA itself.
+    std::error_code ec;
+    if (fs::is_empty("/proc/driver/nvidia/gpus", ec) || ec) {
+      std::cerr << "gpu_bench: no GPU: the NVIDIA driver shows none (/proc/driver/nvidia/gpus)\n";
       return 1;
     }
     const fs::path config = fs::temp_directory_path() / ("trainyard-bench-gpu-" + std::to_string(::getpid()));
     fs::create_directories(config);
     std::ofstream(config / "config.json") << kConfig;
     const std::string self = fs::read_symlink("/proc/self/exe").string();
-    std::cout << bench::DescribeConditions() << "\n";
-    if (only.empty() || only == "llama") LlamaTable(self, python, peer_dir, config.string(), steps, warmup, batch);
+    std::cout << "Conditions: both sides of every row ran with " << GpuSettings().Describe() << std::endl;
+    if (only.empty() || only == "llama")
+      LlamaTable(self, python, peer_dir, config.string(), steps, warmup, batch, quick);
     if (only.empty() || only == "resnet") ResNetTable(self, python, peer_dir, steps * 3, warmup);
     if (only.empty() || only == "checkpoint") {
       const fs::path ckpt = fs::path(dir) / ("trainyard-bench-gpu-ckpt-" + std::to_string(::getpid()));
@@ -435,7 +471,7 @@ int main(int argc, char** argv) {
       fs::remove_all(ckpt);
     }
     std::cout << "\ncommand: " << argv[0] << (only.empty() ? "" : " --only " + only) << " --steps " << steps
-              << " --warmup " << warmup << " --batch " << batch << "\n";
+              << " --warmup " << warmup << " --batch " << batch << (quick ? " --quick" : "") << std::endl;
     fs::remove_all(config);
   } catch (const std::exception& e) {
     std::cerr << "gpu: " << e.what() << "\n";

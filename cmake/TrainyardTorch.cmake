@@ -124,6 +124,12 @@ if(TRAINYARD_WITH_CUDA)
   endif()
   target_include_directories(trainyard_torch SYSTEM INTERFACE "${_ty_cuda_runtime_h}" "${_ty_nccl_h}")
 endif()
+# libstdc++ first among the libraries a program needs: some torch builds
+# (PyPI's 2.11) export their own copies of libstdc++ functions
+# (std::filesystem::remove_all...), and a program that found torch's first
+# called into a copy that jumped to address 0 (seen on the GPU kit's
+# programs). The dynamic linker binds to the first definition in that order.
+target_link_options(trainyard_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
 set(TRAINYARD_TORCH_RPATH "${TRAINYARD_TORCH_DIR}/lib;${_ty_nvidia_libs}")
 target_link_options(trainyard_torch INTERFACE "-Wl,-rpath,$<JOIN:${TRAINYARD_TORCH_RPATH},:>"
                     "-Wl,-rpath-link,$<JOIN:${TRAINYARD_TORCH_RPATH},:>")

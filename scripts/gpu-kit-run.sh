@@ -8,11 +8,16 @@
 # tables) to $OUT (default ./gpukit-out). A part that fails does not stop the
 # others; the exit code is 0 only when every part passed.
 #
-#   run.sh [PART...]   parts: gpu_test gpu_e2e bench_llama bench_resnet
-#                      bench_checkpoint (default: all, in that order)
+#   run.sh [PART...]   parts: programs gpu_test gpu_e2e bench_llama
+#                      bench_resnet bench_checkpoint (default: all, in
+#                      that order); `programs` loads every program of the
+#                      kit (ldd -r): a missing library or symbol shows there
 #
 # Limits in seconds: GPUKIT_LIMIT_<PART> (defaults 120 90 150 45 60: under 8
-# minutes together). The torch libraries come from the Python's torch
+# minutes together); a part still running at its limit has the stacks of
+# its threads written to its log (cuda-gdb or gdb), then is ended.
+# GPUKIT_GTEST_FILTER narrows gpu_test, GPUKIT_BENCH_ARGS adds arguments
+# to gpu_bench. The torch libraries come from the Python's torch
 # (torch/lib, nvidia/*/lib), the rest from bin/lib beside the programs.
 set -uo pipefail
 kit=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -60,22 +65,50 @@ if [ -n "$kit_torch" ] && [ "${kit_torch%.*}" != "${here_torch%.*}" ]; then
   exit 1
 fi
 
-declare -A limit=([gpu_test]=${GPUKIT_LIMIT_GPU_TEST:-120} [gpu_e2e]=${GPUKIT_LIMIT_GPU_E2E:-90}
+declare -A limit=([programs]=30 [gpu_test]=${GPUKIT_LIMIT_GPU_TEST:-120} [gpu_e2e]=${GPUKIT_LIMIT_GPU_E2E:-90}
   [bench_llama]=${GPUKIT_LIMIT_BENCH_LLAMA:-150} [bench_resnet]=${GPUKIT_LIMIT_BENCH_RESNET:-45}
   [bench_checkpoint]=${GPUKIT_LIMIT_BENCH_CHECKPOINT:-60})
+# Each program of the kit as the loader would start it (ldd -r): every
+# library found, every symbol resolved.
+check_programs() {
+  local failed=0 b trace
+  for b in "$kit"/bin/*; do
+    [ -f "$b" ] || continue
+    trace=$(LD_TRACE_LOADED_OBJECTS=1 LD_WARN=yes LD_BIND_NOW=yes "$b" 2>&1)
+    if echo "$trace" | grep -E -q "not found|undefined symbol"; then
+      echo "programs: $(basename "$b") cannot start: $(echo "$trace" | grep -E -m3 'not found|undefined symbol')"
+      failed=1
+    fi
+  done
+  [ "$failed" -eq 0 ] && echo "programs: all started ($(cd "$kit/bin" && ls -p | grep -v / | tr '\n' ' '))"
+  return "$failed"
+}
+
 command_of() {
   case "$1" in
-    gpu_test) echo "$kit/bin/gpu_test" ;;
+    programs) echo "check_programs" ;;
+    gpu_test) echo "$kit/bin/gpu_test ${GPUKIT_GTEST_FILTER:+--gtest_filter=$GPUKIT_GTEST_FILTER}" ;;
     gpu_e2e) echo "$python $kit/tests/e2e/gpu_e2e.py $kit/bin" ;;
-    bench_llama) echo "$kit/bin/gpu_bench --only llama --python $python --peer-dir $kit/bench" ;;
-    bench_resnet) echo "$kit/bin/gpu_bench --only resnet --python $python --peer-dir $kit/bench" ;;
-    bench_checkpoint) echo "$kit/bin/gpu_bench --only checkpoint --dir ${TMPDIR:-/tmp}" ;;
+    bench_llama) echo "$kit/bin/gpu_bench --only llama --python $python --peer-dir $kit/bench ${GPUKIT_BENCH_ARGS:-}" ;;
+    bench_resnet) echo "$kit/bin/gpu_bench --only resnet --python $python --peer-dir $kit/bench ${GPUKIT_BENCH_ARGS:-}" ;;
+    bench_checkpoint) echo "$kit/bin/gpu_bench --only checkpoint --dir ${TMPDIR:-/tmp} ${GPUKIT_BENCH_ARGS:-}" ;;
     *) return 1 ;;
   esac
 }
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(gpu_test gpu_e2e bench_llama bench_resnet bench_checkpoint)
+[ ${#parts[@]} -gt 0 ] || parts=(programs gpu_test gpu_e2e bench_llama bench_resnet bench_checkpoint)
 for p in "${parts[@]}"; do command_of "$p" > /dev/null || { echo "run.sh: unknown part $p" >&2; exit 2; }; done
+
+# The stacks of every thread of a hung part's processes (at most 4), with
+# cuda-gdb or gdb where the machine has one: which call each thread waits in.
+dump_stacks() {
+  local debugger proc
+  debugger=$(command -v cuda-gdb || command -v gdb) || { echo "run.sh: no gdb or cuda-gdb for stacks"; return; }
+  for proc in $(pgrep -g "$1" | head -4); do
+    echo "===== run.sh: stacks of pid $proc ($(tr '\0' ' ' < "/proc/$proc/cmdline" 2> /dev/null | cut -c1-200))"
+    timeout 25 "$debugger" -batch -nx -p "$proc" -ex "thread apply all bt 25" 2>&1 | grep -E '^(Thread|#)' | head -400
+  done
+}
 
 # What a part's log says of its tests: gtest's and unittest's closing lines.
 counts() {
@@ -98,12 +131,31 @@ for p in "${parts[@]}"; do
   log=$out/$p.log
   t0=$SECONDS
   echo "run.sh: $p (limit ${limit[$p]} s)"
-  # shellcheck disable=SC2046
-  timeout --kill-after=10 "${limit[$p]}" $(command_of "$p") > "$log" 2>&1
-  rc=$?
+  timed_out=0
+  if [ "$p" = programs ]; then
+    check_programs > "$log" 2>&1
+    rc=$?
+  else
+    # A process group of its own, so that a part that outlives its limit is
+    # ended whole, after its threads' stacks were written to its log.
+    # shellcheck disable=SC2046
+    setsid $(command_of "$p") > "$log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2> /dev/null && [ $((SECONDS - t0)) -lt "${limit[$p]}" ]; do sleep 1; done
+    if kill -0 "$pid" 2> /dev/null; then
+      timed_out=1
+      dump_stacks "$pid" >> "$log" 2>&1
+      kill -TERM -- "-$pid" 2> /dev/null
+      for _ in 1 2 3 4 5; do kill -0 "$pid" 2> /dev/null || break; sleep 1; done
+      kill -KILL -- "-$pid" 2> /dev/null
+    fi
+    wait "$pid"
+    rc=$?
+  fi
+  [ "$timed_out" -eq 0 ] || rc=124
   case $rc in
     0) result=passed ;;
-    124 | 137) result="TIMED OUT"; failures=$((failures + 1)) ;;
+    124) result="TIMED OUT"; failures=$((failures + 1)) ;;
     77) result="SKIPPED (77)"; failures=$((failures + 1)) ;;
     *) result="FAILED (exit $rc)"; failures=$((failures + 1)) ;;
   esac

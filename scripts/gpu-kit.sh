@@ -114,6 +114,18 @@ pack() {
     cp -L "$lib" "$kit/bin/lib/$(basename "$lib")"
     chmod 644 "$kit/bin/lib/$(basename "$lib")"
   done
+  # A program must take libstdc++'s functions from libstdc++, not from a
+  # torch library that exports copies (cmake/TrainyardTorch.cmake says why).
+  for b in "${bins[@]}"; do
+    local shadowed
+    shadowed=$(LD_BIND_NOW=1 LD_DEBUG=bindings "$b" --help 2>&1 > /dev/null |
+      grep "binding file $b .* to $site/torch/lib/.*normal symbol .\(_ZNSt\|_ZSt\)" | head -3 || true)
+    if [ -n "$shadowed" ]; then
+      echo "gpu-kit: $(basename "$b") binds libstdc++ functions to torch's copies:" >&2
+      echo "$shadowed" >&2
+      exit 1
+    fi
+  done
   for f in "$kit"/bin/*; do
     [ -f "$f" ] || continue
     strip --strip-unneeded "$f"
@@ -158,8 +170,7 @@ check() {
   local mirror
   mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
   mirror=${mirror:-http://deb.debian.org/debian}
-  local croot
-  croot=$(mktemp -d /var/tmp/trainyard-gpukit-root.XXXXXX)
+  croot=$(mktemp -d /var/tmp/trainyard-gpukit-root.XXXXXX)  # global: the EXIT trap reads it
   cleanup() {
     umount "$croot/proc" "$croot/opt/torch-venv" 2> /dev/null || true
     rm -rf --one-file-system "$croot"
@@ -180,7 +191,7 @@ check() {
     TRAINYARD_REQUIRE_GPU=1 /bin/bash /kit/run.sh || rc=$?
   echo "gpu-kit check: run.sh exited $rc"
   local failed=0
-  for part in gpu_test gpu_e2e bench_llama bench_resnet bench_checkpoint; do
+  for part in programs gpu_test gpu_e2e bench_llama bench_resnet bench_checkpoint; do
     local log=$croot/out/$part.log
     if [ ! -f "$log" ]; then
       echo "gpu-kit check: $part: no log"; failed=1; continue
@@ -188,6 +199,12 @@ check() {
     if grep -E -q "error while loading shared libraries|cannot open shared object|ModuleNotFoundError|ImportError|command not found|No such file or directory|undefined symbol" "$log"; then
       echo "gpu-kit check: $part: something is missing:"; grep -E -m3 "shared|Module|Import|not found|No such|undefined" "$log"
       failed=1
+    elif [ "$part" = programs ]; then
+      if grep -q "^programs: all started" "$log"; then
+        echo "gpu-kit check: programs: $(grep '^programs:' "$log")"
+      else
+        echo "gpu-kit check: programs: not all started:"; cat "$log"; failed=1
+      fi
     elif grep -E -q "no GPU|CUDA sees 0|0 NVIDIA GPU" "$log"; then
       echo "gpu-kit check: $part: reached, failed for want of a GPU: $(grep -E -m1 'no GPU|CUDA sees 0|0 NVIDIA GPU' "$log")"
     else

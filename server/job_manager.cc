@@ -34,7 +34,7 @@ AdmissionOptions AdmissionOf(const JobManagerOptions& o) {
   std::error_code ec;
   const std::string state_dir = AbsoluteDir(o.state_dir);
   return {o.slots,
-          o.gpus,
+          o.gpus * o.ranks_per_gpu,
           state_dir,
           o.allowed_roots.empty() ? std::vector<std::string>{state_dir, std::filesystem::current_path(ec).string()}
                                   : o.allowed_roots,
@@ -50,7 +50,7 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
       options_(std::move(options)),
       admission_(AdmissionOf(options_)),
       jobs_(store, metrics),
-      scheduler_(options_.slots, options_.gpus, SchedulingOf(Policy{})),
+      scheduler_(options_.slots, options_.gpus, SchedulingOf(Policy{}), options_.ranks_per_gpu),
       lifecycle_(
           &jobs_, &scheduler_, &launchers_, &admission_, metrics,
           {options_.master_addr, admission_.options().state_dir, options_.restart_backoff, options_.coordinator_addr,

@@ -64,6 +64,7 @@ struct JobManagerOptions {
   std::vector<std::string> allowed_roots;
   // GPUs of this host for local CUDA jobs: one per rank, never shared.
   int gpus = 0;
+  int ranks_per_gpu = 1;  // ranks of local CUDA jobs one GPU may take
   // Between repeated failures of a job (no attempt trained a step in
   // between), its restart waits: not after the first failure, then
   // restart_backoff, doubling up to 30 s (0: never).

@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"local", "slurm", "external"}));
   app.add_option("--gpus", o.gpus, "GPUs for local CUDA jobs, one per rank; default: as many as the driver reports")
       ->check(CLI::Range(0, 1024));
+  app.add_option("--ranks-per-gpu", o.ranks_per_gpu,
+                 "Ranks of local CUDA jobs one GPU may take at once (several share it: Gloo, not NCCL, which refuses "
+                 "two ranks on one device)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--advertise-addr", o.advertise_addr,
                  "HOST[:PORT] workers on other hosts (Slurm, external) reach this server at; default: the --listen "
                  "host, or this host's name when listening on all addresses");

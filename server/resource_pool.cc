@@ -4,8 +4,10 @@
 
 namespace trainyard {
 
-ResourcePool::ResourcePool(int slots, int gpus) : free_slots_(slots) {
-  for (int g = 0; g < gpus; ++g) free_gpus_.insert(g);
+ResourcePool::ResourcePool(int slots, int gpus, int ranks_per_gpu) : free_slots_(slots) {
+  for (int g = 0; g < gpus; ++g) {
+    for (int k = 0; k < ranks_per_gpu; ++k) free_gpus_.insert(g);
+  }
 }
 
 bool ResourcePool::Fits(Kind kind, int count) const {

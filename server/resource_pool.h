@@ -1,6 +1,7 @@
 // ResourcePool: the CPU slots and GPUs of the coordinator's host that local
 // jobs run on — a CPU job's ranks take one slot each, a CUDA job's ranks one
-// GPU each (never shared). Jobs on Slurm or external workers take none.
+// GPU each (a GPU is shared only with --ranks-per-gpu above 1, ranks of one
+// job first). Jobs on Slurm or external workers take none.
 //
 // Not thread-safe: the Scheduler owns it and decides in what order jobs
 // take from it.
@@ -19,10 +20,12 @@ class ResourcePool {
   // What one job holds; empty when it holds nothing.
   struct Held {
     int slots = 0;
-    std::vector<int> gpus;  // ids, in the order the ranks get them
+    std::vector<int> gpus;  // ids, in the order the ranks get them (repeated when ranks share a GPU)
   };
 
-  ResourcePool(int slots, int gpus);
+  // Each of `gpus` GPUs (ids 0..gpus-1) can be taken by `ranks_per_gpu`
+  // ranks at once.
+  ResourcePool(int slots, int gpus, int ranks_per_gpu = 1);
 
   bool Fits(Kind kind, int count) const;
   // Takes `count` slots or GPUs; REQUIRES Fits(kind, count). With `partial`,
@@ -37,7 +40,7 @@ class ResourcePool {
 
  private:
   int free_slots_;
-  std::set<int> free_gpus_;
+  std::multiset<int> free_gpus_;  // a GPU's id once per rank it can still take
 };
 
 }  // namespace trainyard

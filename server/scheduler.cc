@@ -20,7 +20,8 @@ double Seconds(Scheduler::Duration d) { return std::chrono::duration<double>(d).
 
 }  // namespace
 
-Scheduler::Scheduler(int slots, int gpus, SchedulerPolicy policy) : policy_(std::move(policy)), pool_(slots, gpus) {}
+Scheduler::Scheduler(int slots, int gpus, SchedulerPolicy policy, int ranks_per_gpu)
+    : policy_(std::move(policy)), pool_(slots, gpus, ranks_per_gpu) {}
 
 void Scheduler::SetPolicy(SchedulerPolicy policy) { policy_ = std::move(policy); }
 

@@ -106,7 +106,8 @@ class Scheduler {
     double rank_seconds = 0;  // decayed usage (users only)
   };
 
-  Scheduler(int slots, int gpus, SchedulerPolicy policy = {});
+  // `ranks_per_gpu`: ranks one GPU may take at once (ResourcePool).
+  Scheduler(int slots, int gpus, SchedulerPolicy policy = {}, int ranks_per_gpu = 1);
 
   // Quotas and times from now on (a policy reload); what runs keeps running.
   void SetPolicy(SchedulerPolicy policy);

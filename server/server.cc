@@ -155,6 +155,7 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   }
   mo.default_launcher = *kind;
   mo.gpus = o.gpus >= 0 ? o.gpus : DetectGpus();
+  mo.ranks_per_gpu = o.ranks_per_gpu;
   gpus = mo.gpus;
   mo.state_dir = o.state_dir;
   mo.max_queued_jobs = o.max_queued_jobs;

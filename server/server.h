@@ -58,6 +58,8 @@ struct ServerOptions {
   std::string launcher = "local";
   // GPUs for local CUDA jobs; -1: as many as the NVIDIA driver reports.
   int gpus = -1;
+  // Ranks of local CUDA jobs one GPU may take at once (1: a GPU per rank).
+  int ranks_per_gpu = 1;
   // HOST[:PORT] workers on other hosts (Slurm, external) reach the gRPC
   // service at; default: the --listen host, or this host's name when that
   // is a wildcard address.

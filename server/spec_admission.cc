@@ -30,7 +30,8 @@ absl::Status SpecAdmission::CheckResources(const JobSpec& spec, const Launchers&
     if (spec.num_processes > options_.gpus) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec field 'device': cuda needs one GPU per process (", spec.num_processes, "); this server has ",
-          options_.gpus, options_.gpus == 0 ? " (no GPU found; --gpus N sets the count)" : " (--gpus)",
+          options_.gpus,
+          options_.gpus == 0 ? " (no GPU found; --gpus N sets the count)" : " (--gpus times --ranks-per-gpu)",
           ". device: cpu runs on CPU slots"));
     }
     return absl::OkStatus();

@@ -19,7 +19,7 @@ namespace trainyard {
 
 struct AdmissionOptions {
   int slots = 1;  // CPU slots of this host
-  int gpus = 0;   // GPUs of this host
+  int gpus = 0;   // ranks of CUDA jobs this host takes at once (its GPUs x --ranks-per-gpu)
   // Where a job's checkpoints go when its spec names no project_dir:
   // <state_dir>/jobs/<id>.
   std::string state_dir;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/placement.h"
+#include "worker/crash_report.h"
 #include "worker/worker_main.h"
 
 namespace {
@@ -30,6 +31,7 @@ void WriteExitStatus(const std::string& dir, int32_t rank, int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainyard::InstallCrashReport("trainyard-worker");
   trainyard::WorkerArgs a;
   std::string join, exit_status_dir;
   int rank = -1;

@@ -69,13 +69,14 @@ class GpuEndToEnd(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-gpu-e2e-")
-        # Two ranks share GPU 0 in the Gloo case: the server hands out GPUs
-        # one per rank, so it is told there are two when only one exists.
+        # Two ranks share GPU 0 in the Gloo cases on a machine with one GPU:
+        # the server lets two ranks take it (--ranks-per-gpu 2).
         cls.gpus = gpu_count()
         # The workers (the server's children) read their GPU through NVML
         # every 200 ms instead of every 5 s: these jobs last seconds.
         os.environ["TRAINYARD_GPU_METRICS_INTERVAL_MS"] = "200"
-        cls.server = Server(cls.tmp.name, slots=4, extra=("--gpus", str(max(2, cls.gpus))))
+        share = ("--ranks-per-gpu", "2") if cls.gpus == 1 else ()
+        cls.server = Server(cls.tmp.name, slots=4, extra=("--gpus", str(max(1, cls.gpus)), *share))
 
     @classmethod
     def tearDownClass(cls):

@@ -17,7 +17,7 @@ TEST(ResourcePool, SlotsAndGpusAreTakenAndGivenBack) {
   EXPECT_EQ(cpu.slots, 3);
   EXPECT_EQ(pool.free_slots(), 1);
   EXPECT_FALSE(pool.Fits(Kind::kSlots, 2));
-  // GPUs are a resource of their own, one per rank, never shared.
+  // GPUs are a resource of their own, one per rank, not shared by default.
   ResourcePool::Held gpu = pool.Take(Kind::kGpus, 2);
   EXPECT_EQ(gpu.gpus, (std::vector<int>{0, 1}));
   EXPECT_FALSE(pool.Fits(Kind::kGpus, 1));
@@ -41,6 +41,22 @@ TEST(ResourcePool, APartialTakeHoldsWhatIsThere) {
   pool.Release(&first);
   pool.Release(&adopted);
   EXPECT_EQ(pool.free_gpus(), 3);
+}
+
+// --ranks-per-gpu 2: each GPU is taken by two ranks, those of one job first.
+TEST(ResourcePool, RanksShareAGpuUpToTheirNumberPerGpu) {
+  ResourcePool pool(0, 2, /*ranks_per_gpu=*/2);
+  EXPECT_EQ(pool.free_gpus(), 4);
+  ResourcePool::Held a = pool.Take(Kind::kGpus, 3);
+  EXPECT_EQ(a.gpus, (std::vector<int>{0, 0, 1}));
+  EXPECT_TRUE(pool.Fits(Kind::kGpus, 1));
+  EXPECT_FALSE(pool.Fits(Kind::kGpus, 2));
+  ResourcePool::Held b = pool.Take(Kind::kGpus, 1);
+  EXPECT_EQ(b.gpus, (std::vector<int>{1}));
+  pool.Release(&a);
+  EXPECT_EQ(pool.free_gpus(), 3);
+  ResourcePool::Held c = pool.Take(Kind::kGpus, 2);
+  EXPECT_EQ(c.gpus, (std::vector<int>{0, 0}));
 }
 
 }  // namespace

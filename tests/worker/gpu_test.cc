@@ -3,14 +3,17 @@
 // an NVIDIA GPU; TRAINYARD_REQUIRE_GPU turns that skip into a failure
 // (tests/gpu_presence.h).
 //
-// Ranks are threads. Two ranks on one GPU talk over Gloo (NCCL refuses two
-// ranks on one device); with two or more GPUs the NCCL tests run too.
+// Ranks that run DDP or FSDP on CUDA are processes (tests/worker/
+// rank_processes.h says why not threads); the others are threads. Two ranks
+// on one GPU talk over Gloo (NCCL refuses two ranks on one device); with two
+// or more GPUs the NCCL tests run too.
 // References are independent: a single-process float64 computation on the
 // CPU, or the same job on the CPU.
 #include <ATen/cuda/CUDAContext.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <barrier>
 #include <filesystem>
@@ -21,8 +24,10 @@
 #include "tests/gpu_presence.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
+#include "tests/worker/rank_processes.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/checkpoint.h"
+#include "worker/crash_report.h"
 #include "worker/ddp.h"
 #include "worker/device.h"
 #include "worker/fsdp.h"
@@ -105,12 +110,10 @@ TEST_P(CudaDdpHooks, TwoRanksOnOneGpuOverGlooMatchFloat64) {
   ds.power_sgd.start_powerSGD_iter = 0;
   ds.power_sgd.min_compression_rate = 0;
   ds.power_sgd.use_error_feedback = false;
-  std::vector<std::vector<at::Tensor>> results(2);
-  std::vector<int64_t> wire(2), fp32(2);
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  RunThreads(2, [&](int rank) {
+  // Each rank's parameters, then its wire and fp32-equivalent bytes.
+  std::vector<std::vector<at::Tensor>> results = RunRankProcesses(2, [&](int rank, int world, const auto& store) {
     UseDevice(kGpu0);
-    auto pg = MakeProcessGroup(Backend::kGloo, store, rank, 2, "127.0.0.1", std::chrono::seconds(60));
+    auto pg = MakeProcessGroup(Backend::kGloo, store, rank, world, "127.0.0.1", std::chrono::seconds(60));
     auto model = BuildModel(ms, seed + 100 * rank);  // DDP broadcasts rank 0's weights
     model->to(kGpu0);
     DistributedDataParallel ddp(model->parameters(), model->buffers(), pg, ds);
@@ -122,14 +125,24 @@ TEST_P(CudaDdpHooks, TwoRanksOnOneGpuOverGlooMatchFloat64) {
       at::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
       ddp.PrepareBackward({});
       loss.backward();
-      for (const at::Tensor& p : model->parameters()) ASSERT_TRUE(p.grad().is_cuda());
+      for (const at::Tensor& p : model->parameters()) EXPECT_TRUE(p.grad().is_cuda());
       opt.step();
       for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
     }
-    for (const at::Tensor& p : model->parameters()) results[rank].push_back(p.detach().cpu());
-    wire[rank] = ddp.comm_stats().wire_bytes;
-    fp32[rank] = ddp.comm_stats().fp32_equivalent_bytes;
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& p : model->parameters()) out.push_back(p.detach().cpu());
+    out.push_back(torch::tensor({static_cast<int64_t>(ddp.comm_stats().wire_bytes),
+                                 static_cast<int64_t>(ddp.comm_stats().fp32_equivalent_bytes)},
+                                at::kLong));
+    return out;
   });
+  std::vector<int64_t> wire(2), fp32(2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(results[r].empty()) << "rank " << r << " returned nothing";
+    wire[r] = results[r].back()[0].item<int64_t>();
+    fp32[r] = results[r].back()[1].item<int64_t>();
+    results[r].pop_back();
+  }
   const auto want = Float64Reference(ms, seed, d);
   for (int r = 0; r < 2; ++r) ExpectClose(results[r], want, c.atol, "rank " + std::to_string(r));
   if (c.hook == CommHookType::kFp16 || c.hook == CommHookType::kBf16) {
@@ -200,22 +213,28 @@ std::vector<at::Tensor> HostCopies(const std::vector<at::Tensor>& ts) {
 }
 
 // The same job on the CPU and on the GPU ends with the same weights (fp32
-// on both: only the kernels' summation orders differ).
-void ExpectCudaMatchesCpu(JobSpec spec, int world, double atol, const std::string& what) {
-  std::vector<at::Tensor> on_cpu, on_gpu;
-  const std::vector<c10::Device> gpus(world, kGpu0);
+// on both: only the kernels' summation orders differ). The GPU ranks are
+// processes; `after_first_step` (may be empty) looks at each GPU rank's
+// trainer after its first step.
+void ExpectCudaMatchesCpu(JobSpec spec, int world, double atol, const std::string& what,
+                          const std::function<void(Trainer&)>& after_first_step = {}) {
   spec.device = Device::kCuda;
-  RunTrainers(
-      spec, world,
-      [&](int r, Trainer& t) {
-        t.Run();
-        for (const at::Tensor& p : t.model().parameters()) EXPECT_TRUE(p.is_cuda()) << what;
-        if (r == 0)
-          on_gpu = HostCopies(t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters());
-        else if (t.fsdp())
-          t.fsdp()->FullParameters();  // collective
-      },
-      nullptr, nullptr, gpus);
+  const std::vector<std::vector<at::Tensor>> ranks = RunRankProcesses(world, [&](int r, int w, const auto& store) {
+    UseDevice(kGpu0);
+    at::set_num_threads(1);
+    DistSetup dist = SetUpGroups(spec, store, r, w, "127.0.0.1", std::chrono::seconds(60));
+    Trainer t(spec, r, w, dist.context(), nullptr, nullptr);
+    if (after_first_step) {
+      t.Step();
+      after_first_step(t);
+    }
+    t.Run();
+    for (const at::Tensor& p : t.model().parameters()) EXPECT_TRUE(p.is_cuda()) << what;
+    std::vector<at::Tensor> full = t.fsdp() ? t.fsdp()->FullParameters() : t.model().parameters();  // collective
+    return r == 0 ? HostCopies(full) : std::vector<at::Tensor>{};
+  });
+  const std::vector<at::Tensor>& on_gpu = ranks.at(0);
+  std::vector<at::Tensor> on_cpu;
   spec.device = Device::kCpu;
   spec.backend = Backend::kAuto;
   RunTrainers(spec, world, [&](int r, Trainer& t) {
@@ -267,58 +286,55 @@ TEST(CudaTrainer, FsdpOffloadKeepsShardsOnTheHostAndMatchesTheCpuRun) {
   spec.distributed_type = DistributedType::kFsdp;
   spec.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
   spec.fsdp.offload_params = true;
-  RunTrainers(spec, 2,
-              [&](int, Trainer& t) {
-                t.Step();
-                for (const at::Tensor& shard : t.fsdp()->ShardParameters()) {
-                  EXPECT_TRUE(shard.device().is_cpu()) << "a shard left host memory";
-                  EXPECT_TRUE(shard.grad().defined() && shard.grad().device().is_cpu())
-                      << "a shard's gradient is not on the host";
-                }
-              },
-              nullptr, nullptr, {kGpu0, kGpu0});
-  ExpectCudaMatchesCpu(spec, 2, 1e-5, "FSDP FULL_SHARD offload");
+  ExpectCudaMatchesCpu(spec, 2, 1e-5, "FSDP FULL_SHARD offload", [](Trainer& t) {
+    for (const at::Tensor& shard : t.fsdp()->ShardParameters()) {
+      EXPECT_TRUE(shard.device().is_cpu()) << "a shard left host memory";
+      EXPECT_TRUE(shard.grad().defined() && shard.grad().device().is_cpu()) << "a shard's gradient is not on the host";
+    }
+  });
 }
 
 // FULL_SHARD frees each wrapped unit's gathered parameters after its
-// forward; SHARD_GRAD_OP keeps them until backward. Measured with the CUDA
-// allocator's counters between forward and backward, both ranks quiet.
+// forward; SHARD_GRAD_OP keeps them until backward. Measured with each rank
+// process's CUDA allocator counters between forward and backward.
 TEST(CudaFsdp, FullShardFreesGatheredParametersAfterForward) {
-  auto allocated_after_forward = [](ShardingStrategy strategy, int64_t* unit_bytes) {
-    JobSpec spec = TrainerSpec();
-    spec.distributed_type = DistributedType::kFsdp;
-    spec.fsdp.sharding_strategy = strategy;
-    std::barrier sync(2);
-    int64_t allocated = 0;
-    RunTrainers(spec, 2,
-                [&](int r, Trainer& t) {
-                  FullyShardedModel& fsdp = *t.fsdp();
-                  int64_t wrapped = 0;
-                  for (const FsdpUnitInfo& u : fsdp.units()) {
-                    if (!u.layers.empty()) wrapped += u.shard_numel * fsdp.shard_size() * 4;  // fp32 full buffer
-                  }
-                  if (r == 0) *unit_bytes = wrapped;
-                  at::Tensor x = torch::randn({8, 784}).to(kGpu0);
-                  at::Tensor y = torch::randint(0, 10, {8}).to(kGpu0);
-                  at::Tensor loss = torch::nn::functional::cross_entropy(fsdp.Forward(x), y);
-                  Synchronize(kGpu0);
-                  sync.arrive_and_wait();
-                  if (r == 0) allocated = ReadDeviceMemory(kGpu0)->allocated;
-                  sync.arrive_and_wait();
-                  fsdp.PrepareBackward();
-                  loss.backward();
-                  fsdp.FinishBackward();
-                },
-                nullptr, nullptr, {kGpu0, kGpu0});
-    return allocated;
-  };
-  int64_t unit_bytes = 0;
-  const int64_t full_shard = allocated_after_forward(ShardingStrategy::kFullShard, &unit_bytes);
-  const int64_t shard_grad_op = allocated_after_forward(ShardingStrategy::kShardGradOp, &unit_bytes);
-  ASSERT_GT(unit_bytes, 0) << "no wrapped unit: the test would prove nothing";
-  // Two ranks on the device: each frees its wrapped units' full buffers.
-  EXPECT_GE(shard_grad_op - full_shard, 2 * unit_bytes * 9 / 10)
-      << "FULL_SHARD " << full_shard << " B vs SHARD_GRAD_OP " << shard_grad_op << " B, units " << unit_bytes << " B";
+  // Per rank: [unit bytes, allocated after forward under FULL_SHARD, under SHARD_GRAD_OP].
+  const std::vector<std::vector<at::Tensor>> ranks = RunRankProcesses(2, [](int r, int w, const auto& store) {
+    UseDevice(kGpu0);
+    int64_t unit_bytes = 0;
+    std::vector<int64_t> allocated;
+    for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp}) {
+      JobSpec spec = TrainerSpec();
+      spec.distributed_type = DistributedType::kFsdp;
+      spec.fsdp.sharding_strategy = strategy;
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>(ShardingStrategyName(strategy), store);
+      DistSetup dist = SetUpGroups(spec, prefixed, r, w, "127.0.0.1", std::chrono::seconds(60));
+      Trainer t(spec, r, w, dist.context(), nullptr, nullptr);
+      FullyShardedModel& fsdp = *t.fsdp();
+      unit_bytes = 0;
+      for (const FsdpUnitInfo& u : fsdp.units()) {
+        if (!u.layers.empty()) unit_bytes += u.shard_numel * fsdp.shard_size() * 4;  // fp32 full buffer
+      }
+      at::Tensor x = torch::randn({8, 784}).to(kGpu0);
+      at::Tensor y = torch::randint(0, 10, {8}).to(kGpu0);
+      at::Tensor loss = torch::nn::functional::cross_entropy(fsdp.Forward(x), y);
+      Synchronize(kGpu0);
+      allocated.push_back(ReadDeviceMemory(kGpu0)->allocated);
+      fsdp.PrepareBackward();
+      loss.backward();
+      fsdp.FinishBackward();
+    }
+    return std::vector<at::Tensor>{torch::tensor({unit_bytes, allocated[0], allocated[1]}, at::kLong)};
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ranks[r].size(), 1u) << "rank " << r;
+    const int64_t unit_bytes = ranks[r][0][0].item<int64_t>();
+    const int64_t full_shard = ranks[r][0][1].item<int64_t>(), shard_grad_op = ranks[r][0][2].item<int64_t>();
+    ASSERT_GT(unit_bytes, 0) << "no wrapped unit: the test would prove nothing";
+    EXPECT_GE(shard_grad_op - full_shard, unit_bytes * 9 / 10)
+        << "rank " << r << ": FULL_SHARD " << full_shard << " B vs SHARD_GRAD_OP " << shard_grad_op << " B, units "
+        << unit_bytes << " B";
+  }
 }
 
 // fp16 autocast with loss scaling, and bf16 autocast, on CUDA: they train,
@@ -502,6 +518,7 @@ TEST(CudaGpuMonitor, ReadsTheRanksGpuThroughNvml) {
 }  // namespace trainyard
 
 int main(int argc, char** argv) {
+  trainyard::InstallCrashReport("gpu_test");
   ::testing::InitGoogleTest(&argc, argv);
   const int required = trainyard::RequiredGpus();
   if (required < 0) {
