@@ -30,7 +30,6 @@ int main(int argc, char** argv) {
   std::string file, id, state;
   bool watch = false, no_wait = false;
   int rank = 0;
-  int64_t tail = 0;
 
   auto* submit = app.add_subcommand("submit", "Submit a job spec (YAML or JSON)");
   submit->add_option("FILE", file, "Job spec file")->required();
@@ -81,8 +80,16 @@ int main(int argc, char** argv) {
   join_info->add_option("ID", id, "Job id")->required();
   auto* logs = app.add_subcommand("logs", "Print a rank's worker log");
   logs->add_option("ID", id, "Job id")->required();
-  logs->add_option("-r,--rank", rank, "Rank")->capture_default_str();
-  logs->add_option("--tail", tail, "Bytes from the end (default: server's, 1 MiB)");
+  trainyard::Trainctl::LogsOptions logs_options;
+  logs->add_option("-r,--rank", logs_options.rank, "Rank")->capture_default_str();
+  auto* attempt = logs->add_option("--attempt", logs_options.attempt, "Attempt (1, 2, ...; default: the latest)")
+                      ->check(CLI::Range(1, 1 << 20));
+  logs->add_flag("--all-attempts", logs_options.all_attempts, "Every attempt's log, oldest first")->excludes(attempt);
+  logs->add_flag("-f,--follow", logs_options.follow, "Keep printing what the rank writes until the job ends");
+  logs->add_option("--tail", logs_options.tail_lines, "Lines from the end (default: all that is fetched)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  logs->add_option("--limit-bytes", logs_options.limit_bytes,
+                   "Bytes from the end at most (default: the server's, 1 MiB; at most 16 MiB)");
   auto* diagnose = app.add_subcommand(
       "diagnose", "Ask a running job's ranks for their last collectives: which rank is behind, at which collective");
   diagnose->add_option("ID", id, "Job id")->required();
@@ -134,7 +141,7 @@ int main(int argc, char** argv) {
   if (*checkpoint) return ctl.Checkpoint(id, ckpt_type, wait, std::chrono::seconds(wait_s));
   if (*checkpoints) return ctl.Checkpoints(id);
   if (*resume) return ctl.Resume(id, from, nproc, watch);
-  if (*logs) return ctl.Logs(id, rank, tail);
+  if (*logs) return ctl.Logs(id, logs_options);
   if (*join_info) return ctl.JoinInfo(id);
   if (*diagnose) {
     return ctl.Diagnose(id, std::chrono::milliseconds(static_cast<int64_t>(diagnose_wait_s * 1000)), last_collectives);

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "client/job_format.h"
 #include "common/credentials.h"
@@ -406,6 +407,13 @@ int Trainctl::Checkpoint(const std::string& id, const std::string& type, bool wa
   s.Authorize(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + (wait ? wait_for : s.options.rpc_timeout));
   grpc::Status st = s.stub->CheckpointJob(&ctx, req, &resp);
+  if (wait && st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      Impl::LastState(s, id) != v1::JOB_STATE_UNSPECIFIED) {
+    // The server answers: the checkpoint did not come within --wait.
+    s.err << "trainctl: timed out after " << wait_for.count() << " s waiting for job " << id
+          << "'s checkpoint (it may still come: `trainctl checkpoints " << id << "`; --wait-timeout waits longer)\n";
+    return 1;
+  }
   if (!st.ok()) return s.Fail(st);
   if (!wait) {
     s.out << id << ": checkpoint requested (request " << resp.request_id() << "); `trainctl checkpoints " << id
@@ -563,21 +571,76 @@ int Trainctl::Diagnose(const std::string& id, std::chrono::milliseconds wait, in
   return 0;
 }
 
-int Trainctl::Logs(const std::string& id, int rank, int64_t tail_bytes) {
+int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
   Impl& s = *impl_;
-  v1::GetLogsRequest req;
-  req.set_id(id);
-  req.set_rank(rank);
-  req.set_tail_bytes(tail_bytes);
+  auto fetch = [&](int attempt, int64_t offset, v1::GetLogsResponse* resp) {
+    v1::GetLogsRequest req;
+    req.set_id(id);
+    req.set_rank(o.rank);
+    req.set_attempt(attempt);
+    req.set_tail_bytes(o.limit_bytes);
+    req.set_offset(offset);
+    grpc::ClientContext ctx;
+    s.Deadline(&ctx);
+    return s.stub->GetLogs(&ctx, req, resp);
+  };
+  // The last `tail_lines` lines of a log's end.
+  auto print_tail = [&](const v1::GetLogsResponse& resp) {
+    std::string_view text = resp.content();
+    if (o.tail_lines >= 0) {
+      size_t at = text.size();
+      if (!text.empty() && text.back() == '\n') --at;
+      for (int64_t n = 0; n < o.tail_lines && at != std::string_view::npos && at > 0; ++n) {
+        at = text.rfind('\n', at - 1);
+      }
+      if (o.tail_lines == 0) {
+        text = {};
+      } else if (at != std::string_view::npos && at < text.size() && at > 0) {
+        text.remove_prefix(at + 1);
+      }
+    } else if (resp.truncated()) {
+      s.out << "... (showing the last " << resp.content().size() << " bytes of " << resp.path() << ")\n";
+    }
+    s.out << text << std::flush;
+  };
+  std::vector<int> attempts = {o.attempt};
+  if (o.all_attempts) {
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::GetJobResponse job;
+    grpc::ClientContext ctx;
+    s.Deadline(&ctx);
+    if (grpc::Status st = s.stub->GetJob(&ctx, req, &job); !st.ok()) return s.Fail(st);
+    attempts.clear();
+    for (int a = 1; a <= job.job().attempt(); ++a) attempts.push_back(a);
+    if (attempts.empty()) attempts.push_back(0);  // not started: the server says so
+  }
   v1::GetLogsResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->GetLogs(&ctx, req, &resp);
-  if (!st.ok()) return s.Fail(st);
-  if (resp.truncated())
-    s.out << "... (showing the last " << resp.content().size() << " bytes of " << resp.path() << ")\n";
-  s.out << resp.content();
-  return 0;
+  for (int a : attempts) {
+    resp.Clear();
+    grpc::Status st = fetch(a, 0, &resp);
+    if (!st.ok()) return s.Fail(st);
+    if (o.all_attempts)
+      s.out << "==> attempt " << resp.attempt() << ", rank " << o.rank << ": " << resp.path() << " <==\n";
+    print_tail(resp);
+  }
+  if (!o.follow) return 0;
+  // Follow the last attempt printed: what it writes, until the job ends
+  // and nothing more comes.
+  const int attempt = resp.attempt();
+  int64_t offset = resp.size();
+  for (;;) {
+    const bool ended = IsTerminalProto(Impl::LastState(s, id));
+    v1::GetLogsResponse more;
+    // From `offset` on; at 0 (an empty log so far) the log's end, all of it
+    // while it is under the limit.
+    grpc::Status st = fetch(attempt, offset, &more);
+    if (!st.ok()) return s.Fail(st);
+    s.out << more.content() << std::flush;
+    offset = more.size();
+    if (ended && more.content().empty()) return 0;
+    if (more.content().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // polls the log
+  }
 }
 
 }  // namespace trainyard

@@ -58,7 +58,19 @@ class Trainctl {
   // Prints what workers of a launcher: external job need to join it: the
   // token (secret) and world size, with the command to run on each host.
   int JoinInfo(const std::string& id);
-  int Logs(const std::string& id, int rank, int64_t tail_bytes);
+  // `trainctl logs`, as `kubectl logs`: one attempt's log (0: the latest)
+  // or every attempt's, its last `tail_lines` lines (-1: all it got), at
+  // most `limit_bytes` from its end (0: the server's 1 MiB); `follow` prints
+  // what the rank writes until the job ends.
+  struct LogsOptions {
+    int rank = 0;
+    int attempt = 0;
+    bool all_attempts = false;
+    bool follow = false;
+    int64_t tail_lines = -1;
+    int64_t limit_bytes = 0;
+  };
+  int Logs(const std::string& id, const LogsOptions& options);
   // Asks every rank of a running job for its flight recorder (waiting up to
   // `wait` for their answers) and prints which rank is behind and at which
   // collective, then each rank's phase and its last `last_collectives`.

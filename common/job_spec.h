@@ -230,6 +230,9 @@ struct ScriptSpec {
   // ACCELERATE_* and FSDP_* variables are computed; empty: none (the ranks
   // get torchrun's variables only).
   std::string accelerate_config;
+  // Progress read from rank 0's output (common/progress_pattern.h); empty:
+  // only what the script reports with the `trainyard` package.
+  std::string progress;
   bool empty() const { return path.empty(); }
 };
 

@@ -13,9 +13,10 @@ std::string JobSpecToJson(const JobSpec& s) {
   nlohmann::ordered_json j;
   j["name"] = s.name;
   if (!s.script.empty()) {
-    j["script"] = {{"path", s.script.path},     {"args", s.script.args},
-                   {"python", s.script.python}, {"working_dir", s.script.working_dir},
-                   {"env", s.script.env},       {"accelerate_config", s.script.accelerate_config}};
+    j["script"] = {{"path", s.script.path},        {"args", s.script.args},
+                   {"python", s.script.python},    {"working_dir", s.script.working_dir},
+                   {"env", s.script.env},          {"accelerate_config", s.script.accelerate_config},
+                   {"progress", s.script.progress}};
   }
   if (s.model.kind == ModelKind::kGpt) {
     j["model"] = {{"kind", ModelKindName(ModelKind::kGpt)},

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/progress_pattern.h"
 #include "common/spec_reader.h"
 
 namespace trainyard::spec_reader {
@@ -58,6 +59,11 @@ void ParseScript(const YAML::Node& node, const std::string& path, ScriptSpec* s)
   r.String("python", &s->python, kMaxPath);
   r.String("working_dir", &s->working_dir, kMaxPath);
   r.String("accelerate_config", &s->accelerate_config, 1 << 20);
+  r.String("progress", &s->progress, 1024);
+  if (!s->progress.empty()) {
+    if (auto p = ProgressPattern::Compile(s->progress); !p.ok())
+      Fail(r.PathOf("progress"), std::string(p.status().message()));
+  }
   if (YAML::Node n = r.Child("args")) {
     const std::string p = r.PathOf("args");
     if (!n.IsSequence()) Fail(p, "must be a list of strings, got " + Describe(n));

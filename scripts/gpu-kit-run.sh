@@ -52,8 +52,9 @@ export TRAINYARD_PYTHON="$python" TRAINYARD_REQUIRE_GPU=${TRAINYARD_REQUIRE_GPU:
   else
     echo "gpu none (no nvidia-smi)"
   fi
-  "$python" -c "import torch; print('python torch', torch.__version__, 'CUDA', torch.version.cuda, 'NCCL', \
-'.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else '-', 'cuda available', torch.cuda.is_available())" 2>&1
+  "$python" -c "import torch; ok = torch.cuda.is_available()
+print('python torch', torch.__version__, 'CUDA', torch.version.cuda, 'NCCL',
+      '.'.join(map(str, torch.cuda.nccl.version())) if ok else '-', 'cuda available', ok)" 2>&1
   echo '```'
   echo
 } > "$summary"
@@ -89,8 +90,8 @@ command_of() {
     programs) echo "check_programs" ;;
     gpu_test) echo "$kit/bin/gpu_test ${GPUKIT_GTEST_FILTER:+--gtest_filter=$GPUKIT_GTEST_FILTER}" ;;
     gpu_e2e) echo "$python $kit/tests/e2e/gpu_e2e.py $kit/bin" ;;
-    bench_llama) echo "$kit/bin/gpu_bench --only llama --python $python --peer-dir $kit/bench ${GPUKIT_BENCH_ARGS:-}" ;;
-    bench_resnet) echo "$kit/bin/gpu_bench --only resnet --python $python --peer-dir $kit/bench ${GPUKIT_BENCH_ARGS:-}" ;;
+    bench_llama | bench_resnet)
+      echo "$kit/bin/gpu_bench --only ${1#bench_} --python $python --peer-dir $kit/bench ${GPUKIT_BENCH_ARGS:-}" ;;
     bench_checkpoint) echo "$kit/bin/gpu_bench --only checkpoint --dir ${TMPDIR:-/tmp} ${GPUKIT_BENCH_ARGS:-}" ;;
     *) return 1 ;;
   esac

@@ -42,10 +42,10 @@ make_venv() {
     echo "gpu-kit: installing torch==$torch into $venv (its CUDA libraries: a few GB, a few minutes)"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "torch==$torch"
   fi
-  local cuda
-  cuda=$("$venv/bin/python" -c 'from importlib.metadata import version; print(".".join(version("nvidia-cuda-runtime").split(".")[:2]))')
-  if [ "$("$venv/bin/python" -c 'from importlib.metadata import version; print(".".join(version("nvidia-cuda-crt").split(".")[:2]))' \
-    2>/dev/null)" != "$cuda" ]; then
+  local cuda minor
+  minor='from importlib.metadata import version; import sys; print(".".join(version(sys.argv[1]).split(".")[:2]))'
+  cuda=$("$venv/bin/python" -c "$minor" nvidia-cuda-runtime)
+  if [ "$("$venv/bin/python" -c "$minor" nvidia-cuda-crt 2> /dev/null)" != "$cuda" ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check "nvidia-cuda-crt==$cuda.*"
   fi
   "$venv/bin/python" -c "import torch; print('gpu-kit: torch', torch.__version__, '(CUDA', torch.version.cuda, ')')" \
@@ -142,7 +142,9 @@ pack() {
   find "$kit/python" -name __pycache__ -prune -exec rm -rf {} +
   install -m 755 "$root/scripts/gpu-kit-run.sh" "$kit/run.sh"
   {
-    echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with changes)')"
+    local changed=""
+    git -C "$root" diff --quiet HEAD 2> /dev/null || changed=" (with changes)"
+    echo "commit $(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)$changed"
     echo "torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
     echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
     echo "programs ${programs[*]}"
@@ -196,8 +198,11 @@ check() {
     if [ ! -f "$log" ]; then
       echo "gpu-kit check: $part: no log"; failed=1; continue
     fi
-    if grep -E -q "error while loading shared libraries|cannot open shared object|ModuleNotFoundError|ImportError|command not found|No such file or directory|undefined symbol" "$log"; then
-      echo "gpu-kit check: $part: something is missing:"; grep -E -m3 "shared|Module|Import|not found|No such|undefined" "$log"
+    local missing="error while loading shared libraries|cannot open shared object|ModuleNotFoundError|ImportError"
+    missing+="|command not found|No such file or directory|undefined symbol|cannot start"
+    if grep -E -q "$missing" "$log"; then
+      echo "gpu-kit check: $part: something is missing:"
+      grep -E -m3 "$missing" "$log"
       failed=1
     elif [ "$part" = programs ]; then
       if grep -q "^programs: all started" "$log"; then
@@ -206,7 +211,8 @@ check() {
         echo "gpu-kit check: programs: not all started:"; cat "$log"; failed=1
       fi
     elif grep -E -q "no GPU|CUDA sees 0|0 NVIDIA GPU" "$log"; then
-      echo "gpu-kit check: $part: reached, failed for want of a GPU: $(grep -E -m1 'no GPU|CUDA sees 0|0 NVIDIA GPU' "$log")"
+      echo "gpu-kit check: $part: reached, failed for want of a GPU:" \
+        "$(grep -E -m1 'no GPU|CUDA sees 0|0 NVIDIA GPU' "$log")"
     else
       echo "gpu-kit check: $part: did not say it lacks a GPU:"; tail -5 "$log"; failed=1
     fi

@@ -11,7 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgtest-dev libgmock-dev libxxhash-dev zlib1g-dev
   libjpeg62-turbo-dev libpng-dev
   clang clang-format libclang-rt-dev libgloo-dev python3-grpcio python3-numpy python3-venv
-  prometheus python3-yaml patchelf
+  prometheus python3-yaml patchelf libre2-dev
 )
 
 SUDO=""

@@ -119,7 +119,9 @@ class JobRequestHandler {
   virtual absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes,
                                            const Caller& by) = 0;
   virtual absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id) = 0;
-  virtual absl::StatusOr<std::string> LogPath(const std::string& id, int32_t rank) = 0;
+  // The log of `rank` in `attempt` (0: the latest), and that attempt.
+  virtual absl::StatusOr<std::pair<std::string, int32_t>> LogPath(const std::string& id, int32_t rank,
+                                                                  int32_t attempt) = 0;
   // The worker token of a job whose launcher is external (not ended).
   virtual absl::StatusOr<JoinInfo> GetJoinInfo(const std::string& id) = 0;
   // Asks every connected rank of a running job for its flight record, to

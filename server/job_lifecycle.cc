@@ -1,7 +1,10 @@
 #include "server/job_lifecycle.h"
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint_dir.h"
 #include "common/placement.h"
 #include "common/secrets.h"
 #include "server/restart_policy.h"
@@ -158,6 +161,19 @@ void JobLifecycle::EndAttempt(ActiveJob& job) {
   end.max_restarts = job.spec.max_restarts;
   end.preemptible = job.spec.preemptible;
   end.step = job.record.step;
+  end.script = !job.spec.script.empty();
+  end.attempt = job.record.attempt;
+  if (end.failed && job.restarts < job.spec.max_restarts) {
+    const CheckpointScan scan = CheckpointDir(job.spec.checkpoint.project_dir).List(/*verify=*/false);
+    if (!scan.complete.empty()) {
+      const CheckpointInfo& c = scan.complete.front();
+      auto meta = nlohmann::json::parse(c.metadata_json, nullptr, /*allow_exceptions=*/false);
+      end.latest_checkpoint = absl::StrCat("checkpoint_", c.index);
+      if (meta.is_object() && meta.contains("step") && meta["step"].is_number_integer()) {
+        absl::StrAppend(&end.latest_checkpoint, " (step ", meta["step"].get<int64_t>(), ")");
+      }
+    }
+  }
   const NextStep next = DecideAfterAttempt(end);
   const std::string id = job.record.id;
   if (next.kind != NextStep::Kind::kRequeue) {

@@ -337,7 +337,8 @@ absl::StatusOr<std::shared_ptr<JobWatch>> JobManager::Watch(const std::string& i
   return watch;
 }
 
-absl::StatusOr<std::string> JobManager::LogPath(const std::string& id, int32_t rank) {
+absl::StatusOr<std::pair<std::string, int32_t>> JobManager::LogPath(const std::string& id, int32_t rank,
+                                                                    int32_t attempt) {
   absl::MutexLock lock(&mu_);
   auto rec = jobs_.Record(id);
   if (!rec.ok()) return rec.status();
@@ -347,7 +348,12 @@ absl::StatusOr<std::string> JobManager::LogPath(const std::string& id, int32_t r
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is out of range: job ", id, " has ranks 0..", rec->num_processes - 1));
   }
-  return absl::StrCat(lifecycle_.LogDir(id, rec->attempt), "/rank-", rank, ".log");
+  if (attempt < 0 || attempt > rec->attempt) {
+    return absl::InvalidArgumentError(absl::StrCat("field 'attempt': ", attempt, " is out of range: job ", id,
+                                                   " has attempts 1..", rec->attempt, " (0: the latest)"));
+  }
+  const int32_t which = attempt == 0 ? rec->attempt : attempt;
+  return std::make_pair(absl::StrCat(lifecycle_.LogDir(id, which), "/rank-", rank, ".log"), which);
 }
 
 absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {

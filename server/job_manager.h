@@ -133,7 +133,8 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
     return Resume(id, from, num_processes, Caller{});
   }
   absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id) override;
-  absl::StatusOr<std::string> LogPath(const std::string& id, int32_t rank) override;
+  absl::StatusOr<std::pair<std::string, int32_t>> LogPath(const std::string& id, int32_t rank,
+                                                          int32_t attempt) override;
   absl::StatusOr<JoinInfo> GetJoinInfo(const std::string& id) override;
   absl::StatusOr<int64_t> RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) override;
   absl::StatusOr<Diagnosis> WaitDiagnosis(int64_t request_id) override;

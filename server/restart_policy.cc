@@ -6,6 +6,16 @@
 
 namespace trainyard {
 
+// Where the next attempt starts, as said in the restart's event.
+std::string RestartsFrom(const AttemptEnd& end) {
+  if (!end.latest_checkpoint.empty()) return absl::StrCat("from ", end.latest_checkpoint);
+  if (end.script) {
+    return absl::StrCat(
+        "with no registered checkpoint: the script starts fresh (TORCHELASTIC_RESTART_COUNT=", end.attempt, ")");
+  }
+  return "from the latest checkpoint";  // a native job's: its snapshots or checkpoints, found by the worker
+}
+
 NextStep DecideAfterAttempt(const AttemptEnd& end) {
   using Kind = NextStep::Kind;
   if (end.cancel_requested) return {Kind::kCancelled, "cancelled by user"};
@@ -26,10 +36,10 @@ NextStep DecideAfterAttempt(const AttemptEnd& end) {
       return {Kind::kRequeue, absl::StrCat("restart from the latest checkpoint after: ", why)};
     }
     if (end.restarts < end.max_restarts && !end.shutting_down) {
-      return {Kind::kRequeue,
-              absl::StrCat("restart ", end.restarts + 1, " of ", end.max_restarts,
-                           " from the latest checkpoint after: ", why),
-              /*counts_restart=*/true};
+      return {
+          Kind::kRequeue,
+          absl::StrCat("restart ", end.restarts + 1, " of ", end.max_restarts, " ", RestartsFrom(end), " after: ", why),
+          /*counts_restart=*/true};
     }
     return {Kind::kFailed, end.max_restarts > 0 ? absl::StrCat(why, " (after ", end.restarts, " restarts)") : why};
   }

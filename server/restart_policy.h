@@ -39,6 +39,13 @@ struct AttemptEnd {
   bool preemptible = false;
   int32_t num_processes = 0;
   int64_t step = 0;  // rank 0's last step
+  // Where a restart would start: "checkpoint_3 (step 300)", or "" when the
+  // job has no complete checkpoint.
+  std::string latest_checkpoint;
+  // A script job (its own loop: with no checkpoint it starts from scratch,
+  // told so by TORCHELASTIC_RESTART_COUNT); the attempt that ended.
+  bool script = false;
+  int32_t attempt = 0;
 };
 
 struct NextStep {

@@ -246,23 +246,30 @@ grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogs
   const absl::Status fields =
       req->tail_bytes() < 0 || req->tail_bytes() > kMaxLogTail
           ? absl::InvalidArgumentError(absl::StrCat("field 'tail_bytes': must be between 0 and ", kMaxLogTail))
-          : absl::OkStatus();
+      : req->offset() < 0  ? absl::InvalidArgumentError("field 'offset': must not be negative")
+      : req->attempt() < 0 ? absl::InvalidArgumentError("field 'attempt': must not be negative (0: the latest)")
+                           : absl::OkStatus();
   if (grpc::Status auth = Authorize(ctx, req->id(), "read the logs of", true, nullptr, fields); !auth.ok()) {
     return auth;
   }
-  auto path = manager_->LogPath(req->id(), req->rank());
-  if (!path.ok()) return ToGrpcStatus(path.status());
-  std::ifstream in(*path, std::ios::binary | std::ios::ate);
-  if (!in) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no log file at ", *path));
+  auto found = manager_->LogPath(req->id(), req->rank(), req->attempt());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  const auto& [path, attempt] = *found;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no log file at ", path));
   const int64_t size = in.tellg();
   const int64_t tail = req->tail_bytes() == 0 ? kDefaultLogTail : req->tail_bytes();
-  const int64_t start = size > tail ? size - tail : 0;
-  std::string content(static_cast<size_t>(size - start), '\0');
-  in.seekg(start);
+  // The end of the log; from `offset`, what was added since (a follower).
+  const int64_t from = req->offset() > 0 ? std::min(req->offset(), size) : (size > tail ? size - tail : 0);
+  const int64_t to = req->offset() > 0 ? std::min(size, from + tail) : size;
+  std::string content(static_cast<size_t>(to - from), '\0');
+  in.seekg(from);
   in.read(content.data(), static_cast<std::streamsize>(content.size()));
-  resp->set_path(*path);
+  resp->set_path(path);
   resp->set_content(std::move(content));
-  resp->set_truncated(start > 0);
+  resp->set_truncated(req->offset() == 0 && from > 0);
+  resp->set_size(to);
+  resp->set_attempt(attempt);
   return grpc::Status::OK;
 }
 

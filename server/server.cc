@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
+#include "common/keepalive.h"
 #include "common/secrets.h"
 #include "server/job_manager.h"
 #include "server/rpc_services.h"
@@ -211,6 +212,9 @@ absl::Status Server::Impl::StartGrpc() {
   builder.RegisterService(job_service.get());
   builder.RegisterService(worker_service.get());
   builder.SetMaxReceiveMessageSize(4 << 20);
+  // The workers' keepalive pings on quiet control streams are welcome.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kServerMinPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   grpc_server = builder.BuildAndStart();
   if (!grpc_server || grpc_port == 0) {
     return absl::UnavailableError(absl::StrCat("--listen ", o.listen, ": cannot listen there"));

@@ -1,5 +1,7 @@
 #include "server/spec_admission.h"
 
+#include <filesystem>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +80,15 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
         return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
       }
       *path = *resolved;
+    }
+    // The local launcher runs the script on this host: a missing one is
+    // refused now, not found at launch (other launchers' hosts may differ).
+    std::error_code ec;
+    if (KindOf(spec) == LauncherKind::kLocal && !std::filesystem::is_regular_file(spec.script.path, ec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec field 'script.path': ", spec.script.path,
+                       std::filesystem::exists(spec.script.path, ec) ? " is not a regular file" : " does not exist",
+                       " on this host, where the local launcher runs the script"));
     }
     if (spec.script.python.empty()) spec.script.python = options_.script_python;
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
+#include "common/keepalive.h"
 #include "common/log.h"
 #include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -230,8 +231,8 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   impl->control = control;
   impl->every_steps = std::max(1, options.metrics_every_steps);
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kWorkerKeepaliveMs);  // the server's accepts them (common/keepalive.h)
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kWorkerKeepaliveTimeoutMs);
   // Reconnection attempts of our own: keep gRPC's backoff short.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
@@ -322,9 +323,17 @@ void ControlClient::Finish(WorkerOutcome outcome, const std::string& error, int6
   std::shared_ptr<Conn> c;
   {
     absl::MutexLock lock(&s.mu);
-    // A coordinator that is away gets the reconnect window to come back.
+    // A coordinator that is away gets the reconnect window to come back,
+    // unless the rank is told to leave meanwhile (a signal: checked often).
     auto back = [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return !s.stream_broken || s.gave_up; };
-    s.mu.AwaitWithTimeout(absl::Condition(&back), absl::FromChrono(s.options.reconnect_timeout));
+    const auto deadline = std::chrono::steady_clock::now() + s.options.reconnect_timeout;
+    while (!back() && std::chrono::steady_clock::now() < deadline) {
+      if (s.options.leave_requested && s.options.leave_requested()) {
+        log::Warn("told to leave while the coordinator is away: not waiting for it to come back");
+        break;
+      }
+      s.mu.AwaitWithTimeout(absl::Condition(&back), absl::Milliseconds(200));
+    }
     s.Flush();
     broken = s.stream_broken;
     c = s.conn;

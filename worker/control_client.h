@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,9 @@ struct ControlOptions {
   // After losing the coordinator: reconnect (hello again, same attempt and
   // token) with capped exponential backoff for this long, then stop.
   std::chrono::milliseconds reconnect_timeout{std::chrono::minutes(10)};
+  // Asked while Finish waits for a coordinator that is away: true ends the
+  // wait at once (the rank was told to leave: SIGTERM, SIGINT). May be empty.
+  std::function<bool()> leave_requested;
 };
 
 struct Welcome {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -20,6 +21,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/progress_pattern.h"
 #include "common/subprocess.h"
 #include "worker/flight_recorder.h"
 
@@ -99,9 +101,39 @@ class TailLines {
 
 }  // namespace
 
+namespace {
+
+// The answer to a checkpoint request a script cannot hear.
+constexpr char kNotListening[] =
+    "the script has not imported trainyard, so no checkpoint request reaches it: call "
+    "trainyard.checkpoint_requested() in its training loop (docs/scripts.md)";
+
+// The message of the exception a torch error file records ({"message":
+// {"message": "ValueError: ...", "extraInfo": {...}}}), or "".
+std::string RaisedException(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("message")) return "";
+  const auto& m = j["message"];
+  if (m.is_string()) return m.get<std::string>();
+  if (m.is_object() && m.contains("message") && m["message"].is_string()) return m["message"].get<std::string>();
+  return "";
+}
+
+}  // namespace
+
+std::string ErrorFilePath(const ScriptRank& w) {
+  return (fs::temp_directory_path() /
+          absl::StrCat("trainyard-", w.job_id, "-attempt", w.attempt, "-rank", w.rank, "-error.json"))
+      .string();
+}
+
 std::map<std::string, std::string> ScriptEnvironment(const JobSpec& spec, const ScriptRank& w,
                                                      const std::map<std::string, std::string>& accelerate) {
   std::map<std::string, std::string> env = accelerate;
+  // The launcher gave this rank its GPU; a config's gpu_ids does not move it.
+  env.erase("CUDA_VISIBLE_DEVICES");
   auto set = [&](const std::string& k, const std::string& v) { env[k] = v; };
   // torchrun's elastic agent (torch.distributed.run) gives each worker these.
   set("RANK", std::to_string(w.rank));
@@ -125,6 +157,14 @@ std::map<std::string, std::string> ScriptEnvironment(const JobSpec& spec, const 
   // The signals the agent (this worker) passes on to the script.
   set("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torch's elastic error file: an uncaught exception's message and stack
+  // (`@record`, or the worker's script runner), the reason of a failure.
+  set("TORCHELASTIC_ERROR_FILE", ErrorFilePath(w));
+  // Without an Accelerate config, several CPU processes are one MULTI_CPU
+  // group, as `ACCELERATE_USE_CPU=True torchrun` makes them (`accelerate
+  // launch --num_processes N` on a CPU host runs one process); on GPUs
+  // Accelerate finds MULTI_GPU from torchrun's variables by itself.
+  if (accelerate.empty() && w.world_size > 1 && spec.device == Device::kCpu) set("ACCELERATE_USE_CPU", "True");
   if (!env.count("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", std::to_string(w.threads));
   for (const auto& [k, v] : spec.script.env) set(k, v);
   // Trainyard's own, for the `trainyard` package.
@@ -169,6 +209,8 @@ ScriptResult ScriptRunner::Run() {
     result.error = absl::StrCat("socketpair: ", std::strerror(errno));
     return result;
   }
+  const auto error_file = env_.find("TORCHELASTIC_ERROR_FILE");
+  if (error_file != env_.end()) fs::remove(error_file->second, ec);  // a stale one is not this run's
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) {
     result.error = absl::StrCat("pipe: ", std::strerror(errno));
@@ -176,6 +218,15 @@ ScriptResult ScriptRunner::Run() {
     close(channel[1]);
     return result;
   }
+  // script.progress: rank 0's standard output passes through this worker,
+  // which reads steps from its lines (and writes them on to the log).
+  std::optional<ProgressPattern> progress;
+  if (!script.progress.empty() && where_.rank == 0) {
+    auto p = ProgressPattern::Compile(script.progress);
+    if (p.ok()) progress = *p;
+  }
+  int out_pipe[2] = {-1, -1};
+  if (progress && pipe2(out_pipe, O_CLOEXEC) != 0) progress.reset();
   // The environment: this worker's, then the rank's.
   std::vector<std::string> overrides;
   for (const auto& [k, v] : env_) overrides.push_back(k + "=" + v);
@@ -184,7 +235,12 @@ ScriptResult ScriptRunner::Run() {
   // The worker's secret is not the script's.
   std::erase_if(env_strings, [](const std::string& e) { return e.starts_with("TRAINYARD_WORKER_TOKEN="); });
   std::vector<char*> envp = ExecEnvironment(env_strings);
-  std::vector<std::string> argv_strings = {python, script.path};
+  // Through trainyard/_run_script.py where the package is: the script runs
+  // as `python SCRIPT` runs it and leaves without Python's finalization.
+  const std::string runner = where_.package_dir.empty() ? "" : where_.package_dir + "/trainyard/_run_script.py";
+  std::vector<std::string> argv_strings = {python};
+  if (!runner.empty() && fs::is_regular_file(runner, ec)) argv_strings.push_back(runner);
+  argv_strings.push_back(script.path);
   argv_strings.insert(argv_strings.end(), script.args.begin(), script.args.end());
   std::vector<char*> argv;
   for (std::string& s : argv_strings) argv.push_back(s.data());
@@ -199,6 +255,7 @@ ScriptResult ScriptRunner::Run() {
     // The child: its channel end survives exec, stderr goes through the pipe.
     fcntl(channel[1], F_SETFD, 0);
     dup2(err_pipe[1], 2);
+    if (out_pipe[1] >= 0) dup2(out_pipe[1], 1);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     sigset_t none;
@@ -219,10 +276,13 @@ ScriptResult ScriptRunner::Run() {
   }
   close(channel[1]);
   close(err_pipe[1]);
+  if (out_pipe[1] >= 0) close(out_pipe[1]);
   const int chan = channel[0];
   const int err = err_pipe[0];
+  const int out = out_pipe[0];
   fcntl(chan, F_SETFL, O_NONBLOCK);
   fcntl(err, F_SETFL, O_NONBLOCK);
+  if (out >= 0) fcntl(out, F_SETFL, O_NONBLOCK);
   log::Info("rank {}: started {} {} (pid {})", where_.rank, python, script.path, pid);
   FlightRecorder* flight = options_.flight_recorder;
   if (flight != nullptr) {
@@ -242,6 +302,9 @@ ScriptResult ScriptRunner::Run() {
   // What the script is told: a pending checkpoint request and whether to stop.
   std::optional<CheckpointRequest> request;
   bool stop_told = false, preempted = false, stopping = false;
+  // Whether the script has talked to this worker (the package says hello
+  // when imported): only then can it hear a checkpoint request.
+  bool talked = false;
   Clock::time_point kill_at = Clock::time_point::max();
   int64_t checkpoints = 0;
   auto tell = [&] {
@@ -258,6 +321,7 @@ ScriptResult ScriptRunner::Run() {
   };
   auto handle = [&](const nlohmann::json& m) {
     const std::string op = m.value("op", "");
+    talked = true;
     if (op == "report") {
       StepMetrics s;
       s.rank = where_.rank;
@@ -307,15 +371,54 @@ ScriptResult ScriptRunner::Run() {
     }
   };
 
+  // A line of rank 0's output that script.progress reads as a step (unless
+  // the script reports its steps itself).
+  std::string outbox;
+  Clock::time_point last_progress_at = Clock::now();
+  int64_t last_progress_step = 0;
+  auto progress_line = [&](std::string_view line) {
+    if (!progress || result.reported) return;
+    std::optional<StepMetrics> m = progress->Match(line);
+    if (!m || m->step <= last_progress_step) return;
+    const Clock::time_point now = Clock::now();
+    m->rank = where_.rank;
+    m->step_seconds = std::chrono::duration<double>(now - last_progress_at).count() /
+                      static_cast<double>(m->step - last_progress_step);
+    m->unix_millis = NowMillis();
+    last_progress_at = now;
+    last_progress_step = m->step;
+    result.last_step = m->step;
+    if (flight != nullptr) flight->SetPhase("script", m->step);
+    if (sink_ != nullptr) sink_->OnStep(*m);
+  };
+
   int status = 0;
-  bool exited = false, chan_open = true, err_open = true;
-  while (!exited || chan_open || err_open) {
+  bool exited = false, chan_open = true, err_open = true, out_open = out >= 0;
+  while (!exited || chan_open || err_open || out_open) {
     // Requests from the coordinator and signals.
     if (control_ != nullptr && !exited) {
       if (std::optional<CheckpointRequest> r = control_->TakeCheckpoint()) {
-        request = r;
-        if (r->stop_after) stop_told = true;
-        tell();
+        if (talked) {
+          request = r;
+          if (r->stop_after) stop_told = true;
+          tell();
+        } else if (r->stop_after) {
+          // cancel --checkpoint: nothing can save; the cancel goes on.
+          if (sink_ != nullptr && where_.rank == 0) {
+            sink_->OnNote(
+                "cancel --checkpoint: the script has not imported trainyard, so it cannot save on request; cancelled "
+                "without a checkpoint (SIGINT, then SIGKILL after the grace period)");
+          }
+          control_->RequestStop();
+        } else if (where_.rank == 0 && sink_ != nullptr) {
+          CheckpointEvent refused;
+          refused.request_id = r->request_id;
+          refused.trigger = "request";
+          refused.step = result.last_step;
+          refused.unix_millis = NowMillis();
+          refused.error = kNotListening;
+          sink_->OnCheckpoint(refused);
+        }
       }
       if (control_->preemption_requested() && !preempted) {
         preempted = stop_told = true;
@@ -334,8 +437,9 @@ ScriptResult ScriptRunner::Run() {
       kill(pid, SIGKILL);
       kill_at = Clock::time_point::max();
     }
-    pollfd fds[2] = {{chan_open ? chan : -1, POLLIN, 0}, {err_open ? err : -1, POLLIN, 0}};
-    poll(fds, 2, exited ? 0 : 50);
+    pollfd fds[3] = {
+        {chan_open ? chan : -1, POLLIN, 0}, {err_open ? err : -1, POLLIN, 0}, {out_open ? out : -1, POLLIN, 0}};
+    poll(fds, 3, exited ? 0 : 50);
     char buf[65536];
     if (chan_open) {
       for (;;) {
@@ -365,33 +469,54 @@ ScriptResult ScriptRunner::Run() {
         break;
       }
     }
+    if (out_open) {
+      for (;;) {
+        const ssize_t n = read(out, buf, sizeof(buf));
+        if (n > 0) {
+          (void)!write(1, buf, static_cast<size_t>(n));  // on to the rank's log
+          outbox.append(buf, static_cast<size_t>(n));
+          for (size_t at; (at = outbox.find('\n')) != std::string::npos;) {
+            progress_line(std::string_view(outbox).substr(0, at));
+            outbox.erase(0, at + 1);
+          }
+          if (outbox.size() > 65536) outbox.clear();  // a line that long is no progress line
+          continue;
+        }
+        if (n == 0) out_open = false;
+        break;
+      }
+    }
     if (!exited) {
       const pid_t r = waitpid(pid, &status, WNOHANG);
       if (r == pid) exited = true;
-    } else if (chan_open || err_open) {
+    } else if (chan_open || err_open || out_open) {
       // The script is gone; what it wrote is read to the end (a grandchild
       // holding a pipe open must not keep this rank forever).
-      chan_open = err_open = false;
+      chan_open = err_open = out_open = false;
     }
   }
   close(chan);
   close(err);
+  if (out >= 0) close(out);
   if (flight != nullptr) flight->SetStackSource(nullptr);  // the pid is gone
 
   const std::string last = tail.Last();
+  const std::string raised = error_file == env_.end() ? "" : RaisedException(error_file->second);
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     if (stopping) {
       result.outcome = WorkerOutcome::kStopped;
-    } else if (preempted && sig == SIGTERM) {
-      // A script without the package ends on the SIGTERM passed on: it is
-      // preempted all the same, and resumes from its latest checkpoint.
+    } else if (preempted) {
+      // A script without the package ends on the SIGTERM passed on (or on
+      // its peers' going first): it is preempted all the same, and resumes
+      // from its latest checkpoint.
       result.outcome = WorkerOutcome::kPreempted;
-      result.error = absl::StrCat("preempted at step ", result.last_step, "; the script ended on SIGTERM",
+      result.error = absl::StrCat("preempted at step ", result.last_step, "; the script ended on ",
+                                  sig == SIGTERM ? "SIGTERM" : absl::StrCat("signal ", sig, " after SIGTERM"),
                                   checkpoints > 0 ? "" : " without saving a checkpoint");
     } else {
       result.error = absl::StrCat("script ", script.path, " was killed by signal ", sig, " (", strsignal(sig), ")",
-                                  last.empty() ? "" : ": " + last);
+                                  last.empty() ? "" : "; last stderr line before the signal: " + last);
     }
     return result;
   }
@@ -406,7 +531,17 @@ ScriptResult ScriptRunner::Run() {
       result.outcome = WorkerOutcome::kStopped;
       return result;
     }
-    result.error = absl::StrCat("script ", script.path, " exited with code ", code, last.empty() ? "" : ": " + last);
+    if (preempted && !talked) {
+      // Told to leave (SIGTERM) and unable to save: its end, or its peers'
+      // (a torch.distributed error when they went first), is the preemption.
+      result.outcome = WorkerOutcome::kPreempted;
+      result.error = absl::StrCat("preempted at step ", result.last_step, "; the script exited with code ", code,
+                                  " after SIGTERM, without saving a checkpoint");
+      return result;
+    }
+    // The exception it raised (torch's error file), else its last stderr line.
+    const std::string why = !raised.empty() ? raised : last;
+    result.error = absl::StrCat("script ", script.path, " exited with code ", code, why.empty() ? "" : ": " + why);
     return result;
   }
   // Exit 0: done, or saved and returned after being told to stop.

@@ -8,8 +8,15 @@
 //  - a checkpoint request, a preemption (SIGTERM) or `cancel --checkpoint`
 //    reach the script as trainyard.checkpoint_requested()/should_stop();
 //    SIGTERM is passed on; a stop ends the script (SIGINT, then SIGKILL);
-//  - its exit becomes this rank's outcome, with the last line of its stderr
-//    (a Python traceback's) as the reason of a failure.
+//  - a checkpoint request to a script that has not imported the package
+//    (it never said hello) is answered at once as failed, saying how to
+//    enable it; `cancel --checkpoint` of such a script is a plain cancel;
+//  - the script runs through trainyard/_run_script.py (as `python SCRIPT`
+//    runs it), which leaves without Python's finalization once the script
+//    returned: no abort in Gloo's teardown after the work is done;
+//  - its exit becomes this rank's outcome, with the exception it raised
+//    (torch's error file, TORCHELASTIC_ERROR_FILE) or else the last line
+//    of its stderr as the reason of a failure.
 // Runs on the calling thread; not thread-safe.
 #ifndef TRAINYARD_WORKER_SCRIPT_RUNNER_H_
 #define TRAINYARD_WORKER_SCRIPT_RUNNER_H_
@@ -53,6 +60,10 @@ class FlightRecorder;
 // empty: none), the script's `env`, and Trainyard's (TRAINYARD_*).
 std::map<std::string, std::string> ScriptEnvironment(const JobSpec& spec, const ScriptRank& where,
                                                      const std::map<std::string, std::string>& accelerate);
+
+// Where the rank's torch elastic error file goes (TORCHELASTIC_ERROR_FILE):
+// a file of this attempt and rank in the temporary directory.
+std::string ErrorFilePath(const ScriptRank& where);
 
 struct ScriptResult {
   WorkerOutcome outcome = WorkerOutcome::kFailed;

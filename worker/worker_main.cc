@@ -206,6 +206,7 @@ int RunWorker(const WorkerArgs& args) {
   sigaction(SIGINT, &sa, nullptr);
 
   ControlOptions co;
+  co.leave_requested = [] { return g_control.stop_requested() || g_control.preemption_requested(); };
   co.server = args.server;
   co.job_id = args.job_id;
   co.rank = args.rank;

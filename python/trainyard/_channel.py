@@ -4,7 +4,8 @@ The worker starts the script with one end of a Unix socket pair inherited as
 file descriptor TRAINYARD_CHANNEL_FD. Messages are JSON objects, one per
 line, both ways:
 
-  script -> worker   {"op": "report", "step": N, "samples": N|null, "loss": X|null, "values": {...}}
+  script -> worker   {"op": "hello"}   (once, when the package opens the channel: at import)
+                     {"op": "report", "step": N, "samples": N|null, "loss": X|null, "values": {...}}
                      {"op": "saved", "path": DIR, "step": N}
   worker -> script   {"checkpoint": "full"|"sharded"|null, "request_id": N, "stop": true|false}
 
@@ -35,6 +36,8 @@ def _open():
         try:
             _sock = socket.socket(fileno=int(fd))
             _sock.setblocking(False)
+            # The worker now knows the script can hear checkpoint requests.
+            _sock.send(b'{"op":"hello"}\n')
         except (OSError, ValueError):
             _sock = None
     return _sock

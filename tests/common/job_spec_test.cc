@@ -158,6 +158,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"script: {path: t.py, env: {TRAINYARD_JOB_ID: x}}\n", {"'script.env.TRAINYARD_JOB_ID'", "set by"}},
         BadSpec{"script: {path: t.py, env: {1X: y}}\n", {"'script.env'", "not starting with a digit", "'1X'"}},
         BadSpec{"script: {path: t.py, interpreter: py}\n", {"'script.interpreter'", "unknown key", "working_dir"}},
+        BadSpec{"script: {path: t.py, progress: 'iter (\\d+'}\n", {"'script.progress'", "not a regular expression"}},
+        BadSpec{"script: {path: t.py, progress: 'iter (?P<it>\\d+)'}\n", {"'script.progress'", "group named step"}},
         BadSpec{"script: {path: t.py}\nmodel: gpt\n", {"'model'", "script sets it"}},
         BadSpec{"script: {path: t.py}\nmax_steps: 5\n", {"'max_steps'", "script.args"}},
         BadSpec{"script: {path: t.py}\nmixed_precision: bf16\n", {"'mixed_precision'", "Accelerate config"}},

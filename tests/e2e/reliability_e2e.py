@@ -629,7 +629,7 @@ class HostileInput(unittest.TestCase):
                 (("resume", "job-00000000"), "NOT_FOUND", "job-00000000"),
                 (("logs", "job-00000000"), "NOT_FOUND", "job-00000000"),
                 (("watch", "job-00000000"), "NOT_FOUND", "job-00000000"),
-                (("logs", "job-00000000", "--tail", "-5"), "INVALID_ARGUMENT", "tail_bytes"),
+                (("logs", "job-00000000", "--limit-bytes", "-5"), "INVALID_ARGUMENT", "tail_bytes"),
             ]
             for args, code, field in requests:
                 r = s.ctl(*args)

@@ -231,6 +231,120 @@ class ScriptJobs(unittest.TestCase):
         self.assertIn("script.path", r.stderr)
 
 
+SCRIPTS = os.path.join(REPO, "tests", "e2e", "scripts")
+
+
+class ScriptsAsWritten(unittest.TestCase):
+    """Scripts that never import trainyard, as people bring them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-scripts-as-written-")
+        cls.server = Server(cls.tmp.name, extra=("--allowed-root", cls.tmp.name, "--allowed-root", REPO))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def submit(self, name, script, args, num_processes=1, extra=""):
+        spec = write_spec(self.tmp.name, name + ".yaml",
+                          f"name: {name}\nscript:\n  path: {script}\n  python: {PYTHON}\n  args: {json.dumps(args)}\n"
+                          f"num_processes: {num_processes}\n{extra}")
+        r = self.server.ctl("-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["id"]
+
+    def ended(self, job_id, want, timeout=300):
+        state = wait_for(lambda: (lambda st: st if st in ("SUCCEEDED", "FAILED", "CANCELLED") else None)(
+            self.server.job(job_id)["state"]), timeout, f"{job_id} to end")
+        job = self.server.job(job_id)
+        self.assertEqual(state, want, f"{job.get('reason')}\n{self.server.ctl('logs', job_id).stdout[-3000:]}")
+        return job
+
+    def log(self, job_id, *args):
+        r = self.server.ctl("logs", job_id, *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_accelerate_without_a_config_is_one_multi_cpu_group(self):
+        out = tempfile.mkdtemp(dir=self.tmp.name)
+        job_id = self.submit("noconfig", os.path.join(SCRIPTS, "accelerate_no_config.py"), [out], num_processes=2)
+        self.ended(job_id, "SUCCEEDED")
+        for rank in (0, 1):
+            self.assertIn("distributed_type=DistributedType.MULTI_CPU processes=2",
+                          self.log(job_id, "--rank", str(rank)))
+        hashes = [read(os.path.join(out, f"rank{r}.sha")) for r in (0, 1)]
+        self.assertEqual(hashes[0], hashes[1], "the ranks started from different weights and did not end equal")
+
+    def test_requests_a_script_cannot_honour_are_answered(self):
+        job_id = self.submit("plain", os.path.join(SCRIPTS, "plain_loop.py"), ["120"])
+        wait_for(lambda: "step 3" in self.server.ctl("logs", job_id).stdout, 60, "the script's first steps")
+        t0 = time.monotonic()
+        r = self.server.ctl("checkpoint", job_id, "--wait", "--wait-timeout", "60")
+        self.assertLess(time.monotonic() - t0, 10, "a checkpoint request the script cannot hear is answered at once")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("has not imported trainyard", r.stderr + r.stdout)
+        self.assertIn("trainyard.checkpoint_requested()", r.stderr + r.stdout)
+        t0 = time.monotonic()
+        r = self.server.ctl("cancel", "--checkpoint", job_id)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = self.ended(job_id, "CANCELLED", timeout=30)
+        self.assertLess(time.monotonic() - t0, 15, "the cancel waited for the script")
+        self.assertTrue(any("cannot save on request" in e["reason"] for e in job["events"]), job["events"])
+
+    def test_restarts_say_where_they_start_and_the_scripts_own_checkpoint_resumes(self):
+        out = tempfile.mkdtemp(dir=self.tmp.name)
+        job_id = self.submit("owncheckpoints", os.path.join(SCRIPTS, "resume_wrapper.py"), [out, "80"],
+                             extra="max_restarts: 2\n")
+        wait_for(lambda: "iter 35:" in self.server.ctl("logs", job_id).stdout, 60, "iteration 35")
+        pids = script_pids(job_id)
+        self.assertEqual(len(pids), 1, pids)
+        os.kill(pids[0], signal.SIGKILL)
+        # Follow the second attempt's log from its start to the job's end.
+        wait_for(lambda: self.server.job(job_id)["attempt"] == 2, 60, "the restart")
+        follower = subprocess.Popen([os.path.join(e2e_test.BIN, "trainctl"), "--server", self.server.addr, "logs",
+                                     job_id, "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job = self.ended(job_id, "SUCCEEDED")
+        followed, err = follower.communicate(timeout=30)
+        self.assertEqual(follower.returncode, 0, err)
+        self.assertIn("iter 79:", followed, "-f printed the log to the job's end")
+        restarts = [e["reason"] for e in job["events"] if e["reason"].startswith("restart 1 of 2")]
+        self.assertEqual(len(restarts), 1, job["events"])
+        self.assertIn("no registered checkpoint: the script starts fresh (TORCHELASTIC_RESTART_COUNT=1)", restarts[0])
+        self.assertIn("killed by signal 9", restarts[0])
+        # The recipe resumed from the script's own checkpoint, not from 0.
+        second = self.log(job_id)
+        self.assertRegex(second, r"starting at iter [1-9]0\b")
+        self.assertNotIn("starting at iter 0", second)
+        first = self.log(job_id, "--attempt", "1")
+        self.assertIn("starting at iter 0", first)
+        self.assertIn("iter 35:", first)
+        self.assertNotIn("iter 79:", first)
+        both = self.log(job_id, "--all-attempts")
+        self.assertIn("==> attempt 1, rank 0", both)
+        self.assertIn("==> attempt 2, rank 0", both)
+        self.assertEqual(self.log(job_id, "--tail", "1").strip().splitlines()[-1:],
+                         [l for l in second.strip().splitlines()][-1:])
+        self.assertEqual(len(self.log(job_id, "--tail", "3").strip().splitlines()), 3)
+        r = self.server.ctl("logs", job_id, "--attempt", "3")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("attempt", r.stderr)
+
+    def test_the_exception_raised_is_the_reason(self):
+        job_id = self.submit("record", os.path.join(SCRIPTS, "record_error.py"), [])
+        job = self.ended(job_id, "FAILED")
+        self.assertIn("RuntimeError: boom from main", job["reason"])
+
+    def test_a_missing_script_is_refused_at_submit(self):
+        missing = os.path.join(self.tmp.name, "no_such_train.py")
+        spec = write_spec(self.tmp.name, "missing.yaml", f"name: missing\nscript: {{path: {missing}}}\n")
+        r = self.server.ctl("submit", spec)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("script.path", r.stderr)
+        self.assertIn("does not exist", r.stderr)
+
+
 class PythonClient(unittest.TestCase):
     """trainyard.Client (the package beside the binaries, with the messages
     the build generated) against a live server: submit -> SUCCEEDED, get,

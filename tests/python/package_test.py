@@ -70,7 +70,10 @@ class Package(unittest.TestCase):
                 data += chunk
             ours.close()
         msgs = [json.loads(line) for line in data.decode().splitlines()]
-        self.assertEqual([m["op"] for m in msgs], ["report", "report", "saved"])
+        # The package says hello when it opens the channel (at import): the
+        # worker then knows the script can hear checkpoint requests.
+        self.assertEqual([m["op"] for m in msgs], ["hello", "report", "report", "saved"])
+        msgs = msgs[1:]
         self.assertEqual(msgs[0]["step"], 1)
         self.assertEqual(msgs[0]["samples"], 32)
         self.assertEqual(msgs[0]["loss"], 2.5)

@@ -98,6 +98,22 @@ TEST(RestartPolicy, Table) {
          e.failure = "rank 0: checkpoint failed";
        }),
        Kind::kRequeue, "restart 1 of 2 from the latest checkpoint after: rank 0: checkpoint failed", true},
+      {"a restart names the checkpoint it starts from", Ended([](AttemptEnd& e) {
+         e.failed = true;
+         e.failure = "rank 1: boom";
+         e.latest_checkpoint = "checkpoint_3 (step 300)";
+       }),
+       Kind::kRequeue, "restart 1 of 2 from checkpoint_3 (step 300) after: rank 1: boom", true},
+      {"a script without a registered checkpoint starts fresh, and is told so", Ended([](AttemptEnd& e) {
+         e.failed = true;
+         e.failure = "rank 1: killed by signal 9";
+         e.script = true;
+         e.attempt = 1;
+       }),
+       Kind::kRequeue,
+       "restart 1 of 2 with no registered checkpoint: the script starts fresh (TORCHELASTIC_RESTART_COUNT=1) after: "
+       "rank 1: killed by signal 9",
+       true},
   };
   for (const Row& row : rows) {
     const NextStep next = DecideAfterAttempt(row.end);

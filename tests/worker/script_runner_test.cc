@@ -8,6 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -227,6 +231,105 @@ TEST_F(ScriptRunnerTest, AMissingScriptIsNamed) {
   const ScriptResult r = Run(Spec(dir_.path() + "/missing.py"));
   EXPECT_EQ(r.outcome, WorkerOutcome::kFailed);
   EXPECT_NE(r.error.find("missing.py is not a file"), std::string::npos) << r.error;
+}
+
+// Without an Accelerate config, several CPU processes are told
+// ACCELERATE_USE_CPU (one MULTI_CPU group); one process, a config, or a GPU
+// job are not. A config's CUDA_VISIBLE_DEVICES (gpu_ids) never overrides the
+// launcher's; the rank has a torch error file of its own.
+TEST_F(ScriptRunnerTest, WithoutAnAccelerateConfigCpuProcessesAreOneGroup) {
+  JobSpec spec = Spec("train.py");
+  auto env = ScriptEnvironment(spec, Where(), {});
+  EXPECT_EQ(env["ACCELERATE_USE_CPU"], "True");
+  EXPECT_EQ(env["TORCHELASTIC_ERROR_FILE"], ErrorFilePath(Where()));
+  EXPECT_NE(env["TORCHELASTIC_ERROR_FILE"].find("job-test-attempt3-rank0"), std::string::npos);
+  EXPECT_EQ(ScriptEnvironment(spec, Where(), {{"ACCELERATE_MIXED_PRECISION", "no"}}).count("ACCELERATE_USE_CPU"), 0u)
+      << "a config says it all";
+  ScriptRank one = Where();
+  one.world_size = 1;
+  EXPECT_EQ(ScriptEnvironment(spec, one, {}).count("ACCELERATE_USE_CPU"), 0u) << "one process stays NO";
+  spec.device = Device::kCuda;
+  EXPECT_EQ(ScriptEnvironment(spec, Where(), {}).count("ACCELERATE_USE_CPU"), 0u);
+  EXPECT_EQ(ScriptEnvironment(spec, Where(), {{"CUDA_VISIBLE_DEVICES", "3"}}).count("CUDA_VISIBLE_DEVICES"), 0u);
+}
+
+// A script that never imported trainyard cannot hear a checkpoint request:
+// it is answered at once as failed, saying how to enable it.
+TEST_F(ScriptRunnerTest, ACheckpointRequestAScriptCannotHearIsAnsweredAtOnce) {
+  const JobSpec spec = Spec(Write("plain.py", "import time\nopen('" + dir_.path() +
+                                                  "/started', 'w').close()\n"
+                                                  "for _ in range(600): time.sleep(0.1)\n"));
+  TrainerControl control;
+  std::thread ask([&] {
+    WaitFor([&] { return fs::exists(dir_.path() + "/started"); }, std::chrono::seconds(30));
+    control.RequestCheckpoint({CheckpointType::kAuto, 7, false});
+    WaitFor(
+        [&] {
+          std::lock_guard<std::mutex> lock(rec_.mu);
+          return !rec_.checkpoints.empty();
+        },
+        std::chrono::seconds(10));
+    control.RequestStop();
+  });
+  const ScriptResult r = Run(spec, &control);
+  ask.join();
+  EXPECT_EQ(r.outcome, WorkerOutcome::kStopped) << r.error;
+  ASSERT_EQ(rec_.checkpoints.size(), 1u);
+  EXPECT_FALSE(rec_.checkpoints[0].ok);
+  EXPECT_EQ(rec_.checkpoints[0].request_id, 7);
+  EXPECT_NE(rec_.checkpoints[0].error.find("has not imported trainyard"), std::string::npos)
+      << rec_.checkpoints[0].error;
+}
+
+// The exception the script raised is the reason, from the torch error file
+// the runner writes: here its first line, which the last stderr line (the
+// message's second line) would not carry.
+TEST_F(ScriptRunnerTest, TheRaisedExceptionIsTheReason) {
+  const ScriptResult r = Run(Spec(Write("raises.py", "raise RuntimeError('the first line\\nthe second line')\n")));
+  EXPECT_EQ(r.outcome, WorkerOutcome::kFailed);
+  EXPECT_NE(r.error.find("exited with code 1: RuntimeError: the first line"), std::string::npos) << r.error;
+}
+
+// A script that returned does not die in the interpreter's teardown (a
+// stand-in for Gloo's abort: an object that aborts when finalized); its
+// atexit handlers still run and its exit code is kept.
+TEST_F(ScriptRunnerTest, AFinishedScriptLeavesWithoutTheTeardown) {
+  const std::string marker = dir_.path() + "/atexit-ran";
+  const std::string text =
+      "import atexit, os, sys\n"
+      "class AbortsWhenFinalized:\n"
+      "    def __del__(self): os.abort()\n"
+      "bomb = AbortsWhenFinalized()\n"
+      "atexit.register(lambda: open('" +
+      marker +
+      "', 'w').close())\n"
+      "print('done')\n";
+  const ScriptResult r = Run(Spec(Write("teardown.py", text)));
+  EXPECT_EQ(r.outcome, WorkerOutcome::kSucceeded) << r.error;
+  EXPECT_TRUE(fs::exists(marker)) << "atexit handlers run";
+  // The same script run as `python script.py` does abort: the stand-in is real.
+  const std::string cmd = "/usr/bin/python3 " + dir_.path() + "/teardown.py > /dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGABRT)) << status;
+  const ScriptResult failing = Run(Spec(Write("exits3.py", "import sys\nsys.exit(3)\n")));
+  EXPECT_EQ(failing.outcome, WorkerOutcome::kFailed);
+  EXPECT_NE(failing.error.find("exited with code 3"), std::string::npos) << failing.error;
+}
+
+// script.progress: a script that only prints its progress has its steps
+// and loss read from rank 0's output, which still reaches the log.
+TEST_F(ScriptRunnerTest, ProgressIsReadFromTheScriptsOutput) {
+  JobSpec spec = Spec(Write("prints.py",
+                            "for i in range(1, 6): print(f'iter {i}: loss {1.0 / i:.4f}', flush=True)\n"
+                            "print('iter x: not a step')\n"));
+  spec.script.progress = R"(iter (?P<step>\d+): loss (?P<loss>[.\d]+))";
+  const ScriptResult r = Run(spec);
+  EXPECT_EQ(r.outcome, WorkerOutcome::kSucceeded) << r.error;
+  ASSERT_EQ(rec_.steps.size(), 5u);
+  EXPECT_EQ(rec_.steps.back().step, 5);
+  EXPECT_DOUBLE_EQ(rec_.steps.back().loss, 0.2);
+  EXPECT_DOUBLE_EQ(rec_.steps.front().loss, 1.0);
+  EXPECT_EQ(r.last_step, 5);
 }
 
 }  // namespace
