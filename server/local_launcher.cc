@@ -130,6 +130,9 @@ class LocalLauncher final : public Launcher {
           r.coordinator_addr,
           "--threads",
           std::to_string(r.threads_per_process),
+          // Its exit code where a coordinator that was away finds it (Adopt).
+          "--exit-status-dir",
+          r.log_dir,
       };
       for (const auto& a : options_.extra_worker_args) args.push_back(a);
       std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");
@@ -184,11 +187,19 @@ class LocalLauncher final : public Launcher {
     for (int32_t rank = 0; rank < r.world_size; ++rank) {
       auto it = found.find(rank);
       if (it == found.end()) {
-        pending_.push_back(RankExit::Unknown(
-            r.job_id, r.attempt, rank,
-            absl::StrCat("rank ", rank, " of attempt ", r.attempt,
-                         " was not running when the coordinator restarted")));  // reported from the reaper, never under
-                                                                                // the caller's locks
+        // Ended while the coordinator was away: its exit code, when it wrote
+        // one; else how is unknown. Reported from the reaper, never under the
+        // caller's locks.
+        std::ifstream f(absl::StrCat(r.log_dir, "/rank-", rank, ".exit"));
+        int code = 0;
+        if (f >> code) {
+          pending_.push_back(code > 128 ? RankExit::Killed(r.job_id, r.attempt, rank, code - 128)
+                                        : RankExit::Exited(r.job_id, r.attempt, rank, code));
+        } else {
+          pending_.push_back(RankExit::Unknown(r.job_id, r.attempt, rank,
+                                               absl::StrCat("rank ", rank, " of attempt ", r.attempt,
+                                                            " was not running when the coordinator restarted")));
+        }
         continue;
       }
       Proc p{it->second, r.job_id, r.attempt, rank};

@@ -33,7 +33,7 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, worker_pids, write_spec)
-from e2e_test import Server, wait_for, worker_pids, write_spec  # noqa: E402
+from e2e_test import Server, read, wait_for, worker_pids, write_spec  # noqa: E402
 
 JOB = """
 name: %(name)s
@@ -323,6 +323,54 @@ class CoordinatorRestarts(unittest.TestCase):
 # Slower steps (about 6 ms for one job alone here, 12 ms for two) than JOB's, so that the jobs
 # are still running after several server restarts.
 UPGRADE_JOB = JOB.replace("hidden: [64]", "hidden: [512, 512]").replace("batch_size: 16", "batch_size: 64")
+
+
+class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
+    """A job that finishes while its coordinator is away (stopped with the
+    default --on-shutdown detach): its workers wait to report; SIGTERM (as
+    `systemctl stop` or `scancel` sends) makes them leave at once, and the
+    next coordinator reads the exit codes they left and ends the job
+    SUCCEEDED."""
+
+    def test_a_waiting_worker_leaves_on_sigterm_and_its_result_is_kept(self):
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-away-")
+        state = tmp.name
+        port = free_port()
+        s = Server(state, slots=2, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", "detach"))
+        try:
+            # Long enough to outlast the server's stop, short enough to end while it is away.
+            spec = write_spec(state, "away.yaml",
+                              UPGRADE_JOB % job_args(name="away", seed=7, steps=2000, restarts=0)
+                              + "reattach_timeout_s: 120\n")
+            job_id = submit(s, spec)
+            wait_for(lambda: s.job(job_id)["step"] >= 20, 120, "training to start")
+            s.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(s.proc.wait(timeout=60), 0)
+            s.log.close()
+            pids = worker_pids(job_id)
+            self.assertEqual(len(pids), 2, "detach: the workers train on")
+            logs = [os.path.join(state, "jobs", job_id, "attempt-1", f"rank-{r}.log") for r in (0, 1)]
+            # Done training: the workers wait for a coordinator to take their result.
+            wait_for(lambda: all(f"rank {r}: done, 2000 steps" in read(log) for r, log in enumerate(logs)), 300,
+                     "both ranks to finish training")
+            self.assertTrue(all(os.path.exists(f"/proc/{p}") for p in pids), "the workers wait")
+            t0 = time.monotonic()
+            for p in pids:
+                os.kill(p, signal.SIGTERM)
+            wait_for(lambda: not worker_pids(job_id), 30, "the waiting workers to leave")
+            self.assertLess(time.monotonic() - t0, 15, "SIGTERM ends the wait for an absent coordinator")
+            s = Server(state, slots=2, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", "detach"))
+            w = s.ctl("watch", job_id, timeout=120)
+            job = s.job(job_id)
+            reasons = [e["reason"] for e in job["events"]]
+            self.assertEqual(job["state"], "SUCCEEDED", reasons)
+            self.assertEqual(w.returncode, 0)
+            # From the exit codes the workers left, not by a restart from the final checkpoint.
+            self.assertEqual(job["attempt"], 1, reasons)
+            self.assertFalse(any("was not running" in r for r in reasons), reasons)
+        finally:
+            s.stop()
+            tmp.cleanup()
 
 
 class CoordinatorUpgrades(unittest.TestCase):
