@@ -1,4 +1,5 @@
 #include "client/trainctl.h"
+#include "client/trainctl_impl.h"
 
 #include <grpcpp/grpcpp.h>
 #include <netdb.h>
@@ -26,7 +27,6 @@
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
-namespace {
 
 using nlohmann::ordered_json;
 
@@ -67,103 +67,6 @@ bool TcpReachable(const std::string& target, std::chrono::milliseconds timeout) 
   freeaddrinfo(found);
   return ok;
 }
-
-}  // namespace
-
-struct Trainctl::Impl {
-  TrainctlOptions options;
-  std::ostream& out;
-  std::ostream& err;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::JobService::Stub> stub;
-
-  Impl(TrainctlOptions o, std::ostream& out_, std::ostream& err_) : options(std::move(o)), out(out_), err(err_) {
-    channel = grpc::CreateChannel(options.server, ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem));
-    stub = v1::JobService::NewStub(channel);
-  }
-
-  // Every call carries the bearer token, when there is one.
-  void Authorize(grpc::ClientContext* ctx) const {
-    if (!options.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options.token);
-  }
-
-  void Deadline(grpc::ClientContext* ctx) const {
-    Authorize(ctx);
-    ctx->set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
-  }
-
-  // Prints an RPC failure the way a person needs it; returns the exit code.
-  int Fail(const grpc::Status& s) {
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      // Something listens there, yet TLS calls fail: the handshake did (the
-      // server closes the connection on a client certificate it does not
-      // trust, and the client on a server certificate --ca does not sign).
-      if (!options.ca_pem.empty() && TcpReachable(options.server, std::chrono::seconds(2))) {
-        err << "trainctl: the TLS handshake with the trainyard server at " << options.server << " failed ("
-            << s.error_message() << "). The server is listening: check that --ca names the CA of its certificate"
-            << (options.cert_pem.empty() ? ", and whether it requires a client certificate (--cert, --key)"
-                                         : ", and that it trusts the CA that signed --cert")
-            << ".\n";
-        return 2;
-      }
-      err << "trainctl: cannot reach the trainyard server at " << options.server << " (" << s.error_message()
-          << "). Is trainyard-server running? Set --server or TRAINYARD_SERVER.\n";
-      return 2;
-    }
-    static const char* kNames[] = {
-        "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-        "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-        "DATA_LOSS", "UNAUTHENTICATED"};
-    int code = static_cast<int>(s.error_code());
-    err << "trainctl: " << (code >= 0 && code <= 16 ? kNames[code] : "ERROR") << ": " << s.error_message() << "\n";
-    return 2;
-  }
-
-  void PrintJob(const v1::Job& j) {
-    if (options.output == OutputFormat::kJson) {
-      out << JobJson(j).dump(2) << "\n";
-      return;
-    }
-    out << "id:           " << j.id() << "\n"
-        << "name:         " << j.name() << "\n"
-        << "state:        " << StateName(j.state()) << "\n"
-        << "reason:       " << j.reason() << "\n"
-        << "processes:    " << j.num_processes() << "\n"
-        << "step:         " << j.step() << (j.max_steps() > 0 ? " / " + std::to_string(j.max_steps()) : "") << "\n"
-        << "loss:         " << j.loss() << " (first " << j.first_loss() << ")\n"
-        << "samples/s:    " << std::fixed << std::setprecision(1) << j.samples_per_second() << "\n"
-        << std::defaultfloat << "attempt:      " << j.attempt() << "\n"
-        << "created:      " << FormatTime(j.created_unix_millis()) << "\n"
-        << "started:      " << FormatTime(j.started_unix_millis()) << "\n"
-        << "ended:        " << FormatTime(j.ended_unix_millis()) << "\n";
-    if (j.failed_rank() >= 0) out << "failed rank:  " << j.failed_rank() << "\n";
-    if (!j.owner().empty()) {
-      out << "owner:        " << j.owner() << (j.group().empty() ? "" : " (group " + j.group() + ")") << "\n"
-          << "priority:     " << j.priority() << "\n";
-    }
-    PrintRanks(j, out);
-    if (j.events_size() > 0) {
-      out << "events:\n";
-      for (const auto& e : j.events()) {
-        out << "  " << FormatTime(e.unix_millis()) << "  " << std::left << std::setw(10) << StateName(e.state())
-            << std::right << " " << e.reason() << "\n";
-      }
-    }
-  }
-
-  int FinalCode(const v1::Job& j) { return j.state() == v1::SUCCEEDED ? 0 : 1; }
-
-  static v1::JobState LastState(Impl& s, const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_id(id);
-    v1::GetJobResponse resp;
-    grpc::ClientContext ctx;
-    s.Deadline(&ctx);
-    if (!s.stub->GetJob(&ctx, req, &resp).ok()) return v1::JOB_STATE_UNSPECIFIED;
-    return resp.job().state();
-  }
-};
 
 Trainctl::Trainctl(TrainctlOptions options, std::ostream& out, std::ostream& err)
     : impl_(std::make_unique<Impl>(std::move(options), out, err)) {}
@@ -569,78 +472,6 @@ int Trainctl::Diagnose(const std::string& id, std::chrono::milliseconds wait, in
   }
   for (int32_t r : resp.silent_ranks()) s.out << "rank " << r << ": no answer\n";
   return 0;
-}
-
-int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
-  Impl& s = *impl_;
-  auto fetch = [&](int attempt, int64_t offset, v1::GetLogsResponse* resp) {
-    v1::GetLogsRequest req;
-    req.set_id(id);
-    req.set_rank(o.rank);
-    req.set_attempt(attempt);
-    req.set_tail_bytes(o.limit_bytes);
-    req.set_offset(offset);
-    grpc::ClientContext ctx;
-    s.Deadline(&ctx);
-    return s.stub->GetLogs(&ctx, req, resp);
-  };
-  // The last `tail_lines` lines of a log's end.
-  auto print_tail = [&](const v1::GetLogsResponse& resp) {
-    std::string_view text = resp.content();
-    if (o.tail_lines >= 0) {
-      size_t at = text.size();
-      if (!text.empty() && text.back() == '\n') --at;
-      for (int64_t n = 0; n < o.tail_lines && at != std::string_view::npos && at > 0; ++n) {
-        at = text.rfind('\n', at - 1);
-      }
-      if (o.tail_lines == 0) {
-        text = {};
-      } else if (at != std::string_view::npos && at < text.size() && at > 0) {
-        text.remove_prefix(at + 1);
-      }
-    } else if (resp.truncated()) {
-      s.out << "... (showing the last " << resp.content().size() << " bytes of " << resp.path() << ")\n";
-    }
-    s.out << text << std::flush;
-  };
-  std::vector<int> attempts = {o.attempt};
-  if (o.all_attempts) {
-    v1::GetJobRequest req;
-    req.set_id(id);
-    v1::GetJobResponse job;
-    grpc::ClientContext ctx;
-    s.Deadline(&ctx);
-    if (grpc::Status st = s.stub->GetJob(&ctx, req, &job); !st.ok()) return s.Fail(st);
-    attempts.clear();
-    for (int a = 1; a <= job.job().attempt(); ++a) attempts.push_back(a);
-    if (attempts.empty()) attempts.push_back(0);  // not started: the server says so
-  }
-  v1::GetLogsResponse resp;
-  for (int a : attempts) {
-    resp.Clear();
-    grpc::Status st = fetch(a, 0, &resp);
-    if (!st.ok()) return s.Fail(st);
-    if (o.all_attempts)
-      s.out << "==> attempt " << resp.attempt() << ", rank " << o.rank << ": " << resp.path() << " <==\n";
-    print_tail(resp);
-  }
-  if (!o.follow) return 0;
-  // Follow the last attempt printed: what it writes, until the job ends
-  // and nothing more comes.
-  const int attempt = resp.attempt();
-  int64_t offset = resp.size();
-  for (;;) {
-    const bool ended = IsTerminalProto(Impl::LastState(s, id));
-    v1::GetLogsResponse more;
-    // From `offset` on; at 0 (an empty log so far) the log's end, all of it
-    // while it is under the limit.
-    grpc::Status st = fetch(attempt, offset, &more);
-    if (!st.ok()) return s.Fail(st);
-    s.out << more.content() << std::flush;
-    offset = more.size();
-    if (ended && more.content().empty()) return 0;
-    if (more.content().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // polls the log
-  }
 }
 
 }  // namespace trainyard

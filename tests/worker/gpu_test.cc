@@ -507,10 +507,7 @@ TEST(CudaGpuMonitor, ReadsTheRanksGpuThroughNvml) {
   // Sampling hands the latest reading to the step sink.
   (*monitor)->StartSampling(std::chrono::milliseconds(100));
   GpuReading latest;
-  for (int i = 0; i < 100 && latest.memory_total_bytes < 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls a sampler thread's first reading
-    latest = (*monitor)->Latest();
-  }
+  WaitFor([&] { return (latest = (*monitor)->Latest()).memory_total_bytes >= 0; }, std::chrono::seconds(2));
   EXPECT_EQ(latest.memory_total_bytes, before.memory_total_bytes);
 }
 
