@@ -24,6 +24,7 @@
 #include "bench/bench_util.h"
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
+#include "worker/data_loader.h"
 #include "worker/dist_setup.h"
 #include "worker/image_folder.h"
 #include "worker/safetensors.h"

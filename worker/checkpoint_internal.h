@@ -1,7 +1,8 @@
 // Internal to the checkpoint code (checkpoint_*.cc): the file names of a
-// checkpoint directory, how the job's parameters and optimizer state are
-// held across ranks (Holding), and the collective helpers saving and
-// loading share. The public API is worker/checkpoint.h.
+// checkpoint directory, the optimizer state's fields, and the collective
+// helpers saving and loading share. How parameters are held across ranks is
+// worker/checkpoint_holding.h, FULL tensors are assembled by
+// worker/checkpoint_full_assembler.h. The public API is worker/checkpoint.h.
 #ifndef TRAINYARD_WORKER_CHECKPOINT_INTERNAL_H_
 #define TRAINYARD_WORKER_CHECKPOINT_INTERNAL_H_
 
@@ -20,8 +21,7 @@
 #include "worker/checkpoint.h"
 #include "worker/collectives.h"
 #include "worker/device.h"
-#include "worker/fsdp.h"
-#include "worker/models.h"
+#include "worker/model.h"
 #include "worker/safetensors.h"
 
 namespace trainyard {
@@ -63,203 +63,6 @@ bool HasState(torch::optim::Optimizer& o, const std::vector<at::Tensor>& holders
 // Gives `p` zero state (kept when present) with the given step.
 void EnsureState(torch::optim::Optimizer& o, OptimizerKind kind, const at::Tensor& p, int64_t step);
 
-// ---- Who holds what --------------------------------------------------------
-
-// Elements [begin, end) of flattened parameter `param`, stored at
-// `holder_offset` of optimizer parameter `holder`.
-struct Piece {
-  size_t param = 0;
-  int64_t begin = 0, end = 0;
-  size_t holder = 0;
-  int64_t holder_offset = 0;
-  int64_t size() const { return end - begin; }
-};
-
-// How the job's parameters are held: on this rank (to load into), by every
-// SHARDED writer, and which ranks take part in assembling FULL tensors.
-class Holding {
- public:
-  explicit Holding(const TrainingState& s) : s_(s) {
-    for (const auto& item : s.model->named_parameters()) {
-      names_.push_back(item.key());
-      params_.push_back(item.value());
-    }
-    if (s.fsdp != nullptr) {
-      holders_ = s.fsdp->ShardParameters();
-      writers_ = s.fsdp->shard_size();
-      my_writer_ = s.fsdp->replica_rank() == 0 ? s.fsdp->shard_rank() : -1;
-    } else {
-      holders_ = params_;
-      writers_ = s.world_size;
-      my_writer_ = s.rank;
-      int64_t total = 0;
-      for (const at::Tensor& p : params_) {
-        offsets_.push_back(total);
-        total += p.numel();
-      }
-      total_ = total;
-    }
-  }
-
-  size_t num_params() const { return params_.size(); }
-  const std::string& name(size_t p) const { return names_[p]; }
-  const at::Tensor& param(size_t p) const { return params_[p]; }
-  const std::vector<at::Tensor>& holders() const { return holders_; }
-  int32_t writers() const { return writers_; }
-  int32_t my_writer() const { return my_writer_; }
-
-  // What writer w saves in a SHARDED checkpoint.
-  std::vector<Piece> Owned(int32_t w) const {
-    std::vector<Piece> out;
-    if (s_.fsdp != nullptr) {
-      const auto& units = s_.fsdp->units();
-      for (size_t u = 0; u < units.size(); ++u) {
-        const FsdpUnitInfo& info = units[u];
-        const int64_t lo = w * info.shard_numel, hi = lo + info.shard_numel;
-        for (size_t i = 0; i < info.params.size(); ++i) {
-          const int64_t a = info.offsets[i], b = a + params_[info.params[i]].numel();
-          const int64_t x = std::max(lo, a), y = std::min(hi, b);
-          if (x < y) out.push_back({info.params[i], x - a, y - a, u, x - lo});
-        }
-      }
-      return out;
-    }
-    const int64_t chunk = (total_ + writers_ - 1) / std::max(writers_, 1);
-    const int64_t lo = w * chunk, hi = std::min(total_, lo + chunk);
-    for (size_t p = 0; p < params_.size(); ++p) {
-      const int64_t a = offsets_[p], b = a + params_[p].numel();
-      const int64_t x = std::max(lo, a), y = std::min(hi, b);
-      if (x < y) out.push_back({p, x - a, y - a, p, x - a});
-    }
-    return out;
-  }
-
-  // What this rank holds (and loads into).
-  std::vector<Piece> Local() const {
-    if (s_.fsdp != nullptr) return Owned(s_.fsdp->shard_rank());
-    std::vector<Piece> out;
-    for (size_t p = 0; p < params_.size(); ++p) {
-      if (params_[p].numel() > 0) out.push_back({p, 0, params_[p].numel(), p, 0});
-    }
-    return out;
-  }
-
-  // The group over which rank 0 assembles FULL tensors from their owners;
-  // null when rank 0 holds every parameter whole.
-  Collectives* full_group() const {
-    return s_.fsdp != nullptr && s_.fsdp->shard_size() > 1 ? s_.fsdp->shard_group() : nullptr;
-  }
-  // Takes part in assembling FULL tensors.
-  bool assembles() const { return s_.rank == 0 || (full_group() != nullptr && my_writer_ >= 0); }
-
- private:
-  const TrainingState& s_;
-  std::vector<std::string> names_;
-  std::vector<at::Tensor> params_;
-  std::vector<at::Tensor> holders_;
-  std::vector<int64_t> offsets_;
-  int64_t total_ = 0;
-  int32_t writers_ = 1;
-  int32_t my_writer_ = 0;
-};
-
-// A piece's data on this rank: the parameter values (field < 0) or one
-// optimizer field; zeros when the holder has no state for it.
-inline at::Tensor PieceData(const TrainingState& s, const Holding& h, const Piece& piece, int field,
-                            const std::vector<std::string>& fields) {
-  const at::Tensor& holder = h.holders()[piece.holder];
-  at::Tensor src = field < 0 ? holder.detach() : FieldOf(*s.optimizer, holder, fields[field]);
-  if (!src.defined()) return at::zeros({piece.size()}, holder.options().requires_grad(false));
-  return src.reshape({-1}).narrow(0, piece.holder_offset, piece.size()).contiguous();
-}
-
-// This rank's data of a piece (field < 0: the parameter values).
-using PieceSource = std::function<at::Tensor(const Piece& piece, int field)>;
-
-// Rank 0 gets whole tensors, one at a time, from their owners' pieces.
-// Everything it needs of the Holding is taken at construction, so it may be
-// used later on another thread with a PieceSource of host copies.
-class FullAssembler {
- public:
-  // `group` numbers its ranks as the Holding numbers writers (rank r =
-  // writer r); null when rank 0 holds every parameter whole. `whole` is
-  // the live parameters to write as they are (DDP) or empty.
-  FullAssembler(const Holding& h, int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> group, PieceSource source,
-                std::vector<at::Tensor> whole = {})
-      : rank_(rank),
-        my_writer_(h.my_writer()),
-        num_params_(h.num_params()),
-        group_(std::move(group)),
-        source_(std::move(source)),
-        whole_(std::move(whole)),
-        by_param_(h.num_params()) {
-    for (size_t p = 0; p < num_params_; ++p) sizes_.push_back(h.param(p).sizes().vec());
-    if (!group_) {
-      for (const Piece& piece : h.Local()) by_param_[piece.param].push_back({0, piece});
-      return;
-    }
-    for (int32_t w = 0; w < h.writers(); ++w) {
-      for (const Piece& piece : h.Owned(w)) by_param_[piece.param].push_back({w, piece});
-    }
-  }
-
-  // The pieces writer `w` contributes (its own, to copy for later).
-  std::vector<Piece> PiecesOf(int32_t w) const {
-    std::vector<Piece> out;
-    for (const auto& list : by_param_) {
-      for (const auto& [owner, piece] : list) {
-        if (owner == w) out.push_back(piece);
-      }
-    }
-    return out;
-  }
-
-  // Rank 0: parameter p's values (field < 0) or optimizer field, whole.
-  // Other owners: send their pieces; returns an undefined tensor.
-  at::Tensor Get(size_t p, int field) {
-    const int tag = static_cast<int>((field + 1) * num_params_ + p);
-    if (rank_ != 0) {
-      for (const auto& [w, piece] : by_param_[p]) {
-        if (w != my_writer_) continue;
-        // Host tensors: the pieces travel through the group's Gloo backend
-        // whatever the device (and one tensor at a time through host memory).
-        std::vector<at::Tensor> t = {ToHost(source_(piece, field))};
-        group_->send(t, 0, tag)->wait();
-      }
-      return at::Tensor();
-    }
-    // DDP holds parameters whole in fp32: no copy. FSDP's module parameters
-    // may be low-precision views; the fp32 shards are the truth.
-    if (!group_ && field < 0 && !whole_.empty()) return ToHost(whole_[p].detach());
-    at::Tensor out = at::empty(sizes_[p], at::TensorOptions(at::kFloat));  // host memory
-    at::Tensor flat = out.view({-1});
-    std::vector<c10::intrusive_ptr<c10d::Work>> pending;
-    std::vector<std::vector<at::Tensor>> buffers;
-    buffers.reserve(by_param_[p].size());
-    for (const auto& [w, piece] : by_param_[p]) {
-      at::Tensor dst = flat.narrow(0, piece.begin, piece.size());
-      if (w == 0) {
-        dst.copy_(source_(piece, field));
-      } else {
-        buffers.push_back({dst});
-        pending.push_back(group_->recv(buffers.back(), w, tag));
-      }
-    }
-    for (auto& work : pending) work->wait();
-    return out;
-  }
-
- private:
-  const int32_t rank_;
-  const int32_t my_writer_;
-  const size_t num_params_;
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
-  PieceSource source_;
-  std::vector<at::Tensor> whole_;
-  std::vector<std::vector<int64_t>> sizes_;
-  std::vector<std::vector<std::pair<int32_t, Piece>>> by_param_;
-};
-
 // ---- Agreement -------------------------------------------------------------
 
 // The lowest rank whose `ok` is false, or -1. Collective.
@@ -279,14 +82,6 @@ inline nlohmann::ordered_json TensorTable(const std::vector<TensorSpec>& tensors
   for (const TensorSpec& t : tensors) {
     out.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", SafetensorsDtype(t.dtype)}});
   }
-  return out;
-}
-
-// Parameters are kept (and saved) in fp32 whatever the compute dtype; their
-// storage may be freed (FSDP), so only metadata is read.
-inline std::vector<TensorSpec> ParamSpecs(const Holding& h) {
-  std::vector<TensorSpec> out;
-  for (size_t p = 0; p < h.num_params(); ++p) out.push_back({h.name(p), at::kFloat, h.param(p).sizes().vec()});
   return out;
 }
 

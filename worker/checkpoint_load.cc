@@ -1,4 +1,5 @@
 #include "worker/checkpoint.h"
+#include "worker/checkpoint_holding.h"
 #include "worker/checkpoint_internal.h"
 
 #include "worker/device.h"
@@ -21,7 +22,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/clock.h"
 #include "worker/collectives.h"
-#include "worker/data.h"
+#include "worker/data_loader.h"
 #include "worker/ddp.h"
 #include "worker/fsdp.h"
 #include "worker/models.h"

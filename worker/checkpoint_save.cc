@@ -1,4 +1,6 @@
 #include "worker/checkpoint.h"
+#include "worker/checkpoint_full_assembler.h"
+#include "worker/checkpoint_holding.h"
 #include "worker/checkpoint_internal.h"
 
 #include "worker/device.h"
@@ -26,7 +28,7 @@
 #include "common/llama_config.h"
 #include "worker/checkpoint_output.h"
 #include "worker/collectives.h"
-#include "worker/data.h"
+#include "worker/data_loader.h"
 #include "worker/ddp.h"
 #include "worker/fsdp.h"
 #include "worker/models.h"

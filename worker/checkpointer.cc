@@ -8,6 +8,7 @@
 
 #include "common/checkpoint_dir.h"
 #include "common/log.h"
+#include "worker/flight_recorder.h"
 #include "worker/snapshots.h"
 
 namespace trainyard {
@@ -38,12 +39,14 @@ int64_t StepOfCheckpoint(const std::string& path) {
 }  // namespace
 
 Checkpointer::Checkpointer(const JobSpec& spec, int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> pg,
-                           const std::string& snapshot_dir, MetricsSink* sink, std::function<TrainingState()> state)
+                           const std::string& snapshot_dir, MetricsSink* sink, std::function<TrainingState()> state,
+                           FlightRecorder* flight)
     : spec_(spec),
       rank_(rank),
       pg_(std::move(pg)),
       sink_(sink),
       state_(std::move(state)),
+      flight_(flight),
       background_(std::make_unique<AsyncCheckpointer>(rank)),
       snapshots_(std::make_unique<Snapshots>(snapshot_dir, spec.checkpoint.snapshot_every_steps)) {}
 
@@ -116,6 +119,32 @@ void Checkpointer::Start(CheckpointType type, const std::string& trigger, int64_
   std::optional<CheckpointEvent> failed = background_->Start(
       State(), type, {spec_.checkpoint.project_dir, next_index_++, staging_tag_}, trigger, request_id);
   if (failed) Report(*failed);
+}
+
+Checkpointer::Boundary Checkpointer::AtStepBoundary(const StepAgreement& agreed, int64_t step) {
+  Boundary out;
+  out.stop = agreed.stop;
+  const bool periodic = spec_.checkpoint.every_steps > 0 && step % spec_.checkpoint.every_steps == 0;
+  // Preemption, requested, then periodic.
+  if (agreed.preempt || agreed.checkpoint || periodic) SetPhase(flight_, "checkpoint", step);
+  if (agreed.preempt) {
+    CheckpointEvent ev = Save(CheckpointType::kAuto, "preemption");
+    out.preempted = true;
+    out.preemption_checkpoint = ev.ok ? ev.path : "";
+    out.stop = true;
+  } else if (agreed.checkpoint && agreed.stop_after) {
+    Save(*agreed.checkpoint, "cancel", agreed.request_id);
+    out.stop = true;
+  } else if (agreed.checkpoint) {
+    Start(*agreed.checkpoint, "request", agreed.request_id);
+  } else if (periodic) {
+    Start(CheckpointType::kAuto, "periodic", 0);
+  }
+  if (!out.stop && SnapshotDue(step) && step < spec_.max_steps) {
+    SetPhase(flight_, "snapshot", step);
+    Snapshot();
+  }
+  return out;
 }
 
 std::string Checkpointer::SaveFinal(int64_t step) {

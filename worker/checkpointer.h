@@ -4,7 +4,10 @@
 // every rank can see; without either, the job's initial weights), periodic
 // and requested saves (written in the background with checkpoint.async),
 // synchronous saves (final, cancel, preemption), in-memory snapshots, and
-// each outcome reported to the MetricsSink by rank 0.
+// each outcome reported to the MetricsSink by rank 0 — and when to take
+// them: at each step boundary (AtStepBoundary), what every rank agreed on
+// (preemption, a request, a cancel with a checkpoint) and what is due
+// (checkpoint.every_steps, checkpoint.snapshot_every_steps).
 //
 // Methods marked collective must be called by every rank at the same step
 // boundary. Runs on the training thread; not thread-safe.
@@ -24,18 +27,22 @@
 #include "common/step_metrics.h"
 #include "worker/background_checkpoint.h"
 #include "worker/checkpoint.h"
+#include "worker/step_control.h"
 
 namespace trainyard {
 
+class FlightRecorder;
 class Snapshots;
 
 class Checkpointer {
  public:
   // `state` gives the rank's training state whenever a save or a load needs
   // it (the step included). `sink` may be null. `snapshot_dir` empty: no
-  // in-memory snapshots.
+  // in-memory snapshots. `flight` (may be null) is told the phase when a
+  // boundary checkpoints or snapshots.
   Checkpointer(const JobSpec& spec, int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> pg,
-               const std::string& snapshot_dir, MetricsSink* sink, std::function<TrainingState()> state);
+               const std::string& snapshot_dir, MetricsSink* sink, std::function<TrainingState()> state,
+               FlightRecorder* flight = nullptr);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -58,6 +65,19 @@ class Checkpointer {
   // agreement (worker/step_control.h), and that agreement's outcome.
   SaveProgress progress() const { return background_->progress(); }
   void Advance(bool all_written, int32_t failed_rank);
+
+  // What a step boundary's checkpoints decided for the run.
+  struct Boundary {
+    bool stop = false;                  // the run ends here (agreed stop, cancel, preemption)
+    bool preempted = false;             // after a preemption checkpoint
+    std::string preemption_checkpoint;  // its path; empty when it failed
+  };
+  // Collective, after `step` (the steps done), with what every rank agreed
+  // for this boundary: a preemption checkpoint (then stop), else a requested
+  // one (synchronous when it ends the run: cancel with a checkpoint), else a
+  // periodic one when every_steps divides `step`; then, when the run goes
+  // on, an in-memory snapshot if one is due.
+  Boundary AtStepBoundary(const StepAgreement& agreed, int64_t step);
 
   // Collective: a save now, synchronously, after the background one in
   // flight; kAuto: PeriodicType().
@@ -93,6 +113,7 @@ class Checkpointer {
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   MetricsSink* const sink_;
   const std::function<TrainingState()> state_;
+  FlightRecorder* const flight_;
   std::map<std::string, Checkpointable*> extra_;
   std::unique_ptr<AsyncCheckpointer> background_;  // checkpoint.async
   std::unique_ptr<Snapshots> snapshots_;           // checkpoint.snapshot_every_steps

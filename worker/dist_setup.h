@@ -19,9 +19,9 @@
 
 #include "common/job_spec.h"
 #include "worker/collectives.h"
+#include "worker/dist_context.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
-#include "worker/trainer.h"
 
 namespace trainyard {
 

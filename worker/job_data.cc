@@ -2,8 +2,14 @@
 
 #include "common/llama_config.h"
 
+#include "worker/distributed_sampler.h"
 #include "worker/image_folder.h"
+#include "worker/mnist_dataset.h"
+#include "worker/offset_dataset.h"
+#include "worker/synthetic_dataset.h"
+#include "worker/synthetic_tokens.h"
 #include "worker/tensors_dataset.h"
+#include "worker/token_file.h"
 
 #include <random>
 #include <stdexcept>

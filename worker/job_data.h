@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
-#include "worker/data.h"
+#include "worker/data_loader.h"
 
 namespace trainyard {
 

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -222,6 +223,15 @@ class Llama final : public Model {
 
 std::shared_ptr<Model> BuildLlama(const LlamaConfig& config, int64_t context) {
   return std::make_shared<Llama>(config, context);
+}
+
+std::shared_ptr<Model> MakeLlama(const ModelSpec& spec) {
+  auto config = ReadLlamaConfig(LlamaConfigSource(spec));
+  if (!config.ok()) throw std::invalid_argument("model.config: " + std::string(config.status().message()));
+  if (auto s = CheckLlamaContext(*config, spec.context); !s.ok()) {
+    throw std::invalid_argument("model.context: " + std::string(s.message()));
+  }
+  return BuildLlama(*config, spec.context);
 }
 
 }  // namespace trainyard

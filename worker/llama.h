@@ -10,8 +10,9 @@
 
 #include <memory>
 
+#include "common/job_spec.h"
 #include "common/llama_config.h"
-#include "worker/models.h"
+#include "worker/model.h"
 
 namespace trainyard {
 
@@ -22,6 +23,11 @@ namespace trainyard {
 // N(0, initializer_range), biases 0, norms 1 — from the default generator
 // (BuildModel seeds it).
 std::shared_ptr<Model> BuildLlama(const LlamaConfig& config, int64_t context);
+
+// The model of `spec` (kind llama): its config.json read from model.config
+// (or init_from's directory) and checked against model.context. Throws
+// std::invalid_argument naming the field when it cannot be built.
+std::shared_ptr<Model> MakeLlama(const ModelSpec& spec);
 
 }  // namespace trainyard
 

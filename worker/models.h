@@ -1,50 +1,20 @@
-// Models a job can train, built from its ModelSpec. Every rank builds the
-// same initial weights from the job's seed.
+// Models a job can train, built from its ModelSpec: one constructor per
+// ModelKind, each declared in its model's own header (worker/mlp.h,
+// worker/llama.h, ...) and listed in the table of models.cc. Every rank
+// builds the same initial weights from the job's seed.
 #ifndef TRAINYARD_WORKER_MODELS_H_
 #define TRAINYARD_WORKER_MODELS_H_
 
-#include <torch/nn/module.h>
-
-#include <functional>
+#include <cstdint>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "common/job_spec.h"
+#include "worker/model.h"
 
 namespace trainyard {
 
-// One stage of a model's forward: what FSDP wraps by. `module` holds the
-// parameters the stage uses (a parameter used by several stages is shared).
-struct Layer {
-  std::string type;  // module type name, e.g. "Linear", "Conv2d", "Block"
-  std::shared_ptr<torch::nn::Module> module;
-  std::function<at::Tensor(const at::Tensor&)> forward;
-};
-
-// A classifier: input [batch, ...] → logits [batch, num_classes]. Its
-// forward is the composition of its layers, in order.
-class Model : public torch::nn::Module {
- public:
-  at::Tensor forward(const at::Tensor& input) {
-    at::Tensor x = input;
-    for (const Layer& layer : stages()) x = layer.forward(x);
-    return x;
-  }
-  virtual std::vector<Layer> layers() = 0;
-  // The layers as training runs them: those of the type given to
-  // CheckpointActivations recompute their forward in backward.
-  std::vector<Layer> stages();
-  // Activation checkpointing for every layer of `layer_type` ("" : none).
-  void CheckpointActivations(std::string layer_type) { checkpointed_type_ = std::move(layer_type); }
-  // Shape of one input sample, e.g. {784} or {1, 28, 28}.
-  virtual std::vector<int64_t> sample_shape() const = 0;
-
- private:
-  std::string checkpointed_type_;
-};
-
 // Builds the model with weights drawn from `seed` (identical on every rank).
+// Throws std::invalid_argument when the spec cannot be built.
 std::shared_ptr<Model> BuildModel(const ModelSpec& spec, uint64_t seed);
 
 }  // namespace trainyard

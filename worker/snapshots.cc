@@ -8,6 +8,8 @@
 
 #include "common/checkpoint_dir.h"
 #include "worker/checkpoint_internal.h"
+#include "worker/fsdp.h"
+#include "worker/models.h"
 
 namespace trainyard {
 namespace fs = std::filesystem;

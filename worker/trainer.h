@@ -1,64 +1,24 @@
-// Trainer: one rank's training loop — data, forward, backward (with DDP's
-// gradient allreduce), optimizer — plus the per-step control exchange that
-// makes every rank stop at the same step boundary. Runs on the calling
-// thread; LibTorch errors propagate as exceptions.
+// Trainer: one rank's training loop — data, forward and backward through the
+// job's ParallelModel (none, DDP or FSDP: worker/parallel_model.h), the loss
+// scale, clipping, the optimizer step — plus the per-step control exchange
+// that makes every rank stop at the same step boundary, where the
+// Checkpointer takes the checkpoints that boundary triggers. Runs on the
+// calling thread; LibTorch errors propagate as exceptions.
 #ifndef TRAINYARD_WORKER_TRAINER_H_
 #define TRAINYARD_WORKER_TRAINER_H_
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-
-#include <c10/core/Device.h>
-
-#include <atomic>
 #include <memory>
-#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/job_spec.h"
 #include "common/step_metrics.h"
 #include "worker/checkpoint.h"
 #include "worker/control.h"
-
-namespace torch::optim {
-class Optimizer;
-}
+#include "worker/dist_context.h"
+#include "worker/parallel_model.h"
 
 namespace trainyard {
-
-class Model;
-class DistributedDataParallel;
-class ShmCollectives;
-class Collectives;
-class FullyShardedModel;
-class FlightRecorder;
-
-// The communication a rank has: null pointers when world_size == 1.
-struct DistContext {
-  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
-  // Shared-memory collectives among ranks of one host, when available and
-  // selected (ddp.intra_host_transport); not owned.
-  ShmCollectives* shm = nullptr;
-  // FSDP: the ranks sharing one copy of the parameters, and the ranks
-  // holding the same shard (see FullyShardedModel); not owned.
-  Collectives* shard_group = nullptr;
-  Collectives* replicate_group = nullptr;
-  // This rank's device; unset: RankDevice(spec.device) (ranks as threads
-  // of one process, as tests run them, set it per rank).
-  std::optional<c10::Device> device;
-  // Where this job's in-memory snapshots live on this host (SnapshotDir of
-  // common/paths.h; the same path for every rank of the host). Empty:
-  // checkpoint.snapshot_every_steps is ignored.
-  std::string snapshot_dir;
-  // Where the trainer tells its phase (worker/flight_recorder.h); not owned.
-  FlightRecorder* flight_recorder = nullptr;
-  // FSDP, asynchronous checkpoints: a Gloo group over the same ranks as
-  // process_group, used by the background writers alone (FULL assembly).
-  c10::intrusive_ptr<c10d::ProcessGroup> checkpoint_group;
-  // The per-step agreement's own shared memory or group; null: it rides
-  // DDP's shared memory, or the process group. Not owned.
-  ShmCollectives* control_shm = nullptr;
-  c10::intrusive_ptr<c10d::ProcessGroup> control_group;
-};
 
 struct TrainResult {
   int64_t final_step = 0;
@@ -84,18 +44,15 @@ class Trainer {
   double Step();
 
   Model& model();
+  ParallelModel& parallel_model();
   // Null unless the job runs DDP over several ranks.
   DistributedDataParallel* ddp();
   // Null unless the job runs FSDP.
   FullyShardedModel* fsdp();
   torch::optim::Optimizer& optimizer();
 
-  // Bytes this rank holds now, counted from tensor storages (each storage
-  // once; freed FSDP buffers count zero).
-  struct MemoryBytes {
-    int64_t params = 0, grads = 0, optimizer = 0;
-    int64_t total() const { return params + grads + optimizer; }
-  };
+  // Bytes this rank holds now (ModelMemory).
+  using MemoryBytes = ModelMemory;
   MemoryBytes Memory() const;
   int64_t step() const;
 
@@ -122,7 +79,6 @@ class Trainer {
   const std::vector<std::string>& resume_notes() const;
 
  private:
-  at::Tensor Impl_Loss(const at::Tensor& output, const at::Tensor& targets) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -12,9 +12,11 @@
 #include "tests/worker/dist_test_util.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
+#include "worker/distributed_sampler.h"
 #include "worker/models.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
+#include "worker/synthetic_dataset.h"
 #include "worker/trainer.h"
 
 namespace trainyard {

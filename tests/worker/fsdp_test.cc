@@ -15,6 +15,7 @@
 #include "tests/worker/dist_test_util.h"
 #include "worker/data.h"
 #include "worker/process_group.h"
+#include "worker/synthetic_tokens.h"
 
 namespace trainyard {
 namespace {

@@ -16,13 +16,18 @@
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/data.h"
+#include "worker/data_loader.h"
 #include "worker/ddp.h"
+#include "worker/distributed_sampler.h"
 #include "worker/fsdp.h"
 #include "worker/job_data.h"
 #include "worker/loss_scaler.h"
+#include "worker/mnist_dataset.h"
 #include "worker/models.h"
 #include "worker/optimizer.h"
 #include "worker/safetensors.h"
+#include "worker/synthetic_dataset.h"
+#include "worker/token_file.h"
 
 namespace trainyard {
 namespace {

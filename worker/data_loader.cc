@@ -1,0 +1,132 @@
+#include "worker/data_loader.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace trainyard {
+
+struct DataLoader::Prefetch {
+  int workers = 0;
+  size_t capacity = 1;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;                       // guarded by mu
+  int64_t next_seq = 0, consumed_seq = 0;  // guarded by mu
+  // Where the workers plan the next batch from; guarded by mu.
+  int64_t epoch = 0, offset = 0;
+  std::vector<int64_t> indices;
+  struct Result {
+    Batch batch;
+    int64_t epoch = 0, end = 0;
+    std::exception_ptr error;
+  };
+  std::map<int64_t, Result> ready;  // by sequence number; guarded by mu
+  std::vector<std::thread> threads;
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler, int64_t batch_size,
+                       int num_workers, int prefetch_batches)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), batch_size_(batch_size) {
+  indices_ = sampler_.Indices(epoch_);
+  if (num_workers > 0) {
+    prefetch_ = std::make_unique<Prefetch>();
+    prefetch_->workers = num_workers;
+    prefetch_->capacity = static_cast<size_t>(std::max(std::max(prefetch_batches, num_workers), 1));
+    StartWorkers();
+  }
+}
+
+DataLoader::~DataLoader() { StopWorkers(); }
+
+DataLoader::Planned DataLoader::Plan(int64_t* epoch, int64_t* offset, std::vector<int64_t>* indices) const {
+  if (*offset >= static_cast<int64_t>(indices->size())) {
+    ++*epoch;
+    *offset = 0;
+    *indices = sampler_.Indices(*epoch);
+  }
+  const int64_t end = std::min<int64_t>(*offset + batch_size_, static_cast<int64_t>(indices->size()));
+  Planned p{*epoch, end, std::vector<int64_t>(indices->begin() + *offset, indices->begin() + end)};
+  *offset = end;
+  return p;
+}
+
+void DataLoader::StartWorkers() {
+  Prefetch& p = *prefetch_;
+  p.stop = false;
+  p.next_seq = p.consumed_seq = 0;
+  p.ready.clear();
+  p.epoch = epoch_;
+  p.offset = offset_;
+  p.indices = indices_;
+  for (int i = 0; i < p.workers; ++i) p.threads.emplace_back([this] { WorkerLoop(); });
+}
+
+void DataLoader::StopWorkers() {
+  if (!prefetch_) return;
+  Prefetch& p = *prefetch_;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.stop = true;
+  }
+  p.cv.notify_all();
+  for (std::thread& t : p.threads) t.join();
+  p.threads.clear();
+}
+
+void DataLoader::WorkerLoop() {
+  Prefetch& p = *prefetch_;
+  std::unique_lock<std::mutex> lock(p.mu);
+  while (true) {
+    p.cv.wait(lock, [&] { return p.stop || static_cast<size_t>(p.next_seq - p.consumed_seq) < p.capacity; });
+    if (p.stop) return;
+    const int64_t seq = p.next_seq++;
+    Planned planned = Plan(&p.epoch, &p.offset, &p.indices);
+    lock.unlock();
+    Prefetch::Result result{{}, planned.epoch, planned.end, nullptr};
+    try {
+      result.batch = dataset_->GetForEpoch(planned.indices, planned.epoch);
+    } catch (...) {
+      result.error = std::current_exception();
+    }
+    lock.lock();
+    p.ready[seq] = std::move(result);
+    p.cv.notify_all();
+  }
+}
+
+void DataLoader::Seek(int64_t epoch, int64_t offset) {
+  StopWorkers();
+  epoch_ = epoch;
+  offset_ = offset;
+  indices_ = sampler_.Indices(epoch_);
+  if (prefetch_) StartWorkers();
+}
+
+Batch DataLoader::Next() {
+  if (!prefetch_) {
+    Planned planned = Plan(&epoch_, &offset_, &indices_);
+    return dataset_->GetForEpoch(planned.indices, planned.epoch);
+  }
+  Prefetch& p = *prefetch_;
+  std::unique_lock<std::mutex> lock(p.mu);
+  p.cv.wait(lock, [&] { return p.ready.count(p.consumed_seq) > 0; });
+  auto node = p.ready.extract(p.consumed_seq);
+  ++p.consumed_seq;
+  lock.unlock();
+  p.cv.notify_all();
+  Prefetch::Result& r = node.mapped();
+  if (r.error) std::rethrow_exception(r.error);
+  // The position as if this batch had been read here.
+  if (r.epoch != epoch_) indices_ = sampler_.Indices(r.epoch);
+  epoch_ = r.epoch;
+  offset_ = r.end;
+  return std::move(r.batch);
+}
+
+}  // namespace trainyard

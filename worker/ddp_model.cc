@@ -1,0 +1,36 @@
+#include "worker/ddp_model.h"
+
+#include <torch/torch.h>
+
+#include "worker/ddp.h"
+#include "worker/models.h"
+#include "worker/optimizer.h"
+
+namespace trainyard {
+
+DdpModel::DdpModel(const JobSpec& spec, std::shared_ptr<Model> model, c10::Device device, const DistContext& dist)
+    : ParallelModel(spec, std::move(model), device, /*autocast=*/true),
+      ddp_(std::make_unique<DistributedDataParallel>(model_->parameters(), model_->buffers(), dist.process_group,
+                                                     spec.ddp, dist.shm)) {
+  optimizer_ = MakeOptimizer(spec.optimizer, model_->parameters());
+}
+
+DdpModel::~DdpModel() = default;
+
+void DdpModel::BeforeForward(bool sync) {
+  ddp_->SyncBuffers();
+  if (sync) ddp_->PrepareForward();
+}
+
+void DdpModel::Backward(const at::Tensor& loss, const at::Tensor& output, bool sync) {
+  // With find_unused_parameters the Reducer walks the graph from the outputs.
+  if (sync) {
+    ddp_->PrepareBackward(spec_.ddp.find_unused_parameters ? std::vector<at::Tensor>{output}
+                                                           : std::vector<at::Tensor>{});
+  }
+  loss.backward();
+}
+
+std::vector<at::Tensor> DdpModel::Parameters() const { return model_->parameters(); }
+
+}  // namespace trainyard
