@@ -3,8 +3,9 @@
 // agree on numbering and staging, a save is restored bit for bit by the
 // checkpointer of a later run and numbering goes on after it, background
 // saves are committed by Drain and reported once by rank 0, the final save
-// reuses a FULL save of the same step, and a newer in-memory snapshot wins
-// over the disk checkpoint.
+// reuses a FULL save of the same step, a newer in-memory snapshot wins
+// over the disk checkpoint, and step boundaries trigger the saves agreed on
+// and due.
 #include "worker/checkpointer.h"
 
 #include <gtest/gtest.h>
@@ -180,6 +181,54 @@ TEST(Checkpointer, ANewerSnapshotWinsOverTheDiskCheckpoint) {
     c.RemoveSnapshots();
   });
   EXPECT_TRUE(!fs::exists(snapshots) || fs::is_empty(snapshots)) << "rank 0 removed them";
+}
+
+// When to checkpoint: each step boundary takes what the ranks agreed on
+// (preemption before a request, a cancel's checkpoint synchronously) and
+// what is due (every_steps), and says whether the run stops there.
+TEST(Checkpointer, TheStepBoundaryTakesWhatIsAgreedAndWhatIsDue) {
+  TempDir dir;
+  JobSpec spec = SmallSpec(dir.path());
+  spec.checkpoint.every_steps = 2;
+  Events events;
+  WithCheckpointers(spec, &events, "", [&](int /*r*/, Rank& rank, Checkpointer& c) {
+    c.AgreeAndRestore();
+    rank.Perturb();
+    EXPECT_FALSE(c.AtStepBoundary(StepAgreement{}, 1).stop) << "nothing due at step 1";
+    rank.Perturb();
+    EXPECT_FALSE(c.AtStepBoundary(StepAgreement{}, 2).stop) << "periodic";
+    rank.Perturb();
+    StepAgreement request;
+    request.checkpoint = CheckpointType::kFull;
+    request.request_id = 5;
+    EXPECT_FALSE(c.AtStepBoundary(request, 3).stop);
+    rank.Perturb();
+    StepAgreement stop;
+    stop.stop = true;
+    Checkpointer::Boundary b = c.AtStepBoundary(stop, 4);
+    EXPECT_TRUE(b.stop);
+    EXPECT_FALSE(b.preempted);
+    rank.Perturb();
+    StepAgreement cancel = request;
+    cancel.request_id = 6;
+    cancel.stop_after = true;
+    EXPECT_TRUE(c.AtStepBoundary(cancel, 5).stop);
+    rank.Perturb();
+    StepAgreement preempt = request;
+    preempt.preempt = true;
+    b = c.AtStepBoundary(preempt, 6);
+    EXPECT_TRUE(b.stop);
+    EXPECT_TRUE(b.preempted);
+    EXPECT_EQ(fs::path(b.preemption_checkpoint).filename(), "checkpoint_4");
+    c.Drain();
+  });
+  std::vector<std::string> triggers;
+  for (const CheckpointEvent& e : events.saved) {
+    EXPECT_TRUE(e.ok) << e.error;
+    triggers.push_back(e.trigger + "@" + std::to_string(e.step) + "#" + std::to_string(e.request_id));
+  }
+  EXPECT_EQ(triggers,
+            (std::vector<std::string>{"periodic@2#0", "request@3#5", "periodic@4#0", "cancel@5#6", "preemption@6#0"}));
 }
 
 }  // namespace
