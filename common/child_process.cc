@@ -299,7 +299,7 @@ ChildOutput ChildProcess::Capture(std::chrono::steady_clock::time_point deadline
       break;
     }
     for (pollfd& p : fds) p.revents = 0;
-    if (poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) break;
+    if (poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 60'000))) < 0 && errno != EINTR) break;
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
