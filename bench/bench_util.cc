@@ -1,15 +1,15 @@
 #include "bench/bench_util.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
 
 #include "common/allocator_tuning.h"
+#include "common/child_process.h"
 #include "common/placement.h"
 
 namespace trainyard::bench {
@@ -64,46 +64,31 @@ std::string DescribeConditions() {
 
 nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const RunEnvironment& env,
                         const std::string& master_addr) {
-  const std::vector<std::pair<std::string, std::string>> variables = env.Variables();
   const int world = static_cast<int>(argvs.size());
   const int port = PickFreePortOn("127.0.0.1");
   if (port == 0) throw std::runtime_error("no free port on 127.0.0.1");
-  int pipefd[2];
-  if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
-  std::vector<pid_t> pids;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      if (r == 0) dup2(pipefd[1], 1);
-      close(pipefd[0]);
-      close(pipefd[1]);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("MASTER_ADDR", master_addr.c_str(), 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      // The variables of this environment, and no tuning inherited from ours.
-      unsetenv("MALLOC_MMAP_THRESHOLD_");
-      unsetenv("MALLOC_TRIM_THRESHOLD_");
-      for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
-      std::vector<char*> args;
-      for (const auto& a : argvs[r]) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
-      _exit(127);
-    }
-    pids.push_back(pid);
+    ChildPlan plan;
+    plan.argv = argvs[r];
+    plan.environment = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
+                        "MASTER_ADDR=" + master_addr, "MASTER_PORT=" + std::to_string(port)};
+    // The variables of this environment, and no tuning inherited from ours.
+    plan.unset = {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"};
+    for (const auto& [name, value] : env.Variables()) plan.environment.push_back(name + "=" + value);
+    if (r == 0) plan.fds[1] = ChildFd::Pipe();
+    absl::StatusOr<ChildProcess> rank = ChildProcess::Start(plan);
+    if (!rank.ok()) throw std::runtime_error(std::string(rank.status().message()));
+    ranks.push_back(std::move(*rank));
   }
-  close(pipefd[1]);
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(pipefd[0]);
+  // Rank 0's output to its end; the ranks still running when another
+  // fails are killed (and reaped) with `ranks`.
+  const std::string out =
+      ranks[0].Capture(std::chrono::steady_clock::time_point::max(), std::numeric_limits<size_t>::max()).streams[1];
   bool failed = false;
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  for (ChildProcess& rank : ranks) {
+    const ChildExit e = rank.Wait();
+    failed |= !e.exited() || e.code != 0;
   }
   if (failed) throw std::runtime_error("a rank of " + argvs[0][0] + " failed");
   std::istringstream lines(out);
@@ -113,6 +98,11 @@ nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, cons
   }
   if (last.empty()) throw std::runtime_error("no JSON result from " + argvs[0][0]);
   return nlohmann::json::parse(last);
+}
+
+nlohmann::json RunRanks(int world, const std::vector<std::string>& argv, const RunEnvironment& env,
+                        const std::string& master_addr) {
+  return RunRanks(std::vector<std::vector<std::string>>(static_cast<size_t>(world), argv), env, master_addr);
 }
 
 }  // namespace trainyard::bench

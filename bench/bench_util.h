@@ -1,6 +1,6 @@
 // Helpers shared by the benchmark programs: statistics over steps, the
-// environment both sides of a comparison run under, and running ranks as
-// child processes.
+// environment both sides of a comparison run under, running ranks as child
+// processes, and a rank's step times.
 #ifndef TRAINYARD_BENCH_BENCH_UTIL_H_
 #define TRAINYARD_BENCH_BENCH_UTIL_H_
 
@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/step_metrics.h"
 
 namespace trainyard::bench {
 
@@ -48,6 +50,26 @@ std::string DescribeConditions();
 // of every comparison are started here.
 nlohmann::json RunRanks(const std::vector<std::vector<std::string>>& argvs, const RunEnvironment& env,
                         const std::string& master_addr = "127.0.0.1");
+// The same, with `argv` for each of `world` ranks.
+nlohmann::json RunRanks(int world, const std::vector<std::string>& argv, const RunEnvironment& env,
+                        const std::string& master_addr = "127.0.0.1");
+
+// A rank's steps as both sides are measured: the compute time (the step
+// less its wait for data) of each step after the first `warmup`, and the
+// last step's numbers.
+class StepTimes final : public MetricsSink {
+ public:
+  explicit StepTimes(int warmup) : warmup_(warmup) {}
+  void OnStep(const StepMetrics& m) override {
+    if (m.step > warmup_) seconds.push_back(m.step_seconds - m.data_seconds);
+    last = m;
+  }
+  std::vector<double> seconds;
+  StepMetrics last;
+
+ private:
+  int warmup_;
+};
 
 }  // namespace trainyard::bench
 

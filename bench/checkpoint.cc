@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
                                 std::to_string(vocab),
                                 "--repeats",
                                 std::to_string(repeats)};
-  auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a), bench::OurSettings());
+  auto j = bench::RunRanks(2, a, bench::OurSettings());
   std::cout << "| layout | bytes (MB) | save s min | median | max | save MB/s (median) | dd conv=fsync MB/s "
                "(same bytes, alternating; median) | save / dd | load s min | median | max | load MB/s (median) |\n"
                "|---|---|---|---|---|---|---|---|---|---|---|---|\n";

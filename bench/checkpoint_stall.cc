@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
                                 std::to_string(o.rounds),
                                 "--warmup",
                                 std::to_string(o.warmup)};
-  auto j = bench::RunRanks(std::vector<std::vector<std::string>>(2, a), bench::OurSettings());
+  auto j = bench::RunRanks(2, a, bench::OurSettings());
   auto median = [](const nlohmann::json& v) {
     return v.is_array() && !v.empty() ? bench::Summarize(v.get<std::vector<double>>()).median : 0.0;
   };

@@ -123,7 +123,7 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
 }
 
 nlohmann::json RunProcesses(const std::vector<std::string>& argv, int world, const bench::RunEnvironment& env) {
-  return bench::RunRanks(std::vector<std::vector<std::string>>(static_cast<size_t>(world), argv), env);
+  return bench::RunRanks(world, argv, env);
 }
 
 std::vector<double> SamplesPerSecond(const nlohmann::json& j, int64_t batch) {

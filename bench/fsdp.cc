@@ -74,20 +74,6 @@ JobSpec SpecFor(const Setup& setup, int world, int steps) {
   return spec;
 }
 
-class Sink final : public MetricsSink {
- public:
-  explicit Sink(int warmup) : warmup_(warmup) {}
-  void OnStep(const StepMetrics& m) override {
-    if (m.step > warmup_) seconds.push_back(m.step_seconds - m.data_seconds);
-    last = m;
-  }
-  std::vector<double> seconds;
-  StepMetrics last;
-
- private:
-  int warmup_;
-};
-
 int RunRank(int setup_index, int steps, int warmup) {
   TuneAllocator();  // as trainyard-worker does
   at::set_num_threads(1);
@@ -101,7 +87,7 @@ int RunRank(int setup_index, int steps, int warmup) {
   ro.timeout = std::chrono::minutes(5);
   spec.backend = Backend::kGloo;
   const DistSetup dist = SetUpDistributed(spec, ro);
-  Sink sink(warmup);
+  bench::StepTimes sink(warmup);
   Trainer trainer(spec, rank, world, dist.context(), &sink, nullptr);
   trainer.Run();
   dist.world->barrier()->wait();
@@ -179,7 +165,7 @@ int main(int argc, char** argv) {
                "--warmup",
                std::to_string(warmup)};
         }
-        auto j = bench::RunRanks(std::vector<std::vector<std::string>>(world, a), env);
+        auto j = bench::RunRanks(world, a, env);
         for (double x : j["seconds"].get<std::vector<double>>()) seconds[i].push_back(x);
         last[i] = j;
       }

@@ -99,22 +99,6 @@ JobSpec ResNetSpec(int world, int steps) {
   return spec;
 }
 
-class Sink final : public MetricsSink {
- public:
-  explicit Sink(int warmup) : warmup_(warmup) {}
-  void OnStep(const StepMetrics& m) override {
-    if (m.step <= warmup_) return;
-    seconds.push_back(m.step_seconds - m.data_seconds);
-    model_flops = m.model_flops;
-    peak_flops = m.peak_flops;
-  }
-  std::vector<double> seconds;
-  double model_flops = 0, peak_flops = 0;
-
- private:
-  int warmup_;
-};
-
 DistSetup Rendezvous(const JobSpec& spec, int rank, int world) {
   if (world == 1) return {};
   RendezvousOptions ro;
@@ -133,7 +117,7 @@ int RunTrainRank(const JobSpec& spec, int warmup) {
   const c10::Device device = RankDevice(spec.device);
   UseDevice(device);
   DistSetup dist = Rendezvous(spec, rank, world);
-  Sink sink(warmup);
+  bench::StepTimes sink(warmup);
   int64_t parameters = 0;
   {
     Trainer trainer(spec, rank, world, dist.context(), &sink, nullptr);
@@ -144,8 +128,8 @@ int RunTrainRank(const JobSpec& spec, int warmup) {
   if (rank == 0) {
     const auto memory = ReadDeviceMemory(device);
     std::cout << nlohmann::json{{"seconds", sink.seconds},
-                                {"model_flops", sink.model_flops},
-                                {"peak_flops", sink.peak_flops},
+                                {"model_flops", sink.last.model_flops},
+                                {"peak_flops", sink.last.peak_flops},
                                 {"device", DeviceName(device)},
                                 {"device_peak_bytes", memory ? memory->peak_allocated : 0},
                                 {"parameters", parameters}}
@@ -215,7 +199,7 @@ nlohmann::json RunRow(const Row& r) {
   const auto t0 = std::chrono::steady_clock::now();
   nlohmann::json result;
   try {
-    result = bench::RunRanks(std::vector<std::vector<std::string>>(r.world, r.argv), r.env);
+    result = bench::RunRanks(r.world, r.argv, r.env);
   } catch (const std::exception& e) {
     result = nlohmann::json{{"error", e.what()}};
   }

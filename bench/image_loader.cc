@@ -209,7 +209,7 @@ int Run(const std::string& python, int steps, int rounds, int warmup, char** arg
                                             std::to_string(per_round),
                                             "--warmup",
                                             std::to_string(warmup)};
-        auto j = bench::RunRanks({a, a}, bench::OurSettings());
+        auto j = bench::RunRanks(2, a, bench::OurSettings());
         for (double x : j["seconds"].get<std::vector<double>>()) seconds[s].push_back(x);
         for (double x : j["wait"].get<std::vector<double>>()) wait[s].push_back(x);
       }

@@ -83,18 +83,6 @@ JobSpec SpecFor(const Setup& setup, const std::string& config_dir, int steps) {
   return spec;
 }
 
-class Sink final : public MetricsSink {
- public:
-  explicit Sink(int warmup) : warmup_(warmup) {}
-  void OnStep(const StepMetrics& m) override {
-    if (m.step > warmup_) seconds.push_back(m.step_seconds - m.data_seconds);
-  }
-  std::vector<double> seconds;
-
- private:
-  int warmup_;
-};
-
 int RunRank(int setup_index, const std::string& config_dir, int steps, int warmup) {
   TuneAllocator();  // as trainyard-worker does
   at::set_num_threads(1);
@@ -110,7 +98,7 @@ int RunRank(int setup_index, const std::string& config_dir, int steps, int warmu
     ro.timeout = std::chrono::minutes(5);
     dist = SetUpDistributed(spec, ro);
   }
-  Sink sink(warmup);
+  bench::StepTimes sink(warmup);
   int64_t parameters = 0;
   {
     Trainer trainer(spec, rank, world, dist.context(), &sink, nullptr);
@@ -211,7 +199,7 @@ int main(int argc, char** argv) {
   std::vector<nlohmann::json> last(rows.size());
   for (int round = 0; round < rounds; ++round) {
     for (size_t i = 0; i < rows.size(); ++i) {
-      auto j = bench::RunRanks(std::vector<std::vector<std::string>>(rows[i].world, rows[i].argv), rows[i].env);
+      auto j = bench::RunRanks(rows[i].world, rows[i].argv, rows[i].env);
       for (double x : j["seconds"].get<std::vector<double>>()) seconds[i].push_back(x);
       last[i] = j;
     }

@@ -106,9 +106,7 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
     req.set_accelerate_config(text.str());
   }
   v1::SubmitJobResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->SubmitJob(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::SubmitJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
   if (s.options.output == OutputFormat::kJson && !watch) {
     s.PrintJob(resp.job());
@@ -136,9 +134,7 @@ int Trainctl::List(const std::string& state_filter, int64_t limit, bool all_user
   v1::ListJobsResponse resp;
   do {
     v1::ListJobsResponse page;
-    grpc::ClientContext ctx;
-    s.Deadline(&ctx);
-    grpc::Status st = s.stub->ListJobs(&ctx, req, &page);
+    grpc::Status st = s.Call(&v1::JobService::Stub::ListJobs, req, &page);
     if (!st.ok()) return s.Fail(st);
     for (v1::Job& j : *page.mutable_jobs()) {
       if (limit > 0 && resp.jobs_size() >= limit) break;
@@ -174,9 +170,7 @@ int Trainctl::Queue(bool all_users) {
   v1::GetQueueRequest req;
   req.set_all_users(all_users);
   v1::GetQueueResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->GetQueue(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::GetQueue, req, &resp);
   if (!st.ok()) return s.Fail(st);
   if (s.options.output == OutputFormat::kJson) {
     s.out << QueueJson(resp).dump(2) << "\n";
@@ -191,9 +185,7 @@ int Trainctl::Get(const std::string& id) {
   v1::GetJobRequest req;
   req.set_id(id);
   v1::GetJobResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->GetJob(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::GetJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
   s.PrintJob(resp.job());
   return 0;
@@ -281,9 +273,7 @@ int Trainctl::Cancel(const std::string& id, bool wait, bool checkpoint) {
   req.set_id(id);
   req.set_checkpoint(checkpoint);
   v1::CancelJobResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->CancelJob(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::CancelJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
   if (!wait || IsTerminalProto(resp.job().state())) {
     s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — "
@@ -306,10 +296,7 @@ int Trainctl::Checkpoint(const std::string& id, const std::string& type, bool wa
   req.set_type(ToProto(ValueOf(kCheckpointTypeNames, type).value_or(CheckpointType::kAuto)));
   req.set_wait(wait);
   v1::CheckpointJobResponse resp;
-  grpc::ClientContext ctx;
-  s.Authorize(&ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() + (wait ? wait_for : s.options.rpc_timeout));
-  grpc::Status st = s.stub->CheckpointJob(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::CheckpointJob, req, &resp, wait ? wait_for : s.options.rpc_timeout);
   if (wait && st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
       Impl::LastState(s, id) != v1::JOB_STATE_UNSPECIFIED) {
     // The server answers: the checkpoint did not come within --wait.
@@ -336,9 +323,7 @@ int Trainctl::Checkpoints(const std::string& id) {
   v1::ListCheckpointsRequest req;
   req.set_id(id);
   v1::ListCheckpointsResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->ListCheckpoints(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::ListCheckpoints, req, &resp);
   if (!st.ok()) return s.Fail(st);
   if (s.options.output == OutputFormat::kJson) {
     ordered_json all = ordered_json::array();
@@ -368,9 +353,7 @@ int Trainctl::Resume(const std::string& id, const std::string& from, int num_pro
   req.set_from(from);
   req.set_num_processes(num_processes);
   v1::ResumeJobResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->ResumeJob(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::ResumeJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
   s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — " << resp.job().reason() << "\n";
   return watch ? Watch(id) : 0;
@@ -381,9 +364,7 @@ int Trainctl::JoinInfo(const std::string& id) {
   v1::GetJoinInfoRequest req;
   req.set_id(id);
   v1::GetJoinInfoResponse resp;
-  grpc::ClientContext ctx;
-  s.Deadline(&ctx);
-  grpc::Status st = s.stub->GetJoinInfo(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::GetJoinInfo, req, &resp);
   if (!st.ok()) return s.Fail(st);
   if (s.options.output == OutputFormat::kJson) {
     nlohmann::json j = {{"job_id", resp.job_id()},
@@ -409,10 +390,7 @@ int Trainctl::Diagnose(const std::string& id, std::chrono::milliseconds wait, in
   req.set_id(id);
   req.set_timeout_ms(static_cast<int32_t>(wait.count()));
   v1::DiagnoseJobResponse resp;
-  grpc::ClientContext ctx;
-  s.Authorize(&ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() + wait + s.options.rpc_timeout);
-  grpc::Status st = s.stub->DiagnoseJob(&ctx, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::DiagnoseJob, req, &resp, wait + s.options.rpc_timeout);
   if (!st.ok()) return s.Fail(st);
   const double now = static_cast<double>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())

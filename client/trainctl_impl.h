@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -39,9 +40,16 @@ struct Trainctl::Impl {
     if (!options.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options.token);
   }
 
-  void Deadline(grpc::ClientContext* ctx) const {
-    Authorize(ctx);
-    ctx->set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
+  // One unary call to the server with the token and a deadline `timeout`
+  // from now (--timeout's when not given): s.Call(&v1::JobService::Stub::GetJob, req, &resp).
+  template <typename Request, typename Response>
+  grpc::Status Call(grpc::Status (v1::JobService::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& req, Response* resp,
+                    std::optional<std::chrono::milliseconds> timeout = std::nullopt) const {
+    grpc::ClientContext ctx;
+    Authorize(&ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout.value_or(options.rpc_timeout));
+    return (stub.get()->*rpc)(&ctx, req, resp);
   }
 
   // Prints an RPC failure the way a person needs it; returns the exit code.
@@ -110,9 +118,7 @@ struct Trainctl::Impl {
     v1::GetJobRequest req;
     req.set_id(id);
     v1::GetJobResponse resp;
-    grpc::ClientContext ctx;
-    s.Deadline(&ctx);
-    if (!s.stub->GetJob(&ctx, req, &resp).ok()) return v1::JOB_STATE_UNSPECIFIED;
+    if (!s.Call(&v1::JobService::Stub::GetJob, req, &resp).ok()) return v1::JOB_STATE_UNSPECIFIED;
     return resp.job().state();
   }
 };

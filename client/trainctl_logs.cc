@@ -19,9 +19,7 @@ int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
     req.set_attempt(attempt);
     req.set_tail_bytes(o.limit_bytes);
     req.set_offset(offset);
-    grpc::ClientContext ctx;
-    s.Deadline(&ctx);
-    return s.stub->GetLogs(&ctx, req, resp);
+    return s.Call(&v1::JobService::Stub::GetLogs, req, resp);
   };
   // The last `tail_lines` lines of a log's end.
   auto print_tail = [&](const v1::GetLogsResponse& resp) {
@@ -47,9 +45,7 @@ int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
     v1::GetJobRequest req;
     req.set_id(id);
     v1::GetJobResponse job;
-    grpc::ClientContext ctx;
-    s.Deadline(&ctx);
-    if (grpc::Status st = s.stub->GetJob(&ctx, req, &job); !st.ok()) return s.Fail(st);
+    if (grpc::Status st = s.Call(&v1::JobService::Stub::GetJob, req, &job); !st.ok()) return s.Fail(st);
     attempts.clear();
     for (int a = 1; a <= job.job().attempt(); ++a) attempts.push_back(a);
     if (attempts.empty()) attempts.push_back(0);  // not started: the server says so

@@ -1,6 +1,5 @@
-// Starting other programs: the environment a child gets, and running a
-// short helper program to read what it prints (no shell, the arguments
-// passed as they are).
+// Running a short helper program to read what it prints (no shell, the
+// arguments passed as they are), on ChildProcess.
 #ifndef TRAINYARD_COMMON_SUBPROCESS_H_
 #define TRAINYARD_COMMON_SUBPROCESS_H_
 
@@ -11,13 +10,6 @@
 #include "absl/status/statusor.h"
 
 namespace trainyard {
-
-// This process's environment with `overrides` ("NAME=value") added: entries
-// of the same names are dropped first. For a child's execve; the strings
-// must outlive the pointers made from them (ExecEnvironment).
-std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrides);
-// The null-terminated pointer array execve takes, into `env`.
-std::vector<char*> ExecEnvironment(std::vector<std::string>& env);
 
 struct CapturedRun {
   int exit_code = -1;  // the program's exit status; -1 when a signal ended it (the timeout's SIGKILL too)

@@ -1,7 +1,5 @@
 // LocalLauncher: one trainyard-worker process per rank, forked on this host.
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include "absl/status/statusor.h"
 
@@ -12,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -19,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/subprocess.h"
+#include "common/child_process.h"
 #include "server/launcher.h"
 
 namespace trainyard {
@@ -70,6 +69,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Proc {
   pid_t pid = -1;
+  ChildProcess child;  // none when adopted
   std::string job_id;
   int32_t attempt = 0;
   int32_t rank = 0;
@@ -78,6 +78,15 @@ struct Proc {
   bool adopted = false;
   bool term_sent = false;
   Clock::time_point kill_at = Clock::time_point::max();
+
+  // Sends `sig` to the worker's process group.
+  void Send(int sig) const {
+    if (adopted) {
+      Signal(pid, sig);
+    } else {
+      child.Signal(sig);
+    }
+  }
 };
 
 class LocalLauncher final : public Launcher {
@@ -91,15 +100,13 @@ class LocalLauncher final : public Launcher {
     {
       absl::MutexLock lock(&mu_);
       shutting_down_ = true;
-      for (auto& [pid, p] : procs_) Signal(pid, SIGKILL);
+      for (auto& [pid, p] : procs_) p.Send(SIGKILL);
     }
     cv_.SignalAll();
     reaper_.join();
-    // Reap what the loop left (it stops at shutdown).
+    // Reap what the loop left (it stops at shutdown): ChildProcess does.
     absl::MutexLock lock(&mu_);
-    for (auto& [pid, p] : procs_) {
-      if (!p.adopted) waitpid(pid, nullptr, 0);
-    }
+    procs_.clear();
   }
 
   absl::Status Launch(const LaunchRequest& r) override {
@@ -141,18 +148,24 @@ class LocalLauncher final : public Launcher {
       std::vector<std::string> env = {absl::StrCat("LOCAL_RANK=", rank),
                                       absl::StrCat("LOCAL_WORLD_SIZE=", r.world_size)};
       if (!r.gpus.empty()) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", r.gpus.at(rank)));
-      absl::StatusOr<pid_t> pid = Spawn(args, log_path, r.token, env);
-      if (!pid.ok()) {
+      absl::StatusOr<ChildProcess> child = Spawn(args, log_path, r.token, env);
+      if (!child.ok()) {
         absl::MutexLock lock(&mu_);
         for (pid_t p : started) {
-          kill(-p, SIGKILL);
+          procs_[p].Send(SIGKILL);
           procs_[p].term_sent = true;
         }
-        return pid.status();
+        return child.status();
       }
-      started.push_back(*pid);
+      const pid_t pid = child->pid();
+      started.push_back(pid);
       absl::MutexLock lock(&mu_);
-      procs_[*pid] = Proc{*pid, r.job_id, r.attempt, rank};
+      Proc& p = procs_[pid];
+      p.pid = pid;
+      p.child = std::move(*child);
+      p.job_id = r.job_id;
+      p.attempt = r.attempt;
+      p.rank = rank;
     }
     cv_.SignalAll();
     return absl::OkStatus();
@@ -164,7 +177,7 @@ class LocalLauncher final : public Launcher {
       if (p.job_id != job_id || p.attempt != attempt || p.term_sent) continue;
       // SIGINT: stop now, no checkpoint (SIGTERM asks a worker to checkpoint
       // first: preemption).
-      Signal(pid, SIGINT);
+      p.Send(SIGINT);
       p.term_sent = true;
       p.kill_at = Clock::now() + options_.stop_grace;
     }
@@ -202,15 +215,20 @@ class LocalLauncher final : public Launcher {
         }
         continue;
       }
-      Proc p{it->second, r.job_id, r.attempt, rank};
+      Proc& p = procs_[it->second];
+      p.pid = it->second;
+      p.job_id = r.job_id;
+      p.attempt = r.attempt;
+      p.rank = rank;
       p.adopted = true;
-      procs_[it->second] = p;
     }
     cv_.SignalAll();
   }
 
   void Detach() override {
     absl::MutexLock lock(&mu_);
+    // They run on without this launcher: given up, neither killed nor reaped.
+    for (auto& [pid, p] : procs_) p.child.Release();
     procs_.clear();
     pending_.clear();
   }
@@ -224,45 +242,17 @@ class LocalLauncher final : public Launcher {
 
  private:
   // The worker's token travels in its environment, not on the command line,
-  // so `ps` does not show it.
-  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log_path,
-                              const std::string& token, const std::vector<std::string>& extra_env) {
-    int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-    if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", strerror(errno)));
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings = extra_env;
-    env_strings.push_back("TRAINYARD_WORKER_TOKEN=" + token);
-    env_strings = EnvironmentWith(env_strings);
-    std::vector<char*> envp = ExecEnvironment(env_strings);
-
-    pid_t pid = fork();
-    if (pid < 0) {
-      close(log_fd);
-      return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", strerror(errno)));
-    }
-    if (pid == 0) {
-      // Child: own process group (so a stop reaches its threads' children
-      // too), default signal mask and handlers, logs on stdout/stderr.
-      setpgid(0, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      int devnull = open("/dev/null", O_RDONLY);
-      if (devnull >= 0) dup2(devnull, 0);
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
-      execve(argv[0], argv.data(), envp.data());
-      dprintf(2, "trainyard: exec %s failed: %s\n", argv[0], strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);  // also from the parent, so kill(-pid) never races the child
-    close(log_fd);
-    return pid;
+  // so `ps` does not show it. The worker leads its own process group (so a
+  // stop reaches its threads' children too) and logs to `log_path`.
+  absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& args, const std::string& log_path,
+                                     const std::string& token, const std::vector<std::string>& extra_env) {
+    ChildPlan plan;
+    plan.argv = args;
+    plan.environment = extra_env;
+    plan.environment.push_back("TRAINYARD_WORKER_TOKEN=" + token);
+    plan.fds = {{0, ChildFd::Null()}, {1, ChildFd::AppendTo(log_path)}, {2, ChildFd::SameAs(1)}};
+    plan.group = ChildPlan::Group::kNewGroup;
+    return ChildProcess::Start(plan);
   }
 
   void ReapLoop() {
@@ -275,7 +265,7 @@ class LocalLauncher final : public Launcher {
         if (p.adopted) {
           if (IsWorkerOf(CommandLine(std::to_string(p.pid)), options_.worker_binary, p.job_id, p.attempt, p.rank)) {
             if (p.term_sent && Clock::now() >= p.kill_at) {
-              Signal(p.pid, SIGKILL);
+              p.Send(SIGKILL);
               p.kill_at = Clock::time_point::max();
             }
             ++it;
@@ -285,22 +275,20 @@ class LocalLauncher final : public Launcher {
           it = procs_.erase(it);
           continue;
         }
-        int status = 0;
-        pid_t r = waitpid(p.pid, &status, WNOHANG);
-        if (r == p.pid || (r < 0 && errno == ECHILD)) {
-          // Not our child any more (reaped elsewhere): an exit we cannot read.
+        if (std::optional<ChildExit> end = p.child.Poll()) {
+          // Unknown: not our child any more (reaped elsewhere).
           RankExit e = RankExit::Unknown(p.job_id, p.attempt, p.rank,
                                          absl::StrCat("rank ", p.rank, " ended; its exit status could not be read"));
-          if (r == p.pid && WIFSIGNALED(status)) e = RankExit::Killed(p.job_id, p.attempt, p.rank, WTERMSIG(status));
-          if (r == p.pid && WIFEXITED(status)) e = RankExit::Exited(p.job_id, p.attempt, p.rank, WEXITSTATUS(status));
+          if (end->signaled()) e = RankExit::Killed(p.job_id, p.attempt, p.rank, end->signal);
+          if (end->exited()) e = RankExit::Exited(p.job_id, p.attempt, p.rank, end->code);
           // Anything the worker left in its process group goes with it.
-          kill(-p.pid, SIGKILL);
+          p.Send(SIGKILL);
           exits.push_back(e);
           it = procs_.erase(it);
           continue;
         }
         if (p.term_sent && Clock::now() >= p.kill_at) {
-          kill(-p.pid, SIGKILL);
+          p.Send(SIGKILL);
           p.kill_at = Clock::time_point::max();
         }
         ++it;

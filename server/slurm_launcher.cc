@@ -5,11 +5,7 @@
 // <log_dir>/rank-<r>.exit. A thread
 // polls those files and `squeue`; ranks still unaccounted for when Slurm says
 // the job has ended were killed.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -28,7 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "common/subprocess.h"
+#include "common/child_process.h"
 #include "server/launcher.h"
 #include "server/slurm_batch.h"
 #include "spdlog/spdlog.h"
@@ -48,79 +45,25 @@ struct CommandResult {
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
                          std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   CommandResult res;
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-    res.err = strerror(errno);
+  ChildPlan plan;
+  plan.argv = argv;
+  plan.environment = extra_env;
+  plan.fds = {{0, ChildFd::Null()}, {1, ChildFd::Pipe()}, {2, ChildFd::Pipe()}};
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
+  if (!child.ok()) {
+    // As a shell reports a program it cannot run.
+    res.exit_code = 127;
+    res.err = std::string(child.status().message());
     return res;
   }
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    res.err = strerror(errno);
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    return res;
-  }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> env_strings = EnvironmentWith(extra_env);
-  std::vector<char*> envp = ExecEnvironment(env_strings);
-
-  const pid_t pid = fork();
-  if (pid < 0) {
-    res.err = strerror(errno);
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-    return res;
-  }
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    execvpe(args[0], args.data(), envp.data());
-    dprintf(2, "cannot run %s: %s", args[0], strerror(errno));
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  const auto deadline = Clock::now() + timeout;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  bool timed_out = false;
-  while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    if (poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[4096];
-      const ssize_t n = read(fds[i].fd, buf, sizeof(buf));
-      if (n > 0) {
-        (i == 0 ? res.out : res.err).append(buf, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (auto& f : fds) {
-    if (f.fd >= 0) close(f.fd);
-  }
-  if (timed_out) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out) {
+  ChildOutput out = child->Capture(Clock::now() + timeout, std::numeric_limits<size_t>::max());
+  if (out.timed_out) {
     res.err = absl::StrCat(argv[0], " did not answer within ", timeout.count(), " ms");
     return res;
   }
-  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  res.out = std::move(out.streams[1]);
+  res.err = std::move(out.streams[2]);
+  res.exit_code = out.exit.ShellCode();
   return res;
 }
 

@@ -61,10 +61,22 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE INDEX IF NOT EXISTS checkpoints_by_job ON checkpoints(job_id, seq);
 )sql";
 
-constexpr const char* kJobColumns =
-    "id, name, state, reason, spec_json, num_processes, max_steps, step, loss, first_loss, "
-    "samples_per_second, created_ms, started_ms, ended_ms, attempt, failed_rank, worker_token, owner, grp, "
-    "priority";
+// The jobs table's columns: the statements name them, and bind and read
+// them by these names (BindJob, ReadJob).
+constexpr const char* kJobColumnNames[] = {
+    "id",         "name",     "state",   "reason",      "spec_json",          "num_processes",
+    "max_steps",  "step",     "loss",    "first_loss",  "samples_per_second", "created_ms",
+    "started_ms", "ended_ms", "attempt", "failed_rank", "worker_token",       "owner",
+    "grp",        "priority"};
+
+// The job columns joined as `format` makes each ("id" -> "id", ":id", "id=:id").
+template <typename F>
+std::string JobColumns(F format) {
+  std::string out;
+  for (const char* c : kJobColumnNames) absl::StrAppend(&out, out.empty() ? "" : ", ", format(std::string(c)));
+  return out;
+}
+const std::string kJobColumns = JobColumns([](const std::string& c) { return c; });
 
 // Owns one prepared statement.
 class Stmt {
@@ -81,12 +93,27 @@ class Stmt {
   }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  // Binds the parameter `:name`.
+  template <typename T>
+  void Bind(const std::string& name, const T& v) {
+    Bind(sqlite3_bind_parameter_index(stmt_, (":" + name).c_str()), v);
+  }
   std::string Text(int i) {
     const unsigned char* t = sqlite3_column_text(stmt_, i);
     return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(stmt_, i)) : std::string();
   }
   int64_t Int(int i) { return sqlite3_column_int64(stmt_, i); }
   double Real(int i) { return sqlite3_column_double(stmt_, i); }
+  // The result's column `name` (-1, read as NULL, when there is none).
+  int Column(std::string_view name) {
+    for (int i = 0; i < sqlite3_column_count(stmt_); ++i) {
+      if (name == sqlite3_column_name(stmt_, i)) return i;
+    }
+    return -1;
+  }
+  std::string Text(std::string_view name) { return Text(Column(name)); }
+  int64_t Int(std::string_view name) { return Int(Column(name)); }
+  double Real(std::string_view name) { return Real(Column(name)); }
 
  private:
   sqlite3_stmt* stmt_ = nullptr;
@@ -116,8 +143,8 @@ class SqliteJobStore final : public JobStore {
   absl::Status Insert(const JobRecord& job, const JobEvent& event) override {
     absl::MutexLock lock(&mu_);
     if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
-    Stmt st(db_,
-            absl::StrCat("INSERT INTO jobs (", kJobColumns, ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?);"));
+    Stmt st(db_, absl::StrCat("INSERT INTO jobs (", kJobColumns, ") VALUES (",
+                              JobColumns([](const std::string& c) { return ":" + c; }), ");"));
     if (!st.ok()) return Rollback(Error("prepare insert"));
     BindJob(st, job);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("insert job " + job.id));
@@ -128,12 +155,8 @@ class SqliteJobStore final : public JobStore {
   absl::Status Update(const JobRecord& job, const JobEvent* event) override {
     absl::MutexLock lock(&mu_);
     if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
-    Stmt st(db_,
-            "UPDATE jobs SET id=?1, name=?2, state=?3, reason=?4, spec_json=?5, num_processes=?6, "
-            "max_steps=?7, step=?8, loss=?9, first_loss=?10, samples_per_second=?11, created_ms=?12, "
-            "started_ms=?13, ended_ms=?14, attempt=?15, failed_rank=?16, worker_token=?17, "
-            "owner=?18, grp=?19, priority=?20 "
-            "WHERE id=?1;");
+    Stmt st(db_, absl::StrCat("UPDATE jobs SET ", JobColumns([](const std::string& c) { return c + "=:" + c; }),
+                              " WHERE id=:id;"));
     if (!st.ok()) return Rollback(Error("prepare update"));
     BindJob(st, job);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("update job " + job.id));
@@ -203,7 +226,7 @@ class SqliteJobStore final : public JobStore {
         break;
       }
       page.last = st.Int(0);
-      page.jobs.push_back(ReadJob(st, 1));
+      page.jobs.push_back(ReadJob(st));
     }
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Error("list jobs");
     return page;
@@ -231,22 +254,23 @@ class SqliteJobStore final : public JobStore {
     absl::MutexLock lock(&mu_);
     Stmt st(db_,
             "INSERT INTO checkpoints (job_id, attempt, idx, step, type, trigger, request_id, path, bytes, seconds, "
-            "unix_ms, ok, error) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?);");
+            "unix_ms, ok, error) VALUES (:job_id, :attempt, :idx, :step, :type, :trigger, :request_id, :path, :bytes, "
+            ":seconds, :unix_ms, :ok, :error);");
     if (!st.ok()) return Error("prepare checkpoint");
     const CheckpointEvent& c = r.checkpoint;
-    st.Bind(1, id);
-    st.Bind(2, static_cast<int64_t>(r.attempt));
-    st.Bind(3, c.index);
-    st.Bind(4, c.step);
-    st.Bind(5, std::string(CheckpointTypeName(c.type)));
-    st.Bind(6, c.trigger);
-    st.Bind(7, c.request_id);
-    st.Bind(8, c.path);
-    st.Bind(9, c.bytes);
-    st.Bind(10, c.seconds);
-    st.Bind(11, c.unix_millis);
-    st.Bind(12, static_cast<int64_t>(c.ok ? 1 : 0));
-    st.Bind(13, c.error);
+    st.Bind("job_id", id);
+    st.Bind("attempt", static_cast<int64_t>(r.attempt));
+    st.Bind("idx", c.index);
+    st.Bind("step", c.step);
+    st.Bind("type", std::string(CheckpointTypeName(c.type)));
+    st.Bind("trigger", c.trigger);
+    st.Bind("request_id", c.request_id);
+    st.Bind("path", c.path);
+    st.Bind("bytes", c.bytes);
+    st.Bind("seconds", c.seconds);
+    st.Bind("unix_ms", c.unix_millis);
+    st.Bind("ok", static_cast<int64_t>(c.ok ? 1 : 0));
+    st.Bind("error", c.error);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return Error("insert checkpoint of " + id);
     return absl::OkStatus();
   }
@@ -262,19 +286,19 @@ class SqliteJobStore final : public JobStore {
     int rc;
     while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
       CheckpointRecord r;
-      r.attempt = static_cast<int32_t>(st.Int(0));
+      r.attempt = static_cast<int32_t>(st.Int("attempt"));
       CheckpointEvent& c = r.checkpoint;
-      c.index = st.Int(1);
-      c.step = st.Int(2);
-      c.type = ValueOf(kCheckpointTypeNames, st.Text(3)).value_or(CheckpointType::kFull);
-      c.trigger = st.Text(4);
-      c.request_id = st.Int(5);
-      c.path = st.Text(6);
-      c.bytes = st.Int(7);
-      c.seconds = st.Real(8);
-      c.unix_millis = st.Int(9);
-      c.ok = st.Int(10) != 0;
-      c.error = st.Text(11);
+      c.index = st.Int("idx");
+      c.step = st.Int("step");
+      c.type = ValueOf(kCheckpointTypeNames, st.Text("type")).value_or(CheckpointType::kFull);
+      c.trigger = st.Text("trigger");
+      c.request_id = st.Int("request_id");
+      c.path = st.Text("path");
+      c.bytes = st.Int("bytes");
+      c.seconds = st.Real("seconds");
+      c.unix_millis = st.Int("unix_ms");
+      c.ok = st.Int("ok") != 0;
+      c.error = st.Text("error");
       out.push_back(std::move(r));
     }
     if (rc != SQLITE_DONE) return Error("list checkpoints");
@@ -329,51 +353,51 @@ class SqliteJobStore final : public JobStore {
   }
 
   static void BindJob(Stmt& st, const JobRecord& j) {
-    st.Bind(1, j.id);
-    st.Bind(2, j.name);
-    st.Bind(3, std::string(JobStateName(j.state)));
-    st.Bind(4, j.reason);
-    st.Bind(5, j.spec_json);
-    st.Bind(6, static_cast<int64_t>(j.num_processes));
-    st.Bind(7, j.max_steps);
-    st.Bind(8, j.step);
-    st.Bind(9, j.loss);
-    st.Bind(10, j.first_loss);
-    st.Bind(11, j.samples_per_second);
-    st.Bind(12, j.created_unix_millis);
-    st.Bind(13, j.started_unix_millis);
-    st.Bind(14, j.ended_unix_millis);
-    st.Bind(15, static_cast<int64_t>(j.attempt));
-    st.Bind(16, static_cast<int64_t>(j.failed_rank));
-    st.Bind(17, j.worker_token);
-    st.Bind(18, j.owner);
-    st.Bind(19, j.group);
-    st.Bind(20, j.priority);
+    st.Bind("id", j.id);
+    st.Bind("name", j.name);
+    st.Bind("state", std::string(JobStateName(j.state)));
+    st.Bind("reason", j.reason);
+    st.Bind("spec_json", j.spec_json);
+    st.Bind("num_processes", static_cast<int64_t>(j.num_processes));
+    st.Bind("max_steps", j.max_steps);
+    st.Bind("step", j.step);
+    st.Bind("loss", j.loss);
+    st.Bind("first_loss", j.first_loss);
+    st.Bind("samples_per_second", j.samples_per_second);
+    st.Bind("created_ms", j.created_unix_millis);
+    st.Bind("started_ms", j.started_unix_millis);
+    st.Bind("ended_ms", j.ended_unix_millis);
+    st.Bind("attempt", static_cast<int64_t>(j.attempt));
+    st.Bind("failed_rank", static_cast<int64_t>(j.failed_rank));
+    st.Bind("worker_token", j.worker_token);
+    st.Bind("owner", j.owner);
+    st.Bind("grp", j.group);
+    st.Bind("priority", j.priority);
   }
 
-  // The job columns from column `first` on (kJobColumns order).
-  static JobRecord ReadJob(Stmt& st, int first = 0) {
+  // The job columns of the current row, by name.
+  static JobRecord ReadJob(Stmt& st) {
     JobRecord j;
-    j.id = st.Text(first + 0);
-    j.name = st.Text(first + 1);
-    j.state = ParseJobState(st.Text(first + 2)).value_or(JobState::kFailed);
-    j.reason = st.Text(first + 3);
-    j.spec_json = st.Text(first + 4);
-    j.num_processes = static_cast<int32_t>(st.Int(first + 5));
-    j.max_steps = st.Int(first + 6);
-    j.step = st.Int(first + 7);
-    j.loss = st.Real(first + 8);
-    j.first_loss = st.Real(first + 9);
-    j.samples_per_second = st.Real(first + 10);
-    j.created_unix_millis = st.Int(first + 11);
-    j.started_unix_millis = st.Int(first + 12);
-    j.ended_unix_millis = st.Int(first + 13);
-    j.attempt = static_cast<int32_t>(st.Int(first + 14));
-    j.failed_rank = static_cast<int32_t>(st.Int(first + 15));
-    j.worker_token = st.Text(first + 16);
-    j.owner = st.Text(first + 17);
-    j.group = st.Text(first + 18);
-    j.priority = st.Int(first + 19);
+    j.id = st.Text("id");
+    j.name = st.Text("name");
+    j.state = ParseJobState(st.Text("state")).value_or(JobState::kFailed);
+    j.reason = st.Text("reason");
+    j.spec_json = st.Text("spec_json");
+    j.num_processes = static_cast<int32_t>(st.Int("num_processes"));
+    j.max_steps = st.Int("max_steps");
+    j.step = st.Int("step");
+    j.loss = st.Real("loss");
+    j.first_loss = st.Real("first_loss");
+    j.samples_per_second = st.Real("samples_per_second");
+    j.created_unix_millis = st.Int("created_ms");
+    j.started_unix_millis = st.Int("started_ms");
+    j.ended_unix_millis = st.Int("ended_ms");
+    j.attempt = static_cast<int32_t>(st.Int("attempt"));
+    j.failed_rank = static_cast<int32_t>(st.Int("failed_rank"));
+    j.worker_token = st.Text("worker_token");
+    j.owner = st.Text("owner");
+    j.group = st.Text("grp");
+    j.priority = st.Int("priority");
     return j;
   }
 

@@ -1,8 +1,8 @@
 // ScriptRunner: one rank of a script job. The user's Python script runs as
 // this worker's child with the environment a rank gets from `accelerate
 // launch` and torchrun (ScriptEnvironment), and the worker stays its agent:
-//  - steps the script reports (the `trainyard` package, over a socket pair
-//    the child inherits) become the job's metrics;
+//  - steps the script reports (the `trainyard` package, over a ScriptChannel
+//    the child inherits as descriptor 3) become the job's metrics;
 //  - checkpoints it registers become the job's checkpoints (rank 0 seals
 //    them as complete, applies checkpoint.total_limit and reports them);
 //  - a checkpoint request, a preemption (SIGTERM) or `cancel --checkpoint`
@@ -14,7 +14,8 @@
 //  - the script runs through trainyard/_run_script.py (as `python SCRIPT`
 //    runs it), which leaves without Python's finalization once the script
 //    returned: no abort in Gloo's teardown after the work is done;
-//  - its exit becomes this rank's outcome, with the exception it raised
+//  - the script is a ChildProcess; its exit becomes this rank's outcome
+//    (ScriptOutcome), with the exception it raised
 //    (torch's error file, TORCHELASTIC_ERROR_FILE) or else the last line
 //    of its stderr as the reason of a failure.
 // Runs on the calling thread; not thread-safe.
@@ -31,6 +32,7 @@
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
 #include "worker/control.h"
+#include "worker/script_outcome.h"
 
 namespace trainyard {
 
@@ -64,13 +66,6 @@ std::map<std::string, std::string> ScriptEnvironment(const JobSpec& spec, const 
 // Where the rank's torch elastic error file goes (TORCHELASTIC_ERROR_FILE):
 // a file of this attempt and rank in the temporary directory.
 std::string ErrorFilePath(const ScriptRank& where);
-
-struct ScriptResult {
-  WorkerOutcome outcome = WorkerOutcome::kFailed;
-  std::string error;      // why, for a failure
-  int64_t last_step = 0;  // the last step the script reported
-  bool reported = false;  // it reported a step at all
-};
 
 struct ScriptOptions {
   std::chrono::milliseconds stop_grace{5000};  // SIGINT -> SIGKILL when stopping the script

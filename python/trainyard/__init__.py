@@ -83,20 +83,7 @@ def report(step, samples=None, loss=None, **values):
     if _last_report[0] is not None and _last_report[1] is not None and step > _last_report[1]:
         seconds = (now - _last_report[0]) / (step - _last_report[1])
     _last_report[0], _last_report[1] = now, step
-    extra = {}
-    for k, v in values.items():
-        try:
-            extra[str(k)] = float(v)
-        except (TypeError, ValueError):
-            continue
-    _channel.send({
-        "op": "report",
-        "step": int(step),
-        "samples": None if samples is None else int(samples),
-        "loss": None if loss is None else float(loss),
-        "seconds": seconds,
-        "values": extra,
-    })
+    _channel.send(_channel.report_message(step, samples, loss, seconds, values))
 
 
 def _world():
@@ -176,8 +163,7 @@ def checkpoint_saved(path, step=None):
     newest one, and keeps at most checkpoint.total_limit of them."""
     stop, kind, request_id = _agree()
     _saved[0] += 1
-    _channel.send({"op": "saved", "path": os.path.abspath(str(path)), "step": None if step is None else int(step),
-                   "request_id": request_id if (kind or stop) else 0})
+    _channel.send(_channel.saved_message(os.path.abspath(str(path)), step, request_id if (kind or stop) else 0))
 
 
 def resume_dir():

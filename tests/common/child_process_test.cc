@@ -1,0 +1,281 @@
+// ChildProcess with real programs: exit codes and signals, the descriptor
+// plan (pipes, files, /dev/null, this process's descriptors), the
+// environment, the working directory, process groups and sessions, captured
+// output with its limit and deadline, and that the destructor leaves neither
+// a zombie nor an orphan behind (checked with waitpid and kill(pid, 0)).
+#include "common/child_process.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+ChildPlan Sh(const std::string& script) {
+  ChildPlan plan;
+  plan.argv = {"sh", "-c", script};
+  return plan;
+}
+
+ChildProcess StartOk(const ChildPlan& plan) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? std::move(*child) : ChildProcess();
+}
+
+// What `plan` writes on its stdout (a pipe), read to its end.
+std::string Stdout(ChildPlan plan) {
+  plan.fds[1] = ChildFd::Pipe();
+  ChildProcess child = StartOk(plan);
+  return child.Capture(std::chrono::steady_clock::now() + std::chrono::seconds(30), 1 << 20).streams[1];
+}
+
+// Reads one line from `fd` (blocking).
+std::string ReadLine(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+TEST(ChildProcessTest, ExitCodesAreReported) {
+  ChildProcess child = StartOk(Sh("exit 3"));
+  const ChildExit e = child.Wait();
+  EXPECT_TRUE(e.exited());
+  EXPECT_EQ(e.code, 3);
+  EXPECT_EQ(e.ShellCode(), 3);
+  // Reaped once; asking again gives the same answer.
+  ASSERT_TRUE(child.Poll().has_value());
+  EXPECT_EQ(child.Poll()->code, 3);
+}
+
+TEST(ChildProcessTest, SignalsAreReported) {
+  ChildPlan plan;
+  plan.argv = {"sleep", "30"};
+  ChildProcess child = StartOk(plan);
+  EXPECT_FALSE(child.Poll().has_value()) << "still running";
+  EXPECT_TRUE(child.Signal(SIGTERM));
+  const ChildExit e = child.Wait();
+  EXPECT_TRUE(e.signaled());
+  EXPECT_EQ(e.signal, SIGTERM);
+  EXPECT_EQ(e.ShellCode(), 128 + SIGTERM);
+}
+
+TEST(ChildProcessTest, TheChildGetsDefaultSignalHandling) {
+  // A signal this process ignores is not ignored by the child.
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ignore, &old);
+  ChildPlan plan;
+  plan.argv = {"sleep", "30"};
+  ChildProcess child = StartOk(plan);
+  sigaction(SIGINT, &old, nullptr);
+  child.Signal(SIGINT);
+  const ChildExit e = child.Wait();
+  EXPECT_TRUE(e.signaled());
+  EXPECT_EQ(e.signal, SIGINT);
+}
+
+TEST(ChildProcessTest, CaptureKeepsStreamsApartAndLimitsThem) {
+  ChildPlan plan = Sh("echo err >&2; head -c 100000 /dev/zero; exit 4");
+  plan.fds = {{1, ChildFd::Pipe()}, {2, ChildFd::Pipe()}};
+  ChildProcess child = StartOk(plan);
+  ChildOutput out = child.Capture(std::chrono::steady_clock::now() + std::chrono::seconds(30), 1000);
+  EXPECT_FALSE(out.timed_out);
+  EXPECT_EQ(out.streams[1].size(), 1000u) << "the rest is read and dropped: the child is not blocked";
+  EXPECT_EQ(out.streams[2], "err\n");
+  EXPECT_EQ(out.exit.code, 4);
+}
+
+TEST(ChildProcessTest, BothStreamsIntoOnePipe) {
+  ChildPlan plan = Sh("echo out; echo err >&2");
+  plan.fds[2] = ChildFd::SameAs(1);
+  EXPECT_EQ(Stdout(plan), "out\nerr\n");
+}
+
+TEST(ChildProcessTest, CaptureKillsTheChildAtTheDeadline) {
+  ChildPlan plan;
+  plan.argv = {"sleep", "30"};
+  plan.fds[1] = ChildFd::Pipe();
+  ChildProcess child = StartOk(plan);
+  const auto t0 = std::chrono::steady_clock::now();
+  ChildOutput out = child.Capture(t0 + std::chrono::milliseconds(200), 100);
+  EXPECT_TRUE(out.timed_out);
+  EXPECT_TRUE(out.exit.signaled());
+  EXPECT_EQ(out.exit.signal, SIGKILL);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(ChildProcessTest, DescriptorPlan) {
+  TempDir dir;
+  // A file appended to, /dev/null as input, this process's descriptor as 3,
+  // a pipe the child reads.
+  const std::string log = dir.path() + "/log";
+  std::ofstream(log) << "before\n";
+  int sock[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock), 0);
+  ChildPlan plan = Sh("cat; echo to-log; echo to-three >&3; read line <&4; echo \"$line\" >&3");
+  plan.fds = {
+      {0, ChildFd::Null()}, {1, ChildFd::AppendTo(log)}, {3, ChildFd::Parent(sock[1])}, {4, ChildFd::InputPipe()}};
+  ChildProcess child = StartOk(plan);
+  close(sock[1]);
+  EXPECT_EQ(ReadLine(sock[0]), "to-three");
+  ASSERT_GE(child.pipe(4), 0);
+  ASSERT_EQ(write(child.pipe(4), "piped\n", 6), 6);
+  child.ClosePipe(4);
+  EXPECT_EQ(child.pipe(4), -1);
+  EXPECT_EQ(ReadLine(sock[0]), "piped");
+  EXPECT_EQ(child.Wait().code, 0);
+  close(sock[0]);
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  EXPECT_EQ(text.str(), "before\nto-log\n") << "cat read /dev/null: nothing";
+}
+
+TEST(ChildProcessTest, DescriptorsMayTradePlaces) {
+  // The child's 1 is this process's pipe that lands on the child's 2 and
+  // the other way round: no move overwrites a source still to be moved.
+  int a[2], b[2];
+  ASSERT_EQ(pipe2(a, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(b, O_CLOEXEC), 0);
+  ChildPlan plan = Sh("echo one; echo two >&2");
+  plan.fds = {{1, ChildFd::Parent(b[1])}, {2, ChildFd::Parent(a[1])}};
+  ChildProcess child = StartOk(plan);
+  close(a[1]);
+  close(b[1]);
+  EXPECT_EQ(ReadLine(b[0]), "one");
+  EXPECT_EQ(ReadLine(a[0]), "two");
+  EXPECT_EQ(child.Wait().code, 0);
+  close(a[0]);
+  close(b[0]);
+}
+
+TEST(ChildProcessTest, Environment) {
+  setenv("TRAINYARD_CHILD_TEST_KEEP", "kept", 1);
+  setenv("TRAINYARD_CHILD_TEST_GONE", "here", 1);
+  ChildPlan plan = Sh("echo \"$TRAINYARD_CHILD_TEST_KEEP|${TRAINYARD_CHILD_TEST_GONE-unset}|$HOME\"");
+  plan.environment = {"HOME=/elsewhere"};
+  plan.unset = {"TRAINYARD_CHILD_TEST_GONE"};
+  EXPECT_EQ(Stdout(plan), "kept|unset|/elsewhere\n");
+  plan.argv = {"/bin/sh", "-c", "echo \"${TRAINYARD_CHILD_TEST_KEEP-unset}|$HOME\""};
+  plan.replace_environment = true;
+  EXPECT_EQ(Stdout(plan), "unset|/elsewhere\n");
+  unsetenv("TRAINYARD_CHILD_TEST_KEEP");
+  unsetenv("TRAINYARD_CHILD_TEST_GONE");
+}
+
+TEST(ChildProcessTest, WorkingDirectory) {
+  TempDir dir;
+  ChildPlan plan;
+  plan.argv = {"pwd"};
+  plan.working_dir = dir.path();
+  EXPECT_EQ(Stdout(plan), dir.path() + "\n");
+  plan.working_dir = dir.path() + "/missing";
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
+  ASSERT_FALSE(child.ok());
+  EXPECT_NE(child.status().message().find("cannot enter working_dir " + plan.working_dir), std::string::npos)
+      << child.status();
+}
+
+TEST(ChildProcessTest, AProgramThatCannotRunIsAnError) {
+  ChildPlan plan;
+  plan.argv = {"/nonexistent/prog9", "x"};
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
+  ASSERT_FALSE(child.ok());
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(child.status().message().find("/nonexistent/prog9"), std::string::npos) << child.status();
+  plan.argv = {"trainyard-no-such-program-on-path"};
+  EXPECT_EQ(ChildProcess::Start(plan).status().code(), absl::StatusCode::kNotFound);
+  // The failed child was reaped.
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+}
+
+TEST(ChildProcessTest, GroupsAndSessions) {
+  ChildPlan plan;
+  plan.argv = {"sleep", "30"};
+  ChildProcess same = StartOk(plan);
+  EXPECT_EQ(getpgid(same.pid()), getpgid(0));
+  plan.group = ChildPlan::Group::kNewGroup;
+  ChildProcess group = StartOk(plan);
+  EXPECT_EQ(getpgid(group.pid()), group.pid());
+  EXPECT_EQ(getsid(group.pid()), getsid(0));
+  plan.group = ChildPlan::Group::kNewSession;
+  ChildProcess session = StartOk(plan);
+  EXPECT_EQ(getsid(session.pid()), session.pid());
+}
+
+TEST(ChildProcessTest, TheDestructorKillsTheGroupAndReapsTheChild) {
+  // This process adopts orphans, so the grandchild's end can be awaited here.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  pid_t pid = 0, grandchild = 0;
+  {
+    ChildPlan plan = Sh("sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; wait");
+    plan.group = ChildPlan::Group::kNewGroup;
+    plan.fds[1] = ChildFd::Pipe();
+    ChildProcess child = StartOk(plan);
+    pid = child.pid();
+    grandchild = std::stoi(ReadLine(child.pipe(1)));
+    ASSERT_EQ(kill(grandchild, 0), 0);
+  }
+  // The child is reaped: no zombie of it is left to wait for.
+  EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+  EXPECT_NE(kill(pid, 0), 0);
+  // The grandchild in its group was killed too.
+  int status = 0;
+  const bool killed =
+      WaitFor([&] { return waitpid(grandchild, &status, WNOHANG) == grandchild; }, std::chrono::seconds(10));
+  if (!killed) {
+    kill(grandchild, SIGKILL);
+    waitpid(grandchild, nullptr, 0);
+  }
+  ASSERT_TRUE(killed) << "the grandchild was left running";
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  EXPECT_NE(kill(grandchild, 0), 0);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST(ChildProcessTest, AMovedChildIsOwnedOnce) {
+  ChildPlan plan;
+  plan.argv = {"sleep", "30"};
+  ChildProcess a = StartOk(plan);
+  const pid_t pid = a.pid();
+  ChildProcess b = std::move(a);
+  EXPECT_FALSE(a.started());
+  EXPECT_EQ(b.pid(), pid);
+  b = ChildProcess();  // kills and reaps
+  EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), -1);
+}
+
+TEST(ChildProcessTest, ReleaseLeavesTheChildRunning) {
+  ChildPlan plan;
+  plan.argv = {"sleep", "30"};
+  plan.group = ChildPlan::Group::kNewGroup;
+  pid_t pid = 0;
+  {
+    ChildProcess child = StartOk(plan);
+    pid = child.Release();
+    EXPECT_FALSE(child.started());
+  }
+  EXPECT_EQ(kill(pid, 0), 0) << "still running";
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+}
+
+}  // namespace
+}  // namespace trainyard
