@@ -1,7 +1,7 @@
 // Time as the project reads it. Wall-clock time as the project records it:
 // milliseconds since the Unix epoch (job records, events, checkpoint
 // manifests, metrics samples), and microseconds where collectives are timed.
-// The coordinator's parts read both clocks through a Clock they are given,
+// The coordinator's parts read both clocks through a TimeSource they are given,
 // so that tests can run them on a FakeClock that moves only when told.
 #ifndef TRAINYARD_COMMON_CLOCK_H_
 #define TRAINYARD_COMMON_CLOCK_H_
@@ -24,33 +24,34 @@ inline int64_t NowMicros() {
 }
 
 // The two clocks a part reads: the monotonic one (deadlines, back-off,
-// durations) and the wall clock (what is recorded). Thread-safe.
-class Clock {
+// durations) and the wall clock (what is recorded). Thread-safe. (Not named
+// Clock: several files call std::chrono::steady_clock that.)
+class TimeSource {
  public:
   using Steady = std::chrono::steady_clock::time_point;
-  virtual ~Clock() = default;
+  virtual ~TimeSource() = default;
   virtual Steady SteadyNow() const = 0;
   virtual int64_t UnixMillis() const = 0;
   virtual int64_t UnixMicros() const = 0;
   // The clocks of this machine (lives for the whole program).
-  static const Clock* Real();
+  static const TimeSource* Real();
 };
 
-class RealClock final : public Clock {
+class RealClock final : public TimeSource {
  public:
   Steady SteadyNow() const override { return std::chrono::steady_clock::now(); }
   int64_t UnixMillis() const override { return NowMillis(); }
   int64_t UnixMicros() const override { return NowMicros(); }
 };
 
-inline const Clock* Clock::Real() {
+inline const TimeSource* TimeSource::Real() {
   static const RealClock clock;
   return &clock;
 }
 
 // A clock that starts at the real time of its construction and moves only
 // by Advance: both clocks move together.
-class FakeClock final : public Clock {
+class FakeClock final : public TimeSource {
  public:
   FakeClock() : steady_(std::chrono::steady_clock::now().time_since_epoch()), unix_micros_(NowMicros()) {}
   Steady SteadyNow() const override { return Steady(steady_.load()); }

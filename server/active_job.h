@@ -22,7 +22,7 @@
 namespace trainyard {
 
 struct ActiveJob {
-  ActiveJob(JobRecord r, JobSpec s, ServerMetrics* metrics, const Clock* clock)
+  ActiveJob(JobRecord r, JobSpec s, ServerMetrics* metrics, const TimeSource* clock)
       : record(std::move(r)), spec(std::move(s)), progress(record.id, metrics, clock) {}
 
   JobRecord record;

@@ -6,7 +6,7 @@
 
 namespace trainyard {
 
-int64_t AskForFlightRecords(ActiveJob& job, const Clock& clock, PendingRequests* requests,
+int64_t AskForFlightRecords(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                             std::chrono::milliseconds wait) {
   const int64_t request_id =
       requests->StartDiagnosis(job.record.id, job.record.attempt, job.record.num_processes, clock.SteadyNow() + wait);
@@ -18,7 +18,7 @@ int64_t AskForFlightRecords(ActiveJob& job, const Clock& clock, PendingRequests*
   return request_id;
 }
 
-absl::StatusOr<int64_t> RequestDiagnosis(ActiveJob& job, const Clock& clock, PendingRequests* requests,
+absl::StatusOr<int64_t> RequestDiagnosis(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                                          std::chrono::milliseconds wait) {
   if (job.record.state != JobState::kRunning && job.record.state != JobState::kRecovering) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),
@@ -27,7 +27,7 @@ absl::StatusOr<int64_t> RequestDiagnosis(ActiveJob& job, const Clock& clock, Pen
   return AskForFlightRecords(job, clock, requests, wait);
 }
 
-std::optional<Diagnosis> TakeDiagnosis(int64_t request_id, const Clock& clock, PendingRequests* requests) {
+std::optional<Diagnosis> TakeDiagnosis(int64_t request_id, const TimeSource& clock, PendingRequests* requests) {
   std::optional<PendingDiagnosis> done = requests->TakeDiagnosis(request_id);
   if (!done) return std::nullopt;
   Diagnosis d;
@@ -37,7 +37,7 @@ std::optional<Diagnosis> TakeDiagnosis(int64_t request_id, const Clock& clock, P
   return d;
 }
 
-HangVerdict CheckForHang(ActiveJob& job, const Clock& clock, PendingRequests* requests,
+HangVerdict CheckForHang(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                          std::chrono::milliseconds diagnose_wait) {
   const auto now = clock.SteadyNow();
   Attempt& a = *job.attempt;

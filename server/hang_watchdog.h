@@ -23,17 +23,17 @@ namespace trainyard {
 
 // Sends a diagnose request to every connected rank of the job's attempt,
 // to be answered within `wait` of the clock's now; returns its id.
-int64_t AskForFlightRecords(ActiveJob& job, const Clock& clock, PendingRequests* requests,
+int64_t AskForFlightRecords(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                             std::chrono::milliseconds wait);
 
 // `diagnose`: asks the ranks of a running (or recovering) job;
 // FailedPrecondition for a job in another state.
-absl::StatusOr<int64_t> RequestDiagnosis(ActiveJob& job, const Clock& clock, PendingRequests* requests,
+absl::StatusOr<int64_t> RequestDiagnosis(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                                          std::chrono::milliseconds wait);
 
 // The diagnose request `request_id` with what its ranks answered, diagnosed
 // at the clock's now (then forgotten); none when unknown or taken.
-std::optional<Diagnosis> TakeDiagnosis(int64_t request_id, const Clock& clock, PendingRequests* requests);
+std::optional<Diagnosis> TakeDiagnosis(int64_t request_id, const TimeSource& clock, PendingRequests* requests);
 
 struct HangVerdict {
   bool hung = false;
@@ -44,7 +44,7 @@ struct HangVerdict {
 // One look at a running job at the clock's now (REQUIRES: job.attempt): may
 // send the diagnose request (recorded in the attempt), and says when the
 // job is hung.
-HangVerdict CheckForHang(ActiveJob& job, const Clock& clock, PendingRequests* requests,
+HangVerdict CheckForHang(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                          std::chrono::milliseconds diagnose_wait);
 
 }  // namespace trainyard

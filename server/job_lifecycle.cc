@@ -16,7 +16,7 @@ namespace trainyard {
 using std::chrono::steady_clock;
 
 JobLifecycle::JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, ServerMetrics* metrics,
-                           const Clock* clock, LifecycleOptions options)
+                           const TimeSource* clock, LifecycleOptions options)
     : jobs_(jobs),
       scheduler_(scheduler),
       launchers_(launchers),

@@ -6,7 +6,7 @@
 // and the periodic look at attempts that must end (workers that did not
 // reattach, ranks gone, preemptions past their grace, hung groups). It
 // works on the parts the JobManager owns: the JobTable, the Scheduler and
-// the Launchers, and reads the time from the Clock it is given.
+// the Launchers, and reads the time from the TimeSource it is given.
 //
 // Not thread-safe: the JobManager calls it under its mutex.
 #ifndef TRAINYARD_SERVER_JOB_LIFECYCLE_H_
@@ -43,8 +43,8 @@ struct LifecycleOptions {
 class JobLifecycle {
  public:
   // Every part must outlive the lifecycle.
-  JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, ServerMetrics* metrics, const Clock* clock,
-               LifecycleOptions options);
+  JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, ServerMetrics* metrics,
+               const TimeSource* clock, LifecycleOptions options);
 
   void set_coordinator_addr(const std::string& addr, const std::string& remote_addr);
   const LifecycleOptions& options() const { return options_; }
@@ -122,7 +122,7 @@ class JobLifecycle {
   Scheduler* const scheduler_;
   Launchers* const launchers_;
   ServerMetrics* const metrics_;
-  const Clock* const clock_;
+  const TimeSource* const clock_;
   LifecycleOptions options_;
   bool shut_down_ = false;
 };

@@ -11,7 +11,7 @@
 namespace trainyard {
 
 JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options,
-                       const Clock* clock)
+                       const TimeSource* clock)
     : metrics_(metrics),
       clock_(clock),
       options_(std::move(options)),

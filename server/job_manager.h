@@ -8,7 +8,7 @@
 //   WorkerSessions  ranks attaching, their reports, exits;
 //   Launchers       one Launcher per kind (local, slurm, external);
 //   PendingRequests checkpoint and diagnose requests someone waits on.
-// The parts read the time from the Clock it is given.
+// The parts read the time from the TimeSource it is given.
 //
 // Thread-safe (JobRequestHandler, WorkerHandler). The store, launchers and
 // metrics are called with the mutex held and never call back into the
@@ -49,7 +49,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   // `launcher` starts local jobs; external jobs' ranks join; RegisterLauncher
   // adds others. Every part must outlive the manager.
   JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options,
-             const Clock* clock = Clock::Real());
+             const TimeSource* clock = TimeSource::Real());
   ~JobManager() override;
 
   // Loads the store (JobLifecycle::Recover): jobs that were starting or
@@ -160,7 +160,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
 
  private:
   ServerMetrics* const metrics_;
-  const Clock* const clock_;
+  const TimeSource* const clock_;
   const JobManagerOptions options_;
   const Admission admission_;
 

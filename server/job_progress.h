@@ -73,7 +73,7 @@ class GoodputClock {
 class JobProgress {
  public:
   // `metrics` and `clock` (the wall clock of recovery and badput) must outlive this.
-  JobProgress(std::string job_id, ServerMetrics* metrics, const Clock* clock = Clock::Real())
+  JobProgress(std::string job_id, ServerMetrics* metrics, const TimeSource* clock = TimeSource::Real())
       : job_id_(std::move(job_id)), metrics_(metrics), clock_(clock) {}
 
   // An attempt was launched at `now`; the time until its first step is
@@ -117,7 +117,7 @@ class JobProgress {
  private:
   const std::string job_id_;
   ServerMetrics* const metrics_;
-  const Clock* const clock_;
+  const TimeSource* const clock_;
   GoodputClock goodput_;
   SteadyTime last_progress_{};
   SteadyTime last_persist_{};

@@ -35,7 +35,7 @@ struct Ownership {
 class JobTable {
  public:
   // All must outlive the table; `clock` dates the records and events.
-  JobTable(JobStore* store, ServerMetrics* metrics, const Clock* clock = Clock::Real())
+  JobTable(JobStore* store, ServerMetrics* metrics, const TimeSource* clock = TimeSource::Real())
       : store_(store), metrics_(metrics), clock_(clock) {}
 
   // A fresh job id: in neither the table nor the store.
@@ -98,7 +98,7 @@ class JobTable {
  private:
   JobStore* const store_;
   ServerMetrics* const metrics_;
-  const Clock* const clock_;
+  const TimeSource* const clock_;
   std::map<std::string, ActiveJob> jobs_;
   std::map<JobState, int> counts_;
 };

@@ -27,7 +27,7 @@ class WorkerSessions {
  public:
   // Every part must outlive the sessions.
   WorkerSessions(JobTable* jobs, JobLifecycle* lifecycle, const Launchers* launchers, PendingRequests* requests,
-                 const Clock* clock)
+                 const TimeSource* clock)
       : jobs_(jobs), lifecycle_(lifecycle), launchers_(launchers), requests_(requests), clock_(clock) {}
 
   // Rank `rank` of attempt `attempt` attaches with `token` (attempt 0: a
@@ -54,7 +54,7 @@ class WorkerSessions {
   JobLifecycle* const lifecycle_;
   const Launchers* const launchers_;
   PendingRequests* const requests_;
-  const Clock* const clock_;
+  const TimeSource* const clock_;
 };
 
 }  // namespace trainyard

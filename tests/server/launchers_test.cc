@@ -1,10 +1,9 @@
-// Launchers (and ExternalLauncher): the kind a job uses, its launcher's
-// traits, and the request its workers are given.
+// Launchers: the kind a job uses, its launcher's traits, and the request
+// its workers are given.
 #include "server/launchers.h"
 
 #include <gtest/gtest.h>
 
-#include "server/external_launcher.h"
 #include "tests/server/coordinator_parts.h"
 
 namespace trainyard {
@@ -32,7 +31,7 @@ TEST_F(LaunchersTest, AJobOfNoLauncherUsesTheDefault) {
 }
 
 TEST_F(LaunchersTest, WorkersElsewhereAreToldTheRemoteAddress) {
-  ActiveJob job(JobRecord{}, Spec(LauncherKind::kLocal), nullptr, Clock::Real());
+  ActiveJob job(JobRecord{}, Spec(LauncherKind::kLocal), nullptr, TimeSource::Real());
   job.record.id = "job-1";
   job.record.attempt = 2;
   job.record.num_processes = 3;
@@ -56,20 +55,6 @@ TEST_F(LaunchersTest, WorkersElsewhereAreToldTheRemoteAddress) {
   EXPECT_EQ(local_.stopped(), std::vector<std::string>{"job-1#2"});
   job.spec.launcher = LauncherKind::kSlurm;
   EXPECT_EQ(l.Launch(job, context).code(), absl::StatusCode::kFailedPrecondition);  // none of that kind
-}
-
-TEST(ExternalLauncherTest, StartsNothingAndStopsByCommand) {
-  std::vector<std::string> sent;
-  ExternalLauncher e([&](const std::string& id, int32_t attempt, const WorkerCommand& command) {
-    sent.push_back(id + "#" + std::to_string(attempt) + ":" + command.reason);
-  });
-  EXPECT_TRUE(e.traits().ranks_join);
-  EXPECT_FALSE(e.traits().on_this_host);
-  EXPECT_TRUE(e.Launch(LaunchRequest{}).ok());
-  EXPECT_TRUE(e.Available().ok());
-  EXPECT_EQ(e.LiveProcesses("job-1"), 0);
-  e.Stop("job-1", 3);
-  EXPECT_EQ(sent, std::vector<std::string>{"job-1#3:the attempt is stopping"});
 }
 
 }  // namespace
