@@ -22,8 +22,8 @@
 namespace trainyard {
 
 struct ActiveJob {
-  ActiveJob(JobRecord r, JobSpec s, ServerMetrics* metrics)
-      : record(std::move(r)), spec(std::move(s)), progress(record.id, metrics) {}
+  ActiveJob(JobRecord r, JobSpec s, ServerMetrics* metrics, const TimeSource* clock)
+      : record(std::move(r)), spec(std::move(s)), progress(record.id, metrics, clock) {}
 
   JobRecord record;
   JobSpec spec;

@@ -6,9 +6,10 @@
 
 namespace trainyard {
 
-int64_t AskForFlightRecords(ActiveJob& job, PendingRequests* requests, std::chrono::milliseconds wait) {
-  const int64_t request_id = requests->StartDiagnosis(job.record.id, job.record.attempt, job.record.num_processes,
-                                                      std::chrono::steady_clock::now() + wait);
+int64_t AskForFlightRecords(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
+                            std::chrono::milliseconds wait) {
+  const int64_t request_id =
+      requests->StartDiagnosis(job.record.id, job.record.attempt, job.record.num_processes, clock.SteadyNow() + wait);
   WorkerCommand cmd{WorkerCommand::Kind::kDiagnose, "diagnose"};
   cmd.request_id = request_id;
   job.attempt->Broadcast(cmd);
@@ -17,8 +18,28 @@ int64_t AskForFlightRecords(ActiveJob& job, PendingRequests* requests, std::chro
   return request_id;
 }
 
-HangVerdict CheckForHang(ActiveJob& job, std::chrono::steady_clock::time_point now, PendingRequests* requests,
+absl::StatusOr<int64_t> RequestDiagnosis(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
+                                         std::chrono::milliseconds wait) {
+  if (job.record.state != JobState::kRunning && job.record.state != JobState::kRecovering) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),
+                                                      "; only a running job can be diagnosed"));
+  }
+  return AskForFlightRecords(job, clock, requests, wait);
+}
+
+std::optional<Diagnosis> TakeDiagnosis(int64_t request_id, const TimeSource& clock, PendingRequests* requests) {
+  std::optional<PendingDiagnosis> done = requests->TakeDiagnosis(request_id);
+  if (!done) return std::nullopt;
+  Diagnosis d;
+  d.attempt = done->attempt;
+  d.answers = std::move(done->answers);
+  d.result = DiagnoseHang(done->world_size, d.answers, clock.UnixMicros());
+  return d;
+}
+
+HangVerdict CheckForHang(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                          std::chrono::milliseconds diagnose_wait) {
+  const auto now = clock.SteadyNow();
   Attempt& a = *job.attempt;
   if (job.record.state != JobState::kRunning || a.stopping()) return {};
   const double timeout = job.spec.step_timeout_s;
@@ -30,7 +51,7 @@ HangVerdict CheckForHang(ActiveJob& job, std::chrono::steady_clock::time_point n
   }
   if (a.hang_diagnosis() == 0) {
     spdlog::warn("job {}: no step progress within step_timeout_s ({} s); asking its ranks why", job.record.id, timeout);
-    a.set_hang_diagnosis(AskForFlightRecords(job, requests, diagnose_wait));
+    a.set_hang_diagnosis(AskForFlightRecords(job, clock, requests, diagnose_wait));
     return {};
   }
   const PendingDiagnosis* p = requests->diagnosis(a.hang_diagnosis());
@@ -38,7 +59,7 @@ HangVerdict CheckForHang(ActiveJob& job, std::chrono::steady_clock::time_point n
   HangVerdict v;
   v.hung = true;
   if (std::optional<PendingDiagnosis> done = requests->TakeDiagnosis(a.hang_diagnosis())) {
-    v.diagnosis = DiagnoseHang(done->world_size, done->answers, NowMicros()).verdict;
+    v.diagnosis = DiagnoseHang(done->world_size, done->answers, clock.UnixMicros()).verdict;
   }
   a.set_hang_diagnosis(0);
   v.failure = absl::StrCat("no step progress within step_timeout_s (", timeout, " s) at step ", job.record.step,

@@ -10,16 +10,30 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "server/active_job.h"
+#include "server/job_handlers.h"
 #include "server/pending_requests.h"
 
 namespace trainyard {
 
 // Sends a diagnose request to every connected rank of the job's attempt,
-// to be answered within `wait`; returns its id.
-int64_t AskForFlightRecords(ActiveJob& job, PendingRequests* requests, std::chrono::milliseconds wait);
+// to be answered within `wait` of the clock's now; returns its id.
+int64_t AskForFlightRecords(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
+                            std::chrono::milliseconds wait);
+
+// `diagnose`: asks the ranks of a running (or recovering) job;
+// FailedPrecondition for a job in another state.
+absl::StatusOr<int64_t> RequestDiagnosis(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
+                                         std::chrono::milliseconds wait);
+
+// The diagnose request `request_id` with what its ranks answered, diagnosed
+// at the clock's now (then forgotten); none when unknown or taken.
+std::optional<Diagnosis> TakeDiagnosis(int64_t request_id, const TimeSource& clock, PendingRequests* requests);
 
 struct HangVerdict {
   bool hung = false;
@@ -27,9 +41,10 @@ struct HangVerdict {
   std::string diagnosis;  // what the flight records say (may be empty)
 };
 
-// One look at a running job (REQUIRES: job.attempt): may send the diagnose
-// request (recorded in the attempt), and says when the job is hung.
-HangVerdict CheckForHang(ActiveJob& job, std::chrono::steady_clock::time_point now, PendingRequests* requests,
+// One look at a running job at the clock's now (REQUIRES: job.attempt): may
+// send the diagnose request (recorded in the attempt), and says when the
+// job is hung.
+HangVerdict CheckForHang(ActiveJob& job, const TimeSource& clock, PendingRequests* requests,
                          std::chrono::milliseconds diagnose_wait);
 
 }  // namespace trainyard

@@ -7,6 +7,7 @@
 #include "common/checkpoint_dir.h"
 #include "common/placement.h"
 #include "common/secrets.h"
+#include "server/hang_watchdog.h"
 #include "server/restart_policy.h"
 #include "spdlog/spdlog.h"
 
@@ -14,13 +15,13 @@ namespace trainyard {
 
 using std::chrono::steady_clock;
 
-JobLifecycle::JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, const SpecAdmission* admission,
-                           ServerMetrics* metrics, LifecycleOptions options)
+JobLifecycle::JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, ServerMetrics* metrics,
+                           const TimeSource* clock, LifecycleOptions options)
     : jobs_(jobs),
       scheduler_(scheduler),
       launchers_(launchers),
-      admission_(admission),
       metrics_(metrics),
+      clock_(clock),
       options_(std::move(options)) {}
 
 void JobLifecycle::set_coordinator_addr(const std::string& addr, const std::string& remote_addr) {
@@ -29,7 +30,7 @@ void JobLifecycle::set_coordinator_addr(const std::string& addr, const std::stri
 }
 
 Demand JobLifecycle::DemandOf(const JobSpec& spec) const {
-  return {admission_->KindOf(spec) == LauncherKind::kLocal,
+  return {launchers_->TraitsOf(spec).on_this_host,
           spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots, spec.num_processes};
 }
 
@@ -47,13 +48,94 @@ JobClaim JobLifecycle::ClaimOf(const ActiveJob& job) const {
   return c;
 }
 
+absl::Status JobLifecycle::Recover(const SpecLimits& limits) {
+  auto jobs = jobs_->Stored();
+  if (!jobs.ok()) return jobs.status();
+  std::vector<ActiveJob*> queued;
+  for (JobRecord& rec : *jobs) {
+    if (IsTerminal(rec.state)) {
+      jobs_->CountEnded(rec.state);
+      continue;
+    }
+    auto spec = ParseJobSpec(rec.spec_json, limits);
+    ActiveJob& job = jobs_->Hold(rec, spec.ok() ? *spec : JobSpec{});
+    if (!spec.ok()) {
+      jobs_->Transition(job, JobState::kFailed, absl::StrCat("stored spec no longer valid: ", spec.status().message()));
+      jobs_->Remove(rec.id, /*local=*/false);
+      continue;
+    }
+    // Queued: waits again. Starting or running: its workers may still be
+    // training, and get to reattach.
+    if (rec.state == JobState::kQueued) {
+      queued.push_back(&job);
+    } else {
+      Adopt(job);
+    }
+  }
+  for (ActiveJob* job : queued) Enqueue(*job);
+  return absl::OkStatus();
+}
+
+JobRecord JobLifecycle::Resume(const JobRecord& stored, const JobSpec& spec, const std::string& from) {
+  JobRecord r = stored;
+  r.spec_json = JobSpecToJson(spec);
+  r.num_processes = spec.num_processes;
+  r.failed_rank = -1;
+  r.ended_unix_millis = 0;
+  ActiveJob& job = jobs_->Hold(r, spec);
+  jobs_->Transition(
+      job, JobState::kQueued,
+      absl::StrCat("resume requested from ", from.empty() ? "the latest checkpoint" : spec.checkpoint.resume_from,
+                   " with ", spec.num_processes, " processes"));
+  Enqueue(job);
+  return *jobs_->Record(r.id);
+}
+
+void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait) {
+  const auto now = clock_->SteadyNow();
+  UpdateEstimates();
+  TrySchedule();  // restarts whose backoff is over, preemptions past the minimum run time
+  for (const std::string& id : jobs_->ids()) {
+    // Each step may end the attempt (and start or end other jobs): look again.
+    auto attempt_of = [&] {
+      ActiveJob* job = jobs_->Find(id);
+      return job == nullptr || job->record.state == JobState::kQueued ? nullptr : job;
+    };
+    ActiveJob* job = attempt_of();
+    if (job == nullptr || !job->attempt) continue;
+    Attempt* a = job->attempt.get();
+    // A group that did not reattach after a coordinator restart.
+    if (job->record.state == JobState::kRecovering && now > a->reattach_deadline() && !a->cancel_requested()) {
+      Apply(*job, a->FailReattach(absl::StrCat("the workers did not reattach within reattach_timeout_s (",
+                                               job->spec.reattach_timeout_s, " s) after a coordinator restart")));
+    }
+    // Joined ranks that are gone.
+    for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
+      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) break;
+      Apply(*job, a->OnExit(e, /*recovering=*/false));
+    }
+    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
+    // A job preempted for another that did not stop within its grace.
+    if (job->preempt_deadline && now > *job->preempt_deadline) {
+      job->preempt_deadline.reset();
+      jobs_->AddEvent(*job, absl::StrCat("did not stop within preemption_grace_s (", job->spec.preemption_grace_s,
+                                         " s) after its preemption: stopping its ranks"));
+      StopGroup(*job);
+    }
+    const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
+    if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
+    if (hang.hung) Apply(*job, a->Fail(-1, hang.failure));
+  }
+  requests->ExpireDiagnoses(now);
+}
+
 void JobLifecycle::Enqueue(ActiveJob& job) {
   scheduler_->Enqueue(job.record.id, DemandOf(job.spec), ClaimOf(job));
   TrySchedule();
 }
 
 void JobLifecycle::TrySchedule() {
-  Scheduler::Decision d = scheduler_->Schedule(steady_clock::now());
+  Scheduler::Decision d = scheduler_->Schedule(clock_->SteadyNow());
   for (const std::string& id : d.start) {
     if (ActiveJob* job = jobs_->Find(id)) StartJob(*job);
   }
@@ -63,7 +145,7 @@ void JobLifecycle::TrySchedule() {
 }
 
 void JobLifecycle::UpdateEstimates() {
-  const auto now = steady_clock::now();
+  const auto now = clock_->SteadyNow();
   jobs_->ForEach([&](ActiveJob& job) {
     if (!job.attempt || !scheduler_->running(job.record.id)) return;
     if (std::optional<steady_clock::duration> left = ClaimOf(job).runtime) {
@@ -76,7 +158,7 @@ void JobLifecycle::Preempt(ActiveJob& job, const Scheduler::Preemption& why) {
   Attempt& a = *job.attempt;
   if (a.stop_requested()) return;  // stopping already
   a.RequestStop(Attempt::Stop::kForPriority);
-  job.preempt_deadline = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(
+  job.preempt_deadline = clock_->SteadyNow() + std::chrono::duration_cast<steady_clock::duration>(
                                                    std::chrono::duration<double>(job.spec.preemption_grace_s));
   metrics_->CountPreemption(job.record.owner);
   const ActiveJob* other = jobs_->Find(why.for_job);
@@ -101,26 +183,28 @@ void JobLifecycle::Preempt(ActiveJob& job, const Scheduler::Preemption& why) {
 
 void JobLifecycle::StartJob(ActiveJob& job) {
   JobRecord& r = job.record;
-  const LauncherKind kind = admission_->KindOf(job.spec);
+  const LauncherKind kind = launchers_->KindOf(job.spec);
   auto fail = [&](const std::string& why) { End(job, JobState::kFailed, why); };
-  if (kind != LauncherKind::kExternal && launchers_->Get(kind) == nullptr) {
+  const Launcher* launcher = launchers_->Get(kind);
+  if (launcher == nullptr) {
     return fail(absl::StrCat("launcher ", LauncherKindName(kind), " is not available on this server"));
   }
+  const Launcher::Traits traits = launcher->traits();
   r.attempt += 1;
-  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, kind == LauncherKind::kExternal);
-  if (kind != LauncherKind::kExternal) {
-    // Local: rank 0 serves the store on this host. Slurm: on the first node
-    // of the step (the worker reads it from Slurm); the port is a guess
-    // that is free here.
+  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, traits.ranks_join);
+  if (!traits.ranks_join) {
+    // On this host: rank 0 serves the store here. Elsewhere (Slurm): on the
+    // first node of the step (the worker reads it from Slurm); the port is
+    // a guess that is free here. Joining ranks say where theirs listens.
     const int port = PickFreePortOn(options_.master_addr);
     if (port == 0) return fail("cannot find a free port for the rendezvous");
-    job.attempt->SetRendezvous(kind == LauncherKind::kLocal ? options_.master_addr : "", port);
+    job.attempt->SetRendezvous(traits.on_this_host ? options_.master_addr : "", port);
   }
   // A new token fences the previous attempt's workers. Joined workers are
   // fenced by the attempt number alone: their token is the job's.
-  if (kind != LauncherKind::kExternal || r.worker_token.empty()) r.worker_token = NewWorkerToken();
-  job.progress.Launched(steady_clock::now());
-  if (kind == LauncherKind::kExternal) {
+  if (!traits.ranks_join || r.worker_token.empty()) r.worker_token = NewWorkerToken();
+  job.progress.Launched(clock_->SteadyNow());
+  if (traits.ranks_join) {
     return jobs_->Transition(
         job, JobState::kStarting,
         absl::StrCat("attempt ", r.attempt, ": waiting for ", r.num_processes,
@@ -131,7 +215,7 @@ void JobLifecycle::StartJob(ActiveJob& job) {
       job, JobState::kStarting,
       absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
                    gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(gpus, ",")), ")"));
-  if (auto s = launchers_->Launch(job, kind, ContextOf(job)); !s.ok()) {
+  if (auto s = launchers_->Launch(job, ContextOf(job)); !s.ok()) {
     fail(absl::StrCat("launch failed: ", s.message()));
   }
 }
@@ -152,7 +236,7 @@ LaunchContext JobLifecycle::ContextOf(const ActiveJob& job) const {
           scheduler_->Held(job.record.id).gpus};
 }
 
-void JobLifecycle::StopGroup(ActiveJob& job) { launchers_->Stop(job, admission_->KindOf(job.spec)); }
+void JobLifecycle::StopGroup(ActiveJob& job) { launchers_->Stop(job); }
 
 void JobLifecycle::EndAttempt(ActiveJob& job) {
   AttemptEnd end = job.attempt->End();
@@ -195,7 +279,7 @@ void JobLifecycle::EndAttempt(ActiveJob& job) {
     // group that trained before it failed restarts at once.
     if (const auto backoff = RestartBackoff(job.progress.failures_in_a_row(), options_.restart_backoff);
         backoff.count() > 0) {
-      not_before = steady_clock::now() + backoff;
+      not_before = clock_->SteadyNow() + backoff;
       reason += absl::StrCat(" (starts in ", backoff.count() / 1000.0, " s: backoff after repeated failures)");
     }
   }
@@ -203,7 +287,7 @@ void JobLifecycle::EndAttempt(ActiveJob& job) {
   // have not started yet.
   job.progress.FailureDetected(job.record.step);  // preemptions and stops: from the attempt's end
   job.progress.AttemptEnded();
-  scheduler_->Release(id, steady_clock::now());
+  scheduler_->Release(id, clock_->SteadyNow());
   job.attempt.reset();
   job.preempt_deadline.reset();
   job.spec.checkpoint.resume_from = "latest";
@@ -217,19 +301,18 @@ void JobLifecycle::End(ActiveJob& job, JobState state, const std::string& reason
   const std::string id = job.record.id;
   jobs_->Transition(job, state, reason);
   scheduler_->Remove(id);
-  scheduler_->Release(id, steady_clock::now());
-  jobs_->Remove(id, admission_->KindOf(job.spec) == LauncherKind::kLocal);  // waiters of its checkpoints give up
+  scheduler_->Release(id, clock_->SteadyNow());
+  jobs_->Remove(id, launchers_->TraitsOf(job.spec).on_this_host);  // waiters of its checkpoints give up
 }
 
 void JobLifecycle::Adopt(ActiveJob& job) {
   const JobRecord& r = job.record;
-  const LauncherKind kind = admission_->KindOf(job.spec);
-  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, kind == LauncherKind::kExternal);
-  scheduler_->HoldAdopted(r.id, DemandOf(job.spec), ClaimOf(job), steady_clock::now());
+  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, launchers_->TraitsOf(job.spec).ranks_join);
+  scheduler_->HoldAdopted(r.id, DemandOf(job.spec), ClaimOf(job), clock_->SteadyNow());
   // The launcher follows the processes (local: found by command line) or
   // the batch job (Slurm: found by name) and reports their ends.
-  launchers_->Adopt(job, kind, ContextOf(job));
-  const auto now = steady_clock::now();
+  launchers_->Adopt(job, ContextOf(job));
+  const auto now = clock_->SteadyNow();
   job.attempt->set_reattach_deadline(now + std::chrono::duration_cast<steady_clock::duration>(
                                                std::chrono::duration<double>(job.spec.reattach_timeout_s)));
   job.progress.Adopted(now);
@@ -238,7 +321,12 @@ void JobLifecycle::Adopt(ActiveJob& job) {
                                  " s for the workers of attempt ", r.attempt, " to reattach"));
 }
 
-void JobLifecycle::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id) {
+JobRecord JobLifecycle::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id) {
+  if (job.record.state == JobState::kQueued) {
+    JobRecord r = job.record;
+    End(job, JobState::kCancelled, "cancelled by user while queued");
+    return *jobs_->Record(r.id);
+  }
   Attempt& a = *job.attempt;
   WorkerChannel* rank0 = a.channel(0);
   if (checkpoint && !a.cancel_requested() && job.record.state == JobState::kRunning && rank0 != nullptr) {
@@ -248,13 +336,14 @@ void JobLifecycle::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id) {
     cmd.stop_after = true;
     rank0->Push(cmd);
     jobs_->AddEvent(job, absl::StrCat("cancel requested: checkpoint (request ", request_id, "), then stop"));
-    return;
+    return job.record;
   }
-  if (a.stop() == Attempt::Stop::kCancel) return;  // stopping already
+  if (a.stop() == Attempt::Stop::kCancel) return job.record;  // stopping already
   a.RequestStop(Attempt::Stop::kCancel);
   spdlog::info("job {}: cancel requested; stopping {} ranks", job.record.id, job.record.num_processes);
   a.Broadcast({WorkerCommand::Kind::kStop, "cancelled by user"});
   StopGroup(job);
+  return job.record;
 }
 
 bool JobLifecycle::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t request_id) {
@@ -289,13 +378,61 @@ bool JobLifecycle::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t re
   return true;
 }
 
-void JobLifecycle::Shutdown() {
+absl::Status JobLifecycle::RequestCheckpoint(ActiveJob& job, CheckpointType type, int64_t request_id) {
+  WorkerChannel* rank0 = job.attempt ? job.attempt->channel(0) : nullptr;
+  const bool cancelling = job.attempt && job.attempt->cancel_requested();
+  if (job.record.state != JobState::kRunning || rank0 == nullptr || cancelling) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),
+                                                      cancelling ? " and being cancelled" : "",
+                                                      "; only a running job can checkpoint"));
+  }
+  WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "requested"};
+  cmd.request_id = request_id;
+  cmd.type = type;
+  rank0->Push(cmd);
+  spdlog::info("job {}: checkpoint requested (request {})", job.record.id, request_id);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> JobLifecycle::Shutdown(ShutdownMode mode, PendingRequests* requests) {
   shut_down_ = true;
   scheduler_->Pause();
+  std::vector<std::string> stopping;
+  for (const std::string& id : jobs_->ids()) {
+    ActiveJob& job = *jobs_->Find(id);
+    if (job.attempt && job.record.state != JobState::kQueued && StopForShutdown(job, mode, requests->NextId())) {
+      stopping.push_back(id);
+    }
+  }
+  return stopping;
+}
+
+void JobLifecycle::StopGroups(const std::vector<std::string>& ids) {
+  for (const std::string& id : ids) {
+    ActiveJob* job = jobs_->Find(id);
+    if (job != nullptr && job->attempt && job->record.state != JobState::kQueued) StopGroup(*job);
+  }
 }
 
 std::string JobLifecycle::LogDir(const std::string& job_id, int32_t attempt) const {
   return absl::StrCat(options_.state_dir, "/jobs/", job_id, "/attempt-", attempt);
+}
+
+absl::StatusOr<std::pair<std::string, int32_t>> JobLifecycle::LogPath(const JobRecord& rec, int32_t rank,
+                                                                      int32_t attempt) const {
+  if (rec.attempt == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", rec.id, " has not started yet: no logs"));
+  }
+  if (rank < 0 || rank >= rec.num_processes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range: job ", rec.id, " has ranks 0..", rec.num_processes - 1));
+  }
+  if (attempt < 0 || attempt > rec.attempt) {
+    return absl::InvalidArgumentError(absl::StrCat("field 'attempt': ", attempt, " is out of range: job ", rec.id,
+                                                   " has attempts 1..", rec.attempt, " (0: the latest)"));
+  }
+  const int32_t which = attempt == 0 ? rec.attempt : attempt;
+  return std::make_pair(absl::StrCat(LogDir(rec.id, which), "/rank-", rank, ".log"), which);
 }
 
 }  // namespace trainyard

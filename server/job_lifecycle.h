@@ -2,8 +2,11 @@
 // launched (or adopted after a coordinator restart), its first failure
 // stopping the group, the restart policy deciding after its last rank ended
 // (queued again to resume, with a backoff after repeated failures, or
-// ended), and an ended job let go. It works on the parts the JobManager
-// owns: the JobTable, the Scheduler and the Launchers.
+// ended), an ended job let go, the jobs a restart finds taken up again,
+// and the periodic look at attempts that must end (workers that did not
+// reattach, ranks gone, preemptions past their grace, hung groups). It
+// works on the parts the JobManager owns: the JobTable, the Scheduler and
+// the Launchers, and reads the time from the TimeSource it is given.
 //
 // Not thread-safe: the JobManager calls it under its mutex.
 #ifndef TRAINYARD_SERVER_JOB_LIFECYCLE_H_
@@ -11,15 +14,18 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "common/clock.h"
 #include "server/active_job.h"
 #include "server/attempt.h"
 #include "server/job_table.h"
 #include "server/launchers.h"
+#include "server/pending_requests.h"
 #include "server/scheduler.h"
 #include "server/server_metrics.h"
 #include "server/shutdown_mode.h"
-#include "server/spec_admission.h"
 
 namespace trainyard {
 
@@ -37,14 +43,28 @@ struct LifecycleOptions {
 class JobLifecycle {
  public:
   // Every part must outlive the lifecycle.
-  JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, const SpecAdmission* admission,
-               ServerMetrics* metrics, LifecycleOptions options);
+  JobLifecycle(JobTable* jobs, Scheduler* scheduler, Launchers* launchers, ServerMetrics* metrics,
+               const TimeSource* clock, LifecycleOptions options);
 
   void set_coordinator_addr(const std::string& addr, const std::string& remote_addr);
   const LifecycleOptions& options() const { return options_; }
 
+  // Takes up the jobs of the store (specs parsed with `limits`): queued
+  // ones are queued again; starting or running ones are adopted; one whose
+  // stored spec no longer parses ends FAILED.
+  absl::Status Recover(const SpecLimits& limits);
   // Queues the job (behind the jobs waiting already) and starts what can.
   void Enqueue(ActiveJob& job);
+  // Queues an ended job again (`stored`: its record) to run with `spec`
+  // (resuming from `from`, "" for its latest checkpoint); returns its record.
+  JobRecord Resume(const JobRecord& stored, const JobSpec& spec, const std::string& from);
+  // One look at every job (call periodically): updates the estimates,
+  // starts what may start now (back-offs over), ends attempts whose
+  // workers did not reattach in time or whose joined ranks are gone, stops
+  // groups preempted past their grace, and fails hung groups (the hang
+  // watchdog, asking their ranks through `requests` for at most
+  // `diagnose_wait`).
+  void Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait);
   // Starts the waiting jobs the scheduler lets start now and preempts the
   // running jobs it picks for them.
   void TrySchedule();
@@ -61,22 +81,32 @@ class JobLifecycle {
   void Apply(ActiveJob& job, const Attempt::Update& update);
   // Stops the attempt's workers.
   void StopGroup(ActiveJob& job);
-  // Cancels a job whose attempt runs (REQUIRES: job.attempt). With
-  // `checkpoint`, a running job's rank 0 saves a checkpoint (request
-  // `request_id`) at its next step boundary and every rank stops; a later
-  // plain cancel stops it at once.
-  void Cancel(ActiveJob& job, bool checkpoint, int64_t request_id);
+  // Cancels a job: a queued one ends CANCELLED at once. With `checkpoint`,
+  // a running job's rank 0 saves a checkpoint (request `request_id`) at its
+  // next step boundary and every rank stops; a later plain cancel stops it
+  // at once. Returns its record.
+  JobRecord Cancel(ActiveJob& job, bool checkpoint, int64_t request_id);
   // The coordinator stops: treats a job whose attempt runs as `mode` says
   // (REQUIRES: job.attempt). Returns whether its workers are stopping.
   bool StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t request_id);
   // Ends the job in `state`: its resources, streams and series go.
   void End(ActiveJob& job, JobState state, const std::string& reason);
-  // Starts nothing from now on; attempts that end are not requeued (but for
-  // jobs stopped to resume after the restart).
-  void Shutdown();
+  // Rank 0 of a running job saves a checkpoint of `type` (request
+  // `request_id`); FailedPrecondition when the job is not running.
+  absl::Status RequestCheckpoint(ActiveJob& job, CheckpointType type, int64_t request_id);
+  // The coordinator stops: starts nothing from now on (attempts that end
+  // are not requeued but for jobs stopped to resume after the restart), and
+  // treats every job whose attempt runs as `mode` says. Returns the ids of
+  // the jobs whose workers are stopping.
+  std::vector<std::string> Shutdown(ShutdownMode mode, PendingRequests* requests);
+  // Stops the groups of these jobs that have not ended.
+  void StopGroups(const std::vector<std::string>& ids);
   bool shut_down() const { return shut_down_; }
 
   std::string LogDir(const std::string& job_id, int32_t attempt) const;
+  // The log of `rank` in attempt `attempt` (0: the latest) of the job of
+  // `record`, and that attempt; InvalidArgument out of range.
+  absl::StatusOr<std::pair<std::string, int32_t>> LogPath(const JobRecord& record, int32_t rank, int32_t attempt) const;
 
  private:
   Demand DemandOf(const JobSpec& spec) const;
@@ -91,8 +121,8 @@ class JobLifecycle {
   JobTable* const jobs_;
   Scheduler* const scheduler_;
   Launchers* const launchers_;
-  const SpecAdmission* const admission_;
   ServerMetrics* const metrics_;
+  const TimeSource* const clock_;
   LifecycleOptions options_;
   bool shut_down_ = false;
 };

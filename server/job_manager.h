@@ -1,15 +1,14 @@
-// JobManager: the coordinator's core, a locked router. It holds every job
-// that has not ended (ActiveJob) and, under one mutex, routes people's
-// requests and workers' reports to the parts that own the rules:
-//   SpecAdmission   what a spec must pass on this server;
+// JobManager: the coordinator's core, a locked router. Under one mutex it
+// routes people's requests and workers' reports to the parts that own the
+// rules (docs/design/coordinator.md draws them):
+//   Admission       what a job must pass to be queued (or resumed);
+//   JobTable        the jobs not ended, and the only door to the JobStore;
 //   Scheduler       the queue, this host's slots and GPUs, what starts next;
-//   JobTable        the jobs not ended, their durable record and watchers;
-//   JobLifecycle    launches, failures, what follows an attempt's end;
-//   Attempt         one attempt's ranks and how they end;
-//   JobProgress     steps, goodput, badput, recovery;
+//   JobLifecycle    launches, failures, restarts, ends, the periodic look;
+//   WorkerSessions  ranks attaching, their reports, exits;
+//   Launchers       one Launcher per kind (local, slurm, external);
 //   PendingRequests checkpoint and diagnose requests someone waits on.
-// It persists every state change through the JobStore, starts and stops
-// workers through the Launchers and tells the job's watchers.
+// The parts read the time from the TimeSource it is given.
 //
 // Thread-safe (JobRequestHandler, WorkerHandler). The store, launchers and
 // metrics are called with the mutex held and never call back into the
@@ -18,7 +17,6 @@
 #define TRAINYARD_SERVER_JOB_MANAGER_H_
 
 #include <chrono>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,72 +25,36 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/job_spec.h"
+#include "common/clock.h"
 #include "common/policy.h"
-#include "server/active_job.h"
+#include "server/admission.h"
 #include "server/caller.h"
+#include "server/external_launcher.h"
 #include "server/job_handlers.h"
 #include "server/job_lifecycle.h"
+#include "server/job_manager_options.h"
 #include "server/job_store.h"
 #include "server/job_table.h"
-#include "server/launcher.h"
 #include "server/launchers.h"
 #include "server/pending_requests.h"
 #include "server/scheduler.h"
 #include "server/server_metrics.h"
 #include "server/shutdown_mode.h"
-#include "server/spec_admission.h"
+#include "server/worker_sessions.h"
 
 namespace trainyard {
 
-struct JobManagerOptions {
-  // CPU slots of this host; a job takes num_processes of them.
-  int slots = 1;
-  // Root of worker logs: <state_dir>/jobs/<id>/attempt-<n>/rank-<r>.log.
-  std::string state_dir = "trainyard-state";
-  // Where workers reach the WorkerService (host:port): local ones, and
-  // those on other hosts.
-  std::string coordinator_addr;
-  std::string remote_coordinator_addr;
-  // Address rank 0 binds its rendezvous store on; other ranks connect to it.
-  std::string master_addr = "127.0.0.1";
-  SpecLimits limits;
-  // Jobs waiting in the queue at most; further submissions are refused.
-  int max_queued_jobs = 1000;
-  // Paths a job may name (checkpoint.project_dir, resume sources) must lie
-  // under one of these; empty: the state directory and the working directory.
-  std::vector<std::string> allowed_roots;
-  // GPUs of this host for local CUDA jobs: one per rank, never shared.
-  int gpus = 0;
-  int ranks_per_gpu = 1;  // ranks of local CUDA jobs one GPU may take
-  // Between repeated failures of a job (no attempt trained a step in
-  // between), its restart waits: not after the first failure, then
-  // restart_backoff, doubling up to 30 s (0: never).
-  std::chrono::milliseconds restart_backoff{1000};
-  // The launcher of specs that name none (launcher: default).
-  LauncherKind default_launcher = LauncherKind::kLocal;
-  // The Python of script jobs whose spec names none (--script-python).
-  std::string script_python = "python3";
-  // Fair share: how fast past usage fades (--fair-share-half-life).
-  std::chrono::seconds fair_share_half_life{24 * 3600};
-  // A job is not preempted for another before it ran this long since it
-  // started (--preemption-min-run-time).
-  std::chrono::seconds preemption_min_run_time{600};
-};
-
 class JobManager final : public JobRequestHandler, public WorkerHandler {
  public:
-  // `launcher` starts local jobs; RegisterLauncher adds others.
-  JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options);
+  // `launcher` starts local jobs; external jobs' ranks join; RegisterLauncher
+  // adds others. Every part must outlive the manager.
+  JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options,
+             const TimeSource* clock = TimeSource::Real());
   ~JobManager() override;
-  JobManager(const JobManager&) = delete;
-  JobManager& operator=(const JobManager&) = delete;
 
-  // Loads the store: queued jobs are queued again; jobs that were starting or
-  // running when the previous coordinator stopped become RECOVERING: their
-  // workers (which keep training) have reattach_timeout_s to reconnect with
-  // the same attempt and token and go on; a group that does not is stopped
-  // and restarted from its latest checkpoint. Call once, before serving.
+  // Loads the store (JobLifecycle::Recover): jobs that were starting or
+  // running when the previous coordinator stopped become RECOVERING, their
+  // workers have reattach_timeout_s to reconnect. Call once, before serving.
   absl::Status Recover();
   // Where workers reach the WorkerService: local ones, and those on other
   // hosts (Slurm, external; default: the same).
@@ -139,29 +101,49 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   absl::StatusOr<int64_t> RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) override;
   absl::StatusOr<Diagnosis> WaitDiagnosis(int64_t request_id) override;
 
-  // WorkerHandler.
+  // WorkerHandler: each call routed to WorkerSessions under the mutex.
   absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
                                                 const std::string& token, const std::string& advertise_addr = "",
-                                                int32_t rendezvous_port = 0) override;
-  void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) override;
+                                                int32_t rendezvous_port = 0) override {
+    absl::MutexLock lock(&mu_);
+    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port);
+  }
+  void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) override {
+    absl::MutexLock lock(&mu_);
+    workers_.Metrics(job_id, attempt, samples);
+  }
   void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
-                    const std::string& error) override;
-  void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint) override;
-  void ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) override;
-  void ReportFlightRecord(const std::string& job_id, int32_t attempt, int64_t request_id, FlightRecord record) override;
+                    const std::string& error) override {
+    absl::MutexLock lock(&mu_);
+    workers_.Result(job_id, attempt, rank, outcome, error);
+  }
+  void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint) override {
+    absl::MutexLock lock(&mu_);
+    workers_.Checkpoint(job_id, attempt, checkpoint);
+  }
+  void ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) override {
+    absl::MutexLock lock(&mu_);
+    workers_.Note(job_id, attempt, rank, text);
+  }
+  void ReportFlightRecord(const std::string& job_id, int32_t attempt, int64_t request_id,
+                          FlightRecord record) override {
+    absl::MutexLock lock(&mu_);
+    requests_.AddFlightRecord(job_id, attempt, request_id, std::move(record));
+  }
   void DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
-                    const std::shared_ptr<WorkerChannel>& channel) override;
-
+                    const std::shared_ptr<WorkerChannel>& channel) override {
+    absl::MutexLock lock(&mu_);
+    workers_.Detach(job_id, attempt, rank, channel);
+  }
   // The launchers' exit callback.
-  void OnRankExit(const RankExit& exit);
+  void OnRankExit(const RankExit& exit) {
+    absl::MutexLock lock(&mu_);
+    workers_.Exit(exit);
+  }
 
-  // Call periodically: starts jobs whose restart backoff is over, ends
-  // attempts whose workers did not reattach or whose external ranks are
-  // gone, and runs the hang watchdog: when a running job's rank 0 made no
-  // progress (step or checkpoint) within its step_timeout_s, asks its ranks
-  // for their flight records (at most kWatchdogDiagnoseWait), records the
-  // diagnosis as a job event and fails the group; the restart policy takes
-  // it from there.
+  // Call periodically: JobLifecycle::Supervise (back-offs over, reattach
+  // deadlines, ranks gone, preemption grace, and the hang watchdog, whose
+  // ranks answer within kWatchdogDiagnoseWait), then the usage metrics.
   static constexpr std::chrono::seconds kWatchdogDiagnoseWait{5};
   void CheckProgress();
 
@@ -177,19 +159,19 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   int free_gpus();
 
  private:
-  SchedulerPolicy SchedulingOf(const Policy& policy) const;
-
-  JobStore* const store_;
   ServerMetrics* const metrics_;
+  const TimeSource* const clock_;
   const JobManagerOptions options_;
-  const SpecAdmission admission_;
+  const Admission admission_;
 
   absl::Mutex mu_;
   JobTable jobs_ ABSL_GUARDED_BY(mu_);  // every job not ended
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   PendingRequests requests_ ABSL_GUARDED_BY(mu_);
   Launchers launchers_ ABSL_GUARDED_BY(mu_);
+  ExternalLauncher external_;  // called by launchers_, under mu_
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
+  WorkerSessions workers_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
 };
 

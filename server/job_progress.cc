@@ -9,7 +9,7 @@ namespace trainyard {
 void JobProgress::Launched(SteadyTime now) {
   goodput_.StartOnce(now);
   last_progress_ = now;
-  if (recovery_from_millis_ == 0) startup_from_millis_ = NowMillis();
+  if (recovery_from_millis_ == 0) startup_from_millis_ = clock_->UnixMillis();
 }
 
 void JobProgress::Adopted(SteadyTime now) {
@@ -19,7 +19,7 @@ void JobProgress::Adopted(SteadyTime now) {
 
 void JobProgress::FailureDetected(int64_t step) {
   if (recovery_from_millis_ != 0) return;
-  recovery_from_millis_ = NowMillis();
+  recovery_from_millis_ = clock_->UnixMillis();
   step_at_failure_ = step;
 }
 
@@ -40,7 +40,7 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
       step_seconds_ = step_seconds_ == 0 ? m.step_seconds : 0.9 * step_seconds_ + 0.1 * m.step_seconds;
     }
     metrics_->AddBadput(job_id_, "data_wait", m.data_seconds);
-    const int64_t at = m.unix_millis > 0 ? m.unix_millis : NowMillis();
+    const int64_t at = m.unix_millis > 0 ? m.unix_millis : clock_->UnixMillis();
     // Until this step began: the time before it was no step's.
     const double before_step = static_cast<double>(at) / 1000.0 - m.step_seconds;
     if (recovery_from_millis_ != 0 && m.step > 0) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/job_record.h"
 #include "common/step_metrics.h"
 #include "server/server_metrics.h"
@@ -71,8 +72,9 @@ class GoodputClock {
 
 class JobProgress {
  public:
-  // `metrics` must outlive this.
-  JobProgress(std::string job_id, ServerMetrics* metrics) : job_id_(std::move(job_id)), metrics_(metrics) {}
+  // `metrics` and `clock` (the wall clock of recovery and badput) must outlive this.
+  JobProgress(std::string job_id, ServerMetrics* metrics, const TimeSource* clock = TimeSource::Real())
+      : job_id_(std::move(job_id)), metrics_(metrics), clock_(clock) {}
 
   // An attempt was launched at `now`; the time until its first step is
   // startup badput, unless a recovery is under way (that is restart badput).
@@ -115,6 +117,7 @@ class JobProgress {
  private:
   const std::string job_id_;
   ServerMetrics* const metrics_;
+  const TimeSource* const clock_;
   GoodputClock goodput_;
   SteadyTime last_progress_{};
   SteadyTime last_persist_{};

@@ -1,6 +1,7 @@
 #include "server/job_table.h"
 
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -28,21 +29,26 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
   r.spec_json = JobSpecToJson(spec);
   r.num_processes = spec.num_processes;
   r.max_steps = spec.script.empty() ? spec.max_steps : 0;  // a script's own length is not known
-  r.created_unix_millis = NowMillis();
+  r.created_unix_millis = clock_->UnixMillis();
   r.owner = ownership.owner;
   r.group = ownership.group;
   r.priority = ownership.priority;
   if (auto s = store_->Insert(r, {r.created_unix_millis, JobState::kQueued, "submitted"}); !s.ok()) return s;
   counts_[JobState::kQueued]++;
   metrics_->SetJobCounts(counts_);
-  ActiveJob& job = jobs_.try_emplace(id, r, spec, metrics_).first->second;
+  ActiveJob& job = jobs_.try_emplace(id, r, spec, metrics_, clock_).first->second;
   for (const std::string& note : notes) AddEvent(job, note);
+  if (spec.script.empty()) {
+    spdlog::info("job {} ({}) queued: {} processes, {} steps", id, spec.name, spec.num_processes, spec.max_steps);
+  } else {
+    spdlog::info("job {} ({}) queued: {} processes running {}", id, spec.name, spec.num_processes, spec.script.path);
+  }
   return &job;
 }
 
 ActiveJob& JobTable::Hold(const JobRecord& record, const JobSpec& spec) {
   counts_[record.state]++;
-  auto [it, added] = jobs_.try_emplace(record.id, record, spec, metrics_);
+  auto [it, added] = jobs_.try_emplace(record.id, record, spec, metrics_, clock_);
   return it->second;
 }
 
@@ -80,13 +86,63 @@ std::vector<std::string> JobTable::ids() const {
   return out;
 }
 
+absl::StatusOr<std::vector<JobRecord>> JobTable::Stored() { return store_->List(std::numeric_limits<int>::max()); }
+
+absl::StatusOr<JobRecord> JobTable::StoredRecord(const std::string& id) { return store_->Get(id); }
+
+absl::StatusOr<std::vector<JobEvent>> JobTable::Events(const std::string& id) { return store_->Events(id); }
+
+absl::StatusOr<std::vector<CheckpointRecord>> JobTable::Checkpoints(const std::string& id) {
+  auto rec = store_->Get(id);
+  if (!rec.ok()) return rec.status();
+  return store_->Checkpoints(id);
+}
+
+void JobTable::AddCheckpoint(ActiveJob& job, int32_t attempt, const CheckpointEvent& c) {
+  if (auto s = store_->AddCheckpoint(job.record.id, {attempt, c}); !s.ok()) {
+    spdlog::error("job {}: cannot record checkpoint {}: {}", job.record.id, c.index, std::string(s.message()));
+  }
+}
+
+absl::StatusOr<JobPage> JobTable::Page(const std::vector<JobState>& states, int64_t after, int size,
+                                       const std::vector<std::string>& owners, const std::vector<std::string>& groups) {
+  auto page = store_->ListPage(states, after, size, owners, groups);
+  if (!page.ok()) return page.status();
+  JobPage out;
+  for (JobRecord& r : page->jobs) {
+    const ActiveJob* live = Find(r.id);
+    out.jobs.push_back(live != nullptr ? live->record : std::move(r));  // the live one is fresher
+  }
+  if (page->more) out.next_page_token = JobPageToken(page->last);
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<JobWatch>> JobTable::Watch(const std::string& id) {
+  auto watch = std::make_shared<JobWatch>();
+  ActiveJob* job = Find(id);
+  if (job == nullptr) {
+    auto rec = store_->Get(id);
+    if (!rec.ok()) return rec.status();
+    watch->Push({*rec, std::nullopt});
+    watch->Close();
+    return watch;
+  }
+  watch->Push({job->record, std::nullopt});
+  job->watchers.push_back(watch);
+  return watch;
+}
+
+void JobTable::Broadcast(const std::string& id, int32_t attempt, const WorkerCommand& command) {
+  if (ActiveJob* job = FindAttempt(id, attempt)) job->attempt->Broadcast(command);
+}
+
 void JobTable::Transition(ActiveJob& job, JobState state, const std::string& reason) {
   JobRecord& r = job.record;
   counts_[r.state]--;
   counts_[state]++;
   r.state = state;
   r.reason = reason;
-  const int64_t now = NowMillis();
+  const int64_t now = clock_->UnixMillis();
   if (state == JobState::kStarting && r.started_unix_millis == 0) r.started_unix_millis = now;
   if (IsTerminal(state)) r.ended_unix_millis = now;
   JobEvent event{now, state, reason};
@@ -99,11 +155,19 @@ void JobTable::Transition(ActiveJob& job, JobState state, const std::string& rea
 }
 
 void JobTable::AddEvent(ActiveJob& job, const std::string& reason) {
-  JobEvent event{NowMillis(), job.record.state, reason};
+  JobEvent event{clock_->UnixMillis(), job.record.state, reason};
   if (auto s = store_->Update(job.record, &event); !s.ok()) {
     spdlog::error("job {}: cannot persist event: {}", job.record.id, std::string(s.message()));
   }
   spdlog::info("job {}: {}", job.record.id, reason);
+}
+
+void JobTable::AddEvent(const std::string& id, const std::string& reason) {
+  if (ActiveJob* job = Find(id)) return AddEvent(*job, reason);
+  absl::StatusOr<JobRecord> record = store_->Get(id);
+  if (!record.ok()) return;
+  const JobEvent event{clock_->UnixMillis(), record->state, reason};
+  store_->Update(*record, &event).IgnoreError();
 }
 
 void JobTable::PersistProgress(ActiveJob& job, std::chrono::steady_clock::time_point now) {

@@ -1,7 +1,9 @@
 // JobTable: the jobs that have not ended, and their durable record — each
 // job's state changes and events written through the JobStore (one event
 // per change), its watchers told, the count of jobs by state exported, and
-// an ended job's streams, series and snapshots let go.
+// an ended job's streams, series and snapshots let go. It is the only door
+// to the JobStore: what the coordinator reads of ended jobs (records,
+// events, checkpoints, pages of the list) goes through it too.
 //
 // Not thread-safe: the JobManager calls it under its mutex.
 #ifndef TRAINYARD_SERVER_JOB_TABLE_H_
@@ -9,13 +11,16 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/job_record.h"
 #include "common/job_spec.h"
 #include "server/active_job.h"
+#include "server/job_handlers.h"
 #include "server/job_store.h"
 #include "server/server_metrics.h"
 
@@ -29,8 +34,9 @@ struct Ownership {
 
 class JobTable {
  public:
-  // Both must outlive the table.
-  JobTable(JobStore* store, ServerMetrics* metrics) : store_(store), metrics_(metrics) {}
+  // All must outlive the table; `clock` dates the records and events.
+  JobTable(JobStore* store, ServerMetrics* metrics, const TimeSource* clock = TimeSource::Real())
+      : store_(store), metrics_(metrics), clock_(clock) {}
 
   // A fresh job id: in neither the table nor the store.
   std::string NewId() const;
@@ -52,6 +58,25 @@ class JobTable {
   // The live record, else the stored one.
   absl::StatusOr<JobRecord> Record(const std::string& id);
   std::vector<std::string> ids() const;
+  // Every job of the store, oldest first (the jobs a restart finds).
+  absl::StatusOr<std::vector<JobRecord>> Stored();
+  // The stored record (ended jobs; NotFound for an unknown id).
+  absl::StatusOr<JobRecord> StoredRecord(const std::string& id);
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id);
+  // The job's checkpoints, in the order reported (NotFound for an unknown job).
+  absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id);
+  // Rank 0's report of a checkpoint of the job's `attempt`.
+  void AddCheckpoint(ActiveJob& job, int32_t attempt, const CheckpointEvent& c);
+  // One page of the stored jobs in `states` after insertion number `after`,
+  // of `owners` or `groups` (both empty: all), live records where held.
+  absl::StatusOr<JobPage> Page(const std::vector<JobState>& states, int64_t after, int size,
+                               const std::vector<std::string>& owners, const std::vector<std::string>& groups);
+  // A watch of the job: its record now, then every change until it ends
+  // (an ended job's watch holds its record and is closed).
+  absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id);
+  // Sends `command` down the stream of every connected rank of the job's
+  // attempt `attempt` (nothing when it is not the current one).
+  void Broadcast(const std::string& id, int32_t attempt, const WorkerCommand& command);
   // Calls f(ActiveJob&) for every job held.
   template <typename F>
   void ForEach(F&& f) {
@@ -62,6 +87,8 @@ class JobTable {
   void Transition(ActiveJob& job, JobState state, const std::string& reason);
   // Records an event in the job's current state.
   void AddEvent(ActiveJob& job, const std::string& reason);
+  // Records an event of job `id`, held or ended (unknown: nothing).
+  void AddEvent(const std::string& id, const std::string& reason);
   // Writes the record's progress (step, loss...) at most once a second.
   void PersistProgress(ActiveJob& job, std::chrono::steady_clock::time_point now);
   // Lets an ended job go: its streams and watches close, its series go, and
@@ -71,6 +98,7 @@ class JobTable {
  private:
   JobStore* const store_;
   ServerMetrics* const metrics_;
+  const TimeSource* const clock_;
   std::map<std::string, ActiveJob> jobs_;
   std::map<JobState, int> counts_;
 };

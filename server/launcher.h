@@ -1,10 +1,10 @@
 // Launcher: starts and stops the worker processes of one job attempt.
 //
 // Implementations: LocalLauncher (fork/exec on this host), SlurmLauncher
-// (sbatch + srun; state from squeue/scontrol). Workers of `launcher:
-// external` jobs are started by someone else and need no Launcher. Launchers report
-// each rank's end through the ExitCallback given at construction, from their
-// own thread; implementations are safe to call from several threads.
+// (sbatch + srun; state from squeue/scontrol), ExternalLauncher (starts
+// nothing: the ranks join by themselves). Launchers report each rank's end
+// through the ExitCallback given at construction, from their own thread;
+// implementations are safe to call from several threads.
 #ifndef TRAINYARD_SERVER_LAUNCHER_H_
 #define TRAINYARD_SERVER_LAUNCHER_H_
 
@@ -73,6 +73,20 @@ class Launcher {
  public:
   using ExitCallback = std::function<void(const RankExit&)>;
   virtual ~Launcher() = default;
+
+  // How a launcher's ranks run, as the coordinator needs to know it.
+  struct Traits {
+    // The ranks run on this host: they take its CPU slots or GPUs, reach
+    // the coordinator at its local address, bind rank 0's store on
+    // master_addr, see this host's files, and leave in-memory snapshots here.
+    bool on_this_host = false;
+    // The coordinator starts no process: the ranks join the attempt by
+    // themselves (trainyard-worker --join) with the job's token, are stopped
+    // by a command down their streams, and may see other files than this
+    // host's.
+    bool ranks_join = false;
+  };
+  virtual Traits traits() const { return {}; }
 
   // Starts all ranks of the attempt. On error no process of it is left.
   virtual absl::Status Launch(const LaunchRequest& request) = 0;

@@ -3,12 +3,17 @@
 namespace trainyard {
 
 Launcher* Launchers::Get(LauncherKind kind) const {
-  if (kind == LauncherKind::kExternal) return nullptr;
   auto it = launchers_.find(kind);
   return it == launchers_.end() ? nullptr : it->second;
 }
 
-LaunchRequest Launchers::RequestFor(const ActiveJob& job, LauncherKind kind, const LaunchContext& context) {
+Launcher::Traits Launchers::TraitsOf(const JobSpec& spec) const {
+  Launcher* l = Get(KindOf(spec));
+  return l == nullptr ? Launcher::Traits{} : l->traits();
+}
+
+LaunchRequest Launchers::RequestFor(const ActiveJob& job, const Launcher::Traits& traits,
+                                    const LaunchContext& context) {
   const JobRecord& r = job.record;
   LaunchRequest req;
   req.job_id = r.id;
@@ -16,7 +21,7 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, LauncherKind kind, con
   req.world_size = r.num_processes;
   req.master_addr = job.attempt->master_addr();
   req.master_port = job.attempt->master_port();
-  req.coordinator_addr = kind == LauncherKind::kLocal ? context.coordinator_addr : context.remote_coordinator_addr;
+  req.coordinator_addr = traits.on_this_host ? context.coordinator_addr : context.remote_coordinator_addr;
   req.token = r.worker_token;
   req.log_dir = context.log_dir;
   req.threads_per_process = job.spec.threads_per_process;
@@ -29,24 +34,18 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, LauncherKind kind, con
   return req;
 }
 
-absl::Status Launchers::Launch(const ActiveJob& job, LauncherKind kind, const LaunchContext& context) const {
-  Launcher* l = Get(kind);
+absl::Status Launchers::Launch(const ActiveJob& job, const LaunchContext& context) const {
+  Launcher* l = Get(KindOf(job.spec));
   if (l == nullptr) return absl::FailedPreconditionError("no launcher");
-  return l->Launch(RequestFor(job, kind, context));
+  return l->Launch(RequestFor(job, l->traits(), context));
 }
 
-void Launchers::Adopt(const ActiveJob& job, LauncherKind kind, const LaunchContext& context) const {
-  if (Launcher* l = Get(kind)) l->Adopt(RequestFor(job, kind, context));
+void Launchers::Adopt(const ActiveJob& job, const LaunchContext& context) const {
+  if (Launcher* l = Get(KindOf(job.spec))) l->Adopt(RequestFor(job, l->traits(), context));
 }
 
-void Launchers::Stop(const ActiveJob& job, LauncherKind kind) const {
-  if (kind == LauncherKind::kExternal) {
-    // No process of ours: the workers stop on the command; ranks that are
-    // not connected are accounted for by Attempt::LostRanks.
-    if (job.attempt) job.attempt->Broadcast({WorkerCommand::Kind::kStop, "the attempt is stopping"});
-    return;
-  }
-  if (Launcher* l = Get(kind)) l->Stop(job.record.id, job.record.attempt);
+void Launchers::Stop(const ActiveJob& job) const {
+  if (Launcher* l = Get(KindOf(job.spec))) l->Stop(job.record.id, job.record.attempt);
 }
 
 }  // namespace trainyard

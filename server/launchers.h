@@ -1,10 +1,11 @@
-// Launchers: the launchers this server has, by kind, and how one attempt of
-// a job is launched, adopted after a coordinator restart, and stopped
-// through them. External jobs have no launcher: their ranks join by
-// themselves and are stopped by a command down their streams.
+// Launchers: the launchers this server has, by kind, the kind a spec's job
+// uses (its own, or the server's default), and how one attempt of a job is
+// launched, adopted after a coordinator restart, and stopped through them.
+// Every kind is a Launcher (external too: server/external_launcher.h); what
+// differs between them is in their Launcher::Traits.
 //
 // Not thread-safe: the JobManager calls it under its mutex (the launchers
-// themselves are thread-safe and report exits from their own threads).
+// themselves report exits from their own threads).
 #ifndef TRAINYARD_SERVER_LAUNCHERS_H_
 #define TRAINYARD_SERVER_LAUNCHERS_H_
 
@@ -28,21 +29,31 @@ struct LaunchContext {
 
 class Launchers {
  public:
+  explicit Launchers(LauncherKind default_kind = LauncherKind::kLocal) : default_kind_(default_kind) {}
+
   void Register(LauncherKind kind, Launcher* launcher) { launchers_[kind] = launcher; }
-  // Null when this server has none of `kind` (always for kExternal).
+  // Null when this server has none of `kind`.
   Launcher* Get(LauncherKind kind) const;
 
+  // The kind that starts a job of `spec`: its own, or the default.
+  LauncherKind KindOf(const JobSpec& spec) const {
+    return spec.launcher == LauncherKind::kDefault ? default_kind_ : spec.launcher;
+  }
+  LauncherKind default_kind() const { return default_kind_; }
+  // The traits of the launcher of `spec` (none registered: the defaults).
+  Launcher::Traits TraitsOf(const JobSpec& spec) const;
+
   // What the attempt's workers are told (REQUIRES: job.attempt).
-  static LaunchRequest RequestFor(const ActiveJob& job, LauncherKind kind, const LaunchContext& context);
+  static LaunchRequest RequestFor(const ActiveJob& job, const Launcher::Traits& traits, const LaunchContext& context);
   // Starts the ranks of the job's attempt.
-  absl::Status Launch(const ActiveJob& job, LauncherKind kind, const LaunchContext& context) const;
+  absl::Status Launch(const ActiveJob& job, const LaunchContext& context) const;
   // Follows the ranks of an attempt an earlier coordinator launched.
-  void Adopt(const ActiveJob& job, LauncherKind kind, const LaunchContext& context) const;
-  // Stops the attempt's workers: through its launcher, or (external jobs)
-  // by a stop command down each connected rank's stream.
-  void Stop(const ActiveJob& job, LauncherKind kind) const;
+  void Adopt(const ActiveJob& job, const LaunchContext& context) const;
+  // Stops the attempt's workers through its launcher.
+  void Stop(const ActiveJob& job) const;
 
  private:
+  const LauncherKind default_kind_;
   std::map<LauncherKind, Launcher*> launchers_;
 };
 

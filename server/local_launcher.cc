@@ -91,6 +91,7 @@ struct Proc {
 
 class LocalLauncher final : public Launcher {
  public:
+  Traits traits() const override { return {.on_this_host = true}; }
   LocalLauncher(LocalLauncherOptions options, ExitCallback on_exit)
       : options_(std::move(options)), on_exit_(std::move(on_exit)) {
     reaper_ = std::thread([this] { ReapLoop(); });

@@ -12,37 +12,39 @@
 
 int main(int argc, char** argv) {
   trainyard::ServerOptions o;
-  int stop_grace_ms = static_cast<int>(o.stop_grace.count());
+  int stop_grace_ms = static_cast<int>(o.local.stop_grace.count());
   CLI::App app{"trainyard-server: schedules and tracks distributed training jobs"};
   app.add_option("--listen", o.listen, "gRPC address HOST:PORT (port 0 = any free port)")->capture_default_str();
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address HOST:PORT")->capture_default_str();
-  app.add_option("--state-dir", o.state_dir, "Directory for the SQLite job store and worker logs")
+  app.add_option("--state-dir", o.jobs.state_dir, "Directory for the SQLite job store and worker logs")
       ->capture_default_str();
-  app.add_option("--slots", o.slots, "CPU slots (worker processes) this host runs at once; default: number of CPUs")
+  app.add_option("--slots", o.jobs.slots,
+                 "CPU slots (worker processes) this host runs at once; default: number of CPUs")
       ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--worker-binary", o.worker_binary, "trainyard-worker to launch; default: beside this binary");
+  app.add_option("--worker-binary", o.local.worker_binary, "trainyard-worker to launch; default: beside this binary");
   app.add_option("--stop-grace-ms", stop_grace_ms, "Grace between SIGINT and SIGKILL when stopping workers")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600000));
-  app.add_option("--max-queued-jobs", o.max_queued_jobs, "Jobs the queue holds at most")
+  app.add_option("--max-queued-jobs", o.jobs.max_queued_jobs, "Jobs the queue holds at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--max-num-processes", o.max_num_processes, "Largest num_processes a spec may ask for")
+  app.add_option("--max-num-processes", o.jobs.limits.max_num_processes, "Largest num_processes a spec may ask for")
       ->capture_default_str()
       ->check(CLI::Range(1, trainyard::kMaxNumProcessesCeiling));
   app.add_option(
-      "--allowed-root", o.allowed_roots,
+      "--allowed-root", o.jobs.allowed_roots,
       "Directory a job's paths (checkpoint.project_dir, resume sources, model and data files) may lie under; "
       "repeatable. "
       "Default: the state dir and the working directory");
 #ifdef TRAINYARD_DEFAULT_SCRIPT_PYTHON
-  o.script_python = TRAINYARD_DEFAULT_SCRIPT_PYTHON;  // the Python the build used (the project venv's)
+  o.jobs.script_python = TRAINYARD_DEFAULT_SCRIPT_PYTHON;  // the Python the build used (the project venv's)
 #endif
-  app.add_option("--script-python", o.script_python, "Python that runs script jobs whose spec names no script.python")
+  app.add_option("--script-python", o.jobs.script_python,
+                 "Python that runs script jobs whose spec names no script.python")
       ->capture_default_str();
-  app.add_option("--auth-token-file", o.auth_token_file,
+  app.add_option("--auth-token-file", o.policy.auth_token_file,
                  "File with the bearer token every client call must carry (authorization: Bearer <token>)");
-  app.add_option("--policy-file", o.policy_file,
+  app.add_option("--policy-file", o.policy.policy_file,
                  "Users (by the SHA-256 of their tokens), groups, roles, priority classes and quotas (YAML; "
                  "docs/operating/users.md); reloaded on SIGHUP")
       ->check(CLI::ExistingFile);
@@ -54,19 +56,21 @@ int main(int argc, char** argv) {
                  "A job runs at least this long after it starts before it is preempted for a job of higher priority")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 7.0 * 86400));
-  app.add_option("--tls-cert", o.tls_cert, "Server certificate chain (PEM): serve TLS");
-  app.add_option("--tls-key", o.tls_key, "Server private key (PEM)");
-  app.add_option("--tls-client-ca", o.tls_client_ca, "CA (PEM) client certificates must be signed by: mutual TLS");
-  app.add_option("--tls-worker-ca", o.tls_worker_ca,
+  app.add_option("--tls-cert", o.tls.cert, "Server certificate chain (PEM): serve TLS");
+  app.add_option("--tls-key", o.tls.key, "Server private key (PEM)");
+  app.add_option("--tls-client-ca", o.tls.client_ca, "CA (PEM) client certificates must be signed by: mutual TLS");
+  app.add_option("--tls-worker-ca", o.tls.worker_ca,
                  "CA (PEM) workers check the server's certificate against (default: --tls-client-ca)");
-  app.add_option("--launcher", o.launcher,
+  std::string launcher = "local";
+  app.add_option("--launcher", launcher,
                  "Launcher of jobs whose spec names none: local (fork/exec here), slurm (sbatch/srun) or external "
                  "(workers join with trainyard-worker --join)")
       ->capture_default_str()
       ->check(CLI::IsMember({"local", "slurm", "external"}));
-  app.add_option("--gpus", o.gpus, "GPUs for local CUDA jobs, one per rank; default: as many as the driver reports")
+  app.add_option("--gpus", o.jobs.gpus,
+                 "GPUs for local CUDA jobs, one per rank; default: as many as the driver reports")
       ->check(CLI::Range(0, 1024));
-  app.add_option("--ranks-per-gpu", o.ranks_per_gpu,
+  app.add_option("--ranks-per-gpu", o.jobs.ranks_per_gpu,
                  "Ranks of local CUDA jobs one GPU may take at once (several share it: Gloo, not NCCL, which refuses "
                  "two ranks on one device)")
       ->capture_default_str()
@@ -74,11 +78,12 @@ int main(int argc, char** argv) {
   app.add_option("--advertise-addr", o.advertise_addr,
                  "HOST[:PORT] workers on other hosts (Slurm, external) reach this server at; default: the --listen "
                  "host, or this host's name when listening on all addresses");
-  app.add_option("--slurm-bin-dir", o.slurm_bin_dir, "Directory of sbatch, squeue and scancel (default: PATH)");
-  app.add_option("--slurm-partition", o.slurm_partition, "sbatch --partition for jobs that name none");
-  app.add_option("--slurm-account", o.slurm_account, "sbatch --account for jobs that name none");
-  app.add_option("--slurm-sbatch-arg", o.slurm_extra_args, "Extra sbatch option for every Slurm job; repeatable");
-  app.add_option("--slurm-worker-binary", o.slurm_worker_binary,
+  app.add_option("--slurm-bin-dir", o.slurm.slurm_bin_dir, "Directory of sbatch, squeue and scancel (default: PATH)");
+  app.add_option("--slurm-partition", o.slurm.partition, "sbatch --partition for jobs that name none");
+  app.add_option("--slurm-account", o.slurm.account, "sbatch --account for jobs that name none");
+  app.add_option("--slurm-sbatch-arg", o.slurm.extra_sbatch_args,
+                 "Extra sbatch option for every Slurm job; repeatable");
+  app.add_option("--slurm-worker-binary", o.slurm.worker_binary,
                  "trainyard-worker as the compute nodes see it (default: --worker-binary)");
   app.add_option("--ready-file", o.ready_file, "Write the bound ports as JSON to this file once serving");
   app.add_option(
@@ -88,7 +93,7 @@ int main(int argc, char** argv) {
          "reports from the worker's table (known GPUs), else no trainyard_job_mfu")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  int restart_backoff_ms = static_cast<int>(o.restart_backoff.count());
+  int restart_backoff_ms = static_cast<int>(o.jobs.restart_backoff.count());
   app.add_option("--restart-backoff-ms", restart_backoff_ms,
                  "Wait before a job's restart after its second and later failures: this, doubling up to 30 s (0: "
                  "restart at once)")
@@ -107,11 +112,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   CLI11_PARSE(app, argc, argv);
-  o.stop_grace = std::chrono::milliseconds(stop_grace_ms);
-  o.restart_backoff = std::chrono::milliseconds(restart_backoff_ms);
+  o.jobs.default_launcher = *trainyard::ValueOf(trainyard::kLauncherKindNames, launcher);
+  o.local.stop_grace = std::chrono::milliseconds(stop_grace_ms);
+  o.jobs.restart_backoff = std::chrono::milliseconds(restart_backoff_ms);
   o.on_shutdown = *trainyard::ValueOf(trainyard::kShutdownModeNames, on_shutdown);
-  o.fair_share_half_life = std::chrono::seconds(static_cast<int64_t>(half_life_h * 3600));
-  o.preemption_min_run_time = std::chrono::seconds(static_cast<int64_t>(min_run_s));
+  o.jobs.fair_share_half_life = std::chrono::seconds(static_cast<int64_t>(half_life_h * 3600));
+  o.jobs.preemption_min_run_time = std::chrono::seconds(static_cast<int64_t>(min_run_s));
   o.shutdown_checkpoint_timeout = std::chrono::seconds(shutdown_timeout_s);
 
   // Signals are taken by one thread with sigwait; every other thread (gRPC's,

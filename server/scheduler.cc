@@ -1,7 +1,6 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,27 +13,45 @@ using Kind = ResourcePool::Kind;
 
 const char* NameOf(Kind k) { return k == Kind::kGpus ? "GPUs" : "slots"; }
 
-std::optional<int64_t> LimitOf(const Quota& q, Kind k) { return k == Kind::kGpus ? q.gpus : q.slots; }
-
-double Seconds(Scheduler::Duration d) { return std::chrono::duration<double>(d).count(); }
-
 }  // namespace
 
-Scheduler::Scheduler(int slots, int gpus, SchedulerPolicy policy, int ranks_per_gpu)
-    : policy_(std::move(policy)), pool_(slots, gpus, ranks_per_gpu) {}
+SchedulerPolicy SchedulingOf(const Policy& policy, std::chrono::steady_clock::duration fair_share_half_life,
+                             std::chrono::steady_clock::duration min_run_time) {
+  SchedulerPolicy s;
+  s.user_quotas = policy.user_quotas;
+  s.group_quotas = policy.group_quotas;
+  s.fair_share_half_life = fair_share_half_life;
+  s.min_run_time = min_run_time;
+  return s;
+}
 
-void Scheduler::SetPolicy(SchedulerPolicy policy) { policy_ = std::move(policy); }
+Scheduler::Scheduler(int slots, int gpus, SchedulerPolicy policy, int ranks_per_gpu)
+    : pool_(slots, gpus, ranks_per_gpu) {
+  SetPolicy(std::move(policy));
+}
+
+void Scheduler::SetPolicy(SchedulerPolicy policy) {
+  policy_ = std::move(policy);
+  fair_share_.set_half_life(policy_.fair_share_half_life);
+  quotas_.SetQuotas(policy_.user_quotas, policy_.group_quotas);
+}
+
+int Scheduler::FreeOf(Kind kind) const { return kind == Kind::kGpus ? pool_.free_gpus() : pool_.free_slots(); }
+
+QueueForecast Scheduler::ForecastOf(Kind kind, Time now, QueueForecast::Ends ends) const {
+  std::vector<QueueForecast::Holder> holders;
+  for (const auto& [id, r] : running_) {
+    if (r.demand.local && r.demand.kind == kind) holders.push_back({r.demand.count, r.expected_end, r.preempting});
+  }
+  return QueueForecast(now, FreeOf(kind), holders, ends);
+}
 
 void Scheduler::Enqueue(const std::string& id, Demand demand, JobClaim claim, Time not_before, bool ahead) {
   Remove(id);
   Waiting w{id, demand, std::move(claim), not_before};
   w.order = ahead ? --next_front_ : ++next_back_;
-  ++owners_[w.claim.owner].queued;
-  if (w.demand.local) {
-    ++waiting_local_[w.demand.kind];
-  } else {
-    ++waiting_elsewhere_;
-  }
+  ++queued_by_owner_[w.claim.owner];
+  ++(w.demand.local ? waiting_local_[w.demand.kind] : waiting_elsewhere_);
   Waiting& stored = waiting_.emplace(id, std::move(w)).first->second;
   levels_[stored.claim.priority][stored.claim.owner][stored.order] = &stored;
 }
@@ -48,34 +65,15 @@ bool Scheduler::Remove(const std::string& id) {
   owner->second.erase(w.order);
   if (owner->second.empty()) level->second.erase(owner);
   if (level->second.empty()) levels_.erase(level);
-  --owners_[w.claim.owner].queued;
-  if (w.demand.local) {
-    --waiting_local_[w.demand.kind];
-  } else {
-    --waiting_elsewhere_;
-  }
+  --queued_by_owner_[w.claim.owner];
+  --(w.demand.local ? waiting_local_[w.demand.kind] : waiting_elsewhere_);
   waiting_.erase(it);
   return true;
 }
 
 int Scheduler::queued_of(const std::string& owner) const {
-  auto it = owners_.find(owner);
-  return it == owners_.end() ? 0 : it->second.queued;
-}
-
-double Scheduler::UsageAt(const OwnerState& s, Time now) const {
-  if (now <= s.updated) return s.usage;
-  const double h = std::max(1e-3, Seconds(policy_.fair_share_half_life));
-  const double dt = Seconds(now - s.updated);
-  const double decay = std::exp2(-dt / h);
-  // Exact for a constant rate over dt: ∫ rate · 2^(-(dt-t)/h) dt.
-  return s.usage * decay + s.ranks_running * (h / std::log(2.0)) * (1 - decay);
-}
-
-void Scheduler::Accrue(const std::string& owner, Time now) {
-  OwnerState& s = owners_[owner];
-  s.usage = UsageAt(s, now);
-  s.updated = std::max(s.updated, now);
+  auto it = queued_by_owner_.find(owner);
+  return it == queued_by_owner_.end() ? 0 : it->second;
 }
 
 std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
@@ -84,10 +82,7 @@ std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
   std::vector<std::pair<double, const std::string*>> owners;
   for (const auto& [priority, by_owner] : levels_) {
     owners.clear();
-    for (const auto& [owner, jobs] : by_owner) {
-      auto s = owners_.find(owner);
-      owners.emplace_back(s == owners_.end() ? 0.0 : UsageAt(s->second, now), &owner);
-    }
+    for (const auto& [owner, jobs] : by_owner) owners.emplace_back(fair_share_.UsageAt(owner, now), &owner);
     std::sort(owners.begin(), owners.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : *a.second < *b.second;
     });
@@ -99,25 +94,13 @@ std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
 }
 
 bool Scheduler::OverQuota(Waiting& w) const {
-  const Kind k = w.demand.kind;
-  auto check = [&](const std::map<std::string, Quota>& quotas, const std::map<std::string, InUse>& in_use,
-                   const std::string& name, const char* what, Wait wait) {
-    if (name.empty()) return false;
-    auto q = quotas.find(name);
-    if (q == quotas.end()) return false;
-    const std::optional<int64_t> limit = LimitOf(q->second, k);
-    if (!limit) return false;
-    auto u = in_use.find(name);
-    const int used = u == in_use.end() ? 0 : u->second.of(k);
-    if (used + w.demand.count <= *limit) return false;
-    w.wait = wait;
-    w.quota_used = used;
-    w.quota_limit = *limit;
-    (void)what;
-    return true;
-  };
-  return check(policy_.user_quotas, user_in_use_, w.claim.owner, "user", Wait::kUserQuota) ||
-         check(policy_.group_quotas, group_in_use_, w.claim.group, "group", Wait::kGroupQuota);
+  const std::optional<QuotaLedger::Over> over =
+      quotas_.Check(w.claim.owner, w.claim.group, w.demand.kind, w.demand.count);
+  if (!over) return false;
+  w.wait = over->group ? Wait::kGroupQuota : Wait::kUserQuota;
+  w.quota_used = over->used;
+  w.quota_limit = over->limit;
+  return true;
 }
 
 void Scheduler::Start(Waiting& w, Time now, bool borrowing, bool adopted) {
@@ -126,79 +109,26 @@ void Scheduler::Start(Waiting& w, Time now, bool borrowing, bool adopted) {
   if (w.demand.local) {
     held_[w.id] = pool_.Take(w.demand.kind, w.demand.count, adopted && w.demand.kind == Kind::kGpus);
   }
-  Accrue(w.claim.owner, now);
-  owners_[w.claim.owner].ranks_running += w.demand.count;
-  if (!w.claim.owner.empty()) user_in_use_[w.claim.owner].of(w.demand.kind) += w.demand.count;
-  if (!w.claim.group.empty()) group_in_use_[w.claim.group].of(w.demand.kind) += w.demand.count;
+  fair_share_.Started(w.claim.owner, w.demand.count, now);
+  quotas_.Take(w.claim.owner, w.claim.group, w.demand.kind, w.demand.count);
   Running r{w.demand, w.claim, now};
   r.borrowing = borrowing;
   running_[w.id] = std::move(r);
 }
 
-std::pair<Scheduler::Time, int> Scheduler::ShadowTime(Kind kind, int need, Time now) const {
-  const int free = kind == Kind::kGpus ? pool_.free_gpus() : pool_.free_slots();
-  std::vector<std::pair<Time, int>> ends;
-  for (const auto& [id, r] : running_) {
-    if (!r.demand.local || r.demand.kind != kind) continue;
-    // An end nobody knows (or a job being preempted) may come at once: the
-    // head is assumed to start as early as it could.
-    ends.emplace_back(r.preempting || !r.expected_end ? now : std::max(now, *r.expected_end), r.demand.count);
-  }
-  std::sort(ends.begin(), ends.end());
-  int available = free;
-  Time t = now;
-  for (const auto& [end, count] : ends) {
-    if (available >= need) break;
-    available += count;
-    t = end;
-  }
-  return {t, available - need};
-}
-
 std::vector<Scheduler::Preemption> Scheduler::PickVictims(const Waiting& head, int need, Time now) const {
-  struct Candidate {
-    const std::string* id;
-    const Running* r;
-    bool reclaim;
-  };
-  std::vector<Candidate> candidates;
+  std::vector<VictimCandidate> candidates;
   for (const auto& [id, r] : running_) {
     if (!r.demand.local || r.demand.kind != head.demand.kind || r.preempting || !r.claim.preemptible) continue;
     if (now - r.started < policy_.min_run_time) continue;
     const bool lower = r.claim.priority < head.claim.priority;
     // Borrowed quota goes back to an owner within its own.
     const bool reclaim = !lower && r.borrowing && r.claim.owner != head.claim.owner;
-    if (lower || reclaim) candidates.push_back({&id, &r, reclaim && !lower});
+    if (lower || reclaim) candidates.push_back({id, r.demand.count, r.claim.priority, r.started, reclaim && !lower});
   }
-  // The lowest priority that frees enough, then the fewest jobs at it.
-  std::sort(candidates.begin(), candidates.end(),
-            [](const Candidate& a, const Candidate& b) { return a.r->claim.priority < b.r->claim.priority; });
-  int total = 0;
-  size_t upto = 0;  // candidates[0, upto) have priorities up to the level that suffices
-  while (upto < candidates.size() && total < need) {
-    const int64_t level = candidates[upto].r->claim.priority;
-    while (upto < candidates.size() && candidates[upto].r->claim.priority == level) {
-      total += candidates[upto].r->demand.count;
-      ++upto;
-    }
-  }
-  if (total < need) return {};
-  // Fewest: the largest first (k largest reach a sum no other k do); among
-  // equals the lower priority, then the one that started last (least work
-  // since its checkpoint is likely lost), then the id.
-  std::vector<Candidate> pool(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(upto));
-  std::sort(pool.begin(), pool.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.r->demand.count != b.r->demand.count) return a.r->demand.count > b.r->demand.count;
-    if (a.r->claim.priority != b.r->claim.priority) return a.r->claim.priority < b.r->claim.priority;
-    if (a.r->started != b.r->started) return a.r->started > b.r->started;
-    return *a.id < *b.id;
-  });
   std::vector<Preemption> out;
-  int freed = 0;
-  for (const Candidate& c : pool) {
-    if (freed >= need) break;
-    freed += c.r->demand.count;
-    out.push_back({*c.id, head.id, c.reclaim});
+  for (VictimCandidate& c : trainyard::PickVictims(std::move(candidates), need)) {
+    out.push_back({std::move(c.id), head.id, c.reclaim});
   }
   return out;
 }
@@ -260,8 +190,8 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
         if (!ends_before) h.extra -= w->demand.count;
       } else if (!fits) {
         Head h{w};
-        const int free = k == Kind::kGpus ? pool_.free_gpus() : pool_.free_slots();
-        std::tie(h.shadow, h.extra) = ShadowTime(k, w->demand.count, now);
+        const int free = FreeOf(k);
+        std::tie(h.shadow, h.extra) = ForecastOf(k, now, QueueForecast::Ends::kEarliest).Shadow(w->demand.count);
         heads[k] = h;
         // What running jobs being preempted will free counts as coming.
         int coming = 0;
@@ -342,54 +272,20 @@ std::string Scheduler::WhyWaiting(const std::string& id) const {
 
 std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const {
   std::vector<QueueEntry> out;
-  // Estimated starts, per resource, in queue order: each job starts once
-  // what is free (now, plus known ends of running and earlier jobs) is
-  // enough; after a job that never gets enough that way, none is known.
-  // A job over its quota has none.
-  struct Timeline {
-    std::map<Time, int> delta;  // change of what is free at a time
-    Time last{};
-    bool known = true;
-  };
-  std::map<Kind, Timeline> lines;
-  for (Kind k : {Kind::kSlots, Kind::kGpus}) {
-    Timeline& t = lines[k];
-    t.delta[now] += k == Kind::kGpus ? pool_.free_gpus() : pool_.free_slots();
-    t.last = now;
-    for (const auto& [id, r] : running_) {
-      if (!r.demand.local || r.demand.kind != k) continue;
-      if (r.expected_end) t.delta[std::max(now, *r.expected_end)] += r.demand.count;
-    }
-  }
+  // Estimated starts, per resource, in queue order (QueueForecast::Place).
+  // A job over its quota has none: it starts when its owner's jobs end,
+  // which no timeline here knows.
+  std::map<Kind, QueueForecast> lines;
+  for (Kind k : {Kind::kSlots, Kind::kGpus}) lines.emplace(k, ForecastOf(k, now, QueueForecast::Ends::kKnown));
   int position = 0;
   for (const Waiting* w : Order(now)) {
     QueueEntry e{w->id, ++position, w->demand, w->claim, WhyWaiting(w->id)};
-    auto s = owners_.find(w->claim.owner);
-    e.owner_usage = s == owners_.end() ? 0 : UsageAt(s->second, now);
+    e.owner_usage = fair_share_.UsageAt(w->claim.owner, now);
     Waiting quota_check = *w;
-    if (OverQuota(quota_check)) {
-      // It starts when its owner's jobs end, which no timeline here knows.
-    } else if (!w->demand.local) {
-      e.estimated_start = std::max(now, w->not_before);
-    } else if (Timeline& t = lines[w->demand.kind]; t.known) {
-      int free = 0;
-      std::optional<Time> start;
-      for (const auto& [time, change] : t.delta) {
-        free += change;
-        if (time >= std::max(t.last, w->not_before) && free >= w->demand.count) {
-          start = time;
-          break;
-        }
-      }
-      if (start) {
-        e.estimated_start = *start;
-        t.last = *start;
-        t.delta[*start] -= w->demand.count;
-        // A run time nobody knows: it holds what it takes from then on.
-        if (w->claim.runtime) t.delta[*start + *w->claim.runtime] += w->demand.count;
-      } else {
-        t.known = false;
-      }
+    if (!OverQuota(quota_check)) {
+      e.estimated_start = w->demand.local
+                              ? lines.at(w->demand.kind).Place(w->demand.count, w->not_before, w->claim.runtime)
+                              : std::max(now, w->not_before);
     }
     out.push_back(std::move(e));
   }
@@ -417,10 +313,8 @@ void Scheduler::Release(const std::string& id, Time now) {
   auto it = running_.find(id);
   if (it == running_.end()) return;
   const Running& r = it->second;
-  Accrue(r.claim.owner, now);
-  owners_[r.claim.owner].ranks_running -= r.demand.count;
-  if (!r.claim.owner.empty()) user_in_use_[r.claim.owner].of(r.demand.kind) -= r.demand.count;
-  if (!r.claim.group.empty()) group_in_use_[r.claim.group].of(r.demand.kind) -= r.demand.count;
+  fair_share_.Stopped(r.claim.owner, r.demand.count, now);
+  quotas_.Give(r.claim.owner, r.claim.group, r.demand.kind, r.demand.count);
   running_.erase(it);
   auto h = held_.find(id);
   if (h != held_.end()) {
@@ -431,12 +325,9 @@ void Scheduler::Release(const std::string& id, Time now) {
 
 std::map<std::string, Scheduler::Usage> Scheduler::UserUsage(Time now) const {
   std::map<std::string, Usage> out;
-  for (const auto& [owner, s] : owners_) {
-    Usage& u = out[owner];
-    u.queued = s.queued;
-    u.rank_seconds = UsageAt(s, now);
-  }
-  for (const auto& [owner, in_use] : user_in_use_) {
+  for (const auto& [owner, queued] : queued_by_owner_) out[owner].queued = queued;
+  for (const auto& [owner, usage] : fair_share_.Usage(now)) out[owner].rank_seconds = usage;
+  for (const auto& [owner, in_use] : quotas_.users()) {
     out[owner].slots = in_use.slots;
     out[owner].gpus = in_use.gpus;
   }
@@ -445,7 +336,7 @@ std::map<std::string, Scheduler::Usage> Scheduler::UserUsage(Time now) const {
 
 std::map<std::string, Scheduler::Usage> Scheduler::GroupUsage() const {
   std::map<std::string, Usage> out;
-  for (const auto& [group, in_use] : group_in_use_) {
+  for (const auto& [group, in_use] : quotas_.groups()) {
     out[group].slots = in_use.slots;
     out[group].gpus = in_use.gpus;
   }

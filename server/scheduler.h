@@ -21,6 +21,11 @@
 // never a job that has run less than the minimum run time since it started.
 // Slurm and external jobs take nothing from this host (quota only).
 //
+// The rules it orders and decides by are parts of their own: FairShare
+// (usage decaying with a half-life), QuotaLedger (what each user and group
+// has in use against their quotas), QueueForecast (when resources come
+// free: the head's shadow time for backfill, and estimated starts).
+//
 // Deterministic: the time is passed in. Not thread-safe: the JobManager
 // calls it under its mutex.
 #ifndef TRAINYARD_SERVER_SCHEDULER_H_
@@ -37,7 +42,11 @@
 #include <vector>
 
 #include "common/policy.h"
+#include "server/fair_share.h"
+#include "server/queue_forecast.h"
+#include "server/quota_ledger.h"
 #include "server/resource_pool.h"
+#include "server/victims.h"
 
 namespace trainyard {
 
@@ -74,6 +83,11 @@ struct SchedulerPolicy {
   // Slurm's bf_max_job_test): bounds a decision's time in a deep queue.
   int backfill_depth = 1000;
 };
+
+// The scheduling part of the users' policy: its quotas, with fair share's
+// half-life and the minimum run time before a preemption.
+SchedulerPolicy SchedulingOf(const Policy& policy, std::chrono::steady_clock::duration fair_share_half_life,
+                             std::chrono::steady_clock::duration min_run_time);
 
 class Scheduler {
  public:
@@ -176,40 +190,27 @@ class Scheduler {
     bool preempting = false;
     bool borrowing = false;
   };
-  struct InUse {
-    int slots = 0, gpus = 0;
-    int& of(ResourcePool::Kind k) { return k == ResourcePool::Kind::kGpus ? gpus : slots; }
-    int of(ResourcePool::Kind k) const { return k == ResourcePool::Kind::kGpus ? gpus : slots; }
-  };
-  struct OwnerState {
-    double usage = 0;  // decayed rank-seconds at `updated`
-    Time updated{};
-    int ranks_running = 0;
-    int queued = 0;
-  };
-
   // The waiting jobs in queue order at `now`.
   std::vector<Waiting*> Order(Time now) const;
-  double UsageAt(const OwnerState& s, Time now) const;
-  void Accrue(const std::string& owner, Time now);
   // Whether `w` is over its owner's or group's quota: its wait then says which.
   bool OverQuota(Waiting& w) const;
   void Start(Waiting& w, Time now, bool borrowing, bool adopted);
   // Picks the running jobs to preempt so that `head` fits; empty when none will do.
   std::vector<Preemption> PickVictims(const Waiting& head, int need, Time now) const;
-  // When `need` of `kind` is free at the earliest (unknown ends: now), and
-  // how much beyond `need` is free then.
-  std::pair<Time, int> ShadowTime(ResourcePool::Kind kind, int need, Time now) const;
+  // The timeline of `kind` on this host from now.
+  QueueForecast ForecastOf(ResourcePool::Kind kind, Time now, QueueForecast::Ends ends) const;
+  int FreeOf(ResourcePool::Kind kind) const;
 
   SchedulerPolicy policy_;
   ResourcePool pool_;
+  FairShare fair_share_;
+  QuotaLedger quotas_;
   // priority (highest first) → owner → order → job (nodes of waiting_)
   std::map<int64_t, std::map<std::string, std::map<int64_t, Waiting*>>, std::greater<>> levels_;
   std::unordered_map<std::string, Waiting> waiting_;
   std::unordered_map<std::string, Running> running_;
   std::map<std::string, ResourcePool::Held> held_;
-  std::map<std::string, OwnerState> owners_;
-  std::map<std::string, InUse> user_in_use_, group_in_use_;
+  std::map<std::string, int> queued_by_owner_;  // every owner that queued a job
   int64_t next_back_ = 0, next_front_ = 0;
   int64_t pass_ = 0;  // decisions made
   Time last_decision_{};

@@ -77,7 +77,6 @@ struct Server::Impl {
   absl::Mutex watchdog_mu;
   bool watchdog_stop ABSL_GUARDED_BY(watchdog_mu) = false;
   std::string remote_addr;  // where workers on other hosts reach the server
-  int gpus = 0;             // for local CUDA jobs
 
   absl::Status PrepareStateDir();
   absl::Status OpenStoreAndMetrics();
@@ -96,9 +95,16 @@ Server::~Server() { Shutdown(); }
 // The steps of Start, in order; each returns what stops the server from
 // starting, naming the flag at fault.
 absl::Status Server::Impl::PrepareStateDir() {
-  ServerOptions& o = options;
+  JobManagerOptions& o = options.jobs;
   if (o.slots <= 0) o.slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (o.worker_binary.empty()) o.worker_binary = SelfDir() + "/trainyard-worker";
+  if (o.gpus < 0) o.gpus = DetectGpus();
+  if (o.default_launcher == LauncherKind::kDefault) {
+    return absl::InvalidArgumentError("--launcher default: must be local, slurm or external");
+  }
+  std::string& worker_binary = options.local.worker_binary;
+  if (worker_binary.empty()) worker_binary = SelfDir() + "/trainyard-worker";
+  if (options.slurm.worker_binary.empty()) options.slurm.worker_binary = worker_binary;
+  options.slurm.stop_grace = options.local.stop_grace;
   std::error_code ec;
   std::filesystem::create_directories(o.state_dir, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat("--state-dir ", o.state_dir, ": ", ec.message()));
@@ -108,7 +114,7 @@ absl::Status Server::Impl::PrepareStateDir() {
 }
 
 absl::Status Server::Impl::OpenStoreAndMetrics() {
-  auto opened = JobStore::Open(options.state_dir + "/trainyard.db");
+  auto opened = JobStore::Open(options.jobs.state_dir + "/trainyard.db");
   if (!opened.ok()) return opened.status();
   store = std::move(*opened);
   registry = std::make_shared<prometheus::Registry>();
@@ -126,19 +132,19 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
 }
 
 absl::StatusOr<std::vector<std::string>> Server::Impl::WorkerTlsArgs() const {
-  const ServerOptions& o = options;
+  const TlsOptions& o = options.tls;
   std::vector<std::string> args;
-  if (o.tls_cert.empty()) return args;
-  const std::string ca = o.tls_worker_ca.empty() ? o.tls_client_ca : o.tls_worker_ca;
+  if (o.cert.empty()) return args;
+  const std::string ca = o.worker_ca.empty() ? o.client_ca : o.worker_ca;
   if (ca.empty()) {
     return absl::FailedPreconditionError(
         "with --tls-cert, workers need the CA of the server's certificate: give --tls-worker-ca (or "
         "--tls-client-ca)");
   }
   args = {"--coordinator-ca", std::filesystem::absolute(ca).string()};
-  if (!o.tls_client_ca.empty()) {
-    for (const std::string& a : {std::string("--tls-cert"), std::filesystem::absolute(o.tls_cert).string(),
-                                 std::string("--tls-key"), std::filesystem::absolute(o.tls_key).string()}) {
+  if (!o.client_ca.empty()) {
+    for (const std::string& a : {std::string("--tls-cert"), std::filesystem::absolute(o.cert).string(),
+                                 std::string("--tls-key"), std::filesystem::absolute(o.key).string()}) {
       args.push_back(a);
     }
   }
@@ -146,62 +152,35 @@ absl::StatusOr<std::vector<std::string>> Server::Impl::WorkerTlsArgs() const {
 }
 
 absl::Status Server::Impl::MakeManagerAndLaunchers() {
-  const ServerOptions& o = options;
-  JobManagerOptions mo;
-  mo.slots = o.slots;
-  mo.restart_backoff = o.restart_backoff;
-  const std::optional<LauncherKind> kind = ValueOf(kLauncherKindNames, o.launcher);
-  if (!kind || *kind == LauncherKind::kDefault) {
-    return absl::InvalidArgumentError(absl::StrCat("--launcher ", o.launcher, ": must be local, slurm or external"));
-  }
-  mo.default_launcher = *kind;
-  mo.gpus = o.gpus >= 0 ? o.gpus : DetectGpus();
-  mo.ranks_per_gpu = o.ranks_per_gpu;
-  gpus = mo.gpus;
-  mo.state_dir = o.state_dir;
-  mo.max_queued_jobs = o.max_queued_jobs;
-  mo.limits.max_num_processes = o.max_num_processes;
-  mo.allowed_roots = o.allowed_roots;
-  mo.script_python = o.script_python;
-  mo.fair_share_half_life = o.fair_share_half_life;
-  mo.preemption_min_run_time = o.preemption_min_run_time;
   auto tls_args = WorkerTlsArgs();
   if (!tls_args.ok()) return tls_args.status();
   // The launchers report exits to the manager; they are destroyed before
   // the manager (Shutdown), so no callback outlives it.
-  LocalLauncherOptions lo;
-  lo.worker_binary = o.worker_binary;
+  LocalLauncherOptions lo = options.local;
   lo.extra_worker_args = *tls_args;
-  lo.stop_grace = o.stop_grace;
   launcher = MakeLocalLauncher(lo, [this](const RankExit& e) { manager->OnRankExit(e); });
-  manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), mo);
-  SlurmLauncherOptions so;
-  so.worker_binary = o.slurm_worker_binary.empty() ? o.worker_binary : o.slurm_worker_binary;
-  so.stop_grace = o.stop_grace;
-  so.slurm_bin_dir = o.slurm_bin_dir;
-  so.partition = o.slurm_partition;
-  so.account = o.slurm_account;
-  so.extra_sbatch_args = o.slurm_extra_args;
+  manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), options.jobs);
+  SlurmLauncherOptions so = options.slurm;
   so.extra_worker_args = *tls_args;
   slurm_launcher = MakeSlurmLauncher(so, [this](const RankExit& e) { manager->OnRankExit(e); });
   manager->RegisterLauncher(LauncherKind::kSlurm, slurm_launcher.get());
-  if (mo.default_launcher == LauncherKind::kSlurm) return slurm_launcher->Available();
+  if (options.jobs.default_launcher == LauncherKind::kSlurm) return slurm_launcher->Available();
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::StartGrpc() {
   const ServerOptions& o = options;
   std::string token;
-  if (!o.auth_token_file.empty()) {
-    auto t = ReadTokenFile(o.auth_token_file, "--auth-token-file");
+  if (!o.policy.auth_token_file.empty()) {
+    auto t = ReadTokenFile(o.policy.auth_token_file, "--auth-token-file");
     if (!t.ok()) return t.status();
     token = *t;
   }
-  auto creds = ServerCredentials(o.tls_cert, o.tls_key, o.tls_client_ca);
+  auto creds = ServerCredentials(o.tls.cert, o.tls.key, o.tls.client_ca);
   if (!creds.ok()) return creds.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  identities = std::make_unique<Identities>(token, o.policy_file, o.allowed_roots);
+  identities = std::make_unique<Identities>(token, o.policy.policy_file, o.jobs.allowed_roots);
   if (auto s = identities->Reload(); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("--policy-file ", s.message()));
   manager->SetPolicy(identities->policy());
@@ -279,7 +258,7 @@ absl::Status Server::Start() {
       "trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, state in {}, {} slots, "
       "{} GPUs, default launcher {}, worker {}",
       HostOf(o.listen), s.grpc_port, s.remote_addr, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port),
-      o.state_dir, o.slots, s.gpus, o.launcher, o.worker_binary);
+      o.jobs.state_dir, o.jobs.slots, o.jobs.gpus, LauncherKindName(o.jobs.default_launcher), o.local.worker_binary);
   return s.WriteReadyFile();
 }
 
@@ -332,7 +311,7 @@ void Server::Shutdown() {
     }
   }
   // Give stopping workers their grace before the launcher kills what is left.
-  wait_until(std::chrono::steady_clock::now() + s.options.stop_grace + std::chrono::seconds(1));
+  wait_until(std::chrono::steady_clock::now() + s.options.local.stop_grace + std::chrono::seconds(1));
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   s.launcher.reset();  // kills and reaps what is left; no callback after this
   s.slurm_launcher.reset();
@@ -341,11 +320,11 @@ void Server::Shutdown() {
 absl::Status Server::ReloadPolicy() {
   Impl& s = *impl_;
   if (!s.identities) return absl::FailedPreconditionError("the server has not started");
-  if (s.options.policy_file.empty()) return absl::FailedPreconditionError("no --policy-file to reload");
+  if (s.options.policy.policy_file.empty()) return absl::FailedPreconditionError("no --policy-file to reload");
   if (auto st = s.identities->Reload(); !st.ok()) return st;
   s.manager->SetPolicy(s.identities->policy());
   const auto policy = s.identities->policy();
-  spdlog::info("policy {} reloaded: {} users, {} priority classes", s.options.policy_file, policy->users.size(),
+  spdlog::info("policy {} reloaded: {} users, {} priority classes", s.options.policy.policy_file, policy->users.size(),
                policy->priority_classes.size());
   return absl::OkStatus();
 }

@@ -11,59 +11,11 @@
 #include <tuple>
 
 #include "common/clock.h"
+#include "tests/server/coordinator_parts.h"
 #include "tests/test_util.h"
 
 namespace trainyard {
 namespace {
-
-class RecordingLauncher final : public Launcher {
- public:
-  absl::Status Launch(const LaunchRequest& r) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (fail_next_) {
-      fail_next_ = false;
-      return absl::ResourceExhaustedError("no fork today");
-    }
-    launched_.push_back(r);
-    live_[r.job_id] = r.world_size;
-    return absl::OkStatus();
-  }
-  void Stop(const std::string& job_id, int32_t attempt) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopped_.push_back(job_id + "#" + std::to_string(attempt));
-  }
-  int LiveProcesses(const std::string& job_id) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return live_[job_id];
-  }
-  void Adopt(const LaunchRequest& r) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    adopted_.push_back(r);
-  }
-  std::vector<LaunchRequest> adopted() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return adopted_;
-  }
-  std::vector<LaunchRequest> launched() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return launched_;
-  }
-  std::vector<std::string> stopped() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stopped_;
-  }
-  void FailNext() {
-    std::lock_guard<std::mutex> lock(mu_);
-    fail_next_ = true;
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<LaunchRequest> launched_, adopted_;
-  std::vector<std::string> stopped_;
-  std::map<std::string, int> live_;
-  bool fail_next_ = false;
-};
 
 class JobManagerTest : public ::testing::Test {
  protected:
@@ -81,7 +33,7 @@ class JobManagerTest : public ::testing::Test {
     o.coordinator_addr = "127.0.0.1:1";
     o.gpus = gpus;
     o.preemption_min_run_time = std::chrono::seconds(0);
-    manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
+    manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o, &clock_);
     ASSERT_TRUE(manager_->Recover().ok());
   }
 
@@ -104,6 +56,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  FakeClock clock_;
   RecordingLauncher launcher_;
   ServerMetrics metrics_{std::make_shared<prometheus::Registry>()};
   std::unique_ptr<JobStore> store_;
@@ -378,7 +331,7 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   auto job = manager_->Submit("max_steps: 100\nnum_processes: 1\nmax_restarts: 1\n");
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id;
-  const int64_t launched = NowMillis();
+  const int64_t launched = clock_.UnixMillis();
   JobRecord r = *manager_->Get(id);
   ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
   StepMetrics m;
@@ -392,7 +345,7 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   c.seconds = 0.4;  // of which training waited 0.25 s (the rest was written in the background)
   c.blocking_seconds = 0.25;
   manager_->ReportCheckpoint(id, r.attempt, c);
-  const int64_t before = NowMillis();
+  const int64_t before = clock_.UnixMillis();
   manager_->OnRankExit(RankExit::Exited(id, r.attempt, 0, /*code=*/1));  // fails at step 30
   r = *manager_->Get(id);
   ASSERT_EQ(r.state, JobState::kStarting);  // restarted
@@ -429,14 +382,13 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
 }
 
 // The first restart is immediate; a repeated failure waits for the backoff
-// (1 s here) without holding back the jobs behind it.
+// (1 s here, on the fake clock) without holding back the jobs behind it.
 TEST_F(JobManagerTest, RepeatedFailuresBackOff) {
   auto job = manager_->Submit("max_steps: 100\nnum_processes: 2\nmax_restarts: 3\n");
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string a = job->id;
   ExitAll(a, 1);
   EXPECT_EQ(StateOf(a), JobState::kStarting);  // restart 1: at once
-  const auto failed_again = std::chrono::steady_clock::now();
   ExitAll(a, 1);
   EXPECT_EQ(StateOf(a), JobState::kQueued);
   EXPECT_NE(manager_->Get(a)->reason.find("starts in 1 s: backoff after repeated failures"), std::string::npos)
@@ -445,13 +397,12 @@ TEST_F(JobManagerTest, RepeatedFailuresBackOff) {
   EXPECT_EQ(StateOf(b), JobState::kStarting);
   manager_->CheckProgress();
   EXPECT_EQ(StateOf(a), JobState::kQueued);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        manager_->CheckProgress();
-        return StateOf(a) == JobState::kStarting;
-      },
-      std::chrono::seconds(5)));
-  EXPECT_GE(std::chrono::steady_clock::now() - failed_again, std::chrono::milliseconds(1000));
+  clock_.Advance(std::chrono::milliseconds(999));
+  manager_->CheckProgress();
+  EXPECT_EQ(StateOf(a), JobState::kQueued);  // not before the backoff is over
+  clock_.Advance(std::chrono::milliseconds(1));
+  manager_->CheckProgress();
+  EXPECT_EQ(StateOf(a), JobState::kStarting);
   // An attempt that trains before it fails is no crash loop: at once again.
   JobRecord r = *manager_->Get(a);
   ASSERT_TRUE(manager_->AttachWorker(a, 0, r.attempt, r.worker_token).ok());
@@ -588,20 +539,6 @@ TEST_F(JobManagerTest, WatchSeesStatesAndMetricsUntilTheEnd) {
   EXPECT_EQ(manager_->Get(a)->step, 3);
 }
 
-// An asynchronous checkpoint is committed steps after it was taken: only the
-// steps up to its own step are kept when the attempt ends.
-TEST(GoodputClockTest, AnAsynchronousCheckpointKeepsTheStepsUpToItsStep) {
-  GoodputClock clock;
-  const SteadyTime start = std::chrono::steady_clock::now();
-  clock.StartOnce(start);
-  for (int64_t step = 1; step <= 10; ++step) clock.AddStep(step, 1.0);
-  clock.Checkpointed(5);  // taken at step 5, committed after step 10
-  EXPECT_DOUBLE_EQ(clock.Unkept(), 5.0);
-  clock.AttemptEnded();
-  EXPECT_DOUBLE_EQ(clock.Unkept(), 0.0);
-  EXPECT_NEAR(clock.Ratio(start + std::chrono::seconds(10)), 0.5, 1e-9);
-}
-
 // A rank's flight record with collectives of group "world": (seq, started
 // this long ago, ended or not).
 FlightRecord Record(int32_t rank, const std::string& phase,
@@ -660,12 +597,11 @@ TEST_F(JobManagerTest, HangsAreDiagnosedFromTheRanksFlightRecords) {
 
   // The watchdog: no step for step_timeout_s.
   WorkerCommand cmd;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        manager_->CheckProgress();
-        return w0->channel->Pop(&cmd, std::chrono::milliseconds(20));
-      },
-      std::chrono::seconds(5)));
+  manager_->CheckProgress();
+  EXPECT_FALSE(w0->channel->Pop(&cmd, std::chrono::milliseconds(0)));  // within step_timeout_s
+  clock_.Advance(std::chrono::milliseconds(301));
+  manager_->CheckProgress();
+  ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
   ASSERT_EQ(cmd.kind, WorkerCommand::Kind::kDiagnose);
   EXPECT_EQ(StateOf(id), JobState::kRunning);  // still asking
   manager_->ReportFlightRecord(id, r.attempt, cmd.request_id, r0);

@@ -1,19 +1,58 @@
-#include "server/spec_admission.h"
+#include "server/admission.h"
 
 #include <filesystem>
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/accelerate_config.h"
 #include "common/checkpoint_dir.h"
 #include "common/llama_config.h"
 #include "common/paths.h"
+#include "server/access.h"
 
 namespace trainyard {
 
-absl::Status SpecAdmission::CheckResources(const JobSpec& spec, const Launchers& launchers) const {
-  const LauncherKind kind = KindOf(spec);
-  if (kind == LauncherKind::kExternal) return absl::OkStatus();
+AdmissionOptions AdmissionOptionsOf(const JobManagerOptions& o) {
+  std::error_code ec;
+  const std::string state_dir = std::filesystem::absolute(o.state_dir, ec).lexically_normal().string();
+  return {o.slots,
+          o.gpus * o.ranks_per_gpu,
+          state_dir,
+          o.allowed_roots.empty() ? std::vector<std::string>{state_dir, std::filesystem::current_path(ec).string()}
+                                  : o.allowed_roots,
+          o.script_python,
+          o.limits,
+          o.max_queued_jobs};
+}
+
+absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const std::string& accelerate_config,
+                                          const Caller& by, const std::string& job_id,
+                                          const AdmissionState& now) const {
+  Admitted a;
+  auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &a.notes);
+  if (!spec.ok()) return spec.status();
+  if (spec->launcher == LauncherKind::kDefault) spec->launcher = now.launchers.default_kind();
+  if (auto s = CheckResources(*spec, now.launchers); !s.ok()) return s;
+  if (now.queued >= options_.max_queued_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the queue already holds ", now.queued, " jobs (the limit); try again later"));
+  }
+  if (now.shutting_down) return absl::UnavailableError("the server is shutting down");
+  absl::StatusOr<int64_t> priority = PriorityFor(now.policy, by, spec->priority);
+  if (!priority.ok()) return priority.status();
+  if (auto s = CheckQueuedJobs(now.policy, by, now.queued_of_caller); !s.ok()) return s;
+  const Launcher::Traits traits = now.launchers.TraitsOf(*spec);
+  if (auto s = ResolvePaths(*spec, job_id, traits, by.roots); !s.ok()) return s;
+  if (auto s = CheckModel(*spec, traits); !s.ok()) return s;
+  for (std::string& w : a.notes) w = "accelerate config: " + w;
+  a.spec = *std::move(spec);
+  a.priority = *priority;
+  return a;
+}
+
+absl::Status Admission::CheckResources(const JobSpec& spec, const Launchers& launchers) const {
+  const LauncherKind kind = launchers.KindOf(spec);
   Launcher* launcher = launchers.Get(kind);
   if (launcher == nullptr) {
     return absl::InvalidArgumentError(
@@ -22,7 +61,7 @@ absl::Status SpecAdmission::CheckResources(const JobSpec& spec, const Launchers&
   if (auto s = launcher->Available(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec field 'launcher': ", s.message()));
   }
-  if (kind != LauncherKind::kLocal) return absl::OkStatus();  // the cluster's scheduler decides
+  if (!launcher->traits().on_this_host) return absl::OkStatus();  // the cluster's scheduler (or nobody) decides
   if (spec.slurm.nodes > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec field 'slurm.nodes': ", spec.slurm.nodes,
@@ -46,8 +85,8 @@ absl::Status SpecAdmission::CheckResources(const JobSpec& spec, const Launchers&
   return absl::OkStatus();
 }
 
-absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_id,
-                                         const std::vector<std::string>& user_roots) const {
+absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, const Launcher::Traits& traits,
+                                     const std::vector<std::string>& user_roots) const {
   const std::vector<std::string>& roots = user_roots.empty() ? options_.allowed_roots : user_roots;
   CheckpointSpec& c = spec.checkpoint;
   // The default project directory is the server's choice, under its state directory.
@@ -84,7 +123,7 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
     // The local launcher runs the script on this host: a missing one is
     // refused now, not found at launch (other launchers' hosts may differ).
     std::error_code ec;
-    if (KindOf(spec) == LauncherKind::kLocal && !std::filesystem::is_regular_file(spec.script.path, ec)) {
+    if (traits.on_this_host && !std::filesystem::is_regular_file(spec.script.path, ec)) {
       return absl::InvalidArgumentError(
           absl::StrCat("spec field 'script.path': ", spec.script.path,
                        std::filesystem::exists(spec.script.path, ec) ? " is not a regular file" : " does not exist",
@@ -102,12 +141,12 @@ absl::Status SpecAdmission::ResolvePaths(JobSpec& spec, const std::string& job_i
   return absl::OkStatus();
 }
 
-absl::Status SpecAdmission::CheckModel(const JobSpec& spec) const {
+absl::Status Admission::CheckModel(const JobSpec& spec, const Launcher::Traits& traits) const {
   if (spec.model.kind != ModelKind::kLlama) return absl::OkStatus();
   const char* field = spec.model.config.empty() ? "model.init_from" : "model.config";
   auto config = ReadLlamaConfig(LlamaConfigSource(spec.model));
   if (!config.ok()) {
-    if (absl::IsNotFound(config.status()) && KindOf(spec) == LauncherKind::kExternal) return absl::OkStatus();
+    if (absl::IsNotFound(config.status()) && traits.ranks_join) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", config.status().message()));
   }
   if (auto s = CheckLlamaContext(*config, spec.model.context); !s.ok()) {
@@ -116,10 +155,10 @@ absl::Status SpecAdmission::CheckModel(const JobSpec& spec) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobSpec> SpecAdmission::ForResume(const std::string& stored_spec_json, const SpecLimits& limits,
-                                                 const std::string& job_id, const std::string& from,
-                                                 int32_t num_processes, const Launchers& launchers,
-                                                 const std::vector<std::string>& user_roots) const {
+absl::StatusOr<JobSpec> Admission::ForResume(const std::string& stored_spec_json, const std::string& job_id,
+                                             const std::string& from, int32_t num_processes, const Launchers& launchers,
+                                             const std::vector<std::string>& user_roots) const {
+  const SpecLimits& limits = options_.limits;
   auto spec = ParseJobSpec(stored_spec_json, limits);
   if (!spec.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("stored spec no longer valid: ", spec.status().message()));
@@ -131,8 +170,9 @@ absl::StatusOr<JobSpec> SpecAdmission::ForResume(const std::string& stored_spec_
   if (auto s = ValidateJobSpec(*spec, limits); !s.ok()) return s;
   if (auto s = CheckResources(*spec, launchers); !s.ok()) return s;
   spec->checkpoint.resume_from = from.empty() ? "latest" : from;
-  if (auto s = ResolvePaths(*spec, job_id, user_roots); !s.ok()) return s;
-  if (auto s = CheckModel(*spec); !s.ok()) return s;
+  const Launcher::Traits traits = launchers.TraitsOf(*spec);
+  if (auto s = ResolvePaths(*spec, job_id, traits, user_roots); !s.ok()) return s;
+  if (auto s = CheckModel(*spec, traits); !s.ok()) return s;
   if (!from.empty()) {
     auto info = CheckCheckpoint(spec->checkpoint.resume_from, /*verify=*/false);
     if (!info.ok()) return absl::InvalidArgumentError(std::string(info.status().message()));

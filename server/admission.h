@@ -1,0 +1,107 @@
+// Admission: everything a job must pass on this server before it is queued,
+// and the spec it then runs with. Admit runs the whole submit check, in
+// this order: the spec parses and is valid (with its Accelerate config);
+// the launcher it names is here and available, and this host has the slots
+// or GPUs a local job needs; the queue has room; the server is not
+// stopping; the caller may submit at the priority class it names and has
+// queued fewer jobs than their quota; every path it names lies under the
+// allowed roots (resolved in the spec); the model is one this engine
+// trains. A resumed job passes the same checks on its stored spec.
+//
+// Immutable after construction; safe to call from any thread.
+#ifndef TRAINYARD_SERVER_ADMISSION_H_
+#define TRAINYARD_SERVER_ADMISSION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "common/policy.h"
+#include "server/caller.h"
+#include "server/job_manager_options.h"
+#include "server/launcher.h"
+#include "server/launchers.h"
+
+namespace trainyard {
+
+struct AdmissionOptions {
+  int slots = 1;  // CPU slots of this host
+  int gpus = 0;   // ranks of CUDA jobs this host takes at once (its GPUs x --ranks-per-gpu)
+  // Where a job's checkpoints go when its spec names no project_dir:
+  // <state_dir>/jobs/<id>.
+  std::string state_dir;
+  // Paths a job may name lie under one of these (absolute).
+  std::vector<std::string> allowed_roots;
+  // The Python of script jobs whose spec names none.
+  std::string script_python = "python3";
+  SpecLimits limits;
+  // Jobs waiting in the queue at most.
+  int max_queued_jobs = 1000;
+};
+
+// The admission options of a JobManager's (paths made absolute; default
+// roots: the state directory and the working directory).
+AdmissionOptions AdmissionOptionsOf(const JobManagerOptions& o);
+
+// The server as a submission finds it.
+struct AdmissionState {
+  const Policy& policy;
+  const Launchers& launchers;
+  int queued = 0;            // jobs waiting
+  int queued_of_caller = 0;  // of them, the caller's
+  bool shutting_down = false;
+};
+
+// A job admitted: its spec (paths resolved, launcher chosen), its priority,
+// and notes for its events (the Accelerate config's warnings).
+struct Admitted {
+  JobSpec spec;
+  int64_t priority = 0;
+  std::vector<std::string> notes;
+};
+
+class Admission {
+ public:
+  explicit Admission(AdmissionOptions options) : options_(std::move(options)) {}
+
+  // The whole submit check of a job `by` submits as `job_id`. Unavailable
+  // when the server is shutting down (not a refusal of the job); any other
+  // error says which spec field or rule refuses it.
+  absl::StatusOr<Admitted> Admit(const std::string& spec_text, const std::string& accelerate_config, const Caller& by,
+                                 const std::string& job_id, const AdmissionState& now) const;
+
+  // Whether this server can run `spec` at all, with `launchers`.
+  absl::Status CheckResources(const JobSpec& spec, const Launchers& launchers) const;
+  // Resolves every path `spec` names (checkpoint.project_dir, defaulting
+  // under the state directory; the files it reads; a resume source) to an
+  // absolute path under the allowed roots (`user_roots`, the submitting
+  // user's, when given), or says which field is outside. A script run on
+  // this host must exist.
+  absl::Status ResolvePaths(JobSpec& spec, const std::string& job_id, const Launcher::Traits& traits,
+                            const std::vector<std::string>& user_roots = {}) const;
+  // What can be known of the model before a worker starts: a llama model's
+  // config.json (read after ResolvePaths) is one this engine trains, and
+  // the job's context fits it. Ranks that join may see files this host
+  // does not: an unreadable config is theirs to report.
+  absl::Status CheckModel(const JobSpec& spec, const Launcher::Traits& traits) const;
+
+  // The spec a resumed job runs with: its stored spec, with `num_processes`
+  // (0: keep) and resuming from `from` (a checkpoint directory; empty: the
+  // latest complete one), checked again as a new submission is.
+  absl::StatusOr<JobSpec> ForResume(const std::string& stored_spec_json, const std::string& job_id,
+                                    const std::string& from, int32_t num_processes, const Launchers& launchers,
+                                    const std::vector<std::string>& user_roots = {}) const;
+
+  const AdmissionOptions& options() const { return options_; }
+  const SpecLimits& limits() const { return options_.limits; }
+
+ private:
+  const AdmissionOptions options_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_ADMISSION_H_

@@ -1,0 +1,62 @@
+// WorkerSessions: the workers' side of the coordinator — a rank attaching
+// to its job's attempt (launched, reattaching after a restart, or joining),
+// its reports (metrics, results, checkpoints, notes), its stream closing and
+// its process exiting — each routed to the job's Attempt, JobProgress and
+// JobTable, with what follows left to the JobLifecycle.
+//
+// Not thread-safe: the JobManager calls it under its mutex.
+#ifndef TRAINYARD_SERVER_WORKER_SESSIONS_H_
+#define TRAINYARD_SERVER_WORKER_SESSIONS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "server/job_handlers.h"
+#include "server/job_lifecycle.h"
+#include "server/job_table.h"
+#include "server/launchers.h"
+#include "server/pending_requests.h"
+
+namespace trainyard {
+
+class WorkerSessions {
+ public:
+  // Every part must outlive the sessions.
+  WorkerSessions(JobTable* jobs, JobLifecycle* lifecycle, const Launchers* launchers, PendingRequests* requests,
+                 const TimeSource* clock)
+      : jobs_(jobs), lifecycle_(lifecycle), launchers_(launchers), requests_(requests), clock_(clock) {}
+
+  // Rank `rank` of attempt `attempt` attaches with `token` (attempt 0: a
+  // rank joining the current attempt of a job whose ranks join). Once every
+  // rank is attached the job runs.
+  absl::StatusOr<WorkerAttachment> Attach(const std::string& job_id, int32_t rank, int32_t attempt,
+                                          const std::string& token, const std::string& advertise_addr,
+                                          int32_t rendezvous_port);
+  // What a joining worker needs to join the job (jobs whose ranks join only).
+  absl::StatusOr<JoinInfo> JoinInfoOf(const std::string& job_id, const std::string& remote_coordinator_addr);
+
+  // Reports of the current attempt (others' are ignored).
+  void Metrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples);
+  void Result(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
+              const std::string& error);
+  void Checkpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint);
+  // A note for the job's events; at most kMaxNotesPerAttempt an attempt.
+  void Note(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text);
+  void Detach(const std::string& job_id, int32_t attempt, int32_t rank, const std::shared_ptr<WorkerChannel>& channel);
+  void Exit(const RankExit& exit);
+
+ private:
+  JobTable* const jobs_;
+  JobLifecycle* const lifecycle_;
+  const Launchers* const launchers_;
+  PendingRequests* const requests_;
+  const TimeSource* const clock_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_WORKER_SESSIONS_H_

@@ -1,0 +1,69 @@
+// Admission: the whole submit check, in order, and the spec a job runs with.
+#include "server/admission.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/server/coordinator_parts.h"
+
+namespace trainyard {
+namespace {
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  AdmissionTest() {
+    launchers_.Register(LauncherKind::kLocal, &local_);
+    launchers_.Register(LauncherKind::kExternal, &external_);
+  }
+  Admission Make(int max_queued = 10) {
+    JobManagerOptions o;
+    o.slots = 4;
+    o.state_dir = dir_.path();
+    o.max_queued_jobs = max_queued;
+    return Admission(AdmissionOptionsOf(o));
+  }
+  AdmissionState Now(int queued = 0, bool stopping = false) { return {policy_, launchers_, queued, 0, stopping}; }
+
+  TempDir dir_;
+  Policy policy_;
+  RecordingLauncher local_;
+  ExternalLauncher external_{[](const std::string&, int32_t, const WorkerCommand&) {}};
+  Launchers launchers_;
+};
+
+TEST_F(AdmissionTest, AValidSpecIsAdmittedWithItsPathsResolved) {
+  auto a = Make().Admit("max_steps: 10\nnum_processes: 2\n", "", Caller{}, "job-1", Now());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->spec.launcher, LauncherKind::kLocal);  // the default, made concrete
+  EXPECT_EQ(a->spec.checkpoint.project_dir, dir_.path() + "/jobs/job-1");
+  EXPECT_EQ(a->priority, 0);
+}
+
+TEST_F(AdmissionTest, EachRuleRefusesWithItsReason) {
+  const Admission admission = Make(/*max_queued=*/1);
+  auto refused = [&](const std::string& spec, const AdmissionState& now) {
+    return admission.Admit(spec, "", Caller{}, "job-1", now).status();
+  };
+  EXPECT_EQ(refused("num_processes: [", Now()).code(), absl::StatusCode::kInvalidArgument);  // parse
+  absl::Status s = refused("num_processes: 5\n", Now());                                     // resources
+  EXPECT_NE(std::string(s.message()).find("4 slots"), std::string::npos) << s;
+  EXPECT_EQ(refused("num_processes: 1\nlauncher: slurm\n", Now()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused("num_processes: 1\n", Now(/*queued=*/1)).code(), absl::StatusCode::kResourceExhausted);
+  // A stopping server refuses nobody: it is unavailable.
+  EXPECT_EQ(refused("num_processes: 1\n", Now(0, /*stopping=*/true)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(refused("num_processes: 1\npriority: urgent\n", Now()).code(), absl::StatusCode::kInvalidArgument);
+  s = refused("num_processes: 1\ncheckpoint: {project_dir: /elsewhere}\n", Now());
+  EXPECT_NE(std::string(s.message()).find("checkpoint.project_dir"), std::string::npos) << s;
+}
+
+// A script run on this host must be here; ranks that join may see files
+// this host does not.
+TEST_F(AdmissionTest, AScriptMustExistOnlyWhereItRunsHere) {
+  const Admission admission = Make();
+  const std::string script = "num_processes: 1\nscript: {path: " + dir_.path() + "/train.py}\n";
+  absl::Status s = admission.Admit(script, "", Caller{}, "job-1", Now()).status();
+  EXPECT_NE(std::string(s.message()).find("does not exist"), std::string::npos) << s;
+  EXPECT_TRUE(admission.Admit(script + "launcher: external\n", "", Caller{}, "job-1", Now()).ok());
+}
+
+}  // namespace
+}  // namespace trainyard

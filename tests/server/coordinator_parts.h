@@ -1,0 +1,141 @@
+// Test helpers for the coordinator's parts: a launcher that records what it
+// is asked, and the parts a JobManager owns wired together over a real
+// store in a temporary directory, on a fake clock.
+#ifndef TRAINYARD_TESTS_SERVER_COORDINATOR_PARTS_H_
+#define TRAINYARD_TESTS_SERVER_COORDINATOR_PARTS_H_
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/job_spec.h"
+#include "server/external_launcher.h"
+#include "server/job_lifecycle.h"
+#include "server/job_store.h"
+#include "server/job_table.h"
+#include "server/launcher.h"
+#include "server/launchers.h"
+#include "server/pending_requests.h"
+#include "server/scheduler.h"
+#include "server/server_metrics.h"
+#include "server/worker_sessions.h"
+#include "tests/test_util.h"
+
+namespace trainyard {
+
+class RecordingLauncher final : public Launcher {
+ public:
+  Traits traits() const override { return {.on_this_host = true}; }
+  absl::Status Launch(const LaunchRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fail_next_) {
+      fail_next_ = false;
+      return absl::ResourceExhaustedError("no fork today");
+    }
+    launched_.push_back(r);
+    live_[r.job_id] = r.world_size;
+    return absl::OkStatus();
+  }
+  void Stop(const std::string& job_id, int32_t attempt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_.push_back(job_id + "#" + std::to_string(attempt));
+  }
+  int LiveProcesses(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_[job_id];
+  }
+  void Adopt(const LaunchRequest& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    adopted_.push_back(r);
+  }
+  std::vector<LaunchRequest> adopted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return adopted_;
+  }
+  std::vector<LaunchRequest> launched() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return launched_;
+  }
+  std::vector<std::string> stopped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopped_;
+  }
+  void FailNext() {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_next_ = true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<LaunchRequest> launched_, adopted_;
+  std::vector<std::string> stopped_;
+  std::map<std::string, int> live_;
+  bool fail_next_ = false;
+};
+
+inline std::unique_ptr<JobStore> OpenTestStore(const std::string& dir) {
+  auto store = JobStore::Open(dir + "/jobs.db");
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+// The parts a JobManager owns, wired as it wires them (4 slots; local jobs
+// go to `local`, external ones join).
+struct CoordinatorParts {
+  CoordinatorParts() {
+    launchers.Register(LauncherKind::kLocal, &local);
+    launchers.Register(LauncherKind::kExternal, &external);
+  }
+
+  // Stores a job of `spec_text` (its checkpoints under the temporary
+  // directory) and queues it: it starts if it can.
+  ActiveJob& Submit(const std::string& spec_text) {
+    auto spec = ParseJobSpec(spec_text);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    const std::string id = jobs.NewId();
+    spec->checkpoint.project_dir = dir.path() + "/jobs/" + id;
+    auto job = jobs.Submit(id, *spec, {});
+    EXPECT_TRUE(job.ok()) << job.status();
+    lifecycle.Enqueue(**job);
+    return **job;
+  }
+  // Every rank of the job's attempt exits with `code`.
+  void ExitAll(const std::string& id, int code) {
+    ActiveJob* job = jobs.Find(id);
+    ASSERT_NE(job, nullptr);
+    const JobRecord r = job->record;
+    for (int rank = 0; rank < r.num_processes; ++rank) workers.Exit(RankExit::Exited(id, r.attempt, rank, code));
+  }
+  JobState StateOf(const std::string& id) {
+    auto r = jobs.Record(id);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->state : JobState::kFailed;
+  }
+
+  TempDir dir;
+  FakeClock clock;
+  ServerMetrics metrics{std::make_shared<prometheus::Registry>()};
+  std::unique_ptr<JobStore> store = OpenTestStore(dir.path());
+  RecordingLauncher local;
+  JobTable jobs{store.get(), &metrics, &clock};
+  Scheduler scheduler{4, 0};
+  Launchers launchers{LauncherKind::kLocal};
+  ExternalLauncher external{[this](const std::string& id, int32_t attempt, const WorkerCommand& command) {
+    jobs.Broadcast(id, attempt, command);
+  }};
+  PendingRequests requests;
+  JobLifecycle lifecycle{
+      &jobs,    &scheduler, &launchers,
+      &metrics, &clock,     {"127.0.0.1", dir.path(), std::chrono::milliseconds(1000), "127.0.0.1:1", "remote:1"}};
+  WorkerSessions workers{&jobs, &lifecycle, &launchers, &requests, &clock};
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TESTS_SERVER_COORDINATOR_PARTS_H_
