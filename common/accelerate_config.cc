@@ -2,7 +2,7 @@
 #include "common/accelerate_keys.h"
 #include "common/hf_layers.h"
 #include "common/model_layers.h"
-#include "common/spec_reader.h"
+#include "common/spec/spec_reader.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
-#include "common/spec_reader.h"
+#include "common/spec/spec_reader.h"
 
 namespace trainyard::accelerate_keys {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "common/spec_reader.h"
+#include "common/spec/spec_reader.h"
 
 namespace trainyard {
 namespace {

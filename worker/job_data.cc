@@ -1,6 +1,7 @@
 #include "worker/job_data.h"
 
 #include "common/llama_config.h"
+#include "common/spec/model_traits.h"
 
 #include "worker/distributed_sampler.h"
 #include "worker/image_folder.h"
@@ -108,7 +109,7 @@ Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_sh
       if (eval) d.eval = std::make_shared<OffsetDataset>(d.train, spec.data.num_samples, eval_size);
       break;
     case DataKind::kMnist:
-      if (gpt || spec.model.kind == ModelKind::kResNet) {
+      if (!TraitsOf(spec.model.kind).Takes(DataKind::kMnist)) {
         throw std::invalid_argument("data.kind mnist: the " + std::string(ModelKindName(spec.model.kind)) +
                                     " model does not take 28x28 images");
       }
@@ -139,7 +140,9 @@ Datasets MakeDatasets(const JobSpec& spec, const std::vector<int64_t>& sample_sh
     }
     case DataKind::kImageFolder: d = MakeImageFolder(spec, sample_shape, note); break;
     case DataKind::kTokens:
-      if (!gpt) throw std::invalid_argument("data.kind tokens: needs a token model (gpt, llama)");
+      if (!TraitsOf(spec.model.kind).Takes(DataKind::kTokens)) {
+        throw std::invalid_argument("data.kind tokens: needs a token model (gpt, llama)");
+      }
       // The last 10% of the stream is held out when evaluating.
       d.train = std::make_shared<TokenFile>(spec.data.path, spec.data.token_dtype, spec.model.context, vocab,
                                             spec.data.num_samples, spec.data.seed, 0.0, eval ? 0.9 : 1.0);

@@ -9,8 +9,8 @@ out=$2/fuzz
 seconds=${3:-60}
 mkdir -p "$out"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -I"$src" \
-  "$src/tests/fuzz/spec_fuzzer.cc" "$src/common/job_spec.cc" "$src/common/job_spec_json.cc" \
-  "$src/common/accelerate_config.cc" "$src/common/accelerate_keys.cc" "$src/common/launch_sections.cc" \
+  "$src/tests/fuzz/spec_fuzzer.cc" "$src"/common/spec/*.cc \
+  "$src/common/accelerate_config.cc" "$src/common/accelerate_keys.cc" \
   "$src/common/job_state.cc" "$src/common/progress_pattern.cc" -o "$out/spec_fuzzer" \
   $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format yaml-cpp re2)
 rm -rf "$out/corpus"

@@ -3,8 +3,8 @@
 // read, remembers which keys were read so unknown ones can be named, and
 // fails with a SpecError carrying the field's dotted path. Internal to
 // common/: the public entry points return absl::Status instead.
-#ifndef TRAINYARD_COMMON_SPEC_READER_H_
-#define TRAINYARD_COMMON_SPEC_READER_H_
+#ifndef TRAINYARD_COMMON_SPEC_SPEC_READER_H_
+#define TRAINYARD_COMMON_SPEC_SPEC_READER_H_
 
 #include <yaml-cpp/yaml.h>
 
@@ -214,4 +214,4 @@ inline std::vector<std::string> SplitCommaList(const std::string& text) {
 
 }  // namespace trainyard::spec_reader
 
-#endif  // TRAINYARD_COMMON_SPEC_READER_H_
+#endif  // TRAINYARD_COMMON_SPEC_SPEC_READER_H_

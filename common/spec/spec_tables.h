@@ -1,0 +1,19 @@
+// The field tables of the job spec's sections (field_table.h): each field is
+// declared once, in spec_tables.cc, with its name, type, limits and doc
+// line; the struct in job_spec.h gives its default. The rules between
+// fields stay as code: each section's in spec_rules.cc, the whole spec's in
+// job_spec.cc. Internal to the spec library.
+#ifndef TRAINYARD_COMMON_SPEC_SPEC_TABLES_H_
+#define TRAINYARD_COMMON_SPEC_SPEC_TABLES_H_
+
+#include "common/spec/field_table.h"
+#include "common/spec/job_spec.h"
+
+namespace trainyard::spec {
+
+// The top level, whose rows hold the sections.
+const Section<JobSpec>& JobSpecTable();
+
+}  // namespace trainyard::spec
+
+#endif  // TRAINYARD_COMMON_SPEC_SPEC_TABLES_H_
