@@ -179,7 +179,7 @@ class SharedServer(unittest.TestCase):
 
     def test_c_high_priority_preempts_low_which_resumes_with_no_step_lost(self):
         s = self.server
-        steps = 150
+        steps = 1000  # long enough that it is still training when the high-priority job comes
         checkpointed = "checkpoint: {every_steps: 1000}\n"
         low = self.submit("alice", "low", spec("low", steps=steps, procs=2, priority="low", preemptible="true",
                                                extra=checkpointed))
