@@ -2,7 +2,7 @@
 // (Forward, Backward, ClipGradients, OptimizerStep) is bit for bit the step
 // the model and its optimizer take alone; clipping by norm reports the norm
 // only when asked; ReleaseGradients leaves no gradient behind. DDP and FSDP
-// behind the same seam are tested through the Trainer (training_test,
+// behind the same seam are tested through the Trainer (trainer_test,
 // ddp_test, fsdp_test).
 #include "worker/parallel_model.h"
 
