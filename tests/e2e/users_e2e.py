@@ -179,8 +179,8 @@ class SharedServer(unittest.TestCase):
 
     def test_c_high_priority_preempts_low_which_resumes_with_no_step_lost(self):
         s = self.server
-        steps = 1000  # long enough that it is still training when the high-priority job comes
-        checkpointed = "checkpoint: {every_steps: 1000}\n"
+        steps = 4000  # long enough that it is still training when the high-priority job comes
+        checkpointed = "checkpoint: {every_steps: 4000}\n"
         low = self.submit("alice", "low", spec("low", steps=steps, procs=2, priority="low", preemptible="true",
                                                extra=checkpointed))
         wait_for(lambda: self.job("alice", low)["step"] >= 20, 120, "the low-priority job to train")

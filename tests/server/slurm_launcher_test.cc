@@ -1,0 +1,180 @@
+// SlurmLauncher against stand-ins for sbatch, squeue and scancel (shell
+// scripts in --slurm-bin-dir): what it submits, how it reads each rank's exit
+// file and Slurm's state, and how it stops a job. Slurm itself runs in the
+// slurm and multihost e2e tests.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "server/launcher.h"
+#include "tests/test_util.h"
+
+namespace trainyard {
+namespace {
+
+// sbatch records its arguments and the token it was given and prints a job
+// id (or fails when told to); squeue lists the job in the state the test
+// writes; scancel records its arguments.
+constexpr const char* kSbatch = R"sh(#!/bin/sh
+d=$(dirname "$0")
+if [ -f "$d/sbatch.fail" ]; then cat "$d/sbatch.fail" >&2; exit 1; fi
+echo "$*" > "$d/sbatch.args"
+echo "$TRAINYARD_WORKER_TOKEN" > "$d/sbatch.token"
+echo "4242;cluster"
+)sh";
+constexpr const char* kSqueue = R"sh(#!/bin/sh
+d=$(dirname "$0")
+if [ -f "$d/state" ]; then echo "4242|$(cat "$d/state")"; fi
+)sh";
+constexpr const char* kScancel = R"sh(#!/bin/sh
+echo "$*" >> "$(dirname "$0")/scancel.log"
+)sh";
+
+class SlurmLauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bin_ = dir_.path() + "/bin";
+    std::filesystem::create_directories(bin_);
+    for (const auto& [name, text] :
+         {std::pair<const char*, const char*>{"sbatch", kSbatch}, {"squeue", kSqueue}, {"scancel", kScancel}}) {
+      const std::string path = bin_ + "/" + name;
+      std::ofstream(path) << text;
+      chmod(path.c_str(), 0755);
+    }
+    SetState("RUNNING");
+  }
+
+  std::unique_ptr<Launcher> Make(std::string bin_dir, std::chrono::milliseconds grace = std::chrono::seconds(60)) {
+    SlurmLauncherOptions o;
+    o.worker_binary = "/opt/trainyard/bin/trainyard-worker";
+    o.slurm_bin_dir = std::move(bin_dir);
+    o.poll_interval = std::chrono::milliseconds(10);
+    o.stop_grace = grace;
+    return MakeSlurmLauncher(o, [this](const RankExit& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      exits_.push_back(e);
+    });
+  }
+
+  LaunchRequest Request(int world) const {
+    LaunchRequest r;
+    r.job_id = "j1";
+    r.attempt = 1;
+    r.world_size = world;
+    r.token = "secret-token";
+    r.log_dir = dir_.path() + "/logs";
+    return r;
+  }
+
+  void SetState(const std::string& state) { std::ofstream(bin_ + "/state") << state << "\n"; }
+  std::string Read(const std::string& path) const {
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  std::vector<RankExit> Exits() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exits_;
+  }
+  bool ExitCount(size_t n) { return Exits().size() == n; }
+
+  TempDir dir_;
+  std::string bin_;
+  std::mutex mu_;
+  std::vector<RankExit> exits_;
+};
+
+TEST_F(SlurmLauncherTest, AvailableNamesSbatchWhenItIsMissing) {
+  EXPECT_TRUE(Make(bin_)->Available().ok());
+  absl::Status missing = Make(dir_.path() + "/nowhere")->Available();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.message().find("sbatch"), std::string::npos) << missing;
+  EXPECT_NE(missing.message().find("--slurm-bin-dir"), std::string::npos) << missing;
+}
+
+TEST_F(SlurmLauncherTest, SubmitsTheBatchScriptWithTheTokenInItsEnvironmentOnly) {
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(Request(2)).ok());
+  const std::string script = dir_.path() + "/logs/job.sbatch";
+  EXPECT_NE(Read(bin_ + "/sbatch.args").find(script), std::string::npos) << Read(bin_ + "/sbatch.args");
+  EXPECT_EQ(Read(bin_ + "/sbatch.token"), "secret-token\n");
+  EXPECT_NE(Read(script).find("/opt/trainyard/bin/trainyard-worker"), std::string::npos);
+  EXPECT_EQ(Read(script).find("secret-token"), std::string::npos);
+  EXPECT_EQ(Read(bin_ + "/sbatch.args").find("secret-token"), std::string::npos);
+  EXPECT_EQ(launcher->LiveProcesses("j1"), 2);
+}
+
+TEST_F(SlurmLauncherTest, ASbatchFailureIsTheLaunchsErrorWithWhatSbatchSaid) {
+  std::ofstream(bin_ + "/sbatch.fail") << "sbatch: error: invalid partition specified: gpux\n";
+  absl::Status s = Make(bin_)->Launch(Request(1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("invalid partition specified: gpux"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("exit 1"), std::string::npos) << s;
+}
+
+TEST_F(SlurmLauncherTest, EachRanksExitFileIsItsEndAndTheRestOfTheJobIsCancelled) {
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(Request(2)).ok());
+  std::ofstream(dir_.path() + "/logs/rank-0.exit") << "0\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(1); }, std::chrono::seconds(10)));
+  EXPECT_TRUE(Exits()[0].ok());
+  EXPECT_EQ(Exits()[0].rank, 0);
+  EXPECT_EQ(launcher->LiveProcesses("j1"), 1);
+  std::ofstream(dir_.path() + "/logs/rank-1.exit") << "137\n";  // the shell's account of SIGKILL
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(2); }, std::chrono::seconds(10)));
+  EXPECT_FALSE(Exits()[1].ok());
+  EXPECT_NE(Exits()[1].description.find("killed by signal 9"), std::string::npos) << Exits()[1].description;
+  EXPECT_EQ(launcher->LiveProcesses("j1"), 0);
+  // Every rank is accounted for while Slurm still lists the job: what is
+  // left of it (the batch step) is cancelled.
+  ASSERT_TRUE(WaitFor([&] { return Read(bin_ + "/scancel.log") == "4242\n"; }, std::chrono::seconds(10)))
+      << Read(bin_ + "/scancel.log");
+}
+
+TEST_F(SlurmLauncherTest, RanksWithoutAnExitFileFailWhenSlurmSaysTheJobEnded) {
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(Request(2)).ok());
+  std::ofstream(dir_.path() + "/logs/rank-1.exit") << "0\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(1); }, std::chrono::seconds(10)));
+  SetState("NODE_FAIL");
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(2); }, std::chrono::seconds(10)));
+  const RankExit lost = Exits()[1];
+  EXPECT_EQ(lost.rank, 0);
+  EXPECT_EQ(lost.outcome, WorkerOutcome::kFailed);
+  EXPECT_NE(lost.description.find("without an exit status (Slurm job 4242 NODE_FAIL)"), std::string::npos)
+      << lost.description;
+  EXPECT_EQ(launcher->LiveProcesses("j1"), 0);
+}
+
+TEST_F(SlurmLauncherTest, StopInterruptsTheTasksThenKillsWhatIsLeftAfterTheGrace) {
+  auto launcher = Make(bin_, std::chrono::milliseconds(0));
+  ASSERT_TRUE(launcher->Launch(Request(1)).ok());
+  launcher->Stop("j1", 1);
+  ASSERT_TRUE(WaitFor([&] { return Read(bin_ + "/scancel.log").find("--signal=KILL 4242") != std::string::npos; },
+                      std::chrono::seconds(10)))
+      << Read(bin_ + "/scancel.log");
+  EXPECT_EQ(Read(bin_ + "/scancel.log").rfind("--signal=INT 4242\n", 0), 0u) << Read(bin_ + "/scancel.log");
+  EXPECT_TRUE(Exits().empty());  // the ranks' ends still come from their exit files or Slurm
+}
+
+TEST_F(SlurmLauncherTest, AdoptFollowsTheJobSlurmListsUnderTheAttemptsName) {
+  auto launcher = Make(bin_);
+  std::filesystem::create_directories(dir_.path() + "/logs");
+  launcher->Adopt(Request(1));
+  EXPECT_EQ(launcher->LiveProcesses("j1"), 1);
+  launcher->Stop("j1", 1);
+  ASSERT_TRUE(WaitFor([&] { return Read(bin_ + "/scancel.log").find("--signal=INT 4242") != std::string::npos; },
+                      std::chrono::seconds(10)))
+      << Read(bin_ + "/scancel.log");
+  std::ofstream(dir_.path() + "/logs/rank-0.exit") << "130\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(1); }, std::chrono::seconds(10)));
+  EXPECT_NE(Exits()[0].description.find("signal 2"), std::string::npos) << Exits()[0].description;
+}
+
+}  // namespace
+}  // namespace trainyard
