@@ -19,6 +19,42 @@ namespace {
 
 using namespace spec_reader;  // NOLINT: the parser is written in the reader's terms
 
+// fault_tolerance and elastic against the rest of the spec.
+void CheckFaultTolerance(const JobSpec& s) {
+  if (s.elastic.enabled() && !s.replicas()) {
+    Fail("elastic.min_processes", "an elastic job needs fault_tolerance.mode replica (its ranks come and go)");
+  }
+  if (!s.replicas()) return;
+  if (!s.script.empty()) {
+    Fail("fault_tolerance.mode",
+         "replica applies to built-in models: a script's ranks cannot rebuild their process group, so a script job "
+         "restarts as a whole group (whole_group)");
+  }
+  if (s.distributed_type != DistributedType::kDdp) {
+    Fail("fault_tolerance.mode", absl::StrCat("replica needs distributed_type DDP (each rank a replica), got ",
+                                              DistributedTypeName(s.distributed_type)));
+  }
+  if (s.num_processes < 2) Fail("fault_tolerance.mode", "replica needs num_processes of at least 2");
+  if (s.fault_tolerance.min_replicas > s.num_processes) {
+    Fail("fault_tolerance.min_replicas", absl::StrCat("must be at most num_processes (", s.num_processes, "), got ",
+                                                      s.fault_tolerance.min_replicas));
+  }
+  if (s.ddp.comm_hook == CommHookType::kPowerSgd || s.ddp.comm_hook == CommHookType::kBatchedPowerSgd) {
+    Fail("ddp.comm_hook", absl::StrCat(CommHookName(s.ddp.comm_hook),
+                                       " keeps error feedback per rank, which a replacement replica cannot take "
+                                       "over; with fault_tolerance.mode replica use no, fp16 or bf16"));
+  }
+  if (s.ddp.intra_host_transport == IntraHostTransport::kSharedMemory) {
+    Fail("ddp.intra_host_transport",
+         "shm cannot be rebuilt for a new membership yet; with fault_tolerance.mode replica use process_group or "
+         "auto");
+  }
+  if (s.elastic.min_processes > s.num_processes) {
+    Fail("elastic.min_processes", absl::StrCat("must be at most num_processes (", s.num_processes, "), got ",
+                                               s.elastic.min_processes));
+  }
+}
+
 // Rules between fields (each field's own range is checked as it is read);
 // throws SpecError naming the field at fault.
 void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
@@ -108,6 +144,7 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));
   }
+  CheckFaultTolerance(s);
 }
 
 // As Accelerate: the model's own transformer layer when none is named; the

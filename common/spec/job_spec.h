@@ -234,6 +234,24 @@ struct SlurmSpec {
   bool operator==(const SlurmSpec&) const = default;
 };
 
+// What happens when a rank is lost (docs/design/fault-tolerance.md).
+struct FaultToleranceSpec {
+  FaultToleranceMode mode = FaultToleranceMode::kWholeGroup;
+  // mode replica: with fewer live replicas than this the job falls back to
+  // a whole-group restart.
+  int32_t min_replicas = 1;
+  bool operator==(const FaultToleranceSpec&) const = default;
+};
+
+// An elastic job (fault_tolerance.mode replica): it starts with
+// min_processes free slots and grows to num_processes as slots free up; the
+// scheduler shrinks it (down to min_processes) before it preempts anyone.
+struct ElasticSpec {
+  int32_t min_processes = 0;  // 0: not elastic (the job needs num_processes slots to start)
+  bool enabled() const { return min_processes > 0; }
+  bool operator==(const ElasticSpec&) const = default;
+};
+
 // A script job (`script:` in the spec): each rank runs the user's Python
 // script as the child of its trainyard-worker, with the environment
 // `accelerate launch` (and torchrun) gives a rank. The native engine's
@@ -341,6 +359,10 @@ struct JobSpec {
   int32_t eval_batches = 8;
   LauncherKind launcher = LauncherKind::kDefault;
   SlurmSpec slurm;
+  FaultToleranceSpec fault_tolerance;
+  ElasticSpec elastic;
+  // mode replica: each DDP rank is a replica (docs/design/fault-tolerance.md).
+  bool replicas() const { return fault_tolerance.mode == FaultToleranceMode::kReplica; }
   // Every field equal (spec_random.h names the first that differs).
   bool operator==(const JobSpec&) const = default;
 };

@@ -133,6 +133,14 @@ inline constexpr EnumName<LauncherKind> kLauncherKindNames[] = {{"default", Laun
                                                                 {"slurm", LauncherKind::kSlurm},
                                                                 {"external", LauncherKind::kExternal}};
 
+// What a job does when a rank is lost (fault_tolerance.mode).
+enum class FaultToleranceMode {
+  kWholeGroup,  // stop every rank and restart the group (max_restarts), from the newest snapshot or checkpoint
+  kReplica,     // the live replicas go on; the lost one is replaced and heals from a live peer
+};
+inline constexpr EnumName<FaultToleranceMode> kFaultToleranceModeNames[] = {
+    {"whole_group", FaultToleranceMode::kWholeGroup}, {"replica", FaultToleranceMode::kReplica}};
+
 constexpr const char* ModelKindName(ModelKind v) { return NameOf(kModelKindNames, v); }
 constexpr const char* DataKindName(DataKind v) { return NameOf(kDataKindNames, v); }
 constexpr const char* TokenDtypeName(TokenDtype v) { return NameOf(kTokenDtypeNames, v); }
@@ -152,6 +160,7 @@ constexpr const char* WrapPolicyName(WrapPolicy v) { return NameOf(kWrapPolicyNa
 constexpr const char* BackwardPrefetchName(BackwardPrefetch v) { return NameOf(kBackwardPrefetchNames, v); }
 constexpr const char* StateDictTypeName(StateDictType v) { return NameOf(kStateDictTypeNames, v); }
 constexpr const char* LauncherKindName(LauncherKind v) { return NameOf(kLauncherKindNames, v); }
+constexpr const char* FaultToleranceModeName(FaultToleranceMode v) { return NameOf(kFaultToleranceModeNames, v); }
 
 // kAuto resolved for `device`.
 constexpr Backend EffectiveBackend(Backend backend, Device device) {

@@ -357,6 +357,36 @@ const Section<CheckpointSpec>& CheckpointTable() {
   return sec;
 }
 
+// ---- fault_tolerance, elastic ----
+
+const Section<FaultToleranceSpec>& FaultToleranceTable() {
+  using F = FaultToleranceSpec;
+  static const Section<F> sec = [] {
+    Section<F> s;
+    s.fields = {
+        Choice("mode", &F::mode, kFaultToleranceModeNames,
+               "`whole_group`: a lost rank restarts every rank; `replica`: the others go on while it heals."),
+        Int("min_replicas", &F::min_replicas, 1, kMaxNumProcessesCeiling,
+            "`replica`: fewer live replicas than this restart the whole group."),
+    };
+    return s;
+  }();
+  return sec;
+}
+
+const Section<ElasticSpec>& ElasticTable() {
+  using E = ElasticSpec;
+  static const Section<E> sec = [] {
+    Section<E> s;
+    s.fields = {
+        Int("min_processes", &E::min_processes, 0, kMaxNumProcessesCeiling,
+            "Start with this many ranks and grow to `num_processes` (0: not elastic)."),
+    };
+    return s;
+  }();
+  return sec;
+}
+
 // ---- top level ----
 
 Field<JobSpec> ScriptRow() {
@@ -461,6 +491,8 @@ const Section<JobSpec>& JobSpecTable() {
         Int("eval_batches", &J::eval_batches, 1, 1 << 20, "Held-out batches per rank per evaluation."),
         Choice("launcher", &J::launcher, kLauncherKindNames, "What starts the ranks."),
         Sub("slurm", &J::slurm, SlurmTable(), "The Slurm batch job's options."),
+        Sub("fault_tolerance", &J::fault_tolerance, FaultToleranceTable(), "What a lost rank does to the job."),
+        Sub("elastic", &J::elastic, ElasticTable(), "A job that grows and shrinks between bounds."),
     };
     s.before_unknown = [](MapReader& r, J*, const ReadContext&) {
       for (const char* key : {"owner", "group", "user"}) {
