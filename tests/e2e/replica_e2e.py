@@ -1,0 +1,184 @@
+"""Replica fault tolerance end to end: a real server, workers and trainctl.
+
+- Kills: a 3-replica DDP job (fault_tolerance.mode replica) loses a random
+  replica to SIGKILL 20 times. The job never restarts as a group: each kill
+  starts a new membership of the survivors, a replacement is launched and
+  heals from a live peer. From the workers' own logs (one line per committed
+  step, TRAINYARD_REPLICA_HASH=1): no rank's committed step goes back, all
+  members hold bitwise-equal parameters after every commit, and no step is
+  committed under two epochs. The job trains exactly the samples of the
+  fault-free run (samples_total) and ends within 1% of its eval loss.
+- Below min_replicas the job falls back to a whole-group restart.
+
+Run by ctest with the build's bin directory as the first argument.
+"""
+import collections
+import json
+import os
+import random
+import re
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402  (Server, wait_for, worker_pids, write_spec)
+from e2e_test import Server, read, wait_for, worker_pids, write_spec  # noqa: E402
+
+JOB = """
+name: %(name)s
+model: {kind: mlp, hidden: [128, 128]}
+data: {kind: synthetic, batch_size: 16, num_samples: 6144}
+optimizer: {kind: adamw, lr: 0.001}
+max_steps: %(steps)d
+num_processes: 3
+seed: 11
+metrics_every_steps: 1
+eval_every_steps: %(eval_every)d
+eval_batches: 8
+fault_tolerance: {mode: replica, min_replicas: %(min_replicas)d}
+max_restarts: %(restarts)d
+"""
+
+HASH_LINE = re.compile(r"replica rank (\d+) epoch (\d+) step (\d+) cursor (\d+) hash (\w+)")
+
+
+def submit(server, path):
+    r = server.ctl("-o", "json", "submit", path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)["id"]
+
+
+def job_logs(state_dir, job_id):
+    """Every rank log of the job: {path: text}."""
+    out = {}
+    base = os.path.join(state_dir, "jobs", job_id)
+    for root, _, files in os.walk(base):
+        for f in files:
+            if f.startswith("rank-") and f.endswith(".log"):
+                out[os.path.join(root, f)] = read(os.path.join(root, f))
+    return out
+
+
+def commits(logs):
+    """(rank log, rank, epoch, step, cursor, hash) of every committed step, in log order."""
+    rows = []
+    for path, text in sorted(logs.items()):
+        for m in HASH_LINE.finditer(text):
+            rows.append((path, int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5)))
+    return rows
+
+
+def last_eval(logs):
+    """The eval loss of the job's last evaluation, as its ranks logged it."""
+    best = None
+    for text in logs.values():
+        for m in re.finditer(r"rank \d+ step (\d+) eval loss (\S+)", text):
+            if best is None or int(m.group(1)) >= best[0]:
+                best = (int(m.group(1)), float(m.group(2)))
+    assert best is not None, "no eval loss in the rank logs"
+    return best[1]
+
+
+class Replicas(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-replica-")
+        os.environ["TRAINYARD_REPLICA_HASH"] = "1"  # the workers inherit it from the server
+        cls.server = Server(cls.tmp.name, slots=3)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def run_job(self, name, steps, min_replicas=1, restarts=0, kills=0, rng=None):
+        """Submits the job, kills `kills` random replicas while it runs, waits for its end."""
+        s = self.server
+        spec = write_spec(self.tmp.name, f"{name}.yaml",
+                          JOB % dict(name=name, steps=steps, eval_every=steps, min_replicas=min_replicas,
+                                     restarts=restarts))
+        job_id = submit(s, spec)
+        killed = []
+        for k in range(kills):
+            # Every replica is a member again (the last kill healed) and the
+            # job has trained a few steps since.
+            def ready():
+                jb = s.job(job_id)
+                if jb["state"] in ("SUCCEEDED", "FAILED"):
+                    return jb
+                reps = jb.get("replicas") or {}
+                if jb["state"] != "RUNNING" or len(worker_pids(job_id)) != 3 or reps.get("live") != 3:
+                    return None
+                return jb if jb["step"] >= (killed[-1][1] if killed else 0) + 5 else None
+            jb = wait_for(ready, 120, f"{job_id}: three live replicas before kill {k + 1}")
+            if jb["state"] != "RUNNING":
+                break
+            pid = rng.choice(worker_pids(job_id))
+            os.kill(pid, signal.SIGKILL)
+            killed.append((pid, jb["step"], time.monotonic()))
+        w = s.ctl("watch", job_id, timeout=900)
+        self.assertEqual(w.returncode, 0, w.stdout[-2000:] + w.stderr + s.ctl("logs", job_id).stdout[-3000:])
+        return job_id, killed
+
+    def test_1_twenty_kills_lose_nothing(self):
+        s = self.server
+        rng = random.Random(35)
+        steps = 600
+        base_id, _ = self.run_job("replica-base", steps)
+        base = s.job(base_id)
+        base_logs = job_logs(self.tmp.name, base_id)
+        base_cursor = max(r[4] for r in commits(base_logs))
+        self.assertEqual(base_cursor, steps * 3 * 16)
+        base_eval = last_eval(base_logs)
+
+        job_id, killed = self.run_job("replica-kills", steps, kills=20, rng=rng)
+        self.assertEqual(len(killed), 20, "the job ended before 20 kills")
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "SUCCEEDED")
+        self.assertEqual(job["attempt"], 1, "a kill restarted the whole group")
+        events = " | ".join(e["reason"] for e in job["events"])
+        self.assertNotIn("restart ", events)
+        self.assertGreaterEqual(events.count("membership"), 40, events)  # a loss and a heal per kill
+        self.assertGreaterEqual(events.count("healed"), 20, events)
+
+        # The workers' own account of every commit.
+        logs = job_logs(self.tmp.name, job_id)
+        rows = commits(logs)
+        self.assertTrue(rows, "no replica hash lines in the rank logs")
+        last = {}
+        by_step = collections.defaultdict(set)
+        epochs_of_step = collections.defaultdict(set)
+        for path, rank, epoch, step, cursor, digest in rows:
+            # A log file is one launch rank: its processes in turn. Their
+            # committed steps never go back (a replacement heals to a live
+            # peer's step, ahead of its predecessor's last).
+            self.assertGreaterEqual(step, last.get(path, 0), f"{path}: step went back to {step}")
+            last[path] = step
+            by_step[step].add((digest, cursor))
+            epochs_of_step[step].add(epoch)
+        for step, seen in by_step.items():
+            self.assertEqual(len(seen), 1, f"step {step}: members disagree (hash, cursor): {seen}")
+            self.assertEqual(len(epochs_of_step[step]), 1, f"step {step} committed under epochs {epochs_of_step[step]}")
+        # Every sample of the fault-free run, none twice: the cursor ends
+        # where the fault-free run's did.
+        self.assertEqual(max(r[4] for r in rows), base_cursor)
+        self.assertGreaterEqual(job["step"], base["step"])
+        evals = last_eval(logs)
+        self.assertLess(abs(evals - base_eval), 0.01 * abs(base_eval), f"eval loss {evals} vs fault-free {base_eval}")
+
+    def test_2_below_min_replicas_the_group_restarts(self):
+        s = self.server
+        job_id, killed = self.run_job("replica-min", 300, min_replicas=3, restarts=2, kills=1, rng=random.Random(2))
+        self.assertEqual(len(killed), 1)
+        job = s.job(job_id)
+        self.assertEqual(job["state"], "SUCCEEDED")
+        self.assertEqual(job["attempt"], 2, job["events"])
+        self.assertIn("restart 1 of 2", " | ".join(e["reason"] for e in job["events"]))
+
+
+if __name__ == "__main__":
+    e2e_test.BIN = sys.argv.pop(1)
+    unittest.main(verbosity=2)
