@@ -129,6 +129,16 @@ ResumeInfo LoadCheckpoint(const TrainingState& state, const std::string& dir);
 std::vector<std::string> LoadInitialWeights(const TrainingState& state, const std::string& path, bool strict,
                                             const std::string& prefix);
 
+// Replica healing (fault_tolerance.mode replica): every rank of `pg` ends
+// with rank `src`'s training state as a checkpoint holds it — parameters,
+// buffers, optimizer state (created where missing; cleared where the source
+// has none), the CPU RNG, the comm hook's and every registered
+// Checkpointable's state — except the step and the data position, which the
+// caller agrees on. Collective over `pg` (a group of whole replicas: DDP or
+// one rank; not FSDP). Returns the bytes broadcast.
+int64_t BroadcastTrainingState(const TrainingState& state, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                               int32_t src);
+
 // For tests and tools: a checkpoint's tensors by name, whichever layout.
 class CheckpointReader {
  public:

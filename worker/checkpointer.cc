@@ -52,6 +52,12 @@ Checkpointer::Checkpointer(const JobSpec& spec, int32_t rank, c10::intrusive_ptr
 
 Checkpointer::~Checkpointer() = default;
 
+void Checkpointer::Rebind(int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
+  rank_ = rank;
+  pg_ = std::move(pg);
+  background_ = std::make_unique<AsyncCheckpointer>(rank);
+}
+
 TrainingState Checkpointer::State() const {
   TrainingState st = state_();
   st.extra = extra_;

@@ -98,6 +98,13 @@ class Checkpointer {
   void Snapshot();
   void RemoveSnapshots();
 
+  // Replica mode: saves go on as `rank` of `pg` (a new membership's group).
+  // A background save in flight is abandoned (it never commits: its group
+  // is gone). No collective.
+  void Rebind(int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> pg);
+  // The rank's training state with the registered state, as saves see it.
+  TrainingState Current() const { return State(); }
+
   // What AgreeAndRestore restored from (empty: started fresh), and what
   // could not be restored exactly.
   const std::string& resumed_from() const { return resumed_from_; }
@@ -109,7 +116,7 @@ class Checkpointer {
   TrainingState State() const;
 
   const JobSpec& spec_;
-  const int32_t rank_;
+  int32_t rank_;
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   MetricsSink* const sink_;
   const std::function<TrainingState()> state_;

@@ -61,6 +61,7 @@ struct ControlClient::Impl {
     hello.mutable_hello()->set_token(options.token);
     hello.mutable_hello()->set_advertise_addr(options.advertise_addr);
     hello.mutable_hello()->set_rendezvous_port(options.rendezvous_port);
+    hello.mutable_hello()->set_replica_store_port(options.replica_store_port);
     if (!c->stream->Write(hello) || !c->stream->Read(first)) {
       grpc::Status st = c->stream->Finish();
       return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
@@ -86,6 +87,16 @@ struct ControlClient::Impl {
       r.stop_after = c.stop_after();
       log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id, r.stop_after ? ", then stop" : "");
       control->RequestCheckpoint(r);
+    } else if (msg.has_membership()) {
+      const v1::Membership& m = msg.membership();
+      Membership offered;
+      offered.epoch = m.epoch();
+      offered.ranks.assign(m.ranks().begin(), m.ranks().end());
+      offered.store_addr = m.store_addr();
+      offered.store_port = m.store_port();
+      offered.reason = m.reason();
+      log::Info("coordinator offered membership {}", offered.Describe());
+      control->memberships().Offer(std::move(offered));
     } else if (msg.has_diagnose()) {
       // Answered here, on the reader thread: the training thread may be
       // the one that is stuck.
@@ -309,6 +320,23 @@ void ControlClient::OnCheckpoint(const CheckpointEvent& event) {
 void ControlClient::OnNote(const std::string& text) {
   v1::WorkerMessage msg;
   msg.mutable_note()->set_text(text);
+  impl_->Report(std::move(msg));
+}
+
+void ControlClient::OnReplica(const ReplicaEvent& event) {
+  v1::WorkerMessage msg;
+  v1::ReplicaReport* r = msg.mutable_replica();
+  switch (event.kind) {
+    case ReplicaEvent::Kind::kGroupBroken: r->set_kind(v1::ReplicaReport::GROUP_BROKEN); break;
+    case ReplicaEvent::Kind::kCommitted: r->set_kind(v1::ReplicaReport::COMMITTED); break;
+    case ReplicaEvent::Kind::kLeft: r->set_kind(v1::ReplicaReport::LEFT); break;
+  }
+  r->set_epoch(event.epoch);
+  r->set_step(event.step);
+  r->set_detail(event.detail);
+  r->set_seconds(event.seconds);
+  r->set_healed(event.healed);
+  r->set_heal_bytes(event.heal_bytes);
   impl_->Report(std::move(msg));
 }
 

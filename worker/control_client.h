@@ -1,7 +1,8 @@
 // ControlClient: a worker's bidirectional stream to the coordinator.
 // Up: hello, batched step metrics (every N steps or once a second),
 // checkpoint reports, the final result. Down: the welcome (the job's spec),
-// stop and checkpoint commands, handed to the trainer's TrainerControl. Internally runs one reader and one sender
+// stop and checkpoint commands and (replica mode) memberships, handed to the
+// trainer's TrainerControl; replica reports go up (ReplicaReporter). Internally runs one reader and one sender
 // thread; OnStep may be called from the training thread while they run.
 #ifndef TRAINYARD_WORKER_CONTROL_CLIENT_H_
 #define TRAINYARD_WORKER_CONTROL_CLIENT_H_
@@ -16,6 +17,7 @@
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
 #include "worker/control.h"
+#include "worker/membership.h"
 
 namespace trainyard {
 
@@ -30,6 +32,9 @@ struct ControlOptions {
   // Rank 0 of a joined job: where its rendezvous store listens.
   std::string advertise_addr;
   int32_t rendezvous_port = 0;
+  // fault_tolerance.mode replica: the port of this rank's own store (on
+  // advertise_addr); 0 otherwise.
+  int32_t replica_store_port = 0;
   // How long a joining worker waits for its job to start and for rank 0 to
   // join (the coordinator answers UNAVAILABLE meanwhile).
   std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
@@ -57,7 +62,7 @@ struct Welcome {
   int32_t master_port = 0;
 };
 
-class ControlClient final : public MetricsSink {
+class ControlClient final : public MetricsSink, public ReplicaReporter {
  public:
   // Connects, says hello and waits for the welcome. Commands go to
   // `control`, which must outlive the client.
@@ -71,6 +76,8 @@ class ControlClient final : public MetricsSink {
   void OnCheckpoint(const CheckpointEvent& event) override;
   // Sent at once; the coordinator adds it to the job's events.
   void OnNote(const std::string& text) override;
+  // Sent at once (fault_tolerance.mode replica).
+  void OnReplica(const ReplicaEvent& event) override;
   // Flushes metrics, sends the result and closes the stream (bounded wait).
   // `error`: what went wrong or why it stopped, unless kSucceeded.
   void Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step);

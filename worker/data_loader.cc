@@ -30,6 +30,14 @@ struct DataLoader::Prefetch {
   std::vector<std::thread> threads;
 };
 
+struct DataLoader::Cursor {
+  GlobalCursorSampler sampler;
+  int64_t limit = 0;
+  int32_t member = 0, members = 1;
+  int64_t committed = 0, read = 0;
+  std::vector<int64_t> reading, committed_positions;  // of the reads since the last commit, of the last commit
+};
+
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DistributedSampler sampler, int64_t batch_size,
                        int num_workers, int prefetch_batches)
     : dataset_(std::move(dataset)), sampler_(std::move(sampler)), batch_size_(batch_size) {
@@ -101,6 +109,10 @@ void DataLoader::WorkerLoop() {
 }
 
 void DataLoader::Seek(int64_t epoch, int64_t offset) {
+  if (cursor_) {
+    SetCursor(epoch * cursor_->sampler.dataset_size() + offset * cursor_->members);
+    return;
+  }
   StopWorkers();
   epoch_ = epoch;
   offset_ = offset;
@@ -109,6 +121,7 @@ void DataLoader::Seek(int64_t epoch, int64_t offset) {
 }
 
 Batch DataLoader::Next() {
+  if (cursor_) return NextAtCursor();
   if (!prefetch_) {
     Planned planned = Plan(&epoch_, &offset_, &indices_);
     return dataset_->GetForEpoch(planned.indices, planned.epoch);
@@ -127,6 +140,70 @@ Batch DataLoader::Next() {
   epoch_ = r.epoch;
   offset_ = r.end;
   return std::move(r.batch);
+}
+
+void DataLoader::UseGlobalCursor(int64_t limit) {
+  StopWorkers();
+  prefetch_.reset();
+  cursor_ =
+      std::make_unique<Cursor>(Cursor{GlobalCursorSampler(dataset_->size(), sampler_.shuffle(), sampler_.seed())});
+  cursor_->limit = limit;
+  SetCursor(0);
+}
+
+void DataLoader::SetMembers(int32_t member, int32_t members) {
+  cursor_->member = member;
+  cursor_->members = members;
+  RollbackReads();
+}
+
+int64_t DataLoader::cursor() const { return cursor_->committed; }
+
+void DataLoader::SetCursor(int64_t cursor) {
+  cursor_->committed = cursor_->read = cursor;
+  const int64_t n = cursor_->sampler.dataset_size();
+  epoch_ = cursor / n;
+  offset_ = (cursor % n) / cursor_->members;
+  cursor_->reading.clear();
+}
+
+void DataLoader::CommitReads() {
+  std::vector<int64_t> read = std::move(cursor_->reading);
+  SetCursor(cursor_->read);
+  cursor_->committed_positions = std::move(read);
+}
+
+void DataLoader::RollbackReads() {
+  cursor_->read = cursor_->committed;
+  cursor_->reading.clear();
+}
+
+const std::vector<int64_t>& DataLoader::committed_positions() const { return cursor_->committed_positions; }
+
+Batch DataLoader::NextAtCursor() {
+  Cursor& c = *cursor_;
+  std::vector<int64_t> positions = GlobalCursorSampler::Positions(c.read, c.member, c.members, batch_size_);
+  while (!positions.empty() && positions.back() >= c.limit) positions.pop_back();
+  c.read = std::min(c.read + int64_t{c.members} * batch_size_, std::max(c.read, c.limit));
+  c.reading.insert(c.reading.end(), positions.begin(), positions.end());
+  // Samples of one epoch are read together (a batch may reach into the next).
+  const int64_t n = c.sampler.dataset_size();
+  std::vector<Batch> parts;
+  size_t i = 0;
+  while (i < positions.size()) {
+    const int64_t epoch = positions[i] / n;
+    std::vector<int64_t> indices;
+    for (; i < positions.size() && positions[i] / n == epoch; ++i) indices.push_back(c.sampler.IndexAt(positions[i]));
+    parts.push_back(dataset_->GetForEpoch(indices, epoch));
+  }
+  if (parts.size() == 1) return std::move(parts.front());
+  if (parts.empty()) return dataset_->GetForEpoch({}, 0);  // nothing left for this member
+  std::vector<at::Tensor> inputs, targets;
+  for (const Batch& b : parts) {
+    inputs.push_back(b.inputs);
+    targets.push_back(b.targets);
+  }
+  return {at::cat(inputs), at::cat(targets)};
 }
 
 }  // namespace trainyard

@@ -8,6 +8,7 @@
 
 #include "worker/data.h"
 #include "worker/distributed_sampler.h"
+#include "worker/global_cursor.h"
 
 namespace trainyard {
 
@@ -34,6 +35,28 @@ class DataLoader {
   int64_t offset() const { return offset_; }  // next index within the epoch's shard
   void Seek(int64_t epoch, int64_t offset);
 
+  // Replica mode (fault_tolerance.mode replica): from now on batches follow
+  // a global cursor (worker/global_cursor.h) instead of this rank's shard,
+  // read without worker threads, up to global position `limit` (the job's
+  // samples: the last step's share may be smaller). A batch is member
+  // `member`'s share of the members' next batch; the reads go ahead of the
+  // committed cursor until CommitReads (the step committed: the cursor moves
+  // past them) or RollbackReads (the step was dropped). epoch() and
+  // offset() then tell the committed cursor as a checkpoint saves it
+  // (offset per member: a cursor the members do not divide is rounded
+  // down), and Seek sets it.
+  void UseGlobalCursor(int64_t limit);
+  bool global_cursor() const { return cursor_ != nullptr; }
+  // Which share the next reads take; rolls the reads back.
+  void SetMembers(int32_t member, int32_t members);
+  int64_t cursor() const;  // committed
+  void SetCursor(int64_t cursor);
+  void CommitReads();
+  void RollbackReads();
+  // The global positions this member read in the step CommitReads last
+  // committed (replica mode).
+  const std::vector<int64_t>& committed_positions() const;
+
  private:
   // The batch after `*epoch`/`*offset` (a new epoch when the shard is used
   // up); advances them.
@@ -55,6 +78,10 @@ class DataLoader {
 
   struct Prefetch;  // the workers' state
   std::unique_ptr<Prefetch> prefetch_;
+
+  struct Cursor;  // replica mode
+  std::unique_ptr<Cursor> cursor_;
+  Batch NextAtCursor();
 };
 
 }  // namespace trainyard

@@ -127,7 +127,7 @@ struct DistributedDataParallel::Impl {
 DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& all_params,
                                                  const std::vector<at::Tensor>& buffers,
                                                  c10::intrusive_ptr<c10d::ProcessGroup> pg, const DdpSpec& options,
-                                                 ShmCollectives* shm)
+                                                 ShmCollectives* shm, bool broadcast_initial)
     : impl_(std::make_unique<Impl>()) {
   const int32_t world_size = pg->getSize();
   constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // Python DDP's broadcast_bucket_size
@@ -135,7 +135,7 @@ DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& 
     torch::NoGradGuard no_grad;
     std::vector<at::Tensor> state(all_params.begin(), all_params.end());
     state.insert(state.end(), buffers.begin(), buffers.end());
-    if (!state.empty()) c10d::broadcast_coalesced(pg, state, kBroadcastBucketBytes, 0);
+    if (broadcast_initial && !state.empty()) c10d::broadcast_coalesced(pg, state, kBroadcastBucketBytes, 0);
   }
   for (const at::Tensor& p : all_params) {
     if (p.requires_grad()) impl_->params.push_back(p);

@@ -20,14 +20,16 @@ class ShmCollectives;
 
 class DistributedDataParallel {
  public:
-  // Broadcasts rank 0's parameters and buffers to every rank, then builds the
-  // Reducer's buckets (reverse parameter order, as Python DDP does).
+  // Broadcasts rank 0's parameters and buffers to every rank (unless
+  // `broadcast_initial` is false: replica mode, where the ranks agree on the
+  // state themselves), then builds the Reducer's buckets (reverse parameter
+  // order, as Python DDP does).
   // `params`: every parameter; those without requires_grad are skipped.
   // With `shm`, gradient buckets are averaged through shared memory (all
   // ranks on one host) instead of the process group; `shm` must outlive this.
   DistributedDataParallel(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers,
                           c10::intrusive_ptr<c10d::ProcessGroup> process_group, const DdpSpec& options,
-                          ShmCollectives* shm = nullptr);
+                          ShmCollectives* shm = nullptr, bool broadcast_initial = true);
   ~DistributedDataParallel();
 
   // Call before every forward that synchronizes gradients.

@@ -11,7 +11,7 @@ namespace trainyard {
 DdpModel::DdpModel(const JobSpec& spec, std::shared_ptr<Model> model, c10::Device device, const DistContext& dist)
     : ParallelModel(spec, std::move(model), device, /*autocast=*/true),
       ddp_(std::make_unique<DistributedDataParallel>(model_->parameters(), model_->buffers(), dist.process_group,
-                                                     spec.ddp, dist.shm)) {
+                                                     spec.ddp, dist.shm, /*broadcast_initial=*/!spec.replicas())) {
   optimizer_ = MakeOptimizer(spec.optimizer, model_->parameters());
 }
 
@@ -29,6 +29,14 @@ void DdpModel::Backward(const at::Tensor& loss, const at::Tensor& output, bool s
                                                            : std::vector<at::Tensor>{});
   }
   loss.backward();
+}
+
+void DdpModel::Rebind(const DistContext& dist) {
+  ddp_.reset();  // its Reducer's hooks leave the parameters first
+  if (dist.process_group) {
+    ddp_ = std::make_unique<DistributedDataParallel>(model_->parameters(), model_->buffers(), dist.process_group,
+                                                     spec_.ddp, dist.shm, /*broadcast_initial=*/false);
+  }
 }
 
 std::vector<at::Tensor> DdpModel::Parameters() const { return model_->parameters(); }

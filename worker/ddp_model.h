@@ -24,6 +24,7 @@ class DdpModel final : public ParallelModel {
   at::Tensor EvalForward(const at::Tensor& inputs) override { return RunForward(inputs); }
   std::vector<at::Tensor> Parameters() const override;
   DistributedDataParallel* ddp() const override { return ddp_.get(); }
+  void Rebind(const DistContext& dist) override;
 
  protected:
   void BeforeForward(bool sync) override;

@@ -17,6 +17,8 @@ class DistributedSampler {
                      bool drop_last = false);
   std::vector<int64_t> Indices(int64_t epoch) const;
   int64_t num_samples() const { return num_samples_; }  // per rank, per epoch
+  bool shuffle() const { return shuffle_; }
+  uint64_t seed() const { return seed_; }
 
  private:
   int64_t dataset_size_;

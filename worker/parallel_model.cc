@@ -78,6 +78,10 @@ void ParallelModel::ReleaseGradients() {
   }
 }
 
+void ParallelModel::Rebind(const DistContext& /*dist*/) {
+  throw std::logic_error("only a DDP model trains as a replica");
+}
+
 ModelMemory ParallelModel::Memory() const {
   std::set<const c10::StorageImpl*> seen;
   auto bytes = [&](const at::Tensor& t) -> int64_t {

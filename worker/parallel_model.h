@@ -84,6 +84,13 @@ class ParallelModel {
   virtual DistributedDataParallel* ddp() const { return nullptr; }
   virtual FullyShardedModel* fsdp() const { return nullptr; }
 
+  // Replica mode (fault_tolerance.mode replica): from now on gradients are
+  // synchronized over dist.process_group (a new membership's group), the
+  // same parameters and optimizer kept; a null group drops the old one
+  // (nothing trains until the next Rebind). No collective. DDP only: the
+  // others throw std::logic_error.
+  virtual void Rebind(const DistContext& dist);
+
  protected:
   // `autocast`: Forward runs under autocast when mixed precision asks.
   ParallelModel(const JobSpec& spec, std::shared_ptr<Model> model, c10::Device device, bool autocast);

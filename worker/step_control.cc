@@ -18,6 +18,7 @@ enum ControlSlot : int64_t {
   kStopAfterSlot,
   kPreemptSlot,
   kSaveSlot,
+  kEpochSlot,
   kSlots
 };
 
@@ -50,6 +51,7 @@ void StepControl::Start(CheckpointType periodic, SaveProgress save) {
   if (control_ != nullptr) {
     word[kStopSlot] = control_->stop_requested() ? 1 : 0;
     word[kPreemptSlot] = control_->preemption_requested() ? 1 : 0;
+    word[kEpochSlot] = control_->memberships().latest_epoch();
     if (std::optional<CheckpointRequest> r = control_->TakeCheckpoint()) {
       const CheckpointType t = r->type == CheckpointType::kAuto ? periodic : r->type;
       word[kCheckpointSlot] = t == CheckpointType::kSharded ? 2 : 1;
@@ -83,6 +85,7 @@ StepAgreement StepControl::Finish() {
   a.request_id = w[kRequestSlot];
   a.stop_after = w[kStopAfterSlot] != 0;
   a.save = Decode(w[kSaveSlot], world_size_);
+  a.membership_epoch = w[kEpochSlot];
   return a;
 }
 

@@ -1,6 +1,7 @@
 // StepControl: the per-step agreement of all ranks. At the start of each
 // step a rank puts what it was asked (stop, preemption, a checkpoint
-// request from the coordinator) into a small control word; the ranks
+// request from the coordinator, in replica mode the newest membership epoch
+// offered to it) into a small control word; the ranks
 // reduce it with MAX while the step computes, and at the step's end every
 // rank reads the same agreement, so a request seen by one rank takes effect
 // on every rank after the same step. The exchange runs through shared
@@ -39,6 +40,7 @@ struct StepAgreement {
   int64_t request_id = 0;                    // of that request
   bool stop_after = false;                   // stop after that checkpoint
   SaveAgreement save;                        // the background checkpoint in flight
+  int64_t membership_epoch = 0;              // replica mode: the highest membership epoch offered to any rank
 };
 
 class StepControl {

@@ -15,6 +15,7 @@
 #include "worker/model_flops.h"
 #include "worker/models.h"
 #include "worker/optimizer.h"
+#include "worker/replica_group.h"
 #include "worker/step_control.h"
 #include "worker/step_recorder.h"
 
@@ -48,6 +49,42 @@ struct Trainer::Impl {
   Checkpointer::Boundary boundary;  // of the last step
 
   std::unique_ptr<StepRecorder> recorder;
+  TrainerControl* requests = nullptr;  // the control the trainer was given
+
+  // Replica mode (worker/replica_membership.h): the memberships; whether the
+  // step in flight applied its optimizer step (it then counts as committed
+  // even when a collective after it fails); the epoch agreed at the last
+  // boundary; a fresh replacement (committed step -1 until healed); left
+  // the job (a membership without this rank).
+  std::unique_ptr<ReplicaMembership> replica;
+  bool applied = false;
+  int64_t agreed_epoch = 0;
+  bool fresh_replacement = false;
+  bool left = false;
+
+  // The parts every constructor builds (collective only through DDP's
+  // initial broadcast outside replica mode).
+  void Build(int32_t rank_in, int32_t world_in, const DistContext& dist, MetricsSink* sink_in,
+             TrainerControl* control_in);
+  // Replica mode: trains in `g`'s groups from now on, and heals with its
+  // members (collective).
+  void Bind(const ReplicaGroup& g);
+  void Heal();
+  // Drops every reference to the current groups.
+  void Unbind();
+  // The step in flight committed: the reads move the cursor, the hash.
+  void Commit();
+  // A collective failed: the step in flight dropped (or committed, when
+  // applied), then the next membership joined and healed.
+  void OnGroupBroken(const std::string& detail);
+  // Joins `g` (null: left), handling groups that break while forming.
+  void Enter(const ReplicaGroup* g);
+  // The step the learning-rate schedule follows, and whether to go on.
+  int64_t ScheduleStep() const;
+  bool Remaining() const;
+  int64_t TotalSamples() const {
+    return spec.max_steps * spec.num_processes * spec.data.batch_size * spec.gradient_accumulation_steps;
+  }
 
   TrainingState State() {
     TrainingState st;
@@ -70,17 +107,19 @@ struct Trainer::Impl {
   void Record(StepSample sample, const ModelMemory& mem);
 };
 
-Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
-                 TrainerControl* control)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& s = *impl_;
-  s.spec = std::move(spec);
+void Trainer::Impl::Build(int32_t rank_in, int32_t world_in, const DistContext& dist, MetricsSink* sink_in,
+                          TrainerControl* control) {
+  Impl& s = *this;
+  const int32_t rank = rank_in;
+  const int32_t world_size = world_in;
   s.rank = rank;
   s.world_size = world_size;
+  s.requests = control;
   s.pg = dist.process_group;
   s.flight = dist.flight_recorder;
   s.checkpoint_group = dist.checkpoint_group;
-  s.sink = sink;
+  s.sink = sink_in;
+  MetricsSink* sink = sink_in;
   if (world_size > 1 && !s.pg) throw std::invalid_argument("a process group is required when world_size > 1");
   s.device = dist.device ? *dist.device : RankDevice(s.spec.device);
   UseDevice(s.device);
@@ -90,20 +129,140 @@ Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dis
   ShmCollectives* control_shm = s.model->ddp() && dist.shm != nullptr ? dist.shm : dist.control_shm;
   s.control = std::make_unique<StepControl>(dist.control_group ? dist.control_group : s.pg, control_shm, control);
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.model->ddp(), s.model->fsdp());
-  Impl* impl = impl_.get();
+  Impl* impl = this;
   s.checkpoints = std::make_unique<Checkpointer>(
       s.spec, rank, s.pg, dist.snapshot_dir, sink, [impl] { return impl->State(); }, s.flight);
   std::vector<int64_t> sample_shape = s.model->model().sample_shape();
   if (sample_shape.empty()) sample_shape = {s.spec.model.input_size};  // torchscript: flat inputs
   MetricsSink* notes = sink;
-  s.data = MakeJobData(s.spec, sample_shape, rank, world_size, [notes](const std::string& text) {
+  // A replica's data is the launch rank's (its held-out share), its
+  // training batches the global cursor's.
+  const int32_t data_rank = s.replica ? s.replica->launch_rank() : rank;
+  const int32_t data_world = s.replica ? s.spec.num_processes : world_size;
+  s.data = MakeJobData(s.spec, sample_shape, data_rank, data_world, [notes](const std::string& text) {
     if (notes != nullptr) notes->OnNote(text);
   });
+  if (s.replica) {
+    s.data.train->UseGlobalCursor(TotalSamples());
+    s.data.train->SetMembers(rank, world_size);
+  }
   if (s.spec.mixed_precision == MixedPrecision::kFp16) {
     s.scaler = std::make_unique<LossScaler>();
     s.checkpoints->Register("loss_scaler", s.scaler.get());
   }
+}
+
+Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
+                 TrainerControl* control)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.spec = std::move(spec);
+  s.Build(rank, world_size, dist, sink, control);
   s.step = s.checkpoints->AgreeAndRestore();
+}
+
+Trainer::Trainer(JobSpec spec, const ReplicaOptions& replica, DistContext dist, MetricsSink* sink,
+                 TrainerControl* control)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.spec = std::move(spec);
+  if (!s.spec.replicas() || s.spec.distributed_type != DistributedType::kDdp) {
+    throw std::invalid_argument("a replica trainer needs fault_tolerance.mode replica and DDP");
+  }
+  if (control == nullptr) throw std::invalid_argument("a replica trainer needs a TrainerControl (memberships)");
+  s.replica = std::make_unique<ReplicaMembership>(replica, &control->memberships(), dist.flight_recorder);
+  const ReplicaGroup& g = s.replica->JoinFirst();
+  DistContext d = g.context();
+  d.device = dist.device;
+  d.snapshot_dir = dist.snapshot_dir;
+  d.flight_recorder = dist.flight_recorder;
+  s.Build(g.rank(), g.size(), d, sink, control);
+  // Epoch 1 starts the job on every rank; a later one joins running members.
+  s.fresh_replacement = g.membership().epoch > 1;
+  if (!s.fresh_replacement) s.step = s.checkpoints->AgreeAndRestore();
+  s.Heal();
+}
+
+void Trainer::Impl::Bind(const ReplicaGroup& g) {
+  const DistContext d = g.context();
+  rank = g.rank();
+  world_size = g.size();
+  pg = d.process_group;
+  model->Rebind(d);
+  control = std::make_unique<StepControl>(d.control_group, nullptr, requests);
+  checkpoints->Rebind(rank, pg);
+  recorder = std::make_unique<StepRecorder>(rank, device, model->ddp(), model->fsdp());
+  data.train->SetMembers(rank, world_size);
+}
+
+void Trainer::Impl::Heal() {
+  SetPhase(flight, "heal", step);
+  const HealResult r = trainyard::Heal(checkpoints->Current(), pg, fresh_replacement ? -1 : step, data.train->cursor());
+  fresh_replacement = false;
+  step = r.step;
+  data.train->SetCursor(r.cursor);
+  replica->Healed(r);
+}
+
+void Trainer::Impl::Unbind() {
+  model->Rebind(DistContext{});
+  recorder = std::make_unique<StepRecorder>(rank, device, nullptr, nullptr);
+  checkpoints->Rebind(rank, nullptr);
+  control.reset();
+  pg.reset();
+  replica->Drop();
+}
+
+void Trainer::Impl::Commit() {
+  applied = false;
+  data.train->CommitReads();
+  replica->Committed(step, data.train->cursor(), data.train->committed_positions(), model->Parameters());
+}
+
+void Trainer::Impl::Enter(const ReplicaGroup* g) {
+  while (g != nullptr) {
+    try {
+      Bind(*g);
+      Heal();
+      return;
+    } catch (const std::exception& e) {
+      if (!IsGroupFailure(e)) throw;
+      Unbind();
+      g = replica->JoinNewer(e.what(), step);
+    }
+  }
+  left = true;
+}
+
+void Trainer::Impl::OnGroupBroken(const std::string& detail) {
+  // A step whose optimizer step was applied had its gradients from every
+  // member: it is committed. Otherwise it never happened here.
+  if (applied) {
+    ++step;
+    Commit();
+  }
+  data.train->RollbackReads();
+  model->ReleaseGradients();
+  Unbind();
+  const ReplicaGroup* g = nullptr;
+  while (true) {
+    try {
+      g = replica->JoinNewer(detail, step);
+      break;
+    } catch (const std::exception& e) {
+      if (!IsGroupFailure(e)) throw;  // a group that broke while forming
+    }
+  }
+  Enter(g);
+}
+
+int64_t Trainer::Impl::ScheduleStep() const {
+  if (!replica) return step;
+  return data.train->cursor() / (int64_t{spec.num_processes} * spec.data.batch_size * spec.gradient_accumulation_steps);
+}
+
+bool Trainer::Impl::Remaining() const {
+  return replica ? data.train->cursor() < TotalSamples() : step < spec.max_steps;
 }
 
 ResumeInfo Trainer::Resume(const std::string& dir) {
@@ -187,9 +346,10 @@ double Trainer::Step() {
   const bool finite = !s.scaler || s.scaler->UnscaleAndCheck(s.model->Gradients(), s.pg);
   const double grad_norm = finite ? s.model->ClipGradients(s.spec.max_grad_norm, s.spec.clip_grad_value) : std::nan("");
   const auto t2 = Clock::now();
-  const double lr = s.spec.optimizer.lr * LearningRateFactor(s.spec.scheduler, s.step, s.spec.max_steps);
+  const double lr = s.spec.optimizer.lr * LearningRateFactor(s.spec.scheduler, s.ScheduleStep(), s.spec.max_steps);
   s.model->OptimizerStep(lr, finite);
   if (s.scaler) s.scaler->Update(finite);
+  s.applied = s.replica != nullptr;
   // Steady state: after the step, before gradients are released.
   const ModelMemory mem = s.sink != nullptr ? s.model->Memory() : ModelMemory{};
   s.model->ReleaseGradients();
@@ -199,6 +359,8 @@ double Trainer::Step() {
   s.checkpoints->Advance(agreed.save.written, agreed.save.failed_rank);
   sample.total = Clock::now() - t0;
   ++s.step;
+  s.agreed_epoch = agreed.membership_epoch;
+  if (s.replica) s.Commit();
   const double eval_loss = s.data.eval && s.step % s.spec.eval_every_steps == 0 ? Evaluate() : std::nan("");
   const double loss_value = loss_sum / accum;
   if (s.sink != nullptr) {
@@ -241,12 +403,36 @@ double Trainer::Evaluate() {
   return mean.item<double>();
 }
 
+std::optional<double> Trainer::ReplicaStep() {
+  Impl& s = *impl_;
+  try {
+    const double loss = Step();
+    if (s.replica->Pending(s.agreed_epoch)) {
+      // Every member switches after this step: the same agreed epoch.
+      s.Unbind();
+      s.Enter(s.replica->JoinAgreed(s.agreed_epoch, s.step));
+    }
+    return loss;
+  } catch (const std::exception& e) {
+    if (!IsGroupFailure(e)) throw;
+    const auto* ce = dynamic_cast<const c10::Error*>(&e);
+    s.OnGroupBroken(ce != nullptr ? ce->what_without_backtrace() : e.what());
+    return std::nullopt;
+  }
+}
+
 TrainResult Trainer::Run() {
   Impl& s = *impl_;
   s.model->Train(true);
   TrainResult result;
-  while (s.step < s.spec.max_steps) {
-    const double loss = Step();
+  while (s.Remaining()) {
+    const std::optional<double> stepped = s.replica ? ReplicaStep() : Step();
+    if (s.left) {
+      result.stopped = true;
+      break;
+    }
+    if (!stepped) continue;
+    const double loss = *stepped;
     if (s.step == 1) result.first_loss = loss;
     result.last_loss = loss;
     if (s.boundary.stop) {
@@ -262,8 +448,18 @@ TrainResult Trainer::Run() {
   if (!result.stopped && s.spec.checkpoint.save_final && !s.spec.checkpoint.project_dir.empty()) {
     result.final_checkpoint = s.checkpoints->SaveFinal(s.step);
   }
-  // Every rank is past its last snapshot (each is collective).
-  s.checkpoints->RemoveSnapshots();
+  // Every rank is past its last snapshot (each is collective); a replica
+  // that left is not the last.
+  if (!s.left) s.checkpoints->RemoveSnapshots();
+  if (s.replica && !s.left) {
+    // Nobody tears down the group under a member still finishing; a member
+    // lost now loses nothing.
+    try {
+      s.pg->barrier()->wait();
+    } catch (const std::exception& e) {
+      if (!IsGroupFailure(e)) throw;
+    }
+  }
   return result;
 }
 

@@ -28,6 +28,7 @@
 #include "worker/flight_recorder.h"
 #include "worker/gpu_monitor.h"
 #include "worker/process_group.h"
+#include "worker/replica_group.h"
 #include "worker/script_runner.h"
 #include "worker/shm_collectives.h"
 #include "worker/trainer.h"
@@ -223,6 +224,21 @@ int RunWorker(const WorkerArgs& args) {
     co.rendezvous_port =
         args.master_port > 0 ? args.master_port : PickFreePortOn(args.bind_addr.empty() ? "0.0.0.0" : args.bind_addr);
   }
+  // fault_tolerance.mode replica: every rank serves a store of its own and
+  // says where in its hello; the mode comes with the welcome, after the
+  // hello, so the store is opened for every job (a listening socket and a
+  // thread).
+  std::unique_ptr<ReplicaStore> replica_store;
+  try {
+    replica_store = std::make_unique<ReplicaStore>();
+    co.replica_store_port = replica_store->port();
+    if (co.advertise_addr.empty()) {
+      co.advertise_addr = args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
+    }
+  } catch (const std::exception& e) {
+    log::Warn("rank {}: no replica store ({}): this rank cannot train in fault_tolerance.mode replica", args.rank,
+              e.what());
+  }
   for (const auto& [path, out] : {std::pair<std::string, std::string*>{args.coordinator_ca, &co.ca_pem},
                                   {args.tls_cert, &co.cert_pem},
                                   {args.tls_key, &co.key_pem}}) {
@@ -292,7 +308,10 @@ int RunWorker(const WorkerArgs& args) {
     ro.rank = args.rank;
     ro.world_size = world_size;
     ro.bind_addr = bind_addr;
-    const DistSetup dist = SetUpDistributed(*spec, ro, &flight_recorder);
+    // A replica job forms its groups from the coordinator's memberships.
+    const bool replica = spec->replicas();
+    if (replica && !replica_store) throw std::runtime_error("fault_tolerance.mode replica needs this rank's store");
+    const DistSetup dist = replica ? DistSetup{} : SetUpDistributed(*spec, ro, &flight_recorder);
     LoggingSink logging(&ctl, args.rank, spec->max_steps);
     std::optional<GpuSink> gpu_sink;
     if (gpu) gpu_sink.emplace(&logging, gpu.get());
@@ -300,7 +319,16 @@ int RunWorker(const WorkerArgs& args) {
     DistContext context = dist.context();
     context.flight_recorder = &flight_recorder;
     if (!args.job_id.empty()) context.snapshot_dir = SnapshotDir(args.job_id);
-    Trainer trainer(*spec, args.rank, world_size, context, &sink, &g_control);
+    ReplicaOptions replica_options = ReplicaOptionsFromEnvironment(args.rank);
+    replica_options.bind_addr = bind_addr;
+    replica_options.reporter = &ctl;
+    std::optional<Trainer> trainer_holder;
+    if (replica) {
+      trainer_holder.emplace(*spec, replica_options, context, &sink, &g_control);
+    } else {
+      trainer_holder.emplace(*spec, args.rank, world_size, context, &sink, &g_control);
+    }
+    Trainer& trainer = *trainer_holder;
     if (!trainer.resumed_from().empty()) {
       log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
       if (args.rank == 0)

@@ -46,12 +46,22 @@ class FakeWorkerService final : public v1::WorkerService::Service {
     v1::CoordinatorMessage stop;
     stop.mutable_stop()->set_reason("cancelled");
     stream->Write(stop);
+    v1::CoordinatorMessage members;  // replica mode: who trains together
+    members.mutable_membership()->set_epoch(2);
+    members.mutable_membership()->add_ranks(0);
+    members.mutable_membership()->add_ranks(1);
+    members.mutable_membership()->set_store_addr("10.1.2.4");
+    members.mutable_membership()->set_store_port(4100);
+    members.mutable_membership()->set_reason("rank 2 lost");
+    stream->Write(members);
     while (stream->Read(&msg)) {
       std::lock_guard<std::mutex> lock(mu);
       if (msg.has_metrics()) {
         for (const auto& s : msg.metrics().samples()) steps.push_back(s.step());
       } else if (msg.has_checkpoint()) {
         checkpoints.push_back(msg.checkpoint());
+      } else if (msg.has_replica()) {
+        replicas.push_back(msg.replica());
       } else if (msg.has_result()) {
         result = msg.result();
         got_result = true;
@@ -67,6 +77,7 @@ class FakeWorkerService final : public v1::WorkerService::Service {
   v1::WorkerHello hello;
   std::vector<int64_t> steps;
   std::vector<v1::Checkpoint> checkpoints;
+  std::vector<v1::ReplicaReport> replicas;
   v1::WorkerResult result;
   bool got_result = false;
 };
@@ -151,6 +162,51 @@ TEST_F(ControlClientTest, AConversationFromHelloToResult) {
   EXPECT_EQ(service_.result.outcome(), v1::WORKER_OUTCOME_STOPPED);
   EXPECT_EQ(service_.result.error(), "stopped on request after step 5");
   EXPECT_EQ(service_.result.final_step(), 5);
+}
+
+// Replica mode: the rank's store port in the hello, memberships down into
+// the TrainerControl's mailbox, the rank's reports up.
+TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
+  options_.advertise_addr = "10.1.2.5";
+  options_.replica_store_port = 4101;
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_TRUE(client.ok()) << client.status();
+  {
+    std::lock_guard<std::mutex> lock(service_.mu);
+    EXPECT_EQ(service_.hello.replica_store_port(), 4101);
+    EXPECT_EQ(service_.hello.advertise_addr(), "10.1.2.5");
+  }
+  std::optional<Membership> m =
+      control.memberships().WaitNewer(0, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->epoch, 2);
+  EXPECT_EQ(m->ranks, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(m->store_addr, "10.1.2.4");
+  EXPECT_EQ(m->store_port, 4100);
+  EXPECT_EQ(m->reason, "rank 2 lost");
+  ReplicaEvent broken{ReplicaEvent::Kind::kGroupBroken, 1, 7, "Connection closed by peer"};
+  (*client)->OnReplica(broken);
+  ReplicaEvent committed{ReplicaEvent::Kind::kCommitted, 2, 8};
+  committed.seconds = 0.5;
+  committed.healed = true;
+  committed.heal_bytes = 1234;
+  (*client)->OnReplica(committed);
+  (*client)->Finish(WorkerOutcome::kSucceeded, "", 8);
+
+  std::unique_lock<std::mutex> lock(service_.mu);
+  ASSERT_TRUE(service_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return service_.got_result; }));
+  ASSERT_EQ(service_.replicas.size(), 2u);
+  EXPECT_EQ(service_.replicas[0].kind(), v1::ReplicaReport::GROUP_BROKEN);
+  EXPECT_EQ(service_.replicas[0].epoch(), 1);
+  EXPECT_EQ(service_.replicas[0].step(), 7);
+  EXPECT_EQ(service_.replicas[0].detail(), "Connection closed by peer");
+  EXPECT_EQ(service_.replicas[1].kind(), v1::ReplicaReport::COMMITTED);
+  EXPECT_EQ(service_.replicas[1].epoch(), 2);
+  EXPECT_EQ(service_.replicas[1].step(), 8);
+  EXPECT_DOUBLE_EQ(service_.replicas[1].seconds(), 0.5);
+  EXPECT_TRUE(service_.replicas[1].healed());
+  EXPECT_EQ(service_.replicas[1].heal_bytes(), 1234);
 }
 
 TEST_F(ControlClientTest, ARefusedHelloIsTheCoordinatorsError) {

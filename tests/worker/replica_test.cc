@@ -1,0 +1,396 @@
+// Replica fault tolerance on the worker side (fault_tolerance.mode replica):
+// the global-cursor sample order, and replicas as threads over real Gloo
+// groups, each with its own store, with the test playing the coordinator —
+// a replica dies, the survivors go on in a membership of their own, a
+// replacement joins and heals.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "tests/worker/trainer_test_util.h"
+#include "worker/data_loader.h"
+#include "worker/distributed_sampler.h"
+#include "worker/global_cursor.h"
+#include "worker/job_data.h"
+#include "worker/membership.h"
+#include "worker/model.h"
+#include "worker/replica_group.h"
+#include "worker/replica_membership.h"
+#include "worker/trainer.h"
+
+namespace trainyard {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Sample i is [i] with target i.
+class IndexDataset final : public Dataset {
+ public:
+  explicit IndexDataset(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  Batch Get(const std::vector<int64_t>& indices) const override {
+    at::Tensor t = at::tensor(indices, at::kLong);
+    return {t.to(at::kFloat).unsqueeze(1), t};
+  }
+
+ private:
+  int64_t n_;
+};
+
+std::vector<int64_t> Targets(const Batch& b) {
+  return std::vector<int64_t>(b.targets.data_ptr<int64_t>(), b.targets.data_ptr<int64_t>() + b.targets.numel());
+}
+
+TEST(GlobalCursor, IsDistributedSamplersOrderForAConstantWorld) {
+  for (const int64_t n : {12, 60, 96}) {
+    for (const int32_t world : {1, 2, 3, 4}) {
+      if (n % world != 0) continue;  // DistributedSampler pads such epochs
+      for (const int64_t batch : {1, 3, 4}) {
+        for (const bool shuffle : {false, true}) {
+          GlobalCursorSampler cursor(n, shuffle, 7);
+          for (int32_t r = 0; r < world; ++r) {
+            DistributedSampler sampler(n, r, world, shuffle, 7);
+            std::vector<int64_t> want;
+            for (int64_t epoch = 0; epoch < 3; ++epoch) {
+              const std::vector<int64_t> e = sampler.Indices(epoch);
+              want.insert(want.end(), e.begin(), e.end());
+            }
+            std::vector<int64_t> got;
+            for (int64_t g = 0; static_cast<int64_t>(got.size()) < static_cast<int64_t>(want.size());
+                 g += world * batch) {
+              for (int64_t p : GlobalCursorSampler::Positions(g, r, world, batch)) got.push_back(cursor.IndexAt(p));
+            }
+            got.resize(want.size());
+            EXPECT_EQ(got, want) << "n " << n << " world " << world << " batch " << batch << " rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GlobalCursor, LoaderBatchesAreTheShardLoadersWhenTheWorldDividesTheEpoch) {
+  const int64_t n = 48;
+  auto data = std::make_shared<IndexDataset>(n);
+  for (const int32_t world : {2, 3}) {
+    for (int32_t r = 0; r < world; ++r) {
+      DataLoader shard(data, DistributedSampler(n, r, world, true, 3), 4);
+      DataLoader cursor(data, DistributedSampler(n, r, world, true, 3), 4);
+      cursor.UseGlobalCursor(1 << 20);
+      cursor.SetMembers(r, world);
+      for (int step = 0; step < 30; ++step) {  // several epochs
+        ASSERT_EQ(Targets(cursor.Next()), Targets(shard.Next())) << "world " << world << " rank " << r;
+        cursor.CommitReads();
+      }
+      EXPECT_EQ(cursor.cursor(), 30 * world * 4);
+    }
+  }
+}
+
+TEST(GlobalCursor, ReadsMoveTheCursorOnlyWhenCommitted) {
+  auto data = std::make_shared<IndexDataset>(20);
+  DataLoader l(data, DistributedSampler(20, 0, 1, false, 0), 2);
+  l.UseGlobalCursor(20);
+  l.SetMembers(1, 2);
+  EXPECT_EQ(Targets(l.Next()), (std::vector<int64_t>{1, 3}));
+  l.RollbackReads();  // a dropped step
+  EXPECT_EQ(l.cursor(), 0);
+  EXPECT_EQ(Targets(l.Next()), (std::vector<int64_t>{1, 3}));
+  l.CommitReads();
+  EXPECT_EQ(l.cursor(), 4);
+  EXPECT_EQ(l.committed_positions(), (std::vector<int64_t>{1, 3}));
+  l.SetMembers(0, 3);  // a new membership: 3 members from position 4
+  EXPECT_EQ(Targets(l.Next()), (std::vector<int64_t>{4, 7}));
+  l.CommitReads();
+  l.SetCursor(16);  // the job's last step: what is left, no more
+  EXPECT_EQ(Targets(l.Next()), (std::vector<int64_t>{16, 19}));
+  l.CommitReads();
+  EXPECT_EQ(l.cursor(), 20);
+}
+
+TEST(Membership, MailboxKeepsEpochsAndWaits) {
+  MembershipMailbox box;
+  EXPECT_FALSE(box.WaitNewer(0, std::chrono::steady_clock::now() + 10ms));
+  std::thread offer([&] { box.Offer({2, {0, 1}, "127.0.0.1", 1, "rank 2 lost"}); });
+  auto m = box.WaitNewer(1, std::chrono::steady_clock::now() + 30s);
+  offer.join();
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->epoch, 2);
+  EXPECT_EQ(m->IndexOf(1), 1);
+  EXPECT_EQ(m->IndexOf(2), -1);
+  EXPECT_EQ(m->StorePrefix(), "m2/");
+  box.Offer({3, {0, 1, 2}, "127.0.0.1", 1, "rank 2 joined"});
+  EXPECT_EQ(box.latest_epoch(), 3);
+  EXPECT_EQ(box.WaitFor(2, std::chrono::steady_clock::now())->ranks.size(), 2u);
+  box.Forget(2);
+  EXPECT_FALSE(box.WaitFor(2, std::chrono::steady_clock::now()));
+  box.Offer({2, {0}, "127.0.0.1", 1, "late"});  // an epoch already taken stays gone
+  EXPECT_FALSE(box.WaitFor(2, std::chrono::steady_clock::now()));
+  EXPECT_EQ(box.Latest()->epoch, 3);
+}
+
+// What the replicas report, as the coordinator and the checks see it.
+struct Reports {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<int32_t, ReplicaEvent>> events;
+  std::vector<ReplicaCommit> commits;
+
+  void Add(int32_t r, const ReplicaEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.emplace_back(r, e);
+    cv.notify_all();
+  }
+  void Add(const ReplicaCommit& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    commits.push_back(c);
+    cv.notify_all();
+  }
+  // Waits until `pred` holds (under the lock); false after 60 s.
+  template <typename Pred>
+  bool Await(Pred pred) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, 60s, pred);
+  }
+  int Count(int32_t r, ReplicaEvent::Kind kind) {
+    int n = 0;
+    for (const auto& [rank_of, e] : events) n += rank_of == r && e.kind == kind ? 1 : 0;
+    return n;
+  }
+  int CommitsIn(int32_t r, int64_t epoch) {
+    int n = 0;
+    for (const ReplicaCommit& c : commits) n += c.rank == r && c.epoch == epoch ? 1 : 0;
+    return n;
+  }
+};
+
+// One trainer's reporter, forwarding to the shared record.
+struct RankReporter : ReplicaReporter {
+  RankReporter(Reports* all, int32_t rank) : all_(all), rank_(rank) {}
+  bool WantsCommits() const override { return true; }
+  void OnReplica(const ReplicaEvent& e) override { all_->Add(rank_, e); }
+  void OnCommit(const ReplicaCommit& c) override { all_->Add(c); }
+
+ private:
+  Reports* all_;
+  int32_t rank_;
+};
+
+constexpr int kReplicas = 3;
+constexpr int64_t kBatch = 8;
+
+JobSpec ReplicaSpec() {
+  JobSpec s = Mlp(kBatch, 1);
+  s.num_processes = kReplicas;
+  s.distributed_type = DistributedType::kDdp;
+  s.fault_tolerance.mode = FaultToleranceMode::kReplica;
+  s.optimizer.lr = 0.05;
+  s.max_steps = 150;  // long enough for the loss to level off
+  return s;
+}
+
+ReplicaOptions Options(int32_t rank, ReplicaReporter* reporter) {
+  ReplicaOptions o;
+  o.launch_rank = rank;
+  o.group_timeout = 30s;
+  o.membership_timeout = 60s;
+  o.reporter = reporter;
+  return o;
+}
+
+Membership Members(int64_t epoch, std::vector<int32_t> ranks, const ReplicaStore& first, const std::string& why) {
+  return {epoch, std::move(ranks), "127.0.0.1", first.port(), why};
+}
+
+// Mean loss of the model over the whole dataset.
+double FullLoss(const JobSpec& spec, Trainer& t) {
+  JobSpec all = spec;
+  all.data.batch_size = spec.data.num_samples;
+  all.data.shuffle = false;
+  JobData d = MakeJobData(all, {spec.model.input_size}, 0, 1);
+  const Batch b = d.train->Next();
+  torch::NoGradGuard no_grad;
+  return torch::nn::functional::cross_entropy(t.model().forward(b.inputs), b.targets).item<double>();
+}
+
+struct RunOutcome {
+  std::map<int32_t, double> loss;    // final full-dataset loss by launch rank
+  std::map<int32_t, uint64_t> hash;  // final parameters by launch rank
+};
+
+// Every commit: per rank the committed step never goes back; the members of
+// each (epoch, step) hold bitwise-equal parameters; every global position
+// of [0, total) was trained exactly once.
+void CheckCommits(const std::vector<ReplicaCommit>& commits, int64_t total) {
+  std::map<int32_t, int64_t> last_step;
+  std::map<std::pair<int64_t, int64_t>, std::set<uint64_t>> hashes;
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> positions;
+  for (const ReplicaCommit& c : commits) {
+    auto it = last_step.find(c.rank);
+    if (it != last_step.end()) EXPECT_GT(c.step, it->second) << "rank " << c.rank << " went back";
+    last_step[c.rank] = c.step;
+    hashes[{c.epoch, c.step}].insert(c.hash);
+    auto& p = positions[{c.epoch, c.step}];
+    p.insert(p.end(), c.positions.begin(), c.positions.end());
+  }
+  for (const auto& [key, h] : hashes) {
+    EXPECT_EQ(h.size(), 1u) << "epoch " << key.first << " step " << key.second << ": replicas differ";
+  }
+  std::vector<int64_t> trained;
+  for (const auto& [key, p] : positions) trained.insert(trained.end(), p.begin(), p.end());
+  std::sort(trained.begin(), trained.end());
+  std::vector<int64_t> want(static_cast<size_t>(total));
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(trained, want) << "some sample position was trained twice or never";
+}
+
+RunOutcome FaultFree(const JobSpec& spec, Reports* reports) {
+  std::vector<std::unique_ptr<ReplicaStore>> stores;
+  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<RankReporter>> reporters;
+  for (int r = 0; r < kReplicas; ++r) {
+    stores.push_back(std::make_unique<ReplicaStore>());
+    controls.push_back(std::make_unique<TrainerControl>());
+    reporters.push_back(std::make_unique<RankReporter>(reports, r));
+    controls[r]->memberships().Offer(Members(1, {0, 1, 2}, *stores[0], "start"));
+  }
+  RunOutcome out;
+  std::mutex mu;
+  at::set_num_threads(1);
+  RunThreads(kReplicas, [&](int r) {
+    Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    const TrainResult res = t.Run();
+    EXPECT_FALSE(res.stopped);
+    const double loss = FullLoss(spec, t);
+    std::lock_guard<std::mutex> lock(mu);
+    out.loss[r] = loss;
+    out.hash[r] = HashTensors(t.model().parameters());
+  });
+  return out;
+}
+
+TEST(Replicas, FaultFreeRunIsPlainDdp) {
+  const JobSpec spec = ReplicaSpec();
+  Reports reports;
+  const RunOutcome out = FaultFree(spec, &reports);
+  CheckCommits(reports.commits, spec.max_steps * kReplicas * kBatch);
+  EXPECT_EQ(out.hash.at(0), out.hash.at(1));
+  EXPECT_EQ(out.hash.at(0), out.hash.at(2));
+  for (const ReplicaCommit& c : reports.commits) EXPECT_EQ(c.members, kReplicas);
+  EXPECT_EQ(static_cast<int64_t>(reports.commits.size()), spec.max_steps * kReplicas);
+}
+
+// Replica 2 dies after kDeath steps; the survivors go on as epoch 2; after
+// they committed a few steps there, a replacement for rank 2 joins as
+// epoch 3 and heals from them.
+TEST(Replicas, SurvivorsGoOnAndAReplacementHeals) {
+  constexpr int64_t kDeath = 7;
+  const JobSpec spec = ReplicaSpec();
+  const int64_t total = spec.max_steps * kReplicas * kBatch;
+  Reports fault_free_reports;
+  const RunOutcome fault_free = FaultFree(spec, &fault_free_reports);
+
+  Reports reports;
+  std::vector<std::unique_ptr<ReplicaStore>> stores;
+  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<RankReporter>> reporters;
+  for (int r = 0; r <= kReplicas; ++r) {  // [3]: the replacement of rank 2
+    stores.push_back(std::make_unique<ReplicaStore>());
+    controls.push_back(std::make_unique<TrainerControl>());
+    reporters.push_back(std::make_unique<RankReporter>(&reports, r == kReplicas ? 2 : r));
+  }
+  for (int r = 0; r < kReplicas; ++r) controls[r]->memberships().Offer(Members(1, {0, 1, 2}, *stores[0], "start"));
+  RunOutcome out;
+  std::map<int32_t, int64_t> steps;
+  std::mutex mu;
+  auto finish = [&](int32_t rank, Trainer& t) {
+    const double loss = FullLoss(spec, t);
+    std::lock_guard<std::mutex> lock(mu);
+    out.loss[rank] = loss;
+    out.hash[rank] = HashTensors(t.model().parameters());
+  };
+  at::set_num_threads(1);
+  std::thread coordinator([&] {
+    // The survivors find their group broken; the coordinator gives them a
+    // membership of their own.
+    ASSERT_TRUE(reports.Await([&] {
+      return reports.Count(0, ReplicaEvent::Kind::kGroupBroken) > 0 &&
+             reports.Count(1, ReplicaEvent::Kind::kGroupBroken) > 0;
+    }));
+    for (int r : {0, 1}) controls[r]->memberships().Offer(Members(2, {0, 1}, *stores[0], "rank 2 lost"));
+    ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3 && reports.CommitsIn(1, 2) >= 3; }));
+    // The replacement has connected: everyone's next membership.
+    for (int r : {0, 1, 3}) controls[r]->memberships().Offer(Members(3, {0, 1, 2}, *stores[0], "rank 2 joined"));
+  });
+  RunThreads(kReplicas + 1, [&](int r) {
+    if (r == 2) {  // trains kDeath steps, then its process "dies": groups and store gone
+      {
+        Trainer t(spec, Options(2, reporters[2].get()), DistContext{}, nullptr, controls[2].get());
+        for (int64_t i = 0; i < kDeath; ++i) t.Step();
+      }
+      stores[2].reset();
+      return;
+    }
+    if (r == 3) {  // the replacement, started once the survivors trained alone
+      ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3; }));
+      Trainer t(spec, Options(2, reporters[3].get()), DistContext{}, nullptr, controls[3].get());
+      EXPECT_FALSE(t.Run().stopped);
+      finish(2, t);
+      return;
+    }
+    Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    EXPECT_FALSE(t.Run().stopped);
+    EXPECT_GT(t.step(), spec.max_steps);  // steps with two members train fewer samples
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      steps[r] = t.step();
+    }
+    finish(r, t);
+  });
+  coordinator.join();
+
+  CheckCommits(reports.commits, total);
+  // Each survivor broke once, committed first in epochs 2 and 3; the
+  // replacement healed in epoch 3.
+  int healed = 0;
+  for (const auto& [rank, e] : reports.events) {
+    if (e.kind == ReplicaEvent::Kind::kCommitted && rank == 2 && e.epoch == 3) {
+      EXPECT_TRUE(e.healed);
+      EXPECT_GT(e.heal_bytes, 0);
+      ++healed;
+    }
+  }
+  EXPECT_EQ(healed, 1);
+  for (int r : {0, 1}) {
+    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kGroupBroken), 1);
+    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kCommitted), 3);  // epochs 1, 2, 3
+  }
+  // Every replica ends where the fault-free run ends, bitwise the same.
+  for (const ReplicaCommit& c : reports.commits) {
+    if (c.epoch == 3) EXPECT_EQ(c.members, 3);
+  }
+  std::map<int32_t, int64_t> final_cursor;
+  for (const ReplicaCommit& c : reports.commits) final_cursor[c.rank] = c.cursor;
+  for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(final_cursor[r], total) << "rank " << r;
+  EXPECT_EQ(out.hash.at(0), out.hash.at(1));
+  EXPECT_EQ(out.hash.at(0), out.hash.at(2));
+  const double want = fault_free.loss.at(0);
+  for (int r = 0; r < kReplicas; ++r) {
+    EXPECT_NEAR(out.loss.at(r), want, 0.01 * want) << "rank " << r << " vs the fault-free run";
+  }
+  std::printf(
+      "final loss: fault-free %.5f, with a death and a heal %.5f; steps %lld (fault-free %lld), %d in epoch 2\n", want,
+      out.loss.at(0), static_cast<long long>(steps.at(0)), static_cast<long long>(spec.max_steps),
+      reports.CommitsIn(0, 2));
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,133 @@
+#include "worker/replica_membership.h"
+
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "common/log.h"
+
+namespace trainyard {
+namespace {
+
+using ReplicaClock = std::chrono::steady_clock;
+
+}  // namespace
+
+ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank) {
+  ReplicaOptions o;
+  o.launch_rank = launch_rank;
+  const char* hash = std::getenv("TRAINYARD_REPLICA_HASH");
+  o.log_hashes = hash != nullptr && std::string(hash) == "1";
+  return o;
+}
+
+bool IsGroupFailure(const std::exception& e) {
+  if (dynamic_cast<const c10::DistError*>(&e) != nullptr) return true;
+  const auto* ce = dynamic_cast<const c10::Error*>(&e);
+  const std::string text = ce != nullptr ? ce->what_without_backtrace() : e.what();
+  for (const char* sign : {"Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out",
+                           "timed out", "Socket Timeout", "gloo", "Gloo", "connection refused", "Connection refused"}) {
+    if (text.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+uint64_t HashTensors(const std::vector<at::Tensor>& tensors) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const at::Tensor& t : tensors) {
+    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0, n = c.nbytes(); i < n; ++i) {
+      h ^= p[i];
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
+ReplicaMembership::ReplicaMembership(ReplicaOptions options, MembershipMailbox* mailbox, FlightRecorder* recorder)
+    : options_(std::move(options)), mailbox_(mailbox), recorder_(recorder) {}
+
+ReplicaMembership::~ReplicaMembership() = default;
+
+int64_t ReplicaMembership::epoch() const { return epoch_; }
+
+void ReplicaMembership::Report(const ReplicaEvent& event) {
+  if (options_.reporter != nullptr) options_.reporter->OnReplica(event);
+}
+
+void ReplicaMembership::Drop() { group_.reset(); }
+
+const ReplicaGroup* ReplicaMembership::Join(const Membership& m, int64_t step) {
+  group_.reset();
+  epoch_ = m.epoch;
+  mailbox_->Forget(m.epoch);
+  committed_in_epoch_ = false;
+  heal_ = HealResult{};
+  taken_at_ = ReplicaClock::now();
+  if (m.IndexOf(options_.launch_rank) < 0) {
+    log::Info("rank {}: membership {} leaves this rank out; it leaves at step {}", options_.launch_rank, m.Describe(),
+              step);
+    Report({ReplicaEvent::Kind::kLeft, m.epoch, step});
+    return nullptr;
+  }
+  log::Info("rank {}: taking membership {}", options_.launch_rank, m.Describe());
+  group_ =
+      std::make_unique<ReplicaGroup>(m, options_.launch_rank, options_.bind_addr, options_.group_timeout, recorder_);
+  return group_.get();
+}
+
+const ReplicaGroup& ReplicaMembership::JoinFirst() {
+  std::optional<Membership> m = mailbox_->WaitNewer(0, ReplicaClock::now() + options_.membership_timeout);
+  if (!m) throw std::runtime_error("no membership came from the coordinator");
+  const ReplicaGroup* g = Join(*m, 0);
+  if (g == nullptr) throw std::runtime_error("the first membership leaves this rank out: " + m->Describe());
+  return *g;
+}
+
+const ReplicaGroup* ReplicaMembership::JoinNewer(const std::string& detail, int64_t step) {
+  group_.reset();
+  log::Warn("rank {}: the group of epoch {} broke at step {}: {}", options_.launch_rank, epoch_, step, detail);
+  Report({ReplicaEvent::Kind::kGroupBroken, epoch_, step, detail});
+  std::optional<Membership> m = mailbox_->WaitNewer(epoch_, ReplicaClock::now() + options_.membership_timeout);
+  if (!m) throw std::runtime_error("the group broke (" + detail + ") and no newer membership came");
+  return Join(*m, step);
+}
+
+const ReplicaGroup* ReplicaMembership::JoinAgreed(int64_t epoch, int64_t step) {
+  std::optional<Membership> m = mailbox_->WaitFor(epoch, ReplicaClock::now() + options_.membership_timeout);
+  if (!m) throw std::runtime_error("membership epoch " + std::to_string(epoch) + " was agreed but never came");
+  return Join(*m, step);
+}
+
+void ReplicaMembership::Healed(const HealResult& heal) {
+  heal_ = heal;
+  if (heal.healed) {
+    log::Info("rank {}: healed from group rank {} at step {} ({} bytes)", options_.launch_rank, heal.source, heal.step,
+              heal.bytes);
+  }
+}
+
+void ReplicaMembership::Committed(int64_t step, int64_t cursor, const std::vector<int64_t>& positions,
+                                  const std::vector<at::Tensor>& parameters) {
+  if (!committed_in_epoch_) {
+    committed_in_epoch_ = true;
+    ReplicaEvent e{ReplicaEvent::Kind::kCommitted, epoch_, step};
+    e.seconds = std::chrono::duration<double>(ReplicaClock::now() - taken_at_).count();
+    e.healed = heal_.healed;
+    e.heal_bytes = heal_.healed ? heal_.bytes : 0;
+    Report(e);
+  }
+  const bool wants = options_.reporter != nullptr && options_.reporter->WantsCommits();
+  if (!wants && !options_.log_hashes) return;
+  ReplicaCommit c{options_.launch_rank,   epoch_, step, cursor, group_ ? group_->size() : 0, positions,
+                  HashTensors(parameters)};
+  if (options_.log_hashes) {
+    log::Info("replica rank {} epoch {} step {} cursor {} hash {}", c.rank, c.epoch, c.step, c.cursor, c.hash);
+  }
+  if (wants) options_.reporter->OnCommit(c);
+}
+
+}  // namespace trainyard
