@@ -36,8 +36,8 @@ void CheckFaultTolerance(const JobSpec& s) {
   }
   if (s.num_processes < 2) Fail("fault_tolerance.mode", "replica needs num_processes of at least 2");
   if (s.fault_tolerance.min_replicas > s.num_processes) {
-    Fail("fault_tolerance.min_replicas", absl::StrCat("must be at most num_processes (", s.num_processes, "), got ",
-                                                      s.fault_tolerance.min_replicas));
+    Fail("fault_tolerance.min_replicas",
+         absl::StrCat("must be at most num_processes (", s.num_processes, "), got ", s.fault_tolerance.min_replicas));
   }
   if (s.ddp.comm_hook == CommHookType::kPowerSgd || s.ddp.comm_hook == CommHookType::kBatchedPowerSgd) {
     Fail("ddp.comm_hook", absl::StrCat(CommHookName(s.ddp.comm_hook),
@@ -50,8 +50,8 @@ void CheckFaultTolerance(const JobSpec& s) {
          "auto");
   }
   if (s.elastic.min_processes > s.num_processes) {
-    Fail("elastic.min_processes", absl::StrCat("must be at most num_processes (", s.num_processes, "), got ",
-                                               s.elastic.min_processes));
+    Fail("elastic.min_processes",
+         absl::StrCat("must be at most num_processes (", s.num_processes, "), got ", s.elastic.min_processes));
   }
 }
 
