@@ -76,6 +76,17 @@ void DistributedRules(spec::Rng& g, JobSpec* s) {
   }
 }
 
+// fault_tolerance and elastic against the rest (job_spec.cc CheckFaultTolerance).
+void FaultToleranceRules(JobSpec* s) {
+  const DdpSpec& ddp = s->ddp;
+  const bool replicable = s->script.empty() && s->distributed_type == DistributedType::kDdp && s->num_processes >= 2 &&
+                          ddp.comm_hook != CommHookType::kPowerSgd && ddp.comm_hook != CommHookType::kBatchedPowerSgd &&
+                          ddp.intra_host_transport != IntraHostTransport::kSharedMemory;
+  if (!replicable) s->fault_tolerance.mode = FaultToleranceMode::kWholeGroup;
+  s->fault_tolerance.min_replicas = std::min(s->fault_tolerance.min_replicas, s->num_processes);
+  s->elastic.min_processes = s->replicas() ? std::min(s->elastic.min_processes, s->num_processes) : 0;
+}
+
 }  // namespace
 
 JobSpec RandomJobSpec(uint64_t seed) {
@@ -86,6 +97,7 @@ JobSpec RandomJobSpec(uint64_t seed) {
   ModelRules(&s.model);
   DataRules(&s);
   DistributedRules(g, &s);
+  FaultToleranceRules(&s);
   s.scheduler.warmup_steps = std::min(s.scheduler.warmup_steps, s.max_steps);
   if (s.loss == LossKind::kMse && TraitsOf(s.model.kind).classifier) s.loss = LossKind::kCrossEntropy;
   if (s.activation_checkpointing && !TraitsOf(s.model.kind).recomputes_wrap_layer) s.activation_checkpointing = false;
