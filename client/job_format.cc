@@ -88,6 +88,13 @@ ordered_json JobJson(const v1::Job& j) {
     }
     o["ranks"] = ranks;
   }
+  if (j.has_replicas()) {
+    const v1::Replicas& r = j.replicas();
+    o["replicas"] = {{"epoch", r.epoch()},
+                     {"live", std::vector<int32_t>(r.live().begin(), r.live().end())},
+                     {"healing", std::vector<int32_t>(r.healing().begin(), r.healing().end())},
+                     {"min_replicas", r.min_replicas()}};
+  }
   if (j.events_size() > 0) {
     ordered_json events = ordered_json::array();
     for (const auto& e : j.events()) {
@@ -129,6 +136,24 @@ void PrintRanks(const v1::Job& j, std::ostream& out) {
         << (r.gpu_last_xid() > 0 ? " (last Xid " + std::to_string(r.gpu_last_xid()) + ")" : std::string()) << "\n";
   }
   out << std::right;
+}
+
+void PrintReplicas(const v1::Job& j, std::ostream& out) {
+  if (!j.has_replicas()) return;
+  const v1::Replicas& r = j.replicas();
+  auto list = [](const auto& ranks) {
+    std::string s;
+    for (int32_t rank : ranks) s += (s.empty() ? "" : ",") + std::to_string(rank);
+    return s.empty() ? std::string("none") : s;
+  };
+  out << "replicas:     ";
+  if (r.epoch() == 0) {
+    out << "waiting for every rank to connect (min " << r.min_replicas() << ")\n";
+    return;
+  }
+  out << r.live_size() << " live (ranks " << list(r.live()) << "), " << r.healing_size() << " healing"
+      << (r.healing_size() > 0 ? " (ranks " + list(r.healing()) + ")" : std::string()) << "; membership " << r.epoch()
+      << ", min " << r.min_replicas() << "\n";
 }
 
 ordered_json CheckpointJson(const v1::Checkpoint& c) {

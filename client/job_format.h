@@ -24,6 +24,8 @@ nlohmann::ordered_json JobJson(const v1::Job& j);
 // (utilization, memory, power, temperature, ECC, Xid) as a table; nothing
 // when the job has no rank samples.
 void PrintRanks(const v1::Job& j, std::ostream& out);
+// A replica job's replicas (fault_tolerance.mode replica), one line; nothing for other jobs.
+void PrintReplicas(const v1::Job& j, std::ostream& out);
 nlohmann::ordered_json CheckpointJson(const v1::Checkpoint& c);
 // `trainctl queue`: the entries as a JSON array, or as a table with a header.
 nlohmann::ordered_json QueueJson(const v1::GetQueueResponse& queue);

@@ -102,6 +102,7 @@ struct Trainctl::Impl {
       out << "owner:        " << j.owner() << (j.group().empty() ? "" : " (group " + j.group() + ")") << "\n"
           << "priority:     " << j.priority() << "\n";
     }
+    PrintReplicas(j, out);
     PrintRanks(j, out);
     if (j.events_size() > 0) {
       out << "events:\n";

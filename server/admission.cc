@@ -61,6 +61,11 @@ absl::Status Admission::CheckResources(const JobSpec& spec, const Launchers& lau
   if (auto s = launcher->Available(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec field 'launcher': ", s.message()));
   }
+  if (spec.replicas() && !launcher->traits().replaces_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec field 'fault_tolerance.mode': replica fault tolerance runs under the local launcher; launcher ",
+        LauncherKindName(kind), " cannot replace one rank alone (use fault_tolerance.mode whole_group)"));
+  }
   if (!launcher->traits().on_this_host) return absl::OkStatus();  // the cluster's scheduler (or nobody) decides
   if (spec.slurm.nodes > 1) {
     return absl::InvalidArgumentError(

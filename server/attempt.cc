@@ -69,6 +69,16 @@ Attempt::Update Attempt::Detach(const std::string& job_id, int32_t rank, const s
                 /*recovering=*/false);
 }
 
+void Attempt::Replace(int32_t rank) {
+  if (auto ch = channels_.find(rank); ch != channels_.end()) {
+    ch->second->Close();
+    channels_.erase(ch);
+  }
+  results_.erase(rank);
+  exited_.erase(rank);
+  detached_at_.erase(rank);
+}
+
 WorkerChannel* Attempt::channel(int32_t rank) const {
   auto it = channels_.find(rank);
   return it == channels_.end() ? nullptr : it->second.get();

@@ -26,6 +26,7 @@
 #include "common/worker_outcome.h"
 #include "server/job_streams.h"
 #include "server/launcher.h"
+#include "server/membership.h"
 #include "server/restart_policy.h"
 
 namespace trainyard {
@@ -112,6 +113,25 @@ class Attempt {
   std::vector<RankExit> LostRanks(const std::string& job_id, SteadyTime now,
                                   std::chrono::duration<double> reattach_timeout) const;
 
+  // ---- fault_tolerance.mode replica
+  // Makes the attempt's ranks replicas (server/membership.h): from then on
+  // membership() decides who trains together.
+  void SetMembership(std::unique_ptr<Membership> membership) { membership_ = std::move(membership); }
+  // Null unless the attempt's ranks are replicas.
+  Membership* membership() const { return membership_.get(); }
+  // The rank whose progress and checkpoints stand for the group: rank 0,
+  // or the first member of the current membership.
+  int32_t lead_rank() const { return membership_ ? membership_->lead() : 0; }
+  // A replacement of `rank` is launched: its previous process's stream,
+  // result and end are forgotten, so that the replacement attaches and ends
+  // as the rank.
+  void Replace(int32_t rank);
+  // Records `rank`'s own account of its end without acting on it (a
+  // replica that is replaced when its process ends).
+  void NoteResult(int32_t rank, WorkerOutcome outcome) { results_[rank] = outcome; }
+  // Whether `rank` reported how it ended.
+  bool reported(int32_t rank) const { return results_.count(rank) > 0; }
+
   // ---- Stops the coordinator asks for
   void RequestStop(Stop why) { stop_ = why; }
   Stop stop() const { return stop_; }
@@ -164,6 +184,7 @@ class Attempt {
   int32_t succeeded_ = 0;  // ranks that ended having trained to the end
   SteadyTime reattach_deadline_{};
   int64_t hang_diagnosis_ = 0;
+  std::unique_ptr<Membership> membership_;
 };
 
 }  // namespace trainyard

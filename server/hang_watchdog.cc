@@ -1,5 +1,7 @@
 #include "server/hang_watchdog.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "spdlog/spdlog.h"
@@ -59,7 +61,11 @@ HangVerdict CheckForHang(ActiveJob& job, const TimeSource& clock, PendingRequest
   HangVerdict v;
   v.hung = true;
   if (std::optional<PendingDiagnosis> done = requests->TakeDiagnosis(a.hang_diagnosis())) {
-    v.diagnosis = DiagnoseHang(done->world_size, done->answers, clock.UnixMicros()).verdict;
+    const HangDiagnosis d = DiagnoseHang(done->world_size, done->answers, clock.UnixMicros());
+    v.diagnosis = d.verdict;
+    std::set<int32_t> blamed(d.behind_ranks.begin(), d.behind_ranks.end());
+    blamed.insert(d.silent_ranks.begin(), d.silent_ranks.end());
+    v.culprits.assign(blamed.begin(), blamed.end());
   }
   a.set_hang_diagnosis(0);
   v.failure = absl::StrCat("no step progress within step_timeout_s (", timeout, " s) at step ", job.record.step,

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -39,6 +40,8 @@ struct HangVerdict {
   bool hung = false;
   std::string failure;    // the group's failure, when hung
   std::string diagnosis;  // what the flight records say (may be empty)
+  // The ranks the diagnosis blames: behind, or silent (ascending, each once).
+  std::vector<int32_t> culprits;
 };
 
 // One look at a running job at the clock's now (REQUIRES: job.attempt): may

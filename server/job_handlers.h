@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "server/caller.h"
 #include "server/hang_diagnosis.h"
 #include "server/job_streams.h"
+#include "server/membership.h"
 #include "server/resource_pool.h"
 
 namespace trainyard {
@@ -96,6 +98,15 @@ class JobRequestHandler {
   // Each rank's last step sample in the job's current attempt (its GPU
   // readings included), by rank; empty for a job that is not running.
   virtual std::vector<StepMetrics> RankSamples(const std::string& /*id*/) { return {}; }
+  // The current membership of a running fault_tolerance.mode replica job
+  // (ranks: the live members; `healing`: ranks being replaced); none for
+  // other jobs.
+  struct ReplicaStatus {
+    MembershipView membership;
+    std::vector<int32_t> healing;
+    int32_t min_replicas = 0;
+  };
+  virtual std::optional<ReplicaStatus> Replicas(const std::string& /*id*/) { return std::nullopt; }
   // One page of the jobs in `states` (all when empty), oldest first, after
   // the page that `page_token` ends (empty: the first), at most page_size
   // (capped at kMaxPageSize). A malformed token is InvalidArgument.
@@ -154,14 +165,22 @@ class WorkerHandler {
   // external job says where its rendezvous store listens
   // (advertise_addr:rendezvous_port); the other ranks wait for it
   // (UNAVAILABLE until then).
+  // fault_tolerance.mode replica: every rank's own store listens at
+  // advertise_addr (empty: the attempt's master address) on
+  // replica_store_port.
   virtual absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
                                                         const std::string& token, const std::string& advertise_addr,
-                                                        int32_t rendezvous_port) = 0;
+                                                        int32_t rendezvous_port, int32_t replica_store_port) = 0;
   virtual void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) = 0;
   // How one rank ended, as it reports (external ranks: in place of an exit).
   virtual void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
                             const std::string& error) = 0;
-  virtual void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint) = 0;
+  // A checkpoint `rank` reports; only the lead's counts (rank 0, or the
+  // first member of a replica job's membership).
+  virtual void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint,
+                                int32_t rank) = 0;
+  // fault_tolerance.mode replica: `rank`'s side of its membership.
+  virtual void ReportReplica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report) = 0;
   // A rank's note becomes a job event "rank R: <text>" (at most
   // kMaxNotesPerAttempt per attempt; text cut at 2000 bytes).
   virtual void ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) = 0;

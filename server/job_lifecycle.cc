@@ -124,7 +124,23 @@ void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::millisecond
     }
     const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
     if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
-    if (hang.hung) Apply(*job, a->Fail(-1, hang.failure));
+    if (!hang.hung) continue;
+    // Replicas: the ranks the diagnosis blames are evicted and replaced;
+    // the others go on. A hang nobody is blamed for fails the group.
+    std::vector<int32_t> evict;
+    if (const Membership* m = a->membership(); m != nullptr && m->formed()) {
+      for (int32_t r : hang.culprits) {
+        if (m->state(r) == Membership::State::kMember) evict.push_back(r);
+      }
+    }
+    if (evict.empty()) {
+      Apply(*job, a->Fail(-1, hang.failure));
+      continue;
+    }
+    job->progress.Touch(now);  // the members left get step_timeout_s of their own
+    for (int32_t rank : evict) {
+      if (!Evict(*job, rank, absl::StrCat("evicted as hung: ", hang.failure))) break;
+    }
   }
   requests->ExpireDiagnoses(now);
 }
@@ -168,7 +184,7 @@ void JobLifecycle::Preempt(ActiveJob& job, const Scheduler::Preemption& why) {
                                         other->record.owner.empty() ? "" : ", user ", other->record.owner, ")")
                          : "",
                    why.reclaim ? ", whose owner reclaims the quota this job borrowed" : "");
-  WorkerChannel* rank0 = a.channel(0);
+  WorkerChannel* rank0 = a.channel(a.lead_rank());
   if (job.record.state == JobState::kRunning && rank0 != nullptr && !a.failed()) {
     WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "preempted by the scheduler"};
     cmd.stop_after = true;
@@ -192,6 +208,10 @@ void JobLifecycle::StartJob(ActiveJob& job) {
   const Launcher::Traits traits = launcher->traits();
   r.attempt += 1;
   job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, traits.ranks_join);
+  if (job.spec.replicas() && traits.replaces_ranks) {
+    job.attempt->SetMembership(
+        std::make_unique<Membership>(r.num_processes, job.spec.fault_tolerance.min_replicas, clock_));
+  }
   if (!traits.ranks_join) {
     // On this host: rank 0 serves the store here. Elsewhere (Slurm): on the
     // first node of the step (the worker reads it from Slurm); the port is
@@ -229,6 +249,46 @@ void JobLifecycle::Apply(ActiveJob& job, const Attempt::Update& update) {
     StopGroup(job);
   }
   if (update.ended) EndAttempt(job);
+}
+
+bool JobLifecycle::ApplyReplicas(ActiveJob& job, const Membership::Decision& d, int32_t rank) {
+  Attempt& a = *job.attempt;
+  Membership* m = a.membership();
+  if (m == nullptr) return true;
+  if (!d.event.empty()) jobs_->AddEvent(job, d.event);
+  if (d.fail) {
+    Apply(job, a.Fail(rank, d.failure));
+    return false;
+  }
+  if (d.send) {
+    WorkerCommand cmd{WorkerCommand::Kind::kMembership, d.send->reason};
+    cmd.membership = *d.send;
+    for (int32_t to : d.to) {
+      if (WorkerChannel* ch = a.channel(to)) ch->Push(cmd);
+    }
+  }
+  if (d.healed_rank >= 0) metrics_->RecordHeal(job.record.id, d.heal_seconds);
+  if (d.relaunch >= 0) {
+    a.Replace(d.relaunch);
+    if (absl::Status s = launchers_->LaunchRank(job, ContextOf(job), d.relaunch); !s.ok()) {
+      Apply(job, a.Fail(d.relaunch,
+                        absl::StrCat("the replacement of rank ", d.relaunch, " could not be launched: ", s.message())));
+      return false;
+    }
+    spdlog::info("job {}: launched a replacement of rank {}", job.record.id, d.relaunch);
+  }
+  metrics_->SetReplicas(job.record.id, m->live(), m->healing(), m->epoch());
+  return true;
+}
+
+bool JobLifecycle::Evict(ActiveJob& job, int32_t rank, const std::string& why) {
+  Membership* m = job.attempt->membership();
+  if (m == nullptr || m->state(rank) != Membership::State::kMember) return true;
+  jobs_->AddEvent(job, absl::StrCat("rank ", rank, " ", why));
+  const bool on = ApplyReplicas(job, m->OnLost(rank, why), rank);
+  // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
+  if (Launcher* l = launchers_->Get(launchers_->KindOf(job.spec))) l->KillRank(job.record.id, job.record.attempt, rank);
+  return on;
 }
 
 LaunchContext JobLifecycle::ContextOf(const ActiveJob& job) const {
@@ -328,7 +388,7 @@ JobRecord JobLifecycle::Cancel(ActiveJob& job, bool checkpoint, int64_t request_
     return *jobs_->Record(r.id);
   }
   Attempt& a = *job.attempt;
-  WorkerChannel* rank0 = a.channel(0);
+  WorkerChannel* rank0 = a.channel(a.lead_rank());
   if (checkpoint && !a.cancel_requested() && job.record.state == JobState::kRunning && rank0 != nullptr) {
     a.RequestStop(Attempt::Stop::kCancelAfterCheckpoint);
     WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "cancel --checkpoint"};
@@ -362,7 +422,7 @@ bool JobLifecycle::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t re
   }
   if (a.cancel_requested()) return true;  // it stops anyway, and ends CANCELLED
   a.RequestStop(Attempt::Stop::kForRestart);
-  WorkerChannel* rank0 = a.channel(0);
+  WorkerChannel* rank0 = a.channel(a.lead_rank());
   if (job.record.state == JobState::kRunning && rank0 != nullptr && !a.failed()) {
     WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "the coordinator is stopping"};
     cmd.request_id = request_id;
@@ -379,7 +439,7 @@ bool JobLifecycle::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t re
 }
 
 absl::Status JobLifecycle::RequestCheckpoint(ActiveJob& job, CheckpointType type, int64_t request_id) {
-  WorkerChannel* rank0 = job.attempt ? job.attempt->channel(0) : nullptr;
+  WorkerChannel* rank0 = job.attempt ? job.attempt->channel(job.attempt->lead_rank()) : nullptr;
   const bool cancelling = job.attempt && job.attempt->cancel_requested();
   if (job.record.state != JobState::kRunning || rank0 == nullptr || cancelling) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),

@@ -79,6 +79,17 @@ class JobLifecycle {
   // stops the group on its first failure, and once every rank has ended
   // lets the restart policy decide (which may queue the job again or end it).
   void Apply(ActiveJob& job, const Attempt::Update& update);
+  // fault_tolerance.mode replica: acts on a decision of the attempt's
+  // membership about `rank` (server/membership.h): records its event, sends
+  // the membership to its ranks, launches a replacement, records a heal,
+  // exports the replicas; a failure (too few replicas left, a replacement
+  // that cannot start) fails the attempt as in mode whole_group. Returns
+  // false when the attempt failed by it.
+  bool ApplyReplicas(ActiveJob& job, const Membership::Decision& decision, int32_t rank);
+  // fault_tolerance.mode replica: takes `rank` out of the membership and
+  // kills its process (its end launches the replacement); `why` names it
+  // in the job's events. Returns false when the attempt failed by it.
+  bool Evict(ActiveJob& job, int32_t rank, const std::string& why);
   // Stops the attempt's workers.
   void StopGroup(ActiveJob& job);
   // Cancels a job: a queued one ends CANCELLED at once. With `checkpoint`,

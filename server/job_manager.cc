@@ -134,6 +134,14 @@ std::vector<StepMetrics> JobManager::RankSamples(const std::string& id) {
   return job == nullptr ? std::vector<StepMetrics>{} : job->progress.RankSamples();
 }
 
+std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const ActiveJob* job = jobs_.Find(id);
+  const Membership* m = job == nullptr || !job->attempt ? nullptr : job->attempt->membership();
+  if (m == nullptr) return std::nullopt;
+  return ReplicaStatus{m->view(), m->healing_ranks(), m->min_replicas()};
+}
+
 absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size, const std::string& page_token,
                                          const Caller& by, bool all_users) {
   auto after = JobPageAfter(page_token);

@@ -79,6 +79,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   absl::StatusOr<JobRecord> Get(const std::string& id) override;
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override;
   std::vector<StepMetrics> RankSamples(const std::string& id) override;
+  std::optional<ReplicaStatus> Replicas(const std::string& id) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,
                                const Caller& by, bool all_users) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token) {
@@ -104,9 +105,9 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   // WorkerHandler: each call routed to WorkerSessions under the mutex.
   absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
                                                 const std::string& token, const std::string& advertise_addr = "",
-                                                int32_t rendezvous_port = 0) override {
+                                                int32_t rendezvous_port = 0, int32_t replica_store_port = 0) override {
     absl::MutexLock lock(&mu_);
-    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port);
+    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port, replica_store_port);
   }
   void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) override {
     absl::MutexLock lock(&mu_);
@@ -117,9 +118,14 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
     absl::MutexLock lock(&mu_);
     workers_.Result(job_id, attempt, rank, outcome, error);
   }
-  void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint) override {
+  void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint,
+                        int32_t rank = 0) override {
     absl::MutexLock lock(&mu_);
-    workers_.Checkpoint(job_id, attempt, checkpoint);
+    workers_.Checkpoint(job_id, attempt, checkpoint, rank);
+  }
+  void ReportReplica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report) override {
+    absl::MutexLock lock(&mu_);
+    workers_.Replica(job_id, attempt, rank, report);
   }
   void ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) override {
     absl::MutexLock lock(&mu_);

@@ -24,7 +24,7 @@ void JobProgress::FailureDetected(int64_t step) {
 }
 
 std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& samples, JobRecord* record,
-                                                SteadyTime now) {
+                                                SteadyTime now, int32_t lead) {
   std::vector<StepMetrics> updates;
   for (const StepMetrics& m : samples) {
     metrics_->RecordStep(job_id_, m);
@@ -32,7 +32,7 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
     const int64_t xids = last.gpu_xid_errors + m.gpu_xid_errors;  // a sample carries the new ones
     last = m;
     last.gpu_xid_errors = xids;
-    if (m.rank != 0) continue;
+    if (m.rank != lead) continue;
     last_progress_ = now;
     failures_in_a_row_ = 0;
     goodput_.AddStep(m.step, m.step_seconds);

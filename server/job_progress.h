@@ -87,7 +87,10 @@ class JobProgress {
   // The samples the ranks of the current attempt reported, in order:
   // exported, and folded into `record`. Returns what watchers see: rank 0's
   // samples with samples_per_second summed over the ranks.
-  std::vector<StepMetrics> OnSamples(const std::vector<StepMetrics>& samples, JobRecord* record, SteadyTime now);
+  // `lead`: the rank whose samples stand for the group (rank 0, or the
+  // first member of a replica job's membership).
+  std::vector<StepMetrics> OnSamples(const std::vector<StepMetrics>& samples, JobRecord* record, SteadyTime now,
+                                     int32_t lead = 0);
   // Rank 0 reported a checkpoint (saved or failed); returns the job event
   // that says so.
   std::string OnCheckpoint(const CheckpointEvent& c, SteadyTime now);
@@ -95,7 +98,7 @@ class JobProgress {
   // checkpoint are lost work.
   void AttemptEnded();
 
-  // Rank 0's last step or checkpoint (or the launch).
+  // The lead rank's last step or checkpoint (or the launch).
   SteadyTime last_progress() const { return last_progress_; }
   void Touch(SteadyTime now) { last_progress_ = now; }
   // Whether the record's progress should be written to the store now (at

@@ -13,6 +13,7 @@
 #include "common/job_record.h"
 #include "common/step_metrics.h"
 #include "server/blocking_queue.h"
+#include "server/membership.h"
 
 namespace trainyard {
 
@@ -33,7 +34,7 @@ class JobWatch : public BlockingQueue<JobUpdate> {
 
 // A command for one connected worker.
 struct WorkerCommand {
-  enum class Kind { kStop, kCheckpoint, kDiagnose };
+  enum class Kind { kStop, kCheckpoint, kDiagnose, kMembership };
   Kind kind = Kind::kStop;
   std::string reason;
   // kCheckpoint and kDiagnose:
@@ -41,6 +42,8 @@ struct WorkerCommand {
   // kCheckpoint:
   CheckpointType type = CheckpointType::kAuto;
   bool stop_after = false;
+  // kMembership (fault_tolerance.mode replica): who trains together now.
+  MembershipView membership;
 };
 
 // Commands flowing down one worker's stream.

@@ -85,6 +85,9 @@ class Launcher {
     // by a command down their streams, and may see other files than this
     // host's.
     bool ranks_join = false;
+    // It can start one rank of a running attempt again and kill one alone
+    // (LaunchRank, KillRank): what fault_tolerance.mode replica needs.
+    bool replaces_ranks = false;
   };
   virtual Traits traits() const { return {}; }
 
@@ -94,6 +97,17 @@ class Launcher {
   // checkpoint; SIGTERM is kept for preemption) and kills what is left after
   // the grace period (SIGKILL). Returns at once.
   virtual void Stop(const std::string& job_id, int32_t attempt) = 0;
+  // fault_tolerance.mode replica: starts rank `rank` of the running attempt
+  // of `request` again (a replacement of a rank that ended: same rank,
+  // attempt and token); its end is reported like the others'. REQUIRES:
+  // traits().replaces_ranks, and the rank's previous process was reported
+  // ended. On error no process of it is left.
+  virtual absl::Status LaunchRank(const LaunchRequest& /*request*/, int32_t /*rank*/) {
+    return absl::UnimplementedError("this launcher cannot start one rank alone");
+  }
+  // Kills rank `rank` of the attempt at once (SIGKILL to what it runs): an
+  // evicted replica. Its end is reported as usual. Nothing when it is gone.
+  virtual void KillRank(const std::string& /*job_id*/, int32_t /*attempt*/, int32_t /*rank*/) {}
   // Number of this job's processes that have not yet been reaped.
   virtual int LiveProcesses(const std::string& job_id) = 0;
   // Whether jobs can be launched at all (e.g. sbatch is installed); the

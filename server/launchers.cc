@@ -40,6 +40,12 @@ absl::Status Launchers::Launch(const ActiveJob& job, const LaunchContext& contex
   return l->Launch(RequestFor(job, l->traits(), context));
 }
 
+absl::Status Launchers::LaunchRank(const ActiveJob& job, const LaunchContext& context, int32_t rank) const {
+  Launcher* l = Get(KindOf(job.spec));
+  if (l == nullptr) return absl::FailedPreconditionError("no launcher");
+  return l->LaunchRank(RequestFor(job, l->traits(), context), rank);
+}
+
 void Launchers::Adopt(const ActiveJob& job, const LaunchContext& context) const {
   if (Launcher* l = Get(KindOf(job.spec))) l->Adopt(RequestFor(job, l->traits(), context));
 }

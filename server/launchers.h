@@ -47,6 +47,8 @@ class Launchers {
   static LaunchRequest RequestFor(const ActiveJob& job, const Launcher::Traits& traits, const LaunchContext& context);
   // Starts the ranks of the job's attempt.
   absl::Status Launch(const ActiveJob& job, const LaunchContext& context) const;
+  // Starts rank `rank` of the job's attempt again (Launcher::LaunchRank).
+  absl::Status LaunchRank(const ActiveJob& job, const LaunchContext& context, int32_t rank) const;
   // Follows the ranks of an attempt an earlier coordinator launched.
   void Adopt(const ActiveJob& job, const LaunchContext& context) const;
   // Stops the attempt's workers through its launcher.

@@ -91,7 +91,7 @@ struct Proc {
 
 class LocalLauncher final : public Launcher {
  public:
-  Traits traits() const override { return {.on_this_host = true}; }
+  Traits traits() const override { return {.on_this_host = true, .replaces_ranks = true}; }
   LocalLauncher(LocalLauncherOptions options, ExitCallback on_exit)
       : options_(std::move(options)), on_exit_(std::move(on_exit)) {
     reaper_ = std::thread([this] { ReapLoop(); });
@@ -120,56 +120,48 @@ class LocalLauncher final : public Launcher {
     }
     std::vector<pid_t> started;
     for (int32_t rank = 0; rank < r.world_size; ++rank) {
-      std::vector<std::string> args = {
-          options_.worker_binary,
-          "--job",
-          r.job_id,
-          "--rank",
-          std::to_string(rank),
-          "--world-size",
-          std::to_string(r.world_size),
-          "--attempt",
-          std::to_string(r.attempt),
-          "--master-addr",
-          r.master_addr,
-          "--master-port",
-          std::to_string(r.master_port),
-          "--server",
-          r.coordinator_addr,
-          "--threads",
-          std::to_string(r.threads_per_process),
-          // Its exit code where a coordinator that was away finds it (Adopt).
-          "--exit-status-dir",
-          r.log_dir,
-      };
-      for (const auto& a : options_.extra_worker_args) args.push_back(a);
-      std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");
-      // torchrun's names for the rank's place on this host; a CUDA rank sees
-      // only its own GPU (as cuda:0).
-      std::vector<std::string> env = {absl::StrCat("LOCAL_RANK=", rank),
-                                      absl::StrCat("LOCAL_WORLD_SIZE=", r.world_size)};
-      if (!r.gpus.empty()) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", r.gpus.at(rank)));
-      absl::StatusOr<ChildProcess> child = Spawn(args, log_path, r.token, env);
-      if (!child.ok()) {
+      absl::StatusOr<pid_t> pid = StartRank(r, rank);
+      if (!pid.ok()) {
         absl::MutexLock lock(&mu_);
         for (pid_t p : started) {
           procs_[p].Send(SIGKILL);
           procs_[p].term_sent = true;
         }
-        return child.status();
+        return pid.status();
       }
-      const pid_t pid = child->pid();
-      started.push_back(pid);
-      absl::MutexLock lock(&mu_);
-      Proc& p = procs_[pid];
-      p.pid = pid;
-      p.child = std::move(*child);
-      p.job_id = r.job_id;
-      p.attempt = r.attempt;
-      p.rank = rank;
+      started.push_back(*pid);
     }
     cv_.SignalAll();
     return absl::OkStatus();
+  }
+
+  absl::Status LaunchRank(const LaunchRequest& r, int32_t rank) override {
+    if (rank < 0 || rank >= r.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range (0..", r.world_size - 1, ")"));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [pid, p] : procs_) {
+        if (p.job_id == r.job_id && p.attempt == r.attempt && p.rank == rank) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("rank ", rank, " of attempt ", r.attempt, " of job ", r.job_id, " is still running"));
+        }
+      }
+    }
+    absl::StatusOr<pid_t> pid = StartRank(r, rank);
+    if (!pid.ok()) return pid.status();
+    cv_.SignalAll();
+    return absl::OkStatus();
+  }
+
+  void KillRank(const std::string& job_id, int32_t attempt, int32_t rank) override {
+    absl::MutexLock lock(&mu_);
+    for (auto& [pid, p] : procs_) {
+      if (p.job_id != job_id || p.attempt != attempt || p.rank != rank) continue;
+      p.Send(SIGKILL);
+      p.term_sent = true;
+    }
+    cv_.SignalAll();
   }
 
   void Stop(const std::string& job_id, int32_t attempt) override {
@@ -242,6 +234,50 @@ class LocalLauncher final : public Launcher {
   }
 
  private:
+  // Starts rank `rank` of the attempt of `r` (its log appended to
+  // rank-<r>.log) and follows it; returns its pid.
+  absl::StatusOr<pid_t> StartRank(const LaunchRequest& r, int32_t rank) {
+    std::vector<std::string> args = {
+        options_.worker_binary,
+        "--job",
+        r.job_id,
+        "--rank",
+        std::to_string(rank),
+        "--world-size",
+        std::to_string(r.world_size),
+        "--attempt",
+        std::to_string(r.attempt),
+        "--master-addr",
+        r.master_addr,
+        "--master-port",
+        std::to_string(r.master_port),
+        "--server",
+        r.coordinator_addr,
+        "--threads",
+        std::to_string(r.threads_per_process),
+        // Its exit code where a coordinator that was away finds it (Adopt).
+        "--exit-status-dir",
+        r.log_dir,
+    };
+    for (const auto& a : options_.extra_worker_args) args.push_back(a);
+    std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");
+    // torchrun's names for the rank's place on this host; a CUDA rank sees
+    // only its own GPU (as cuda:0).
+    std::vector<std::string> env = {absl::StrCat("LOCAL_RANK=", rank), absl::StrCat("LOCAL_WORLD_SIZE=", r.world_size)};
+    if (!r.gpus.empty()) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", r.gpus.at(rank)));
+    absl::StatusOr<ChildProcess> child = Spawn(args, log_path, r.token, env);
+    if (!child.ok()) return child.status();
+    const pid_t pid = child->pid();
+    absl::MutexLock lock(&mu_);
+    Proc& p = procs_[pid];
+    p.pid = pid;
+    p.child = std::move(*child);
+    p.job_id = r.job_id;
+    p.attempt = r.attempt;
+    p.rank = rank;
+    return pid;
+  }
+
   // The worker's token travels in its environment, not on the command line,
   // so `ps` does not show it. The worker leads its own process group (so a
   // stop reaches its threads' children too) and logs to `log_path`.

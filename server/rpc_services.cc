@@ -75,6 +75,13 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
   if (!events.ok()) return ToGrpcStatus(events.status());
   ToProto(*job, *events, resp->mutable_job());
   for (const StepMetrics& m : manager_->RankSamples(req->id())) ToProto(m, resp->mutable_job()->add_ranks());
+  if (auto replicas = manager_->Replicas(req->id())) {
+    v1::Replicas* r = resp->mutable_job()->mutable_replicas();
+    r->set_epoch(replicas->membership.epoch);
+    for (int32_t rank : replicas->membership.ranks) r->add_live(rank);
+    for (int32_t rank : replicas->healing) r->add_healing(rank);
+    r->set_min_replicas(replicas->min_replicas);
+  }
   return grpc::Status::OK;
 }
 
@@ -284,7 +291,7 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'advertise_addr': at most 255 characters");
   }
   auto attached = manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(),
-                                         hello.advertise_addr(), hello.rendezvous_port());
+                                         hello.advertise_addr(), hello.rendezvous_port(), hello.replica_store_port());
   if (!attached.ok()) {
     spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(),
                  std::string(attached.status().message()));
@@ -316,6 +323,13 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
         c->set_stop_after(cmd.stop_after);
       } else if (cmd.kind == WorkerCommand::Kind::kDiagnose) {
         down.mutable_diagnose()->set_request_id(cmd.request_id);
+      } else if (cmd.kind == WorkerCommand::Kind::kMembership) {
+        auto* m = down.mutable_membership();
+        m->set_epoch(cmd.membership.epoch);
+        for (int32_t r : cmd.membership.ranks) m->add_ranks(r);
+        m->set_store_addr(cmd.membership.store_addr);
+        m->set_store_port(cmd.membership.store_port);
+        m->set_reason(cmd.membership.reason);
       } else {
         down.mutable_stop()->set_reason(cmd.reason);
       }
@@ -334,13 +348,29 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
       }
       manager_->ReportMetrics(hello.job_id(), attempt, samples);
     } else if (msg.has_checkpoint()) {
-      if (hello.rank() == 0) manager_->ReportCheckpoint(hello.job_id(), attempt, FromProto(msg.checkpoint()));
+      manager_->ReportCheckpoint(hello.job_id(), attempt, FromProto(msg.checkpoint()), hello.rank());
     } else if (msg.has_note()) {
       manager_->ReportNote(hello.job_id(), attempt, hello.rank(), msg.note().text());
     } else if (msg.has_flight_record()) {
       FlightRecord record = FromProto(msg.flight_record());
       record.rank = hello.rank();  // a worker speaks only for its own rank
       manager_->ReportFlightRecord(hello.job_id(), attempt, msg.flight_record().request_id(), std::move(record));
+    } else if (msg.has_replica()) {
+      const v1::ReplicaReport& r = msg.replica();
+      ReplicaReport report;
+      switch (r.kind()) {
+        case v1::ReplicaReport::GROUP_BROKEN: report.kind = ReplicaReport::Kind::kGroupBroken; break;
+        case v1::ReplicaReport::COMMITTED: report.kind = ReplicaReport::Kind::kCommitted; break;
+        case v1::ReplicaReport::LEFT: report.kind = ReplicaReport::Kind::kLeft; break;
+        default: continue;  // a kind this coordinator does not know
+      }
+      report.epoch = r.epoch();
+      report.step = r.step();
+      report.detail = r.detail().substr(0, 2000);
+      report.seconds = r.seconds();
+      report.healed = r.healed();
+      report.heal_bytes = r.heal_bytes();
+      manager_->ReportReplica(hello.job_id(), attempt, hello.rank(), report);
     } else if (msg.has_result()) {
       manager_->ReportResult(hello.job_id(), attempt, hello.rank(), FromProto(msg.result().outcome()),
                              msg.result().error());

@@ -229,6 +229,25 @@ void ServerMetrics::SetGoodput(const std::string& job_id, double goodput) {
   JobGauge(job_id, "trainyard_job_goodput", {{"job_id", job_id}}).Set(goodput);
 }
 
+void ServerMetrics::SetReplicas(const std::string& job_id, int live, int healing, int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  const Labels job = {{"job_id", job_id}};
+  JobGauge(job_id, "trainyard_job_replicas", {{"job_id", job_id}, {"state", "live"}}).Set(live);
+  JobGauge(job_id, "trainyard_job_replicas", {{"job_id", job_id}, {"state", "healing"}}).Set(healing);
+  JobGauge(job_id, "trainyard_job_world_size", job).Set(live);
+  JobGauge(job_id, "trainyard_job_membership_epoch", job).Set(static_cast<double>(epoch));
+  // From the first membership on, so that increase() sees the first heal.
+  JobCounter(job_id, "trainyard_job_heals_total", job);
+  JobHistogram(job_id, "trainyard_job_heal_seconds", job);
+}
+
+void ServerMetrics::RecordHeal(const std::string& job_id, double seconds) {
+  absl::MutexLock lock(&mu_);
+  const Labels job = {{"job_id", job_id}};
+  JobCounter(job_id, "trainyard_job_heals_total", job).Increment();
+  JobHistogram(job_id, "trainyard_job_heal_seconds", job).Observe(seconds);
+}
+
 void ServerMetrics::RemoveJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);

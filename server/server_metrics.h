@@ -58,6 +58,11 @@ class ServerMetrics {
   // `checkpoint_blocking` (saves, which block training), `startup` (launch
   // to the first step), `data_wait` (rank 0 waiting for batches).
   void AddBadput(const std::string& job_id, const char* cause, double seconds);
+  // fault_tolerance.mode replica: the job's replicas now (live: members of
+  // membership `epoch`, also the world size; healing: being replaced).
+  void SetReplicas(const std::string& job_id, int live, int healing, int64_t epoch);
+  // A replacement committed its first step `seconds` after its rank was lost.
+  void RecordHeal(const std::string& job_id, double seconds);
   void RemoveJob(const std::string& job_id);
 
   // The scheduler's numbers per user and group (users without a name are

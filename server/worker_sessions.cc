@@ -9,7 +9,7 @@ namespace trainyard {
 
 absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_id, int32_t rank, int32_t attempt,
                                                         const std::string& token, const std::string& advertise_addr,
-                                                        int32_t rendezvous_port) {
+                                                        int32_t rendezvous_port, int32_t replica_store_port) {
   ActiveJob* found = jobs_->Find(job_id);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " is not running"));
   ActiveJob& job = *found;
@@ -44,8 +44,15 @@ absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_i
             ? absl::StrCat("all ", job.record.num_processes, " ranks reattached after a coordinator restart")
             : absl::StrCat("all ", job.record.num_processes, " ranks connected"));
   }
-  return WorkerAttachment{job.record.spec_json, job.record.num_processes, a.number(),
-                          a.master_addr(),      a.master_port(),          channel};
+  WorkerAttachment attachment{job.record.spec_json, job.record.num_processes, a.number(),
+                              a.master_addr(),      a.master_port(),          channel};
+  // The membership goes down after the welcome (the stream writes the
+  // welcome before it takes commands).
+  if (Membership* m = a.membership(); m != nullptr && !a.stopping()) {
+    lifecycle_->ApplyReplicas(
+        job, m->OnHello(rank, advertise_addr.empty() ? a.master_addr() : advertise_addr, replica_store_port), rank);
+  }
+  return attachment;
 }
 
 absl::StatusOr<JoinInfo> WorkerSessions::JoinInfoOf(const std::string& job_id,
@@ -70,7 +77,7 @@ void WorkerSessions::Metrics(const std::string& job_id, int32_t attempt, const s
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
   if (job == nullptr) return;
   const auto now = clock_->SteadyNow();
-  for (const StepMetrics& agg : job->progress.OnSamples(samples, &job->record, now)) {
+  for (const StepMetrics& agg : job->progress.OnSamples(samples, &job->record, now, job->attempt->lead_rank())) {
     for (auto& w : job->watchers) w->Push({std::nullopt, agg});
   }
   jobs_->PersistProgress(*job, now);
@@ -83,12 +90,19 @@ void WorkerSessions::Result(const std::string& job_id, int32_t attempt, int32_t 
   spdlog::log(outcome == WorkerOutcome::kSucceeded ? spdlog::level::info : spdlog::level::warn,
               "job {}: rank {} reports {}{}{}", job_id, rank, WorkerOutcomeName(outcome), error.empty() ? "" : ": ",
               error);
+  // A replica that failed by itself ends and is replaced (Exit): its
+  // result does not fail the attempt.
+  if (ReplicasOf(*job) != nullptr && (outcome == WorkerOutcome::kFailed || outcome == WorkerOutcome::kStopped)) {
+    job->attempt->NoteResult(rank, outcome);
+    jobs_->AddEvent(*job, absl::StrCat("rank ", rank, " ", WorkerOutcomeName(outcome), ": ", error));
+    return;
+  }
   lifecycle_->Apply(*job, job->attempt->OnResult(rank, outcome, error));
 }
 
-void WorkerSessions::Checkpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& c) {
+void WorkerSessions::Checkpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& c, int32_t rank) {
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
-  if (job == nullptr) return;
+  if (job == nullptr || rank != job->attempt->lead_rank()) return;
   jobs_->AddCheckpoint(*job, attempt, c);
   jobs_->AddEvent(*job, job->progress.OnCheckpoint(c, clock_->SteadyNow()));
   requests_->CheckpointReported(c);
@@ -104,17 +118,72 @@ void WorkerSessions::Note(const std::string& job_id, int32_t attempt, int32_t ra
       *job, absl::StrCat("rank ", rank, ": ", clean, last ? " (later notes of this attempt: see the rank logs)" : ""));
 }
 
+void WorkerSessions::Replica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report) {
+  ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
+  if (job == nullptr) return;
+  Membership* m = job->attempt->membership();
+  if (m == nullptr) return;
+  if (report.kind == ReplicaReport::Kind::kGroupBroken) {
+    spdlog::info("job {}: rank {} saw its group of membership {} break at step {}: {}", job_id, rank, report.epoch,
+                 report.step, report.detail);
+  }
+  lifecycle_->ApplyReplicas(*job, m->OnReport(rank, report), rank);
+}
+
+Membership* WorkerSessions::ReplicasOf(const ActiveJob& job) const {
+  Membership* m = job.attempt->membership();
+  if (m == nullptr || !m->formed() || job.attempt->stopping() || job.attempt->stop_requested() ||
+      lifecycle_->shut_down() || job.record.state != JobState::kRunning) {
+    return nullptr;
+  }
+  return m;
+}
+
 void WorkerSessions::Detach(const std::string& job_id, int32_t attempt, int32_t rank,
                             const std::shared_ptr<WorkerChannel>& channel) {
   channel->Close();
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
   if (job == nullptr) return;
-  lifecycle_->Apply(*job, job->attempt->Detach(job_id, rank, channel, clock_->SteadyNow()));
+  Attempt& a = *job->attempt;
+  // A member's stream lost without a result: out of the membership, and
+  // its process ends (the end launches its replacement).
+  const bool current = a.channel(rank) == channel.get();
+  if (Membership* m = ReplicasOf(*job);
+      m != nullptr && current && !a.reported(rank) && m->state(rank) == Membership::State::kMember) {
+    lifecycle_->Apply(*job, a.Detach(job_id, rank, channel, clock_->SteadyNow()));
+    lifecycle_->Evict(*job, rank, "lost its stream without a result");
+    return;
+  }
+  lifecycle_->Apply(*job, a.Detach(job_id, rank, channel, clock_->SteadyNow()));
 }
+
+namespace {
+
+// "rank 1 was killed by signal 9 (Killed)" -> "killed by signal 9 (Killed)".
+std::string WhyEnded(const RankExit& exit) {
+  std::string why = exit.description;
+  const std::string prefix = absl::StrCat("rank ", exit.rank, " ");
+  if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+  if (why.rfind("was ", 0) == 0) why.erase(0, 4);
+  return why.empty() ? "ended" : why;
+}
+
+}  // namespace
 
 void WorkerSessions::Exit(const RankExit& exit) {
   ActiveJob* job = jobs_->FindAttempt(exit.job_id, exit.attempt);
   if (job == nullptr) return;
+  // A replica that ended before the job did (failed, killed, gone without a
+  // word) is replaced while enough replicas are left.
+  const bool finished = exit.outcome == WorkerOutcome::kSucceeded || exit.outcome == WorkerOutcome::kPreempted ||
+                        exit.outcome == WorkerOutcome::kUsage;
+  if (Membership* m = ReplicasOf(*job); m != nullptr && !finished) {
+    const Membership::Decision d = m->OnExit(exit.rank, WhyEnded(exit));
+    if (d.relaunch >= 0 || d.fail) {
+      if (lifecycle_->ApplyReplicas(*job, d, exit.rank)) return;  // replaced
+      if ((job = jobs_->FindAttempt(exit.job_id, exit.attempt)) == nullptr) return;
+    }
+  }
   lifecycle_->Apply(*job, job->attempt->OnExit(exit, job->record.state == JobState::kRecovering));
 }
 

@@ -35,7 +35,7 @@ class WorkerSessions {
   // rank is attached the job runs.
   absl::StatusOr<WorkerAttachment> Attach(const std::string& job_id, int32_t rank, int32_t attempt,
                                           const std::string& token, const std::string& advertise_addr,
-                                          int32_t rendezvous_port);
+                                          int32_t rendezvous_port, int32_t replica_store_port = 0);
   // What a joining worker needs to join the job (jobs whose ranks join only).
   absl::StatusOr<JoinInfo> JoinInfoOf(const std::string& job_id, const std::string& remote_coordinator_addr);
 
@@ -43,13 +43,25 @@ class WorkerSessions {
   void Metrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples);
   void Result(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
               const std::string& error);
-  void Checkpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint);
+  // Only the lead rank's (Attempt::lead_rank) counts.
+  void Checkpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint, int32_t rank = 0);
+  // fault_tolerance.mode replica: a member's report on its membership.
+  void Replica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report);
   // A note for the job's events; at most kMaxNotesPerAttempt an attempt.
   void Note(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text);
   void Detach(const std::string& job_id, int32_t attempt, int32_t rank, const std::shared_ptr<WorkerChannel>& channel);
+  // A rank's process ended. fault_tolerance.mode replica: a member that
+  // ended before the job did is replaced while enough replicas are left
+  // (JobLifecycle::ApplyReplicas); a lost stream takes the rank out of the
+  // membership and ends its process.
   void Exit(const RankExit& exit);
 
  private:
+  // The job's membership when a rank's loss is the membership's to decide:
+  // a replica attempt whose group formed, running, not stopping, on a
+  // coordinator that is not shutting down; else null.
+  Membership* ReplicasOf(const ActiveJob& job) const;
+
   JobTable* const jobs_;
   JobLifecycle* const lifecycle_;
   const Launchers* const launchers_;

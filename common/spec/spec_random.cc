@@ -45,20 +45,6 @@ void DataRules(JobSpec* js) {
   if (held_out && s.eval_every_steps > 0 && d->eval_fraction == 0 && d->eval_path.empty()) d->eval_fraction = 0.25;
 }
 
-// Replica mode where the rest of the spec allows it (CheckFaultTolerance).
-void FaultToleranceRules(JobSpec* s) {
-  FaultToleranceSpec& ft = s->fault_tolerance;
-  const DdpSpec& ddp = s->ddp;
-  const bool replicas_fit = s->script.empty() && s->distributed_type == DistributedType::kDdp &&
-                            s->num_processes >= 2 && ddp.comm_hook != CommHookType::kPowerSgd &&
-                            ddp.comm_hook != CommHookType::kBatchedPowerSgd &&
-                            ddp.intra_host_transport != IntraHostTransport::kSharedMemory;
-  if (!replicas_fit) ft.mode = FaultToleranceMode::kWholeGroup;
-  ft.min_replicas = std::min(ft.min_replicas, s->num_processes);
-  if (!s->replicas()) s->elastic.min_processes = 0;
-  s->elastic.min_processes = std::min(s->elastic.min_processes, s->num_processes);
-}
-
 void DistributedRules(spec::Rng& g, JobSpec* s) {
   if (s->distributed_type == DistributedType::kNo) s->num_processes = 1;
   if (s->num_processes % s->slurm.nodes != 0) s->slurm.nodes = 1;
@@ -83,12 +69,22 @@ void DistributedRules(spec::Rng& g, JobSpec* s) {
     }
     if (f.transformer_layer_cls_to_wrap.empty()) f.transformer_layer_cls_to_wrap = {model.layer_types.back()};
   }
-  FaultToleranceRules(s);
   if (s->backend == Backend::kNccl && s->device != Device::kCuda) s->backend = Backend::kAuto;
   if (s->mixed_precision == MixedPrecision::kFp16 && s->device == Device::kCpu &&
       s->distributed_type == DistributedType::kFsdp) {
     s->mixed_precision = MixedPrecision::kBf16;
   }
+}
+
+// fault_tolerance and elastic against the rest (job_spec.cc CheckFaultTolerance).
+void FaultToleranceRules(JobSpec* s) {
+  const DdpSpec& ddp = s->ddp;
+  const bool replicable = s->script.empty() && s->distributed_type == DistributedType::kDdp && s->num_processes >= 2 &&
+                          ddp.comm_hook != CommHookType::kPowerSgd && ddp.comm_hook != CommHookType::kBatchedPowerSgd &&
+                          ddp.intra_host_transport != IntraHostTransport::kSharedMemory;
+  if (!replicable) s->fault_tolerance.mode = FaultToleranceMode::kWholeGroup;
+  s->fault_tolerance.min_replicas = std::min(s->fault_tolerance.min_replicas, s->num_processes);
+  s->elastic.min_processes = s->replicas() ? std::min(s->elastic.min_processes, s->num_processes) : 0;
 }
 
 }  // namespace
@@ -101,6 +97,7 @@ JobSpec RandomJobSpec(uint64_t seed) {
   ModelRules(&s.model);
   DataRules(&s);
   DistributedRules(g, &s);
+  FaultToleranceRules(&s);
   s.scheduler.warmup_steps = std::min(s.scheduler.warmup_steps, s.max_steps);
   if (s.loss == LossKind::kMse && TraitsOf(s.model.kind).classifier) s.loss = LossKind::kCrossEntropy;
   if (s.activation_checkpointing && !TraitsOf(s.model.kind).recomputes_wrap_layer) s.activation_checkpointing = false;

@@ -23,9 +23,19 @@ class FakeJobService final : public v1::JobService::Service {
  public:
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) override {
     Record(ctx);
-    if (req->id() != "job-1") return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + req->id() + " not found");
+    if (req->id() != "job-1" && req->id() != "job-r") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "job " + req->id() + " not found");
+    }
     v1::Job* j = resp->mutable_job();
-    j->set_id("job-1");
+    if (req->id() == "job-r") {  // a replica job with rank 1 being replaced
+      v1::Replicas* r = j->mutable_replicas();
+      r->set_epoch(2);
+      r->add_live(0);
+      r->add_live(2);
+      r->add_healing(1);
+      r->set_min_replicas(1);
+    }
+    j->set_id(req->id());
     j->set_name("mnist");
     j->set_state(v1::RUNNING);
     j->set_num_processes(2);
@@ -145,6 +155,22 @@ TEST_F(TrainctlTest, GetPrintsATableAndJson) {
   EXPECT_EQ(j["spec"]["max_steps"], 100);  // the spec as JSON, not a string
   ASSERT_EQ(j["events"].size(), 1u);
   EXPECT_EQ(j["events"][0]["reason"], "submitted");
+}
+
+TEST_F(TrainctlTest, GetShowsAReplicaJobsReplicas) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-r"); }), 0) << err_.str();
+  EXPECT_NE(out_.str().find("replicas:     2 live (ranks 0,2), 1 healing (ranks 1); membership 2, min 1"),
+            std::string::npos)
+      << out_.str();
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-1"); }), 0) << err_.str();
+  EXPECT_EQ(out_.str().find("replicas:"), std::string::npos) << out_.str();  // not a replica job
+
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-r"); }, OutputFormat::kJson), 0) << err_.str();
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["replicas"]["epoch"], 2);
+  EXPECT_EQ(j["replicas"]["live"], nlohmann::json::array({0, 2}));
+  EXPECT_EQ(j["replicas"]["healing"], nlohmann::json::array({1}));
+  EXPECT_EQ(j["replicas"]["min_replicas"], 1);
 }
 
 TEST_F(TrainctlTest, RefusalsAreExitCode2WithTheServersWords) {

@@ -493,6 +493,7 @@ class GrafanaDashboard(unittest.TestCase):
             "last checkpoint age": {"trainyard_job_last_checkpoint_timestamp_seconds"},
             "restarts": {"trainyard_job_restarts_total"}, "goodput": {"trainyard_job_goodput"},
             "jobs by state": {"trainyard_jobs"},
+            "replicas": {"trainyard_job_replicas", "trainyard_job_membership_epoch", "trainyard_job_heals_total"},
         }
         missing = {topic: sorted(names - used) for topic, names in required.items() if names - used}
         self.assertEqual(missing, {}, "dashboard topics without their metrics")
@@ -514,6 +515,8 @@ eval_batches: 2
 max_grad_norm: 1.0
 distributed_type: DDP
 ddp: {comm_hook: fp16}
+# Its replicas' series (membership, world size, heals) are exported once its ranks connect.
+fault_tolerance: {mode: replica, min_replicas: 1}
 """
 
 # A script job reporting a named number (trainyard_job_value); the system's

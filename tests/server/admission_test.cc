@@ -55,6 +55,26 @@ TEST_F(AdmissionTest, EachRuleRefusesWithItsReason) {
   EXPECT_NE(std::string(s.message()).find("checkpoint.project_dir"), std::string::npos) << s;
 }
 
+// Replica fault tolerance replaces one rank alone: a launcher that cannot
+// is named at submit.
+TEST_F(AdmissionTest, ReplicaFaultToleranceNeedsALauncherThatReplacesOneRank) {
+  const Admission admission = Make();
+  const std::string replica =
+      "max_steps: 10\nnum_processes: 2\ndistributed_type: DDP\nfault_tolerance: {mode: replica, min_replicas: 1}\n";
+  auto local = admission.Admit(replica, "", Caller{}, "job-1", Now());
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_TRUE(local->spec.replicas());
+  absl::Status s = admission.Admit(replica + "launcher: external\n", "", Caller{}, "job-2", Now()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("fault_tolerance.mode"), std::string::npos) << s;
+  EXPECT_NE(std::string(s.message()).find("runs under the local launcher; launcher external"), std::string::npos) << s;
+  // Mode whole_group runs under any launcher.
+  EXPECT_TRUE(admission
+                  .Admit("max_steps: 10\nnum_processes: 2\nfault_tolerance: {mode: whole_group}\nlauncher: external\n",
+                         "", Caller{}, "job-3", Now())
+                  .ok());
+}
+
 // A script run on this host must be here; ranks that join may see files
 // this host does not.
 TEST_F(AdmissionTest, AScriptMustExistOnlyWhereItRunsHere) {

@@ -31,7 +31,7 @@ namespace trainyard {
 
 class RecordingLauncher final : public Launcher {
  public:
-  Traits traits() const override { return {.on_this_host = true}; }
+  Traits traits() const override { return {.on_this_host = true, .replaces_ranks = true}; }
   absl::Status Launch(const LaunchRequest& r) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (fail_next_) {
@@ -41,6 +41,25 @@ class RecordingLauncher final : public Launcher {
     launched_.push_back(r);
     live_[r.job_id] = r.world_size;
     return absl::OkStatus();
+  }
+  absl::Status LaunchRank(const LaunchRequest& r, int32_t rank) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    relaunched_.push_back({r, rank});
+    return absl::OkStatus();
+  }
+  void KillRank(const std::string& job_id, int32_t attempt, int32_t rank) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    killed_.push_back(job_id + "#" + std::to_string(attempt) + "/" + std::to_string(rank));
+  }
+  // The ranks started again alone (LaunchRank), in order.
+  std::vector<std::pair<LaunchRequest, int32_t>> relaunched() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return relaunched_;
+  }
+  // "job#attempt/rank" of each KillRank.
+  std::vector<std::string> killed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return killed_;
   }
   void Stop(const std::string& job_id, int32_t attempt) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -74,7 +93,8 @@ class RecordingLauncher final : public Launcher {
  private:
   std::mutex mu_;
   std::vector<LaunchRequest> launched_, adopted_;
-  std::vector<std::string> stopped_;
+  std::vector<std::string> stopped_, killed_;
+  std::vector<std::pair<LaunchRequest, int32_t>> relaunched_;
   std::map<std::string, int> live_;
   bool fail_next_ = false;
 };

@@ -159,6 +159,49 @@ TEST_F(LocalLauncherTest, StopOfAnotherAttemptLeavesProcessesAlone) {
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 1; }, std::chrono::seconds(10)));
 }
 
+// fault_tolerance.mode replica: one rank killed alone and started again,
+// with the same rank, attempt and token, its log appended; the other rank
+// runs on untouched.
+TEST_F(LocalLauncherTest, KillRankAndLaunchRankReplaceOneRankAlone) {
+  auto launcher = Make(std::chrono::milliseconds(1000));
+  EXPECT_TRUE(launcher->traits().replaces_ranks);
+  const LaunchRequest r = Request("sleeper", 2);
+  ASSERT_TRUE(launcher->Launch(r).ok());
+  EXPECT_EQ(launcher->LaunchRank(r, 1).code(), absl::StatusCode::kFailedPrecondition);  // still running
+  EXPECT_EQ(launcher->LaunchRank(r, 2).code(), absl::StatusCode::kInvalidArgument);
+  launcher->KillRank("sleeper", 1, 1);
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Exits()[0].rank, 1);
+  EXPECT_NE(Exits()[0].description.find("killed by signal 9"), std::string::npos) << Exits()[0].description;
+  EXPECT_EQ(launcher->LiveProcesses("sleeper"), 1);  // rank 0 goes on
+
+  ASSERT_TRUE(launcher->LaunchRank(r, 1).ok());
+  EXPECT_EQ(launcher->LiveProcesses("sleeper"), 2);
+  launcher->Stop("sleeper", 1);  // the replacement is the attempt's like the others
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 3; }, std::chrono::seconds(10)));
+  std::set<int32_t> ranks;
+  for (size_t i = 1; i < 3; ++i) ranks.insert(Exits()[i].rank);
+  EXPECT_EQ(ranks, (std::set<int32_t>{0, 1}));
+
+  // The replacement runs with the rank's arguments and token, its output
+  // after the first process's in the rank's log.
+  const LaunchRequest ok = Request("ok", 2);
+  ASSERT_TRUE(launcher->Launch(ok).ok());
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 5; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(launcher->LaunchRank(ok, 1).ok());
+  ASSERT_TRUE(WaitFor([&] { return Exits().size() == 6; }, std::chrono::seconds(10)));
+  EXPECT_TRUE(Exits()[5].ok()) << Exits()[5].description;
+  EXPECT_EQ(Exits()[5].rank, 1);
+  std::ifstream log(dir_.path() + "/logs/ok/rank-1.log");
+  std::stringstream buf;
+  buf << log.rdbuf();
+  const std::string text = buf.str();
+  const size_t first = text.find("--rank 1 --world-size 2 --attempt 1");
+  ASSERT_NE(first, std::string::npos) << text;
+  EXPECT_NE(text.find("--rank 1 --world-size 2 --attempt 1", first + 1), std::string::npos) << text;
+  EXPECT_NE(text.find("token: tok-ok", text.find("token: tok-ok") + 1), std::string::npos) << text;
+}
+
 // A restarted coordinator's launcher finds the workers an earlier one started
 // by their command lines, follows them and stops them; their exit codes are
 // not its to know.

@@ -1,7 +1,8 @@
 // JobService over a real gRPC server on loopback, a real SQLite store and a
 // JobManager: ListJobs pages (AIP-158) so that a default client (4 MB
 // messages) lists any number of jobs, its views (AIP-157), and the
-// arguments it refuses.
+// arguments it refuses. WorkerService for a replica job: memberships down
+// the streams, replica reports up, and GetJob's replicas.
 #include "server/rpc_services.h"
 
 #include "server/job_manager.h"
@@ -9,9 +10,11 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <set>
 
 #include "server/job_store.h"
+#include "tests/server/coordinator_parts.h"
 #include "tests/test_util.h"
 
 namespace trainyard {
@@ -161,6 +164,158 @@ TEST_F(ListJobsTest, BadArgumentsNameTheirField) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
     EXPECT_NE(st.error_message().find(field), std::string::npos) << st.error_message();
   }
+}
+
+}  // namespace
+}  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+// WorkerService and JobService over a real gRPC server for a replica job
+// (fault_tolerance.mode replica): stand-in workers speak the protocol on
+// their streams; the launcher records what it is asked.
+class ReplicaStreamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = JobStore::Open(dir_.path() + "/jobs.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    JobManagerOptions o;
+    o.slots = 4;
+    o.state_dir = dir_.path();
+    o.coordinator_addr = "127.0.0.1:1";
+    manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
+    ASSERT_TRUE(manager_->Recover().ok());
+    jobs_ = std::make_unique<JobServiceImpl>(manager_.get());
+    workers_ = std::make_unique<WorkerServiceImpl>(manager_.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(jobs_.get());
+    builder.RegisterService(workers_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+    job_stub_ = v1::JobService::NewStub(channel);
+    worker_stub_ = v1::WorkerService::NewStub(channel);
+  }
+  void TearDown() override {
+    for (auto& w : streams_) {
+      w.stream->WritesDone();
+      w.ctx->TryCancel();
+    }
+    streams_.clear();
+    if (server_) server_->Shutdown();
+  }
+
+  struct Worker {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
+  };
+  // Rank `rank` connects with its hello (its store at 127.0.0.1:<29500 + rank>)
+  // and reads its welcome.
+  Worker* Connect(const JobRecord& job, int32_t rank) {
+    Worker w;
+    w.ctx = std::make_unique<grpc::ClientContext>();
+    w.stream = worker_stub_->Connect(w.ctx.get());
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_job_id(job.id);
+    hello.mutable_hello()->set_rank(rank);
+    hello.mutable_hello()->set_attempt(job.attempt);
+    hello.mutable_hello()->set_token(job.worker_token);
+    hello.mutable_hello()->set_advertise_addr("127.0.0.1");
+    hello.mutable_hello()->set_replica_store_port(29500 + rank);
+    EXPECT_TRUE(w.stream->Write(hello));
+    v1::CoordinatorMessage welcome;
+    EXPECT_TRUE(w.stream->Read(&welcome));
+    EXPECT_TRUE(welcome.has_welcome());
+    streams_.push_back(std::move(w));
+    return &streams_.back();
+  }
+  // The next message down `w`'s stream, which must be a membership.
+  static v1::Membership NextMembership(Worker* w) {
+    v1::CoordinatorMessage down;
+    EXPECT_TRUE(w->stream->Read(&down));
+    EXPECT_TRUE(down.has_membership()) << down.DebugString();
+    return down.membership();
+  }
+  v1::Job Get(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::GetJobResponse resp;
+    EXPECT_TRUE(job_stub_->GetJob(&ctx, req, &resp).ok());
+    return resp.job();
+  }
+
+  TempDir dir_;
+  RecordingLauncher launcher_;
+  ServerMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<JobServiceImpl> jobs_;
+  std::unique_ptr<WorkerServiceImpl> workers_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::JobService::Stub> job_stub_;
+  std::unique_ptr<v1::WorkerService::Stub> worker_stub_;
+  std::deque<Worker> streams_;
+};
+
+TEST_F(ReplicaStreamsTest, MembershipsGoDownTheStreamsAndReportsComeUp) {
+  auto submitted = manager_->Submit(
+      "max_steps: 10\nnum_processes: 2\ndistributed_type: DDP\nfault_tolerance: {mode: replica, min_replicas: 1}\n");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const JobRecord job = *manager_->Get(submitted->id);
+  Worker* w0 = Connect(job, 0);
+  Worker* w1 = Connect(job, 1);
+  for (Worker* w : {w0, w1}) {
+    const v1::Membership m = NextMembership(w);
+    EXPECT_EQ(m.epoch(), 1);
+    EXPECT_EQ(std::vector<int32_t>(m.ranks().begin(), m.ranks().end()), (std::vector<int32_t>{0, 1}));
+    EXPECT_EQ(m.store_addr(), "127.0.0.1");
+    EXPECT_EQ(m.store_port(), 29500);
+    EXPECT_EQ(m.reason(), "all 2 ranks connected");
+  }
+  v1::Job got = Get(job.id);
+  ASSERT_TRUE(got.has_replicas());
+  EXPECT_EQ(got.replicas().epoch(), 1);
+  EXPECT_EQ(got.replicas().live_size(), 2);
+  EXPECT_EQ(got.replicas().min_replicas(), 1);
+
+  // Rank 1 dies: rank 0 trains on alone, rank 1 is started again.
+  manager_->OnRankExit(RankExit::Killed(job.id, job.attempt, 1, 9));
+  EXPECT_EQ(NextMembership(w0).epoch(), 2);
+  got = Get(job.id);
+  EXPECT_EQ(got.state(), v1::RUNNING);
+  EXPECT_EQ(std::vector<int32_t>(got.replicas().live().begin(), got.replicas().live().end()),
+            (std::vector<int32_t>{0}));
+  EXPECT_EQ(std::vector<int32_t>(got.replicas().healing().begin(), got.replicas().healing().end()),
+            (std::vector<int32_t>{1}));
+  ASSERT_EQ(launcher_.relaunched().size(), 1u);
+
+  // Its replacement connects, both take membership 3, and its commit heals it.
+  Worker* r1 = Connect(job, 1);
+  for (Worker* w : {w0, r1}) EXPECT_EQ(NextMembership(w).epoch(), 3);
+  v1::WorkerMessage up;
+  up.mutable_replica()->set_kind(v1::ReplicaReport::COMMITTED);
+  up.mutable_replica()->set_epoch(3);
+  up.mutable_replica()->set_step(4);
+  up.mutable_replica()->set_healed(true);
+  up.mutable_replica()->set_heal_bytes(2500000);
+  ASSERT_TRUE(r1->stream->Write(up));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const v1::Job now = Get(job.id);
+        for (const v1::JobEvent& e : now.events()) {
+          if (e.reason().find("rank 1 healed in ") == 0) return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(10)));
+  got = Get(job.id);
+  EXPECT_EQ(got.replicas().live_size(), 2);
+  EXPECT_EQ(got.replicas().healing_size(), 0);
 }
 
 }  // namespace

@@ -1,0 +1,160 @@
+#include "server/membership.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace trainyard {
+
+Membership::Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock)
+    : world_size_(world_size),
+      min_replicas_(std::max(1, min_replicas)),
+      clock_(clock),
+      states_(static_cast<size_t>(std::max(0, world_size)), State::kLaunched) {}
+
+int Membership::healing() const {
+  return static_cast<int>(
+      std::count_if(states_.begin(), states_.end(), [](State s) { return s == State::kLost || s == State::kHealing; }));
+}
+
+std::vector<int32_t> Membership::healing_ranks() const {
+  std::vector<int32_t> out;
+  for (int32_t r = 0; r < world_size_; ++r) {
+    if (states_[r] == State::kLost || states_[r] == State::kHealing) out.push_back(r);
+  }
+  return out;
+}
+
+std::string Membership::Describe(const MembershipView& v) const {
+  return absl::StrCat("membership ", v.epoch, ": ranks ", absl::StrJoin(v.ranks, ","), " (", v.reason, ")");
+}
+
+Membership::Decision Membership::Advance(std::vector<int32_t> ranks, const std::string& reason) {
+  MembershipView next;
+  next.epoch = view_.epoch + 1;
+  next.ranks = std::move(ranks);
+  next.reason = reason;
+  if (auto store = stores_.find(next.ranks.front()); store != stores_.end()) {
+    next.store_addr = store->second.first;
+    next.store_port = store->second.second;
+  }
+  view_ = next;
+  Decision d;
+  d.send = view_;
+  d.to = view_.ranks;
+  d.event = Describe(view_);
+  return d;
+}
+
+Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_addr, int32_t store_port) {
+  if (rank < 0 || rank >= world_size_) return {};
+  stores_[rank] = {store_addr, store_port};
+  State& s = states_[rank];
+  if (!formed()) {
+    s = State::kConnected;
+    if (std::any_of(states_.begin(), states_.end(), [](State x) { return x != State::kConnected; })) return {};
+    std::vector<int32_t> all(static_cast<size_t>(world_size_));
+    for (int32_t r = 0; r < world_size_; ++r) {
+      all[r] = r;
+      states_[r] = State::kMember;
+    }
+    return Advance(std::move(all), absl::StrCat("all ", world_size_, " ranks connected"));
+  }
+  switch (s) {
+    case State::kMember: {
+      // A reconnection: it may have missed the current membership.
+      Decision d;
+      d.send = view_;
+      d.to = {rank};
+      return d;
+    }
+    case State::kHealing: {
+      s = State::kMember;
+      std::vector<int32_t> ranks = view_.ranks;
+      ranks.push_back(rank);
+      return Advance(std::move(ranks), absl::StrCat("rank ", rank, " joined: its replacement connected"));
+    }
+    case State::kLost:  // the old process, about to end: it is not taken back
+    case State::kLaunched:
+    case State::kConnected: return {};
+  }
+  return {};
+}
+
+Membership::Decision Membership::OnLost(int32_t rank, const std::string& why) {
+  if (!formed() || rank < 0 || rank >= world_size_ || states_[rank] != State::kMember) return {};
+  states_[rank] = State::kLost;
+  lost_at_.emplace(rank, clock_->SteadyNow());  // a replacement lost again keeps the first loss
+  std::vector<int32_t> left = view_.ranks;
+  left.erase(std::remove(left.begin(), left.end(), rank), left.end());
+  const std::string reason = absl::StrCat("rank ", rank, " lost: ", why);
+  if (static_cast<int32_t>(left.size()) < min_replicas_) {
+    Decision d;
+    d.fail = true;
+    d.failure = absl::StrCat(reason, "; ", left.size(), " live replica", left.size() == 1 ? "" : "s",
+                             " left, fewer than fault_tolerance.min_replicas (", min_replicas_, ")");
+    return d;
+  }
+  return Advance(std::move(left), reason);
+}
+
+Membership::Decision Membership::OnExit(int32_t rank, const std::string& why) {
+  if (!formed() || rank < 0 || rank >= world_size_) return {};
+  const State before = states_[rank];
+  if (before == State::kLaunched || before == State::kConnected) return {};
+  // A replacement that ended before it committed a step (still healing, or
+  // a member with its heal pending) counts against the rank: a crash loop
+  // ends there.
+  const bool replacement_failed = before == State::kHealing || (before == State::kMember && lost_at_.count(rank));
+  Decision d;
+  if (before == State::kMember) {
+    d = OnLost(rank, why);
+    if (d.fail) return d;
+  }
+  if (replacement_failed && ++failed_replacements_[rank] >= kMaxFailedReplacements) {
+    d.send.reset();
+    d.to.clear();
+    d.event.clear();
+    d.fail = true;
+    d.failure = absl::StrCat("rank ", rank, ": ", kMaxFailedReplacements,
+                             " replacements in a row ended before they committed a step (the last: ", why, ")");
+    return d;
+  }
+  states_[rank] = State::kHealing;
+  d.relaunch = rank;
+  return d;
+}
+
+Membership::Decision Membership::OnReport(int32_t rank, const ReplicaReport& report) {
+  if (rank < 0 || rank >= world_size_ || states_[rank] != State::kMember) return {};
+  Decision d;
+  switch (report.kind) {
+    case ReplicaReport::Kind::kGroupBroken:
+      // The death it saw is reported by the launcher or the stream; a rank
+      // that missed a newer membership gets it again.
+      if (report.epoch < view_.epoch) {
+        d.send = view_;
+        d.to = {rank};
+      }
+      return d;
+    case ReplicaReport::Kind::kCommitted: {
+      if (report.epoch != view_.epoch) return d;
+      failed_replacements_.erase(rank);
+      auto lost = lost_at_.find(rank);
+      if (lost == lost_at_.end()) return d;
+      d.healed_rank = rank;
+      d.heal_seconds = std::chrono::duration<double>(clock_->SteadyNow() - lost->second).count();
+      lost_at_.erase(lost);
+      d.event = absl::StrFormat("rank %d healed in %.1f s (%s)", rank, d.heal_seconds,
+                                report.healed ? absl::StrFormat("%.1f MB from a peer", report.heal_bytes / 1e6)
+                                              : std::string("no state to take"));
+      return d;
+    }
+    case ReplicaReport::Kind::kLeft: return d;
+  }
+  return d;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,136 @@
+// Membership: the replicas of one attempt of a fault_tolerance.mode replica
+// job (docs/design/fault-tolerance.md), and the coordinator's decisions on
+// who trains together. Each launch rank is, at any time, one of:
+//   connected  before the first membership: it said hello, the others are awaited;
+//   member     in the current membership (live);
+//   lost       taken out of the membership (it died, its stream was lost,
+//              or it was evicted); its process is awaited before a
+//              replacement starts (healing);
+//   healing    a replacement was launched and has not joined yet.
+// The decisions:
+//   - epoch 1 = every launch rank, once all of them have said hello;
+//   - a member lost: epoch + 1 = the members left, sent to them, unless
+//     fewer than min_replicas are left: then the attempt fails (the
+//     whole-group restart of mode whole_group);
+//   - a lost rank's process gone: a replacement is launched (same rank),
+//     unless its replacements failed kMaxFailedReplacements times in a row
+//     before one committed a step (then the attempt fails);
+//   - a replacement's hello: epoch + 1 = the members and it, sent to all;
+//   - a member saying hello again (a reconnection) or reporting a broken
+//     group of an older epoch: the current membership, to it alone.
+// A rank of an older membership never becomes a member again but through a
+// hello after it was replaced. Heal time: from a rank's loss to its
+// replacement's first committed step (ReplicaReport kCommitted).
+//
+// Pure logic on the time of the TimeSource it is given. Not thread-safe:
+// the JobManager calls it under its mutex.
+#ifndef TRAINYARD_SERVER_MEMBERSHIP_H_
+#define TRAINYARD_SERVER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace trainyard {
+
+// Who trains together (the proto's Membership).
+struct MembershipView {
+  int64_t epoch = 0;
+  std::vector<int32_t> ranks;  // launch ranks in group order (a member's group rank is its index)
+  std::string store_addr;      // the first member's store
+  int32_t store_port = 0;
+  std::string reason;
+  bool operator==(const MembershipView&) const = default;
+};
+
+// What a replica reports about its membership (the proto's ReplicaReport).
+struct ReplicaReport {
+  enum class Kind { kGroupBroken, kCommitted, kLeft };
+  Kind kind = Kind::kGroupBroken;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  std::string detail;
+  double seconds = 0;
+  bool healed = false;
+  int64_t heal_bytes = 0;
+};
+
+class Membership {
+ public:
+  // Replacements of one rank that may fail in a row (ended before they
+  // committed a step) before the attempt fails.
+  static constexpr int kMaxFailedReplacements = 3;
+
+  // What the caller does after a change.
+  struct Decision {
+    // Send `send` to each rank of `to` (a new membership, or the current one again).
+    std::optional<MembershipView> send;
+    std::vector<int32_t> to;
+    // The attempt fails (whole-group restart) with this reason.
+    bool fail = false;
+    std::string failure;
+    // Launch a replacement for this rank now (-1: none).
+    int32_t relaunch = -1;
+    // The rank that healed and how long it took (kCommitted of a replacement).
+    int32_t healed_rank = -1;
+    double heal_seconds = 0;
+    // For the job's events (may be empty).
+    std::string event;
+  };
+
+  enum class State { kLaunched, kConnected, kMember, kLost, kHealing };
+
+  // An attempt of `world_size` launch ranks; below `min_replicas` live
+  // replicas the attempt fails. `clock` must outlive it.
+  Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock);
+
+  // `rank` said hello; its store listens at store_addr:store_port.
+  Decision OnHello(int32_t rank, const std::string& store_addr, int32_t store_port);
+  // `rank` is out of the membership (`why`: "killed by signal 9", "evicted:
+  // ..."); its process may still run: the replacement waits for OnExit.
+  // Nothing for a rank that is not a member (or before epoch 1).
+  Decision OnLost(int32_t rank, const std::string& why);
+  // `rank`'s process ended without finishing the job: lost (if it was not
+  // yet) and replaced.
+  Decision OnExit(int32_t rank, const std::string& why);
+  // A member's report.
+  Decision OnReport(int32_t rank, const ReplicaReport& report);
+
+  // Whether the first membership was sent (the group formed): from then
+  // on a lost member is replaced instead of failing the attempt.
+  bool formed() const { return view_.epoch > 0; }
+  int64_t epoch() const { return view_.epoch; }
+  const MembershipView& view() const { return view_; }
+  State state(int32_t rank) const { return states_.at(rank); }
+  // The first member (group rank 0): whose progress and checkpoints the
+  // coordinator follows; 0 before epoch 1.
+  int32_t lead() const { return view_.ranks.empty() ? 0 : view_.ranks.front(); }
+  int live() const { return static_cast<int>(view_.ranks.size()); }
+  // Ranks lost or being replaced (not yet members again).
+  int healing() const;
+  std::vector<int32_t> healing_ranks() const;
+  int32_t world_size() const { return world_size_; }
+  int32_t min_replicas() const { return min_replicas_; }
+
+ private:
+  // The next epoch with `ranks` for `reason`, sent to `ranks`.
+  Decision Advance(std::vector<int32_t> ranks, const std::string& reason);
+  std::string Describe(const MembershipView& v) const;
+
+  const int32_t world_size_;
+  const int32_t min_replicas_;
+  const TimeSource* const clock_;
+  MembershipView view_;
+  std::vector<State> states_;
+  std::map<int32_t, std::pair<std::string, int32_t>> stores_;  // from the ranks' hellos
+  std::map<int32_t, TimeSource::Steady> lost_at_;              // lost ranks not healed yet
+  std::map<int32_t, int> failed_replacements_;                 // in a row, by rank
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_MEMBERSHIP_H_

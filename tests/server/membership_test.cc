@@ -1,0 +1,174 @@
+// Membership: the replicas of a fault_tolerance.mode replica attempt and the
+// coordinator's decisions on who trains together, on a fake clock.
+#include "server/membership.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace trainyard {
+namespace {
+
+using State = Membership::State;
+using Ranks = std::vector<int32_t>;
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  // Every rank of `m` says hello (rank r's store at 10.0.0.<r>:<29500 + r>);
+  // returns the last decision.
+  Membership::Decision HelloAll(Membership& m) {
+    Membership::Decision d;
+    for (int32_t r = 0; r < m.world_size(); ++r) d = m.OnHello(r, "10.0.0." + std::to_string(r), 29500 + r);
+    return d;
+  }
+  FakeClock clock_;
+};
+
+TEST_F(MembershipTest, TheFirstMembershipIsEveryRankOnceAllHaveConnected) {
+  Membership m(3, 1, &clock_);
+  EXPECT_FALSE(m.OnHello(0, "10.0.0.0", 29500).send);
+  EXPECT_FALSE(m.OnHello(2, "10.0.0.2", 29502).send);
+  EXPECT_FALSE(m.formed());
+  EXPECT_EQ(m.state(1), State::kLaunched);
+  Membership::Decision d = m.OnHello(1, "10.0.0.1", 29501);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 1);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2}));
+  EXPECT_EQ(d.to, (Ranks{0, 1, 2}));
+  EXPECT_EQ(d.send->store_addr, "10.0.0.0");  // the first member's own store
+  EXPECT_EQ(d.send->store_port, 29500);
+  EXPECT_EQ(d.event, "membership 1: ranks 0,1,2 (all 3 ranks connected)");
+  EXPECT_EQ(m.live(), 3);
+  EXPECT_EQ(m.healing(), 0);
+  EXPECT_EQ(m.lead(), 0);
+}
+
+TEST_F(MembershipTest, ALostMemberLeavesTheOthersTrainingAndIsReplacedOnceItsProcessEnded) {
+  Membership m(3, 1, &clock_);
+  HelloAll(m);
+  Membership::Decision d = m.OnExit(1, "killed by signal 9");
+  ASSERT_TRUE(d.send);
+  EXPECT_FALSE(d.fail);
+  EXPECT_EQ(d.send->epoch, 2);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 2}));
+  EXPECT_EQ(d.to, (Ranks{0, 2}));  // the lost rank is told nothing
+  EXPECT_EQ(d.event, "membership 2: ranks 0,2 (rank 1 lost: killed by signal 9)");
+  EXPECT_EQ(d.relaunch, 1);
+  EXPECT_EQ(m.state(1), State::kHealing);
+  EXPECT_EQ(m.live(), 2);
+  EXPECT_EQ(m.healing(), 1);
+
+  // The replacement connects: it joins at the end of the group.
+  clock_.Advance(std::chrono::milliseconds(700));
+  d = m.OnHello(1, "10.0.0.1", 29600);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 3);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 2, 1}));
+  EXPECT_EQ(d.to, (Ranks{0, 2, 1}));
+  EXPECT_EQ(d.event, "membership 3: ranks 0,2,1 (rank 1 joined: its replacement connected)");
+  EXPECT_EQ(m.healing(), 0);
+
+  // Its first commit in epoch 3 ends the heal: loss to commit.
+  clock_.Advance(std::chrono::milliseconds(500));
+  ReplicaReport committed{ReplicaReport::Kind::kCommitted, 3, 41, "", 0.4, true, 4100000};
+  EXPECT_EQ(m.OnReport(0, committed).healed_rank, -1);  // a survivor has nothing to heal
+  d = m.OnReport(1, committed);
+  EXPECT_EQ(d.healed_rank, 1);
+  EXPECT_DOUBLE_EQ(d.heal_seconds, 1.2);
+  EXPECT_EQ(d.event, "rank 1 healed in 1.2 s (4.1 MB from a peer)");
+  EXPECT_EQ(m.OnReport(1, committed).healed_rank, -1);  // once
+}
+
+TEST_F(MembershipTest, TheLeadIsTheFirstLiveMember) {
+  Membership m(3, 1, &clock_);
+  HelloAll(m);
+  Membership::Decision d = m.OnExit(0, "exited with code 1");
+  EXPECT_EQ(m.lead(), 1);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->store_addr, "10.0.0.1");  // the groups meet at rank 1's store now
+  EXPECT_EQ(d.send->store_port, 29501);
+}
+
+TEST_F(MembershipTest, BelowMinReplicasTheAttemptFails) {
+  Membership m(3, 2, &clock_);
+  HelloAll(m);
+  EXPECT_FALSE(m.OnExit(2, "killed by signal 9").fail);
+  Membership::Decision d = m.OnExit(0, "killed by signal 9");
+  EXPECT_TRUE(d.fail);
+  EXPECT_FALSE(d.send);
+  EXPECT_EQ(d.relaunch, -1);
+  EXPECT_EQ(d.failure,
+            "rank 0 lost: killed by signal 9; 1 live replica left, fewer than fault_tolerance.min_replicas (2)");
+}
+
+TEST_F(MembershipTest, AnEvictedRankIsReplacedOnlyOnceItsProcessEnded) {
+  Membership m(2, 1, &clock_);
+  HelloAll(m);
+  Membership::Decision d = m.OnLost(1, "evicted: no step progress");
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0}));
+  EXPECT_EQ(d.relaunch, -1);
+  EXPECT_EQ(m.state(1), State::kLost);
+  // The old process reconnecting is not taken back.
+  EXPECT_FALSE(m.OnHello(1, "10.0.0.1", 29501).send);
+  EXPECT_FALSE(m.OnLost(1, "stream lost").send);  // lost once
+  d = m.OnExit(1, "killed by signal 9");
+  EXPECT_FALSE(d.send);  // the membership changed already
+  EXPECT_EQ(d.relaunch, 1);
+  EXPECT_EQ(m.epoch(), 2);
+}
+
+TEST_F(MembershipTest, ReplacementsThatKeepFailingFailTheAttempt) {
+  Membership m(2, 1, &clock_);
+  HelloAll(m);
+  EXPECT_EQ(m.OnExit(1, "killed by signal 9").relaunch, 1);
+  EXPECT_EQ(m.OnExit(1, "exited with code 1").relaunch, 1);  // before its hello: 1 failed
+  m.OnHello(1, "10.0.0.1", 29501);
+  EXPECT_EQ(m.OnExit(1, "exited with code 1").relaunch, 1);  // joined, never committed: 2 failed
+  Membership::Decision d = m.OnExit(1, "exited with code 1");
+  EXPECT_TRUE(d.fail);
+  EXPECT_EQ(d.failure,
+            "rank 1: 3 replacements in a row ended before they committed a step (the last: exited with code 1)");
+}
+
+TEST_F(MembershipTest, ACommitResetsTheCountOfFailedReplacements) {
+  Membership m(2, 1, &clock_);
+  HelloAll(m);
+  for (int round = 0; round < 5; ++round) {
+    EXPECT_EQ(m.OnExit(1, "killed by signal 9").relaunch, 1);
+    EXPECT_EQ(m.OnExit(1, "exited with code 1").relaunch, 1);
+    m.OnHello(1, "10.0.0.1", 29501);
+    EXPECT_EQ(m.OnReport(1, {ReplicaReport::Kind::kCommitted, m.epoch(), 10}).healed_rank, 1);
+  }
+}
+
+TEST_F(MembershipTest, BeforeTheGroupFormedNothingIsDecided) {
+  Membership m(2, 1, &clock_);
+  m.OnHello(0, "10.0.0.0", 29500);
+  Membership::Decision d = m.OnExit(1, "exited with code 1");
+  EXPECT_FALSE(d.send);
+  EXPECT_FALSE(d.fail);  // the attempt's own rules decide (a whole-group failure)
+  EXPECT_EQ(d.relaunch, -1);
+  EXPECT_FALSE(m.OnLost(0, "stream lost").send);
+}
+
+TEST_F(MembershipTest, AMemberThatMissedAMembershipGetsItAgain) {
+  Membership m(3, 1, &clock_);
+  HelloAll(m);
+  m.OnExit(2, "killed by signal 9");
+  Membership::Decision d = m.OnReport(0, {ReplicaReport::Kind::kGroupBroken, 1, 5, "connection closed"});
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 2);
+  EXPECT_EQ(d.to, (Ranks{0}));
+  // A report of the current epoch waits for the death that broke it.
+  EXPECT_FALSE(m.OnReport(0, {ReplicaReport::Kind::kGroupBroken, 2, 5, "connection closed"}).send);
+  // A member's reconnection gets the current membership, unchanged.
+  d = m.OnHello(1, "10.0.0.1", 29501);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 2);
+  EXPECT_EQ(d.to, (Ranks{1}));
+  EXPECT_EQ(m.epoch(), 2);
+}
+
+}  // namespace
+}  // namespace trainyard
