@@ -122,6 +122,14 @@ void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::millisecond
                                          " s) after its preemption: stopping its ranks"));
       StopGroup(*job);
     }
+    // Replica members whose stream stayed lost: out, and ended.
+    if (Membership* m = a->membership(); m != nullptr && job->record.state == JobState::kRunning && !a->stopping() &&
+                                         !a->stop_requested() && !shut_down_) {
+      for (int32_t rank : m->StreamsLost()) {
+        if (!Evict(*job, rank, "lost its stream without a result")) break;
+      }
+      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
+    }
     const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
     if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
     if (!hang.hung) continue;

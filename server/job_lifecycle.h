@@ -61,9 +61,10 @@ class JobLifecycle {
   // One look at every job (call periodically): updates the estimates,
   // starts what may start now (back-offs over), ends attempts whose
   // workers did not reattach in time or whose joined ranks are gone, stops
-  // groups preempted past their grace, and fails hung groups (the hang
+  // groups preempted past their grace, takes replica members whose stream
+  // stayed lost out (and ends them), and fails hung groups (the hang
   // watchdog, asking their ranks through `requests` for at most
-  // `diagnose_wait`).
+  // `diagnose_wait`; a replica job's members it blames are evicted instead).
   void Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait);
   // Starts the waiting jobs the scheduler lets start now and preempts the
   // running jobs it picks for them.

@@ -48,9 +48,25 @@ Membership::Decision Membership::Advance(std::vector<int32_t> ranks, const std::
   return d;
 }
 
+void Membership::OnStreamLost(int32_t rank) {
+  if (formed() && rank >= 0 && rank < world_size_ && states_[rank] == State::kMember) {
+    stream_lost_at_.emplace(rank, clock_->SteadyNow());
+  }
+}
+
+std::vector<int32_t> Membership::StreamsLost() const {
+  std::vector<int32_t> out;
+  const auto now = clock_->SteadyNow();
+  for (const auto& [rank, since] : stream_lost_at_) {
+    if (now - since > kStreamLossGrace) out.push_back(rank);
+  }
+  return out;
+}
+
 Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_addr, int32_t store_port) {
   if (rank < 0 || rank >= world_size_) return {};
   stores_[rank] = {store_addr, store_port};
+  stream_lost_at_.erase(rank);
   State& s = states_[rank];
   if (!formed()) {
     s = State::kConnected;
@@ -86,6 +102,7 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
 Membership::Decision Membership::OnLost(int32_t rank, const std::string& why) {
   if (!formed() || rank < 0 || rank >= world_size_ || states_[rank] != State::kMember) return {};
   states_[rank] = State::kLost;
+  stream_lost_at_.erase(rank);
   lost_at_.emplace(rank, clock_->SteadyNow());  // a replacement lost again keeps the first loss
   std::vector<int32_t> left = view_.ranks;
   left.erase(std::remove(left.begin(), left.end(), rank), left.end());

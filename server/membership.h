@@ -9,7 +9,8 @@
 //   healing    a replacement was launched and has not joined yet.
 // The decisions:
 //   - epoch 1 = every launch rank, once all of them have said hello;
-//   - a member lost: epoch + 1 = the members left, sent to them, unless
+//   - a member lost (its process ended, its stream stayed lost for
+//     kStreamLossGrace, or it was evicted): epoch + 1 = the members left, sent to them, unless
 //     fewer than min_replicas are left: then the attempt fails (the
 //     whole-group restart of mode whole_group);
 //   - a lost rank's process gone: a replacement is launched (same rank),
@@ -27,6 +28,7 @@
 #ifndef TRAINYARD_SERVER_MEMBERSHIP_H_
 #define TRAINYARD_SERVER_MEMBERSHIP_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -99,6 +101,14 @@ class Membership {
   Decision OnExit(int32_t rank, const std::string& why);
   // A member's report.
   Decision OnReport(int32_t rank, const ReplicaReport& report);
+  // A member's stream ended without a result. Its process's end, seen
+  // within moments when it died, names the loss better; a member whose
+  // stream stays lost for kStreamLossGrace (StreamsLost) is taken out, and
+  // one that says hello again in the meantime stays.
+  void OnStreamLost(int32_t rank);
+  static constexpr std::chrono::seconds kStreamLossGrace{1};
+  // Members whose stream has been lost for longer than kStreamLossGrace.
+  std::vector<int32_t> StreamsLost() const;
 
   // Whether the first membership was sent (the group formed): from then
   // on a lost member is replaced instead of failing the attempt.
@@ -127,6 +137,7 @@ class Membership {
   MembershipView view_;
   std::vector<State> states_;
   std::map<int32_t, std::pair<std::string, int32_t>> stores_;  // from the ranks' hellos
+  std::map<int32_t, TimeSource::Steady> stream_lost_at_;       // members without a stream
   std::map<int32_t, TimeSource::Steady> lost_at_;              // lost ranks not healed yet
   std::map<int32_t, int> failed_replacements_;                 // in a row, by rank
 };

@@ -145,14 +145,10 @@ void WorkerSessions::Detach(const std::string& job_id, int32_t attempt, int32_t 
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
   if (job == nullptr) return;
   Attempt& a = *job->attempt;
-  // A member's stream lost without a result: out of the membership, and
-  // its process ends (the end launches its replacement).
-  const bool current = a.channel(rank) == channel.get();
-  if (Membership* m = ReplicasOf(*job);
-      m != nullptr && current && !a.reported(rank) && m->state(rank) == Membership::State::kMember) {
-    lifecycle_->Apply(*job, a.Detach(job_id, rank, channel, clock_->SteadyNow()));
-    lifecycle_->Evict(*job, rank, "lost its stream without a result");
-    return;
+  // A member's stream lost without a result: its process's end follows if
+  // it died; else JobLifecycle::Supervise evicts it after a grace.
+  if (Membership* m = ReplicasOf(*job); m != nullptr && a.channel(rank) == channel.get() && !a.reported(rank)) {
+    m->OnStreamLost(rank);
   }
   lifecycle_->Apply(*job, a.Detach(job_id, rank, channel, clock_->SteadyNow()));
 }

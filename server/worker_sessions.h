@@ -52,8 +52,9 @@ class WorkerSessions {
   void Detach(const std::string& job_id, int32_t attempt, int32_t rank, const std::shared_ptr<WorkerChannel>& channel);
   // A rank's process ended. fault_tolerance.mode replica: a member that
   // ended before the job did is replaced while enough replicas are left
-  // (JobLifecycle::ApplyReplicas); a lost stream takes the rank out of the
-  // membership and ends its process.
+  // (JobLifecycle::ApplyReplicas); a stream lost for longer than
+  // Membership::kStreamLossGrace takes the rank out of the membership and
+  // ends its process (JobLifecycle::Supervise).
   void Exit(const RankExit& exit);
 
  private:

@@ -118,6 +118,20 @@ TEST_F(MembershipTest, AnEvictedRankIsReplacedOnlyOnceItsProcessEnded) {
   EXPECT_EQ(m.epoch(), 2);
 }
 
+TEST_F(MembershipTest, AStreamLostLongerThanTheGraceIsNamed) {
+  Membership m(3, 1, &clock_);
+  HelloAll(m);
+  m.OnStreamLost(1);
+  m.OnStreamLost(2);
+  clock_.Advance(std::chrono::milliseconds(900));
+  EXPECT_TRUE(m.StreamsLost().empty());
+  m.OnHello(2, "10.0.0.2", 29502);  // back in time
+  clock_.Advance(std::chrono::milliseconds(200));
+  EXPECT_EQ(m.StreamsLost(), (Ranks{1}));
+  m.OnLost(1, "lost its stream without a result");
+  EXPECT_TRUE(m.StreamsLost().empty());
+}
+
 TEST_F(MembershipTest, ReplacementsThatKeepFailingFailTheAttempt) {
   Membership m(2, 1, &clock_);
   HelloAll(m);

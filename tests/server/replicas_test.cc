@@ -229,23 +229,63 @@ TEST_F(ReplicasTest, TheFirstLiveMemberStandsForTheGroup) {
   EXPECT_EQ(p_.jobs.Checkpoints(id)->size(), 1u);
 }
 
-TEST_F(ReplicasTest, AMemberWhoseStreamIsLostIsTakenOutAndEnded) {
+TEST_F(ReplicasTest, AMemberWhoseStreamStaysLostIsTakenOutAndEnded) {
   ActiveJob& job = p_.Submit(kReplicaSpec);
   const std::string id = job.record.id;
   auto c = AttachAll(job);
   for (auto& [r, ch] : c) Memberships(*ch);
   p_.workers.Detach(id, 1, 2, c[2]);
+  // Its process's end would come within moments if it had died.
+  p_.clock.Advance(std::chrono::milliseconds(500));
+  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  EXPECT_TRUE(p_.local.killed().empty());
+  EXPECT_TRUE(Memberships(*c[0]).empty());
+  p_.clock.Advance(std::chrono::milliseconds(600));
+  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_EQ(p_.local.killed(), (std::vector<std::string>{id + "#1/2"}));
   EXPECT_EQ(Memberships(*c[0]).at(0).ranks, (Ranks{0, 1}));
+  EXPECT_TRUE(HasEvent(id, "membership 2: ranks 0,1 (rank 2 lost: lost its stream without a result)"));
   EXPECT_TRUE(p_.local.relaunched().empty());  // not before its process ended
   p_.workers.Exit(RankExit::Killed(id, 1, 2, 9));
   ASSERT_EQ(p_.local.relaunched().size(), 1u);
   EXPECT_EQ(p_.local.relaunched()[0].second, 2);
   EXPECT_FALSE(job.attempt->failed());
+  EXPECT_EQ(job.attempt->membership()->epoch(), 2);
   // A rank that ends after its result is no loss.
   p_.workers.Result(id, 1, 0, WorkerOutcome::kSucceeded, "");
   p_.workers.Detach(id, 1, 0, c[0]);
+  p_.clock.Advance(std::chrono::seconds(2));
+  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_EQ(p_.local.killed().size(), 1u);
+}
+
+TEST_F(ReplicasTest, AStreamLostWithItsProcessIsNamedByTheProcesssEnd) {
+  ActiveJob& job = p_.Submit(kReplicaSpec);
+  const std::string id = job.record.id;
+  auto c = AttachAll(job);
+  p_.workers.Detach(id, 1, 1, c[1]);  // the stream breaks as the process dies
+  p_.workers.Exit(RankExit::Killed(id, 1, 1, 9));
+  EXPECT_TRUE(HasEvent(id, "membership 2: ranks 0,2 (rank 1 lost: killed by signal 9 (Killed))"));
+  p_.clock.Advance(std::chrono::seconds(2));
+  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  EXPECT_TRUE(p_.local.killed().empty());
+  EXPECT_EQ(job.attempt->membership()->epoch(), 2);
+}
+
+TEST_F(ReplicasTest, AMemberThatReconnectsInTimeStays) {
+  ActiveJob& job = p_.Submit(kReplicaSpec);
+  const std::string id = job.record.id;
+  auto c = AttachAll(job);
+  for (auto& [r, ch] : c) Memberships(*ch);
+  p_.workers.Detach(id, 1, 1, c[1]);
+  c[1] = Attach(job, 1);  // a blip
+  std::vector<MembershipView> got = Memberships(*c[1]);
+  ASSERT_EQ(got.size(), 1u);  // the current membership again
+  EXPECT_EQ(got[0].epoch, 1);
+  p_.clock.Advance(std::chrono::seconds(2));
+  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  EXPECT_TRUE(p_.local.killed().empty());
+  EXPECT_EQ(job.attempt->membership()->epoch(), 1);
 }
 
 TEST_F(ReplicasTest, AHungReplicaIsEvictedAndReplaced) {
