@@ -58,6 +58,20 @@ void Checkpointer::Rebind(int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> p
   background_ = std::make_unique<AsyncCheckpointer>(rank);
 }
 
+void Checkpointer::AdoptNumbering(int32_t src) {
+  if (!pg_) return;
+  int64_t tag = 0;
+  if (!staging_tag_.empty()) tag = std::stoll(staging_tag_);
+  at::Tensor h = at::tensor(std::vector<int64_t>{next_index_, tag, next_snapshot_}, at::kLong);
+  std::vector<at::Tensor> v = {h};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = src;
+  pg_->broadcast(v, opts)->wait();
+  next_index_ = h[0].item<int64_t>();
+  staging_tag_ = std::to_string(h[1].item<int64_t>());
+  next_snapshot_ = h[2].item<int64_t>();
+}
+
 TrainingState Checkpointer::State() const {
   TrainingState st = state_();
   st.extra = extra_;

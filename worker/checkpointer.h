@@ -102,6 +102,10 @@ class Checkpointer {
   // A background save in flight is abandoned (it never commits: its group
   // is gone). No collective.
   void Rebind(int32_t rank, c10::intrusive_ptr<c10d::ProcessGroup> pg);
+  // Replica mode, after Rebind: every member takes group rank `src`'s
+  // numbering of the next checkpoint and snapshot and its staging tag (a
+  // replacement has none of its own). Collective.
+  void AdoptNumbering(int32_t src);
   // The rank's training state with the registered state, as saves see it.
   TrainingState Current() const { return State(); }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/log.h"
+#include "worker/abortable_store.h"
 #include "worker/process_group.h"
 
 namespace trainyard {
@@ -25,7 +26,8 @@ ReplicaStore::~ReplicaStore() = default;
 int ReplicaStore::port() const { return port_; }
 
 ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
-                           std::chrono::milliseconds timeout, FlightRecorder* recorder)
+                           std::chrono::milliseconds timeout, FlightRecorder* recorder,
+                           std::function<bool()> superseded)
     : membership_(m), rank_(m.IndexOf(launch_rank)) {
   if (rank_ < 0) throw std::invalid_argument("rank " + std::to_string(launch_rank) + " is not in " + m.Describe());
   c10d::TCPStoreOptions opts;
@@ -34,7 +36,13 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
   opts.waitWorkers = false;
   opts.timeout = timeout;
   auto client = c10::make_intrusive<c10d::TCPStore>(m.store_addr, opts);
-  store_ = c10::make_intrusive<c10d::PrefixStore>(m.StorePrefix(), client);
+  c10::intrusive_ptr<c10d::Store> base = client;
+  if (superseded) {
+    base = c10::make_intrusive<AbortableStore>(
+        client, std::move(superseded),
+        "membership epoch " + std::to_string(m.epoch) + " was superseded while its groups formed");
+  }
+  store_ = c10::make_intrusive<c10d::PrefixStore>(m.StorePrefix(), base);
   world_ = MakeProcessGroup(Backend::kGloo, store_, rank_, size(), bind_addr, timeout, recorder, "world");
   control_ = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store_), rank_, size(),
                               bind_addr, timeout, recorder, "control");

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "worker/checkpoint.h"
@@ -45,9 +46,14 @@ class ReplicaGroup {
  public:
   // Joins `m`'s groups as launch rank `launch_rank` (which must be a
   // member). Collective over the members; `timeout` bounds forming them
-  // and every later collective on them. Gloo binds to `bind_addr`.
+  // and every later collective on them. Gloo binds to `bind_addr`. While
+  // the groups form, `superseded` (when given) is asked every few
+  // milliseconds whether a newer membership was offered: then forming
+  // stops with GroupSuperseded (worker/abortable_store.h) — a member that
+  // died before it joined would otherwise hold the others until `timeout`.
   ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
-               std::chrono::milliseconds timeout, FlightRecorder* recorder = nullptr);
+               std::chrono::milliseconds timeout, FlightRecorder* recorder = nullptr,
+               std::function<bool()> superseded = nullptr);
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "common/log.h"
+#include "worker/abortable_store.h"
 
 namespace trainyard {
 namespace {
@@ -60,23 +61,37 @@ void ReplicaMembership::Report(const ReplicaEvent& event) {
 
 void ReplicaMembership::Drop() { group_.reset(); }
 
-const ReplicaGroup* ReplicaMembership::Join(const Membership& m, int64_t step) {
+const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t step) {
   group_.reset();
-  epoch_ = m.epoch;
-  mailbox_->Forget(m.epoch);
-  committed_in_epoch_ = false;
-  heal_ = HealResult{};
   taken_at_ = ReplicaClock::now();
-  if (m.IndexOf(options_.launch_rank) < 0) {
-    log::Info("rank {}: membership {} leaves this rank out; it leaves at step {}", options_.launch_rank, m.Describe(),
-              step);
-    Report({ReplicaEvent::Kind::kLeft, m.epoch, step});
-    return nullptr;
+  Membership m = offered;
+  for (;;) {
+    epoch_ = m.epoch;
+    mailbox_->Forget(m.epoch);
+    committed_in_epoch_ = false;
+    heal_ = HealResult{};
+    if (m.IndexOf(options_.launch_rank) < 0) {
+      log::Info("rank {}: membership {} leaves this rank out; it leaves at step {}", options_.launch_rank, m.Describe(),
+                step);
+      Report({ReplicaEvent::Kind::kLeft, m.epoch, step});
+      return nullptr;
+    }
+    log::Info("rank {}: taking membership {}", options_.launch_rank, m.Describe());
+    const int64_t epoch = m.epoch;
+    MembershipMailbox* mailbox = mailbox_;
+    try {
+      group_ = std::make_unique<ReplicaGroup>(m, options_.launch_rank, options_.bind_addr, options_.group_timeout,
+                                              recorder_, [mailbox, epoch] { return mailbox->latest_epoch() > epoch; });
+      return group_.get();
+    } catch (const GroupSuperseded& e) {
+      // A member of this epoch is gone before its groups formed: the newer
+      // membership the coordinator offered since is the one to form.
+      log::Warn("rank {}: {}", options_.launch_rank, e.what());
+      std::optional<Membership> next = mailbox_->WaitNewer(epoch, ReplicaClock::now() + options_.membership_timeout);
+      if (!next) throw std::runtime_error(std::string(e.what()) + ", and no newer membership came");
+      m = std::move(*next);
+    }
   }
-  log::Info("rank {}: taking membership {}", options_.launch_rank, m.Describe());
-  group_ =
-      std::make_unique<ReplicaGroup>(m, options_.launch_rank, options_.bind_addr, options_.group_timeout, recorder_);
-  return group_.get();
 }
 
 const ReplicaGroup& ReplicaMembership::JoinFirst() {

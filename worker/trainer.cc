@@ -199,6 +199,7 @@ void Trainer::Impl::Heal() {
   SetPhase(flight, "heal", step);
   const HealResult r = trainyard::Heal(checkpoints->Current(), pg, fresh_replacement ? -1 : step, data.train->cursor());
   fresh_replacement = false;
+  checkpoints->AdoptNumbering(r.source);
   step = r.step;
   data.train->SetCursor(r.cursor);
   replica->Healed(r);

@@ -29,7 +29,7 @@ from e2e_test import Server, read, wait_for, worker_pids, write_spec  # noqa: E4
 
 JOB = """
 name: %(name)s
-model: {kind: mlp, hidden: [128, 128]}
+model: {kind: mlp, hidden: [256, 256]}
 data: {kind: synthetic, batch_size: 16, num_samples: 6144}
 optimizer: {kind: adamw, lr: 0.001}
 max_steps: %(steps)d
@@ -104,16 +104,22 @@ class Replicas(unittest.TestCase):
         killed = []
         for k in range(kills):
             # Every replica is a member again (the last kill healed) and the
-            # job has trained a few steps since.
+            # job has trained 5 to 40 steps since.
+            gap = rng.randint(5, 40)
+
             def ready():
                 jb = s.job(job_id)
                 if jb["state"] in ("SUCCEEDED", "FAILED"):
                     return jb
                 reps = jb.get("replicas") or {}
-                if jb["state"] != "RUNNING" or len(worker_pids(job_id)) != 3 or reps.get("live") != 3:
+                if jb["state"] != "RUNNING" or len(worker_pids(job_id)) != 3 or len(reps.get("live", [])) != 3 \
+                        or reps.get("healing"):
                     return None
-                return jb if jb["step"] >= (killed[-1][1] if killed else 0) + 5 else None
-            jb = wait_for(ready, 120, f"{job_id}: three live replicas before kill {k + 1}")
+                return jb if jb["step"] >= (killed[-1][1] if killed else 0) + gap else None
+            try:
+                jb = wait_for(ready, 120, f"{job_id}: three live replicas before kill {k + 1}")
+            except AssertionError as e:
+                self.fail(f"{e}\n{self.describe(job_id)}")
             if jb["state"] != "RUNNING":
                 break
             pid = rng.choice(worker_pids(job_id))
@@ -123,10 +129,20 @@ class Replicas(unittest.TestCase):
         self.assertEqual(w.returncode, 0, w.stdout[-2000:] + w.stderr + s.ctl("logs", job_id).stdout[-3000:])
         return job_id, killed
 
+    def describe(self, job_id):
+        """The job's last events and the end of each rank log, for a failure's message."""
+        jb = self.server.job(job_id)
+        lines = [f"{e['reason']}" for e in jb["events"][-12:]]
+        for path, text in sorted(job_logs(self.tmp.name, job_id).items()):
+            tail = [ln for ln in text.splitlines() if "replica rank" not in ln][-12:]
+            lines.append(f"--- {os.path.basename(path)}")
+            lines.extend(tail)
+        return "\n".join(lines)
+
     def test_1_twenty_kills_lose_nothing(self):
         s = self.server
         rng = random.Random(35)
-        steps = 600
+        steps = 4000
         base_id, _ = self.run_job("replica-base", steps)
         base = s.job(base_id)
         base_logs = job_logs(self.tmp.name, base_id)
@@ -171,7 +187,7 @@ class Replicas(unittest.TestCase):
 
     def test_2_below_min_replicas_the_group_restarts(self):
         s = self.server
-        job_id, killed = self.run_job("replica-min", 300, min_replicas=3, restarts=2, kills=1, rng=random.Random(2))
+        job_id, killed = self.run_job("replica-min", 2000, min_replicas=3, restarts=2, kills=1, rng=random.Random(2))
         self.assertEqual(len(killed), 1)
         job = s.job(job_id)
         self.assertEqual(job["state"], "SUCCEEDED")

@@ -1,0 +1,57 @@
+// AbortableStore: a c10d Store whose blocking reads (get, wait) give up as
+// soon as `abandoned()` says so, instead of waiting out the store's timeout.
+// A replica job forms an epoch's groups through it: when a member dies
+// before it has published its address, the others would otherwise wait for
+// that key until the timeout; they give up once the coordinator has offered
+// a newer membership (GroupSuperseded). Blocking reads poll the inner store
+// (check) every 2 ms. Safe to use from one thread at a time, like the store
+// it wraps.
+#ifndef TRAINYARD_WORKER_ABORTABLE_STORE_H_
+#define TRAINYARD_WORKER_ABORTABLE_STORE_H_
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainyard {
+
+// What a blocking read of an AbortableStore throws once it was abandoned.
+class GroupSuperseded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class AbortableStore : public c10d::Store {
+ public:
+  // `abandoned` is called between polls; `what` names the reason in the
+  // GroupSuperseded it throws ("membership epoch 3 was superseded").
+  AbortableStore(c10::intrusive_ptr<c10d::Store> inner, std::function<bool()> abandoned, std::string what);
+
+  c10::intrusive_ptr<c10d::Store> clone() override;
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
+  std::vector<uint8_t> get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t value) override;
+  bool deleteKey(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t getNumKeys() override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+
+ private:
+  // Returns once every key exists; throws GroupSuperseded when abandoned,
+  // std::runtime_error ("timed out") after `timeout`.
+  void Poll(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
+  c10::intrusive_ptr<c10d::Store> inner_;
+  std::function<bool()> abandoned_;
+  std::string what_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_ABORTABLE_STORE_H_
