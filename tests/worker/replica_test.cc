@@ -202,8 +202,7 @@ JobSpec ReplicaSpec() {
 }
 
 ReplicaOptions Options(int32_t rank, ReplicaReporter* reporter) {
-  ReplicaOptions o;
-  o.launch_rank = rank;
+  ReplicaOptions o = ReplicaOptionsFromEnvironment(rank);  // TRAINYARD_REPLICA_HASH=1 logs every commit
   o.group_timeout = 30s;
   o.membership_timeout = 60s;
   o.reporter = reporter;
