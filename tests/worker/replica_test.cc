@@ -185,21 +185,24 @@ struct RankReporter : ReplicaReporter {
 };
 
 constexpr int kReplicas = 3;
-constexpr int64_t kBatch = 8;
+// Every fault-free step trains the whole dataset (3 x 32 = 96 samples):
+// smooth training, so the final losses can be compared.
+constexpr int64_t kBatch = 32;
 
 JobSpec ReplicaSpec() {
   JobSpec s = Mlp(kBatch, 1);
   s.num_processes = kReplicas;
   s.distributed_type = DistributedType::kDdp;
   s.fault_tolerance.mode = FaultToleranceMode::kReplica;
-  s.optimizer.lr = 0.05;
-  s.max_steps = 150;  // long enough for the loss to level off
+  s.optimizer.lr = 0.1;
+  s.optimizer.weight_decay = 0.05;  // the loss levels off above zero, where losses compare
+  s.data.num_samples = kReplicas * kBatch;
+  s.max_steps = 300;  // long enough for the loss to level off
   return s;
 }
 
 ReplicaOptions Options(int32_t rank, ReplicaReporter* reporter) {
-  ReplicaOptions o;
-  o.launch_rank = rank;
+  ReplicaOptions o = ReplicaOptionsFromEnvironment(rank);  // TRAINYARD_REPLICA_HASH=1 logs every commit
   o.group_timeout = 30s;
   o.membership_timeout = 60s;
   o.reporter = reporter;
@@ -390,6 +393,52 @@ TEST(Replicas, SurvivorsGoOnAndAReplacementHeals) {
       "final loss: fault-free %.5f, with a death and a heal %.5f; steps %lld (fault-free %lld), %d in epoch 2\n", want,
       out.loss.at(0), static_cast<long long>(steps.at(0)), static_cast<long long>(spec.max_steps),
       reports.CommitsIn(0, 2));
+}
+
+// A shrink: a membership that leaves rank 1 out, offered while both train.
+// Both switch after the same step; rank 1 leaves (LEFT, Run ends stopped)
+// with nothing lost, and rank 0 trains the rest alone.
+TEST(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
+  JobSpec spec = ReplicaSpec();
+  spec.num_processes = 2;
+  spec.max_steps = 40;
+  const int64_t total = spec.max_steps * 2 * kBatch;
+  Reports reports;
+  std::vector<std::unique_ptr<ReplicaStore>> stores;
+  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<RankReporter>> reporters;
+  for (int r = 0; r < 2; ++r) {
+    stores.push_back(std::make_unique<ReplicaStore>());
+    controls.push_back(std::make_unique<TrainerControl>());
+    reporters.push_back(std::make_unique<RankReporter>(&reports, r));
+    controls[r]->memberships().Offer(Members(1, {0, 1}, *stores[0], "start"));
+  }
+  std::thread coordinator([&] {
+    ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(1, 1) >= 5; }));
+    for (int r : {0, 1}) controls[r]->memberships().Offer(Members(2, {0}, *stores[0], "rank 1 scaled away"));
+  });
+  std::map<int32_t, TrainResult> results;
+  std::mutex mu;
+  at::set_num_threads(1);
+  RunThreads(2, [&](int r) {
+    Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    const TrainResult res = t.Run();
+    std::lock_guard<std::mutex> lock(mu);
+    results[r] = res;
+  });
+  coordinator.join();
+  EXPECT_FALSE(results.at(0).stopped);
+  EXPECT_TRUE(results.at(1).stopped);
+  EXPECT_EQ(reports.Count(1, ReplicaEvent::Kind::kLeft), 1);
+  EXPECT_EQ(reports.Count(0, ReplicaEvent::Kind::kLeft), 0);
+  EXPECT_EQ(reports.Count(0, ReplicaEvent::Kind::kGroupBroken), 0);
+  CheckCommits(reports.commits, total);
+  // Rank 1 left right after a step both committed.
+  int64_t last1 = 0;
+  for (const ReplicaCommit& c : reports.commits) {
+    if (c.rank == 1) last1 = c.step;
+  }
+  EXPECT_EQ(results.at(1).final_step, last1);
 }
 
 }  // namespace
