@@ -3,7 +3,12 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "common/log.h"
 #include "worker/abortable_store.h"
@@ -25,27 +30,67 @@ ReplicaStore::~ReplicaStore() = default;
 
 int ReplicaStore::port() const { return port_; }
 
+namespace {
+
+// One epoch's groups as a thread forms them: what it made, or its error.
+struct Forming {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> world, control;
+};
+
+}  // namespace
+
 ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
                            std::chrono::milliseconds timeout, FlightRecorder* recorder,
                            std::function<bool()> superseded)
     : membership_(m), rank_(m.IndexOf(launch_rank)) {
   if (rank_ < 0) throw std::invalid_argument("rank " + std::to_string(launch_rank) + " is not in " + m.Describe());
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(m.store_port);
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = timeout;
-  auto client = c10::make_intrusive<c10d::TCPStore>(m.store_addr, opts);
-  c10::intrusive_ptr<c10d::Store> base = client;
-  if (superseded) {
-    base = c10::make_intrusive<AbortableStore>(
-        client, std::move(superseded),
-        "membership epoch " + std::to_string(m.epoch) + " was superseded while its groups formed");
+  const std::string what = "membership epoch " + std::to_string(m.epoch) + " was superseded while its groups formed";
+  auto forming = std::make_shared<Forming>();
+  // The groups form on a thread of their own, so that a newer membership
+  // can end the wait for them: a member that died after it published its
+  // address leaves the others retrying its connection until `timeout`.
+  // Abandoned, the thread ends by itself (its store reads give up at once,
+  // a connection at the timeout) and what it made is dropped.
+  std::thread([forming, m, rank = rank_, size = size(), bind_addr, timeout, recorder, superseded, what] {
+    try {
+      c10d::TCPStoreOptions opts;
+      opts.port = static_cast<uint16_t>(m.store_port);
+      opts.isServer = false;
+      opts.waitWorkers = false;
+      opts.timeout = timeout;
+      auto client = c10::make_intrusive<c10d::TCPStore>(m.store_addr, opts);
+      c10::intrusive_ptr<c10d::Store> base = client;
+      if (superseded) base = c10::make_intrusive<AbortableStore>(client, superseded, what);
+      auto store = c10::make_intrusive<c10d::PrefixStore>(m.StorePrefix(), base);
+      auto world = MakeProcessGroup(Backend::kGloo, store, rank, size, bind_addr, timeout, recorder, "world");
+      auto control = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store), rank,
+                                      size, bind_addr, timeout, recorder, "control");
+      std::lock_guard<std::mutex> lock(forming->mu);
+      forming->store = std::move(store);
+      forming->world = std::move(world);
+      forming->control = std::move(control);
+      forming->done = true;
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(forming->mu);
+      forming->error = std::current_exception();
+      forming->done = true;
+    }
+    forming->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(forming->mu);
+  // Every few milliseconds the question whether a newer membership came.
+  while (!forming->cv.wait_for(lock, std::chrono::milliseconds(5), [&] { return forming->done; })) {
+    if (superseded && superseded()) throw GroupSuperseded(what);
   }
-  store_ = c10::make_intrusive<c10d::PrefixStore>(m.StorePrefix(), base);
-  world_ = MakeProcessGroup(Backend::kGloo, store_, rank_, size(), bind_addr, timeout, recorder, "world");
-  control_ = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store_), rank_, size(),
-                              bind_addr, timeout, recorder, "control");
+  if (forming->error) std::rethrow_exception(forming->error);
+  store_ = std::move(forming->store);
+  world_ = std::move(forming->world);
+  control_ = std::move(forming->control);
 }
 
 ReplicaGroup::~ReplicaGroup() = default;

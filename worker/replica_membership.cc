@@ -14,6 +14,12 @@ namespace {
 
 using ReplicaClock = std::chrono::steady_clock;
 
+// The message of `e` without c10's backtrace.
+std::string GroupErrorText(const std::exception& e) {
+  const auto* ce = dynamic_cast<const c10::Error*>(&e);
+  return ce != nullptr ? ce->what_without_backtrace() : e.what();
+}
+
 }  // namespace
 
 ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank) {
@@ -83,12 +89,17 @@ const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t s
       group_ = std::make_unique<ReplicaGroup>(m, options_.launch_rank, options_.bind_addr, options_.group_timeout,
                                               recorder_, [mailbox, epoch] { return mailbox->latest_epoch() > epoch; });
       return group_.get();
-    } catch (const GroupSuperseded& e) {
-      // A member of this epoch is gone before its groups formed: the newer
-      // membership the coordinator offered since is the one to form.
-      log::Warn("rank {}: {}", options_.launch_rank, e.what());
+    } catch (const std::exception& e) {
+      // A member of this epoch is gone before its groups formed (a newer
+      // membership came, or its store or connection is gone): the newer
+      // membership the coordinator offers is the one to form.
+      const bool superseded = dynamic_cast<const GroupSuperseded*>(&e) != nullptr;
+      if (!superseded && !IsGroupFailure(e)) throw;
+      const std::string detail = GroupErrorText(e);
+      log::Warn("rank {}: forming the groups of epoch {} failed: {}", options_.launch_rank, epoch, detail);
+      if (!superseded) Report({ReplicaEvent::Kind::kGroupBroken, epoch, step, detail});
       std::optional<Membership> next = mailbox_->WaitNewer(epoch, ReplicaClock::now() + options_.membership_timeout);
-      if (!next) throw std::runtime_error(std::string(e.what()) + ", and no newer membership came");
+      if (!next) throw std::runtime_error(detail + ", and no newer membership came");
       m = std::move(*next);
     }
   }

@@ -361,8 +361,14 @@ double Trainer::Step() {
   sample.total = Clock::now() - t0;
   ++s.step;
   s.agreed_epoch = agreed.membership_epoch;
+  // Replica mode: evaluation follows the fault-free step, as the schedule
+  // does (a step of fewer members trains fewer samples).
+  const int64_t schedule_before = s.ScheduleStep();
   if (s.replica) s.Commit();
-  const double eval_loss = s.data.eval && s.step % s.spec.eval_every_steps == 0 ? Evaluate() : std::nan("");
+  const int64_t every = s.spec.eval_every_steps;
+  const bool eval_due = s.data.eval && every > 0 &&
+                        (s.replica ? s.ScheduleStep() / every > schedule_before / every : s.step % every == 0);
+  const double eval_loss = eval_due ? Evaluate() : std::nan("");
   const double loss_value = loss_sum / accum;
   if (s.sink != nullptr) {
     StepMetrics& n = sample.numbers;
