@@ -127,9 +127,12 @@ def main():
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
     ap.add_argument("--seed", type=int, default=35)
+    ap.add_argument("--no-commit-log", action="store_true",
+                    help="no per-commit log line (TRAINYARD_REPLICA_HASH): goodput without its cost, no stall/heal")
     args = ap.parse_args()
     e2e_test.BIN = args.bin
-    os.environ["TRAINYARD_REPLICA_HASH"] = "1"
+    if not args.no_commit_log:
+        os.environ["TRAINYARD_REPLICA_HASH"] = "1"  # hashes every parameter at every commit: costs time
     rng = random.Random(args.seed)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
@@ -147,7 +150,7 @@ def main():
     print(f"\nbench/faults at {commit}: MLP {args.hidden}, {args.ranks} ranks, {args.steps} steps of 64 samples "
           f"per rank\n`python3 bench/faults.py {args.bin} --ranks {args.ranks} --kill-every "
           f"{' '.join(str(k) for k in args.kill_every)} --steps {args.steps} --hidden "
-          f"{' '.join(map(str, args.hidden))}`\n")
+          f"{' '.join(map(str, args.hidden))}{' --no-commit-log' if args.no_commit_log else ''}`\n")
     print("| mode | kill every | kills | wall s | goodput | survivor stall p50 / p99 s | heal p50 / p99 s |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
