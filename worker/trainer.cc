@@ -245,16 +245,9 @@ void Trainer::Impl::OnGroupBroken(const std::string& detail) {
   data.train->RollbackReads();
   model->ReleaseGradients();
   Unbind();
-  const ReplicaGroup* g = nullptr;
-  while (true) {
-    try {
-      g = replica->JoinNewer(detail, step);
-      break;
-    } catch (const std::exception& e) {
-      if (!IsGroupFailure(e)) throw;  // a group that broke while forming
-    }
-  }
-  Enter(g);
+  // JoinNewer forms the next membership's groups, and the one after when
+  // those break while forming.
+  Enter(replica->JoinNewer(detail, step));
 }
 
 int64_t Trainer::Impl::ScheduleStep() const {
