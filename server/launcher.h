@@ -40,6 +40,9 @@ struct LaunchRequest {
   bool preemptible = false;        // Slurm: --requeue
   double preemption_grace_s = 60;  // Slurm: --signal lead time
   SlurmSpec slurm;                 // Slurm: nodes, partition, ...
+  // fault_tolerance.mode replica: each rank serves a store of its own
+  // (trainyard-worker --replica-store).
+  bool replica_store = false;
 };
 
 // How one rank's process ended. Each launcher reads the process's exit

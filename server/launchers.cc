@@ -31,6 +31,7 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, const Launcher::Traits
   req.preemptible = job.spec.preemptible;
   req.preemption_grace_s = job.spec.preemption_grace_s;
   req.slurm = job.spec.slurm;
+  req.replica_store = job.spec.replicas();
   return req;
 }
 

@@ -259,6 +259,7 @@ class LocalLauncher final : public Launcher {
         "--exit-status-dir",
         r.log_dir,
     };
+    if (r.replica_store) args.push_back("--replica-store");
     for (const auto& a : options_.extra_worker_args) args.push_back(a);
     std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");
     // torchrun's names for the rank's place on this host; a CUDA rank sees

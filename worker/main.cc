@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator-ca", a.coordinator_ca, "CA (PEM) of a TLS coordinator's certificate");
   app.add_option("--tls-cert", a.tls_cert, "This worker's certificate (PEM), for a mutual-TLS coordinator");
   app.add_option("--tls-key", a.tls_key, "This worker's private key (PEM)");
+  app.add_flag("--replica-store", a.replica_store,
+               "Serve a store of this rank's own for fault_tolerance.mode replica (the launcher sets it)");
   app.add_option("--exit-status-dir", exit_status_dir,
                  "Write the exit code to DIR/rank-<rank>.exit before exiting (for launchers such as Slurm's)");
   CLI11_PARSE(app, argc, argv);

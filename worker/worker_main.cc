@@ -224,20 +224,21 @@ int RunWorker(const WorkerArgs& args) {
     co.rendezvous_port =
         args.master_port > 0 ? args.master_port : PickFreePortOn(args.bind_addr.empty() ? "0.0.0.0" : args.bind_addr);
   }
-  // fault_tolerance.mode replica: every rank serves a store of its own and
-  // says where in its hello; the mode comes with the welcome, after the
-  // hello, so the store is opened for every job (a listening socket and a
-  // thread).
+  // fault_tolerance.mode replica (the launcher says --replica-store): every
+  // rank serves a store of its own and says where in its hello.
   std::unique_ptr<ReplicaStore> replica_store;
-  try {
-    replica_store = std::make_unique<ReplicaStore>();
-    co.replica_store_port = replica_store->port();
-    if (co.advertise_addr.empty()) {
-      co.advertise_addr = args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
+  if (args.replica_store) {
+    try {
+      replica_store = std::make_unique<ReplicaStore>();
+      co.replica_store_port = replica_store->port();
+      if (co.advertise_addr.empty()) {
+        co.advertise_addr =
+            args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
+      }
+    } catch (const std::exception& e) {
+      log::Warn("rank {}: no replica store ({}): this rank cannot train in fault_tolerance.mode replica", args.rank,
+                e.what());
     }
-  } catch (const std::exception& e) {
-    log::Warn("rank {}: no replica store ({}): this rank cannot train in fault_tolerance.mode replica", args.rank,
-              e.what());
   }
   for (const auto& [path, out] : {std::pair<std::string, std::string*>{args.coordinator_ca, &co.ca_pem},
                                   {args.tls_cert, &co.cert_pem},
@@ -310,7 +311,8 @@ int RunWorker(const WorkerArgs& args) {
     ro.bind_addr = bind_addr;
     // A replica job forms its groups from the coordinator's memberships.
     const bool replica = spec->replicas();
-    if (replica && !replica_store) throw std::runtime_error("fault_tolerance.mode replica needs this rank's store");
+    if (replica && !replica_store)
+      throw std::runtime_error("fault_tolerance.mode replica needs this rank's store (trainyard-worker --replica-store)");
     const DistSetup dist = replica ? DistSetup{} : SetUpDistributed(*spec, ro, &flight_recorder);
     LoggingSink logging(&ctl, args.rank, spec->max_steps);
     std::optional<GpuSink> gpu_sink;

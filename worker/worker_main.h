@@ -38,6 +38,9 @@ struct WorkerArgs {
   // TLS to the coordinator: the CA its certificate is checked against, and
   // for mutual TLS this worker's certificate and key (PEM files).
   std::string coordinator_ca, tls_cert, tls_key;
+  // fault_tolerance.mode replica: serve a store of this rank's own, where
+  // the survivors of a membership form its next group.
+  bool replica_store = false;
 };
 
 int RunWorker(const WorkerArgs& args);

@@ -24,14 +24,17 @@ BIN = None  # set from argv
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-def wait_for(condition, timeout, what):
+def wait_for(condition, timeout, what, detail=None):
+    """Polls condition() until it is true; on timeout the error says what was
+    awaited and, when given, what detail() says of the state then."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            more = f"\n{detail()}" if detail else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{more}")
         time.sleep(0.05)
 
 

@@ -166,7 +166,11 @@ class SharedServer(unittest.TestCase):
         r = self.as_("mallory", "list")
         self.assertEqual(r.returncode, 2)
         self.assertIn("invalid token", r.stderr)
-        wait_for(lambda: self.job("bob", b)["state"] == "SUCCEEDED", 120, "bob's job to start under his new quota")
+        terminal = ("SUCCEEDED", "FAILED", "CANCELLED")
+        wait_for(lambda: self.job("bob", b)["state"] in terminal, 120, "bob's job to run under his new quota",
+                 lambda: f"{self.job('bob', b)}\nserver log:\n{read(s.log.name)[-4000:]}")
+        job = self.job("bob", b)
+        self.assertEqual(job["state"], "SUCCEEDED", " | ".join(e["reason"] for e in job["events"]))
         self.assertEqual(s.proc.pid, pid)
         self.assertIsNone(s.proc.poll())
         # A policy file with an error keeps the previous policy.

@@ -110,6 +110,8 @@ TEST_F(LocalLauncherTest, EachCudaRankSeesOnlyItsOwnGpu) {
   if (std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
     EXPECT_NE(buf.str().find("gpu: [] local: 0"), std::string::npos) << buf.str();
   }
+  // Only fault_tolerance.mode replica ranks serve a store of their own.
+  EXPECT_EQ(buf.str().find("--replica-store"), std::string::npos) << buf.str();
 }
 
 TEST_F(LocalLauncherTest, ReportsExitCodes) {
@@ -185,7 +187,8 @@ TEST_F(LocalLauncherTest, KillRankAndLaunchRankReplaceOneRankAlone) {
 
   // The replacement runs with the rank's arguments and token, its output
   // after the first process's in the rank's log.
-  const LaunchRequest ok = Request("ok", 2);
+  LaunchRequest ok = Request("ok", 2);
+  ok.replica_store = true;
   ASSERT_TRUE(launcher->Launch(ok).ok());
   ASSERT_TRUE(WaitFor([&] { return Exits().size() == 5; }, std::chrono::seconds(10)));
   ASSERT_TRUE(launcher->LaunchRank(ok, 1).ok());
@@ -199,6 +202,7 @@ TEST_F(LocalLauncherTest, KillRankAndLaunchRankReplaceOneRankAlone) {
   const size_t first = text.find("--rank 1 --world-size 2 --attempt 1");
   ASSERT_NE(first, std::string::npos) << text;
   EXPECT_NE(text.find("--rank 1 --world-size 2 --attempt 1", first + 1), std::string::npos) << text;
+  EXPECT_NE(text.find("--replica-store", first), std::string::npos) << text;  // a store of its own
   EXPECT_NE(text.find("token: tok-ok", text.find("token: tok-ok") + 1), std::string::npos) << text;
 }
 
