@@ -312,7 +312,8 @@ int RunWorker(const WorkerArgs& args) {
     // A replica job forms its groups from the coordinator's memberships.
     const bool replica = spec->replicas();
     if (replica && !replica_store)
-      throw std::runtime_error("fault_tolerance.mode replica needs this rank's store (trainyard-worker --replica-store)");
+      throw std::runtime_error(
+          "fault_tolerance.mode replica needs this rank's store (trainyard-worker --replica-store)");
     const DistSetup dist = replica ? DistSetup{} : SetUpDistributed(*spec, ro, &flight_recorder);
     LoggingSink logging(&ctl, args.rank, spec->max_steps);
     std::optional<GpuSink> gpu_sink;
