@@ -35,4 +35,23 @@ void ResourcePool::Release(Held* held) {
   held->gpus.clear();
 }
 
+void ResourcePool::Grow(Held* held, Kind kind, int count) {
+  Held more = Take(kind, count);
+  held->slots += more.slots;
+  held->gpus.insert(held->gpus.end(), more.gpus.begin(), more.gpus.end());
+}
+
+void ResourcePool::Shrink(Held* held, int count) {
+  Held tail;
+  if (held->gpus.empty()) {
+    tail.slots = std::min(count, held->slots);
+    held->slots -= tail.slots;
+  } else {
+    const size_t n = std::min(static_cast<size_t>(std::max(count, 0)), held->gpus.size());
+    tail.gpus.assign(held->gpus.end() - static_cast<std::ptrdiff_t>(n), held->gpus.end());
+    held->gpus.resize(held->gpus.size() - n);
+  }
+  Release(&tail);
+}
+
 }  // namespace trainyard

@@ -34,6 +34,11 @@ class ResourcePool {
   Held Take(Kind kind, int count, bool partial = false);
   // Gives back what `held` holds and empties it.
   void Release(Held* held);
+  // An elastic job's ranks come and go from the top (rank r has the r-th
+  // slot or GPU): Grow adds `count` more of `kind` after what `held` has
+  // (REQUIRES Fits(kind, count)); Shrink gives back its last `count`.
+  void Grow(Held* held, Kind kind, int count);
+  void Shrink(Held* held, int count);
 
   int free_slots() const { return free_slots_; }
   int free_gpus() const { return static_cast<int>(free_gpus_.size()); }

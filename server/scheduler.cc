@@ -95,7 +95,7 @@ std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
 
 bool Scheduler::OverQuota(Waiting& w) const {
   const std::optional<QuotaLedger::Over> over =
-      quotas_.Check(w.claim.owner, w.claim.group, w.demand.kind, w.demand.count);
+      quotas_.Check(w.claim.owner, w.claim.group, w.demand.kind, w.demand.minimum());
   if (!over) return false;
   w.wait = over->group ? Wait::kGroupQuota : Wait::kUserQuota;
   w.quota_used = over->used;
@@ -103,17 +103,144 @@ bool Scheduler::OverQuota(Waiting& w) const {
   return true;
 }
 
-void Scheduler::Start(Waiting& w, Time now, bool borrowing, bool adopted) {
+int Scheduler::SizeToStart(const Waiting& w, bool borrowing) const {
+  const Kind k = w.demand.kind;
+  for (int n = w.demand.count; n >= w.demand.minimum(); --n) {
+    if (w.demand.local && !pool_.Fits(k, n)) continue;
+    if (!borrowing && n > w.demand.minimum() && quotas_.Check(w.claim.owner, w.claim.group, k, n)) continue;
+    return n;
+  }
+  return 0;
+}
+
+void Scheduler::Start(Waiting& w, Time now, bool borrowing, bool adopted, int size) {
   // An adopted job's ranks run whatever is free: slots may be over-committed
   // until they end; GPUs are held as far as they go.
-  if (w.demand.local) {
-    held_[w.id] = pool_.Take(w.demand.kind, w.demand.count, adopted && w.demand.kind == Kind::kGpus);
-  }
-  fair_share_.Started(w.claim.owner, w.demand.count, now);
-  quotas_.Take(w.claim.owner, w.claim.group, w.demand.kind, w.demand.count);
+  if (w.demand.local) held_[w.id] = pool_.Take(w.demand.kind, size, adopted && w.demand.kind == Kind::kGpus);
+  fair_share_.Started(w.claim.owner, size, now);
+  quotas_.Take(w.claim.owner, w.claim.group, w.demand.kind, size);
   Running r{w.demand, w.claim, now};
+  r.demand.count = size;
+  r.full = r.want = w.demand.count;
   r.borrowing = borrowing;
   running_[w.id] = std::move(r);
+}
+
+void Scheduler::SetSize(const std::string& id, Running& r, int to, Time now) {
+  const int from = r.demand.count;
+  if (to == from || to < 0) return;
+  fair_share_.Stopped(r.claim.owner, from, now);
+  fair_share_.Started(r.claim.owner, to, now);
+  if (to > from) {
+    quotas_.Take(r.claim.owner, r.claim.group, r.demand.kind, to - from);
+    if (r.demand.local) pool_.Grow(&held_[id], r.demand.kind, to - from);
+  } else {
+    quotas_.Give(r.claim.owner, r.claim.group, r.demand.kind, from - to);
+    if (r.demand.local) pool_.Shrink(&held_[id], from - to);
+  }
+  r.demand.count = to;
+}
+
+std::vector<Scheduler::Resize> Scheduler::PickShrinks(const Waiting& head, int need) {
+  std::vector<std::pair<const std::string*, Running*>> candidates;
+  int can_free = 0;
+  for (auto& [id, r] : running_) {
+    if (!r.demand.local || r.demand.kind != head.demand.kind || r.demand.min_count == 0 || r.preempting ||
+        !r.claim.preemptible || r.claim.priority >= head.claim.priority) {
+      continue;
+    }
+    const int spare = r.size_after_shrink() - r.demand.min_count;
+    if (spare <= 0) continue;
+    candidates.emplace_back(&id, &r);
+    can_free += spare;
+  }
+  if (can_free < need) return {};
+  // The lowest priority first, then the one that started last.
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
+    if (a.second->claim.priority != b.second->claim.priority)
+      return a.second->claim.priority < b.second->claim.priority;
+    if (a.second->started != b.second->started) return a.second->started > b.second->started;
+    return *a.first < *b.first;
+  });
+  std::vector<Resize> out;
+  for (auto& [id, r] : candidates) {
+    if (need <= 0) break;
+    const int give = std::min(r->size_after_shrink() - r->demand.min_count, need);
+    r->shrink_to = r->size_after_shrink() - give;
+    need -= give;
+    out.push_back({*id, r->shrink_to, head.id});
+  }
+  return out;
+}
+
+void Scheduler::Grow(Kind kind, Time now, Decision* d) {
+  std::vector<std::pair<const std::string*, Running*>> growing;
+  for (auto& [id, r] : running_) {
+    if (r.demand.local && r.demand.kind == kind && r.demand.min_count > 0 && r.demand.count < r.want &&
+        r.shrink_to < 0 && !r.preempting) {
+      growing.emplace_back(&id, &r);
+    }
+  }
+  // The highest priority first, then the one that started first.
+  std::sort(growing.begin(), growing.end(), [](const auto& a, const auto& b) {
+    if (a.second->claim.priority != b.second->claim.priority)
+      return a.second->claim.priority > b.second->claim.priority;
+    if (a.second->started != b.second->started) return a.second->started < b.second->started;
+    return *a.first < *b.first;
+  });
+  for (auto& [id, r] : growing) {
+    int more = std::min(r->want - r->demand.count, FreeOf(kind));
+    while (more > 0 && quotas_.Check(r->claim.owner, r->claim.group, kind, more)) --more;
+    if (more <= 0) continue;
+    SetSize(*id, *r, r->demand.count + more, now);
+    d->grow.push_back({*id, r->demand.count, ""});
+  }
+}
+
+absl::Status Scheduler::Scale(const std::string& id, int to, Time now) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return absl::FailedPreconditionError(absl::StrCat("job ", id, " is not running"));
+  Running& r = it->second;
+  if (r.demand.min_count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is not elastic (elastic.min_processes)"));
+  }
+  if (to < r.demand.min_count || to > r.full) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", id, " runs with between ", r.demand.min_count,
+                                                   " (elastic.min_processes) and ", r.full,
+                                                   " (num_processes) ranks; asked for ", to));
+  }
+  if (r.preempting) return absl::FailedPreconditionError(absl::StrCat("job ", id, " is being preempted"));
+  const Kind k = r.demand.kind;
+  if (to > r.demand.count) {
+    if (r.shrink_to >= 0) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " is shrinking to ", r.shrink_to,
+                                                        " ranks; scale it again once its ranks have left"));
+    }
+    const int more = to - r.demand.count;
+    if (r.demand.local && !pool_.Fits(k, more)) {
+      return absl::FailedPreconditionError(absl::StrCat("growing job ", id, " to ", to, " ranks needs ", more,
+                                                        " more of this host's ", NameOf(k), "; ", FreeOf(k), " free"));
+    }
+    if (auto over = quotas_.Check(r.claim.owner, r.claim.group, k, more)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("growing job ", id, " to ", to, " ranks goes over the quota of ",
+                       over->group ? "group " + r.claim.group : "user " + r.claim.owner, " (", over->used, " of ",
+                       over->limit, " ", NameOf(k), " in use)"));
+    }
+    SetSize(id, r, to, now);
+  } else if (to < r.size_after_shrink()) {
+    r.shrink_to = to;
+  }
+  r.want = to;
+  return absl::OkStatus();
+}
+
+void Scheduler::Resized(const std::string& id, int ranks, Time now) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  Running& r = it->second;
+  if (ranks < r.demand.count) SetSize(id, r, ranks, now);
+  if (r.shrink_to >= 0 && r.demand.count <= r.shrink_to) r.shrink_to = -1;
 }
 
 std::vector<Scheduler::Preemption> Scheduler::PickVictims(const Waiting& head, int need, Time now) const {
@@ -174,59 +301,84 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
       if (!w->claim.preemptible || others > 0) continue;
       borrowing = true;
     }
+    int size = w->demand.count;
     if (w->demand.local) {
       const Kind k = w->demand.kind;
-      const bool fits = pool_.Fits(k, w->demand.count);
+      size = SizeToStart(*w, borrowing);
+      const bool fits = size > 0;
       auto head = heads.find(k);
       if (head != heads.end()) {
         // Behind the head of its resource: backfill only what does not delay it.
         Head& h = head->second;
         const bool ends_before = w->claim.runtime && now + *w->claim.runtime <= h.shadow;
-        const bool spare = w->demand.count <= h.extra;
+        if (fits && !ends_before) size = std::min(size, std::max(h.extra, 0));  // an elastic job takes what is spare
+        const bool spare = size >= w->demand.minimum() && size <= h.extra;
         if (!fits || !policy_.backfill || !(ends_before || spare)) {
           w->wait = Wait::kBehindHead;
           continue;
         }
-        if (!ends_before) h.extra -= w->demand.count;
+        if (!ends_before) h.extra -= size;
       } else if (!fits) {
+        const int needs = w->demand.minimum();
         Head h{w};
         const int free = FreeOf(k);
-        std::tie(h.shadow, h.extra) = ForecastOf(k, now, QueueForecast::Ends::kEarliest).Shadow(w->demand.count);
+        std::tie(h.shadow, h.extra) = ForecastOf(k, now, QueueForecast::Ends::kEarliest).Shadow(needs);
         heads[k] = h;
-        // What running jobs being preempted will free counts as coming.
+        // What running jobs being preempted or shrunk will free counts as coming.
         int coming = 0;
-        std::vector<std::string> preempting;
+        std::vector<std::string> preempting, shrinking;
         for (const auto& [id, r] : running_) {
-          if (r.preempting && r.demand.local && r.demand.kind == k) {
+          if (!r.demand.local || r.demand.kind != k) continue;
+          if (r.preempting) {
             coming += r.demand.count;
             preempting.push_back(id);
+          } else if (r.shrink_to >= 0) {
+            coming += r.demand.count - r.shrink_to;
+            shrinking.push_back(id);
           }
         }
-        const int need = w->demand.count - free - coming;
-        bool freed_by_preemption = need <= 0 && !preempting.empty();
+        const int need = needs - free - coming;
+        bool making_room = need <= 0 && (!preempting.empty() || !shrinking.empty());
         if (need > 0 && !borrowing) {
-          for (Preemption& p : PickVictims(*w, need, now)) {
-            running_[p.victim].preempting = true;
-            preempting.push_back(p.victim);
-            d.preempt.push_back(std::move(p));
-            freed_by_preemption = true;
+          // Elastic jobs shrink before anyone is preempted.
+          std::vector<Resize> shrinks = PickShrinks(*w, need);
+          for (Resize& s : shrinks) {
+            shrinking.push_back(s.job);
+            d.shrink.push_back(std::move(s));
+            making_room = true;
+          }
+          if (shrinks.empty()) {
+            for (Preemption& p : PickVictims(*w, need, now)) {
+              running_[p.victim].preempting = true;
+              preempting.push_back(p.victim);
+              d.preempt.push_back(std::move(p));
+              making_room = true;
+            }
           }
         }
-        if (freed_by_preemption) {
+        if (making_room) {
           std::sort(preempting.begin(), preempting.end());
+          std::sort(shrinking.begin(), shrinking.end());
+          std::vector<std::string> how;
+          if (!preempting.empty()) how.push_back(absl::StrCat("preempting ", absl::StrJoin(preempting, ", ")));
+          if (!shrinking.empty()) how.push_back(absl::StrCat("shrinking ", absl::StrJoin(shrinking, ", ")));
           w->wait = Wait::kPreempting;
-          w->wait_detail = absl::StrCat("preempting ", absl::StrJoin(preempting, ", "), " to free ", NameOf(k));
+          w->wait_detail = absl::StrCat(absl::StrJoin(how, " and "), " to free ", NameOf(k));
         } else {
           w->wait = Wait::kResources;
           w->wait_detail = absl::StrCat(free, " of ", k == Kind::kGpus ? "this host's GPUs" : "this host's slots",
-                                        " free; this job needs ", w->demand.count);
+                                        " free; this job needs ", needs);
         }
         continue;
       }
     }
-    Start(*w, now, borrowing, /*adopted=*/false);
+    Start(*w, now, borrowing, /*adopted=*/false, size);
     d.start.push_back(w->id);
     Remove(d.start.back());  // `w` goes; the other jobs' nodes stay where they are
+  }
+  // What no waiting job can take now goes to elastic jobs below their size.
+  for (Kind k : {Kind::kSlots, Kind::kGpus}) {
+    if (!heads.count(k)) Grow(k, now, &d);
   }
   last_heads_.clear();
   for (const auto& [kind, head] : heads) {
@@ -257,7 +409,7 @@ std::string Scheduler::WhyWaiting(const std::string& id) const {
     case Wait::kGroupQuota:
       return absl::StrCat("waiting: ", w.wait == Wait::kUserQuota ? "user " : "group ",
                           w.wait == Wait::kUserQuota ? w.claim.owner : w.claim.group, " uses ", w.quota_used, " of ",
-                          w.quota_limit, " ", what, "; this job needs ", w.demand.count);
+                          w.quota_limit, " ", what, "; this job needs ", w.demand.minimum());
     case Wait::kResources:
     case Wait::kPreempting: return absl::StrCat("waiting: ", w.wait_detail);
     case Wait::kBehindHead: {
@@ -284,7 +436,7 @@ std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const {
     Waiting quota_check = *w;
     if (!OverQuota(quota_check)) {
       e.estimated_start = w->demand.local
-                              ? lines.at(w->demand.kind).Place(w->demand.count, w->not_before, w->claim.runtime)
+                              ? lines.at(w->demand.kind).Place(w->demand.minimum(), w->not_before, w->claim.runtime)
                               : std::max(now, w->not_before);
     }
     out.push_back(std::move(e));
@@ -306,7 +458,7 @@ const ResourcePool::Held& Scheduler::Held(const std::string& id) const {
 void Scheduler::HoldAdopted(const std::string& id, Demand demand, JobClaim claim, Time now) {
   Release(id, now);
   Waiting w{id, demand, std::move(claim)};
-  Start(w, now, /*borrowing=*/false, /*adopted=*/true);
+  Start(w, now, /*borrowing=*/false, /*adopted=*/true, demand.count);
 }
 
 void Scheduler::Release(const std::string& id, Time now) {

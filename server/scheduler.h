@@ -21,6 +21,13 @@
 // never a job that has run less than the minimum run time since it started.
 // Slurm and external jobs take nothing from this host (quota only).
 //
+// Elastic jobs (Demand::min_count) start with as many ranks as are free
+// between their minimum and their full size, and grow back towards the size
+// they want (full, or what `trainctl scale` asked for) when no waiting job
+// is short of the same resource. For a head that cannot start, preemptible
+// elastic jobs of lower priority are shrunk towards their minimum first (no
+// work is lost): when shrinking alone makes room, nobody is preempted.
+//
 // The rules it orders and decides by are parts of their own: FairShare
 // (usage decaying with a half-life), QuotaLedger (what each user and group
 // has in use against their quotas), QueueForecast (when resources come
@@ -41,6 +48,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/policy.h"
 #include "server/fair_share.h"
 #include "server/queue_forecast.h"
@@ -57,6 +65,10 @@ struct Demand {
   bool local = false;
   ResourcePool::Kind kind = ResourcePool::Kind::kSlots;
   int count = 0;
+  // Elastic jobs: they start with at least this many and run with between
+  // min_count and count (0: not elastic, exactly `count`).
+  int min_count = 0;
+  int minimum() const { return min_count > 0 ? min_count : count; }
 };
 
 // Whose a job is and how it may be treated.
@@ -99,9 +111,18 @@ class Scheduler {
     std::string victim, for_job;
     bool reclaim = false;  // it ran on borrowed quota that `for_job`'s owner needs
   };
+  // An elastic job's change of size: it runs ranks 0..to-1 once done.
+  struct Resize {
+    std::string job;
+    int to = 0;
+    std::string for_job;  // shrink: the job it makes room for
+  };
   struct Decision {
-    std::vector<std::string> start;  // in the order they start; each holds what it needs
+    std::vector<std::string> start;  // in the order they start; each holds what it needs (Held)
     std::vector<Preemption> preempt;
+    // Grown jobs hold their new size from this decision on; shrunk ones
+    // hold their old size until Resized says their ranks above `to` ended.
+    std::vector<Resize> grow, shrink;
   };
   // One waiting job as `trainctl queue` shows it.
   struct QueueEntry {
@@ -156,6 +177,15 @@ class Scheduler {
   void HoldAdopted(const std::string& id, Demand demand, JobClaim claim, Time now);
   // The job stopped running: gives back what it holds.
   void Release(const std::string& id, Time now);
+  // An elastic job asked to run `to` ranks (`trainctl scale`): it grows at
+  // once when what it needs is free (an error says what is short), or is
+  // marked to shrink (Resized follows as its ranks leave). It grows back no
+  // further than `to` afterwards.
+  absl::Status Scale(const std::string& id, int to, Time now);
+  // Elastic job `id` runs `ranks` ranks now (its ranks above ended, or a
+  // grow could not be carried out): gives back what it held above them,
+  // and a shrink down to them is over.
+  void Resized(const std::string& id, int ranks, Time now);
   bool running(const std::string& id) const { return running_.count(id) > 0; }
 
   // Starts nothing from now on (the coordinator is stopping).
@@ -183,18 +213,32 @@ class Scheduler {
     int64_t pass = -1;
   };
   struct Running {
-    Demand demand;
+    Demand demand;  // count: the ranks it holds now
     JobClaim claim;
     Time started;
     std::optional<Time> expected_end;
     bool preempting = false;
     bool borrowing = false;
+    // Elastic jobs: the full size, the size it grows back to, and the size
+    // a shrink in progress goes down to (-1: none).
+    int full = 0, want = 0, shrink_to = -1;
+    int size_after_shrink() const { return shrink_to >= 0 ? shrink_to : demand.count; }
   };
   // The waiting jobs in queue order at `now`.
   std::vector<Waiting*> Order(Time now) const;
   // Whether `w` is over its owner's or group's quota: its wait then says which.
   bool OverQuota(Waiting& w) const;
-  void Start(Waiting& w, Time now, bool borrowing, bool adopted);
+  // Starts `w` with `size` ranks (its full count, or fewer when elastic).
+  void Start(Waiting& w, Time now, bool borrowing, bool adopted, int size);
+  // The most ranks `w` can start with now (0: not even its minimum).
+  int SizeToStart(const Waiting& w, bool borrowing) const;
+  // Running job `id` holds `to` ranks from now on.
+  void SetSize(const std::string& id, Running& r, int to, Time now);
+  // Shrinks elastic jobs so that `need` of the head's resource come free,
+  // when shrinking alone can; returns the shrunk jobs (empty: it cannot).
+  std::vector<Resize> PickShrinks(const Waiting& head, int need);
+  // Grows elastic jobs on `kind` into what is free.
+  void Grow(ResourcePool::Kind kind, Time now, Decision* d);
   // Picks the running jobs to preempt so that `head` fits; empty when none will do.
   std::vector<Preemption> PickVictims(const Waiting& head, int need, Time now) const;
   // The timeline of `kind` on this host from now.
