@@ -93,7 +93,9 @@ ordered_json JobJson(const v1::Job& j) {
     o["replicas"] = {{"epoch", r.epoch()},
                      {"live", std::vector<int32_t>(r.live().begin(), r.live().end())},
                      {"healing", std::vector<int32_t>(r.healing().begin(), r.healing().end())},
-                     {"min_replicas", r.min_replicas()}};
+                     {"min_replicas", r.min_replicas()},
+                     {"size", r.size()},
+                     {"leaving", std::vector<int32_t>(r.leaving().begin(), r.leaving().end())}};
   }
   if (j.events_size() > 0) {
     ordered_json events = ordered_json::array();
@@ -152,8 +154,10 @@ void PrintReplicas(const v1::Job& j, std::ostream& out) {
     return;
   }
   out << r.live_size() << " live (ranks " << list(r.live()) << "), " << r.healing_size() << " healing"
-      << (r.healing_size() > 0 ? " (ranks " + list(r.healing()) + ")" : std::string()) << "; membership " << r.epoch()
-      << ", min " << r.min_replicas() << "\n";
+      << (r.healing_size() > 0 ? " (ranks " + list(r.healing()) + ")" : std::string())
+      << (r.leaving_size() > 0 ? ", " + std::to_string(r.leaving_size()) + " leaving (ranks " + list(r.leaving()) + ")"
+                               : std::string())
+      << "; size " << r.size() << ", membership " << r.epoch() << ", min " << r.min_replicas() << "\n";
 }
 
 ordered_json CheckpointJson(const v1::Checkpoint& c) {

@@ -55,6 +55,18 @@ int main(int argc, char** argv) {
   cancel->add_flag("--no-wait", no_wait, "Return as soon as the cancel was accepted");
   bool with_checkpoint = false;
   cancel->add_flag("--checkpoint", with_checkpoint, "Save a checkpoint at the next step boundary, then stop");
+  int scale_to = 0, scale_wait_s = 300;
+  bool scale_no_wait = false;
+  auto* scale = app.add_subcommand(
+      "scale", "Grow or shrink a running elastic job (elastic.min_processes) and wait until that many ranks train");
+  scale->add_option("ID", id, "Job id")->required();
+  scale->add_option("N", scale_to, "Ranks to run with, between elastic.min_processes and num_processes")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  scale->add_flag("--no-wait", scale_no_wait, "Return as soon as the change was accepted");
+  scale->add_option("--timeout-s", scale_wait_s, "How long to wait for the new size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   std::string ckpt_type = "auto", from;
   bool wait = false;
   int wait_s = 3600, nproc = 0;
@@ -138,6 +150,7 @@ int main(int argc, char** argv) {
   if (*get) return ctl.Get(id);
   if (*watch_cmd) return ctl.Watch(id);
   if (*cancel) return ctl.Cancel(id, !no_wait, with_checkpoint);
+  if (*scale) return ctl.Scale(id, scale_to, !scale_no_wait, std::chrono::seconds(scale_wait_s));
   if (*checkpoint) return ctl.Checkpoint(id, ckpt_type, wait, std::chrono::seconds(wait_s));
   if (*checkpoints) return ctl.Checkpoints(id);
   if (*resume) return ctl.Resume(id, from, nproc, watch);

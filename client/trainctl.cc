@@ -346,6 +346,43 @@ int Trainctl::Checkpoints(const std::string& id) {
   return 0;
 }
 
+int Trainctl::Scale(const std::string& id, int num_processes, bool wait, std::chrono::seconds wait_for) {
+  Impl& s = *impl_;
+  v1::ScaleJobRequest req;
+  req.set_id(id);
+  req.set_num_processes(num_processes);
+  v1::ScaleJobResponse resp;
+  grpc::Status st = s.Call(&v1::JobService::Stub::ScaleJob, req, &resp);
+  if (!st.ok()) return s.Fail(st);
+  s.out << id << ": scaling to " << num_processes << " ranks\n";
+  if (!wait) return 0;
+  // Done when the members are ranks 0..n-1 and nobody is leaving or joining.
+  const auto deadline = std::chrono::steady_clock::now() + wait_for;
+  for (;;) {
+    v1::GetJobRequest get;
+    get.set_id(id);
+    v1::GetJobResponse job;
+    st = s.Call(&v1::JobService::Stub::GetJob, get, &job);
+    if (!st.ok()) return s.Fail(st);
+    const v1::Replicas& r = job.job().replicas();
+    if (IsTerminalProto(job.job().state())) {
+      s.err << "trainctl: job " << id << " ended (" << StateName(job.job().state()) << ") while scaling\n";
+      return 1;
+    }
+    if (r.live_size() == num_processes && r.size() == num_processes && r.leaving_size() == 0 && r.healing_size() == 0) {
+      s.out << id << ": " << num_processes << " ranks train together (membership " << r.epoch() << ")\n";
+      return 0;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      s.err << "trainctl: job " << id << " did not reach " << num_processes << " ranks within " << wait_for.count()
+            << " s: " << r.live_size() << " live, " << r.leaving_size() << " leaving, " << r.healing_size()
+            << " healing (`trainctl get " << id << "`)\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 int Trainctl::Resume(const std::string& id, const std::string& from, int num_processes, bool watch) {
   Impl& s = *impl_;
   v1::ResumeJobRequest req;

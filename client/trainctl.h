@@ -48,6 +48,10 @@ class Trainctl {
   // With `checkpoint`, the job saves a checkpoint at its next step boundary
   // and then stops.
   int Cancel(const std::string& id, bool wait, bool checkpoint = false);
+  // Grows or shrinks a running elastic job to `num_processes` ranks; with
+  // `wait`, returns once exactly that many train together (within
+  // `wait_for`; 1 when it did not).
+  int Scale(const std::string& id, int num_processes, bool wait, std::chrono::seconds wait_for);
   // type: "auto" (the job's own), "full" or "sharded". With `wait`, returns
   // when the checkpoint is complete and prints its path (within `wait_for`).
   int Checkpoint(const std::string& id, const std::string& type, bool wait, std::chrono::seconds wait_for);

@@ -76,7 +76,22 @@ void Attempt::Replace(int32_t rank) {
   }
   results_.erase(rank);
   exited_.erase(rank);
+  parked_.erase(rank);
   detached_at_.erase(rank);
+}
+
+bool Attempt::all_attached() const {
+  for (int32_t r = 0; r < world_size_; ++r) {
+    if (!attached_.count(r) && !parked_.count(r)) return false;
+  }
+  return true;
+}
+
+void Attempt::Park(int32_t rank) {
+  if (rank < 0 || rank >= world_size_) return;
+  Replace(rank);
+  exited_.insert(rank);
+  parked_.insert(rank);
 }
 
 WorkerChannel* Attempt::channel(int32_t rank) const {
@@ -178,7 +193,8 @@ AttemptEnd Attempt::End() const {
   end.cancel_requested = cancel_requested();
   end.stopped_for_restart = stop_ == Stop::kForRestart;
   // A job that trained to its end before the preemption took effect is done.
-  end.stopped_for_priority = stop_ == Stop::kForPriority && succeeded_ < world_size_;
+  end.stopped_for_priority =
+      stop_ == Stop::kForPriority && succeeded_ < world_size_ - static_cast<int32_t>(parked_.size());
   end.failed = failed_;
   end.failure = failure_;
   end.reattach_failed = reattach_failed_;

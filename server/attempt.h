@@ -80,7 +80,7 @@ class Attempt {
   // REQUIRES: CheckAttach(rank).ok().
   void Attach(int32_t rank, std::shared_ptr<WorkerChannel> channel);
   // Whether every rank has connected at least once.
-  bool all_attached() const { return static_cast<int32_t>(attached_.size()) == world_size_; }
+  bool all_attached() const;  // every rank connected at least once, or parked
   // `rank`'s stream ended (the channel it attached with; another is
   // ignored). An external rank that reported its result has ended; one
   // without a result is lost and may reconnect within the reattach timeout
@@ -126,6 +126,9 @@ class Attempt {
   // result and end are forgotten, so that the replacement attaches and ends
   // as the rank.
   void Replace(int32_t rank);
+  // Rank `rank` does not run on purpose (an elastic job below its full
+  // size): it counts as ended, neither well nor badly. Replace runs it again.
+  void Park(int32_t rank);
   // Records `rank`'s own account of its end without acting on it (a
   // replica that is replaced when its process ends).
   void NoteResult(int32_t rank, WorkerOutcome outcome) { results_[rank] = outcome; }
@@ -170,6 +173,7 @@ class Attempt {
   int master_port_ = 0;
   std::set<int32_t> attached_;                                  // connected at least once
   std::set<int32_t> exited_;                                    // ends handled
+  std::set<int32_t> parked_;                                    // not running on purpose (in exited_ too)
   std::map<int32_t, std::shared_ptr<WorkerChannel>> channels_;  // connected now
   std::map<int32_t, WorkerOutcome> results_;                    // as the ranks reported them
   std::map<int32_t, SteadyTime> detached_at_;                   // external ranks lost without a result

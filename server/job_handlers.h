@@ -105,6 +105,8 @@ class JobRequestHandler {
     MembershipView membership;
     std::vector<int32_t> healing;
     int32_t min_replicas = 0;
+    int32_t size = 0;              // ranks 0..size-1 run once the ones leaving and growing are done
+    std::vector<int32_t> leaving;  // left out on purpose, ending
   };
   virtual std::optional<ReplicaStatus> Replicas(const std::string& /*id*/) { return std::nullopt; }
   // One page of the jobs in `states` (all when empty), oldest first, after
@@ -117,6 +119,9 @@ class JobRequestHandler {
   // With `checkpoint`, a running job saves a checkpoint at its next step
   // boundary and then stops (a later plain Cancel stops it at once).
   virtual absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint) = 0;
+  // A running elastic job runs `num_processes` ranks from now on (ranks
+  // leave or are launched); `by` is named in its events.
+  virtual absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t num_processes, const Caller& by) = 0;
   // Asks a running job's rank 0 for a checkpoint; returns the request id.
   virtual absl::StatusOr<int64_t> RequestCheckpoint(const std::string& id, CheckpointType type) = 0;
   // Waits until the job reports the checkpoint of `request_id` (ok or not),

@@ -30,8 +30,12 @@ void JobLifecycle::set_coordinator_addr(const std::string& addr, const std::stri
 }
 
 Demand JobLifecycle::DemandOf(const JobSpec& spec) const {
-  return {launchers_->TraitsOf(spec).on_this_host,
-          spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots, spec.num_processes};
+  const Launcher::Traits traits = launchers_->TraitsOf(spec);
+  Demand d{traits.on_this_host, spec.device == Device::kCuda ? ResourcePool::Kind::kGpus : ResourcePool::Kind::kSlots,
+           spec.num_processes};
+  // An elastic job's ranks come and go where the launcher replaces ranks.
+  if (spec.elastic.enabled() && traits.replaces_ranks) d.min_count = std::min(spec.elastic.min_processes, d.count);
+  return d;
 }
 
 JobClaim JobLifecycle::ClaimOf(const ActiveJob& job) const {
@@ -166,6 +170,59 @@ void JobLifecycle::TrySchedule() {
   for (const Scheduler::Preemption& p : d.preempt) {
     if (ActiveJob* job = jobs_->Find(p.victim); job != nullptr && job->attempt) Preempt(*job, p);
   }
+  for (const Scheduler::Resize& r : d.shrink) {
+    const ActiveJob* other = jobs_->Find(r.for_job);
+    const std::string why =
+        absl::StrCat("shrunk for job ", r.for_job,
+                     other ? absl::StrCat(" (priority ", other->record.priority,
+                                          other->record.owner.empty() ? "" : ", user ", other->record.owner, ")")
+                           : "");
+    if (ActiveJob* job = jobs_->Find(r.job); job != nullptr && job->attempt) Resize(*job, r.to, why);
+  }
+  for (const Scheduler::Resize& r : d.grow) {
+    if (ActiveJob* job = jobs_->Find(r.job); job != nullptr && job->attempt) Resize(*job, r.to, "slots came free");
+  }
+}
+
+void JobLifecycle::Resize(ActiveJob& job, int32_t n, const std::string& why) {
+  Attempt& a = *job.attempt;
+  Membership* m = a.membership();
+  if (m == nullptr || a.stopping() || a.stop_requested() || a.failed() || shut_down_) {
+    // It ends soon and gives back all it holds; a grow it cannot take is given back now.
+    if (m != nullptr) scheduler_->Resized(job.record.id, m->running(), clock_->SteadyNow());
+    return;
+  }
+  if (n == m->size()) return;
+  if (!ApplyReplicas(job, m->Resize(n, why), -1)) return;
+  scheduler_->Resized(job.record.id, m->running(), clock_->SteadyNow());
+}
+
+absl::Status JobLifecycle::Scale(ActiveJob& job, int32_t n, const std::string& by) {
+  const JobSpec& spec = job.spec;
+  if (!spec.elastic.enabled()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.record.id, " is not elastic: give elastic.min_processes (with fault_tolerance.mode replica)"));
+  }
+  if (n < spec.elastic.min_processes || n > spec.num_processes) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job.record.id, " runs with between ",
+                                                   spec.elastic.min_processes, " (elastic.min_processes) and ",
+                                                   spec.num_processes, " (num_processes) ranks; asked for ", n));
+  }
+  Attempt* a = job.attempt.get();
+  Membership* m = a == nullptr ? nullptr : a->membership();
+  if (m == nullptr || a->stopping() || a->stop_requested() || a->failed() ||
+      (job.record.state != JobState::kRunning && job.record.state != JobState::kStarting)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),
+                                                      "; only a running job can be scaled"));
+  }
+  if (absl::Status s = scheduler_->Scale(job.record.id, n, clock_->SteadyNow()); !s.ok()) return s;
+  const std::string why = absl::StrCat("scaled to ", n, by.empty() ? "" : absl::StrCat(" by ", by));
+  if (n != m->size()) {
+    if (!ApplyReplicas(job, m->Resize(n, why), -1)) return absl::OkStatus();
+  }
+  scheduler_->Resized(job.record.id, m->running(), clock_->SteadyNow());
+  TrySchedule();  // what a shrink frees goes to waiting jobs once its ranks left
+  return absl::OkStatus();
 }
 
 void JobLifecycle::UpdateEstimates() {
@@ -216,9 +273,15 @@ void JobLifecycle::StartJob(ActiveJob& job) {
   const Launcher::Traits traits = launcher->traits();
   r.attempt += 1;
   job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, traits.ranks_join);
+  // An elastic job starts with the ranks the scheduler found room for.
+  int32_t ranks = r.num_processes;
   if (job.spec.replicas() && traits.replaces_ranks) {
+    const ResourcePool::Held& held = scheduler_->Held(r.id);
+    const int32_t holds = static_cast<int32_t>(job.spec.device == Device::kCuda ? held.gpus.size() : held.slots);
+    if (job.spec.elastic.enabled() && traits.on_this_host && holds > 0) ranks = std::min(ranks, holds);
     job.attempt->SetMembership(
-        std::make_unique<Membership>(r.num_processes, job.spec.fault_tolerance.min_replicas, clock_));
+        std::make_unique<Membership>(r.num_processes, job.spec.fault_tolerance.min_replicas, clock_, ranks));
+    for (int32_t rank = ranks; rank < r.num_processes; ++rank) job.attempt->Park(rank);
   }
   if (!traits.ranks_join) {
     // On this host: rank 0 serves the store here. Elsewhere (Slurm): on the
@@ -239,10 +302,10 @@ void JobLifecycle::StartJob(ActiveJob& job) {
                      " ranks to join (trainyard-worker --join ", r.id, "; `trainctl join-info ", r.id, "`)"));
   }
   const std::vector<int>& gpus = scheduler_->Held(r.id).gpus;
-  jobs_->Transition(
-      job, JobState::kStarting,
-      absl::StrCat("launching ", r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
-                   gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(gpus, ",")), ")"));
+  jobs_->Transition(job, JobState::kStarting,
+                    absl::StrCat("launching ", ranks == r.num_processes ? "" : absl::StrCat(ranks, " of "),
+                                 r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
+                                 gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(gpus, ",")), ")"));
   if (auto s = launchers_->Launch(job, ContextOf(job)); !s.ok()) {
     fail(absl::StrCat("launch failed: ", s.message()));
   }
@@ -276,16 +339,26 @@ bool JobLifecycle::ApplyReplicas(ActiveJob& job, const Membership::Decision& d, 
     }
   }
   if (d.healed_rank >= 0) metrics_->RecordHeal(job.record.id, d.heal_seconds);
-  if (d.relaunch >= 0) {
-    a.Replace(d.relaunch);
-    if (absl::Status s = launchers_->LaunchRank(job, ContextOf(job), d.relaunch); !s.ok()) {
-      Apply(job, a.Fail(d.relaunch,
-                        absl::StrCat("the replacement of rank ", d.relaunch, " could not be launched: ", s.message())));
+  Launcher* launcher = launchers_->Get(launchers_->KindOf(job.spec));
+  for (int32_t r : d.kill) {
+    if (launcher != nullptr) launcher->KillRank(job.record.id, job.record.attempt, r);
+  }
+  for (int32_t r : d.launch) {
+    a.Replace(r);
+    if (absl::Status s = launchers_->LaunchRank(job, ContextOf(job), r); !s.ok()) {
+      Apply(job, a.Fail(r, absl::StrCat("rank ", r, " could not be launched: ", s.message())));
       return false;
     }
-    spdlog::info("job {}: launched a replacement of rank {}", job.record.id, d.relaunch);
+    spdlog::info("job {}: launched rank {}", job.record.id, r);
   }
   metrics_->SetReplicas(job.record.id, m->live(), m->healing(), m->epoch());
+  if (d.parked >= 0) {
+    // A rank that left on purpose: it ended neither well nor badly, and
+    // what it held goes to the job it left for (or whoever waits).
+    a.Park(d.parked);
+    scheduler_->Resized(job.record.id, m->running(), clock_->SteadyNow());
+    TrySchedule();
+  }
   return true;
 }
 

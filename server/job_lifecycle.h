@@ -91,6 +91,12 @@ class JobLifecycle {
   // kills its process (its end launches the replacement); `why` names it
   // in the job's events. Returns false when the attempt failed by it.
   bool Evict(ActiveJob& job, int32_t rank, const std::string& why);
+  // A running elastic job runs `n` ranks from now on (`trainctl scale` by
+  // `by`): the scheduler takes or marks the slots, the membership launches
+  // or lets go of ranks. InvalidArgument out of the spec's bounds;
+  // FailedPrecondition when the job is not elastic, not running, or what
+  // growing needs is not free.
+  absl::Status Scale(ActiveJob& job, int32_t n, const std::string& by);
   // Stops the attempt's workers.
   void StopGroup(ActiveJob& job);
   // Cancels a job: a queued one ends CANCELLED at once. With `checkpoint`,
@@ -127,6 +133,8 @@ class JobLifecycle {
   // boundary and every rank stops; the job is queued again to resume.
   void Preempt(ActiveJob& victim, const Scheduler::Preemption& why);
   void StartJob(ActiveJob& job);
+  // The scheduler grew or shrank elastic job `job` to `n` ranks (`why`).
+  void Resize(ActiveJob& job, int32_t n, const std::string& why);
   void EndAttempt(ActiveJob& job);
   LaunchContext ContextOf(const ActiveJob& job) const;
 

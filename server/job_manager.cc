@@ -139,7 +139,15 @@ std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::
   const ActiveJob* job = jobs_.Find(id);
   const Membership* m = job == nullptr || !job->attempt ? nullptr : job->attempt->membership();
   if (m == nullptr) return std::nullopt;
-  return ReplicaStatus{m->view(), m->healing_ranks(), m->min_replicas()};
+  return ReplicaStatus{m->view(), m->healing_ranks(), m->min_replicas(), m->size(), m->leaving_ranks()};
+}
+
+absl::StatusOr<JobRecord> JobManager::Scale(const std::string& id, int32_t num_processes, const Caller& by) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can be scaled");
+  if (!found.ok()) return found.status();
+  if (auto s = lifecycle_.Scale(**found, num_processes, by.user); !s.ok()) return s;
+  return (*found)->record;
 }
 
 absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size, const std::string& page_token,

@@ -80,6 +80,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override;
   std::vector<StepMetrics> RankSamples(const std::string& id) override;
   std::optional<ReplicaStatus> Replicas(const std::string& id) override;
+  absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t num_processes, const Caller& by) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,
                                const Caller& by, bool all_users) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token) {

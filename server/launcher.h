@@ -43,6 +43,9 @@ struct LaunchRequest {
   // fault_tolerance.mode replica: each rank serves a store of its own
   // (trainyard-worker --replica-store).
   bool replica_store = false;
+  // Launch starts ranks 0..start_ranks-1 (0: all): an elastic job started
+  // below its full size (launchers that replace ranks; the others start all).
+  int32_t start_ranks = 0;
 };
 
 // How one rank's process ended. Each launcher reads the process's exit

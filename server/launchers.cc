@@ -32,6 +32,7 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, const Launcher::Traits
   req.preemption_grace_s = job.spec.preemption_grace_s;
   req.slurm = job.spec.slurm;
   req.replica_store = job.spec.replicas();
+  if (const Membership* m = job.attempt->membership()) req.start_ranks = m->running();
   return req;
 }
 

@@ -119,7 +119,8 @@ class LocalLauncher final : public Launcher {
           absl::StrCat("worker binary ", options_.worker_binary, " is not executable: ", strerror(errno)));
     }
     std::vector<pid_t> started;
-    for (int32_t rank = 0; rank < r.world_size; ++rank) {
+    const int32_t ranks = r.start_ranks > 0 ? std::min(r.start_ranks, r.world_size) : r.world_size;
+    for (int32_t rank = 0; rank < ranks; ++rank) {
       absl::StatusOr<pid_t> pid = StartRank(r, rank);
       if (!pid.ok()) {
         absl::MutexLock lock(&mu_);

@@ -8,23 +8,41 @@
 
 namespace trainyard {
 
-Membership::Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock)
+Membership::Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t started)
     : world_size_(world_size),
       min_replicas_(std::max(1, min_replicas)),
       clock_(clock),
-      states_(static_cast<size_t>(std::max(0, world_size)), State::kLaunched) {}
-
-int Membership::healing() const {
-  return static_cast<int>(
-      std::count_if(states_.begin(), states_.end(), [](State s) { return s == State::kLost || s == State::kHealing; }));
+      states_(static_cast<size_t>(std::max(0, world_size)), State::kLaunched) {
+  if (started <= 0) return;
+  for (int32_t r = started; r < world_size_; ++r) states_[r] = State::kParked;
 }
+
+int Membership::healing() const { return static_cast<int>(healing_ranks().size()); }
 
 std::vector<int32_t> Membership::healing_ranks() const {
   std::vector<int32_t> out;
   for (int32_t r = 0; r < world_size_; ++r) {
-    if (states_[r] == State::kLost || states_[r] == State::kHealing) out.push_back(r);
+    if ((states_[r] == State::kLost || states_[r] == State::kHealing) && !growing_.count(r)) out.push_back(r);
   }
   return out;
+}
+
+std::vector<int32_t> Membership::leaving_ranks() const {
+  std::vector<int32_t> out;
+  for (int32_t r = 0; r < world_size_; ++r) {
+    if (states_[r] == State::kLeaving) out.push_back(r);
+  }
+  return out;
+}
+
+int32_t Membership::size() const {
+  return static_cast<int32_t>(std::count_if(states_.begin(), states_.end(),
+                                            [](State s) { return s != State::kParked && s != State::kLeaving; }));
+}
+
+int32_t Membership::running() const {
+  return static_cast<int32_t>(
+      std::count_if(states_.begin(), states_.end(), [](State s) { return s != State::kParked; }));
 }
 
 std::string Membership::Describe(const MembershipView& v) const {
@@ -69,14 +87,8 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
   stream_lost_at_.erase(rank);
   State& s = states_[rank];
   if (!formed()) {
-    s = State::kConnected;
-    if (std::any_of(states_.begin(), states_.end(), [](State x) { return x != State::kConnected; })) return {};
-    std::vector<int32_t> all(static_cast<size_t>(world_size_));
-    for (int32_t r = 0; r < world_size_; ++r) {
-      all[r] = r;
-      states_[r] = State::kMember;
-    }
-    return Advance(std::move(all), absl::StrCat("all ", world_size_, " ranks connected"));
+    if (s == State::kLaunched) s = State::kConnected;
+    return Form();
   }
   switch (s) {
     case State::kMember: {
@@ -90,11 +102,15 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
       s = State::kMember;
       std::vector<int32_t> ranks = view_.ranks;
       ranks.push_back(rank);
-      return Advance(std::move(ranks), absl::StrCat("rank ", rank, " joined: its replacement connected"));
+      const bool grown = growing_.erase(rank) > 0;
+      return Advance(std::move(ranks),
+                     absl::StrCat("rank ", rank, " joined: ", grown ? "the job grows" : "its replacement connected"));
     }
     case State::kLost:  // the old process, about to end: it is not taken back
     case State::kLaunched:
-    case State::kConnected: return {};
+    case State::kConnected:
+    case State::kLeaving:
+    case State::kParked: return {};
   }
   return {};
 }
@@ -117,9 +133,83 @@ Membership::Decision Membership::OnLost(int32_t rank, const std::string& why) {
   return Advance(std::move(left), reason);
 }
 
+Membership::Decision Membership::Form() {
+  std::vector<int32_t> ranks;
+  for (int32_t r = 0; r < world_size_; ++r) {
+    if (states_[r] == State::kParked || states_[r] == State::kLeaving) continue;
+    if (states_[r] != State::kConnected) return {};
+    ranks.push_back(r);
+  }
+  if (ranks.empty()) return {};
+  for (int32_t r : ranks) states_[r] = State::kMember;
+  const int32_t n = static_cast<int32_t>(ranks.size());
+  return Advance(std::move(ranks), n == world_size_ ? absl::StrCat("all ", n, " ranks connected")
+                                                    : absl::StrCat(n, " of ", world_size_, " ranks connected"));
+}
+
+Membership::Decision Membership::Resize(int32_t n, const std::string& why) {
+  n = std::clamp(n, 1, world_size_);
+  std::vector<int32_t> launch, leave, kill;
+  for (int32_t r = 0; r < n; ++r) {
+    if (states_[r] != State::kParked) continue;
+    states_[r] = formed() ? State::kHealing : State::kLaunched;
+    failed_replacements_.erase(r);
+    if (formed()) growing_.insert(r);
+    launch.push_back(r);
+  }
+  for (int32_t r = n; r < world_size_; ++r) {
+    State& s = states_[r];
+    switch (s) {
+      case State::kMember: leave.push_back(r); break;
+      case State::kHealing:
+      case State::kLaunched:
+      case State::kConnected: kill.push_back(r); break;
+      case State::kLost: break;  // its process is ending: parked then, not replaced
+      case State::kLeaving:
+      case State::kParked: continue;
+    }
+    s = State::kLeaving;
+    lost_at_.erase(r);
+    stream_lost_at_.erase(r);
+    growing_.erase(r);
+  }
+  Decision d;
+  if (!leave.empty() && formed()) {
+    std::vector<int32_t> ranks;
+    for (int32_t r : view_.ranks) {
+      if (states_[r] == State::kMember) ranks.push_back(r);
+    }
+    d = Advance(std::move(ranks), absl::StrCat("ranks ", absl::StrJoin(leave, ","), " leave: ", why));
+    d.to.insert(d.to.end(), leave.begin(), leave.end());  // told, they end
+  } else if (!formed()) {
+    d = Form();  // the ranks left out may be all it waited for
+  }
+  if (!launch.empty()) {
+    d.event = absl::StrCat(d.event.empty() ? "" : d.event + "; ", "growing to ", n, " ranks (", why,
+                           "): launching rank", launch.size() == 1 ? " " : "s ", absl::StrJoin(launch, ","));
+  }
+  d.launch = std::move(launch);
+  d.kill = std::move(kill);
+  return d;
+}
+
 Membership::Decision Membership::OnExit(int32_t rank, const std::string& why) {
-  if (!formed() || rank < 0 || rank >= world_size_) return {};
+  if (rank < 0 || rank >= world_size_) return {};
   const State before = states_[rank];
+  if (before == State::kLeaving) {
+    states_[rank] = State::kParked;
+    Decision d;
+    d.parked = rank;
+    d.event = absl::StrCat("rank ", rank, " left (", why, ")");
+    if (!formed()) {
+      Decision f = Form();
+      f.parked = rank;
+      f.event = f.event.empty() ? d.event : absl::StrCat(d.event, "; ", f.event);
+      return f;
+    }
+    return d;
+  }
+  if (!formed() || before == State::kParked) return {};
   if (before == State::kLaunched || before == State::kConnected) return {};
   // A replacement that ended before it committed a step (still healing, or
   // a member with its heal pending) counts against the rank: a crash loop
@@ -140,7 +230,7 @@ Membership::Decision Membership::OnExit(int32_t rank, const std::string& why) {
     return d;
   }
   states_[rank] = State::kHealing;
-  d.relaunch = rank;
+  d.launch = {rank};
   return d;
 }
 

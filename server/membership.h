@@ -6,9 +6,14 @@
 //   lost       taken out of the membership (it died, its stream was lost,
 //              or it was evicted); its process is awaited before a
 //              replacement starts (healing);
-//   healing    a replacement was launched and has not joined yet.
+//   healing    a replacement (or, growing, a new rank) was launched and has
+//              not joined yet;
+//   leaving    left out on purpose (the job shrinks); its process is awaited;
+//   parked     not running on purpose (an elastic job below its full size).
+// An elastic job runs ranks 0..size-1: it shrinks from the top and grows
+// back from the lowest parked rank (so rank r keeps the r-th slot or GPU).
 // The decisions:
-//   - epoch 1 = every launch rank, once all of them have said hello;
+//   - epoch 1 = every launch rank started, once all of them have said hello;
 //   - a member lost (its process ended, its stream stayed lost for
 //     kStreamLossGrace, or it was evicted): epoch + 1 = the members left, sent to them, unless
 //     fewer than min_replicas are left: then the attempt fails (the
@@ -18,7 +23,11 @@
 //     before one committed a step (then the attempt fails);
 //   - a replacement's hello: epoch + 1 = the members and it, sent to all;
 //   - a member saying hello again (a reconnection) or reporting a broken
-//     group of an older epoch: the current membership, to it alone.
+//     group of an older epoch: the current membership, to it alone;
+//   - Resize(n): ranks from n up leave (members get a membership without
+//     them and end; replacements not joined yet are ended) and, once their
+//     processes ended, are parked; parked ranks below n are launched and
+//     join as replacements do (taking the state of a live peer).
 // A rank of an older membership never becomes a member again but through a
 // hello after it was replaced. Heal time: from a rank's loss to its
 // replacement's first committed step (ReplicaReport kCommitted).
@@ -32,6 +41,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,8 +85,12 @@ class Membership {
     // The attempt fails (whole-group restart) with this reason.
     bool fail = false;
     std::string failure;
-    // Launch a replacement for this rank now (-1: none).
-    int32_t relaunch = -1;
+    // Launch these ranks now (replacements, or a grown job's new ranks).
+    std::vector<int32_t> launch;
+    // End these ranks' processes (launched, but the job shrank below them).
+    std::vector<int32_t> kill;
+    // A rank that left on purpose ended (-1: none): what it held is free.
+    int32_t parked = -1;
     // The rank that healed and how long it took (kCommitted of a replacement).
     int32_t healed_rank = -1;
     double heal_seconds = 0;
@@ -84,11 +98,16 @@ class Membership {
     std::string event;
   };
 
-  enum class State { kLaunched, kConnected, kMember, kLost, kHealing };
+  enum class State { kLaunched, kConnected, kMember, kLost, kHealing, kLeaving, kParked };
 
-  // An attempt of `world_size` launch ranks; below `min_replicas` live
+  // An attempt of `world_size` launch ranks of which the first `started`
+  // are launched (0: all; the others are parked); below `min_replicas` live
   // replicas the attempt fails. `clock` must outlive it.
-  Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock);
+  Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t started = 0);
+
+  // The job runs ranks 0..n-1 from now on (1 <= n <= world_size): `why`
+  // goes in the events.
+  Decision Resize(int32_t n, const std::string& why);
 
   // `rank` said hello; its store listens at store_addr:store_port.
   Decision OnHello(int32_t rank, const std::string& store_addr, int32_t store_port);
@@ -123,12 +142,21 @@ class Membership {
   // Ranks lost or being replaced (not yet members again).
   int healing() const;
   std::vector<int32_t> healing_ranks() const;
+  // Ranks left out on purpose whose processes are still ending.
+  std::vector<int32_t> leaving_ranks() const;
   int32_t world_size() const { return world_size_; }
+  // Ranks the job runs with once the ones leaving and launched are done
+  // (the Resize target), and ranks whose processes may run (not parked).
+  int32_t size() const;
+  int32_t running() const;
   int32_t min_replicas() const { return min_replicas_; }
 
  private:
   // The next epoch with `ranks` for `reason`, sent to `ranks`.
   Decision Advance(std::vector<int32_t> ranks, const std::string& reason);
+  // Before epoch 1: the first membership once every rank started has
+  // connected (nothing yet otherwise).
+  Decision Form();
   std::string Describe(const MembershipView& v) const;
 
   const int32_t world_size_;
@@ -140,6 +168,7 @@ class Membership {
   std::map<int32_t, TimeSource::Steady> stream_lost_at_;       // members without a stream
   std::map<int32_t, TimeSource::Steady> lost_at_;              // lost ranks not healed yet
   std::map<int32_t, int> failed_replacements_;                 // in a row, by rank
+  std::set<int32_t> growing_;                                  // launched by Resize, not joined yet
 };
 
 }  // namespace trainyard

@@ -81,6 +81,8 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
     for (int32_t rank : replicas->membership.ranks) r->add_live(rank);
     for (int32_t rank : replicas->healing) r->add_healing(rank);
     r->set_min_replicas(replicas->min_replicas);
+    r->set_size(replicas->size);
+    for (int32_t rank : replicas->leaving) r->add_leaving(rank);
   }
   return grpc::Status::OK;
 }
@@ -138,6 +140,20 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::Cance
                                        v1::CancelJobResponse* resp) {
   if (grpc::Status auth = Authorize(ctx, req->id(), "cancel", false); !auth.ok()) return auth;
   auto job = manager_->Cancel(req->id(), req->checkpoint());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  ToProto(*job, {}, resp->mutable_job());
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ScaleJob(grpc::ServerContext* ctx, const v1::ScaleJobRequest* req,
+                                      v1::ScaleJobResponse* resp) {
+  const absl::Status fields = req->num_processes() > 0
+                                  ? absl::OkStatus()
+                                  : absl::InvalidArgumentError(absl::StrCat(
+                                        "field 'num_processes': must be at least 1, got ", req->num_processes()));
+  Caller caller;
+  if (grpc::Status auth = Authorize(ctx, req->id(), "scale", false, &caller, fields); !auth.ok()) return auth;
+  auto job = manager_->Scale(req->id(), req->num_processes(), caller);
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;

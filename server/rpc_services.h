@@ -25,6 +25,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
   grpc::Status GetQueue(grpc::ServerContext*, const v1::GetQueueRequest*, v1::GetQueueResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::CancelJobResponse*) override;
+  grpc::Status ScaleJob(grpc::ServerContext*, const v1::ScaleJobRequest*, v1::ScaleJobResponse*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::WatchJobResponse>*) override;
   grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::GetLogsResponse*) override;

@@ -94,6 +94,7 @@ void WorkerSessions::Result(const std::string& job_id, int32_t attempt, int32_t 
   // result does not fail the attempt.
   if (ReplicasOf(*job) != nullptr && (outcome == WorkerOutcome::kFailed || outcome == WorkerOutcome::kStopped)) {
     job->attempt->NoteResult(rank, outcome);
+    if (job->attempt->membership()->state(rank) == Membership::State::kLeaving) return;  // it left on purpose
     jobs_->AddEvent(*job, absl::StrCat("rank ", rank, " ", WorkerOutcomeName(outcome), ": ", error));
     return;
   }
@@ -173,9 +174,18 @@ void WorkerSessions::Exit(const RankExit& exit) {
   // word) is replaced while enough replicas are left.
   const bool finished = exit.outcome == WorkerOutcome::kSucceeded || exit.outcome == WorkerOutcome::kPreempted ||
                         exit.outcome == WorkerOutcome::kUsage;
-  if (Membership* m = ReplicasOf(*job); m != nullptr && !finished) {
+  Membership* m = ReplicasOf(*job);
+  // A rank that left on purpose (the job shrank, maybe before its group
+  // formed) is parked however it ended.
+  if (Membership* all = job->attempt->membership(); all != nullptr && exit.rank >= 0 && exit.rank < all->world_size() &&
+                                                    all->state(exit.rank) == Membership::State::kLeaving &&
+                                                    !job->attempt->stopping() && !job->attempt->stop_requested()) {
+    lifecycle_->ApplyReplicas(*job, all->OnExit(exit.rank, WhyEnded(exit)), exit.rank);
+    return;
+  }
+  if (m != nullptr && !finished) {
     const Membership::Decision d = m->OnExit(exit.rank, WhyEnded(exit));
-    if (d.relaunch >= 0 || d.fail) {
+    if (!d.launch.empty() || d.fail || d.parked >= 0) {
       if (lifecycle_->ApplyReplicas(*job, d, exit.rank)) return;  // replaced
       if ((job = jobs_->FindAttempt(exit.job_id, exit.attempt)) == nullptr) return;
     }

@@ -53,6 +53,11 @@ void CheckFaultTolerance(const JobSpec& s) {
     Fail("elastic.min_processes",
          absl::StrCat("must be at most num_processes (", s.num_processes, "), got ", s.elastic.min_processes));
   }
+  if (s.elastic.enabled() && s.elastic.min_processes < s.fault_tolerance.min_replicas) {
+    Fail("elastic.min_processes",
+         absl::StrCat("must be at least fault_tolerance.min_replicas (", s.fault_tolerance.min_replicas,
+                      "): a job shrunk below it would restart as a whole group; got ", s.elastic.min_processes));
+  }
 }
 
 // Rules between fields (each field's own range is checked as it is read);

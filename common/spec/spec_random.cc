@@ -85,6 +85,9 @@ void FaultToleranceRules(JobSpec* s) {
   if (!replicable) s->fault_tolerance.mode = FaultToleranceMode::kWholeGroup;
   s->fault_tolerance.min_replicas = std::min(s->fault_tolerance.min_replicas, s->num_processes);
   s->elastic.min_processes = s->replicas() ? std::min(s->elastic.min_processes, s->num_processes) : 0;
+  if (s->elastic.enabled()) {
+    s->elastic.min_processes = std::max(s->elastic.min_processes, s->fault_tolerance.min_replicas);
+  }
 }
 
 }  // namespace

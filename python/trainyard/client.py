@@ -124,6 +124,13 @@ class Client:
         """Cancels the job; with `checkpoint`, after a checkpoint."""
         return _to_dict(self._call("CancelJob", self._pb.CancelJobRequest(id=job_id, checkpoint=checkpoint)).job)
 
+    def scale(self, job_id, num_processes):
+        """Grows or shrinks a running elastic job to `num_processes` ranks
+        (between its elastic.min_processes and num_processes); returns the
+        job at once, while ranks join or leave (see its "replicas")."""
+        req = self._pb.ScaleJobRequest(id=job_id, num_processes=num_processes)
+        return _to_dict(self._call("ScaleJob", req).job)
+
     def checkpoint(self, job_id, sharded=False, wait=True, timeout=600.0):
         """Asks a running job for a checkpoint; with `wait`, returns it once
         saved (or raises when it failed)."""

@@ -34,6 +34,8 @@ class FakeJobService final : public v1::JobService::Service {
       r->add_live(2);
       r->add_healing(1);
       r->set_min_replicas(1);
+      r->set_size(3);
+      r->add_leaving(3);
     }
     j->set_id(req->id());
     j->set_name("mnist");
@@ -159,8 +161,10 @@ TEST_F(TrainctlTest, GetPrintsATableAndJson) {
 
 TEST_F(TrainctlTest, GetShowsAReplicaJobsReplicas) {
   ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-r"); }), 0) << err_.str();
-  EXPECT_NE(out_.str().find("replicas:     2 live (ranks 0,2), 1 healing (ranks 1); membership 2, min 1"),
-            std::string::npos)
+  EXPECT_NE(
+      out_.str().find(
+          "replicas:     2 live (ranks 0,2), 1 healing (ranks 1), 1 leaving (ranks 3); size 3, membership 2, min 1"),
+      std::string::npos)
       << out_.str();
   ASSERT_EQ(Run([](Trainctl& c) { return c.Get("job-1"); }), 0) << err_.str();
   EXPECT_EQ(out_.str().find("replicas:"), std::string::npos) << out_.str();  // not a replica job

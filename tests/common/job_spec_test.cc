@@ -119,6 +119,13 @@ INSTANTIATE_TEST_SUITE_P(
     Validation, JobSpecRejects,
     ::testing::Values(
         BadSpec{"modle: {kind: mlp}\n", {"'modle'", "unknown key", "model"}},
+        BadSpec{"num_processes: 2\nelastic: {min_processes: 1}\n",
+                {"'elastic.min_processes'", "needs fault_tolerance.mode replica"}},
+        BadSpec{"num_processes: 3\nfault_tolerance: {mode: replica, min_replicas: 2}\nelastic: {min_processes: 1}\n",
+                {"'elastic.min_processes'", "at least fault_tolerance.min_replicas (2)"}},
+        BadSpec{"num_processes: 2\nfault_tolerance: {mode: replica}\nelastic: {min_processes: 3}\n",
+                {"'elastic.min_processes'", "at most num_processes (2)"}},
+        BadSpec{"num_processes: 1\nfault_tolerance: {mode: replica}\n", {"'fault_tolerance.mode'", "at least 2"}},
         BadSpec{"model: {kind: mlp, depth: 3}\n", {"'model.depth'", "unknown key", "hidden"}},
         BadSpec{"model: {kind: transformer}\n", {"'model.kind'", "transformer", "mlp, cnn"}},
         BadSpec{"model: {kind: resnet, hidden: [3]}\n", {"'model.hidden'", "does not apply"}},

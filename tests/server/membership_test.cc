@@ -53,7 +53,7 @@ TEST_F(MembershipTest, ALostMemberLeavesTheOthersTrainingAndIsReplacedOnceItsPro
   EXPECT_EQ(d.send->ranks, (Ranks{0, 2}));
   EXPECT_EQ(d.to, (Ranks{0, 2}));  // the lost rank is told nothing
   EXPECT_EQ(d.event, "membership 2: ranks 0,2 (rank 1 lost: killed by signal 9)");
-  EXPECT_EQ(d.relaunch, 1);
+  EXPECT_EQ(d.launch, Ranks{1});
   EXPECT_EQ(m.state(1), State::kHealing);
   EXPECT_EQ(m.live(), 2);
   EXPECT_EQ(m.healing(), 1);
@@ -96,7 +96,7 @@ TEST_F(MembershipTest, BelowMinReplicasTheAttemptFails) {
   Membership::Decision d = m.OnExit(0, "killed by signal 9");
   EXPECT_TRUE(d.fail);
   EXPECT_FALSE(d.send);
-  EXPECT_EQ(d.relaunch, -1);
+  EXPECT_TRUE(d.launch.empty());
   EXPECT_EQ(d.failure,
             "rank 0 lost: killed by signal 9; 1 live replica left, fewer than fault_tolerance.min_replicas (2)");
 }
@@ -107,14 +107,14 @@ TEST_F(MembershipTest, AnEvictedRankIsReplacedOnlyOnceItsProcessEnded) {
   Membership::Decision d = m.OnLost(1, "evicted: no step progress");
   ASSERT_TRUE(d.send);
   EXPECT_EQ(d.send->ranks, (Ranks{0}));
-  EXPECT_EQ(d.relaunch, -1);
+  EXPECT_TRUE(d.launch.empty());
   EXPECT_EQ(m.state(1), State::kLost);
   // The old process reconnecting is not taken back.
   EXPECT_FALSE(m.OnHello(1, "10.0.0.1", 29501).send);
   EXPECT_FALSE(m.OnLost(1, "stream lost").send);  // lost once
   d = m.OnExit(1, "killed by signal 9");
   EXPECT_FALSE(d.send);  // the membership changed already
-  EXPECT_EQ(d.relaunch, 1);
+  EXPECT_EQ(d.launch, Ranks{1});
   EXPECT_EQ(m.epoch(), 2);
 }
 
@@ -135,10 +135,10 @@ TEST_F(MembershipTest, AStreamLostLongerThanTheGraceIsNamed) {
 TEST_F(MembershipTest, ReplacementsThatKeepFailingFailTheAttempt) {
   Membership m(2, 1, &clock_);
   HelloAll(m);
-  EXPECT_EQ(m.OnExit(1, "killed by signal 9").relaunch, 1);
-  EXPECT_EQ(m.OnExit(1, "exited with code 1").relaunch, 1);  // before its hello: 1 failed
+  EXPECT_EQ(m.OnExit(1, "killed by signal 9").launch, Ranks{1});
+  EXPECT_EQ(m.OnExit(1, "exited with code 1").launch, Ranks{1});  // before its hello: 1 failed
   m.OnHello(1, "10.0.0.1", 29501);
-  EXPECT_EQ(m.OnExit(1, "exited with code 1").relaunch, 1);  // joined, never committed: 2 failed
+  EXPECT_EQ(m.OnExit(1, "exited with code 1").launch, Ranks{1});  // joined, never committed: 2 failed
   Membership::Decision d = m.OnExit(1, "exited with code 1");
   EXPECT_TRUE(d.fail);
   EXPECT_EQ(d.failure,
@@ -149,8 +149,8 @@ TEST_F(MembershipTest, ACommitResetsTheCountOfFailedReplacements) {
   Membership m(2, 1, &clock_);
   HelloAll(m);
   for (int round = 0; round < 5; ++round) {
-    EXPECT_EQ(m.OnExit(1, "killed by signal 9").relaunch, 1);
-    EXPECT_EQ(m.OnExit(1, "exited with code 1").relaunch, 1);
+    EXPECT_EQ(m.OnExit(1, "killed by signal 9").launch, Ranks{1});
+    EXPECT_EQ(m.OnExit(1, "exited with code 1").launch, Ranks{1});
     m.OnHello(1, "10.0.0.1", 29501);
     EXPECT_EQ(m.OnReport(1, {ReplicaReport::Kind::kCommitted, m.epoch(), 10}).healed_rank, 1);
   }
@@ -162,7 +162,7 @@ TEST_F(MembershipTest, BeforeTheGroupFormedNothingIsDecided) {
   Membership::Decision d = m.OnExit(1, "exited with code 1");
   EXPECT_FALSE(d.send);
   EXPECT_FALSE(d.fail);  // the attempt's own rules decide (a whole-group failure)
-  EXPECT_EQ(d.relaunch, -1);
+  EXPECT_TRUE(d.launch.empty());
   EXPECT_FALSE(m.OnLost(0, "stream lost").send);
 }
 
@@ -182,6 +182,79 @@ TEST_F(MembershipTest, AMemberThatMissedAMembershipGetsItAgain) {
   EXPECT_EQ(d.send->epoch, 2);
   EXPECT_EQ(d.to, (Ranks{1}));
   EXPECT_EQ(m.epoch(), 2);
+}
+
+// Elastic: a job started with 2 of its 3 ranks grows by launching rank 2,
+// which joins as a replacement does (it is not counted as healing), and
+// shrinks from the top: members left out are told and end, then are parked.
+TEST_F(MembershipTest, AnElasticJobStartsSmallGrowsAndShrinksFromTheTop) {
+  Membership m(3, 1, &clock_, /*started=*/2);
+  EXPECT_EQ(m.state(2), State::kParked);
+  EXPECT_FALSE(m.OnHello(0, "10.0.0.0", 29500).send);
+  Membership::Decision d = m.OnHello(1, "10.0.0.1", 29501);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1}));
+  EXPECT_EQ(d.event, "membership 1: ranks 0,1 (2 of 3 ranks connected)");
+  EXPECT_EQ(m.size(), 2);
+  EXPECT_EQ(m.OnExit(2, "exited with code 1").launch, Ranks{}) << "a parked rank is not replaced";
+
+  d = m.Resize(3, "slots came free");
+  EXPECT_EQ(d.launch, Ranks{2});
+  EXPECT_FALSE(d.send) << "it joins once it connected";
+  EXPECT_EQ(d.event, "growing to 3 ranks (slots came free): launching rank 2");
+  EXPECT_EQ(m.healing(), 0);
+  EXPECT_EQ(m.size(), 3);
+  d = m.OnHello(2, "10.0.0.2", 29502);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2}));
+  EXPECT_EQ(d.event, "membership 2: ranks 0,1,2 (rank 2 joined: the job grows)");
+  EXPECT_EQ(m.OnReport(2, {ReplicaReport::Kind::kCommitted, 2, 9, "", 0.1, true, 100}).healed_rank, -1);
+
+  d = m.Resize(1, "trainctl scale");
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0}));
+  EXPECT_EQ(d.to, (Ranks{0, 1, 2})) << "the ranks leaving are told too: they end";
+  EXPECT_EQ(d.event, "membership 3: ranks 0 (ranks 1,2 leave: trainctl scale)");
+  EXPECT_TRUE(d.launch.empty() && d.kill.empty());
+  EXPECT_EQ(m.state(1), State::kLeaving);
+  EXPECT_EQ(m.size(), 1);
+  EXPECT_EQ(m.running(), 3);
+  EXPECT_FALSE(m.OnLost(1, "stream lost").send) << "a rank leaving is not lost";
+  d = m.OnExit(1, "exited with code 0");
+  EXPECT_EQ(d.parked, 1);
+  EXPECT_TRUE(d.launch.empty());
+  EXPECT_EQ(d.event, "rank 1 left (exited with code 0)");
+  EXPECT_EQ(m.OnExit(2, "exited with code 0").parked, 2);
+  EXPECT_EQ(m.running(), 1);
+  EXPECT_EQ(m.state(2), State::kParked);
+}
+
+TEST_F(MembershipTest, ShrinkingEndsAReplacementNotJoinedYetAndALostRankIsNotReplaced) {
+  Membership m(4, 1, &clock_);
+  HelloAll(m);
+  EXPECT_EQ(m.OnExit(3, "killed by signal 9").launch, Ranks{3});
+  m.OnLost(2, "evicted as hung");  // its process still ends
+  Membership::Decision d = m.Resize(2, "shrunk for job j2");
+  EXPECT_EQ(d.kill, Ranks{3});
+  EXPECT_FALSE(d.send) << "no member leaves";
+  EXPECT_EQ(m.healing(), 0);
+  d = m.OnExit(2, "killed by signal 9");
+  EXPECT_EQ(d.parked, 2);
+  EXPECT_TRUE(d.launch.empty());
+  EXPECT_EQ(m.OnExit(3, "killed by signal 9").parked, 3);
+  EXPECT_EQ(m.running(), 2);
+  EXPECT_EQ(m.view().ranks, (Ranks{0, 1}));
+}
+
+TEST_F(MembershipTest, ShrinkingBeforeTheGroupFormedFormsItWithTheRanksLeft) {
+  Membership m(3, 1, &clock_);
+  m.OnHello(0, "10.0.0.0", 29500);
+  m.OnHello(1, "10.0.0.1", 29501);
+  Membership::Decision d = m.Resize(2, "trainctl scale");
+  EXPECT_EQ(d.kill, Ranks{2});
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1}));
+  EXPECT_EQ(m.OnExit(2, "killed by signal 15").parked, 2);
 }
 
 }  // namespace
