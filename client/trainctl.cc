@@ -354,7 +354,7 @@ int Trainctl::Scale(const std::string& id, int num_processes, bool wait, std::ch
   v1::ScaleJobResponse resp;
   grpc::Status st = s.Call(&v1::JobService::Stub::ScaleJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
-  s.out << id << ": scaling to " << num_processes << " ranks\n";
+  s.out << id << ": scaling to " << num_processes << (num_processes == 1 ? " rank\n" : " ranks\n");
   if (!wait) return 0;
   // Done when the members are ranks 0..n-1 and nobody is leaving or joining.
   const auto deadline = std::chrono::steady_clock::now() + wait_for;
@@ -370,7 +370,8 @@ int Trainctl::Scale(const std::string& id, int num_processes, bool wait, std::ch
       return 1;
     }
     if (r.live_size() == num_processes && r.size() == num_processes && r.leaving_size() == 0 && r.healing_size() == 0) {
-      s.out << id << ": " << num_processes << " ranks train together (membership " << r.epoch() << ")\n";
+      s.out << id << ": " << num_processes << (num_processes == 1 ? " rank trains" : " ranks train")
+            << " together (membership " << r.epoch() << ")\n";
       return 0;
     }
     if (std::chrono::steady_clock::now() >= deadline) {

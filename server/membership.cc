@@ -179,7 +179,8 @@ Membership::Decision Membership::Resize(int32_t n, const std::string& why) {
     for (int32_t r : view_.ranks) {
       if (states_[r] == State::kMember) ranks.push_back(r);
     }
-    d = Advance(std::move(ranks), absl::StrCat("ranks ", absl::StrJoin(leave, ","), " leave: ", why));
+    d = Advance(std::move(ranks), absl::StrCat(leave.size() == 1 ? "rank " : "ranks ", absl::StrJoin(leave, ","),
+                                               leave.size() == 1 ? " leaves: " : " leave: ", why));
     d.to.insert(d.to.end(), leave.begin(), leave.end());  // told, they end
   } else if (!formed()) {
     d = Form();  // the ranks left out may be all it waited for
