@@ -81,6 +81,7 @@ class Attempt {
   void Attach(int32_t rank, std::shared_ptr<WorkerChannel> channel);
   // Whether every rank has connected at least once.
   bool all_attached() const;  // every rank connected at least once, or parked
+  int32_t parked() const { return static_cast<int32_t>(parked_.size()); }
   // `rank`'s stream ended (the channel it attached with; another is
   // ignored). An external rank that reported its result has ended; one
   // without a result is lost and may reconnect within the reattach timeout

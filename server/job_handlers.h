@@ -173,9 +173,12 @@ class WorkerHandler {
   // fault_tolerance.mode replica: every rank's own store listens at
   // advertise_addr (empty: the attempt's master address) on
   // replica_store_port.
+  // `held`: the newest membership the rank was offered (replica jobs; a
+  // coordinator that restarted takes the group on from it).
   virtual absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
                                                         const std::string& token, const std::string& advertise_addr,
-                                                        int32_t rendezvous_port, int32_t replica_store_port) = 0;
+                                                        int32_t rendezvous_port, int32_t replica_store_port,
+                                                        const MembershipView& held) = 0;
   virtual void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) = 0;
   // How one rank ended, as it reports (external ranks: in place of an exit).
   virtual void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,

@@ -449,6 +449,12 @@ void JobLifecycle::End(ActiveJob& job, JobState state, const std::string& reason
 void JobLifecycle::Adopt(ActiveJob& job) {
   const JobRecord& r = job.record;
   job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, launchers_->TraitsOf(job.spec).ranks_join);
+  // A replica group is taken on from the membership its ranks hold when
+  // they reattach; ranks that died meanwhile are replaced then.
+  if (job.spec.replicas() && launchers_->TraitsOf(job.spec).replaces_ranks) {
+    job.attempt->SetMembership(std::make_unique<Membership>(
+        Membership::Adopting(r.num_processes, job.spec.fault_tolerance.min_replicas, clock_)));
+  }
   scheduler_->HoldAdopted(r.id, DemandOf(job.spec), ClaimOf(job), clock_->SteadyNow());
   // The launcher follows the processes (local: found by command line) or
   // the batch job (Slurm: found by name) and reports their ends.

@@ -106,9 +106,10 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   // WorkerHandler: each call routed to WorkerSessions under the mutex.
   absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
                                                 const std::string& token, const std::string& advertise_addr = "",
-                                                int32_t rendezvous_port = 0, int32_t replica_store_port = 0) override {
+                                                int32_t rendezvous_port = 0, int32_t replica_store_port = 0,
+                                                const MembershipView& held = {}) override {
     absl::MutexLock lock(&mu_);
-    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port, replica_store_port);
+    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port, replica_store_port, held);
   }
   void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) override {
     absl::MutexLock lock(&mu_);

@@ -248,10 +248,6 @@ class LocalLauncher final : public Launcher {
         std::to_string(r.world_size),
         "--attempt",
         std::to_string(r.attempt),
-        "--master-addr",
-        r.master_addr,
-        "--master-port",
-        std::to_string(r.master_port),
         "--server",
         r.coordinator_addr,
         "--threads",
@@ -260,6 +256,14 @@ class LocalLauncher final : public Launcher {
         "--exit-status-dir",
         r.log_dir,
     };
+    // An attempt adopted after a coordinator restart has no rendezvous port
+    // of record: a replica job's ranks meet at their own stores instead.
+    if (r.master_port > 0) {
+      for (const std::string& a :
+           {std::string("--master-addr"), r.master_addr, std::string("--master-port"), std::to_string(r.master_port)}) {
+        args.push_back(a);
+      }
+    }
     if (r.replica_store) args.push_back("--replica-store");
     for (const auto& a : options_.extra_worker_args) args.push_back(a);
     std::string log_path = absl::StrCat(r.log_dir, "/rank-", rank, ".log");

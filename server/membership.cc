@@ -147,6 +147,89 @@ Membership::Decision Membership::Form() {
                                                     : absl::StrCat(n, " of ", world_size_, " ranks connected"));
 }
 
+Membership Membership::Adopting(int32_t world_size, int32_t min_replicas, const TimeSource* clock) {
+  Membership m(world_size, min_replicas, clock);
+  m.adopting_ = true;
+  return m;
+}
+
+Membership::Decision Membership::OnReattach(int32_t rank, const std::string& store_addr, int32_t store_port,
+                                            const MembershipView& held) {
+  if (!adopting_ || rank < 0 || rank >= world_size_ || states_[rank] != State::kLaunched) return {};
+  stores_[rank] = {store_addr, store_port};
+  held_[rank] = held;
+  states_[rank] = State::kConnected;
+  return TakeOn();
+}
+
+Membership::Decision Membership::OnGone(int32_t rank, const std::string& why) {
+  if (!adopting_ || rank < 0 || rank >= world_size_) return {};
+  if (states_[rank] != State::kLaunched && states_[rank] != State::kConnected) return {};
+  states_[rank] = State::kLost;  // a rank that reattached and ended before the take-on too
+  held_.erase(rank);
+  gone_[rank] = why;
+  return TakeOn();
+}
+
+Membership::Decision Membership::TakeOn() {
+  if (std::any_of(states_.begin(), states_.end(), [](State s) { return s == State::kLaunched; })) return {};
+  adopting_ = false;
+  const MembershipView* newest = nullptr;
+  for (const auto& [rank, view] : held_) {
+    if (view.epoch > 0 && (newest == nullptr || view.epoch > newest->epoch)) newest = &view;
+  }
+  // What the launcher saw of a rank gone meanwhile says little more than
+  // that it is not running: the event names the ranks.
+  std::vector<int32_t> gone;
+  for (const auto& [rank, why] : gone_) gone.push_back(rank);
+  const std::string while_away = gone.empty() ? ""
+                                              : absl::StrCat(gone.size() == 1 ? "; rank " : "; ranks ",
+                                                             absl::StrJoin(gone, ","), " ended while it was away");
+  Decision d;
+  if (newest == nullptr) {  // the group had not formed
+    if (gone_.empty()) return Form();
+    d.fail = true;
+    d.failure = absl::StrCat("the coordinator restarted before the group formed", while_away);
+    return d;
+  }
+  view_ = *newest;
+  std::vector<int32_t> members, joining;
+  for (int32_t r : view_.ranks) {
+    if (r >= 0 && r < world_size_ && states_[r] == State::kConnected) members.push_back(r);
+  }
+  for (int32_t r = 0; r < world_size_; ++r) {
+    if (states_[r] == State::kConnected && std::find(members.begin(), members.end(), r) == members.end()) {
+      joining.push_back(r);
+    }
+  }
+  if (static_cast<int32_t>(members.size()) < min_replicas_) {
+    d.fail = true;
+    d.failure = absl::StrCat("the coordinator restarted: ", members.size(), " live replica",
+                             members.size() == 1 ? "" : "s", " of membership ", view_.epoch,
+                             " reattached, fewer than fault_tolerance.min_replicas (", min_replicas_, ")", while_away);
+    return d;
+  }
+  for (int32_t r : members) states_[r] = State::kMember;
+  for (int32_t r : joining) states_[r] = State::kMember;
+  if (joining.empty() && members == view_.ranks) {
+    // The group is as it was: the members that missed its membership get it.
+    d.send = view_;
+    d.to = members;
+    d.event = absl::StrCat("the coordinator restarted: ", Describe(view_), " taken on");
+  } else {
+    std::vector<int32_t> ranks = members;
+    ranks.insert(ranks.end(), joining.begin(), joining.end());
+    d = Advance(std::move(ranks), absl::StrCat("the coordinator restarted", while_away));
+  }
+  const auto now = clock_->SteadyNow();
+  for (const auto& [rank, why] : gone_) {
+    states_[rank] = State::kHealing;
+    lost_at_.emplace(rank, now);
+    d.launch.push_back(rank);
+  }
+  return d;
+}
+
 Membership::Decision Membership::Resize(int32_t n, const std::string& why) {
   n = std::clamp(n, 1, world_size_);
   std::vector<int32_t> launch, leave, kill;

@@ -28,6 +28,10 @@
 //     them and end; replacements not joined yet are ended) and, once their
 //     processes ended, are parked; parked ranks below n are launched and
 //     join as replacements do (taking the state of a live peer).
+// A group adopted after a coordinator restart (Adopting) is taken on once
+// every rank has reattached or is found gone: from the newest membership
+// its ranks hold, without the gone ones (replaced), with ranks that hold
+// none of it (replacements that had not joined) joining.
 // A rank of an older membership never becomes a member again but through a
 // hello after it was replaced. Heal time: from a rank's loss to its
 // replacement's first committed step (ReplicaReport kCommitted).
@@ -109,6 +113,17 @@ class Membership {
   // goes in the events.
   Decision Resize(int32_t n, const std::string& why);
 
+  // The running group of an attempt adopted after a coordinator restart:
+  // its ranks reattach (OnReattach) or are found gone (OnGone).
+  static Membership Adopting(int32_t world_size, int32_t min_replicas, const TimeSource* clock);
+  bool adopting() const { return adopting_; }
+  // Adopting: `rank` reattached, its store at store_addr:store_port, holding
+  // `held` (epoch 0: none). The last of the ranks takes the group on.
+  Decision OnReattach(int32_t rank, const std::string& store_addr, int32_t store_port, const MembershipView& held);
+  // Adopting: `rank`'s process ended while the coordinator was away (or
+  // after it reattached, before the group was taken on).
+  Decision OnGone(int32_t rank, const std::string& why);
+
   // `rank` said hello; its store listens at store_addr:store_port.
   Decision OnHello(int32_t rank, const std::string& store_addr, int32_t store_port);
   // `rank` is out of the membership (`why`: "killed by signal 9", "evicted:
@@ -169,6 +184,10 @@ class Membership {
   std::map<int32_t, TimeSource::Steady> lost_at_;              // lost ranks not healed yet
   std::map<int32_t, int> failed_replacements_;                 // in a row, by rank
   std::set<int32_t> growing_;                                  // launched by Resize, not joined yet
+  bool adopting_ = false;
+  std::map<int32_t, MembershipView> held_;  // adopting: what each reattached rank holds
+  std::map<int32_t, std::string> gone_;     // adopting: ranks that ended while the coordinator was away
+  Decision TakeOn();
 };
 
 }  // namespace trainyard

@@ -306,8 +306,15 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
   if (hello.advertise_addr().size() > 255) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'advertise_addr': at most 255 characters");
   }
-  auto attached = manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(),
-                                         hello.advertise_addr(), hello.rendezvous_port(), hello.replica_store_port());
+  MembershipView held;
+  held.epoch = hello.membership().epoch();
+  held.ranks.assign(hello.membership().ranks().begin(), hello.membership().ranks().end());
+  held.store_addr = hello.membership().store_addr();
+  held.store_port = hello.membership().store_port();
+  held.reason = hello.membership().reason();
+  auto attached =
+      manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(), hello.advertise_addr(),
+                             hello.rendezvous_port(), hello.replica_store_port(), held);
   if (!attached.ok()) {
     spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(),
                  std::string(attached.status().message()));

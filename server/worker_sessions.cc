@@ -9,7 +9,8 @@ namespace trainyard {
 
 absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_id, int32_t rank, int32_t attempt,
                                                         const std::string& token, const std::string& advertise_addr,
-                                                        int32_t rendezvous_port, int32_t replica_store_port) {
+                                                        int32_t rendezvous_port, int32_t replica_store_port,
+                                                        const MembershipView& held) {
   ActiveJob* found = jobs_->Find(job_id);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " is not running"));
   ActiveJob& job = *found;
@@ -36,23 +37,35 @@ absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_i
   auto channel = std::make_shared<WorkerChannel>();
   a.Attach(rank, channel);
   if (a.cancel_requested()) channel->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
-  if (a.all_attached() && (job.record.state == JobState::kRecovering || job.record.state == JobState::kStarting)) {
-    job.progress.Touch(clock_->SteadyNow());
-    jobs_->Transition(
-        job, JobState::kRunning,
-        job.record.state == JobState::kRecovering
-            ? absl::StrCat("all ", job.record.num_processes, " ranks reattached after a coordinator restart")
-            : absl::StrCat("all ", job.record.num_processes, " ranks connected"));
-  }
+  RunningOnceAllAttached(job);
   WorkerAttachment attachment{job.record.spec_json, job.record.num_processes, a.number(),
                               a.master_addr(),      a.master_port(),          channel};
   // The membership goes down after the welcome (the stream writes the
   // welcome before it takes commands).
   if (Membership* m = a.membership(); m != nullptr && !a.stopping()) {
-    lifecycle_->ApplyReplicas(
-        job, m->OnHello(rank, advertise_addr.empty() ? a.master_addr() : advertise_addr, replica_store_port), rank);
+    const std::string store = advertise_addr.empty() ? a.master_addr() : advertise_addr;
+    lifecycle_->ApplyReplicas(job,
+                              m->adopting() ? m->OnReattach(rank, store, replica_store_port, held)
+                                            : m->OnHello(rank, store, replica_store_port),
+                              rank);
   }
   return attachment;
+}
+
+void WorkerSessions::RunningOnceAllAttached(ActiveJob& job) {
+  const Attempt& a = *job.attempt;
+  if (!a.all_attached() || (job.record.state != JobState::kRecovering && job.record.state != JobState::kStarting)) {
+    return;
+  }
+  job.progress.Touch(clock_->SteadyNow());
+  const int32_t parked = a.parked();
+  const std::string ranks =
+      parked == 0 ? absl::StrCat("all ", job.record.num_processes, " ranks")
+                  : absl::StrCat(job.record.num_processes - parked, " of ", job.record.num_processes, " ranks");
+  jobs_->Transition(job, JobState::kRunning,
+                    job.record.state == JobState::kRecovering
+                        ? absl::StrCat(ranks, " reattached after a coordinator restart")
+                        : absl::StrCat(ranks, " connected"));
 }
 
 absl::StatusOr<JoinInfo> WorkerSessions::JoinInfoOf(const std::string& job_id,
@@ -174,6 +187,16 @@ void WorkerSessions::Exit(const RankExit& exit) {
   // word) is replaced while enough replicas are left.
   const bool finished = exit.outcome == WorkerOutcome::kSucceeded || exit.outcome == WorkerOutcome::kPreempted ||
                         exit.outcome == WorkerOutcome::kUsage;
+  // An adopted replica group: a rank gone while the coordinator was away
+  // is replaced once the others reattached.
+  if (Membership* adopting = job->attempt->membership();
+      adopting != nullptr && adopting->adopting() && !job->attempt->stopping()) {
+    const Membership::Decision d = adopting->OnGone(exit.rank, WhyEnded(exit));
+    job->attempt->Park(exit.rank);
+    RunningOnceAllAttached(*job);
+    lifecycle_->ApplyReplicas(*job, d, exit.rank);
+    return;
+  }
   Membership* m = ReplicasOf(*job);
   // A rank that left on purpose (the job shrank, maybe before its group
   // formed) is parked however it ended.

@@ -33,9 +33,12 @@ class WorkerSessions {
   // Rank `rank` of attempt `attempt` attaches with `token` (attempt 0: a
   // rank joining the current attempt of a job whose ranks join). Once every
   // rank is attached the job runs.
+  // `held`: the newest membership a replica rank was offered; a group
+  // adopted after a coordinator restart is taken on from it.
   absl::StatusOr<WorkerAttachment> Attach(const std::string& job_id, int32_t rank, int32_t attempt,
                                           const std::string& token, const std::string& advertise_addr,
-                                          int32_t rendezvous_port, int32_t replica_store_port = 0);
+                                          int32_t rendezvous_port, int32_t replica_store_port = 0,
+                                          const MembershipView& held = {});
   // What a joining worker needs to join the job (jobs whose ranks join only).
   absl::StatusOr<JoinInfo> JoinInfoOf(const std::string& job_id, const std::string& remote_coordinator_addr);
 
@@ -62,6 +65,9 @@ class WorkerSessions {
   // a replica attempt whose group formed, running, not stopping, on a
   // coordinator that is not shutting down; else null.
   Membership* ReplicasOf(const ActiveJob& job) const;
+  // A starting or recovering job whose ranks have all attached (or are
+  // parked) runs.
+  void RunningOnceAllAttached(ActiveJob& job);
 
   JobTable* const jobs_;
   JobLifecycle* const lifecycle_;

@@ -62,6 +62,14 @@ struct ControlClient::Impl {
     hello.mutable_hello()->set_advertise_addr(options.advertise_addr);
     hello.mutable_hello()->set_rendezvous_port(options.rendezvous_port);
     hello.mutable_hello()->set_replica_store_port(options.replica_store_port);
+    if (std::optional<Membership> m = control == nullptr ? std::nullopt : control->memberships().Newest()) {
+      v1::Membership* held = hello.mutable_hello()->mutable_membership();
+      held->set_epoch(m->epoch);
+      for (int32_t r : m->ranks) held->add_ranks(r);
+      held->set_store_addr(m->store_addr);
+      held->set_store_port(m->store_port);
+      held->set_reason(m->reason);
+    }
     if (!c->stream->Write(hello) || !c->stream->Read(first)) {
       grpc::Status st = c->stream->Finish();
       return absl::Status(static_cast<absl::StatusCode>(st.error_code()),

@@ -24,6 +24,7 @@ std::string Membership::Describe() const {
 void MembershipMailbox::Offer(Membership m) {
   absl::MutexLock lock(&mu_);
   if (m.epoch <= forgotten_) return;
+  if (!newest_ || m.epoch >= newest_->epoch) newest_ = m;
   latest_ = std::max(latest_, m.epoch);
   offers_[m.epoch] = std::move(m);
 }
@@ -37,6 +38,11 @@ std::optional<Membership> MembershipMailbox::Latest() const {
   absl::MutexLock lock(&mu_);
   if (offers_.empty()) return std::nullopt;
   return offers_.rbegin()->second;
+}
+
+std::optional<Membership> MembershipMailbox::Newest() const {
+  absl::MutexLock lock(&mu_);
+  return newest_;
 }
 
 std::optional<Membership> MembershipMailbox::WaitFor(int64_t epoch, std::chrono::steady_clock::time_point deadline) {

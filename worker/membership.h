@@ -46,8 +46,11 @@ class MembershipMailbox {
   void Offer(Membership m);
   // The highest epoch offered so far (0: none).
   int64_t latest_epoch() const;
-  // The newest membership offered, if any.
+  // The newest membership offered, if any (not yet taken).
   std::optional<Membership> Latest() const;
+  // The newest membership ever offered, taken or not (none before the
+  // first): what a reconnecting rank tells a coordinator that restarted.
+  std::optional<Membership> Newest() const;
   // The membership of exactly `epoch`, waiting for it until `deadline`;
   // nullopt when it did not come.
   std::optional<Membership> WaitFor(int64_t epoch, std::chrono::steady_clock::time_point deadline);
@@ -60,6 +63,7 @@ class MembershipMailbox {
  private:
   mutable absl::Mutex mu_;
   std::map<int64_t, Membership> offers_ ABSL_GUARDED_BY(mu_);
+  std::optional<Membership> newest_ ABSL_GUARDED_BY(mu_);
   int64_t latest_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t forgotten_ ABSL_GUARDED_BY(mu_) = 0;
 };

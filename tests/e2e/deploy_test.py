@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ BIN = None  # set in __main__
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for)
-from e2e_test import wait_for  # noqa: E402
+from e2e_test import free_port, wait_for  # noqa: E402
 
 REQUIRED_ALERTS = {"TrainyardJobFailed", "TrainyardJobNoProgress", "TrainyardGoodputLow",
                    "TrainyardRestartsRising", "TrainyardCheckpointOverdue"}
@@ -545,12 +544,6 @@ fsdp_config: {fsdp_sharding_strategy: 1, fsdp_auto_wrap_policy: TRANSFORMER_BASE
 def http_get(url, timeout=10):
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return resp.read().decode()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop_process(proc, timeout=30):

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,13 @@ BIN = None  # set from argv
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+def free_port():
+    """A TCP port free on loopback now (for a server restarted on the same address)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
 
 def wait_for(condition, timeout, what, detail=None):
     """Polls condition() until it is true; on timeout the error says what was

@@ -33,7 +33,7 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, worker_pids, write_spec)
-from e2e_test import Server, read, wait_for, worker_pids, write_spec  # noqa: E402
+from e2e_test import Server, free_port, read, wait_for, worker_pids, write_spec  # noqa: E402
 
 JOB = """
 name: %(name)s
@@ -247,13 +247,6 @@ class Faults(unittest.TestCase):
         self.assertIn("preemption", [c["trigger"] for c in listed])
         self.assertTrue(any("preempted" in e["reason"] for e in job["events"]), job["events"])
         self.assertEqual(final_model_digest(s, job_id), expected)
-
-
-def free_port():
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def uninterrupted_digests(server, state, template, seeds, steps):

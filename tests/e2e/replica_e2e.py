@@ -14,6 +14,9 @@
   extra, smaller steps of the degraded memberships alone move the loss by
   a few percent.
 - Below min_replicas the job falls back to a whole-group restart.
+- A kill -9 of the coordinator is not a stall: the replicas train on while
+  it is away, one of them is killed meanwhile, and the restarted
+  coordinator takes the group on (same worker processes) and heals it.
 
 Run by ctest with the build's bin directory as the first argument.
 """
@@ -30,7 +33,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, worker_pids, write_spec)
-from e2e_test import Server, read, wait_for, worker_pids, write_spec  # noqa: E402
+from e2e_test import Server, free_port, read, wait_for, worker_pids, write_spec  # noqa: E402
 
 JOB = """
 name: %(name)s
@@ -204,6 +207,71 @@ class Replicas(unittest.TestCase):
         self.assertEqual(job["state"], "SUCCEEDED")
         self.assertEqual(job["attempt"], 2, job["events"])
         self.assertIn("restart 1 of 2", " | ".join(e["reason"] for e in job["events"]))
+
+
+class CoordinatorKill(unittest.TestCase):
+    def test_a_replica_group_trains_on_through_a_coordinator_kill_and_heals_after(self):
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-replica-coordinator-")
+        os.environ["TRAINYARD_REPLICA_HASH"] = "1"
+        port = free_port()
+        s = Server(tmp.name, slots=3, listen=f"127.0.0.1:{port}")
+        try:
+            spec = write_spec(tmp.name, "coord.yaml", JOB % dict(name="coord", steps=100000, eval_every=100000,
+                                                                  min_replicas=1, restarts=0))
+            job_id = submit(s, spec)
+
+            def three_live():
+                jb = s.job(job_id)
+                r = jb.get("replicas") or {}
+                return jb["state"] == "RUNNING" and len(r.get("live", [])) == 3 and not r.get("healing") \
+                    and len(worker_pids(job_id)) == 3 and jb["step"] >= 50
+            wait_for(three_live, 120, "three live replicas")
+            pids = sorted(worker_pids(job_id))
+            s.proc.kill()  # kill -9
+            s.proc.wait()
+            s.log.close()
+            # The replicas train on while it is away: their commits go on.
+            before = len(commits(job_logs(tmp.name, job_id)))
+            wait_for(lambda: len(commits(job_logs(tmp.name, job_id))) >= before + 90, 60,
+                     "commits while the coordinator is away")
+            victim = pids[2]
+            os.kill(victim, signal.SIGKILL)
+            started = time.monotonic()
+            s = Server(tmp.name, slots=3, listen=f"127.0.0.1:{port}")
+            wait_for(lambda: s.job(job_id)["state"] == "RUNNING", 60, "the group re-adopted",
+                     lambda: json.dumps(s.job(job_id))[-2000:])
+            adopted = time.monotonic() - started
+            survivors = [p for p in pids if p != victim]
+            self.assertTrue(set(survivors) <= set(worker_pids(job_id)), "a surviving worker was restarted")
+            wait_for(lambda: any(" healed in " in e["reason"] for e in s.job(job_id)["events"]), 120,
+                     "the replica killed while the coordinator was away to heal",
+                     lambda: json.dumps(s.job(job_id)["events"][-10:], indent=1))
+            healed = time.monotonic() - started
+            print(f"\ncoordinator kill -9: re-adopted {adopted:.1f} s after the restart, the lost replica healed "
+                  f"{healed:.1f} s after", flush=True)
+            job = s.job(job_id)
+            events = " | ".join(e["reason"] for e in job["events"])
+            self.assertEqual(job["attempt"], 1, events)
+            self.assertRegex(events, r"\(the coordinator restarted; rank \d ended while it was away\)")
+            self.assertNotIn("restart from", events)
+            self.assertTrue(set(survivors) <= set(worker_pids(job_id)))
+            mark = job["step"]
+            wait_for(lambda: s.job(job_id)["step"] >= mark + 50, 120, "training to go on after the heal")
+            # The workers' own account: no step went back, one state per step.
+            last, seen = {}, collections.defaultdict(set)
+            for path, rank, epoch, step, cursor, digest in commits(job_logs(tmp.name, job_id)):
+                self.assertGreaterEqual(step, last.get(path, 0), f"{path}: step went back to {step}")
+                last[path] = step
+                seen[step].add((digest, cursor))
+            for step, states in seen.items():
+                self.assertEqual(len(states), 1, f"step {step}: members disagree: {states}")
+            s.ctl("cancel", job_id)
+        finally:
+            s.stop()
+            if os.environ.get("KEEP_TMP"):
+                import shutil
+                shutil.copytree(tmp.name, "/tmp/kept", dirs_exist_ok=True, ignore_dangling_symlinks=True)
+            tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -257,5 +257,76 @@ TEST_F(MembershipTest, ShrinkingBeforeTheGroupFormedFormsItWithTheRanksLeft) {
   EXPECT_EQ(m.OnExit(2, "killed by signal 15").parked, 2);
 }
 
+MembershipView Held(int64_t epoch, Ranks ranks) {
+  MembershipView v;
+  v.epoch = epoch;
+  v.ranks = std::move(ranks);
+  v.store_addr = "10.0.0." + std::to_string(v.ranks.front());
+  v.store_port = 29500 + v.ranks.front();
+  return v;
+}
+
+// After a coordinator restart: the group is taken on from the newest
+// membership its ranks hold; a rank that died meanwhile is replaced.
+TEST_F(MembershipTest, AnAdoptedGroupIsTakenOnFromTheNewestMembershipItsRanksHold) {
+  Membership m = Membership::Adopting(3, 1, &clock_);
+  EXPECT_TRUE(m.adopting());
+  EXPECT_FALSE(m.OnReattach(0, "10.0.0.0", 29500, Held(5, {0, 1, 2})).send);
+  EXPECT_FALSE(m.OnGone(1, "killed by signal 9").send);
+  Membership::Decision d = m.OnReattach(2, "10.0.0.2", 29502, Held(4, {0, 1, 2}));
+  EXPECT_FALSE(m.adopting());
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 6) << "above every epoch a rank holds";
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 2}));
+  EXPECT_EQ(d.send->store_addr, "10.0.0.0");
+  EXPECT_EQ(d.event, "membership 6: ranks 0,2 (the coordinator restarted; rank 1 ended while it was away)");
+  EXPECT_EQ(d.launch, Ranks{1});
+  EXPECT_EQ(m.healing(), 1);
+  clock_.Advance(std::chrono::seconds(2));
+  d = m.OnHello(1, "10.0.0.1", 29601);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 2, 1}));
+  EXPECT_EQ(m.OnReport(1, {ReplicaReport::Kind::kCommitted, 7, 9, "", 0.1, true, 100}).healed_rank, 1);
+}
+
+TEST_F(MembershipTest, AnAdoptedGroupAsItWasGetsItsMembershipAgainAndAWaitingReplacementJoins) {
+  Membership same = Membership::Adopting(2, 1, &clock_);
+  same.OnReattach(1, "10.0.0.1", 29501, Held(3, {0, 1}));
+  Membership::Decision d = same.OnReattach(0, "10.0.0.0", 29500, Held(3, {0, 1}));
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 3);
+  EXPECT_EQ(d.to, (Ranks{0, 1}));
+  EXPECT_TRUE(d.launch.empty());
+  EXPECT_EQ(d.event, "the coordinator restarted: membership 3: ranks 0,1 (" + Held(3, {0, 1}).reason + ") taken on");
+
+  Membership waiting = Membership::Adopting(3, 1, &clock_);
+  waiting.OnReattach(0, "10.0.0.0", 29500, Held(4, {0, 2}));
+  waiting.OnReattach(1, "10.0.0.1", 29501, MembershipView{});  // a replacement that had not joined
+  d = waiting.OnReattach(2, "10.0.0.2", 29502, Held(4, {0, 2}));
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 5);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 2, 1}));
+}
+
+TEST_F(MembershipTest, AnAdoptedGroupBelowMinReplicasOrNotFormedFails) {
+  Membership few = Membership::Adopting(3, 2, &clock_);
+  few.OnGone(0, "ended");
+  few.OnGone(1, "ended");
+  Membership::Decision d = few.OnReattach(2, "10.0.0.2", 29502, Held(2, {0, 1, 2}));
+  EXPECT_TRUE(d.fail);
+  EXPECT_NE(d.failure.find("1 live replica of membership 2 reattached, fewer than fault_tolerance.min_replicas (2)"),
+            std::string::npos)
+      << d.failure;
+
+  Membership unformed = Membership::Adopting(2, 1, &clock_);
+  unformed.OnReattach(0, "10.0.0.0", 29500, MembershipView{});
+  d = unformed.OnReattach(1, "10.0.0.1", 29501, MembershipView{});
+  ASSERT_TRUE(d.send) << "nobody lost: the first membership forms as at a start";
+  EXPECT_EQ(d.send->epoch, 1);
+  Membership lost = Membership::Adopting(2, 1, &clock_);
+  lost.OnReattach(0, "10.0.0.0", 29500, MembershipView{});
+  EXPECT_TRUE(lost.OnGone(1, "killed by signal 9").fail);
+}
+
 }  // namespace
 }  // namespace trainyard
