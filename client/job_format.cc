@@ -72,7 +72,11 @@ ordered_json JobJson(const v1::Job& j) {
   if (j.ranks_size() > 0) {
     ordered_json ranks = ordered_json::array();
     for (const v1::MetricsSample& r : j.ranks()) {
-      ordered_json o = {{"rank", r.rank()}, {"step", r.step()}, {"loss", r.loss()}};
+      ordered_json o = {{"rank", r.rank()},
+                        {"step", r.step()},
+                        {"loss", r.loss()},
+                        {"step_seconds", r.step_seconds()},
+                        {"forward_seconds", r.forward_seconds()}};
       if (r.gpu_memory_total_bytes() > 0) {
         o["gpu"] = {{"utilization", r.gpu_utilization()},
                     {"memory_used_bytes", r.gpu_memory_used_bytes()},

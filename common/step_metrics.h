@@ -37,6 +37,7 @@ namespace trainyard {
     kStepPhasesHelp)                                                                                                  \
   X(double, optimizer_seconds, 0, "trainyard_job_step_duration_seconds", kHistogram, "phase=optimizer", true,         \
     kStepPhasesHelp)                                                                                                  \
+  X(double, forward_seconds, 0, "", kNone, "", true, "")                                                              \
   X(double, learning_rate, 0, "trainyard_job_learning_rate", kGauge, "", true, "Learning rate at the last step")      \
   X(int64_t, samples, 0, "trainyard_job_samples_total", kCounter, "", true, "Samples processed by one rank")          \
   X(double, eval_loss, std::nan(""), "trainyard_job_eval_loss", kGauge, "", !std::isnan(m.eval_loss),                 \
@@ -87,7 +88,9 @@ namespace trainyard {
 // What the numbers above mean, where several share a family.
 //   step_seconds: wall time of the whole step; data_seconds: waiting for the
 //   batch; compute_seconds: forward + backward (with DDP's overlapped
-//   allreduce); optimizer_seconds: the optimizer step.
+//   allreduce); optimizer_seconds: the optimizer step; forward_seconds: the
+//   forward passes and losses alone (part of compute; no collective in them
+//   for DDP models without buffers: a rank's own speed).
 //   comm_*: DDP gradient communication this step. *_bytes held: bytes this
 //   rank holds at the end of the step (unique storages); device_*: the CUDA
 //   allocator's (0 on the CPU). allgather/reduce_scatter: FSDP collectives

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -53,6 +54,49 @@ std::string Describe(const CollectiveRecord& c) {
 
 std::string Phase(const FlightRecord& r, int64_t now) {
   return absl::StrCat("in ", r.phase, " after step ", r.step, " for ", Ago(r.phase_since_unix_micros, now));
+}
+
+// The first collective (lowest number, then group) whose copies on the
+// ranks differ in op or size, with the ranks outside the largest agreeing
+// set when that set is a majority.
+std::string FindMismatch(const std::map<int32_t, FlightRecord>& answers, std::vector<int32_t>* odd_ranks) {
+  // (seq, group) -> (op, bytes) -> ranks
+  std::map<std::pair<int64_t, std::string>, std::map<std::pair<std::string, int64_t>, std::vector<int32_t>>> seen;
+  for (const auto& [rank, record] : answers) {
+    for (const CollectiveRecord& c : record.collectives) {
+      // An all-to-all's ranks may send different amounts: only its kind counts.
+      const int64_t bytes = c.op.find("alltoall") != std::string::npos ? -1 : c.bytes;
+      seen[{c.seq, c.group}][{c.op, bytes}].push_back(rank);
+    }
+  }
+  for (const auto& [where, kinds] : seen) {
+    if (kinds.size() < 2) continue;
+    size_t total = 0, largest = 0;
+    const std::pair<const std::pair<std::string, int64_t>, std::vector<int32_t>>* majority = nullptr;
+    std::vector<std::string> parts;
+    std::set<std::string> ops;
+    for (const auto& entry : kinds) {
+      const auto& [kind, ranks] = entry;
+      total += ranks.size();
+      ops.insert(kind.first);
+      if (ranks.size() > largest) {
+        largest = ranks.size();
+        majority = &entry;
+      }
+      parts.push_back(absl::StrCat(kind.first, kind.second >= 0 ? absl::StrCat(" (", Size(kind.second), ")") : "",
+                                   " on ", Ranks(ranks)));
+    }
+    if (2 * largest > total) {
+      for (const auto& entry : kinds) {
+        if (&entry != majority) odd_ranks->insert(odd_ranks->end(), entry.second.begin(), entry.second.end());
+      }
+      std::sort(odd_ranks->begin(), odd_ranks->end());
+    }
+    return absl::StrCat(
+        "collective #", where.first, " of group ", where.second, ": ", absl::StrJoin(parts, ", "),
+        ops.size() > 1 ? " (kind mismatch: a collective skipped or issued out of order)" : " (size mismatch)");
+  }
+  return "";
 }
 
 }  // namespace
@@ -121,6 +165,18 @@ HangDiagnosis DiagnoseHang(int32_t world_size, const std::map<int32_t, FlightRec
   }
 
   std::vector<std::string> clauses;
+  std::vector<int32_t> odd;
+  d.mismatch = FindMismatch(answers, &odd);
+  if (!d.mismatch.empty()) {
+    clauses.push_back(absl::StrCat("the ranks' collectives do not match: ", d.mismatch));
+    // Every rank may have "reached" the mismatched number: the ranks that
+    // issued another collective there are to blame, not the transport.
+    if (lags.empty() && d.silent_ranks.empty() && !odd.empty()) {
+      d.behind_ranks = odd;
+      d.verdict = absl::StrJoin(clauses, "; ");
+      return d;
+    }
+  }
   if (!lags.empty()) {
     for (const auto& [rank, lag] : lags) {
       d.behind_ranks.push_back(rank);

@@ -8,7 +8,11 @@
 // others wait in: it is behind, and the verdict names it with that
 // collective and its own phase. A rank that did not answer (stopped, or
 // its whole process stuck) is named with the collective the answering
-// ranks wait in. Pure functions; no I/O.
+// ranks wait in. Ranks whose collective of the same number and group differ
+// in kind or size (as PyTorch's fr_trace classifies them: a collective
+// skipped, or issued out of order) are a mismatch: the ranks outside the
+// largest agreeing set, when it is a majority, are blamed. Pure functions;
+// no I/O.
 #ifndef TRAINYARD_SERVER_HANG_DIAGNOSIS_H_
 #define TRAINYARD_SERVER_HANG_DIAGNOSIS_H_
 
@@ -26,6 +30,10 @@ struct HangDiagnosis {
   std::string verdict;                // one line, for people and job events
   std::vector<int32_t> behind_ranks;  // the ranks the verdict blames, ascending
   std::vector<int32_t> silent_ranks;  // ranks of [0, world_size) that did not answer
+  // The first collective whose copies differ between ranks: "collective #5
+  // of group world: allreduce (4.0 MB) on ranks 0, 2, broadcast (4.0 MB) on
+  // rank 1 (kind mismatch: ...)"; empty when they all agree.
+  std::string mismatch;
 };
 
 // `answers`: the records of the ranks that answered, by rank. A rank is

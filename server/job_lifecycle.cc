@@ -134,6 +134,8 @@ void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::millisecond
       }
       if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
     }
+    if (!LookForStraggler(*job, now)) continue;
+    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
     const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
     if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
     if (!hang.hung) continue;
@@ -360,6 +362,35 @@ bool JobLifecycle::ApplyReplicas(ActiveJob& job, const Membership::Decision& d, 
     TrySchedule();
   }
   return true;
+}
+
+bool JobLifecycle::LookForStraggler(ActiveJob& job, SteadyTime now) {
+  Attempt& a = *job.attempt;
+  // DDP ranks only: their forward passes hold no collective (FSDP's gather
+  // parameters in them, so a fast rank would wait there too).
+  if (job.record.state != JobState::kRunning || a.stopping() || a.stop_requested() || shut_down_ ||
+      job.spec.distributed_type != DistributedType::kDdp) {
+    return true;
+  }
+  Membership* m = a.membership();
+  std::vector<int32_t> ranks;
+  if (m != nullptr) {
+    if (!m->formed()) return true;
+    ranks = m->view().ranks;
+  } else {
+    for (int32_t r = 0; r < a.world_size(); ++r) ranks.push_back(r);
+  }
+  StragglerWatch& watch = job.progress.stragglers();
+  const std::optional<StragglerWatch::Verdict> slow = watch.Look(ranks, now);
+  if (!slow) return true;
+  const std::string why = absl::StrCat(slow->Describe(), " for ",
+                                       std::chrono::duration_cast<std::chrono::seconds>(watch.window()).count(), " s");
+  if (m == nullptr) {  // a whole group cannot drop a rank: it is named
+    jobs_->AddEvent(job, absl::StrCat("rank ", slow->rank, " is slow: ", why));
+    return true;
+  }
+  watch.Forget(slow->rank);  // its replacement is another process
+  return Evict(job, slow->rank, absl::StrCat("evicted as slow: ", why));
 }
 
 bool JobLifecycle::Evict(ActiveJob& job, int32_t rank, const std::string& why) {

@@ -91,6 +91,10 @@ class JobLifecycle {
   // kills its process (its end launches the replacement); `why` names it
   // in the job's events. Returns false when the attempt failed by it.
   bool Evict(ActiveJob& job, int32_t rank, const std::string& why);
+  // A DDP rank whose own work stays far slower than the others' (the job's
+  // StragglerWatch): named in an event; a replica is evicted and replaced.
+  // Returns false when the attempt failed by it.
+  bool LookForStraggler(ActiveJob& job, SteadyTime now);
   // A running elastic job runs `n` ranks from now on (`trainctl scale` by
   // `by`): the scheduler takes or marks the slots, the membership launches
   // or lets go of ranks. InvalidArgument out of the spec's bounds;

@@ -32,6 +32,7 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
     const int64_t xids = last.gpu_xid_errors + m.gpu_xid_errors;  // a sample carries the new ones
     last = m;
     last.gpu_xid_errors = xids;
+    stragglers_.Observe(m.rank, now, m.forward_seconds);
     if (m.rank != lead) continue;
     last_progress_ = now;
     failures_in_a_row_ = 0;
@@ -86,6 +87,7 @@ void JobProgress::AttemptEnded() {
   metrics_->AddBadput(job_id_, "lost_work", goodput_.Unkept());
   goodput_.AttemptEnded();
   last_.clear();
+  stragglers_ = StragglerWatch();
 }
 
 std::vector<StepMetrics> JobProgress::RankSamples() const {

@@ -21,6 +21,7 @@
 #include "common/job_record.h"
 #include "common/step_metrics.h"
 #include "server/server_metrics.h"
+#include "server/straggler_watch.h"
 
 namespace trainyard {
 
@@ -113,6 +114,10 @@ class JobProgress {
   // it reported one.
   double step_seconds() const { return step_seconds_; }
 
+  // Which rank's own work is far slower than the others' (every rank's
+  // steps of this attempt).
+  StragglerWatch& stragglers() { return stragglers_; }
+
   // Failed attempts since one last trained a step.
   int failures_in_a_row() const { return failures_in_a_row_; }
   void CountFailure() { ++failures_in_a_row_; }
@@ -129,6 +134,7 @@ class JobProgress {
   // Each rank's last sample this attempt, its gpu_xid_errors summed over
   // the attempt's samples.
   std::map<int32_t, StepMetrics> last_;
+  StragglerWatch stragglers_;
   // Recovery: when the failure (or stop) that requeued the job was detected
   // (unix ms; 0: none pending), and rank 0's step then.
   int64_t recovery_from_millis_ = 0;

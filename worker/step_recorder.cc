@@ -22,6 +22,7 @@ StepMetrics StepRecorder::Record(const StepSample& s) {
   m.data_seconds = Seconds(s.data);
   m.compute_seconds = Seconds(s.compute);
   m.optimizer_seconds = Seconds(s.optimizer);
+  m.forward_seconds = Seconds(s.forward);
   m.step_seconds = Seconds(s.total);
   m.samples_per_second = m.step_seconds > 0 ? m.samples / m.step_seconds : 0;
   if (const auto device_memory = ReadDeviceMemory(device_)) {

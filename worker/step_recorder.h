@@ -23,7 +23,7 @@ class FullyShardedModel;
 // common/step_metrics.h), reported as they are, and the phases' durations.
 struct StepSample {
   StepMetrics numbers;
-  std::chrono::steady_clock::duration data{}, compute{}, optimizer{}, total{};
+  std::chrono::steady_clock::duration data{}, compute{}, optimizer{}, total{}, forward{};
 };
 
 class StepRecorder {

@@ -328,9 +328,11 @@ double Trainer::Step() {
     // Gradients are communicated on the last micro-batch only.
     const bool sync = micro + 1 == accum;
     SetPhase(s.flight, "forward", s.step);
+    const auto f0 = Clock::now();
     const at::Tensor output = s.model->Forward(batch.inputs, sync);
     const at::Tensor loss = s.Loss(output, batch.targets);
     loss_sum += loss.item<double>();
+    sample.forward += Clock::now() - f0;
     at::Tensor scaled = accum > 1 ? loss / accum : loss;
     if (s.scaler) scaled = scaled * s.scaler->scale();
     SetPhase(s.flight, "backward", s.step);

@@ -71,9 +71,10 @@ class LoggingSink final : public MetricsSink {
     if (!std::isnan(m.eval_loss)) log::Info("rank {} step {} eval loss {:.4f}", rank_, m.step, m.eval_loss);
     if (m.step == 1 || m.step % every_ == 0) {
       log::Info(
-          "rank {} step {} loss {:.4f} {:.1f} samples/s (data wait {:.2f} ms, compute {:.2f} ms, optimizer {:.2f} ms)",
+          "rank {} step {} loss {:.4f} {:.1f} samples/s (data wait {:.2f} ms, compute {:.2f} ms of which forward "
+          "{:.2f} ms, optimizer {:.2f} ms)",
           rank_, m.step, m.loss, m.samples_per_second, m.data_seconds * 1e3, m.compute_seconds * 1e3,
-          m.optimizer_seconds * 1e3);
+          m.forward_seconds * 1e3, m.optimizer_seconds * 1e3);
     }
   }
 

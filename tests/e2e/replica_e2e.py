@@ -14,6 +14,9 @@
   extra, smaller steps of the degraded memberships alone move the loss by
   a few percent.
 - Below min_replicas the job falls back to a whole-group restart.
+- A replica slowed to a fraction of its speed (SIGSTOP/SIGCONT
+  cycling, as a throttled or oversubscribed host would) is named by the
+  coordinator, evicted and replaced; the others train on.
 - A kill -9 of the coordinator is not a stall: the replicas train on while
   it is away, one of them is killed meanwhile, and the restarted
   coordinator takes the group on (same worker processes) and heals it.
@@ -28,6 +31,7 @@ import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -198,6 +202,51 @@ class Replicas(unittest.TestCase):
         print(f"\n20 kills: {job['step']} steps (fault-free {base['step']}), eval loss {evals} "
               f"(fault-free {base_eval})", flush=True)
         self.assertLess(abs(evals - base_eval), 0.01 * abs(base_eval), f"eval loss {evals} vs fault-free {base_eval}")
+
+    def test_3_a_slow_replica_is_evicted_and_replaced(self):
+        s = self.server
+        # A forward pass of a few milliseconds, so that the throttling's
+        # stops land in it as often as in the rest of the step.
+        job = JOB % dict(name="replica-slow", steps=100000, eval_every=100000, min_replicas=1, restarts=0)
+        job = job.replace("hidden: [64]", "hidden: [512, 512]").replace("batch_size: 16", "batch_size: 64")
+        spec = write_spec(self.tmp.name, "replica-slow.yaml", job)
+        job_id = submit(s, spec)
+
+        def three_live():
+            jb = s.job(job_id)
+            r = jb.get("replicas") or {}
+            return jb["state"] == "RUNNING" and len(r.get("live", [])) == 3 and not r.get("healing") \
+                and len(worker_pids(job_id)) == 3 and jb["step"] >= 50
+        wait_for(three_live, 120, "three live replicas")
+        victim = next(p for p in worker_pids(job_id) if "--rank 1 " in read(f"/proc/{p}/cmdline").replace("\0", " "))
+        stop = threading.Event()
+
+        def throttle():  # stopped 20 ms of every 24: its forward passes about 4x slower
+            while not stop.is_set():
+                try:
+                    os.kill(victim, signal.SIGSTOP)
+                    time.sleep(0.02)
+                    os.kill(victim, signal.SIGCONT)
+                    time.sleep(0.004)
+                except ProcessLookupError:
+                    return
+        thread = threading.Thread(target=throttle)
+        thread.start()
+        try:
+            wait_for(lambda: any("evicted as slow" in e["reason"] for e in s.job(job_id)["events"]), 120,
+                     "the slow replica to be evicted", lambda: self.describe(job_id))
+        finally:
+            stop.set()
+            thread.join()
+        events = " | ".join(e["reason"] for e in s.job(job_id)["events"])
+        self.assertIn("rank 1 evicted as slow: its own work per step (forward and loss) took", events)
+        self.assertNotIn("rank 0 evicted", events)
+        self.assertNotIn("rank 2 evicted", events)
+        wait_for(lambda: "rank 1 healed in" in " | ".join(e["reason"] for e in s.job(job_id)["events"]), 60,
+                 "its replacement to heal", lambda: self.describe(job_id))
+        self.assertNotIn(victim, worker_pids(job_id))
+        self.assertEqual(s.job(job_id)["attempt"], 1)
+        s.ctl("cancel", job_id)
 
     def test_2_below_min_replicas_the_group_restarts(self):
         s = self.server

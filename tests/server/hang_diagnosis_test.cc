@@ -112,5 +112,44 @@ TEST(HangDiagnosis, RanksMomentsApartAreNotBehind) {
   EXPECT_EQ(DiagnoseHang(2, answers, kNow, 0).behind_ranks, std::vector<int32_t>{1});
 }
 
+// A skipped collective: rank 1 left out allreduce #5, so its #5 is the
+// broadcast the others issue next. Every rank has "reached" #5; the odd one
+// is blamed, as fr_trace classifies it.
+TEST(HangDiagnosis, ASkippedCollectiveIsAKindMismatchAndTheOddRankIsBlamed) {
+  std::map<int32_t, FlightRecord> answers = {
+      {0, Rank(0, "backward", 20, {{4, "world", "allreduce", 21, true}, {5, "world", "allreduce", 20, false}})},
+      {1, Rank(1, "backward", 20, {{4, "world", "allreduce", 21, true}, {5, "world", "broadcast", 20, false}})},
+      {2, Rank(2, "backward", 20, {{4, "world", "allreduce", 21, true}, {5, "world", "allreduce", 20, false}})},
+  };
+  HangDiagnosis d = DiagnoseHang(3, answers, kNow);
+  EXPECT_EQ(d.behind_ranks, std::vector<int32_t>{1});
+  EXPECT_EQ(d.mismatch,
+            "collective #5 of group world: allreduce (4.0 MB) on ranks 0, 2, broadcast (4.0 MB) on rank 1 (kind "
+            "mismatch: a collective skipped or issued out of order)");
+  EXPECT_TRUE(Has(d.verdict, "the ranks' collectives do not match: collective #5")) << d.verdict;
+  // Two ranks that disagree: no majority, nobody blamed, still classified.
+  answers.erase(2);
+  d = DiagnoseHang(2, answers, kNow);
+  EXPECT_TRUE(d.behind_ranks.empty());
+  EXPECT_FALSE(d.mismatch.empty());
+}
+
+TEST(HangDiagnosis, DifferentSizesOfOneCollectiveAreASizeMismatch) {
+  std::map<int32_t, FlightRecord> answers = {
+      {0, Rank(0, "backward", 20, {{5, "world", "allreduce", 20, false}})},
+      {1, Rank(1, "backward", 20, {{5, "world", "allreduce", 20, false}})},
+      {2, Rank(2, "backward", 20, {{5, "world", "allreduce", 20, false}})},
+  };
+  answers[2].collectives[0].bytes = 1024;
+  HangDiagnosis d = DiagnoseHang(3, answers, kNow);
+  EXPECT_EQ(d.behind_ranks, std::vector<int32_t>{2});
+  EXPECT_EQ(d.mismatch,
+            "collective #5 of group world: allreduce (1.0 kB) on rank 2, allreduce (4.0 MB) on ranks 0, 1 (size "
+            "mismatch)");
+  // All-to-alls may differ in size: only their kind is compared.
+  for (auto& [rank, r] : answers) r.collectives[0].op = "alltoall";
+  EXPECT_TRUE(DiagnoseHang(3, answers, kNow).mismatch.empty());
+}
+
 }  // namespace
 }  // namespace trainyard
