@@ -91,7 +91,7 @@ def run_mode(bin_dir, mode, rounds):
     tmp = tempfile.TemporaryDirectory(prefix=f"trainyard-bench-elastic-{mode}-")
     d = tmp.name
     policy = write_spec(d, "policy.yaml", "priority_classes: {low: 0, normal: 100, high: 1000}\n")
-    os.environ["TRAINYARD_TOKEN"] = f"bench-{os.getpid()}"
+    os.environ["TRAINYARD_TOKEN"] = f"bench-elastic-admin-{os.getpid()}"
     token = write_spec(d, "admin.token", os.environ["TRAINYARD_TOKEN"] + "\n")
     s = Server(d, slots=3, extra=("--policy-file", policy, "--auth-token-file", token,
                                   "--preemption-min-run-time-s", "0"))
