@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
 import e2e_test  # noqa: E402
-from e2e_test import Server, wait_for, worker_pids, write_spec  # noqa: E402
+from e2e_test import priority_server, wait_for, worker_pids, write_spec  # noqa: E402
 
 LOW = """
 name: low
@@ -90,11 +90,7 @@ def full_size(server, job_id, mode):
 def run_mode(bin_dir, mode, rounds):
     tmp = tempfile.TemporaryDirectory(prefix=f"trainyard-bench-elastic-{mode}-")
     d = tmp.name
-    policy = write_spec(d, "policy.yaml", "priority_classes: {low: 0, normal: 100, high: 1000}\n")
-    os.environ["TRAINYARD_TOKEN"] = f"bench-elastic-admin-{os.getpid()}"
-    token = write_spec(d, "admin.token", os.environ["TRAINYARD_TOKEN"] + "\n")
-    s = Server(d, slots=3, extra=("--policy-file", policy, "--auth-token-file", token,
-                                  "--preemption-min-run-time-s", "0"))
+    s = priority_server(d, slots=3)
     rows = []
     try:
         low = submit(s, write_spec(d, "low.yaml", LOW % dict(extra=MODES[mode])))

@@ -1,4 +1,5 @@
-// JobLifecycle: how a job moves between its states — queued, an attempt
+// JobLifecycle (job_lifecycle.cc; replica and elastic jobs in
+// job_lifecycle_replicas.cc): how a job moves between its states — queued, an attempt
 // launched (or adopted after a coordinator restart), its first failure
 // stopping the group, the restart policy deciding after its last rank ended
 // (queued again to resume, with a backoff after repeated failures, or

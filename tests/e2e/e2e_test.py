@@ -108,6 +108,17 @@ class Server:
         return self.proc.returncode
 
 
+def priority_server(state_dir, slots):
+    """A Server with priority classes low (0), normal (100) and high (1000),
+    which come with a policy file, and so with tokens: an admin's, set in
+    TRAINYARD_TOKEN (trainctl reads it). Preemption needs no minimum run time."""
+    policy = write_spec(state_dir, "policy.yaml", "priority_classes: {low: 0, normal: 100, high: 1000}\n")
+    os.environ["TRAINYARD_TOKEN"] = f"priority-admin-{os.getpid()}"
+    token = write_spec(state_dir, "admin.token", os.environ["TRAINYARD_TOKEN"] + "\n")
+    return Server(state_dir, slots=slots, extra=("--policy-file", policy, "--auth-token-file", token,
+                                                 "--preemption-min-run-time-s", "0"))
+
+
 def worker_pids(job_id):
     out = subprocess.run(["pgrep", "-f", f"trainyard-worker --job {job_id} "], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]

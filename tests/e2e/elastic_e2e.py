@@ -22,7 +22,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
-from e2e_test import Server, wait_for, worker_pids, write_spec  # noqa: E402
+from e2e_test import priority_server, wait_for, worker_pids, write_spec  # noqa: E402
 from replica_e2e import commits, job_logs, submit  # noqa: E402
 
 JOB = """
@@ -55,13 +55,7 @@ class Elastic(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-elastic-")
         os.environ["TRAINYARD_REPLICA_HASH"] = "1"  # the workers inherit it from the server
-        # Priority classes come with a policy, and a policy with tokens: an
-        # admin's (TRAINYARD_TOKEN, which trainctl reads).
-        policy = write_spec(cls.tmp.name, "policy.yaml", "priority_classes: {low: 0, normal: 100, high: 1000}\n")
-        os.environ["TRAINYARD_TOKEN"] = f"elastic-admin-{os.getpid()}"
-        token = write_spec(cls.tmp.name, "admin.token", os.environ["TRAINYARD_TOKEN"] + "\n")
-        cls.server = Server(cls.tmp.name, slots=3, extra=("--policy-file", policy, "--auth-token-file", token,
-                                                          "--preemption-min-run-time-s", "0"))
+        cls.server = priority_server(cls.tmp.name, slots=3)
 
     @classmethod
     def tearDownClass(cls):

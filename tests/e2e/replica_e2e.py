@@ -95,6 +95,14 @@ def last_eval(logs):
     return best[1]
 
 
+def three_live(server, job_id):
+    """Whether the job runs with 3 live replicas, none healing, past step 50."""
+    jb = server.job(job_id)
+    r = jb.get("replicas") or {}
+    return jb["state"] == "RUNNING" and len(r.get("live", [])) == 3 and not r.get("healing") \
+        and len(worker_pids(job_id)) == 3 and jb["step"] >= 50
+
+
 class Replicas(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -212,12 +220,7 @@ class Replicas(unittest.TestCase):
         spec = write_spec(self.tmp.name, "replica-slow.yaml", job)
         job_id = submit(s, spec)
 
-        def three_live():
-            jb = s.job(job_id)
-            r = jb.get("replicas") or {}
-            return jb["state"] == "RUNNING" and len(r.get("live", [])) == 3 and not r.get("healing") \
-                and len(worker_pids(job_id)) == 3 and jb["step"] >= 50
-        wait_for(three_live, 120, "three live replicas")
+        wait_for(lambda: three_live(s, job_id), 120, "three live replicas trained 50 steps")
         victim = next(p for p in worker_pids(job_id) if "--rank 1 " in read(f"/proc/{p}/cmdline").replace("\0", " "))
         stop = threading.Event()
 
@@ -269,12 +272,7 @@ class CoordinatorKill(unittest.TestCase):
                                                                   min_replicas=1, restarts=0))
             job_id = submit(s, spec)
 
-            def three_live():
-                jb = s.job(job_id)
-                r = jb.get("replicas") or {}
-                return jb["state"] == "RUNNING" and len(r.get("live", [])) == 3 and not r.get("healing") \
-                    and len(worker_pids(job_id)) == 3 and jb["step"] >= 50
-            wait_for(three_live, 120, "three live replicas")
+            wait_for(lambda: three_live(s, job_id), 120, "three live replicas trained 50 steps")
             pids = sorted(worker_pids(job_id))
             s.proc.kill()  # kill -9
             s.proc.wait()
