@@ -162,12 +162,12 @@ Membership::Decision Membership::OnReattach(int32_t rank, const std::string& sto
   return TakeOn();
 }
 
-Membership::Decision Membership::OnGone(int32_t rank, const std::string& why) {
+Membership::Decision Membership::OnGone(int32_t rank) {
   if (!adopting_ || rank < 0 || rank >= world_size_) return {};
   if (states_[rank] != State::kLaunched && states_[rank] != State::kConnected) return {};
   states_[rank] = State::kLost;  // a rank that reattached and ended before the take-on too
   held_.erase(rank);
-  gone_[rank] = why;
+  gone_.insert(rank);
   return TakeOn();
 }
 
@@ -180,11 +180,9 @@ Membership::Decision Membership::TakeOn() {
   }
   // What the launcher saw of a rank gone meanwhile says little more than
   // that it is not running: the event names the ranks.
-  std::vector<int32_t> gone;
-  for (const auto& [rank, why] : gone_) gone.push_back(rank);
-  const std::string while_away = gone.empty() ? ""
-                                              : absl::StrCat(gone.size() == 1 ? "; rank " : "; ranks ",
-                                                             absl::StrJoin(gone, ","), " ended while it was away");
+  const std::string while_away = gone_.empty() ? ""
+                                               : absl::StrCat(gone_.size() == 1 ? "; rank " : "; ranks ",
+                                                              absl::StrJoin(gone_, ","), " ended while it was away");
   Decision d;
   if (newest == nullptr) {  // the group had not formed
     if (gone_.empty()) return Form();
@@ -222,7 +220,7 @@ Membership::Decision Membership::TakeOn() {
     d = Advance(std::move(ranks), absl::StrCat("the coordinator restarted", while_away));
   }
   const auto now = clock_->SteadyNow();
-  for (const auto& [rank, why] : gone_) {
+  for (int32_t rank : gone_) {
     states_[rank] = State::kHealing;
     lost_at_.emplace(rank, now);
     d.launch.push_back(rank);

@@ -122,7 +122,7 @@ class Membership {
   Decision OnReattach(int32_t rank, const std::string& store_addr, int32_t store_port, const MembershipView& held);
   // Adopting: `rank`'s process ended while the coordinator was away (or
   // after it reattached, before the group was taken on).
-  Decision OnGone(int32_t rank, const std::string& why);
+  Decision OnGone(int32_t rank);
 
   // `rank` said hello; its store listens at store_addr:store_port.
   Decision OnHello(int32_t rank, const std::string& store_addr, int32_t store_port);
@@ -186,7 +186,7 @@ class Membership {
   std::set<int32_t> growing_;                                  // launched by Resize, not joined yet
   bool adopting_ = false;
   std::map<int32_t, MembershipView> held_;  // adopting: what each reattached rank holds
-  std::map<int32_t, std::string> gone_;     // adopting: ranks that ended while the coordinator was away
+  std::set<int32_t> gone_;                  // adopting: ranks that ended while the coordinator was away
   Decision TakeOn();
 };
 

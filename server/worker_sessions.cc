@@ -191,7 +191,7 @@ void WorkerSessions::Exit(const RankExit& exit) {
   // is replaced once the others reattached.
   if (Membership* adopting = job->attempt->membership();
       adopting != nullptr && adopting->adopting() && !job->attempt->stopping()) {
-    const Membership::Decision d = adopting->OnGone(exit.rank, WhyEnded(exit));
+    const Membership::Decision d = adopting->OnGone(exit.rank);
     job->attempt->Park(exit.rank);
     RunningOnceAllAttached(*job);
     lifecycle_->ApplyReplicas(*job, d, exit.rank);

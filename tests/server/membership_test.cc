@@ -272,7 +272,7 @@ TEST_F(MembershipTest, AnAdoptedGroupIsTakenOnFromTheNewestMembershipItsRanksHol
   Membership m = Membership::Adopting(3, 1, &clock_);
   EXPECT_TRUE(m.adopting());
   EXPECT_FALSE(m.OnReattach(0, "10.0.0.0", 29500, Held(5, {0, 1, 2})).send);
-  EXPECT_FALSE(m.OnGone(1, "killed by signal 9").send);
+  EXPECT_FALSE(m.OnGone(1).send);
   Membership::Decision d = m.OnReattach(2, "10.0.0.2", 29502, Held(4, {0, 1, 2}));
   EXPECT_FALSE(m.adopting());
   ASSERT_TRUE(d.send);
@@ -310,8 +310,8 @@ TEST_F(MembershipTest, AnAdoptedGroupAsItWasGetsItsMembershipAgainAndAWaitingRep
 
 TEST_F(MembershipTest, AnAdoptedGroupBelowMinReplicasOrNotFormedFails) {
   Membership few = Membership::Adopting(3, 2, &clock_);
-  few.OnGone(0, "ended");
-  few.OnGone(1, "ended");
+  few.OnGone(0);
+  few.OnGone(1);
   Membership::Decision d = few.OnReattach(2, "10.0.0.2", 29502, Held(2, {0, 1, 2}));
   EXPECT_TRUE(d.fail);
   EXPECT_NE(d.failure.find("1 live replica of membership 2 reattached, fewer than fault_tolerance.min_replicas (2)"),
@@ -325,7 +325,7 @@ TEST_F(MembershipTest, AnAdoptedGroupBelowMinReplicasOrNotFormedFails) {
   EXPECT_EQ(d.send->epoch, 1);
   Membership lost = Membership::Adopting(2, 1, &clock_);
   lost.OnReattach(0, "10.0.0.0", 29500, MembershipView{});
-  EXPECT_TRUE(lost.OnGone(1, "killed by signal 9").fail);
+  EXPECT_TRUE(lost.OnGone(1).fail);
 }
 
 }  // namespace
