@@ -68,7 +68,7 @@ fi
 
 declare -A limit=([programs]=30 [gpu_test]=${GPUKIT_LIMIT_GPU_TEST:-120} [gpu_e2e]=${GPUKIT_LIMIT_GPU_E2E:-90}
   [bench_llama]=${GPUKIT_LIMIT_BENCH_LLAMA:-150} [bench_resnet]=${GPUKIT_LIMIT_BENCH_RESNET:-45}
-  [bench_checkpoint]=${GPUKIT_LIMIT_BENCH_CHECKPOINT:-60})
+  [bench_checkpoint]=${GPUKIT_LIMIT_BENCH_CHECKPOINT:-120})
 # Each program of the kit as the loader would start it (ldd -r): every
 # library found, every symbol resolved.
 check_programs() {

@@ -290,7 +290,7 @@ class PowerSgdHook final : public PowerSgdBase {
     }
     for (const Group& gr : groups) {
       at::Tensor q = Q(gr);
-      OrthogonalizeColumns(q, o_.orthogonalization_epsilon);
+      Orthogonalize(q, o_.orthogonalization_epsilon);
     }
 
     // 1. Uncompressed tensors, concatenated.
@@ -317,7 +317,7 @@ class PowerSgdHook final : public PowerSgdBase {
       comm_.AllreduceSum(p_mem, wire_);
       for (const Group& gr : groups) {
         at::Tensor p = P(gr);
-        OrthogonalizeColumns(p, o_.orthogonalization_epsilon);
+        Orthogonalize(p, o_.orthogonalization_epsilon);
       }
       // 3. Q = Mᵀ·P, averaged over ranks.
       for (size_t i = 0; i < groups.size(); ++i) {
@@ -381,7 +381,7 @@ class BatchedPowerSgdHook final : public PowerSgdBase {
     }
     at::bmm_out(P, matrix, Q);
     comm_.AllreduceSum(p_mem, wire_);
-    OrthogonalizeColumns(P, o_.orthogonalization_epsilon);
+    Orthogonalize(P, o_.orthogonalization_epsilon);
     at::bmm_out(Q, matrix.transpose(1, 2), P);
     comm_.AllreduceSum(q_mem, wire_);
     q_mem.div_(comm_.world_size());
@@ -445,6 +445,15 @@ void OrthogonalizeColumns(at::Tensor& matrices, double epsilon) {
       rest.sub_((col * rest).sum({1}, /*keepdim=*/true) * col);
     }
   }
+}
+
+void Orthogonalize(at::Tensor& matrices, double epsilon) {
+  const at::ScalarType dtype = matrices.scalar_type();
+  if (matrices.size(2) <= 2 || dtype == at::kHalf || dtype == at::kBFloat16) {
+    OrthogonalizeColumns(matrices, epsilon);
+    return;
+  }
+  matrices.copy_(std::get<0>(at::linalg_qr(matrices)));
 }
 
 std::unique_ptr<CommHook> MakeCommHook(const DdpSpec& spec, c10::intrusive_ptr<c10d::ProcessGroup> pg,

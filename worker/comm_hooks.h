@@ -74,6 +74,14 @@ std::unique_ptr<CommHook> MakeCommHook(const DdpSpec& spec, c10::intrusive_ptr<c
 // stays zero (PyTorch would produce NaN).
 void OrthogonalizeColumns(at::Tensor& matrices, double epsilon);
 
+// What PowerSGD orthogonalizes with, as PyTorch's hook chooses: Gram-Schmidt
+// (OrthogonalizeColumns) for at most 2 columns or half precision, else the
+// Q of a Householder QR, whose columns stay orthogonal to rounding even when
+// the matrices have a lower rank than their columns (Gram-Schmidt's do not:
+// a rank above the gradient's then makes the approximation ~1e-3 off in
+// fp32). Rows ≥ cols. In place.
+void Orthogonalize(at::Tensor& matrices, double epsilon);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_WORKER_COMM_HOOKS_H_
