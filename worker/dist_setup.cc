@@ -17,12 +17,17 @@ DistContext DistSetup::context() const {
   return c;
 }
 
+bool SharedMemoryAllowed(const JobSpec& spec) {
+  // Comm hooks compress for the process group; shared memory is for plain fp32.
+  return spec.distributed_type == DistributedType::kDdp &&
+         spec.ddp.intra_host_transport != IntraHostTransport::kProcessGroup && spec.device == Device::kCpu &&
+         spec.ddp.comm_hook == CommHookType::kNone;
+}
+
 std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
                                                   int32_t rank, int32_t world_size) {
   const IntraHostTransport t = spec.ddp.intra_host_transport;
-  // Comm hooks compress for the process group; shared memory is for plain fp32.
-  if (spec.distributed_type != DistributedType::kDdp || world_size < 2 || t == IntraHostTransport::kProcessGroup ||
-      spec.device != Device::kCpu || spec.ddp.comm_hook != CommHookType::kNone) {
+  if (world_size < 2 || !SharedMemoryAllowed(spec)) {
     if (t == IntraHostTransport::kSharedMemory && spec.device != Device::kCpu) {
       throw std::invalid_argument("ddp.intra_host_transport shm needs device cpu");
     }

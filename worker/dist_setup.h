@@ -56,6 +56,11 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
                       int32_t world_size, const std::string& bind_addr, std::chrono::milliseconds timeout,
                       FlightRecorder* recorder = nullptr);
 
+// Whether the spec lets DDP's gradients travel through shared memory (DDP,
+// CPU, plain fp32: no comm hook, intra_host_transport not process_group)
+// when every rank is on one host.
+bool SharedMemoryAllowed(const JobSpec& spec);
+
 // The shared-memory gradient path when the spec allows it and every rank is
 // on this host (collective over all ranks); null otherwise. Throws
 // std::invalid_argument when the spec demands shm and it cannot be had.

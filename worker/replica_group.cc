@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "worker/abortable_store.h"
 #include "worker/process_group.h"
+#include "worker/shm_collectives.h"
 
 namespace trainyard {
 
@@ -40,12 +41,13 @@ struct Forming {
   std::exception_ptr error;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> world, control;
+  std::unique_ptr<ShmCollectives> shm;
 };
 
 }  // namespace
 
 ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
-                           std::chrono::milliseconds timeout, FlightRecorder* recorder,
+                           std::chrono::milliseconds timeout, bool shared_memory, FlightRecorder* recorder,
                            std::function<bool()> superseded)
     : membership_(m), rank_(m.IndexOf(launch_rank)) {
   if (rank_ < 0) throw std::invalid_argument("rank " + std::to_string(launch_rank) + " is not in " + m.Describe());
@@ -56,7 +58,7 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
   // address leaves the others retrying its connection until `timeout`.
   // Abandoned, the thread ends by itself (its store reads give up at once,
   // a connection at the timeout) and what it made is dropped.
-  std::thread([forming, m, rank = rank_, size = size(), bind_addr, timeout, recorder, superseded, what] {
+  std::thread([forming, m, rank = rank_, size = size(), bind_addr, timeout, shared_memory, recorder, superseded, what] {
     try {
       c10d::TCPStoreOptions opts;
       opts.port = static_cast<uint16_t>(m.store_port);
@@ -68,12 +70,20 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
       if (superseded) base = c10::make_intrusive<AbortableStore>(client, superseded, what);
       auto store = c10::make_intrusive<c10d::PrefixStore>(m.StorePrefix(), base);
       auto world = MakeProcessGroup(Backend::kGloo, store, rank, size, bind_addr, timeout, recorder, "world");
-      auto control = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store), rank,
-                                      size, bind_addr, timeout, recorder, "control");
+      std::unique_ptr<ShmCollectives> shm;
+      c10::intrusive_ptr<c10d::ProcessGroup> control;
+      if (shared_memory && size > 1 && ShmCollectives::AllRanksOnThisHost(store, rank, size, "shm")) {
+        shm = ShmCollectives::Create(store, rank, size, "shm", 128 << 10, timeout, superseded);
+        shm->set_flight_recorder(recorder);
+      } else {
+        control = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store), rank,
+                                   size, bind_addr, timeout, recorder, "control");
+      }
       std::lock_guard<std::mutex> lock(forming->mu);
       forming->store = std::move(store);
       forming->world = std::move(world);
       forming->control = std::move(control);
+      forming->shm = std::move(shm);
       forming->done = true;
     } catch (...) {
       std::lock_guard<std::mutex> lock(forming->mu);
@@ -91,6 +101,10 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
   store_ = std::move(forming->store);
   world_ = std::move(forming->world);
   control_ = std::move(forming->control);
+  shm_ = std::move(forming->shm);
+  if (shm_)
+    log::Info("rank {}: the members of epoch {} are on this host: gradients travel through shared memory", launch_rank,
+              m.epoch);
 }
 
 ReplicaGroup::~ReplicaGroup() = default;
@@ -99,6 +113,7 @@ DistContext ReplicaGroup::context() const {
   DistContext c;
   c.process_group = world_;
   c.control_group = control_;
+  c.shm = shm_.get();
   return c;
 }
 

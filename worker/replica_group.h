@@ -5,11 +5,16 @@
 // Every rank serves a store of its own (ReplicaStore) and tells the
 // coordinator where (WorkerHello.replica_store_port). A Membership's groups
 // meet at its first member's store under the prefix "m<epoch>/": the world
-// group (Gloo; the member's index in Membership::ranks is its group rank)
-// and the per-step agreement's Gloo group of its own. Groups of an older
-// epoch are never used again; dropping every reference to them closes their
-// connections, so peers still waiting in one of their collectives fail at
-// once instead of at the timeout.
+// group (Gloo; the member's index in Membership::ranks is its group rank),
+// and, when its members are all on one host and shared memory is asked
+// for, a ShmCollectives for DDP's gradients and the per-step agreement
+// (as a whole-group job has); otherwise the agreement gets a Gloo group of
+// its own. Groups of an older epoch are never used again; dropping every
+// reference to them closes their connections, so peers still waiting in
+// one of their collectives fail at once instead of at the timeout (in
+// shared memory, a peer whose process ended is seen within a millisecond).
+// The world group stays Gloo in every case: the heal's broadcast and the
+// checkpoints use it.
 #ifndef TRAINYARD_WORKER_REPLICA_GROUP_H_
 #define TRAINYARD_WORKER_REPLICA_GROUP_H_
 
@@ -19,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "worker/checkpoint.h"
@@ -28,6 +34,7 @@
 namespace trainyard {
 
 class FlightRecorder;
+class ShmCollectives;
 
 // This rank's own store (a c10d TCPStore server on a free port of every
 // address of the host), for the memberships whose first member it is.
@@ -51,8 +58,10 @@ class ReplicaGroup {
   // milliseconds whether a newer membership was offered: then forming
   // stops with GroupSuperseded (worker/abortable_store.h) — a member that
   // died before it joined would otherwise hold the others until `timeout`.
+  // With `shared_memory`, the members' gradients and agreement go through
+  // shared memory when they are all on this host.
   ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
-               std::chrono::milliseconds timeout, FlightRecorder* recorder = nullptr,
+               std::chrono::milliseconds timeout, bool shared_memory = false, FlightRecorder* recorder = nullptr,
                std::function<bool()> superseded = nullptr);
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
@@ -62,15 +71,16 @@ class ReplicaGroup {
   int32_t rank() const { return rank_; }  // the group rank
   int32_t size() const { return static_cast<int32_t>(membership_.ranks.size()); }
   const c10::intrusive_ptr<c10d::ProcessGroup>& world() const { return world_; }
-  // The communication the Trainer trains with in this epoch (no shared
-  // memory: the transport is the process group).
+  // The communication the Trainer trains with in this epoch.
   DistContext context() const;
+  ShmCollectives* shm() const { return shm_.get(); }  // null: the transport is the process group
 
  private:
   Membership membership_;
   int32_t rank_ = 0;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> world_, control_;
+  std::unique_ptr<ShmCollectives> shm_;
 };
 
 struct HealResult {

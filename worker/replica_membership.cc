@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "worker/abortable_store.h"
+#include "worker/shm_collectives.h"
 
 namespace trainyard {
 namespace {
@@ -31,7 +32,10 @@ ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank) {
 }
 
 bool IsGroupFailure(const std::exception& e) {
-  if (dynamic_cast<const c10::DistError*>(&e) != nullptr) return true;
+  if (dynamic_cast<const c10::DistError*>(&e) != nullptr || dynamic_cast<const ShmAborted*>(&e) != nullptr ||
+      dynamic_cast<const GroupSuperseded*>(&e) != nullptr) {
+    return true;
+  }
   const auto* ce = dynamic_cast<const c10::Error*>(&e);
   const std::string text = ce != nullptr ? ce->what_without_backtrace() : e.what();
   for (const char* sign : {"Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out",
@@ -87,7 +91,8 @@ const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t s
     MembershipMailbox* mailbox = mailbox_;
     try {
       group_ = std::make_unique<ReplicaGroup>(m, options_.launch_rank, options_.bind_addr, options_.group_timeout,
-                                              recorder_, [mailbox, epoch] { return mailbox->latest_epoch() > epoch; });
+                                              options_.shared_memory, recorder_,
+                                              [mailbox, epoch] { return mailbox->latest_epoch() > epoch; });
       return group_.get();
     } catch (const std::exception& e) {
       // A member of this epoch is gone before its groups formed (a newer

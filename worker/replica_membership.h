@@ -36,13 +36,19 @@ struct ReplicaOptions {
   std::chrono::milliseconds membership_timeout{std::chrono::minutes(10)};
   ReplicaReporter* reporter = nullptr;  // may be null; must outlive the trainer
   bool log_hashes = false;              // TRAINYARD_REPLICA_HASH=1 (ReplicaOptionsFromEnvironment)
+  // Each epoch's gradients and step agreement through shared memory when
+  // its members are all on this host (the Trainer sets it from the spec:
+  // SharedMemoryAllowed of worker/dist_setup.h).
+  bool shared_memory = false;
 };
 
 // log_hashes from the environment; the rest defaults.
 ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank);
 
 // Whether `e` is what a collective of a broken group raises (a peer died
-// or left: Gloo's closed or reset connections, timeouts, c10d's DistError).
+// or left: Gloo's closed or reset connections, timeouts, c10d's DistError,
+// ShmAborted), or what forming a superseded epoch's groups raises
+// (GroupSuperseded).
 bool IsGroupFailure(const std::exception& e);
 
 // FNV-1a over the bytes of `tensors` (copied to contiguous host memory).

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,10 +23,13 @@ namespace {
 
 constexpr size_t kCacheLine = 64;
 
-// One counter per rank, each on its own cache line.
+// One counter per rank, each on its own cache line, with the rank's process
+// (pid and pid namespace) for the others to see whether it is still alive.
 struct alignas(kCacheLine) RankCounter {
   std::atomic<uint64_t> epoch;
-  char pad[kCacheLine - sizeof(std::atomic<uint64_t>)];
+  std::atomic<int64_t> pid;     // 0: not known yet
+  std::atomic<uint64_t> pidns;  // the inode of its pid namespace
+  char pad[kCacheLine - 3 * sizeof(uint64_t)];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters must be lock-free");
 
@@ -58,6 +62,24 @@ std::string HostIdentity() {
   return std::string(host) + "/" + boot + "/" + net;
 }
 
+uint64_t PidNamespace() {
+  struct stat st {};
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+// Whether process `pid` has ended: gone from /proc, or a zombie not yet
+// reaped by its parent.
+bool ProcessEnded(int64_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return true;
+  std::string line;
+  std::getline(f, line);
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
 std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 std::string String(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 
@@ -84,7 +106,8 @@ namespace {
 // waits until all have tried, and if any failed every rank gets nullptr
 // (and `*error` says why, on the ranks that know).
 void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int32_t rank, int32_t world_size,
-                 size_t bytes, std::chrono::milliseconds timeout, bool reserve, std::string* error_out = nullptr) {
+                 size_t bytes, std::chrono::milliseconds timeout, const std::function<bool()>& abort, bool reserve,
+                 std::string* error_out = nullptr) {
   std::string name, error;
   int fd = -1;
   if (rank == 0) {
@@ -135,10 +158,11 @@ void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string
   if (rank == 0 || reserve) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (store->add(key + "/mapped", 0) < world_size) {
-      if (std::chrono::steady_clock::now() > deadline) {
+      const bool late = std::chrono::steady_clock::now() > deadline;
+      if (late || (abort && abort())) {
         if (base != nullptr) munmap(base, bytes);
         if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
-        throw std::runtime_error("shared memory rendezvous timed out");
+        throw ShmAborted(late ? "shared memory rendezvous timed out" : "shared memory rendezvous abandoned");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -156,12 +180,14 @@ void* MapSegment(const c10::intrusive_ptr<c10d::Store>& store, const std::string
 
 std::unique_ptr<ShmCollectives> ShmCollectives::Create(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
                                                        int32_t world_size, const std::string& key_prefix,
-                                                       size_t chunk_bytes, std::chrono::milliseconds timeout) {
+                                                       size_t chunk_bytes, std::chrono::milliseconds timeout,
+                                                       std::function<bool()> abort) {
   const size_t chunk_floats = std::max<size_t>(chunk_bytes / sizeof(float) / world_size * world_size, world_size);
   // Layout: counters | world input slots | one result slot.
   const size_t bytes = HeaderBytes(world_size) + (static_cast<size_t>(world_size) + 1) * chunk_floats * sizeof(float);
-  void* base = MapSegment(store, key_prefix + "/shm", rank, world_size, bytes, timeout, /*reserve=*/false);
+  void* base = MapSegment(store, key_prefix + "/shm", rank, world_size, bytes, timeout, abort, /*reserve=*/false);
   auto shm = std::unique_ptr<ShmCollectives>(new ShmCollectives(rank, world_size, base, bytes, chunk_floats, timeout));
+  shm->abort_ = std::move(abort);
   shm->store_ = store;
   shm->key_prefix_ = key_prefix;
   return shm;
@@ -176,7 +202,7 @@ bool ShmCollectives::ReserveResident(size_t bytes_per_rank) {
   const size_t bytes = stride * static_cast<size_t>(world_);
   const std::string key = key_prefix_ + "/resident/" + std::to_string(resident_segments_++);
   resident_error_.clear();
-  void* base = MapSegment(store_, key, rank_, world_, bytes, timeout_, /*reserve=*/true, &resident_error_);
+  void* base = MapSegment(store_, key, rank_, world_, bytes, timeout_, abort_, /*reserve=*/true, &resident_error_);
   if (base == nullptr) return false;
   resident_map_ = std::shared_ptr<void>(base, [bytes](void* p) { munmap(p, bytes); });
   resident_ = static_cast<char*>(base);
@@ -197,7 +223,12 @@ c10::DataPtr ShmCollectives::ResidentDataPtr(void* data) const {
 
 ShmCollectives::ShmCollectives(int32_t rank, int32_t world, void* base, size_t bytes, size_t chunk_floats,
                                std::chrono::milliseconds timeout)
-    : rank_(rank), world_(world), base_(base), mapped_bytes_(bytes), chunk_floats_(chunk_floats), timeout_(timeout) {}
+    : rank_(rank), world_(world), base_(base), mapped_bytes_(bytes), chunk_floats_(chunk_floats), timeout_(timeout) {
+  auto* counters = static_cast<RankCounter*>(base_);
+  pidns_ = PidNamespace();
+  counters[rank_].pidns.store(pidns_, std::memory_order_relaxed);
+  counters[rank_].pid.store(getpid(), std::memory_order_release);
+}
 
 ShmCollectives::~ShmCollectives() { munmap(base_, mapped_bytes_); }
 
@@ -210,6 +241,7 @@ void ShmCollectives::Barrier() {
     // Spin briefly (the peer is usually a core away), then yield, then nap:
     // with more ranks than cores spinning would steal the peer's CPU.
     auto start = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::duration next_liveness_check = std::chrono::milliseconds(1);
     for (uint64_t i = 0; counters[r].epoch.load(std::memory_order_acquire) < target; ++i) {
       if (i < 4000) {
         _mm_pause();
@@ -217,8 +249,18 @@ void ShmCollectives::Barrier() {
       }
       const auto waited = std::chrono::steady_clock::now() - start;
       if (waited > timeout_) {
-        throw std::runtime_error("shared-memory allreduce: rank " + std::to_string(r) + " did not arrive within " +
-                                 std::to_string(timeout_.count()) + " ms");
+        throw ShmAborted("shared-memory allreduce: rank " + std::to_string(r) + " did not arrive within " +
+                         std::to_string(timeout_.count()) + " ms");
+      }
+      // Every millisecond of waiting: has the peer's process ended?
+      if (waited >= next_liveness_check) {
+        next_liveness_check = waited + std::chrono::milliseconds(1);
+        const int64_t pid = counters[r].pid.load(std::memory_order_acquire);
+        if (pid > 0 && counters[r].pidns.load(std::memory_order_relaxed) == pidns_ && ProcessEnded(pid) &&
+            counters[r].epoch.load(std::memory_order_acquire) < target) {
+          throw ShmAborted("shared-memory allreduce: rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
+                           ") ended while the others waited for it");
+        }
       }
       if (waited < std::chrono::milliseconds(2)) {
         sched_yield();

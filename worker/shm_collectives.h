@@ -10,8 +10,9 @@
 // its slice across every rank's copy and writes the result into all of them.
 //
 // Every rank must call the collectives in the same order (as with any
-// process group). Not thread-safe: one calling thread per rank. A peer that
-// does not arrive within the timeout makes the call throw.
+// process group). Not thread-safe: one calling thread per rank. A peer whose
+// process ends, or that does not arrive within the timeout, makes the call
+// throw ShmAborted.
 #ifndef TRAINYARD_WORKER_SHM_COLLECTIVES_H_
 #define TRAINYARD_WORKER_SHM_COLLECTIVES_H_
 
@@ -19,12 +20,22 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace trainyard {
 
 class FlightRecorder;
+
+// What a collective or a segment's rendezvous throws when a peer will not
+// arrive: its process ended (checked every millisecond of waiting for it),
+// the timeout passed, or (rendezvous) `abort` of Create said to give up.
+class ShmAborted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class ShmCollectives {
  public:
@@ -33,10 +44,16 @@ class ShmCollectives {
   // every rank has mapped it, so nothing outlives the processes. `store` is
   // kept for ReserveResident.
   // `chunk_bytes` bounds the segment (tensors larger than it go in chunks).
+  // A peer whose process ended, or that does not arrive within `timeout`,
+  // makes a call throw ShmAborted. `abort` (when given) is asked while this
+  // and ReserveResident wait for the peers to map a segment: true gives up
+  // (a replica job's groups, once the coordinator offered a newer
+  // membership).
   static std::unique_ptr<ShmCollectives> Create(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
                                                 int32_t world_size, const std::string& key_prefix,
                                                 size_t chunk_bytes = 128 << 10,
-                                                std::chrono::milliseconds timeout = std::chrono::minutes(5));
+                                                std::chrono::milliseconds timeout = std::chrono::minutes(5),
+                                                std::function<bool()> abort = nullptr);
   // True when every rank runs on this host (same hostname and boot id), the
   // condition for Create. Collective over all ranks; uses `store`.
   static bool AllRanksOnThisHost(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank, int32_t world_size,
@@ -95,6 +112,8 @@ class ShmCollectives {
   size_t mapped_bytes_;
   size_t chunk_floats_;
   std::chrono::milliseconds timeout_;
+  std::function<bool()> abort_;  // may be empty; asked by ReserveResident
+  uint64_t pidns_ = 0;           // this process's pid namespace
   FlightRecorder* recorder_ = nullptr;
   uint64_t word_calls_ = 0;                // AllreduceMax alternates between two buffers
   uint64_t epoch_ = 0;                     // barriers passed so far

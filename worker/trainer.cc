@@ -9,6 +9,7 @@
 #include "worker/data.h"
 #include "worker/data_loader.h"
 #include "worker/device.h"
+#include "worker/dist_setup.h"
 #include "worker/flight_recorder.h"
 #include "worker/job_data.h"
 #include "worker/loss_scaler.h"
@@ -170,7 +171,9 @@ Trainer::Trainer(JobSpec spec, const ReplicaOptions& replica, DistContext dist, 
     throw std::invalid_argument("a replica trainer needs fault_tolerance.mode replica and DDP");
   }
   if (control == nullptr) throw std::invalid_argument("a replica trainer needs a TrainerControl (memberships)");
-  s.replica = std::make_unique<ReplicaMembership>(replica, &control->memberships(), dist.flight_recorder);
+  ReplicaOptions options = replica;
+  options.shared_memory = SharedMemoryAllowed(s.spec);
+  s.replica = std::make_unique<ReplicaMembership>(options, &control->memberships(), dist.flight_recorder);
   const ReplicaGroup& g = s.replica->JoinFirst();
   DistContext d = g.context();
   d.device = dist.device;
@@ -189,7 +192,8 @@ void Trainer::Impl::Bind(const ReplicaGroup& g) {
   world_size = g.size();
   pg = d.process_group;
   model->Rebind(d);
-  control = std::make_unique<StepControl>(d.control_group, nullptr, requests);
+  // The control word rides the epoch's shared memory when it has it.
+  control = std::make_unique<StepControl>(d.control_group ? d.control_group : pg, d.shm, requests);
   checkpoints->Rebind(rank, pg);
   recorder = std::make_unique<StepRecorder>(rank, device, model->ddp(), model->fsdp());
   data.train->SetMembers(rank, world_size);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tests/worker/dist_test_util.h"
+#include "tests/worker/rank_processes.h"
 #include "worker/data.h"
 #include "worker/ddp.h"
 #include "worker/distributed_sampler.h"
@@ -421,6 +422,29 @@ TEST(ShmCollectivesTest, AMissingPeerTimesOutWithAClearError) {
   }
   at::Tensor bf = torch::ones({4}, torch::kBFloat16);
   EXPECT_THROW(shm0->AllreduceSum(bf), std::invalid_argument);
+}
+
+// A peer whose process ended is named at once, not at the timeout: rank 1's
+// process maps the segment and ends without calling the collective (a
+// zombie until this test reaps it after rank 0's process ends).
+TEST(ShmCollectivesTest, APeerWhoseProcessEndedIsSeenAtOnce) {
+  const auto out = RunRankProcesses(2, [](int rank, int world, const c10::intrusive_ptr<c10d::Store>& store) {
+    auto shm = ShmCollectives::Create(store, rank, world, "ended", 1024, std::chrono::seconds(60));
+    if (rank == 1) std::_Exit(0);
+    at::Tensor x = torch::ones({10});
+    std::string what = "no error";
+    try {
+      shm->AllreduceSum(x);
+    } catch (const ShmAborted& e) {
+      what = e.what();
+    }
+    std::cout << "rank 0: " << what << std::endl;
+    const bool named = what.find("rank 1 (pid ") != std::string::npos &&
+                       what.find("ended while the others waited for it") != std::string::npos;
+    return std::vector<at::Tensor>{torch::tensor({named ? 1 : 0})};
+  });
+  ASSERT_EQ(out[0].size(), 1u) << "rank 0 returned nothing";
+  EXPECT_EQ(out[0][0].item<int>(), 1) << "rank 0 did not name rank 1's ended process (its output says what it got)";
 }
 
 TEST(ShmCollectivesTest, HostCheckSeesOneHost) {

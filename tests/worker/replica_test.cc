@@ -189,8 +189,16 @@ constexpr int kReplicas = 3;
 // smooth training, so the final losses can be compared.
 constexpr int64_t kBatch = 32;
 
-JobSpec ReplicaSpec() {
+// The replica tests run once per transport of the gradients: Gloo, and
+// shared memory (ranks as threads share a host).
+class Replicas : public ::testing::TestWithParam<IntraHostTransport> {
+ protected:
+  bool shm() const { return GetParam() != IntraHostTransport::kProcessGroup; }
+};
+
+JobSpec ReplicaSpec(IntraHostTransport transport) {
   JobSpec s = Mlp(kBatch, 1);
+  s.ddp.intra_host_transport = transport;
   s.num_processes = kReplicas;
   s.distributed_type = DistributedType::kDdp;
   s.fault_tolerance.mode = FaultToleranceMode::kReplica;
@@ -280,8 +288,8 @@ RunOutcome FaultFree(const JobSpec& spec, Reports* reports) {
   return out;
 }
 
-TEST(Replicas, FaultFreeRunIsPlainDdp) {
-  const JobSpec spec = ReplicaSpec();
+TEST_P(Replicas, FaultFreeRunIsPlainDdp) {
+  const JobSpec spec = ReplicaSpec(GetParam());
   Reports reports;
   const RunOutcome out = FaultFree(spec, &reports);
   CheckCommits(reports.commits, spec.max_steps * kReplicas * kBatch);
@@ -294,9 +302,17 @@ TEST(Replicas, FaultFreeRunIsPlainDdp) {
 // Replica 2 dies after kDeath steps; the survivors go on as epoch 2; after
 // they committed a few steps there, a replacement for rank 2 joins as
 // epoch 3 and heals from them.
-TEST(Replicas, SurvivorsGoOnAndAReplacementHeals) {
+// Ranks as threads share a process: in shared memory the survivors see
+// rank 2 gone only at the group timeout (10 s here; a rank's process that
+// ends is seen within a millisecond, ShmCollectivesTest in ddp_test).
+TEST_P(Replicas, SurvivorsGoOnAndAReplacementHeals) {
   constexpr int64_t kDeath = 7;
-  const JobSpec spec = ReplicaSpec();
+  const JobSpec spec = ReplicaSpec(GetParam());
+  const auto options = [&](int32_t rank, ReplicaReporter* reporter) {
+    ReplicaOptions o = Options(rank, reporter);
+    if (shm()) o.group_timeout = 10s;
+    return o;
+  };
   const int64_t total = spec.max_steps * kReplicas * kBatch;
   Reports fault_free_reports;
   const RunOutcome fault_free = FaultFree(spec, &fault_free_reports);
@@ -336,7 +352,7 @@ TEST(Replicas, SurvivorsGoOnAndAReplacementHeals) {
   RunThreads(kReplicas + 1, [&](int r) {
     if (r == 2) {  // trains kDeath steps, then its process "dies": groups and store gone
       {
-        Trainer t(spec, Options(2, reporters[2].get()), DistContext{}, nullptr, controls[2].get());
+        Trainer t(spec, options(2, reporters[2].get()), DistContext{}, nullptr, controls[2].get());
         for (int64_t i = 0; i < kDeath; ++i) t.Step();
       }
       stores[2].reset();
@@ -344,12 +360,12 @@ TEST(Replicas, SurvivorsGoOnAndAReplacementHeals) {
     }
     if (r == 3) {  // the replacement, started once the survivors trained alone
       ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3; }));
-      Trainer t(spec, Options(2, reporters[3].get()), DistContext{}, nullptr, controls[3].get());
+      Trainer t(spec, options(2, reporters[3].get()), DistContext{}, nullptr, controls[3].get());
       EXPECT_FALSE(t.Run().stopped);
       finish(2, t);
       return;
     }
-    Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    Trainer t(spec, options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
     EXPECT_FALSE(t.Run().stopped);
     EXPECT_GT(t.step(), spec.max_steps);  // steps with two members train fewer samples
     {
@@ -398,8 +414,8 @@ TEST(Replicas, SurvivorsGoOnAndAReplacementHeals) {
 // A shrink: a membership that leaves rank 1 out, offered while both train.
 // Both switch after the same step; rank 1 leaves (LEFT, Run ends stopped)
 // with nothing lost, and rank 0 trains the rest alone.
-TEST(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
-  JobSpec spec = ReplicaSpec();
+TEST_P(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
+  JobSpec spec = ReplicaSpec(GetParam());
   spec.num_processes = 2;
   spec.max_steps = 40;
   const int64_t total = spec.max_steps * 2 * kBatch;
@@ -439,6 +455,40 @@ TEST(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
     if (c.rank == 1) last1 = c.step;
   }
   EXPECT_EQ(results.at(1).final_step, last1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Replicas,
+                         ::testing::Values(IntraHostTransport::kProcessGroup, IntraHostTransport::kSharedMemory),
+                         [](const ::testing::TestParamInfo<IntraHostTransport>& info) {
+                           return info.param == IntraHostTransport::kProcessGroup ? "gloo" : "shm";
+                         });
+
+// An epoch whose members share a host trains through shared memory when
+// asked to (the agreement rides it: no control group), else through Gloo
+// with a control group of its own; the world group is Gloo either way.
+TEST(ReplicaGroupTest, SharedMemoryWhenAskedAndOnOneHost) {
+  for (const bool shared : {true, false}) {
+    ReplicaStore store;
+    const Membership m{1, {0, 1}, "127.0.0.1", store.port(), "start"};
+    std::vector<std::unique_ptr<ReplicaGroup>> groups(2);
+    RunThreads(2, [&](int r) { groups[r] = std::make_unique<ReplicaGroup>(m, r, "127.0.0.1", 30s, shared); });
+    for (int r = 0; r < 2; ++r) {
+      const DistContext c = groups[r]->context();
+      ASSERT_TRUE(c.process_group) << "rank " << r;
+      EXPECT_EQ(c.process_group->getBackendName(), "gloo");
+      EXPECT_EQ(c.shm != nullptr, shared) << "rank " << r;
+      EXPECT_EQ(static_cast<bool>(c.control_group), !shared) << "rank " << r;
+    }
+    if (!shared) continue;
+    // The epoch's shared memory sums like any allreduce.
+    std::vector<at::Tensor> sums(2);
+    RunThreads(2, [&](int r) {
+      sums[r] = torch::full({5}, static_cast<float>(r + 1));
+      groups[r]->shm()->AllreduceSum(sums[r]);
+    });
+    EXPECT_TRUE(torch::equal(sums[0], torch::full({5}, 3.0f)));
+    EXPECT_TRUE(torch::equal(sums[1], sums[0]));
+  }
 }
 
 }  // namespace
