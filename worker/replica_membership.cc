@@ -28,6 +28,7 @@ ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank) {
   o.launch_rank = launch_rank;
   const char* hash = std::getenv("TRAINYARD_REPLICA_HASH");
   o.log_hashes = hash != nullptr && std::string(hash) == "1";
+  o.log_commits = o.log_hashes || (hash != nullptr && std::string(hash) == "commits");
   return o;
 }
 
@@ -152,7 +153,12 @@ void ReplicaMembership::Committed(int64_t step, int64_t cursor, const std::vecto
     Report(e);
   }
   const bool wants = options_.reporter != nullptr && options_.reporter->WantsCommits();
-  if (!wants && !options_.log_hashes) return;
+  if (!wants && !options_.log_hashes) {
+    if (options_.log_commits) {
+      log::Info("replica rank {} epoch {} step {} cursor {}", options_.launch_rank, epoch_, step, cursor);
+    }
+    return;
+  }
   ReplicaCommit c{options_.launch_rank,   epoch_, step, cursor, group_ ? group_->size() : 0, positions,
                   HashTensors(parameters)};
   if (options_.log_hashes) {

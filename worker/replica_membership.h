@@ -6,7 +6,8 @@
 // COMMITTED once per epoch, LEFT. With env TRAINYARD_REPLICA_HASH=1 every
 // committed step is logged as "replica rank R epoch E step S cursor G hash
 // H" (H: FNV-1a over every parameter's bytes) for tests that compare the
-// replicas. Used by the Trainer (worker/trainer.h) on its thread only.
+// replicas; with TRAINYARD_REPLICA_HASH=commits the same line without the
+// hash (costs nothing: for timing commits, as bench/faults does). Used by the Trainer (worker/trainer.h) on its thread only.
 #ifndef TRAINYARD_WORKER_REPLICA_MEMBERSHIP_H_
 #define TRAINYARD_WORKER_REPLICA_MEMBERSHIP_H_
 
@@ -36,13 +37,14 @@ struct ReplicaOptions {
   std::chrono::milliseconds membership_timeout{std::chrono::minutes(10)};
   ReplicaReporter* reporter = nullptr;  // may be null; must outlive the trainer
   bool log_hashes = false;              // TRAINYARD_REPLICA_HASH=1 (ReplicaOptionsFromEnvironment)
+  bool log_commits = false;             // TRAINYARD_REPLICA_HASH=1 or commits
   // Each epoch's gradients and step agreement through shared memory when
   // its members are all on this host (the Trainer sets it from the spec:
   // SharedMemoryAllowed of worker/dist_setup.h).
   bool shared_memory = false;
 };
 
-// log_hashes from the environment; the rest defaults.
+// log_hashes and log_commits from the environment; the rest defaults.
 ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank);
 
 // Whether `e` is what a collective of a broken group raises (a peer died
