@@ -1,18 +1,20 @@
 """bench/faults: training through kills, whole-group restarts against replicas
-that heal. A real trainyard-server runs an MLP job of R ranks (DDP, Gloo,
-one thread each) to a fixed number of samples, first without faults, then
-with a SIGKILL of a random worker every K seconds:
+that heal. A real trainyard-server runs an MLP job of R ranks (DDP, one
+thread each; every rank on this host, so gradients travel through shared
+memory in every mode) to a fixed number of samples, first without faults,
+then with a SIGKILL of a random worker every K seconds:
 
 - whole_group: in-memory snapshots every 5 steps, restarts allowed (today's
   default behaviour);
 - replica: fault_tolerance.mode replica (the survivors go on, the lost rank
   is replaced and heals from a live peer).
 
-Goodput is the fault-free whole-group run's wall time over the run's (the
-same samples are trained in every run). From the workers' logs (spdlog's
-millisecond timestamps, TRAINYARD_REPLICA_HASH=commits): the survivors' stall per
-kill (the kill to the next step a survivor commits) and the heal time (the
-kill to the replacement's first committed step).
+Goodput is the wall time of the ordinary job (plain: no snapshots, no
+fault tolerance, no kills) over the run's (the same samples are trained in
+every run). From the workers' logs (spdlog's millisecond timestamps,
+TRAINYARD_REPLICA_HASH=commits): the survivors' stall per kill (the kill to
+the next step a survivor commits) and the heal time (the kill to the
+replacement's first committed step).
 
     python3 bench/faults.py BUILD_BIN [--ranks 2] [--kill-every 30 15] [--steps 3000] [--hidden 1024 1024]
 """
@@ -46,6 +48,7 @@ max_restarts: 1000
 """
 
 MODES = {
+    "plain": "",  # the ordinary job: no snapshots, no fault tolerance (run without kills only)
     "whole_group": "checkpoint: {snapshot_every_steps: 5}\n",
     "replica": "fault_tolerance: {mode: replica, min_replicas: 1}\n",
 }
@@ -112,6 +115,13 @@ def run(server, tmp, label, mode, args, kill_every, rng):
                 attempt=job["attempt"], stalls=stalls, heals=heals)
 
 
+def state_bytes(hidden):
+    """fp32 parameters of the MLP (784 inputs, 10 classes) and AdamW's two moments."""
+    sizes = [784] + list(hidden) + [10]
+    params = sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+    return 3 * 4 * params
+
+
 def pct(values, q):
     if not values:
         return float("nan")
@@ -127,6 +137,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
     ap.add_argument("--seed", type=int, default=35)
+    ap.add_argument("--modes", nargs="+", default=["plain", "whole_group", "replica"], choices=list(MODES),
+                    help="which jobs to run (goodput needs plain)")
     ap.add_argument("--no-commit-log", action="store_true",
                     help="no per-commit log line (TRAINYARD_REPLICA_HASH=commits): no stall/heal columns")
     args = ap.parse_args()
@@ -139,25 +151,31 @@ def main():
     with tempfile.TemporaryDirectory(prefix="trainyard-faults-") as tmp:
         server = Server(tmp, slots=args.ranks)
         try:
-            for mode in ("whole_group", "replica"):
+            if "plain" in args.modes:
+                rows.append(run(server, tmp, "plain-0", "plain", args, 0, rng))
+                print(json.dumps(rows[-1]), flush=True)
+            for mode in [m for m in ("whole_group", "replica") if m in args.modes]:
                 for kill_every in [0] + list(args.kill_every):
                     label = f"{mode}-{int(kill_every)}"
                     rows.append(run(server, tmp, label, mode, args, kill_every, rng))
                     print(json.dumps(rows[-1]), flush=True)
         finally:
             server.stop()
-    base = next(r for r in rows if r["mode"] == "whole_group" and r["kill_every"] == 0)["wall"]
+    base = next((r["wall"] for r in rows if r["mode"] == "plain"), None)
     print(f"\nbench/faults at {commit}: MLP {args.hidden}, {args.ranks} ranks, {args.steps} steps of 64 samples "
           f"per rank\n`python3 bench/faults.py {args.bin} --ranks {args.ranks} --kill-every "
           f"{' '.join(str(k) for k in args.kill_every)} --steps {args.steps} --hidden "
-          f"{' '.join(map(str, args.hidden))}{' --no-commit-log' if args.no_commit_log else ''}`\n")
+          f"{' '.join(map(str, args.hidden))} --modes {' '.join(args.modes)}"
+          f"{' --no-commit-log' if args.no_commit_log else ''}`\n")
+    print(f"parameters and AdamW state: {state_bytes(args.hidden) / 1e6:.1f} MB per replica\n")
     print("| mode | kill every | kills | wall s | goodput | survivor stall p50 / p99 s | heal p50 / p99 s |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         every = f"{r['kill_every']:.0f} s" if r["kill_every"] else "no kills"
         stall = f"{pct(r['stalls'], 0.5):.2f} / {pct(r['stalls'], 0.99):.2f}" if r["stalls"] else "—"
         heal = f"{pct(r['heals'], 0.5):.2f} / {pct(r['heals'], 0.99):.2f}" if r["heals"] else "—"
-        print(f"| {r['mode']} | {every} | {r['kills']} | {r['wall']:.1f} | {100 * base / r['wall']:.1f}% | {stall} "
+        goodput = f"{100 * base / r['wall']:.1f}%" if base else "—"
+        print(f"| {r['mode']} | {every} | {r['kills']} | {r['wall']:.1f} | {goodput} | {stall} "
               f"| {heal} |")
 
 

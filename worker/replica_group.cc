@@ -72,7 +72,11 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
       auto world = MakeProcessGroup(Backend::kGloo, store, rank, size, bind_addr, timeout, recorder, "world");
       std::unique_ptr<ShmCollectives> shm;
       c10::intrusive_ptr<c10d::ProcessGroup> control;
-      if (shared_memory && size > 1 && ShmCollectives::AllRanksOnThisHost(store, rank, size, "shm")) {
+      const bool one_host = shared_memory && size > 1 && ShmCollectives::AllRanksOnThisHost(store, rank, size, "shm");
+      if (shared_memory && size > 1 && !one_host) {
+        log::Info("rank {}: the members of epoch {} span hosts; gradients travel through Gloo", m.ranks[rank], m.epoch);
+      }
+      if (one_host) {
         shm = ShmCollectives::Create(store, rank, size, "shm", 128 << 10, timeout, superseded);
         shm->set_flight_recorder(recorder);
       } else {

@@ -7,7 +7,8 @@
 // committed step is logged as "replica rank R epoch E step S cursor G hash
 // H" (H: FNV-1a over every parameter's bytes) for tests that compare the
 // replicas; with TRAINYARD_REPLICA_HASH=commits the same line without the
-// hash (costs nothing: for timing commits, as bench/faults does). Used by the Trainer (worker/trainer.h) on its thread only.
+// hash (costs nothing: for timing commits, as bench/faults does). Used by
+// the Trainer (worker/trainer.h) on its thread only.
 #ifndef TRAINYARD_WORKER_REPLICA_MEMBERSHIP_H_
 #define TRAINYARD_WORKER_REPLICA_MEMBERSHIP_H_
 

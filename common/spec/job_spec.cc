@@ -44,11 +44,6 @@ void CheckFaultTolerance(const JobSpec& s) {
                                        " keeps error feedback per rank, which a replacement replica cannot take "
                                        "over; with fault_tolerance.mode replica use no, fp16 or bf16"));
   }
-  if (s.ddp.intra_host_transport == IntraHostTransport::kSharedMemory) {
-    Fail("ddp.intra_host_transport",
-         "shm cannot be rebuilt for a new membership yet; with fault_tolerance.mode replica use process_group or "
-         "auto");
-  }
   if (s.elastic.min_processes > s.num_processes) {
     Fail("elastic.min_processes",
          absl::StrCat("must be at most num_processes (", s.num_processes, "), got ", s.elastic.min_processes));

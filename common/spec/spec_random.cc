@@ -80,8 +80,7 @@ void DistributedRules(spec::Rng& g, JobSpec* s) {
 void FaultToleranceRules(JobSpec* s) {
   const DdpSpec& ddp = s->ddp;
   const bool replicable = s->script.empty() && s->distributed_type == DistributedType::kDdp && s->num_processes >= 2 &&
-                          ddp.comm_hook != CommHookType::kPowerSgd && ddp.comm_hook != CommHookType::kBatchedPowerSgd &&
-                          ddp.intra_host_transport != IntraHostTransport::kSharedMemory;
+                          ddp.comm_hook != CommHookType::kPowerSgd && ddp.comm_hook != CommHookType::kBatchedPowerSgd;
   if (!replicable) s->fault_tolerance.mode = FaultToleranceMode::kWholeGroup;
   s->fault_tolerance.min_replicas = std::min(s->fault_tolerance.min_replicas, s->num_processes);
   s->elastic.min_processes = s->replicas() ? std::min(s->elastic.min_processes, s->num_processes) : 0;

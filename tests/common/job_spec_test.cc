@@ -80,6 +80,14 @@ TEST(JobSpecTest, DefaultsForAMinimalSpec) {
   EXPECT_EQ(spec->device, Device::kCpu);
 }
 
+// Replica mode takes shared memory: each membership builds its own segment.
+TEST(JobSpecTest, ReplicasMayAskForSharedMemory) {
+  auto spec = ParseJobSpec("num_processes: 2\nfault_tolerance: {mode: replica}\nddp: {intra_host_transport: shm}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->replicas());
+  EXPECT_EQ(spec->ddp.intra_host_transport, IntraHostTransport::kSharedMemory);
+}
+
 TEST(JobSpecTest, JsonAndYamlAreEquivalentAndRoundTrip) {
   auto yaml = ParseJobSpec(
       "name: a\nmodel: {kind: cnn}\noptimizer: {kind: sgd, lr: 0.1, momentum: 0.9}\nmax_steps: 7\n"
