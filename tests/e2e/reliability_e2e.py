@@ -316,6 +316,9 @@ class CoordinatorRestarts(unittest.TestCase):
 # Slower steps (about 6 ms for one job alone here, 12 ms for two) than JOB's, so that the jobs
 # are still running after several server restarts.
 UPGRADE_JOB = JOB.replace("hidden: [64]", "hidden: [512, 512]").replace("batch_size: 16", "batch_size: 64")
+# Long enough that 5 server restarts (the workers train on while it is away)
+# leave more than 1500 steps each time: at 6000, 1386 were left once.
+UPGRADE_STEPS = 10000
 
 
 class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
@@ -380,16 +383,15 @@ class CoordinatorUpgrades(unittest.TestCase):
         port = free_port()
         s = Server(state, slots=4, listen=f"127.0.0.1:{port}")
         try:
-            expected = uninterrupted_digests(s, state, UPGRADE_JOB, {"up0": 500, "up1": 501}, steps=6000)
+            expected = uninterrupted_digests(s, state, UPGRADE_JOB, {"up0": 500, "up1": 501}, steps=UPGRADE_STEPS)
             s.stop()
             for mode, sigterms in (("detach", 5), ("checkpoint", 3), ("stop", 1)):
                 s = Server(state, slots=4, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", mode))
                 ids = []
                 for j in range(2):
                     name, seed = f"up{j}", 500 + j
-                    spec = write_spec(state, f"{name}-{mode}.yaml",
-                                      UPGRADE_JOB % job_args(name=f"{name}-{mode}", seed=seed, steps=6000, restarts=0)
-                                      + "reattach_timeout_s: 30\n")
+                    args = job_args(name=f"{name}-{mode}", seed=seed, steps=UPGRADE_STEPS, restarts=0)
+                    spec = write_spec(state, f"{name}-{mode}.yaml", UPGRADE_JOB % args + "reattach_timeout_s: 30\n")
                     ids.append((submit(s, spec), name))
                 done = 0
                 for _ in range(sigterms):
@@ -401,7 +403,7 @@ class CoordinatorUpgrades(unittest.TestCase):
                     wait_for(lambda: all(s.job(i)["step"] >= marks[i] + 20 or s.job(i)["state"] == "SUCCEEDED"
                                          for i, _ in ids), 120, f"{mode}: training to move on")
                     # Enough left that neither job can finish while the server is away.
-                    left = min(6000 - s.job(i)["step"] for i, _ in ids)
+                    left = min(UPGRADE_STEPS - s.job(i)["step"] for i, _ in ids)
                     self.assertGreater(left, 1500, f"{mode}: the jobs are too fast for {sigterms} restarts")
                     s.proc.send_signal(signal.SIGTERM)
                     self.assertEqual(s.proc.wait(timeout=90), 0)
