@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
 import e2e_test  # noqa: E402
-from e2e_test import priority_server, wait_for, worker_pids, write_spec  # noqa: E402
+from e2e_test import URGENT_JOB, priority_server, wait_for, worker_pids, write_spec  # noqa: E402
 
 LOW = """
 name: low
@@ -40,15 +40,6 @@ priority: low
 preemptible: true
 checkpoint: {every_steps: 1000000}
 %(extra)s
-"""
-
-URGENT = """
-name: urgent
-model: {kind: mlp, hidden: [64]}
-data: {kind: synthetic, batch_size: 16, num_samples: 480}
-max_steps: 30
-num_processes: 1
-priority: high
 """
 
 MODES = {
@@ -99,7 +90,7 @@ def run_mode(bin_dir, mode, rounds):
             mark = s.job(low)["step"]
             wait_for(lambda: s.job(low)["step"] >= mark + 20, 120, "the low job to train")
             submitted = time.time()
-            urgent = submit(s, write_spec(d, f"urgent-{k}.yaml", URGENT))
+            urgent = submit(s, write_spec(d, f"urgent-{k}.yaml", URGENT_JOB))
             wait_for(lambda: s.job(urgent)["state"] in ("SUCCEEDED", "FAILED"), 180, "the urgent job to end")
             ended = time.time()
             assert s.job(urgent)["state"] == "SUCCEEDED", s.job(urgent)

@@ -108,6 +108,18 @@ class Server:
         return self.proc.returncode
 
 
+# A 1-slot job of the high class of priority_server: what takes room from
+# lower-priority jobs (elastic_e2e, bench/elastic).
+URGENT_JOB = """
+name: urgent
+model: {kind: mlp, hidden: [64]}
+data: {kind: synthetic, batch_size: 16, num_samples: 480}
+max_steps: 30
+num_processes: 1
+priority: high
+"""
+
+
 def priority_server(state_dir, slots):
     """A Server with priority classes low (0), normal (100) and high (1000),
     which come with a policy file, and so with tokens: an admin's, set in

@@ -22,7 +22,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
-from e2e_test import priority_server, wait_for, worker_pids, write_spec  # noqa: E402
+from e2e_test import URGENT_JOB, priority_server, wait_for, worker_pids, write_spec  # noqa: E402
 from replica_e2e import commits, job_logs, submit  # noqa: E402
 
 JOB = """
@@ -38,15 +38,6 @@ fault_tolerance: {mode: replica, min_replicas: 1}
 elastic: {min_processes: 1}
 preemptible: true
 %(extra)s
-"""
-
-URGENT = """
-name: urgent
-model: {kind: mlp, hidden: [64]}
-data: {kind: synthetic, batch_size: 16, num_samples: 480}
-max_steps: 30
-num_processes: 1
-priority: high
 """
 
 
@@ -136,7 +127,7 @@ class Elastic(unittest.TestCase):
         self.live(job_id, 3, "three live replicas")
         wait_for(lambda: s.job(job_id)["step"] >= 50, 120, "50 steps at full size")
         submitted = time.monotonic()
-        urgent = submit(s, write_spec(self.tmp.name, "urgent.yaml", URGENT))
+        urgent = submit(s, write_spec(self.tmp.name, "urgent.yaml", URGENT_JOB))
         wait_for(lambda: s.job(urgent)["step"] > 0 or s.job(urgent)["state"] == "SUCCEEDED", 60,
                  "the urgent job's first step", lambda: json.dumps(s.job(urgent))[-2000:])
         first_step = time.monotonic() - submitted
