@@ -240,8 +240,8 @@ void JobLifecycle::StartJob(ActiveJob& job) {
     const ResourcePool::Held& held = scheduler_->Held(r.id);
     const int32_t holds = static_cast<int32_t>(job.spec.device == Device::kCuda ? held.gpus.size() : held.slots);
     if (job.spec.elastic.enabled() && traits.on_this_host && holds > 0) ranks = std::min(ranks, holds);
-    job.attempt->SetMembership(
-        std::make_unique<Membership>(r.num_processes, job.spec.fault_tolerance.min_replicas, clock_, ranks));
+    job.attempt->SetMembership(std::make_unique<Membership>(r.num_processes, job.spec.fault_tolerance.min_replicas,
+                                                            clock_, ranks, job.spec.ranks_per_replica()));
     for (int32_t rank = ranks; rank < r.num_processes; ++rank) job.attempt->Park(rank);
   }
   if (!traits.ranks_join) {
@@ -363,8 +363,8 @@ void JobLifecycle::Adopt(ActiveJob& job) {
   // A replica group is taken on from the membership its ranks hold when
   // they reattach; ranks that died meanwhile are replaced then.
   if (job.spec.replicas() && launchers_->TraitsOf(job.spec).replaces_ranks) {
-    job.attempt->SetMembership(std::make_unique<Membership>(
-        Membership::Adopting(r.num_processes, job.spec.fault_tolerance.min_replicas, clock_)));
+    job.attempt->SetMembership(std::make_unique<Membership>(Membership::Adopting(
+        r.num_processes, job.spec.fault_tolerance.min_replicas, clock_, job.spec.ranks_per_replica())));
   }
   scheduler_->HoldAdopted(r.id, DemandOf(job.spec), ClaimOf(job), clock_->SteadyNow());
   // The launcher follows the processes (local: found by command line) or

@@ -77,7 +77,7 @@ bool JobLifecycle::ApplyReplicas(ActiveJob& job, const Membership::Decision& d, 
     }
     spdlog::info("job {}: launched rank {}", job.record.id, r);
   }
-  metrics_->SetReplicas(job.record.id, m->live(), m->healing(), m->epoch());
+  metrics_->SetReplicas(job.record.id, m->live_replicas(), m->healing_replicas(), m->epoch());
   if (d.parked >= 0) {
     // A rank that left on purpose: it ended neither well nor badly, and
     // what it held goes to the job it left for (or whoever waits).

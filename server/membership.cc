@@ -1,6 +1,7 @@
 #include "server/membership.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -8,16 +9,32 @@
 
 namespace trainyard {
 
-Membership::Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t started)
+Membership::Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t started, int32_t unit)
     : world_size_(world_size),
+      unit_(std::max(1, unit)),
       min_replicas_(std::max(1, min_replicas)),
       clock_(clock),
       states_(static_cast<size_t>(std::max(0, world_size)), State::kLaunched) {
+  if (world_size_ % unit_ != 0) {
+    throw std::invalid_argument(absl::StrCat("membership: ", unit_, " ranks per replica do not divide ", world_size_));
+  }
   if (started <= 0) return;
   for (int32_t r = started; r < world_size_; ++r) states_[r] = State::kParked;
 }
 
 int Membership::healing() const { return static_cast<int>(healing_ranks().size()); }
+
+int Membership::healing_replicas() const {
+  std::set<int32_t> replicas;
+  for (int32_t r : healing_ranks()) replicas.insert(r / unit_);
+  return static_cast<int>(replicas.size());
+}
+
+std::vector<int32_t> Membership::ReplicaOf(int32_t rank) const {
+  std::vector<int32_t> out;
+  for (int32_t r = rank / unit_ * unit_; r < (rank / unit_ + 1) * unit_; ++r) out.push_back(r);
+  return out;
+}
 
 std::vector<int32_t> Membership::healing_ranks() const {
   std::vector<int32_t> out;
@@ -98,14 +115,7 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
       d.to = {rank};
       return d;
     }
-    case State::kHealing: {
-      s = State::kMember;
-      std::vector<int32_t> ranks = view_.ranks;
-      ranks.push_back(rank);
-      const bool grown = growing_.erase(rank) > 0;
-      return Advance(std::move(ranks),
-                     absl::StrCat("rank ", rank, " joined: ", grown ? "the job grows" : "its replacement connected"));
-    }
+    case State::kHealing: ready_.insert(rank); return JoinReady("");
     case State::kLost:  // the old process, about to end: it is not taken back
     case State::kLaunched:
     case State::kConnected:
@@ -115,22 +125,70 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
   return {};
 }
 
+Membership::Decision Membership::JoinReady(const std::string& why) {
+  std::vector<int32_t> joined;
+  bool grown = false;
+  for (int32_t first = 0; first < world_size_; first += unit_) {
+    const std::vector<int32_t> replica = ReplicaOf(first);
+    if (!std::all_of(replica.begin(), replica.end(),
+                     [&](int32_t r) { return states_[r] == State::kHealing && ready_.count(r); })) {
+      continue;
+    }
+    for (int32_t r : replica) {
+      states_[r] = State::kMember;
+      ready_.erase(r);
+      grown |= growing_.erase(r) > 0;
+      joined.push_back(r);
+    }
+  }
+  if (joined.empty()) return {};
+  std::vector<int32_t> ranks = view_.ranks;
+  ranks.insert(ranks.end(), joined.begin(), joined.end());
+  const bool one = joined.size() == 1;
+  return Advance(std::move(ranks), absl::StrCat(one ? "rank " : "ranks ", absl::StrJoin(joined, ","), " joined: ",
+                                                !why.empty() ? why
+                                                : grown      ? "the job grows"
+                                                : one        ? "its replacement connected"
+                                                             : "their replacements connected"));
+}
+
 Membership::Decision Membership::OnLost(int32_t rank, const std::string& why) {
   if (!formed() || rank < 0 || rank >= world_size_ || states_[rank] != State::kMember) return {};
-  states_[rank] = State::kLost;
-  stream_lost_at_.erase(rank);
-  lost_at_.emplace(rank, clock_->SteadyNow());  // a replacement lost again keeps the first loss
-  std::vector<int32_t> left = view_.ranks;
-  left.erase(std::remove(left.begin(), left.end(), rank), left.end());
-  const std::string reason = absl::StrCat("rank ", rank, " lost: ", why);
-  if (static_cast<int32_t>(left.size()) < min_replicas_) {
+  // The replica's members go together: its other ranks are told and end.
+  std::vector<int32_t> out;
+  for (int32_t r : ReplicaOf(rank)) {
+    if (states_[r] == State::kMember) out.push_back(r);
+  }
+  const auto now = clock_->SteadyNow();
+  for (int32_t r : out) {
+    states_[r] = State::kLost;
+    stream_lost_at_.erase(r);
+    lost_at_.emplace(r, now);  // a replacement lost again keeps the first loss
+  }
+  std::vector<int32_t> left;
+  for (int32_t r : view_.ranks) {
+    if (std::find(out.begin(), out.end(), r) == out.end()) left.push_back(r);
+  }
+  std::vector<int32_t> with;
+  for (int32_t r : out) {
+    if (r != rank) with.push_back(r);
+  }
+  const std::string reason =
+      absl::StrCat("rank ", rank, " lost: ", why,
+                   with.empty() ? ""
+                                : absl::StrCat("; ", with.size() == 1 ? "rank " : "ranks ", absl::StrJoin(with, ","),
+                                               " of its shard group leave", with.size() == 1 ? "s" : "", " with it"));
+  const size_t replicas = left.size() / unit_;
+  if (static_cast<int32_t>(replicas) < min_replicas_) {
     Decision d;
     d.fail = true;
-    d.failure = absl::StrCat(reason, "; ", left.size(), " live replica", left.size() == 1 ? "" : "s",
+    d.failure = absl::StrCat(reason, "; ", replicas, " live replica", replicas == 1 ? "" : "s",
                              " left, fewer than fault_tolerance.min_replicas (", min_replicas_, ")");
     return d;
   }
-  return Advance(std::move(left), reason);
+  Decision d = Advance(std::move(left), reason);
+  d.to.insert(d.to.end(), with.begin(), with.end());  // told, they end
+  return d;
 }
 
 Membership::Decision Membership::Form() {
@@ -147,8 +205,8 @@ Membership::Decision Membership::Form() {
                                                     : absl::StrCat(n, " of ", world_size_, " ranks connected"));
 }
 
-Membership Membership::Adopting(int32_t world_size, int32_t min_replicas, const TimeSource* clock) {
-  Membership m(world_size, min_replicas, clock);
+Membership Membership::Adopting(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t unit) {
+  Membership m(world_size, min_replicas, clock, 0, unit);
   m.adopting_ = true;
   return m;
 }
@@ -191,25 +249,43 @@ Membership::Decision Membership::TakeOn() {
     return d;
   }
   view_ = *newest;
-  std::vector<int32_t> members, joining;
+  auto in_view = [&](int32_t r) { return std::find(view_.ranks.begin(), view_.ranks.end(), r) != view_.ranks.end(); };
+  // Whole replicas only: a member whose replica lost a rank leaves (out),
+  // a joining rank whose replica lost one waits for its replacement.
+  auto whole = [&](int32_t r, bool member) {
+    const std::vector<int32_t> replica = ReplicaOf(r);
+    return std::all_of(replica.begin(), replica.end(),
+                       [&](int32_t q) { return states_[q] == State::kConnected && in_view(q) == member; });
+  };
+  std::vector<int32_t> members, joining, out, waiting;
   for (int32_t r : view_.ranks) {
-    if (r >= 0 && r < world_size_ && states_[r] == State::kConnected) members.push_back(r);
+    if (r < 0 || r >= world_size_ || states_[r] != State::kConnected) continue;
+    (whole(r, true) ? members : out).push_back(r);
   }
   for (int32_t r = 0; r < world_size_; ++r) {
-    if (states_[r] == State::kConnected && std::find(members.begin(), members.end(), r) == members.end()) {
-      joining.push_back(r);
-    }
+    if (states_[r] != State::kConnected || in_view(r)) continue;
+    (whole(r, false) ? joining : waiting).push_back(r);
   }
-  if (static_cast<int32_t>(members.size()) < min_replicas_) {
+  const size_t replicas = members.size() / unit_;
+  if (static_cast<int32_t>(replicas) < min_replicas_) {
     d.fail = true;
-    d.failure = absl::StrCat("the coordinator restarted: ", members.size(), " live replica",
-                             members.size() == 1 ? "" : "s", " of membership ", view_.epoch,
-                             " reattached, fewer than fault_tolerance.min_replicas (", min_replicas_, ")", while_away);
+    d.failure = absl::StrCat("the coordinator restarted: ", replicas, " live replica", replicas == 1 ? "" : "s",
+                             " of membership ", view_.epoch, " reattached, fewer than fault_tolerance.min_replicas (",
+                             min_replicas_, ")", while_away);
     return d;
   }
+  const auto now = clock_->SteadyNow();
   for (int32_t r : members) states_[r] = State::kMember;
   for (int32_t r : joining) states_[r] = State::kMember;
-  if (joining.empty() && members == view_.ranks) {
+  for (int32_t r : out) {
+    states_[r] = State::kLost;
+    lost_at_.emplace(r, now);
+  }
+  for (int32_t r : waiting) {
+    states_[r] = State::kHealing;
+    ready_.insert(r);
+  }
+  if (joining.empty() && out.empty() && members == view_.ranks) {
     // The group is as it was: the members that missed its membership get it.
     d.send = view_;
     d.to = members;
@@ -218,8 +294,8 @@ Membership::Decision Membership::TakeOn() {
     std::vector<int32_t> ranks = members;
     ranks.insert(ranks.end(), joining.begin(), joining.end());
     d = Advance(std::move(ranks), absl::StrCat("the coordinator restarted", while_away));
+    d.to.insert(d.to.end(), out.begin(), out.end());  // told, they end (their shard group lost a rank)
   }
-  const auto now = clock_->SteadyNow();
   for (int32_t rank : gone_) {
     states_[rank] = State::kHealing;
     lost_at_.emplace(rank, now);
@@ -230,6 +306,7 @@ Membership::Decision Membership::TakeOn() {
 
 Membership::Decision Membership::Resize(int32_t n, const std::string& why) {
   n = std::clamp(n, 1, world_size_);
+  n = std::max(unit_, n / unit_ * unit_);  // whole replicas
   std::vector<int32_t> launch, leave, kill;
   for (int32_t r = 0; r < n; ++r) {
     if (states_[r] != State::kParked) continue;
@@ -253,6 +330,7 @@ Membership::Decision Membership::Resize(int32_t n, const std::string& why) {
     lost_at_.erase(r);
     stream_lost_at_.erase(r);
     growing_.erase(r);
+    ready_.erase(r);
   }
   Decision d;
   if (!leave.empty() && formed()) {
@@ -278,6 +356,7 @@ Membership::Decision Membership::Resize(int32_t n, const std::string& why) {
 Membership::Decision Membership::OnExit(int32_t rank, const std::string& why) {
   if (rank < 0 || rank >= world_size_) return {};
   const State before = states_[rank];
+  ready_.erase(rank);  // a replacement that said hello and ended: its replica waits for the next one
   if (before == State::kLeaving) {
     states_[rank] = State::kParked;
     Decision d;

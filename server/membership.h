@@ -1,6 +1,12 @@
 // Membership: the replicas of one attempt of a fault_tolerance.mode replica
 // job (docs/design/fault-tolerance.md), and the coordinator's decisions on
-// who trains together. Each launch rank is, at any time, one of:
+// who trains together. A replica is `unit` launch ranks (1 for DDP; a shard
+// group of an FSDP HYBRID job: ranks [k * unit, (k + 1) * unit)), which are
+// members together or not at all: a member lost takes its replica's other
+// ranks out with it (told, they end and are replaced too), a replacement
+// replica joins once all its ranks said hello, and a membership lists whole
+// replicas, each in launch-rank order. Each launch rank is, at any time,
+// one of:
 //   connected  before the first membership: it said hello, the others are awaited;
 //   member     in the current membership (live);
 //   lost       taken out of the membership (it died, its stream was lost,
@@ -104,18 +110,19 @@ class Membership {
 
   enum class State { kLaunched, kConnected, kMember, kLost, kHealing, kLeaving, kParked };
 
-  // An attempt of `world_size` launch ranks of which the first `started`
-  // are launched (0: all; the others are parked); below `min_replicas` live
-  // replicas the attempt fails. `clock` must outlive it.
-  Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t started = 0);
+  // An attempt of `world_size` launch ranks, `unit` per replica (a divisor
+  // of world_size), of which the first `started` are launched (0: all; the
+  // others are parked; whole replicas); below `min_replicas` live replicas
+  // the attempt fails. `clock` must outlive it.
+  Membership(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t started = 0, int32_t unit = 1);
 
-  // The job runs ranks 0..n-1 from now on (1 <= n <= world_size): `why`
-  // goes in the events.
+  // The job runs ranks 0..n-1 from now on (n rounded down to whole
+  // replicas, at least one): `why` goes in the events.
   Decision Resize(int32_t n, const std::string& why);
 
   // The running group of an attempt adopted after a coordinator restart:
   // its ranks reattach (OnReattach) or are found gone (OnGone).
-  static Membership Adopting(int32_t world_size, int32_t min_replicas, const TimeSource* clock);
+  static Membership Adopting(int32_t world_size, int32_t min_replicas, const TimeSource* clock, int32_t unit = 1);
   bool adopting() const { return adopting_; }
   // Adopting: `rank` reattached, its store at store_addr:store_port, holding
   // `held` (epoch 0: none). The last of the ranks takes the group on.
@@ -154,6 +161,10 @@ class Membership {
   // coordinator follows; 0 before epoch 1.
   int32_t lead() const { return view_.ranks.empty() ? 0 : view_.ranks.front(); }
   int live() const { return static_cast<int>(view_.ranks.size()); }
+  int32_t unit() const { return unit_; }
+  // Live replicas (members / unit) and replicas lost or being replaced.
+  int live_replicas() const { return live() / unit_; }
+  int healing_replicas() const;
   // Ranks lost or being replaced (not yet members again).
   int healing() const;
   std::vector<int32_t> healing_ranks() const;
@@ -173,8 +184,14 @@ class Membership {
   // connected (nothing yet otherwise).
   Decision Form();
   std::string Describe(const MembershipView& v) const;
+  // The launch ranks of `rank`'s replica.
+  std::vector<int32_t> ReplicaOf(int32_t rank) const;
+  // Healing ranks whose whole replica said hello: members from now on, in
+  // the next membership.
+  Decision JoinReady(const std::string& why);
 
   const int32_t world_size_;
+  const int32_t unit_;
   const int32_t min_replicas_;
   const TimeSource* const clock_;
   MembershipView view_;
@@ -184,6 +201,7 @@ class Membership {
   std::map<int32_t, TimeSource::Steady> lost_at_;              // lost ranks not healed yet
   std::map<int32_t, int> failed_replacements_;                 // in a row, by rank
   std::set<int32_t> growing_;                                  // launched by Resize, not joined yet
+  std::set<int32_t> ready_;  // healing ranks that said hello, waiting for the rest of their replica
   bool adopting_ = false;
   std::map<int32_t, MembershipView> held_;  // adopting: what each reattached rank holds
   std::set<int32_t> gone_;                  // adopting: ranks that ended while the coordinator was away

@@ -206,7 +206,10 @@ void WorkerSessions::Exit(const RankExit& exit) {
     lifecycle_->ApplyReplicas(*job, all->OnExit(exit.rank, WhyEnded(exit)), exit.rank);
     return;
   }
-  if (m != nullptr && !finished) {
+  // A rank taken out of the membership is replaced however it ended (the
+  // other ranks of a lost rank's shard group leave on their own).
+  if (m != nullptr && (!finished || (exit.rank >= 0 && exit.rank < m->world_size() &&
+                                     m->state(exit.rank) == Membership::State::kLost))) {
     const Membership::Decision d = m->OnExit(exit.rank, WhyEnded(exit));
     if (!d.launch.empty() || d.fail || d.parked >= 0) {
       if (lifecycle_->ApplyReplicas(*job, d, exit.rank)) return;  // replaced

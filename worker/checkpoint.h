@@ -135,7 +135,8 @@ std::vector<std::string> LoadInitialWeights(const TrainingState& state, const st
 // has none), the CPU RNG, the comm hook's and every registered
 // Checkpointable's state — except the step and the data position, which the
 // caller agrees on. Collective over `pg` (a group of whole replicas: DDP or
-// one rank; not FSDP). Returns the bytes broadcast.
+// one rank; FSDP: its replicate group, whose ranks hold the same shard).
+// Returns the bytes broadcast.
 int64_t BroadcastTrainingState(const TrainingState& state, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                                int32_t src);
 

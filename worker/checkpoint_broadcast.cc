@@ -8,7 +8,9 @@
 #include "worker/checkpoint.h"
 #include "worker/checkpoint_holding.h"
 #include "worker/checkpoint_internal.h"
+#include "worker/collectives.h"
 #include "worker/ddp.h"
+#include "worker/fsdp.h"
 
 namespace trainyard {
 using namespace checkpoint_internal;  // NOLINT: this file is part of the checkpoint code
@@ -32,7 +34,10 @@ int64_t BroadcastByDevice(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, cons
 }  // namespace
 
 int64_t BroadcastTrainingState(const TrainingState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int32_t src) {
-  if (s.fsdp != nullptr) throw std::invalid_argument("BroadcastTrainingState: FSDP shards are not replicas");
+  if (s.fsdp != nullptr && pg->getSize() > 1 &&
+      (s.fsdp->replicate_group() == nullptr || s.fsdp->replicate_group()->process_group() != pg)) {
+    throw std::invalid_argument("BroadcastTrainingState: FSDP shards are replicas only over the replicate group");
+  }
   torch::NoGradGuard no_grad;
   const bool source = pg->getRank() == src;
   const Holding h(s);

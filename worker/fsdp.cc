@@ -430,6 +430,23 @@ std::vector<at::Tensor> FullyShardedModel::FullParameters() {
 const std::vector<FsdpUnitInfo>& FullyShardedModel::units() const { return impl_->infos; }
 int32_t FullyShardedModel::shard_rank() const { return impl_->shard_rank; }
 int32_t FullyShardedModel::shard_size() const { return impl_->shard_size; }
+Collectives* FullyShardedModel::replicate_group() const { return impl_->replicate_group; }
+
+void FullyShardedModel::Rebind(Collectives* shard_group, Collectives* replicate_group, int32_t world_size) {
+  Impl& s = *impl_;
+  if (shard_group != nullptr && (shard_group->size() != s.shard_size || shard_group->rank() != s.shard_rank)) {
+    throw std::logic_error("FSDP rebind: shard " + std::to_string(shard_group->rank()) + " of " +
+                           std::to_string(shard_group->size()) + ", but this rank holds shard " +
+                           std::to_string(s.shard_rank) + " of " + std::to_string(s.shard_size));
+  }
+  if (shard_group == nullptr && s.shard_size > 1 && replicate_group != nullptr) {
+    throw std::logic_error("FSDP rebind: a sharded model needs its shard group");
+  }
+  s.shard_group = shard_group;
+  s.replicate_group = replicate_group;
+  s.world_size = std::max(1, world_size);
+}
+
 int32_t FullyShardedModel::replica_rank() const {
   return impl_->replicate_group != nullptr ? impl_->replicate_group->rank() : 0;
 }

@@ -103,8 +103,17 @@ class FullyShardedModel {
   int32_t shard_rank() const;
   int32_t shard_size() const;
   int32_t replica_rank() const;
-  // The shard group (null when unsharded).
+  // The shard group (null when unsharded), and the replicate group (null
+  // without replicas).
   Collectives* shard_group() const;
+  Collectives* replicate_group() const;
+  // Replica mode (fault_tolerance.mode replica): from now on over these
+  // groups (a new membership's), of `world_size` ranks in all; the shards,
+  // their layout and the optimizer's state stay. The shard group must have
+  // the size and give this rank the place it had (std::logic_error
+  // otherwise); null groups drop the old ones (nothing may run until the
+  // next Rebind). No collective.
+  void Rebind(Collectives* shard_group, Collectives* replicate_group, int32_t world_size);
 
   // Cumulative collective traffic of this rank.
   struct CommCounters {

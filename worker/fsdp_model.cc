@@ -35,12 +35,18 @@ FsdpModel::FsdpModel(const JobSpec& spec, std::shared_ptr<Model> model, c10::Dev
     : ParallelModel(spec, std::move(model), device, /*autocast=*/false),
       pg_(dist.process_group),
       fsdp_(std::make_unique<FullyShardedModel>(model_, FsdpOptionsOf(spec, device), dist.shard_group,
-                                                dist.replicate_group, world_size)) {
+                                                spec.replicas() ? nullptr : dist.replicate_group, world_size)) {
+  if (spec.replicas()) fsdp_->Rebind(dist.shard_group, dist.replicate_group, world_size);
   if (spec.ddp.broadcast_buffers) buffers_ = model_->buffers();
   optimizer_ = MakeOptimizer(spec.optimizer, fsdp_->ShardParameters());
 }
 
 FsdpModel::~FsdpModel() = default;
+
+void FsdpModel::Rebind(const DistContext& dist) {
+  pg_ = dist.process_group;
+  fsdp_->Rebind(dist.shard_group, dist.replicate_group, pg_ ? pg_->getSize() : 1);
+}
 
 void FsdpModel::BeforeForward(bool /*sync*/) {
   if (!pg_ || buffers_.empty()) return;

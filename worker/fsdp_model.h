@@ -17,7 +17,9 @@ namespace trainyard {
 
 class FsdpModel final : public ParallelModel {
  public:
-  // Collective over dist's shard and replicate groups (null with one rank).
+  // Collective over dist's shard and replicate groups (null with one rank);
+  // in replica mode over the shard group only (a replacement replica builds
+  // its model while the others train; the heal brings their state).
   FsdpModel(const JobSpec& spec, std::shared_ptr<Model> model, c10::Device device, int32_t world_size,
             const DistContext& dist);
   ~FsdpModel() override;
@@ -28,6 +30,8 @@ class FsdpModel final : public ParallelModel {
   void EndEvaluation() override;
   std::vector<at::Tensor> Parameters() const override;
   FullyShardedModel* fsdp() const override { return fsdp_.get(); }
+  // Replica mode: over a new membership's shard and replicate groups.
+  void Rebind(const DistContext& dist) override;
 
  protected:
   void BeforeForward(bool sync) override;

@@ -87,8 +87,9 @@ class ParallelModel {
   // Replica mode (fault_tolerance.mode replica): from now on gradients are
   // synchronized over dist.process_group (a new membership's group), the
   // same parameters and optimizer kept; a null group drops the old one
-  // (nothing trains until the next Rebind). No collective. DDP only: the
-  // others throw std::logic_error.
+  // (nothing trains until the next Rebind). No collective. DDP and FSDP
+  // (over dist's shard and replicate groups); LocalModel throws
+  // std::logic_error.
   virtual void Rebind(const DistContext& dist);
 
  protected:

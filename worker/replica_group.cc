@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "worker/abortable_store.h"
+#include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
 
@@ -42,15 +43,32 @@ struct Forming {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> world, control;
   std::unique_ptr<ShmCollectives> shm;
+  std::unique_ptr<Collectives> shard, replicate;
 };
+
+// Whether `m` lists whole replicas of `unit` launch ranks, each in order
+// (the layout MakeHybridGroups reads group ranks with).
+void CheckWholeReplicas(const Membership& m, int32_t unit) {
+  const int32_t n = static_cast<int32_t>(m.ranks.size());
+  bool whole = n % unit == 0;
+  for (int32_t i = 0; whole && i < n; ++i) {
+    const int32_t first = m.ranks[i - i % unit];
+    whole = first % unit == 0 && m.ranks[i] == first + i % unit;
+  }
+  if (!whole) {
+    throw std::invalid_argument(m.Describe() + " does not list whole shard groups of " + std::to_string(unit) +
+                                " ranks in order");
+  }
+}
 
 }  // namespace
 
 ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
                            std::chrono::milliseconds timeout, bool shared_memory, FlightRecorder* recorder,
-                           std::function<bool()> superseded)
-    : membership_(m), rank_(m.IndexOf(launch_rank)) {
+                           std::function<bool()> superseded, int32_t fsdp_unit)
+    : membership_(m), rank_(m.IndexOf(launch_rank)), fsdp_unit_(fsdp_unit) {
   if (rank_ < 0) throw std::invalid_argument("rank " + std::to_string(launch_rank) + " is not in " + m.Describe());
+  if (fsdp_unit > 0) CheckWholeReplicas(m, fsdp_unit);
   const std::string what = "membership epoch " + std::to_string(m.epoch) + " was superseded while its groups formed";
   auto forming = std::make_shared<Forming>();
   // The groups form on a thread of their own, so that a newer membership
@@ -58,7 +76,8 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
   // address leaves the others retrying its connection until `timeout`.
   // Abandoned, the thread ends by itself (its store reads give up at once,
   // a connection at the timeout) and what it made is dropped.
-  std::thread([forming, m, rank = rank_, size = size(), bind_addr, timeout, shared_memory, recorder, superseded, what] {
+  std::thread([forming, m, rank = rank_, size = size(), bind_addr, timeout, shared_memory, recorder, superseded, what,
+               fsdp_unit] {
     try {
       c10d::TCPStoreOptions opts;
       opts.port = static_cast<uint16_t>(m.store_port);
@@ -83,11 +102,22 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
         control = MakeProcessGroup(Backend::kGloo, c10::make_intrusive<c10d::PrefixStore>("control/", store), rank,
                                    size, bind_addr, timeout, recorder, "control");
       }
+      std::unique_ptr<Collectives> shard, replicate;
+      if (fsdp_unit == 1) {
+        replicate = MakeCollectives(world);
+      } else if (fsdp_unit > 1) {
+        HybridGroups h = MakeHybridGroups(c10::make_intrusive<c10d::PrefixStore>("fsdp/", store), Backend::kGloo, rank,
+                                          size, fsdp_unit, bind_addr, timeout, recorder);
+        shard = std::move(h.shard);
+        replicate = std::move(h.replicate);
+      }
       std::lock_guard<std::mutex> lock(forming->mu);
       forming->store = std::move(store);
       forming->world = std::move(world);
       forming->control = std::move(control);
       forming->shm = std::move(shm);
+      forming->shard = std::move(shard);
+      forming->replicate = std::move(replicate);
       forming->done = true;
     } catch (...) {
       std::lock_guard<std::mutex> lock(forming->mu);
@@ -106,6 +136,8 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
   world_ = std::move(forming->world);
   control_ = std::move(forming->control);
   shm_ = std::move(forming->shm);
+  shard_ = std::move(forming->shard);
+  replicate_ = std::move(forming->replicate);
   if (shm_)
     log::Info("rank {}: the members of epoch {} are on this host: gradients travel through shared memory", launch_rank,
               m.epoch);
@@ -118,7 +150,18 @@ DistContext ReplicaGroup::context() const {
   c.process_group = world_;
   c.control_group = control_;
   c.shm = shm_.get();
+  c.shard_group = shard_.get();
+  c.replicate_group = replicate_.get();
   return c;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> ReplicaGroup::heal_group() const {
+  return replicate_ ? replicate_->process_group() : world_;
+}
+
+int32_t ReplicaGroup::SourceInWorld(int32_t r) const {
+  if (fsdp_unit_ <= 1) return r;  // the world, or NO_SHARD's replicate group (the world)
+  return r * fsdp_unit_;           // replicate group rank r = the r-th replica
 }
 
 HealResult Heal(const TrainingState& state, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t committed_step,

@@ -14,7 +14,11 @@
 // one of their collectives fail at once instead of at the timeout (in
 // shared memory, a peer whose process ended is seen within a millisecond).
 // The world group stays Gloo in every case: the heal's broadcast and the
-// checkpoints use it.
+// checkpoints use it. An FSDP job's epoch also builds FSDP's groups over
+// its members (fsdp_unit ranks per replica, the membership listing whole
+// replicas in launch-rank order: JobSpec::ranks_per_replica): the shard
+// group of this rank's replica and the replicate group of the ranks that
+// hold its shard in every replica, over which the heal runs.
 #ifndef TRAINYARD_WORKER_REPLICA_GROUP_H_
 #define TRAINYARD_WORKER_REPLICA_GROUP_H_
 
@@ -33,6 +37,7 @@
 
 namespace trainyard {
 
+class Collectives;
 class FlightRecorder;
 class ShmCollectives;
 
@@ -59,10 +64,12 @@ class ReplicaGroup {
   // stops with GroupSuperseded (worker/abortable_store.h) — a member that
   // died before it joined would otherwise hold the others until `timeout`.
   // With `shared_memory`, the members' gradients and agreement go through
-  // shared memory when they are all on this host.
+  // shared memory when they are all on this host. `fsdp_unit` > 0: an FSDP
+  // job with that many ranks per replica (1: NO_SHARD); throws
+  // std::invalid_argument when `m` does not list whole replicas in order.
   ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
                std::chrono::milliseconds timeout, bool shared_memory = false, FlightRecorder* recorder = nullptr,
-               std::function<bool()> superseded = nullptr);
+               std::function<bool()> superseded = nullptr, int32_t fsdp_unit = 0);
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;
@@ -74,6 +81,12 @@ class ReplicaGroup {
   // The communication the Trainer trains with in this epoch.
   DistContext context() const;
   ShmCollectives* shm() const { return shm_.get(); }  // null: the transport is the process group
+  // The group whose members hold the same state as this rank (the world;
+  // FSDP: its replicate group), over which Heal runs; and, for its rank `r`
+  // (a heal's source), the group rank in world() of the first rank of r's
+  // replica: the same on every member, whichever shard it holds.
+  c10::intrusive_ptr<c10d::ProcessGroup> heal_group() const;
+  int32_t SourceInWorld(int32_t r) const;
 
  private:
   Membership membership_;
@@ -81,6 +94,8 @@ class ReplicaGroup {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> world_, control_;
   std::unique_ptr<ShmCollectives> shm_;
+  int32_t fsdp_unit_ = 0;
+  std::unique_ptr<Collectives> shard_, replicate_;  // FSDP's (shard_ null for NO_SHARD)
 };
 
 struct HealResult {
@@ -91,7 +106,7 @@ struct HealResult {
   int64_t bytes = 0;    // what the broadcast carried (0 when nobody needed it)
 };
 
-// Collective over `pg` (the group of a new epoch): every member tells its
+// Collective over `pg` (ReplicaGroup::heal_group of a new epoch): every member tells its
 // committed step (a rank that never trained: -1) and global cursor; when
 // they differ, the first member at the highest step broadcasts its whole
 // training state (BroadcastTrainingState) to every member. Returns what the

@@ -91,9 +91,9 @@ const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t s
     const int64_t epoch = m.epoch;
     MembershipMailbox* mailbox = mailbox_;
     try {
-      group_ = std::make_unique<ReplicaGroup>(m, options_.launch_rank, options_.bind_addr, options_.group_timeout,
-                                              options_.shared_memory, recorder_,
-                                              [mailbox, epoch] { return mailbox->latest_epoch() > epoch; });
+      group_ = std::make_unique<ReplicaGroup>(
+          m, options_.launch_rank, options_.bind_addr, options_.group_timeout, options_.shared_memory, recorder_,
+          [mailbox, epoch] { return mailbox->latest_epoch() > epoch; }, options_.fsdp_unit);
       return group_.get();
     } catch (const std::exception& e) {
       // A member of this epoch is gone before its groups formed (a newer

@@ -43,6 +43,9 @@ struct ReplicaOptions {
   // its members are all on this host (the Trainer sets it from the spec:
   // SharedMemoryAllowed of worker/dist_setup.h).
   bool shared_memory = false;
+  // FSDP: ranks per replica (JobSpec::ranks_per_replica; 1 for NO_SHARD):
+  // each epoch builds FSDP's shard and replicate groups. 0: DDP.
+  int32_t fsdp_unit = 0;
 };
 
 // log_hashes and log_commits from the environment; the rest defaults.

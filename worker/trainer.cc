@@ -167,12 +167,14 @@ Trainer::Trainer(JobSpec spec, const ReplicaOptions& replica, DistContext dist, 
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.spec = std::move(spec);
-  if (!s.spec.replicas() || s.spec.distributed_type != DistributedType::kDdp) {
-    throw std::invalid_argument("a replica trainer needs fault_tolerance.mode replica and DDP");
+  const bool fsdp = s.spec.distributed_type == DistributedType::kFsdp;
+  if (!s.spec.replicas() || (s.spec.distributed_type != DistributedType::kDdp && !fsdp)) {
+    throw std::invalid_argument("a replica trainer needs fault_tolerance.mode replica and DDP or FSDP");
   }
   if (control == nullptr) throw std::invalid_argument("a replica trainer needs a TrainerControl (memberships)");
   ReplicaOptions options = replica;
   options.shared_memory = SharedMemoryAllowed(s.spec);
+  options.fsdp_unit = fsdp ? s.spec.ranks_per_replica() : 0;
   s.replica = std::make_unique<ReplicaMembership>(options, &control->memberships(), dist.flight_recorder);
   const ReplicaGroup& g = s.replica->JoinFirst();
   DistContext d = g.context();
@@ -201,9 +203,14 @@ void Trainer::Impl::Bind(const ReplicaGroup& g) {
 
 void Trainer::Impl::Heal() {
   SetPhase(flight, "heal", step);
-  const HealResult r = trainyard::Heal(checkpoints->Current(), pg, fresh_replacement ? -1 : step, data.train->cursor());
+  // Over the ranks that hold this rank's state (FSDP: its shard in every
+  // replica); they all agree on the same step and cursor, since a replica's
+  // ranks come and go together.
+  const ReplicaGroup& g = *replica->group();
+  const HealResult r =
+      trainyard::Heal(checkpoints->Current(), g.heal_group(), fresh_replacement ? -1 : step, data.train->cursor());
   fresh_replacement = false;
-  checkpoints->AdoptNumbering(r.source);
+  checkpoints->AdoptNumbering(g.SourceInWorld(r.source));
   step = r.step;
   data.train->SetCursor(r.cursor);
   replica->Healed(r);

@@ -30,14 +30,38 @@ void CheckFaultTolerance(const JobSpec& s) {
          "replica applies to built-in models: a script's ranks cannot rebuild their process group, so a script job "
          "restarts as a whole group (whole_group)");
   }
-  if (s.distributed_type != DistributedType::kDdp) {
-    Fail("fault_tolerance.mode", absl::StrCat("replica needs distributed_type DDP (each rank a replica), got ",
-                                              DistributedTypeName(s.distributed_type)));
+  if (s.distributed_type != DistributedType::kDdp && s.distributed_type != DistributedType::kFsdp) {
+    Fail("fault_tolerance.mode",
+         absl::StrCat("replica needs distributed_type DDP (each rank a replica) or FSDP with a HYBRID strategy (each "
+                      "shard group a replica), got ",
+                      DistributedTypeName(s.distributed_type)));
   }
   if (s.num_processes < 2) Fail("fault_tolerance.mode", "replica needs num_processes of at least 2");
-  if (s.fault_tolerance.min_replicas > s.num_processes) {
+  const int32_t unit = s.ranks_per_replica();
+  if (s.distributed_type == DistributedType::kFsdp && unit == s.num_processes) {
+    Fail("fsdp_config.fsdp_sharding_strategy",
+         s.fsdp.sharding_strategy == ShardingStrategy::kHybridShard ||
+                 s.fsdp.sharding_strategy == ShardingStrategy::kHybridShardZero2
+             ? absl::StrCat("with fault_tolerance.mode replica each shard group is a replica: set "
+                            "fsdp_config.ranks_per_node below num_processes (",
+                            s.num_processes, ") so that there are at least two")
+             : std::string("with fault_tolerance.mode replica each shard group is a replica: use HYBRID_SHARD or "
+                           "HYBRID_SHARD_ZERO2 with fsdp_config.ranks_per_node, or NO_SHARD (FULL_SHARD and "
+                           "SHARD_GRAD_OP shard over every rank: one replica)"));
+  }
+  const int32_t replicas = s.num_processes / unit;
+  if (s.fault_tolerance.min_replicas > replicas) {
     Fail("fault_tolerance.min_replicas",
-         absl::StrCat("must be at most num_processes (", s.num_processes, "), got ", s.fault_tolerance.min_replicas));
+         unit == 1 ? absl::StrCat("must be at most num_processes (", s.num_processes, "), got ",
+                                  s.fault_tolerance.min_replicas)
+                   : absl::StrCat("must be at most the number of shard groups (", replicas, ": num_processes ",
+                                  s.num_processes, " / fsdp_config.ranks_per_node ", unit, "), got ",
+                                  s.fault_tolerance.min_replicas));
+  }
+  if (s.elastic.enabled() && s.elastic.min_processes % unit != 0) {
+    Fail("elastic.min_processes", absl::StrCat("an elastic job grows and shrinks by whole shard groups: must be a "
+                                               "multiple of fsdp_config.ranks_per_node (",
+                                               unit, "), got ", s.elastic.min_processes));
   }
   if (s.ddp.comm_hook == CommHookType::kPowerSgd || s.ddp.comm_hook == CommHookType::kBatchedPowerSgd) {
     Fail("ddp.comm_hook", absl::StrCat(CommHookName(s.ddp.comm_hook),
@@ -48,12 +72,30 @@ void CheckFaultTolerance(const JobSpec& s) {
     Fail("elastic.min_processes",
          absl::StrCat("must be at most num_processes (", s.num_processes, "), got ", s.elastic.min_processes));
   }
-  if (s.elastic.enabled() && s.elastic.min_processes < s.fault_tolerance.min_replicas) {
+  if (s.elastic.enabled() && s.elastic.min_processes / unit < s.fault_tolerance.min_replicas) {
     Fail("elastic.min_processes",
-         absl::StrCat("must be at least fault_tolerance.min_replicas (", s.fault_tolerance.min_replicas,
-                      "): a job shrunk below it would restart as a whole group; got ", s.elastic.min_processes));
+         absl::StrCat("must hold at least fault_tolerance.min_replicas (", s.fault_tolerance.min_replicas, ") ",
+                      unit == 1 ? "ranks" : absl::StrCat("shard groups of ", unit, " ranks"),
+                      ": a job shrunk below it would restart as a whole group; got ", s.elastic.min_processes));
   }
 }
+
+}  // namespace
+
+int32_t JobSpec::ranks_per_replica() const {
+  if (distributed_type != DistributedType::kFsdp) return 1;
+  switch (fsdp.sharding_strategy) {
+    case ShardingStrategy::kNoShard: return 1;
+    case ShardingStrategy::kHybridShard:
+    case ShardingStrategy::kHybridShardZero2:
+      return fsdp.ranks_per_node > 0 && num_processes % fsdp.ranks_per_node == 0 ? fsdp.ranks_per_node : num_processes;
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp: return num_processes;
+  }
+  return num_processes;
+}
+
+namespace {
 
 // Rules between fields (each field's own range is checked as it is read);
 // throws SpecError naming the field at fault.

@@ -361,8 +361,13 @@ struct JobSpec {
   SlurmSpec slurm;
   FaultToleranceSpec fault_tolerance;
   ElasticSpec elastic;
-  // mode replica: each DDP rank is a replica (docs/design/fault-tolerance.md).
+  // mode replica: each DDP rank is a replica, or each FSDP shard group
+  // (docs/design/fault-tolerance.md).
   bool replicas() const { return fault_tolerance.mode == FaultToleranceMode::kReplica; }
+  // The ranks of one replica, which come and go together (launch ranks
+  // [k * n, (k + 1) * n)): 1 for DDP and FSDP NO_SHARD, a node's ranks for
+  // the HYBRID strategies, every rank for FULL_SHARD and SHARD_GRAD_OP.
+  int32_t ranks_per_replica() const;
   // Every field equal (spec_random.h names the first that differs).
   bool operator==(const JobSpec&) const = default;
 };

@@ -79,13 +79,17 @@ void DistributedRules(spec::Rng& g, JobSpec* s) {
 // fault_tolerance and elastic against the rest (job_spec.cc CheckFaultTolerance).
 void FaultToleranceRules(JobSpec* s) {
   const DdpSpec& ddp = s->ddp;
-  const bool replicable = s->script.empty() && s->distributed_type == DistributedType::kDdp && s->num_processes >= 2 &&
-                          ddp.comm_hook != CommHookType::kPowerSgd && ddp.comm_hook != CommHookType::kBatchedPowerSgd;
+  const int32_t unit = s->ranks_per_replica();
+  const bool replicable =
+      s->script.empty() && s->num_processes >= 2 && unit < s->num_processes &&
+      (s->distributed_type == DistributedType::kDdp || s->distributed_type == DistributedType::kFsdp) &&
+      ddp.comm_hook != CommHookType::kPowerSgd && ddp.comm_hook != CommHookType::kBatchedPowerSgd;
   if (!replicable) s->fault_tolerance.mode = FaultToleranceMode::kWholeGroup;
-  s->fault_tolerance.min_replicas = std::min(s->fault_tolerance.min_replicas, s->num_processes);
+  s->fault_tolerance.min_replicas = std::min(s->fault_tolerance.min_replicas, s->num_processes / unit);
   s->elastic.min_processes = s->replicas() ? std::min(s->elastic.min_processes, s->num_processes) : 0;
   if (s->elastic.enabled()) {
-    s->elastic.min_processes = std::max(s->elastic.min_processes, s->fault_tolerance.min_replicas);
+    // Whole replicas, and at least min_replicas of them.
+    s->elastic.min_processes = std::max(s->elastic.min_processes / unit, s->fault_tolerance.min_replicas) * unit;
   }
 }
 

@@ -88,6 +88,23 @@ TEST(JobSpecTest, ReplicasMayAskForSharedMemory) {
   EXPECT_EQ(spec->ddp.intra_host_transport, IntraHostTransport::kSharedMemory);
 }
 
+// Under HYBRID sharding a shard group (a node's ranks) is one replica.
+TEST(JobSpecTest, HybridShardGroupsAreReplicas) {
+  auto spec = ParseJobSpec(
+      "num_processes: 4\ndistributed_type: FSDP\nfsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD, ranks_per_node: 2}\n"
+      "fault_tolerance: {mode: replica, min_replicas: 2}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ranks_per_replica(), 2);
+  spec = ParseJobSpec(
+      "num_processes: 3\ndistributed_type: FSDP\nfsdp_config: {fsdp_sharding_strategy: NO_SHARD}\n"
+      "fault_tolerance: {mode: replica}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ranks_per_replica(), 1);
+  spec = ParseJobSpec("num_processes: 3\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ranks_per_replica(), 1);
+}
+
 TEST(JobSpecTest, JsonAndYamlAreEquivalentAndRoundTrip) {
   auto yaml = ParseJobSpec(
       "name: a\nmodel: {kind: cnn}\noptimizer: {kind: sgd, lr: 0.1, momentum: 0.9}\nmax_steps: 7\n"
@@ -134,6 +151,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"num_processes: 2\nfault_tolerance: {mode: replica}\nelastic: {min_processes: 3}\n",
                 {"'elastic.min_processes'", "at most num_processes (2)"}},
         BadSpec{"num_processes: 1\nfault_tolerance: {mode: replica}\n", {"'fault_tolerance.mode'", "at least 2"}},
+        BadSpec{"num_processes: 4\ndistributed_type: FSDP\nfault_tolerance: {mode: replica}\n",
+                {"'fsdp_config.fsdp_sharding_strategy'", "HYBRID_SHARD", "one replica"}},
+        BadSpec{"num_processes: 4\ndistributed_type: FSDP\nfsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD}\n"
+                "fault_tolerance: {mode: replica}\n",
+                {"'fsdp_config.fsdp_sharding_strategy'", "ranks_per_node below num_processes (4)"}},
+        BadSpec{"num_processes: 4\ndistributed_type: FSDP\nfsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD, "
+                "ranks_per_node: 2}\nfault_tolerance: {mode: replica, min_replicas: 3}\n",
+                {"'fault_tolerance.min_replicas'", "number of shard groups (2"}},
+        BadSpec{"num_processes: 4\ndistributed_type: FSDP\nfsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD, "
+                "ranks_per_node: 2}\nfault_tolerance: {mode: replica}\nelastic: {min_processes: 3}\n",
+                {"'elastic.min_processes'", "multiple of fsdp_config.ranks_per_node (2)"}},
         BadSpec{"model: {kind: mlp, depth: 3}\n", {"'model.depth'", "unknown key", "hidden"}},
         BadSpec{"model: {kind: transformer}\n", {"'model.kind'", "transformer", "mlp, cnn"}},
         BadSpec{"model: {kind: resnet, hidden: [3]}\n", {"'model.hidden'", "does not apply"}},

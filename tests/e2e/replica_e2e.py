@@ -17,6 +17,10 @@
 - A replica slowed to a fraction of its speed (SIGSTOP/SIGCONT
   cycling, as a throttled or oversubscribed host would) is named by the
   coordinator, evicted and replaced; the others train on.
+- FSDP HYBRID_SHARD with 2 shard groups of 2 ranks: a killed rank takes
+  its shard group out and back in; the other group trains on; the replicas
+  of each shard agree bitwise after every commit, and the job trains the
+  fault-free run's samples to within 1% of its eval loss.
 - A kill -9 of the coordinator is not a stall: the replicas train on while
   it is away, one of them is killed meanwhile, and the restarted
   coordinator takes the group on (same worker processes) and heals it.
@@ -259,6 +263,112 @@ class Replicas(unittest.TestCase):
         self.assertEqual(job["state"], "SUCCEEDED")
         self.assertEqual(job["attempt"], 2, job["events"])
         self.assertIn("restart 1 of 2", " | ".join(e["reason"] for e in job["events"]))
+
+
+HYBRID_JOB = """
+name: %(name)s
+model: {kind: mlp, hidden: [64]}
+data: {kind: synthetic, batch_size: 16, num_samples: 64}
+optimizer: {kind: adamw, lr: 0.003, weight_decay: 0.05}
+scheduler: {kind: cosine, warmup_steps: 100}
+max_steps: %(steps)d
+num_processes: 4
+distributed_type: FSDP
+fsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD, ranks_per_node: 2}
+seed: 11
+metrics_every_steps: 1
+eval_every_steps: %(steps)d
+eval_batches: 8
+fault_tolerance: {mode: replica, min_replicas: 1}
+"""
+
+
+class ShardGroups(unittest.TestCase):
+    """FSDP HYBRID_SHARD, 2 shard groups of 2 ranks: each shard group is a
+    replica. A killed rank takes its shard group out (the other rank is told
+    and leaves) and back in (both replaced, healed shard by shard from the
+    other group); the other group trains on."""
+
+    def test_a_dead_rank_takes_its_shard_group_out_and_back_in(self):
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-replica-hybrid-")
+        os.environ["TRAINYARD_REPLICA_HASH"] = "1"
+        s = Server(tmp.name, slots=4)
+        try:
+            rng = random.Random(36)
+            steps = 4000
+
+            def run(name, kills):
+                job_id = submit(s, write_spec(tmp.name, f"{name}.yaml", HYBRID_JOB % dict(name=name, steps=steps)))
+                killed = []
+                for k in range(kills):
+                    gap = rng.randint(20, 60)
+
+                    def ready():
+                        jb = s.job(job_id)
+                        if jb["state"] in ("SUCCEEDED", "FAILED"):
+                            return jb
+                        reps = jb.get("replicas") or {}
+                        if jb["state"] != "RUNNING" or len(worker_pids(job_id)) != 4 \
+                                or len(reps.get("live", [])) != 4 or reps.get("healing"):
+                            return None
+                        # Both ranks of the last kill's shard group committed a step.
+                        if sum(" healed in " in e["reason"] for e in jb["events"]) < 2 * len(killed):
+                            return None
+                        return jb if jb["step"] >= (killed[-1][1] if killed else 0) + gap else None
+                    jb = wait_for(ready, 120, f"{job_id}: four live ranks before kill {k + 1}",
+                                  lambda: json.dumps(s.job(job_id)["events"][-10:], indent=1))
+                    if jb["state"] != "RUNNING":
+                        break
+                    pid = rng.choice(worker_pids(job_id))
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append((pid, jb["step"]))
+                w = s.ctl("watch", job_id, timeout=600)
+                self.assertEqual(w.returncode, 0, w.stdout[-2000:] + w.stderr + s.ctl("logs", job_id).stdout[-3000:])
+                return job_id, killed
+
+            base_id, _ = run("hybrid-base", 0)
+            base_logs = job_logs(tmp.name, base_id)
+            base_cursor = max(r[4] for r in commits(base_logs))
+            self.assertEqual(base_cursor, steps * 4 * 16)
+            base_eval = last_eval(base_logs)
+
+            job_id, killed = run("hybrid-kills", 5)
+            self.assertEqual(len(killed), 5, "the job ended before 5 kills")
+            job = s.job(job_id)
+            events = " | ".join(e["reason"] for e in job["events"])
+            self.assertEqual(job["state"], "SUCCEEDED")
+            self.assertEqual(job["attempt"], 1, "a kill restarted the whole group: " + events)
+            self.assertEqual(events.count("of its shard group leaves with it"), 5, events)
+            self.assertGreaterEqual(events.count(" healed in "), 10, events)  # both ranks of each group
+            self.assertRegex(events, r"ranks (0,1|2,3) joined: their replacements connected")
+
+            rows = commits(job_logs(tmp.name, job_id))
+            last = {}
+            by_shard = collections.defaultdict(set)
+            cursors = collections.defaultdict(set)
+            members = collections.defaultdict(set)
+            for path, rank, epoch, step, cursor, digest in rows:
+                self.assertGreaterEqual(step, last.get(path, 0), f"{path}: step went back to {step}")
+                last[path] = step
+                by_shard[(step, rank % 2)].add(digest)
+                cursors[step].add(cursor)
+                members[(epoch, step)].add(rank)
+            for key, seen in by_shard.items():
+                self.assertEqual(len(seen), 1, f"step {key[0]}, shard {key[1]}: replicas differ: {seen}")
+            for step, seen in cursors.items():
+                self.assertEqual(len(seen), 1, f"step {step}: members disagree on the cursor: {seen}")
+            # Shard groups come and go whole: each commit's members are whole groups.
+            for (epoch, step), ranks in members.items():
+                self.assertIn(sorted(ranks), ([0, 1], [2, 3], [0, 1, 2, 3]), f"epoch {epoch} step {step}")
+            self.assertTrue(any(len(r) == 2 for r in members.values()), "no step trained by one shard group alone")
+            self.assertEqual(max(r[4] for r in rows), base_cursor)
+            evals = last_eval(job_logs(tmp.name, job_id))
+            print(f"\nHYBRID_SHARD, 5 kills: {job['step']} steps, eval loss {evals} (fault-free {base_eval})",
+                  flush=True)
+            self.assertLess(abs(evals - base_eval), 0.01 * abs(base_eval), f"eval loss {evals} vs fault-free {base_eval}")
+        finally:
+            s.stop()
+            tmp.cleanup()
 
 
 class CoordinatorKill(unittest.TestCase):

@@ -328,5 +328,120 @@ TEST_F(MembershipTest, AnAdoptedGroupBelowMinReplicasOrNotFormedFails) {
   EXPECT_TRUE(lost.OnGone(1).fail);
 }
 
+// FSDP HYBRID: a shard group (2 ranks here) is one replica. A lost rank
+// takes its shard group out (the other rank is told and ends), both are
+// replaced, and they join together.
+TEST_F(MembershipTest, AShardGroupLeavesAndComesBackAsOneReplica) {
+  Membership m(4, 1, &clock_, 0, 2);
+  ASSERT_EQ(HelloAll(m).send->ranks, (Ranks{0, 1, 2, 3}));
+  Membership::Decision d = m.OnExit(1, "killed by signal 9");
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 2);
+  EXPECT_EQ(d.send->ranks, (Ranks{2, 3}));
+  EXPECT_EQ(d.send->store_addr, "10.0.0.2");
+  EXPECT_EQ(d.to, (Ranks{2, 3, 0})) << "rank 0 is told it is left out";
+  EXPECT_EQ(d.event,
+            "membership 2: ranks 2,3 (rank 1 lost: killed by signal 9; rank 0 of its shard group leaves with it)");
+  EXPECT_EQ(d.launch, Ranks{1});
+  EXPECT_EQ(m.state(0), State::kLost);
+  EXPECT_EQ(m.live_replicas(), 1);
+  EXPECT_EQ(m.healing_replicas(), 1);
+  EXPECT_EQ(m.healing(), 2);
+
+  // Rank 0 leaves; its end launches its replacement.
+  d = m.OnExit(0, "stopped: left");
+  EXPECT_FALSE(d.send);
+  EXPECT_FALSE(d.fail);
+  EXPECT_EQ(d.launch, Ranks{0});
+  // A replica joins once all its ranks said hello, in launch-rank order.
+  EXPECT_FALSE(m.OnHello(1, "10.0.0.1", 29601).send);
+  EXPECT_EQ(m.state(1), State::kHealing);
+  clock_.Advance(std::chrono::seconds(1));
+  d = m.OnHello(0, "10.0.0.0", 29600);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 3);
+  EXPECT_EQ(d.send->ranks, (Ranks{2, 3, 0, 1}));
+  EXPECT_EQ(d.to, (Ranks{2, 3, 0, 1}));
+  EXPECT_EQ(d.event, "membership 3: ranks 2,3,0,1 (ranks 0,1 joined: their replacements connected)");
+  EXPECT_EQ(m.live_replicas(), 2);
+  EXPECT_EQ(m.healing_replicas(), 0);
+  clock_.Advance(std::chrono::milliseconds(500));
+  EXPECT_DOUBLE_EQ(m.OnReport(0, {ReplicaReport::Kind::kCommitted, 3, 8, "", 0.2, true, 10}).heal_seconds, 1.5);
+
+  // A replacement that ends before its shard-mate said hello is launched
+  // again; the replica joins with the new one.
+  m.OnExit(3, "killed by signal 9");
+  m.OnExit(2, "stopped: left");
+  m.OnHello(2, "10.0.0.2", 29700);
+  d = m.OnExit(2, "exit 1");
+  EXPECT_EQ(d.launch, Ranks{2});
+  EXPECT_FALSE(m.OnHello(3, "10.0.0.3", 29703).send) << "rank 2's new process has not said hello";
+  d = m.OnHello(2, "10.0.0.2", 29702);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2, 3}));
+}
+
+TEST_F(MembershipTest, MinReplicasCountsShardGroups) {
+  Membership m(4, 2, &clock_, 0, 2);
+  HelloAll(m);
+  const Membership::Decision d = m.OnLost(3, "evicted: slow");
+  EXPECT_TRUE(d.fail);
+  EXPECT_NE(d.failure.find("1 live replica left, fewer than fault_tolerance.min_replicas (2)"), std::string::npos)
+      << d.failure;
+  EXPECT_THROW(Membership(5, 1, &clock_, 0, 2), std::invalid_argument);
+}
+
+TEST_F(MembershipTest, AnElasticJobOfShardGroupsResizesByWholeGroups) {
+  Membership m(6, 1, &clock_, 2, 2);
+  EXPECT_EQ(m.state(2), State::kParked);
+  m.OnHello(0, "10.0.0.0", 29500);
+  ASSERT_EQ(m.OnHello(1, "10.0.0.1", 29501).send->ranks, (Ranks{0, 1}));
+  Membership::Decision d = m.Resize(5, "scaled to 5");
+  EXPECT_EQ(d.launch, (Ranks{2, 3})) << "5 ranks round down to 2 shard groups";
+  EXPECT_FALSE(m.OnHello(2, "10.0.0.2", 29502).send);
+  d = m.OnHello(3, "10.0.0.3", 29503);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(d.event, "membership 2: ranks 0,1,2,3 (ranks 2,3 joined: the job grows)");
+  d = m.Resize(1, "shrunk");
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1})) << "at least one shard group";
+  EXPECT_EQ(d.to, (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(m.size(), 2);
+}
+
+TEST_F(MembershipTest, AnAdoptedShardGroupThatLostARankLeavesAndComesBack) {
+  Membership m = Membership::Adopting(4, 1, &clock_, 2);
+  m.OnReattach(0, "10.0.0.0", 29500, Held(3, {0, 1, 2, 3}));
+  m.OnGone(1);
+  m.OnReattach(2, "10.0.0.2", 29502, Held(3, {0, 1, 2, 3}));
+  Membership::Decision d = m.OnReattach(3, "10.0.0.3", 29503, Held(3, {0, 1, 2, 3}));
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 4);
+  EXPECT_EQ(d.send->ranks, (Ranks{2, 3}));
+  EXPECT_EQ(d.to, (Ranks{2, 3, 0})) << "rank 0 is told it is left out";
+  EXPECT_EQ(d.launch, Ranks{1});
+  EXPECT_EQ(m.state(0), State::kLost);
+  EXPECT_EQ(m.OnExit(0, "stopped: left").launch, Ranks{0});
+  m.OnHello(0, "10.0.0.0", 29600);
+  d = m.OnHello(1, "10.0.0.1", 29601);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{2, 3, 0, 1}));
+
+  // A replacement that had not joined waits for its shard-mate gone meanwhile.
+  Membership w = Membership::Adopting(4, 1, &clock_, 2);
+  w.OnReattach(0, "10.0.0.0", 29500, Held(5, {0, 1}));
+  w.OnReattach(1, "10.0.0.1", 29501, Held(5, {0, 1}));
+  w.OnReattach(2, "10.0.0.2", 29502, MembershipView{});
+  d = w.OnGone(3);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1}));
+  EXPECT_EQ(d.launch, Ranks{3});
+  EXPECT_EQ(w.state(2), State::kHealing);
+  d = w.OnHello(3, "10.0.0.3", 29603);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2, 3}));
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/worker/trainer_test_util.h"
@@ -238,22 +239,24 @@ struct RunOutcome {
 };
 
 // Every commit: per rank the committed step never goes back; the members of
-// each (epoch, step) hold bitwise-equal parameters; every global position
-// of [0, total) was trained exactly once.
-void CheckCommits(const std::vector<ReplicaCommit>& commits, int64_t total) {
+// each (epoch, step) hold bitwise-equal parameters (FSDP: the ranks holding
+// the same shard, launch rank modulo `unit`); every global position of
+// [0, total) was trained exactly once.
+void CheckCommits(const std::vector<ReplicaCommit>& commits, int64_t total, int32_t unit = 1) {
   std::map<int32_t, int64_t> last_step;
-  std::map<std::pair<int64_t, int64_t>, std::set<uint64_t>> hashes;
+  std::map<std::tuple<int64_t, int64_t, int32_t>, std::set<uint64_t>> hashes;
   std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> positions;
   for (const ReplicaCommit& c : commits) {
     auto it = last_step.find(c.rank);
     if (it != last_step.end()) EXPECT_GT(c.step, it->second) << "rank " << c.rank << " went back";
     last_step[c.rank] = c.step;
-    hashes[{c.epoch, c.step}].insert(c.hash);
+    hashes[{c.epoch, c.step, c.rank % unit}].insert(c.hash);
     auto& p = positions[{c.epoch, c.step}];
     p.insert(p.end(), c.positions.begin(), c.positions.end());
   }
   for (const auto& [key, h] : hashes) {
-    EXPECT_EQ(h.size(), 1u) << "epoch " << key.first << " step " << key.second << ": replicas differ";
+    EXPECT_EQ(h.size(), 1u) << "epoch " << std::get<0>(key) << " step " << std::get<1>(key) << " shard "
+                            << std::get<2>(key) << ": replicas differ";
   }
   std::vector<int64_t> trained;
   for (const auto& [key, p] : positions) trained.insert(trained.end(), p.begin(), p.end());
@@ -455,6 +458,88 @@ TEST_P(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
     if (c.rank == 1) last1 = c.step;
   }
   EXPECT_EQ(results.at(1).final_step, last1);
+}
+
+// FSDP HYBRID_SHARD: two shard groups of two ranks, each a replica. The
+// second shard group dies after kDeath steps (both its ranks' groups and
+// stores go, as when the coordinator takes a lost rank's shard-mate out
+// with it); the first trains alone as epoch 2; then a new shard group joins
+// as epoch 3 and heals shard by shard from the first (ranks 0 -> 2, 1 -> 3).
+TEST(FsdpReplicas, AShardGroupDiesAndANewOneHealsFromTheOther) {
+  constexpr int64_t kDeath = 5;
+  constexpr int kRanks = 4;
+  JobSpec spec = ReplicaSpec(IntraHostTransport::kProcessGroup);
+  spec.num_processes = kRanks;
+  spec.distributed_type = DistributedType::kFsdp;
+  spec.fsdp.sharding_strategy = ShardingStrategy::kHybridShard;
+  spec.fsdp.ranks_per_node = 2;
+  spec.data.num_samples = kRanks * kBatch;
+  spec.max_steps = 40;
+  ASSERT_EQ(spec.ranks_per_replica(), 2);
+  const int64_t total = spec.max_steps * kRanks * kBatch;
+
+  Reports reports;
+  std::vector<std::unique_ptr<ReplicaStore>> stores;
+  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<RankReporter>> reporters;
+  for (int r = 0; r < kRanks + 2; ++r) {  // [4], [5]: the replacements of ranks 2 and 3
+    stores.push_back(std::make_unique<ReplicaStore>());
+    controls.push_back(std::make_unique<TrainerControl>());
+    reporters.push_back(std::make_unique<RankReporter>(&reports, r < kRanks ? r : r - 2));
+  }
+  for (int r = 0; r < kRanks; ++r) controls[r]->memberships().Offer(Members(1, {0, 1, 2, 3}, *stores[0], "start"));
+  std::thread coordinator([&] {
+    ASSERT_TRUE(reports.Await([&] {
+      return reports.Count(0, ReplicaEvent::Kind::kGroupBroken) > 0 &&
+             reports.Count(1, ReplicaEvent::Kind::kGroupBroken) > 0;
+    }));
+    for (int r : {0, 1}) controls[r]->memberships().Offer(Members(2, {0, 1}, *stores[0], "rank 3 lost"));
+    ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3 && reports.CommitsIn(1, 2) >= 3; }));
+    for (int r : {0, 1, 4, 5}) {
+      controls[r]->memberships().Offer(Members(3, {0, 1, 2, 3}, *stores[0], "ranks 2,3 joined"));
+    }
+  });
+  at::set_num_threads(1);
+  RunThreads(kRanks + 2, [&](int r) {
+    const int32_t launch_rank = r < kRanks ? r : r - 2;
+    if (r == 2 || r == 3) {
+      {
+        Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+        for (int64_t i = 0; i < kDeath; ++i) t.Step();
+      }
+      stores[r].reset();
+      return;
+    }
+    if (r >= kRanks) ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3; }));
+    Trainer t(spec, Options(launch_rank, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    EXPECT_FALSE(t.Run().stopped) << "rank " << launch_rank;
+  });
+  coordinator.join();
+
+  CheckCommits(reports.commits, total, 2);
+  for (int r : {2, 3}) {
+    int healed = 0;
+    for (const auto& [rank, e] : reports.events) {
+      if (e.kind == ReplicaEvent::Kind::kCommitted && rank == r && e.epoch == 3) {
+        EXPECT_TRUE(e.healed) << "rank " << r;
+        EXPECT_GT(e.heal_bytes, 0) << "rank " << r;
+        ++healed;
+      }
+    }
+    EXPECT_EQ(healed, 1) << "rank " << r;
+  }
+  for (int r : {0, 1}) {
+    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kGroupBroken), 1);
+    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kCommitted), 3);  // epochs 1, 2, 3
+  }
+  // Every rank ends at the end of the data; the replicas of each shard hold
+  // bitwise-equal shards.
+  std::map<int32_t, const ReplicaCommit*> last;
+  for (const ReplicaCommit& c : reports.commits) last[c.rank] = &c;
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(last.at(r)->cursor, total) << "rank " << r;
+  EXPECT_EQ(last.at(0)->hash, last.at(2)->hash);
+  EXPECT_EQ(last.at(1)->hash, last.at(3)->hash);
+  EXPECT_NE(last.at(0)->hash, last.at(1)->hash) << "two different shards";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Replicas,
