@@ -442,6 +442,22 @@ void FullyShardedModel::Rebind(Collectives* shard_group, Collectives* replicate_
   if (shard_group == nullptr && s.shard_size > 1 && replicate_group != nullptr) {
     throw std::logic_error("FSDP rebind: a sharded model needs its shard group");
   }
+  // A step a broken group interrupted may have left units gathered, a
+  // prefetch in flight, or gradients half reduced: each rank would then
+  // skip or issue different collectives in the next step. The shards and
+  // their gradients (complete once FinishBackward returned) stay.
+  for (auto& up : s.units) {
+    Unit& u = *up;
+    u.gathering.reset();
+    u.gather_target = at::Tensor();
+    u.gather_source = at::Tensor();
+    for (at::Tensor& p : u.params) {
+      if (p.requires_grad()) p.mutable_grad() = at::Tensor();
+    }
+    u.flat_grad = at::Tensor();
+    u.pending = 0;
+    s.Reshard(u);
+  }
   s.shard_group = shard_group;
   s.replicate_group = replicate_group;
   s.world_size = std::max(1, world_size);

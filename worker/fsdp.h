@@ -112,7 +112,9 @@ class FullyShardedModel {
   // their layout and the optimizer's state stay. The shard group must have
   // the size and give this rank the place it had (std::logic_error
   // otherwise); null groups drop the old ones (nothing may run until the
-  // next Rebind). No collective.
+  // next Rebind). What a step interrupted by a broken group left behind
+  // (gathered units, prefetches, partial gradients) is dropped. No
+  // collective.
   void Rebind(Collectives* shard_group, Collectives* replicate_group, int32_t world_size);
 
   // Cumulative collective traffic of this rank.

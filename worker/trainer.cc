@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
+#include "common/log.h"
 #include "worker/checkpointer.h"
 #include "worker/data.h"
 #include "worker/data_loader.h"
@@ -60,6 +62,19 @@ struct Trainer::Impl {
   std::unique_ptr<ReplicaMembership> replica;
   bool applied = false;
   int64_t agreed_epoch = 0;
+  // FSDP in replica mode commits in two phases: a rank's gradients complete
+  // its shard only (a member can finish its synchronization while another
+  // fails), so the optimizer step waits for a collective over the members
+  // that each enters only once its own synchronization succeeded: whoever
+  // sees it complete applies the step. A rank whose collective failed
+  // holds its step pending (the learning rate and whether the gradients
+  // were finite) until the next membership tells whether any member
+  // applied it (Settle).
+  struct Pending {
+    double lr = 0;
+    bool finite = true;
+  };
+  std::optional<Pending> pending;
   bool fresh_replacement = false;
   bool left = false;
 
@@ -73,6 +88,12 @@ struct Trainer::Impl {
   void Heal();
   // Drops every reference to the current groups.
   void Unbind();
+  // The optimizer step of the step in flight (its gradients released);
+  // `mem`: the steady-state memory, read before the release.
+  void Apply(double lr, bool finite, ModelMemory* mem);
+  // FSDP replica mode, collective over the new epoch's world group: a
+  // pending step is applied when a member committed it, else dropped.
+  void Settle();
   // The step in flight committed: the reads move the cursor, the hash.
   void Commit();
   // A collective failed: the step in flight dropped (or committed, when
@@ -201,8 +222,46 @@ void Trainer::Impl::Bind(const ReplicaGroup& g) {
   data.train->SetMembers(rank, world_size);
 }
 
+void Trainer::Impl::Apply(double lr, bool finite, ModelMemory* mem) {
+  model->OptimizerStep(lr, finite);
+  if (scaler) scaler->Update(finite);
+  applied = replica != nullptr;
+  // Steady state: after the step, before gradients are released.
+  if (mem != nullptr && sink != nullptr) *mem = model->Memory();
+  model->ReleaseGradients();
+}
+
+void Trainer::Impl::Settle() {
+  if (model->fsdp() == nullptr) return;
+  const int32_t size = pg->getSize();
+  at::Tensor mine = at::tensor({fresh_replacement ? int64_t{-1} : step}, at::kLong);
+  std::vector<at::Tensor> all(static_cast<size_t>(size));
+  for (at::Tensor& t : all) t = at::empty({1}, at::kLong);
+  std::vector<std::vector<at::Tensor>> out = {all};
+  std::vector<at::Tensor> in = {mine};
+  pg->allgather(out, in)->wait();
+  if (!pending) return;
+  int64_t highest = -1;
+  for (const at::Tensor& t : out[0]) highest = std::max(highest, t.item<int64_t>());
+  const Pending p = *pending;
+  pending.reset();
+  if (highest == step + 1) {
+    // A member applied it: every member's gradients were complete.
+    Apply(p.lr, p.finite, nullptr);
+    applied = false;
+    ++step;
+    data.train->CommitReads();
+    log::Info("rank {}: applied step {}, whose agreement it missed: a member committed it", replica->launch_rank(),
+              step);
+  } else {
+    data.train->RollbackReads();
+    model->ReleaseGradients();
+  }
+}
+
 void Trainer::Impl::Heal() {
   SetPhase(flight, "heal", step);
+  Settle();
   // Over the ranks that hold this rank's state (FSDP: its shard in every
   // replica); they all agree on the same step and cursor, since a replica's
   // ranks come and go together.
@@ -253,8 +312,10 @@ void Trainer::Impl::OnGroupBroken(const std::string& detail) {
     ++step;
     Commit();
   }
-  data.train->RollbackReads();
-  model->ReleaseGradients();
+  if (!pending) {  // a pending step is settled by the next membership
+    data.train->RollbackReads();
+    model->ReleaseGradients();
+  }
   Unbind();
   // JoinNewer forms the next membership's groups, and the one after when
   // those break while forming.
@@ -354,12 +415,18 @@ double Trainer::Step() {
   const double grad_norm = finite ? s.model->ClipGradients(s.spec.max_grad_norm, s.spec.clip_grad_value) : std::nan("");
   const auto t2 = Clock::now();
   const double lr = s.spec.optimizer.lr * LearningRateFactor(s.spec.scheduler, s.ScheduleStep(), s.spec.max_steps);
-  s.model->OptimizerStep(lr, finite);
-  if (s.scaler) s.scaler->Update(finite);
-  s.applied = s.replica != nullptr;
-  // Steady state: after the step, before gradients are released.
-  const ModelMemory mem = s.sink != nullptr ? s.model->Memory() : ModelMemory{};
-  s.model->ReleaseGradients();
+  ModelMemory mem;
+  if (s.replica != nullptr && s.model->fsdp() != nullptr) {
+    // FSDP replicas commit in two phases (Impl::pending): the step is
+    // applied once every member says its synchronization succeeded.
+    s.pending = Impl::Pending{lr, finite};
+    SetPhase(s.flight, "all synchronized", s.step);
+    at::Tensor done = at::ones({1}, at::kFloat);
+    std::vector<at::Tensor> v = {done};
+    s.pg->allreduce(v)->wait();
+    s.pending.reset();
+  }
+  s.Apply(lr, finite, &mem);
   sample.optimizer = Clock::now() - t2;
   SetPhase(s.flight, "step agreement", s.step);
   const StepAgreement agreed = s.control->Finish();
