@@ -91,7 +91,8 @@ TEST(JobSpecTest, ReplicasMayAskForSharedMemory) {
 // Under HYBRID sharding a shard group (a node's ranks) is one replica.
 TEST(JobSpecTest, HybridShardGroupsAreReplicas) {
   auto spec = ParseJobSpec(
-      "num_processes: 4\ndistributed_type: FSDP\nfsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD, ranks_per_node: 2}\n"
+      "num_processes: 4\ndistributed_type: FSDP\n"
+      "fsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD, ranks_per_node: 2}\n"
       "fault_tolerance: {mode: replica, min_replicas: 2}\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->ranks_per_replica(), 2);

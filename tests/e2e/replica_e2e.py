@@ -365,7 +365,8 @@ class ShardGroups(unittest.TestCase):
             evals = last_eval(job_logs(tmp.name, job_id))
             print(f"\nHYBRID_SHARD, 5 kills: {job['step']} steps, eval loss {evals} (fault-free {base_eval})",
                   flush=True)
-            self.assertLess(abs(evals - base_eval), 0.01 * abs(base_eval), f"eval loss {evals} vs fault-free {base_eval}")
+            self.assertLess(abs(evals - base_eval), 0.01 * abs(base_eval),
+                            f"eval loss {evals} vs fault-free {base_eval}")
         finally:
             s.stop()
             tmp.cleanup()
