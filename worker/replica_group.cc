@@ -161,7 +161,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> ReplicaGroup::heal_group() const {
 
 int32_t ReplicaGroup::SourceInWorld(int32_t r) const {
   if (fsdp_unit_ <= 1) return r;  // the world, or NO_SHARD's replicate group (the world)
-  return r * fsdp_unit_;           // replicate group rank r = the r-th replica
+  return r * fsdp_unit_;          // replicate group rank r = the r-th replica
 }
 
 HealResult Heal(const TrainingState& state, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t committed_step,
