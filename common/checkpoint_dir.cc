@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/paths.h"
 
 namespace trainyard {
 namespace fs = std::filesystem;
@@ -163,12 +164,17 @@ absl::StatusOr<int64_t> CheckpointDir::Seal(const std::string& dir, const std::s
 
 namespace {
 
+// A manifest lists a checkpoint's files with their sizes and checksums.
+constexpr size_t kMaxManifestBytes = 64 << 20;
+
 // Why `dir` (checkpoint_<index>) is not a complete checkpoint, or "" when it
 // is; fills `manifest`.
 std::string Problem(const fs::path& dir, int64_t index, bool verify, nlohmann::json* manifest) {
-  std::ifstream in(dir / kManifest);
-  if (!in) return "no manifest (incomplete write)";
-  *manifest = nlohmann::json::parse(in, nullptr, false);
+  // Bounded and non-blocking: the server reads manifests a request names.
+  absl::StatusOr<std::string> text = ReadBoundedFile((dir / kManifest).string(), kMaxManifestBytes);
+  if (absl::IsNotFound(text.status())) return "no manifest (incomplete write)";
+  if (!text.ok()) return std::string(text.status().message());
+  *manifest = nlohmann::json::parse(*text, nullptr, false);
   if (manifest->is_discarded() || !manifest->is_object() || !manifest->contains("files") ||
       !(*manifest)["files"].is_object() || manifest->value("index", int64_t{-1}) != index) {
     return "manifest is not valid";

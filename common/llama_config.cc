@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/paths.h"
 
 namespace trainyard {
 namespace {
@@ -295,11 +296,11 @@ std::string LlamaConfigFile(const std::string& path) {
 
 absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path) {
   const std::string file = LlamaConfigFile(path);
-  std::ifstream in(file);
-  if (!in) return absl::NotFoundError(absl::StrCat(file, ": cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseLlamaConfig(text.str(), file);
+  // A config.json is a few kilobytes: a FIFO or a huge file named as one
+  // is refused at once instead of read.
+  absl::StatusOr<std::string> text = ReadBoundedFile(file, kMaxLlamaConfigBytes);
+  if (!text.ok()) return text.status();
+  return ParseLlamaConfig(*text, file);
 }
 
 absl::Status CheckLlamaContext(const LlamaConfig& c, int64_t context) {

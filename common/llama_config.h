@@ -6,6 +6,7 @@
 #ifndef TRAINYARD_COMMON_LLAMA_CONFIG_H_
 #define TRAINYARD_COMMON_LLAMA_CONFIG_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -69,7 +70,10 @@ absl::StatusOr<LlamaConfig> ParseLlamaConfig(std::string_view json_text, std::st
 // The config file `path` names: DIR/config.json, or FILE when it is a file.
 std::string LlamaConfigFile(const std::string& path);
 
-// Reads LlamaConfigFile(path).
+// Reads LlamaConfigFile(path): a regular file of at most
+// kMaxLlamaConfigBytes (ReadBoundedFile of common/paths.h; NotFound when it
+// does not exist).
+inline constexpr size_t kMaxLlamaConfigBytes = 1 << 20;
 absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path);
 
 // A job's sequence length against the model: ≤ max_position_embeddings and,

@@ -1,6 +1,13 @@
 #include "common/paths.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -55,6 +62,47 @@ bool ReadFileToString(const std::string& path, std::string* out) {
   ss << in.rdbuf();
   *out = ss.str();
   return static_cast<bool>(in) || in.eof();
+}
+
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": does not exist"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read (", std::strerror(err), ")"));
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read (", std::strerror(errno), ")"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is ", kind, ", not a regular file"));
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is ", st.st_size, " bytes, more than the ", max_bytes, " such a file may have"));
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read (", std::strerror(errno), ")"));
+    if (n == 0) break;  // shrank meanwhile
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
 }
 
 std::string SnapshotDir(const std::string& job_id) {

@@ -4,6 +4,7 @@
 #ifndef TRAINYARD_COMMON_PATHS_H_
 #define TRAINYARD_COMMON_PATHS_H_
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,15 @@ absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std
 
 // The whole content of a file; false when it cannot be read.
 bool ReadFileToString(const std::string& path, std::string* out);
+
+// The whole content of a regular file of at most `max_bytes`, read without
+// ever blocking on what is not a regular file: opened non-blocking (a FIFO
+// or device is refused at once, never waited on) and checked with fstat
+// before a byte is read (a huge or sparse file is refused by its size).
+// NotFound when it does not exist; InvalidArgument naming the path and why
+// otherwise. For the files a request makes the server read (config.json,
+// manifests).
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes);
 
 // Where a job's in-memory snapshots (checkpoint.snapshot_every_steps) live
 // on a host: $TRAINYARD_SNAPSHOT_ROOT (default /dev/shm, the host's shared

@@ -27,8 +27,8 @@ AdmissionOptions AdmissionOptionsOf(const JobManagerOptions& o) {
 }
 
 absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const std::string& accelerate_config,
-                                          const Caller& by, const std::string& job_id,
-                                          const AdmissionState& now) const {
+                                          const Caller& by, const std::string& job_id, const AdmissionState& now,
+                                          const AdmissionFiles* files) const {
   Admitted a;
   auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &a.notes);
   if (!spec.ok()) return spec.status();
@@ -44,7 +44,7 @@ absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const st
   if (auto s = CheckQueuedJobs(now.policy, by, now.queued_of_caller); !s.ok()) return s;
   const Launcher::Traits traits = now.launchers.TraitsOf(*spec);
   if (auto s = ResolvePaths(*spec, job_id, traits, by.roots); !s.ok()) return s;
-  if (auto s = CheckModel(*spec, traits); !s.ok()) return s;
+  if (auto s = CheckModel(*spec, traits, files); !s.ok()) return s;
   for (std::string& w : a.notes) w = "accelerate config: " + w;
   a.spec = *std::move(spec);
   a.priority = *priority;
@@ -146,10 +146,24 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
   return absl::OkStatus();
 }
 
-absl::Status Admission::CheckModel(const JobSpec& spec, const Launcher::Traits& traits) const {
+AdmissionFiles Admission::ReadFiles(const std::string& spec_text, const std::string& accelerate_config,
+                                    const Caller& by) const {
+  AdmissionFiles files;
+  std::vector<std::string> notes;
+  auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &notes);
+  if (!spec.ok() || spec->model.kind != ModelKind::kLlama) return files;
+  auto source = ResolveUnderRoots(LlamaConfigSource(spec->model), by.roots.empty() ? options_.allowed_roots : by.roots);
+  if (!source.ok()) return files;
+  files.llama_config = ReadLlamaConfig(*source);
+  return files;
+}
+
+absl::Status Admission::CheckModel(const JobSpec& spec, const Launcher::Traits& traits,
+                                   const AdmissionFiles* files) const {
   if (spec.model.kind != ModelKind::kLlama) return absl::OkStatus();
   const char* field = spec.model.config.empty() ? "model.init_from" : "model.config";
-  auto config = ReadLlamaConfig(LlamaConfigSource(spec.model));
+  absl::StatusOr<LlamaConfig> config =
+      files != nullptr && files->llama_config ? *files->llama_config : ReadLlamaConfig(LlamaConfigSource(spec.model));
   if (!config.ok()) {
     if (absl::IsNotFound(config.status()) && traits.ranks_join) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", config.status().message()));

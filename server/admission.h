@@ -13,12 +13,14 @@
 #define TRAINYARD_SERVER_ADMISSION_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
+#include "common/llama_config.h"
 #include "common/policy.h"
 #include "server/caller.h"
 #include "server/job_manager_options.h"
@@ -63,6 +65,14 @@ struct Admitted {
   std::vector<std::string> notes;
 };
 
+// What admission reads from files a submission names, read before the
+// server's lock is taken (Admission::ReadFiles), so that a slow or hostile
+// file answers that one request and stalls no other: a llama model's
+// config.json (unset: nothing to read, or the spec is refused before).
+struct AdmissionFiles {
+  std::optional<absl::StatusOr<LlamaConfig>> llama_config;
+};
+
 class Admission {
  public:
   explicit Admission(AdmissionOptions options) : options_(std::move(options)) {}
@@ -70,8 +80,16 @@ class Admission {
   // The whole submit check of a job `by` submits as `job_id`. Unavailable
   // when the server is shutting down (not a refusal of the job); any other
   // error says which spec field or rule refuses it.
+  // `files`: what ReadFiles read for it (null: read now).
   absl::StatusOr<Admitted> Admit(const std::string& spec_text, const std::string& accelerate_config, const Caller& by,
-                                 const std::string& job_id, const AdmissionState& now) const;
+                                 const std::string& job_id, const AdmissionState& now,
+                                 const AdmissionFiles* files = nullptr) const;
+  // Reads the files Admit checks for this submission (bounded, non-blocking:
+  // common/paths.h ReadBoundedFile), with none of the server's state: call
+  // it without the server's lock. A spec that does not parse, or names its
+  // model's config outside the caller's roots, reads nothing (Admit refuses
+  // it).
+  AdmissionFiles ReadFiles(const std::string& spec_text, const std::string& accelerate_config, const Caller& by) const;
 
   // Whether this server can run `spec` at all, with `launchers`.
   absl::Status CheckResources(const JobSpec& spec, const Launchers& launchers) const;
@@ -86,7 +104,8 @@ class Admission {
   // config.json (read after ResolvePaths) is one this engine trains, and
   // the job's context fits it. Ranks that join may see files this host
   // does not: an unreadable config is theirs to report.
-  absl::Status CheckModel(const JobSpec& spec, const Launcher::Traits& traits) const;
+  absl::Status CheckModel(const JobSpec& spec, const Launcher::Traits& traits,
+                          const AdmissionFiles* files = nullptr) const;
 
   // The spec a resumed job runs with: its stored spec, with `num_processes`
   // (0: keep) and resuming from `from` (a checkpoint directory; empty: the

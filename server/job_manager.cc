@@ -96,11 +96,13 @@ absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool 
 
 absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config,
                                              const Caller& by) {
+  // Files first, without the lock: a slow or hostile file stalls this request alone.
+  const AdmissionFiles files = admission_.ReadFiles(spec_text, accelerate_config, by);
   absl::MutexLock lock(&mu_);
   const std::string id = jobs_.NewId();
   const AdmissionState now{*policy_, launchers_, static_cast<int>(scheduler_.size()), scheduler_.queued_of(by.user),
                            lifecycle_.shut_down()};
-  absl::StatusOr<Admitted> admitted = admission_.Admit(spec_text, accelerate_config, by, id, now);
+  absl::StatusOr<Admitted> admitted = admission_.Admit(spec_text, accelerate_config, by, id, now, &files);
   if (!admitted.ok()) {
     if (!absl::IsUnavailable(admitted.status())) metrics_->CountRejected();  // a stopping server refuses nobody
     return admitted.status();

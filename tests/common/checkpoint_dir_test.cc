@@ -6,8 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
+#include <thread>
 
 #include "tests/test_util.h"
 
@@ -125,6 +132,42 @@ TEST(PathsTest, AllowsPathsUnderARootAndRefusesEscapes) {
     EXPECT_NE(std::string(r.status().message()).find("outside the allowed roots"), std::string::npos);
   }
   EXPECT_FALSE(ResolveUnderRoots("", roots).ok());
+}
+
+// What a request makes the server read is read without blocking and
+// within a size: a FIFO (no writer) or a 100 GB sparse file is refused at
+// once, naming why. A blocking read of the FIFO would never return: it runs
+// on a thread of its own here, so that such a failure ends the test.
+TEST(PathsTest, BoundedReadsRefuseFifosAndHugeFilesAtOnce) {
+  TempDir dir;
+  const std::string small = dir.path() + "/config.json", fifo = dir.path() + "/fifo.json",
+                    sparse = dir.path() + "/sparse.json";
+  WriteFile(small, "{\"a\": 1}");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  { std::ofstream grow(sparse); }
+  std::filesystem::resize_file(sparse, uint64_t{100} << 30);
+  auto read = [](const std::string& path) {
+    auto done = std::make_shared<std::promise<absl::StatusOr<std::string>>>();
+    std::future<absl::StatusOr<std::string>> result = done->get_future();
+    std::thread([done, path] { done->set_value(ReadBoundedFile(path, 1 << 20)); }).detach();
+    EXPECT_EQ(result.wait_for(std::chrono::seconds(5)), std::future_status::ready) << path << " blocked";
+    return result.wait_for(std::chrono::seconds(0)) == std::future_status::ready
+               ? result.get()
+               : absl::StatusOr<std::string>(absl::DeadlineExceededError("blocked"));
+  };
+  auto ok = read(small);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, "{\"a\": 1}");
+  auto f = read(fifo);
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << f.status();
+  EXPECT_NE(std::string(f.status().message()).find("is a FIFO, not a regular file"), std::string::npos) << f.status();
+  auto s = read(sparse);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_NE(std::string(s.status().message()).find("is 107374182400 bytes, more than the 1048576"), std::string::npos)
+      << s.status();
+  EXPECT_EQ(read(dir.path() + "/missing.json").status().code(), absl::StatusCode::kNotFound);
+  auto d = read(dir.path());
+  EXPECT_NE(std::string(d.status().message()).find("is a directory"), std::string::npos) << d.status();
 }
 
 TEST(CheckpointDirTest, CheckCheckpointNamesTheProblem) {

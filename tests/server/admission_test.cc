@@ -2,6 +2,12 @@
 #include "server/admission.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <utility>
 
 #include "tests/server/coordinator_parts.h"
 
@@ -53,6 +59,30 @@ TEST_F(AdmissionTest, EachRuleRefusesWithItsReason) {
   EXPECT_EQ(refused("num_processes: 1\npriority: urgent\n", Now()).code(), absl::StatusCode::kInvalidArgument);
   s = refused("num_processes: 1\ncheckpoint: {project_dir: /elsewhere}\n", Now());
   EXPECT_NE(std::string(s.message()).find("checkpoint.project_dir"), std::string::npos) << s;
+}
+
+// A llama model's config.json is read before the server's lock, bounded and
+// without blocking: a FIFO or a 100 GB sparse file named as one refuses the
+// submission at once, naming the file and why.
+TEST_F(AdmissionTest, AConfigThatIsAFifoOrHugeIsRefusedAtOnce) {
+  const Admission admission = Make();
+  const std::string fifo = dir_.path() + "/fifo", huge = dir_.path() + "/huge";
+  std::filesystem::create_directories(fifo);
+  std::filesystem::create_directories(huge);
+  ASSERT_EQ(::mkfifo((fifo + "/config.json").c_str(), 0600), 0);
+  { std::ofstream grow(huge + "/config.json"); }
+  std::filesystem::resize_file(huge + "/config.json", uint64_t{100} << 30);
+  for (const auto& [dir, why] : {std::pair<std::string, std::string>{fifo, "is a FIFO, not a regular file"},
+                                 {huge, "is 107374182400 bytes, more than the 1048576"}}) {
+    const std::string spec = "model: {kind: llama, init_from: " + dir + "}\nnum_processes: 1\n";
+    const AdmissionFiles files = admission.ReadFiles(spec, "", Caller{});
+    ASSERT_TRUE(files.llama_config.has_value()) << dir;
+    EXPECT_FALSE(files.llama_config->ok());
+    const absl::Status s = admission.Admit(spec, "", Caller{}, "job-1", Now(), &files).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(std::string(s.message()).find("spec field 'model.init_from'"), std::string::npos) << s;
+    EXPECT_NE(std::string(s.message()).find(why), std::string::npos) << s;
+  }
 }
 
 // Replica fault tolerance replaces one rank alone: a launcher that cannot

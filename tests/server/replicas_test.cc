@@ -138,7 +138,10 @@ TEST_F(ReplicasTest, ADeadReplicaIsReplacedWhileTheOthersTrainOnAndHeals) {
   for (int32_t r = 0; r < 3; ++r) p_.workers.Result(id, 1, r, WorkerOutcome::kSucceeded, "");
   for (int32_t r = 0; r < 3; ++r) p_.workers.Exit(RankExit::Exited(id, 1, r, 0));
   EXPECT_EQ(p_.StateOf(id), JobState::kSucceeded);
-  EXPECT_EQ(job.restarts, 0);
+  // `job` has ended (no longer active): its stored record says it was never restarted.
+  auto record = p_.jobs.Record(id);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->attempt, 1);
 }
 
 TEST_F(ReplicasTest, AReplicaThatFailsByItselfIsReplaced) {
