@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/paths.h"
 #include "common/spec/spec_reader.h"
 
 namespace trainyard {
@@ -75,6 +76,11 @@ Policy ParseRoot(const YAML::Node& root) {
       if (!IsSha256Hex(user.token_sha256)) {
         Fail(u.PathOf("token_sha256"),
              "must be the token's SHA-256 as 64 lower-case hex digits (sha256sum of the token file)");
+      }
+      if (user.token_sha256 == Sha256Hex("")) {
+        Fail(u.PathOf("token_sha256"),
+             "is the SHA-256 of an empty token (what sha256sum prints for an empty or missing file): give the "
+             "hash of the user's token");
       }
       if (!tokens.insert(user.token_sha256).second) {
         Fail(u.PathOf("token_sha256"), "another user has the same token");
@@ -180,6 +186,18 @@ std::optional<int64_t> Policy::Priority(std::string_view class_name) const {
 }
 
 absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view source) {
+  // A file being written, cut short, or emptied by mistake would otherwise
+  // read as a policy with fewer users, or none.
+  if (yaml_text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(source),
+                     ": is empty: a policy file lists the server's users (to run without users, start the "
+                     "server without --policy-file)"));
+  }
+  if (yaml_text.back() != '\n') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(source), ": does not end with a newline: it looks cut short (a write in progress?)"));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -187,7 +205,12 @@ absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view 
     return absl::InvalidArgumentError(absl::StrCat(std::string(source), ": not YAML: ", e.what()));
   }
   try {
-    if (root.IsNull()) return Policy{};
+    if (root.IsNull()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(source),
+                       ": holds no settings: a policy file lists the server's users (to run without "
+                       "users, start the server without --policy-file)"));
+    }
     return ParseRoot(root);
   } catch (const SpecError& e) {
     // "spec field 'x': ..." → "FILE: field 'x': ..."
@@ -200,11 +223,9 @@ absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view 
 }
 
 absl::StatusOr<Policy> ReadPolicy(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParsePolicy(text.str(), path);
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxPolicyBytes);
+  if (!text.ok()) return text.status();
+  return ParsePolicy(*text, path);
 }
 
 std::string Sha256Hex(std::string_view text) {

@@ -16,6 +16,7 @@
 #ifndef TRAINYARD_COMMON_POLICY_H_
 #define TRAINYARD_COMMON_POLICY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -68,10 +69,14 @@ struct Policy {
 // path (users[1].token_sha256, quotas.users.bob, ...): unknown keys, a
 // token hash that is not 64 hex digits, two users with one name or one
 // token, an unknown role, a quota for a user or group nobody is in, a
-// negative limit, a default class that is not a class.
+// negative limit, a default class that is not a class, the hash of an
+// empty token; and a text that is empty (or only comments) or does not end
+// with a newline (a file cut short).
 absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view source);
 
-// Reads and parses FILE.
+// Reads (ReadBoundedFile of common/paths.h: a regular file of at most
+// kMaxPolicyBytes) and parses FILE.
+inline constexpr size_t kMaxPolicyBytes = 16 << 20;
 absl::StatusOr<Policy> ReadPolicy(const std::string& path);
 
 // The lower-case hex SHA-256 of `text` (what token_sha256 holds).

@@ -51,6 +51,7 @@ absl::StatusOr<Caller> Identities::Authenticate(const std::string& authorization
     return absl::UnauthenticatedError("the authorization header must be 'Bearer <token>'");
   }
   const std::string token = authorization.substr(kBearer.size());
+  if (token.empty()) return absl::UnauthenticatedError("the bearer token is empty");
   if (!admin_token_.empty() && ConstantTimeEquals(token, admin_token_)) return Caller{"", {}, /*admin=*/true};
   if (const PolicyUser* u = policy->UserOfToken(token)) return CallerOf(*u);
   return absl::UnauthenticatedError("invalid token");

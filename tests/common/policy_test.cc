@@ -69,7 +69,7 @@ TEST(Policy, RootsMaximumClassesAndGroupVisibility) {
   EXPECT_EQ(p->group_quotas.at("vision").max_priority_class, "low");
   EXPECT_EQ(p->group_quotas.at("vision").gpus, 4);
   EXPECT_TRUE(p->group_visibility);
-  EXPECT_FALSE(ParsePolicy("", "p")->group_visibility);
+  EXPECT_FALSE(ParsePolicy("users: []\n", "p")->group_visibility);
 }
 
 // The example deploy/ ships parses as its comments say.
@@ -83,11 +83,25 @@ TEST(Policy, TheDeployExampleParses) {
   EXPECT_TRUE(p->group_visibility);
 }
 
-TEST(Policy, AnEmptyFileIsNoPolicy) {
-  auto p = ParsePolicy("", "policy.yaml");
-  ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_TRUE(p->users.empty());
-  EXPECT_EQ(p->Priority(""), std::nullopt);
+// An empty file, one of comments only, or one cut short (no final newline)
+// is refused: it would read as a policy with fewer users, or none. A file
+// that says so is a policy without users.
+TEST(Policy, AnEmptyOrCutShortFileIsRefused) {
+  for (const std::string& text : {std::string(""), std::string("\n  \n"), std::string("# users: later\n")}) {
+    auto p = ParsePolicy(text, "policy.yaml");
+    ASSERT_FALSE(p.ok()) << text;
+    EXPECT_NE(p.status().message().find("policy.yaml: "), std::string::npos) << p.status();
+    EXPECT_NE(p.status().message().find("without --policy-file"), std::string::npos) << p.status();
+  }
+  const std::string whole = "users:\n  - {name: a, token_sha256: \"" + Sha256Hex("t") + "\"}\n";
+  ASSERT_TRUE(ParsePolicy(whole, "policy.yaml").ok());
+  auto cut = ParsePolicy(whole.substr(0, whole.size() - 5), "policy.yaml");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("does not end with a newline"), std::string::npos) << cut.status();
+  auto none = ParsePolicy("users: []\n", "policy.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->users.empty());
+  EXPECT_EQ(none->Priority(""), std::nullopt);
 }
 
 struct Bad {
@@ -126,6 +140,8 @@ TEST(Policy, RefusalsNameTheField) {
        {"'quotas.users.a.max_priority_class'", "'top'"}},
       {"group_visibility: maybe\n", {"'group_visibility'"}},
       {"[1, 2\n", {"policy.yaml", "not YAML"}},
+      {"users: [{name: a, token_sha256: \"" + Sha256Hex("") + "\"}]\n",
+       {"'users[0].token_sha256'", "SHA-256 of an empty token"}},
   };
   for (const Bad& b : cases) {
     auto p = ParsePolicy(b.text, "policy.yaml");

@@ -48,6 +48,9 @@ TEST_F(IdentitiesTest, UsersByTokenOrCertificateAndTheAdminToken) {
   ASSERT_TRUE(admin.ok());
   EXPECT_TRUE(admin->admin);
   EXPECT_EQ(ids.Authenticate("Bearer forged", "").status().code(), absl::StatusCode::kUnauthenticated);
+  auto empty = ids.Authenticate("Bearer ", "");
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(empty.status().message(), "the bearer token is empty");
   EXPECT_EQ(ids.Authenticate("Basic alice-token", "").status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(ids.Authenticate("", "mallory").status().code(), absl::StatusCode::kUnauthenticated);
 }
