@@ -83,8 +83,10 @@ std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
   for (const auto& [priority, by_owner] : levels_) {
     owners.clear();
     for (const auto& [owner, jobs] : by_owner) owners.emplace_back(fair_share_.UsageAt(owner, now), &owner);
-    std::sort(owners.begin(), owners.end(), [](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first < b.first : *a.second < *b.second;
+    // Less usage first; at equal usage, whoever's first waiting job came first.
+    std::sort(owners.begin(), owners.end(), [&by_owner](const auto& a, const auto& b) {
+      if (a.first != b.first) return a.first < b.first;
+      return by_owner.at(*a.second).begin()->first < by_owner.at(*b.second).begin()->first;
     });
     for (const auto& [usage, owner] : owners) {
       for (const auto& [order, w] : by_owner.at(*owner)) out.push_back(w);

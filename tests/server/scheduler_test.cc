@@ -116,6 +116,21 @@ TEST(Scheduler, FairShareRanksEqualPriorityByRecentUsage) {
   EXPECT_EQ(s.Queue(kT0 + hours(1))[0].id, "a3");
 }
 
+// Owners with equal usage (none yet) are ordered by their first job's
+// submission, not by name.
+TEST(Scheduler, EqualUsageFallsBackToSubmitTime) {
+  Scheduler s(4, 0);
+  s.Enqueue("z1", Slots(4), Of("zed"));
+  s.Enqueue("a1", Slots(4), Of("amy"));
+  s.Enqueue("z2", Slots(4), Of("zed"));
+  const auto q = s.Queue(kT0);
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].id, "z1");
+  EXPECT_EQ(q[1].id, "z2");
+  EXPECT_EQ(q[2].id, "a1");
+  EXPECT_EQ(Started(s, kT0), Ids{"z1"});
+}
+
 TEST(Scheduler, QuotaHoldsAJobWithItsReasonAndBlocksNobodyElse) {
   SchedulerPolicy p;
   p.user_quotas["alice"].gpus = 2;
