@@ -86,8 +86,12 @@ class JobRequestHandler {
   // Whether `by` may do `action` ("cancel", "read the logs of"...) to job
   // `id`: admins and the owner may do anything; with the policy's
   // group_visibility, members of the job's group may look (`read_only`).
-  // A refusal is PermissionDenied naming the job and the user, and becomes
-  // an event of the job. NotFound for an unknown job.
+  // NotFound, worded as for an unknown job, when `by` may not even see it
+  // (so that a refusal does not tell which job ids exist); PermissionDenied
+  // naming the job and the user when `by` may see it but not do `action`.
+  // The first refusal of each user becomes an event of the job; later ones
+  // are counted in the denied-requests metric only (a user cannot grow
+  // another's job by asking).
   virtual absl::Status Authorize(const Caller& by, const std::string& id, const std::string& action,
                                  bool read_only) = 0;
   // The waiting jobs in the order they start (the caller's own unless

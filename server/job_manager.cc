@@ -81,7 +81,13 @@ absl::Status JobManager::Authorize(const Caller& by, const std::string& id, cons
   const std::string refusal = absl::StrCat(by.Describe(), " may not ", action, " job ", id, ": it is not theirs");
   spdlog::warn("{}", refusal);
   metrics_->CountDenied(by.user);
-  jobs_.AddEvent(id, absl::StrCat("refused: ", refusal));
+  if (refused_.insert({id, by.user}).second) {
+    jobs_.AddEvent(id, absl::StrCat("refused: ", refusal, " (later refusals of ", by.Describe(),
+                                    " are counted in trainyard_permission_denied_total, not listed here)"));
+  }
+  if (!MayAccess(*policy_, by, *r, /*read_only=*/true)) {
+    return absl::NotFoundError(absl::StrCat("job ", id, " not found"));  // as for a job that does not exist
+  }
   return absl::PermissionDeniedError(refusal);
 }
 

@@ -18,7 +18,9 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -181,6 +183,8 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   WorkerSessions workers_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
+  // (job, user) pairs whose refusal is an event already (Authorize).
+  std::set<std::pair<std::string, std::string>> refused_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

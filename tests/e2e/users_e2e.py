@@ -105,13 +105,20 @@ class SharedServer(unittest.TestCase):
         for args, action in [(("get", a), "see"), (("cancel", a), "cancel"), (("checkpoint", a), "checkpoint"),
                              (("logs", a), "read the logs of"), (("watch", a), "watch"),
                              (("checkpoints", a), "see the checkpoints of"), (("diagnose", a), "diagnose")]:
+            # Not his to see: not found, as a job that does not exist.
             r = self.as_("bob", *args, timeout=60)
             self.assertEqual(r.returncode, 2, f"bob {args}: {r.stdout}")
-            self.assertIn("PERMISSION_DENIED", r.stderr)
-            self.assertIn(f"user bob may not {action} job {a}", r.stderr)
+            self.assertIn("NOT_FOUND", r.stderr)
+            self.assertIn(f"job {a} not found", r.stderr)
+        r = self.as_("bob", "get", "job-00000000", timeout=60)
+        self.assertIn("NOT_FOUND", r.stderr)
+        self.assertIn("job job-00000000 not found", r.stderr)
         self.assertEqual(self.job("alice", a)["state"], "RUNNING", "bob's cancel did nothing")
-        events = " | ".join(e["reason"] for e in self.job("alice", a)["events"])
-        self.assertIn(f"refused: user bob may not cancel job {a}", events)
+        # Alice's events name bob's first refusal, once.
+        events = [e["reason"] for e in self.job("alice", a)["events"]]
+        refused = [e for e in events if e.startswith("refused: user bob")]
+        self.assertEqual(len(refused), 1, events)
+        self.assertIn(f"refused: user bob may not see job {a}", refused[0])
         # Lists: each their own; an admin everyone's; no group visibility here.
         bob_list = json.loads(self.as_("bob", "-o", "json", "list").stdout)
         self.assertEqual([j["id"] for j in bob_list], [])
@@ -251,7 +258,7 @@ class MutualTls(unittest.TestCase):
                 # A token names its own user, whatever the certificate says.
                 r = as_cert("alice", "--token-file", bob_token, "get", job_id)
                 self.assertEqual(r.returncode, 2)
-                self.assertIn(f"user bob may not see job {job_id}", r.stderr)
+                self.assertIn(f"job {job_id} not found", r.stderr)
                 w = as_cert("alice", "watch", job_id)
                 self.assertEqual(w.returncode, 0, w.stdout + w.stderr)
             finally:
