@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -36,6 +38,21 @@ bool InScope(const ListScope& scope, const JobRecord& job) {
     return !name.empty() && std::find(names.begin(), names.end(), name) != names.end();
   };
   return has(scope.owners, job.owner) || has(scope.groups, job.group);
+}
+
+void HideSecrets(const Caller& by, JobRecord* job) {
+  if (SeesEverything(by) || job->owner == by.user || job->spec_json.empty()) return;
+  nlohmann::json spec = nlohmann::json::parse(job->spec_json, nullptr, /*allow_exceptions=*/false);
+  if (spec.is_discarded()) {
+    job->spec_json.clear();  // nothing unreadable goes out unchecked
+    return;
+  }
+  auto script = spec.find("script");
+  if (script == spec.end() || !script->is_object()) return;
+  auto env = script->find("env");
+  if (env == script->end() || !env->is_object()) return;
+  for (auto& [name, value] : env->items()) value = "(hidden)";
+  job->spec_json = spec.dump();
 }
 
 absl::StatusOr<int64_t> PriorityFor(const Policy& policy, const Caller& by, const std::string& class_name) {

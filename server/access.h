@@ -37,6 +37,11 @@ absl::StatusOr<ListScope> ListScopeFor(const Policy& policy, const Caller& by, b
 // Whether `job` is among those `scope` shows (as the store's list filters).
 bool InScope(const ListScope& scope, const JobRecord& job);
 
+// What of `job` only its owner and admins may read, hidden from anyone
+// else who sees it (group_visibility): the values of its spec's script.env
+// (secrets a script is given), each replaced by "(hidden)".
+void HideSecrets(const Caller& by, JobRecord* job);
+
 // The priority of a job `by` submits naming `class_name` ("": the default
 // class): InvalidArgument for a class the server lacks (naming those it
 // has), PermissionDenied above the user's or a group's max_priority_class.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/secrets.h"
 #include "common/wire_convert.h"
+#include "server/access.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -68,9 +69,11 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "see", true); !auth.ok()) return auth;
+  Caller caller;
+  if (grpc::Status auth = Authorize(ctx, req->id(), "see", true, &caller); !auth.ok()) return auth;
   auto job = manager_->Get(req->id());
   if (!job.ok()) return ToGrpcStatus(job.status());
+  HideSecrets(caller, &*job);
   auto events = manager_->Events(req->id());
   if (!events.ok()) return ToGrpcStatus(events.status());
   ToProto(*job, *events, resp->mutable_job());
@@ -107,7 +110,10 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
   auto page = manager_->List(states, req->page_size(), req->page_token(), caller, req->all_users());
   if (!page.ok()) return ToGrpcStatus(page.status());
   const bool full = req->view() == v1::JOB_VIEW_FULL;
-  for (const JobRecord& j : page->jobs) ToProto(j, {}, resp->add_jobs(), full);
+  for (JobRecord& j : page->jobs) {
+    if (full) HideSecrets(caller, &j);
+    ToProto(j, {}, resp->add_jobs(), full);
+  }
   resp->set_next_page_token(page->next_page_token);
   return grpc::Status::OK;
 }

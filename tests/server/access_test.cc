@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/job_spec.h"
+
 namespace trainyard {
 namespace {
 
@@ -28,6 +30,30 @@ const Caller kAlice{"alice", {"vision"}, false, {}};
 const Caller kCarol{"carol", {"vision", "interns"}, false, {}};
 const Caller kBob{"bob", {"nlp"}, false, {}};
 const Caller kOps{"ops", {}, true, {}};
+
+// A script's env (its secrets) goes to its owner and admins only.
+TEST(Access, ScriptEnvIsHiddenFromEveryoneButTheOwnerAndAdmins) {
+  auto spec = ParseJobSpec("script: {path: train.py, env: {HF_TOKEN: s3cret, WANDB_API_KEY: k3y}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JobRecord job = JobOf("alice", "vision");
+  job.spec_json = JobSpecToJson(*spec);
+  ASSERT_NE(job.spec_json.find("s3cret"), std::string::npos) << job.spec_json;
+  for (const Caller& sees : {kAlice, kOps, Caller{}}) {
+    JobRecord copy = job;
+    HideSecrets(sees, &copy);
+    EXPECT_EQ(copy.spec_json, job.spec_json) << sees.user;
+  }
+  JobRecord shown = job;
+  HideSecrets(kCarol, &shown);  // a group member who may look
+  EXPECT_EQ(shown.spec_json.find("s3cret"), std::string::npos) << shown.spec_json;
+  EXPECT_EQ(shown.spec_json.find("k3y"), std::string::npos) << shown.spec_json;
+  EXPECT_NE(shown.spec_json.find("HF_TOKEN"), std::string::npos) << "the names stay";
+  EXPECT_NE(shown.spec_json.find("(hidden)"), std::string::npos);
+  auto parsed = ParseJobSpec(shown.spec_json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->script.env.at("HF_TOKEN"), "(hidden)");
+  EXPECT_EQ(parsed->script.path, "train.py");
+}
 
 TEST(Access, OwnersAndAdminsActGroupMembersOnlyLookWhenAllowed) {
   const JobRecord job = JobOf("alice", "vision");
