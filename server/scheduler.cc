@@ -80,7 +80,8 @@ std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
   std::vector<Waiting*> out;
   out.reserve(waiting_.size());
   std::vector<std::pair<double, const std::string*>> owners;
-  for (const auto& [priority, by_owner] : levels_) {
+  for (const auto& level : levels_) {
+    const auto& by_owner = level.second;  // a named reference: clang before 16 cannot capture a structured binding
     owners.clear();
     for (const auto& [owner, jobs] : by_owner) owners.emplace_back(fair_share_.UsageAt(owner, now), &owner);
     // Less usage first; at equal usage, whoever's first waiting job came first.
