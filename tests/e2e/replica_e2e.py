@@ -357,9 +357,12 @@ class ShardGroups(unittest.TestCase):
                 self.assertEqual(len(seen), 1, f"step {key[0]}, shard {key[1]}: replicas differ: {seen}")
             for step, seen in cursors.items():
                 self.assertEqual(len(seen), 1, f"step {step}: members disagree on the cursor: {seen}")
-            # Shard groups come and go whole: each commit's members are whole groups.
+            # Shard groups come and go whole: each step is committed by at least
+            # one whole group (a rank killed at the commit itself may miss it,
+            # and a rank that missed only the commit's collective applies the
+            # step when the next membership forms, without a line here).
             for (epoch, step), ranks in members.items():
-                self.assertIn(sorted(ranks), ([0, 1], [2, 3], [0, 1, 2, 3]), f"epoch {epoch} step {step}")
+                self.assertTrue({0, 1} <= ranks or {2, 3} <= ranks, f"epoch {epoch} step {step}: ranks {ranks}")
             self.assertTrue(any(len(r) == 2 for r in members.values()), "no step trained by one shard group alone")
             self.assertEqual(max(r[4] for r in rows), base_cursor)
             evals = last_eval(job_logs(tmp.name, job_id))
