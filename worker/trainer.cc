@@ -219,7 +219,8 @@ void Trainer::Impl::Bind(const ReplicaGroup& g) {
   control = std::make_unique<StepControl>(d.control_group ? d.control_group : pg, d.shm, requests);
   checkpoints->Rebind(rank, pg);
   recorder = std::make_unique<StepRecorder>(rank, device, model->ddp(), model->fsdp());
-  data.train->SetMembers(rank, world_size);
+  // The loader's members change in Heal, once a pending step is settled
+  // (SetMembers drops the reads of a step not committed).
 }
 
 void Trainer::Impl::Apply(double lr, bool finite, ModelMemory* mem) {
@@ -262,6 +263,7 @@ void Trainer::Impl::Settle() {
 void Trainer::Impl::Heal() {
   SetPhase(flight, "heal", step);
   Settle();
+  data.train->SetMembers(rank, world_size);
   // Over the ranks that hold this rank's state (FSDP: its shard in every
   // replica); they all agree on the same step and cursor, since a replica's
   // ranks come and go together.
