@@ -115,7 +115,7 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
       d.to = {rank};
       return d;
     }
-    case State::kHealing: ready_.insert(rank); return JoinReady("");
+    case State::kHealing: ready_.insert(rank); return JoinReady();
     case State::kLost:  // the old process, about to end: it is not taken back
     case State::kLaunched:
     case State::kConnected:
@@ -125,7 +125,7 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
   return {};
 }
 
-Membership::Decision Membership::JoinReady(const std::string& why) {
+Membership::Decision Membership::JoinReady() {
   std::vector<int32_t> joined;
   bool grown = false;
   for (int32_t first = 0; first < world_size_; first += unit_) {
@@ -146,10 +146,9 @@ Membership::Decision Membership::JoinReady(const std::string& why) {
   ranks.insert(ranks.end(), joined.begin(), joined.end());
   const bool one = joined.size() == 1;
   return Advance(std::move(ranks), absl::StrCat(one ? "rank " : "ranks ", absl::StrJoin(joined, ","), " joined: ",
-                                                !why.empty() ? why
-                                                : grown      ? "the job grows"
-                                                : one        ? "its replacement connected"
-                                                             : "their replacements connected"));
+                                                grown ? "the job grows"
+                                                : one ? "its replacement connected"
+                                                      : "their replacements connected"));
 }
 
 Membership::Decision Membership::OnLost(int32_t rank, const std::string& why) {

@@ -188,7 +188,7 @@ class Membership {
   std::vector<int32_t> ReplicaOf(int32_t rank) const;
   // Healing ranks whose whole replica said hello: members from now on, in
   // the next membership.
-  Decision JoinReady(const std::string& why);
+  Decision JoinReady();
 
   const int32_t world_size_;
   const int32_t unit_;

@@ -107,6 +107,23 @@ def three_live(server, job_id):
         and len(worker_pids(job_id)) == 3 and jb["step"] >= 50
 
 
+def ready_to_kill(server, job_id, ranks, heals, killed, gap):
+    """The job's record once it ended, or once all `ranks` are live members
+    again, `heals` heals are in its events (each kill's replacements
+    committed a step) and it trained `gap` steps since the last kill
+    (`killed`: (pid, step) pairs); None before."""
+    jb = server.job(job_id)
+    if jb["state"] in ("SUCCEEDED", "FAILED"):
+        return jb
+    reps = jb.get("replicas") or {}
+    if jb["state"] != "RUNNING" or len(worker_pids(job_id)) != ranks or len(reps.get("live", [])) != ranks \
+            or reps.get("healing"):
+        return None
+    if sum(" healed in " in e["reason"] for e in jb["events"]) < heals:
+        return None
+    return jb if jb["step"] >= (killed[-1][1] if killed else 0) + gap else None
+
+
 class Replicas(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -132,20 +149,9 @@ class Replicas(unittest.TestCase):
             # job has trained 5 to 40 steps since.
             gap = rng.randint(5, 40)
 
-            def ready():
-                jb = s.job(job_id)
-                if jb["state"] in ("SUCCEEDED", "FAILED"):
-                    return jb
-                reps = jb.get("replicas") or {}
-                if jb["state"] != "RUNNING" or len(worker_pids(job_id)) != 3 or len(reps.get("live", [])) != 3 \
-                        or reps.get("healing"):
-                    return None
-                # The last kill's replacement has committed a step.
-                if sum(" healed in " in e["reason"] for e in jb["events"]) < len(killed):
-                    return None
-                return jb if jb["step"] >= (killed[-1][1] if killed else 0) + gap else None
             try:
-                jb = wait_for(ready, 120, f"{job_id}: three live replicas before kill {k + 1}")
+                jb = wait_for(lambda: ready_to_kill(s, job_id, 3, len(killed), killed, gap), 120,
+                              f"{job_id}: three live replicas before kill {k + 1}")
             except AssertionError as e:
                 self.fail(f"{e}\n{self.describe(job_id)}")
             if jb["state"] != "RUNNING":
@@ -303,19 +309,9 @@ class ShardGroups(unittest.TestCase):
                 for k in range(kills):
                     gap = rng.randint(20, 60)
 
-                    def ready():
-                        jb = s.job(job_id)
-                        if jb["state"] in ("SUCCEEDED", "FAILED"):
-                            return jb
-                        reps = jb.get("replicas") or {}
-                        if jb["state"] != "RUNNING" or len(worker_pids(job_id)) != 4 \
-                                or len(reps.get("live", [])) != 4 or reps.get("healing"):
-                            return None
-                        # Both ranks of the last kill's shard group committed a step.
-                        if sum(" healed in " in e["reason"] for e in jb["events"]) < 2 * len(killed):
-                            return None
-                        return jb if jb["step"] >= (killed[-1][1] if killed else 0) + gap else None
-                    jb = wait_for(ready, 120, f"{job_id}: four live ranks before kill {k + 1}",
+                    # Both ranks of each killed shard group healed.
+                    jb = wait_for(lambda: ready_to_kill(s, job_id, 4, 2 * len(killed), killed, gap), 120,
+                                  f"{job_id}: four live ranks before kill {k + 1}",
                                   lambda: json.dumps(s.job(job_id)["events"][-10:], indent=1))
                     if jb["state"] != "RUNNING":
                         break
