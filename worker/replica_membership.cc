@@ -152,14 +152,25 @@ void ReplicaMembership::Committed(int64_t step, int64_t cursor, const std::vecto
     e.heal_bytes = heal_.healed ? heal_.bytes : 0;
     Report(e);
   }
+  Record(epoch_, step, cursor, positions, parameters);
+}
+
+void ReplicaMembership::CommittedEarlier(int64_t epoch, int64_t step, int64_t cursor,
+                                         const std::vector<int64_t>& positions,
+                                         const std::vector<at::Tensor>& parameters) {
+  Record(epoch, step, cursor, positions, parameters);
+}
+
+void ReplicaMembership::Record(int64_t epoch, int64_t step, int64_t cursor, const std::vector<int64_t>& positions,
+                               const std::vector<at::Tensor>& parameters) {
   const bool wants = options_.reporter != nullptr && options_.reporter->WantsCommits();
   if (!wants && !options_.log_hashes) {
     if (options_.log_commits) {
-      log::Info("replica rank {} epoch {} step {} cursor {}", options_.launch_rank, epoch_, step, cursor);
+      log::Info("replica rank {} epoch {} step {} cursor {}", options_.launch_rank, epoch, step, cursor);
     }
     return;
   }
-  ReplicaCommit c{options_.launch_rank,   epoch_, step, cursor, group_ ? group_->size() : 0, positions,
+  ReplicaCommit c{options_.launch_rank,   epoch, step, cursor, group_ ? group_->size() : 0, positions,
                   HashTensors(parameters)};
   if (options_.log_hashes) {
     log::Info("replica rank {} epoch {} step {} cursor {} hash {}", c.rank, c.epoch, c.step, c.cursor, c.hash);

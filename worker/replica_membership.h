@@ -91,12 +91,20 @@ class ReplicaMembership {
   // line and OnCommit when asked for.
   void Committed(int64_t step, int64_t cursor, const std::vector<int64_t>& positions,
                  const std::vector<at::Tensor>& parameters);
+  // A step the members of `epoch` committed, applied here only when the
+  // next membership formed (FSDP's two-phase commit): its hash line and
+  // OnCommit under the epoch that committed it, no COMMITTED event.
+  void CommittedEarlier(int64_t epoch, int64_t step, int64_t cursor, const std::vector<int64_t>& positions,
+                        const std::vector<at::Tensor>& parameters);
 
   int64_t epoch() const;  // 0 before the first membership
   const ReplicaGroup* group() const { return group_.get(); }
   int32_t launch_rank() const { return options_.launch_rank; }
 
  private:
+  // The hash line and OnCommit of a committed step, when asked for.
+  void Record(int64_t epoch, int64_t step, int64_t cursor, const std::vector<int64_t>& positions,
+              const std::vector<at::Tensor>& parameters);
   // Joins `m` (null when it leaves this rank out: LEFT reported).
   const ReplicaGroup* Join(const Membership& m, int64_t step);
   void Report(const ReplicaEvent& event);

@@ -73,6 +73,7 @@ struct Trainer::Impl {
   struct Pending {
     double lr = 0;
     bool finite = true;
+    int64_t epoch = 0;  // the membership whose members may have applied it
   };
   std::optional<Pending> pending;
   bool fresh_replacement = false;
@@ -252,6 +253,8 @@ void Trainer::Impl::Settle() {
     applied = false;
     ++step;
     data.train->CommitReads();
+    replica->CommittedEarlier(p.epoch, step, data.train->cursor(), data.train->committed_positions(),
+                              model->Parameters());
     log::Info("rank {}: applied step {}, whose agreement it missed: a member committed it", replica->launch_rank(),
               step);
   } else {
@@ -421,7 +424,7 @@ double Trainer::Step() {
   if (s.replica != nullptr && s.model->fsdp() != nullptr) {
     // FSDP replicas commit in two phases (Impl::pending): the step is
     // applied once every member says its synchronization succeeded.
-    s.pending = Impl::Pending{lr, finite};
+    s.pending = Impl::Pending{lr, finite, s.replica->epoch()};
     SetPhase(s.flight, "all synchronized", s.step);
     at::Tensor done = at::ones({1}, at::kFloat);
     std::vector<at::Tensor> v = {done};

@@ -340,25 +340,39 @@ class ShardGroups(unittest.TestCase):
 
             rows = commits(job_logs(tmp.name, job_id))
             last = {}
-            by_shard = collections.defaultdict(set)
-            cursors = collections.defaultdict(set)
             members = collections.defaultdict(set)
             for path, rank, epoch, step, cursor, digest in rows:
                 self.assertGreaterEqual(step, last.get(path, 0), f"{path}: step went back to {step}")
                 last[path] = step
-                by_shard[(step, rank % 2)].add(digest)
-                cursors[step].add(cursor)
                 members[(epoch, step)].add(rank)
+            # Shard groups come and go whole: a step an epoch committed has a
+            # whole group among its lines (a rank killed at the commit itself
+            # may miss it; a rank that missed only the commit's collective
+            # applies it when the next membership forms, with a line under
+            # the epoch that committed it). The one exception is a commit
+            # that only ranks of a group about to leave saw (its shard-mate
+            # killed just after the collective): the survivors drop that
+            # step and train it again, so such a line must be its process's
+            # last, and the step is committed again by a whole group.
+            whole = {key for key, ranks in members.items() if {0, 1} <= ranks or {2, 3} <= ranks}
+            last_line = {path: (epoch, step) for path, _, epoch, step, _, _ in rows}
+            by_shard = collections.defaultdict(set)
+            cursors = collections.defaultdict(set)
+            for path, rank, epoch, step, cursor, digest in rows:
+                if (epoch, step) in whole:
+                    by_shard[(step, rank % 2)].add(digest)
+                    cursors[step].add(cursor)
+                else:
+                    self.assertEqual(last_line[path], (epoch, step),
+                                     f"epoch {epoch} step {step}: ranks {members[(epoch, step)]} committed it without"
+                                     f" a whole group, and {path} went on")
+            top = max(r[3] for r in rows)
+            self.assertEqual(sorted({step for _, step in whole}), list(range(1, top + 1)),
+                             "a step no whole shard group committed")
             for key, seen in by_shard.items():
                 self.assertEqual(len(seen), 1, f"step {key[0]}, shard {key[1]}: replicas differ: {seen}")
             for step, seen in cursors.items():
                 self.assertEqual(len(seen), 1, f"step {step}: members disagree on the cursor: {seen}")
-            # Shard groups come and go whole: each step is committed by at least
-            # one whole group (a rank killed at the commit itself may miss it,
-            # and a rank that missed only the commit's collective applies the
-            # step when the next membership forms, without a line here).
-            for (epoch, step), ranks in members.items():
-                self.assertTrue({0, 1} <= ranks or {2, 3} <= ranks, f"epoch {epoch} step {step}: ranks {ranks}")
             self.assertTrue(any(len(r) == 2 for r in members.values()), "no step trained by one shard group alone")
             self.assertEqual(max(r[4] for r in rows), base_cursor)
             evals = last_eval(job_logs(tmp.name, job_id))
