@@ -1,9 +1,13 @@
 #include "common/child_process.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,7 +55,7 @@ void CloseAll(std::vector<int>& fds) {
 
 // What the child reports on its error pipe when it cannot exec.
 struct StartFailure {
-  int stage = 0;  // 1: working_dir, 2: exec, 3: descriptors
+  int stage = 0;  // 1: working_dir, 2: exec, 3: descriptors, 4: the account
   int error = 0;
 };
 
@@ -95,7 +99,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildPlan& plan) {
       case ChildFd::Kind::kNull:
       case ChildFd::Kind::kFile: {
         const bool null = what.kind == ChildFd::Kind::kNull;
-        const int flags = null ? (target == 0 ? O_RDONLY : O_WRONLY) : (O_WRONLY | O_CREAT | O_APPEND);
+        const int flags =
+            null ? (target == 0 ? O_RDONLY : O_WRONLY) : (O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NOCTTY);
         const char* path = null ? "/dev/null" : what.path.c_str();
         const int fd = open(path, flags | O_CLOEXEC, 0640);
         if (fd < 0) {
@@ -104,6 +109,12 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildPlan& plan) {
           return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
         }
         opened.push_back(fd);
+        if (!null && plan.run_as) {
+          if (absl::Status s = GiveTo(fd, &*plan.run_as, path); !s.ok()) {
+            CloseAll(opened);
+            return s;
+          }
+        }
         moves.emplace_back(target, fd);
         break;
       }
@@ -131,6 +142,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildPlan& plan) {
     CloseAll(opened);
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(err)));
   }
+  const std::vector<gid_t> groups = plan.run_as ? plan.run_as->groups : std::vector<gid_t>{};
+  const pid_t parent = getpid();
   struct sigaction default_action {};
   default_action.sa_handler = SIG_DFL;
   sigemptyset(&default_action.sa_mask);
@@ -170,7 +183,22 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildPlan& plan) {
       if (dup2(same_as, target) < 0) fail(3);
     }
     for (int fd : keep) fcntl(fd, F_SETFD, 0);
-    if (plan.allow_any_tracer) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    if (plan.run_as) {
+      const UnixAccount& a = *plan.run_as;
+      if (setgroups(groups.size(), groups.data()) != 0 || setresgid(a.gid, a.gid, a.gid) != 0 ||
+          setresuid(a.uid, a.uid, a.uid) != 0) {
+        fail(4);
+      }
+      // Nothing of this process's privileges goes with it: a server given
+      // capabilities (ambient ones too) keeps them across setresuid.
+      if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) fail(4);
+      __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
+      if (syscall(SYS_capset, &header, none) != 0) fail(4);
+    }
+    if ((plan.run_as || plan.no_new_privileges) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(4);
+    if (plan.allow_parent_tracer) prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+    if (plan.umask) ::umask(*plan.umask);
     if (!plan.working_dir.empty() && chdir(plan.working_dir.c_str()) != 0) fail(1);
     if (search_path) {
       execvpe(argv[0], argv.data(), envp.data());
@@ -198,6 +226,10 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildPlan& plan) {
           absl::StrCat(plan.argv[0], ": cannot enter working_dir ", plan.working_dir, ": ", why));
     }
     if (failure.stage == 3) return absl::InternalError(absl::StrCat(plan.argv[0], ": descriptors: ", why));
+    if (failure.stage == 4) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(plan.argv[0], ": cannot run as account ", plan.run_as ? plan.run_as->name : "", ": ", why));
+    }
     const std::string message = absl::StrCat("cannot run ", plan.argv[0], ": ", why);
     return failure.error == ENOENT ? absl::NotFoundError(message) : absl::FailedPreconditionError(message);
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/unix_account.h"
 
 namespace trainyard {
 
@@ -32,6 +33,9 @@ struct ChildFd {
   static ChildFd Inherit() { return {}; }
   // /dev/null (read-only for fd 0, write-only otherwise).
   static ChildFd Null() { return {Kind::kNull}; }
+  // A file opened for appending, created when missing (never through a
+  // symbolic link at its last component); given to the plan's run_as
+  // account when there is one.
   static ChildFd AppendTo(std::string path) { return {Kind::kFile, false, std::move(path)}; }
   // A pipe the child writes; this process reads the other end
   // (ChildProcess::pipe, Capture).
@@ -74,9 +78,19 @@ struct ChildPlan {
   enum class Group { kSame, kNewGroup, kNewSession };
   Group group = Group::kSame;
   std::string working_dir;  // empty: this process's
-  // Lets any process of the user trace the child (py-spy, which is no
-  // ancestor of it, under Yama's ptrace_scope 1).
-  bool allow_any_tracer = false;
+  // Lets this process and the processes it starts trace the child (py-spy,
+  // which is no ancestor of it, under Yama's ptrace_scope 1); no one else
+  // gains anything.
+  bool allow_parent_tracer = false;
+  // The account the child runs as (uid, primary and supplementary groups
+  // set, every capability dropped, no_new_privs); none: this process's.
+  // Needs CanSwitchAccounts.
+  std::optional<UnixAccount> run_as;
+  // prctl(PR_SET_NO_NEW_PRIVS): no exec gains privileges (set-user-ID
+  // programs, file capabilities). Always on with run_as.
+  bool no_new_privileges = false;
+  // The child's file mode creation mask; none: this process's.
+  std::optional<mode_t> umask;
 };
 
 // What Capture read.
@@ -92,7 +106,8 @@ class ChildProcess {
   // Starts the plan's program. The child's signal dispositions are the
   // defaults and its signal mask is empty. An error names argv[0] when it
   // cannot be started (NotFound when there is no such program, else
-  // FailedPrecondition; a working_dir it cannot enter is an error too).
+  // FailedPrecondition; a working_dir it cannot enter, or a run_as account
+  // it cannot take, is an error too).
   static absl::StatusOr<ChildProcess> Start(const ChildPlan& plan);
 
   ChildProcess(ChildProcess&& other) noexcept;

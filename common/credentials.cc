@@ -34,7 +34,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
     if (!ReadFileToString(tls_client_ca_file, &ssl.pem_root_certs)) {
       return absl::FailedPreconditionError(absl::StrCat("--tls-client-ca ", tls_client_ca_file, ": cannot read it"));
     }
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    // A certificate presented is verified; none may be presented (the
+    // workers, known by their job's token): the JobService refuses a call
+    // without one (Identities::RequireClientCertificates).
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
 }

@@ -35,6 +35,9 @@ struct JobRecord {
   std::string owner, group;
   // Its priority class's value when it was submitted (0 without classes).
   int64_t priority = 0;
+  // The Unix account its processes run as (the owner's `unix_user` when it
+  // was submitted); "": the server's own.
+  std::string run_as;
 };
 
 struct JobEvent {

@@ -294,11 +294,11 @@ std::string LlamaConfigFile(const std::string& path) {
   return std::filesystem::is_directory(path, ec) ? path + "/config.json" : path;
 }
 
-absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path) {
+absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path, const std::vector<std::string>& beneath) {
   const std::string file = LlamaConfigFile(path);
   // A config.json is a few kilobytes: a FIFO or a huge file named as one
   // is refused at once instead of read.
-  absl::StatusOr<std::string> text = ReadBoundedFile(file, kMaxLlamaConfigBytes);
+  absl::StatusOr<std::string> text = ReadBoundedFile(file, kMaxLlamaConfigBytes, beneath);
   if (!text.ok()) return text.status();
   return ParseLlamaConfig(*text, file);
 }

@@ -74,7 +74,9 @@ std::string LlamaConfigFile(const std::string& path);
 // kMaxLlamaConfigBytes (ReadBoundedFile of common/paths.h; NotFound when it
 // does not exist).
 inline constexpr size_t kMaxLlamaConfigBytes = 1 << 20;
-absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path);
+// `beneath`: when not empty, read beneath one of these directories
+// (ReadBoundedFile's `beneath`).
+absl::StatusOr<LlamaConfig> ReadLlamaConfig(const std::string& path, const std::vector<std::string>& beneath = {});
 
 // A job's sequence length against the model: ≤ max_position_embeddings and,
 // with a sliding window, ≤ the window.

@@ -1,7 +1,9 @@
 #include "common/paths.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,16 +40,61 @@ bool IsUnder(const fs::path& p, const fs::path& root) {
   return true;
 }
 
+// openat2(dir_fd, path, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS).
+int OpenAt2Beneath(int dir_fd, const char* path, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, dir_fd, path, &how, sizeof(how)));
+}
+
+// Whether the existing part of `rel` opens beneath `root` (the rest does
+// not exist yet); the error says where it leads out.
+absl::Status CheckBeneath(const fs::path& root, const fs::path& rel, const std::string& shown) {
+  const int root_fd = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) return absl::InvalidArgumentError(absl::StrCat("cannot open root ", root.string()));
+  fs::path prefix = rel;
+  absl::Status result = absl::OkStatus();
+  for (;;) {
+    const int fd = OpenAt2Beneath(root_fd, prefix.empty() ? "." : prefix.c_str(), O_PATH);
+    if (fd >= 0) {
+      ::close(fd);
+      break;
+    }
+    const int err = errno;
+    if (err == ENOENT && !prefix.empty()) {
+      prefix = prefix.parent_path();
+      continue;
+    }
+    result = absl::InvalidArgumentError(
+        err == EXDEV || err == ELOOP
+            ? absl::StrCat(shown, " leads out of ", root.string(), " through a symbolic link or '..' (under ",
+                           (root / prefix).string(), ")")
+            : absl::StrCat(shown, ": ", (root / prefix).string(), ": ", std::strerror(err)));
+    break;
+  }
+  ::close(root_fd);
+  return result;
+}
+
 }  // namespace
+
+bool IsPathUnder(const std::string& path, const std::string& dir) { return IsUnder(fs::path(path), fs::path(dir)); }
 
 absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots) {
   auto p = Resolve(path);
   if (!p.ok()) return p.status();
+  if (roots.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no directory is allowed (no roots): name none"));
+  }
   std::vector<std::string> shown;
   for (const std::string& root : roots) {
     auto r = Resolve(root);
     if (!r.ok()) continue;
-    if (IsUnder(*p, *r)) return p->string();
+    if (IsUnder(*p, *r)) {
+      if (absl::Status s = CheckBeneath(*r, p->lexically_relative(*r), path); !s.ok()) return s;
+      return p->string();
+    }
     shown.push_back(r->string());
   }
   return absl::InvalidArgumentError(absl::StrCat(path, " resolves to ", p->string(), ", outside the allowed roots (",
@@ -64,11 +111,71 @@ bool ReadFileToString(const std::string& path, std::string* out) {
   return static_cast<bool>(in) || in.eof();
 }
 
-absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+namespace {
+
+// Opens `path` read-only, non-blocking: as named, or beneath one of
+// `beneath`; -1 with errno when it cannot be (EXDEV: it leads out).
+int OpenForRead(const std::string& path, const std::vector<std::string>& beneath, int extra_flags) {
+  const int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | extra_flags;
+  if (beneath.empty()) return ::open(path.c_str(), flags | O_CLOEXEC);
+  const fs::path p = fs::path(path).lexically_normal();
+  int err = EXDEV;
+  for (const std::string& dir : beneath) {
+    const fs::path d = fs::path(dir).lexically_normal();
+    if (!IsUnder(p, d)) continue;
+    const int dir_fd = ::open(d.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) continue;
+    const fs::path rel = p.lexically_relative(d);
+    const int fd = OpenAt2Beneath(dir_fd, rel.empty() ? "." : rel.c_str(), flags);
+    err = errno;
+    ::close(dir_fd);
+    if (fd >= 0) return fd;
+  }
+  errno = err;
+  return -1;
+}
+
+// What `st` is, when it is not a regular file; nullptr when it is.
+const char* NotRegular(const struct stat& st) {
+  if (S_ISREG(st.st_mode)) return nullptr;
+  return S_ISFIFO(st.st_mode)   ? "a FIFO"
+         : S_ISDIR(st.st_mode)  ? "a directory"
+         : S_ISCHR(st.st_mode)  ? "a character device"
+         : S_ISBLK(st.st_mode)  ? "a block device"
+         : S_ISSOCK(st.st_mode) ? "a socket"
+                                : "not a regular file";
+}
+
+}  // namespace
+
+absl::StatusOr<int> OpenRegularFileNoFollow(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": does not exist"));
+    if (err == ELOOP) return absl::InvalidArgumentError(absl::StrCat(path, ": is a symbolic link, not a file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read (", std::strerror(err), ")"));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || NotRegular(st) != nullptr) {
+    const char* kind = NotRegular(st);
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is ", kind ? kind : "unreadable", ", not a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, O_RDONLY);
+  return fd;
+}
+
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes,
+                                            const std::vector<std::string>& beneath) {
+  const int fd = OpenForRead(path, beneath, 0);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": does not exist"));
+    if (err == EXDEV || err == ELOOP) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": leads out of ", absl::StrJoin(beneath, ", "), " through a symbolic link or '..'"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read (", std::strerror(err), ")"));
   }
   struct FdCloser {
@@ -79,13 +186,7 @@ absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_
   if (::fstat(fd, &st) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot be read (", std::strerror(errno), ")"));
   }
-  if (!S_ISREG(st.st_mode)) {
-    const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
-                       : S_ISDIR(st.st_mode)  ? "a directory"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "not a regular file";
+  if (const char* kind = NotRegular(st)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is ", kind, ", not a regular file"));
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
@@ -103,6 +204,19 @@ absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_
   }
   out.resize(done);
   return out;
+}
+
+std::optional<int> ReadExitCodeFile(const std::string& path) {
+  absl::StatusOr<int> fd = OpenRegularFileNoFollow(path);
+  if (!fd.ok()) return std::nullopt;
+  char buf[32] = {};
+  const ssize_t n = ::read(*fd, buf, sizeof(buf) - 1);
+  ::close(*fd);
+  if (n <= 0) return std::nullopt;
+  char* end = nullptr;
+  const long code = std::strtol(buf, &end, 10);
+  if (end == buf || code < 0 || code > 255) return std::nullopt;
+  return static_cast<int>(code);
 }
 
 std::string SnapshotDir(const std::string& job_id) {

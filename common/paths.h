@@ -5,6 +5,7 @@
 #define TRAINYARD_COMMON_PATHS_H_
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,16 @@ namespace trainyard {
 
 // Resolves `path` (relative paths against the working directory; symbolic
 // links followed as far as the path exists, `..` and `.` removed) and checks
-// that it is one of `roots` (resolved likewise) or lies beneath one. Returns
-// the resolved absolute path, or InvalidArgument naming both.
+// that it is one of `roots` (resolved likewise) or lies beneath one, as the
+// kernel sees it: the part of it that exists is opened from the root's
+// directory with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS), so a
+// symbolic link that leads out of the root — dangling ones too — is refused.
+// No roots: every path is refused. Returns the resolved absolute path, or
+// InvalidArgument naming both.
 absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots);
+
+// Whether `path` (absolute, resolved) is `dir` or lies beneath it.
+bool IsPathUnder(const std::string& path, const std::string& dir);
 
 // The whole content of a file; false when it cannot be read.
 bool ReadFileToString(const std::string& path, std::string* out);
@@ -27,8 +35,23 @@ bool ReadFileToString(const std::string& path, std::string* out);
 // before a byte is read (a huge or sparse file is refused by its size).
 // NotFound when it does not exist; InvalidArgument naming the path and why
 // otherwise. For the files a request makes the server read (config.json,
-// manifests).
-absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes);
+// manifests). `beneath`: when not empty, the file is opened beneath one of
+// these directories by the kernel (openat2 RESOLVE_BENEATH |
+// RESOLVE_NO_MAGICLINKS): no `..` and no symbolic link leads out of it,
+// whatever changed since its path was checked.
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes,
+                                            const std::vector<std::string>& beneath = {});
+
+// Opens a regular file for reading without ever blocking and without
+// following a symbolic link at its last component (a file in a directory
+// another account writes: a job's log), as ReadBoundedFile checks it.
+// Returns the descriptor (close-on-exec, blocking again), or the error.
+absl::StatusOr<int> OpenRegularFileNoFollow(const std::string& path);
+
+// The exit code a worker left in `path` (trainyard-worker
+// --exit-status-dir), read as OpenRegularFileNoFollow opens it: nullopt
+// when there is none, or it is not a regular file holding a number.
+std::optional<int> ReadExitCodeFile(const std::string& path);
 
 // Where a job's in-memory snapshots (checkpoint.snapshot_every_steps) live
 // on a host: $TRAINYARD_SNAPSHOT_ROOT (default /dev/shm, the host's shared

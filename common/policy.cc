@@ -64,7 +64,7 @@ Policy ParseRoot(const YAML::Node& root) {
   MapReader r(root, "");
   if (YAML::Node users = r.Child("users")) {
     if (!users.IsSequence()) Fail("users", "must be a list of users, got " + Describe(users));
-    std::set<std::string> names, tokens;
+    std::set<std::string> names, tokens, subjects;
     for (size_t i = 0; i < users.size(); ++i) {
       const std::string path = absl::StrCat("users[", i, "]");
       MapReader u(users[i], path);
@@ -93,6 +93,18 @@ Policy ParseRoot(const YAML::Node& root) {
             Fail(absl::StrCat(u.PathOf("roots"), "[", k, "]"), "must be an absolute path, got " + user.roots[k]);
           }
         }
+      }
+      u.String("unix_user", &user.unix_user, 32);
+      if (!user.unix_user.empty() && user.unix_user.find_first_of("/:\n ") != std::string::npos) {
+        Fail(u.PathOf("unix_user"), "must be an account name, got '" + user.unix_user + "'");
+      }
+      u.String("tls_subject", &user.tls_subject, 1024);
+      if (!user.tls_subject.empty() && user.tls_subject.find('=') == std::string::npos) {
+        Fail(u.PathOf("tls_subject"),
+             "must be a certificate subject such as \"CN=alice,O=Example\", got '" + user.tls_subject + "'");
+      }
+      if (!user.tls_subject.empty() && !subjects.insert(user.tls_subject).second) {
+        Fail(u.PathOf("tls_subject"), "another user has the same certificate subject");
       }
       std::string role = "user";
       u.String("role", &role, 16);
@@ -157,11 +169,27 @@ Policy ParseRoot(const YAML::Node& root) {
     }
   }
   r.Bool("group_visibility", &p.group_visibility);
+  r.Bool("shared_account", &p.shared_account);
   r.RejectUnknown();
   return p;
 }
 
 }  // namespace
+
+bool Policy::SwitchesAccounts() const {
+  for (const PolicyUser& u : users) {
+    if (!u.unix_user.empty()) return true;
+  }
+  return false;
+}
+
+const PolicyUser* Policy::UserOfSubject(std::string_view subject) const {
+  if (subject.empty()) return nullptr;
+  for (const PolicyUser& u : users) {
+    if (u.tls_subject == subject) return &u;
+  }
+  return nullptr;
+}
 
 const PolicyUser* Policy::UserOfToken(std::string_view token) const {
   const std::string hash = Sha256Hex(token);
@@ -225,7 +253,21 @@ absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view 
 absl::StatusOr<Policy> ReadPolicy(const std::string& path) {
   absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxPolicyBytes);
   if (!text.ok()) return text.status();
-  return ParsePolicy(*text, path);
+  absl::StatusOr<Policy> p = ParsePolicy(*text, path);
+  if (!p.ok() || !p->SwitchesAccounts()) return p;
+  if (absl::Status s = CanSwitchAccounts(); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": names users' unix_user accounts, but ", s.message()));
+  }
+  for (size_t i = 0; i < p->users.size(); ++i) {
+    PolicyUser& u = p->users[i];
+    if (u.unix_user.empty()) continue;
+    absl::StatusOr<UnixAccount> a = LookupUnixAccount(u.unix_user);
+    if (!a.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": field 'users[", i, "].unix_user': ", a.status().message()));
+    u.account = *std::move(a);
+  }
+  return p;
 }
 
 std::string Sha256Hex(std::string_view text) {

@@ -12,7 +12,11 @@
 //     users: {alice: {slots: 8, gpus: 0, queued_jobs: 100, max_priority_class: normal}}
 //     groups: {vision: {slots: 16}}
 //   group_visibility: true                  # members see each other's jobs
-// A user may also list `roots: [DIR...]`: where their jobs read and write.
+// A user may also list `roots: [DIR...]`: where their jobs read and write;
+// `unix_user: NAME`: the local account their jobs run as (each rank, its
+// script, the files they write); `tls_subject: "CN=..."`: the client
+// certificate subject that names them under mutual TLS. `shared_account:
+// true` lets users without a unix_user run scripts as the server's account.
 #ifndef TRAINYARD_COMMON_POLICY_H_
 #define TRAINYARD_COMMON_POLICY_H_
 
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/unix_account.h"
 
 namespace trainyard {
 
@@ -39,6 +44,13 @@ struct PolicyUser {
   // init_from, resume sources...); empty: the server's --allowed-root
   // directories with {user} replaced by the name.
   std::vector<std::string> roots;
+  // The Unix account its jobs run as ("": the server's own), resolved when
+  // the policy is read (ReadPolicy): `account` holds its ids.
+  std::string unix_user;
+  std::optional<UnixAccount> account;
+  // The subject of a client certificate that is this user, as OpenSSL's
+  // one-line form with RFC 2253 order ("CN=alice,O=Example"); "": none.
+  std::string tls_subject;
 };
 
 // Limits on what is in use or waiting at once; unset: no limit.
@@ -55,7 +67,14 @@ struct Policy {
   std::map<std::string, Quota> user_quotas, group_quotas;
   // Members of a group may see (not act on) each other's jobs.
   bool group_visibility = false;
+  // Users without a unix_user may run scripts, as the server's own account:
+  // each such script can read every other such user's data.
+  bool shared_account = false;
 
+  // Whether any user runs as an account of their own.
+  bool SwitchesAccounts() const;
+  // The user whose client certificate has this subject; null when none.
+  const PolicyUser* UserOfSubject(std::string_view subject) const;
   // The user whose token this is, by its SHA-256; null when none.
   const PolicyUser* UserOfToken(std::string_view token) const;
   // The user of that name; null when none.
@@ -75,7 +94,10 @@ struct Policy {
 absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view source);
 
 // Reads (ReadBoundedFile of common/paths.h: a regular file of at most
-// kMaxPolicyBytes) and parses FILE.
+// kMaxPolicyBytes) and parses FILE, then resolves each unix_user to its
+// account: refused, naming the field, when there is no such account, and
+// when this process cannot start processes as other accounts
+// (CanSwitchAccounts) while a user names one.
 inline constexpr size_t kMaxPolicyBytes = 16 << 20;
 absl::StatusOr<Policy> ReadPolicy(const std::string& path);
 

@@ -43,12 +43,35 @@ absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const st
   if (!priority.ok()) return priority.status();
   if (auto s = CheckQueuedJobs(now.policy, by, now.queued_of_caller); !s.ok()) return s;
   const Launcher::Traits traits = now.launchers.TraitsOf(*spec);
-  if (auto s = ResolvePaths(*spec, job_id, traits, by.roots); !s.ok()) return s;
-  if (auto s = CheckModel(*spec, traits, files); !s.ok()) return s;
+  if (auto s = CheckAccount(*spec, now.policy, by, traits); !s.ok()) return s;
+  if (auto s = ResolvePaths(*spec, job_id, traits, by); !s.ok()) return s;
+  if (auto s = CheckModel(*spec, traits, files, RootsOf(by)); !s.ok()) return s;
   for (std::string& w : a.notes) w = "accelerate config: " + w;
   a.spec = *std::move(spec);
   a.priority = *priority;
   return a;
+}
+
+absl::Status Admission::CheckAccount(const JobSpec& spec, const Policy& policy, const Caller& by,
+                                     const Launcher::Traits& traits) const {
+  if (by.unix_user.empty()) {
+    // A script is anyone's code: under users, it runs as the server's own
+    // account only where the operator said users share one.
+    if (!spec.script.empty() && !by.user.empty() && !by.admin && !policy.shared_account) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("spec field 'script': ", by.Describe(),
+                       " has no unix_user in the server's policy, and scripts run as their owner's own account (an "
+                       "operator may map the user to one, or set shared_account: true to run every such user's scripts "
+                       "as the server's account)"));
+    }
+    return absl::OkStatus();
+  }
+  if (!traits.on_this_host) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field 'launcher': ", by.Describe(), " runs jobs as account ", by.unix_user,
+                     ", which only the local launcher does on this server (its ranks start on this host)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Admission::CheckResources(const JobSpec& spec, const Launchers& launchers) const {
@@ -90,14 +113,45 @@ absl::Status Admission::CheckResources(const JobSpec& spec, const Launchers& lau
   return absl::OkStatus();
 }
 
+std::vector<std::string> Admission::RootsOf(const Caller& by) const {
+  if (!by.user.empty() && !by.admin) return by.roots;
+  return by.roots.empty() ? options_.allowed_roots : by.roots;
+}
+
+absl::StatusOr<std::string> Admission::ResolveFor(const std::string& path, const std::string& job_id,
+                                                  const Caller& by) const {
+  std::vector<std::string> roots = RootsOf(by);
+  const bool user = !by.user.empty() && !by.admin;
+  const std::string own = absl::StrCat(options_.state_dir, "/jobs/", job_id);
+  if (user) roots.push_back(own);
+  absl::StatusOr<std::string> resolved = ResolveUnderRoots(path, roots);
+  if (!resolved.ok()) {
+    if (user && by.roots.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", by.Describe(),
+                                                     " has no roots in the server's policy: their jobs may name no "
+                                                     "path (an operator gives them roots: [DIR...])"));
+    }
+    return resolved.status();
+  }
+  if (user && IsPathUnder(*resolved, options_.state_dir) && !IsPathUnder(*resolved, own)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " lies in the server's state directory (", options_.state_dir,
+                                                   "), which no user's job may name"));
+  }
+  return resolved;
+}
+
 absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, const Launcher::Traits& traits,
-                                     const std::vector<std::string>& user_roots) const {
-  const std::vector<std::string>& roots = user_roots.empty() ? options_.allowed_roots : user_roots;
+                                     const Caller& by) const {
   CheckpointSpec& c = spec.checkpoint;
-  // The default project directory is the server's choice, under its state directory.
-  const bool chosen_here = c.project_dir.empty();
-  if (chosen_here) c.project_dir = absl::StrCat(options_.state_dir, "/jobs/", job_id);
-  auto dir = ResolveUnderRoots(c.project_dir, chosen_here ? options_.allowed_roots : roots);
+  // The default project directory is the server's choice, under its state
+  // directory (a resumed job's is its own directory again).
+  const std::string own = absl::StrCat(options_.state_dir, "/jobs/", job_id);
+  std::error_code ec;
+  const bool chosen_here = c.project_dir.empty() || std::filesystem::weakly_canonical(c.project_dir, ec) ==
+                                                        std::filesystem::weakly_canonical(own, ec);
+  if (chosen_here) c.project_dir = own;
+  auto dir =
+      chosen_here ? ResolveUnderRoots(c.project_dir, {options_.state_dir}) : ResolveFor(c.project_dir, job_id, by);
   if (!dir.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.project_dir': ", dir.status().message()));
   }
@@ -109,7 +163,7 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
                              {"data.kind", &spec.data.path},
                              {"data.eval_path", &spec.data.eval_path}}) {
     if (path->empty()) continue;
-    auto resolved = ResolveUnderRoots(*path, roots);
+    auto resolved = ResolveFor(*path, job_id, by);
     if (!resolved.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
     }
@@ -119,7 +173,7 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
     for (auto [field, path] : {std::pair<const char*, std::string*>{"script.path", &spec.script.path},
                                {"script.working_dir", &spec.script.working_dir}}) {
       if (path->empty()) continue;
-      auto resolved = ResolveUnderRoots(*path, roots);
+      auto resolved = ResolveFor(*path, job_id, by);
       if (!resolved.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
       }
@@ -137,7 +191,7 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
     if (spec.script.python.empty()) spec.script.python = options_.script_python;
   }
   if (!c.resume_from.empty() && c.resume_from != "latest") {
-    auto from = ResolveUnderRoots(c.resume_from, roots);
+    auto from = ResolveFor(c.resume_from, job_id, by);
     if (!from.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.resume_from': ", from.status().message()));
     }
@@ -152,18 +206,20 @@ AdmissionFiles Admission::ReadFiles(const std::string& spec_text, const std::str
   std::vector<std::string> notes;
   auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &notes);
   if (!spec.ok() || spec->model.kind != ModelKind::kLlama) return files;
-  auto source = ResolveUnderRoots(LlamaConfigSource(spec->model), by.roots.empty() ? options_.allowed_roots : by.roots);
+  const std::vector<std::string> roots = RootsOf(by);
+  auto source = ResolveUnderRoots(LlamaConfigSource(spec->model), roots);
   if (!source.ok()) return files;
-  files.llama_config = ReadLlamaConfig(*source);
+  files.llama_config = ReadLlamaConfig(*source, roots);
   return files;
 }
 
-absl::Status Admission::CheckModel(const JobSpec& spec, const Launcher::Traits& traits,
-                                   const AdmissionFiles* files) const {
+absl::Status Admission::CheckModel(const JobSpec& spec, const Launcher::Traits& traits, const AdmissionFiles* files,
+                                   const std::vector<std::string>& roots) const {
   if (spec.model.kind != ModelKind::kLlama) return absl::OkStatus();
   const char* field = spec.model.config.empty() ? "model.init_from" : "model.config";
-  absl::StatusOr<LlamaConfig> config =
-      files != nullptr && files->llama_config ? *files->llama_config : ReadLlamaConfig(LlamaConfigSource(spec.model));
+  absl::StatusOr<LlamaConfig> config = files != nullptr && files->llama_config
+                                           ? *files->llama_config
+                                           : ReadLlamaConfig(LlamaConfigSource(spec.model), roots);
   if (!config.ok()) {
     if (absl::IsNotFound(config.status()) && traits.ranks_join) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", config.status().message()));
@@ -176,7 +232,7 @@ absl::Status Admission::CheckModel(const JobSpec& spec, const Launcher::Traits& 
 
 absl::StatusOr<JobSpec> Admission::ForResume(const std::string& stored_spec_json, const std::string& job_id,
                                              const std::string& from, int32_t num_processes, const Launchers& launchers,
-                                             const std::vector<std::string>& user_roots) const {
+                                             const Caller& by) const {
   const SpecLimits& limits = options_.limits;
   auto spec = ParseJobSpec(stored_spec_json, limits);
   if (!spec.ok()) {
@@ -190,8 +246,8 @@ absl::StatusOr<JobSpec> Admission::ForResume(const std::string& stored_spec_json
   if (auto s = CheckResources(*spec, launchers); !s.ok()) return s;
   spec->checkpoint.resume_from = from.empty() ? "latest" : from;
   const Launcher::Traits traits = launchers.TraitsOf(*spec);
-  if (auto s = ResolvePaths(*spec, job_id, traits, user_roots); !s.ok()) return s;
-  if (auto s = CheckModel(*spec, traits); !s.ok()) return s;
+  if (auto s = ResolvePaths(*spec, job_id, traits, by); !s.ok()) return s;
+  if (auto s = CheckModel(*spec, traits, nullptr, RootsOf(by)); !s.ok()) return s;
   if (!from.empty()) {
     auto info = CheckCheckpoint(spec->checkpoint.resume_from, /*verify=*/false);
     if (!info.ok()) return absl::InvalidArgumentError(std::string(info.status().message()));

@@ -91,33 +91,50 @@ class Admission {
   // it).
   AdmissionFiles ReadFiles(const std::string& spec_text, const std::string& accelerate_config, const Caller& by) const;
 
+  // Whether the caller's job may run as the account the policy gives them:
+  // scripts of users without a unix_user need the policy's shared_account;
+  // jobs of users with one start on this host (the local launcher).
+  absl::Status CheckAccount(const JobSpec& spec, const Policy& policy, const Caller& by,
+                            const Launcher::Traits& traits) const;
   // Whether this server can run `spec` at all, with `launchers`.
   absl::Status CheckResources(const JobSpec& spec, const Launchers& launchers) const;
+  // The directories the caller's jobs may name paths under: a user's of the
+  // policy are their roots (none: no path at all); anyone else's, the
+  // server's --allowed-root directories (by default its state directory
+  // and working directory).
+  std::vector<std::string> RootsOf(const Caller& by) const;
   // Resolves every path `spec` names (checkpoint.project_dir, defaulting
   // under the state directory; the files it reads; a resume source) to an
-  // absolute path under the allowed roots (`user_roots`, the submitting
-  // user's, when given), or says which field is outside. A script run on
-  // this host must exist.
+  // absolute path beneath the caller's roots (RootsOf; ResolveUnderRoots),
+  // or says which field is outside. A user of the policy never names a path
+  // in the server's state directory but in the job's own directory
+  // (<state>/jobs/<job_id>). A script run on this host must exist.
   absl::Status ResolvePaths(JobSpec& spec, const std::string& job_id, const Launcher::Traits& traits,
-                            const std::vector<std::string>& user_roots = {}) const;
+                            const Caller& by = {}) const;
   // What can be known of the model before a worker starts: a llama model's
   // config.json (read after ResolvePaths) is one this engine trains, and
   // the job's context fits it. Ranks that join may see files this host
   // does not: an unreadable config is theirs to report.
-  absl::Status CheckModel(const JobSpec& spec, const Launcher::Traits& traits,
-                          const AdmissionFiles* files = nullptr) const;
+  absl::Status CheckModel(const JobSpec& spec, const Launcher::Traits& traits, const AdmissionFiles* files = nullptr,
+                          const std::vector<std::string>& roots = {}) const;
 
   // The spec a resumed job runs with: its stored spec, with `num_processes`
   // (0: keep) and resuming from `from` (a checkpoint directory; empty: the
-  // latest complete one), checked again as a new submission is.
+  // latest complete one), checked again as a new submission is. Reads
+  // files (config.json, the checkpoint's manifest): call it without the
+  // server's lock.
   absl::StatusOr<JobSpec> ForResume(const std::string& stored_spec_json, const std::string& job_id,
                                     const std::string& from, int32_t num_processes, const Launchers& launchers,
-                                    const std::vector<std::string>& user_roots = {}) const;
+                                    const Caller& by = {}) const;
 
   const AdmissionOptions& options() const { return options_; }
   const SpecLimits& limits() const { return options_.limits; }
 
  private:
+  // `path` resolved beneath the caller's roots (and, for a user of the
+  // policy, out of the state directory but for the job's own directory).
+  absl::StatusOr<std::string> ResolveFor(const std::string& path, const std::string& job_id, const Caller& by) const;
+
   const AdmissionOptions options_;
 };
 

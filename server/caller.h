@@ -16,6 +16,9 @@ struct Caller {
   bool admin = false;
   // Where this caller's jobs may read and write; empty: the server's roots.
   std::vector<std::string> roots;
+  // The Unix account its jobs run as (the policy's unix_user); "": the
+  // server's own.
+  std::string unix_user;
 
   // The group a job of this caller counts against: its first, or none.
   std::string group() const { return groups.empty() ? "" : groups.front(); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "server/access.h"
 #include "server/hang_watchdog.h"
 #include "server/queue_view.h"
@@ -81,9 +82,12 @@ absl::Status JobManager::Authorize(const Caller& by, const std::string& id, cons
   const std::string refusal = absl::StrCat(by.Describe(), " may not ", action, " job ", id, ": it is not theirs");
   spdlog::warn("{}", refusal);
   metrics_->CountDenied(by.user);
-  if (refused_.insert({id, by.user}).second) {
-    jobs_.AddEvent(id, absl::StrCat("refused: ", refusal, " (later refusals of ", by.Describe(),
-                                    " are counted in trainyard_permission_denied_total, not listed here)"));
+  Refusals& refusals = refused_[{id, by.user}];
+  if (refusals.count++ == 0) {
+    refusals.event = absl::StrCat("refused: ", refusal);
+    refusals.who = by.Describe();
+    refusals.since_unix_millis = clock_->UnixMillis();
+    jobs_.AddEvent(id, refusals.event);
   }
   if (!MayAccess(*policy_, by, *r, /*read_only=*/true)) {
     return absl::NotFoundError(absl::StrCat("job ", id, " not found"));  // as for a job that does not exist
@@ -114,7 +118,7 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
     return admitted.status();
   }
   absl::StatusOr<ActiveJob*> job =
-      jobs_.Submit(id, admitted->spec, admitted->notes, {by.user, by.group(), admitted->priority});
+      jobs_.Submit(id, admitted->spec, admitted->notes, {by.user, by.group(), admitted->priority, by.unix_user});
   if (!job.ok()) return job.status();
   metrics_->CountSubmitted();
   lifecycle_.Enqueue(**job);
@@ -133,7 +137,20 @@ absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
 
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  return jobs_.Events(id);
+  absl::StatusOr<std::vector<JobEvent>> events = jobs_.Events(id);
+  if (!events.ok()) return events;
+  // A user's refusals are one line: the first, and how many followed.
+  for (auto it = refused_.lower_bound({id, ""}); it != refused_.end() && it->first.first == id; ++it) {
+    const Refusals& r = it->second;
+    for (JobEvent& e : *events) {
+      if (e.reason != r.event) continue;
+      e.reason = absl::StrCat(
+          r.event, " (refused ", r.count, r.count == 1 ? " request" : " requests", " of ", r.who, " since ",
+          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(r.since_unix_millis), absl::UTCTimeZone()), ")");
+      break;
+    }
+  }
+  return events;
 }
 
 std::vector<StepMetrics> JobManager::RankSamples(const std::string& id) {
@@ -207,16 +224,32 @@ absl::StatusOr<std::vector<CheckpointRecord>> JobManager::Checkpoints(const std:
 
 absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::string& from, int32_t num_processes,
                                              const Caller& by) {
-  absl::MutexLock lock(&mu_);
-  if (const ActiveJob* live = jobs_.Find(id)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not ended (", JobStateName(live->record.state),
-                                                      "); cancel it first, or checkpoint it while it runs"));
+  auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    if (const ActiveJob* live = jobs_.Find(id)) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not ended (",
+                                                        JobStateName(live->record.state),
+                                                        "); cancel it first, or checkpoint it while it runs"));
+    }
+    if (lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
+    return absl::OkStatus();
+  };
+  absl::StatusOr<JobRecord> rec;
+  std::optional<Launchers> launchers;  // a copy: the launchers themselves are thread-safe
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ended(); !s.ok()) return s;
+    rec = jobs_.StoredRecord(id);
+    if (!rec.ok()) return rec.status();
+    launchers.emplace(launchers_);
   }
-  auto rec = jobs_.StoredRecord(id);
-  if (!rec.ok()) return rec.status();
-  if (lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
-  auto spec = admission_.ForResume(rec->spec_json, id, from, num_processes, launchers_, by.roots);
+  // Files (a config.json, the checkpoint's manifest) are read without the
+  // lock: a slow or hostile one stalls this request alone.
+  auto spec = admission_.ForResume(rec->spec_json, id, from, num_processes, *launchers, by);
   if (!spec.ok()) return spec.status();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ended(); !s.ok()) return s;  // resumed meanwhile
+  rec = jobs_.StoredRecord(id);
+  if (!rec.ok()) return rec.status();
   return lifecycle_.Resume(*rec, *spec, from);
 }
 

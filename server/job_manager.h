@@ -17,6 +17,7 @@
 #define TRAINYARD_SERVER_JOB_MANAGER_H_
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -183,8 +184,15 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   WorkerSessions workers_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
-  // (job, user) pairs whose refusal is an event already (Authorize).
-  std::set<std::pair<std::string, std::string>> refused_ ABSL_GUARDED_BY(mu_);
+  // Refusals by (job, user) since this server started: the first is an
+  // event of the job (Authorize); Events adds the count to it.
+  struct Refusals {
+    std::string event;  // the stored event's reason
+    std::string who;
+    int64_t count = 0;
+    int64_t since_unix_millis = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Refusals> refused_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

@@ -33,6 +33,7 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
   r.owner = ownership.owner;
   r.group = ownership.group;
   r.priority = ownership.priority;
+  r.run_as = ownership.run_as;
   if (auto s = store_->Insert(r, {r.created_unix_millis, JobState::kQueued, "submitted"}); !s.ok()) return s;
   counts_[JobState::kQueued]++;
   metrics_->SetJobCounts(counts_);

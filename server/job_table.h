@@ -30,6 +30,7 @@ namespace trainyard {
 struct Ownership {
   std::string owner, group;
   int64_t priority = 0;
+  std::string run_as;  // the Unix account its processes run as ("": the server's)
 };
 
 class JobTable {

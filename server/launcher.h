@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "common/job_spec.h"
+#include "common/unix_account.h"
 #include "common/worker_outcome.h"
 
 namespace trainyard {
@@ -46,6 +47,13 @@ struct LaunchRequest {
   // Launch starts ranks 0..start_ranks-1 (0: all): an elastic job started
   // below its full size (launchers that replace ranks; the others start all).
   int32_t start_ranks = 0;
+  // The account every rank runs as (the owner's unix_user): its own
+  // uid/gid/groups, a clean environment, umask 077, files its own; none: the
+  // server's. The local launcher only (admission refuses the others).
+  std::optional<UnixAccount> run_as;
+  // The job keeps its checkpoints in its default project directory, the
+  // parent of log_dir (made the account's: server/job_dirs.h).
+  bool default_project = false;
 };
 
 // How one rank's process ended. Each launcher reads the process's exit

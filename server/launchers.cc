@@ -1,5 +1,9 @@
 #include "server/launchers.h"
 
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
 namespace trainyard {
 
 Launcher* Launchers::Get(LauncherKind kind) const {
@@ -33,19 +37,39 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, const Launcher::Traits
   req.slurm = job.spec.slurm;
   req.replica_store = job.spec.replicas();
   if (const Membership* m = job.attempt->membership()) req.start_ranks = m->running();
+  req.default_project =
+      std::filesystem::path(job.spec.checkpoint.project_dir) == std::filesystem::path(context.log_dir).parent_path();
   return req;
 }
+
+namespace {
+
+// The request with the job's account resolved (by name, now: a uid that
+// changed since the submission is the account's new one).
+absl::StatusOr<LaunchRequest> WithAccount(const ActiveJob& job, LaunchRequest req) {
+  if (job.record.run_as.empty()) return req;
+  absl::StatusOr<UnixAccount> a = LookupUnixAccount(job.record.run_as);
+  if (!a.ok()) return absl::FailedPreconditionError(absl::StrCat("the job's account: ", a.status().message()));
+  req.run_as = *std::move(a);
+  return req;
+}
+
+}  // namespace
 
 absl::Status Launchers::Launch(const ActiveJob& job, const LaunchContext& context) const {
   Launcher* l = Get(KindOf(job.spec));
   if (l == nullptr) return absl::FailedPreconditionError("no launcher");
-  return l->Launch(RequestFor(job, l->traits(), context));
+  absl::StatusOr<LaunchRequest> req = WithAccount(job, RequestFor(job, l->traits(), context));
+  if (!req.ok()) return req.status();
+  return l->Launch(*req);
 }
 
 absl::Status Launchers::LaunchRank(const ActiveJob& job, const LaunchContext& context, int32_t rank) const {
   Launcher* l = Get(KindOf(job.spec));
   if (l == nullptr) return absl::FailedPreconditionError("no launcher");
-  return l->LaunchRank(RequestFor(job, l->traits(), context), rank);
+  absl::StatusOr<LaunchRequest> req = WithAccount(job, RequestFor(job, l->traits(), context));
+  if (!req.ok()) return req.status();
+  return l->LaunchRank(*req, rank);
 }
 
 void Launchers::Adopt(const ActiveJob& job, const LaunchContext& context) const {

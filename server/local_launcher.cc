@@ -14,11 +14,15 @@
 #include <string_view>
 #include <thread>
 
+extern char** environ;
+
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/child_process.h"
+#include "common/paths.h"
+#include "server/job_dirs.h"
 #include "server/launcher.h"
 
 namespace trainyard {
@@ -67,6 +71,34 @@ void Signal(pid_t pid, int sig) {
 
 using Clock = std::chrono::steady_clock;
 
+// The descriptor a worker reads its token from.
+constexpr int kTokenFd = 3;
+
+// The environment of a worker that runs as `account`: made anew, with only
+// what identifies the account and what tunes the run (locale, time zone,
+// PATH, and the TRAINYARD_, NCCL_, CUDA_, GLOO_, OMP_, MKL_, MALLOC_, TORCH_
+// and PYTORCH_ variables of the server's), never a secret of the server's
+// (TRAINYARD_TOKEN, TRAINYARD_WORKER_TOKEN, TRAINYARD_CACHE_DIR: a cache is
+// the account's own).
+std::vector<std::string> AccountEnvironment(const UnixAccount& account) {
+  std::vector<std::string> env = {"HOME=" + (account.home.empty() ? std::string("/") : account.home),
+                                  "USER=" + account.name, "LOGNAME=" + account.name,
+                                  "SHELL=" + (account.shell.empty() ? std::string("/bin/sh") : account.shell)};
+  static const char* const kPrefixes[] = {"TRAINYARD_", "NCCL_",   "CUDA_",  "GLOO_",    "OMP_",
+                                          "MKL_",       "MALLOC_", "TORCH_", "PYTORCH_", "LC_"};
+  static const char* const kNames[] = {"PATH", "LANG", "LANGUAGE", "TZ"};
+  static const char* const kNever[] = {"TRAINYARD_TOKEN", "TRAINYARD_WORKER_TOKEN", "TRAINYARD_CACHE_DIR"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool keep = std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+    for (const char* p : kPrefixes) keep = keep || name.rfind(p, 0) == 0;
+    for (const char* n : kNever) keep = keep && name != n;
+    if (keep) env.emplace_back(entry);
+  }
+  return env;
+}
+
 struct Proc {
   pid_t pid = -1;
   ChildProcess child;  // none when adopted
@@ -111,9 +143,9 @@ class LocalLauncher final : public Launcher {
   }
 
   absl::Status Launch(const LaunchRequest& r) override {
-    std::error_code ec;
-    std::filesystem::create_directories(r.log_dir, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot create log dir ", r.log_dir, ": ", ec.message()));
+    if (absl::Status s = PrepareJobDirs(r.log_dir, r.default_project, r.run_as ? &*r.run_as : nullptr); !s.ok()) {
+      return s;
+    }
     if (access(options_.worker_binary.c_str(), X_OK) != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker binary ", options_.worker_binary, " is not executable: ", strerror(errno)));
@@ -197,9 +229,8 @@ class LocalLauncher final : public Launcher {
         // Ended while the coordinator was away: its exit code, when it wrote
         // one; else how is unknown. Reported from the reaper, never under the
         // caller's locks.
-        std::ifstream f(absl::StrCat(r.log_dir, "/rank-", rank, ".exit"));
-        int code = 0;
-        if (f >> code) {
+        if (const std::optional<int> read = ReadExitCodeFile(absl::StrCat(r.log_dir, "/rank-", rank, ".exit"))) {
+          const int code = *read;
           pending_.push_back(code > 128 ? RankExit::Killed(r.job_id, r.attempt, rank, code - 128)
                                         : RankExit::Exited(r.job_id, r.attempt, rank, code));
         } else {
@@ -271,7 +302,7 @@ class LocalLauncher final : public Launcher {
     // only its own GPU (as cuda:0).
     std::vector<std::string> env = {absl::StrCat("LOCAL_RANK=", rank), absl::StrCat("LOCAL_WORLD_SIZE=", r.world_size)};
     if (!r.gpus.empty()) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", r.gpus.at(rank)));
-    absl::StatusOr<ChildProcess> child = Spawn(args, log_path, r.token, env);
+    absl::StatusOr<ChildProcess> child = Spawn(args, log_path, r.token, env, r.run_as);
     if (!child.ok()) return child.status();
     const pid_t pid = child->pid();
     absl::MutexLock lock(&mu_);
@@ -284,18 +315,38 @@ class LocalLauncher final : public Launcher {
     return pid;
   }
 
-  // The worker's token travels in its environment, not on the command line,
-  // so `ps` does not show it. The worker leads its own process group (so a
-  // stop reaches its threads' children too) and logs to `log_path`.
+  // The worker's token travels through a pipe it reads at start
+  // (TRAINYARD_WORKER_TOKEN_FD), neither on its command line nor in its
+  // environment, which /proc shows. The worker leads its own process group
+  // (so a stop reaches its threads' children too) and logs to `log_path`.
+  // With an account it runs as that account (AccountEnvironment).
   absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& args, const std::string& log_path,
-                                     const std::string& token, const std::vector<std::string>& extra_env) {
+                                     const std::string& token, const std::vector<std::string>& extra_env,
+                                     const std::optional<UnixAccount>& run_as) {
     ChildPlan plan;
     plan.argv = args;
-    plan.environment = extra_env;
-    plan.environment.push_back("TRAINYARD_WORKER_TOKEN=" + token);
-    plan.fds = {{0, ChildFd::Null()}, {1, ChildFd::AppendTo(log_path)}, {2, ChildFd::SameAs(1)}};
+    if (run_as) {
+      plan.run_as = *run_as;
+      plan.replace_environment = true;
+      plan.environment = AccountEnvironment(*run_as);
+      plan.umask = 077;
+    }
+    plan.environment.insert(plan.environment.end(), extra_env.begin(), extra_env.end());
+    plan.environment.push_back(absl::StrCat("TRAINYARD_WORKER_TOKEN_FD=", kTokenFd));
+    plan.unset = {"TRAINYARD_WORKER_TOKEN"};
+    plan.fds = {{0, ChildFd::Null()},
+                {1, ChildFd::AppendTo(log_path)},
+                {2, ChildFd::SameAs(1)},
+                {kTokenFd, ChildFd::InputPipe()}};
     plan.group = ChildPlan::Group::kNewGroup;
-    return ChildProcess::Start(plan);
+    absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
+    if (!child.ok()) return child;
+    // A token is far below a pipe's buffer: this write never blocks.
+    const std::string line = token + "\n";
+    const bool sent = write(child->pipe(kTokenFd), line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    child->ClosePipe(kTokenFd);
+    if (!sent) return absl::InternalError(absl::StrCat("cannot hand the worker its token: ", strerror(errno)));
+    return child;
   }
 
   void ReapLoop() {

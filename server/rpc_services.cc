@@ -1,9 +1,14 @@
 #include "server/rpc_services.h"
 
+#include <grpc/grpc_security_constants.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/paths.h"
 #include "common/secrets.h"
 #include "common/wire_convert.h"
 #include "server/access.h"
@@ -25,19 +30,23 @@ absl::Status CheckId(const std::string& id) {
 }  // namespace
 
 grpc::Status JobServiceImpl::Authenticate(grpc::ServerContext* ctx, Caller* caller) const {
-  if (identities_ == nullptr || identities_->open()) {
+  if (identities_ == nullptr) {
     *caller = Caller{};
     return grpc::Status::OK;
   }
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   const std::string authorization = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
-  // Under mutual TLS the client certificate's common name may name the user.
-  std::string common_name;
+  // Under mutual TLS the client certificate may name the user.
+  Identities::PeerCertificate cert;
   if (auto auth = ctx->auth_context(); auth != nullptr && auth->IsPeerAuthenticated()) {
-    for (const auto& v : auth->FindPropertyValues("x509_common_name")) common_name.assign(v.data(), v.size());
+    cert.verified = true;
+    for (const auto& v : auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME))
+      cert.subject.assign(v.data(), v.size());
+    for (const auto& v : auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME))
+      cert.pem.assign(v.data(), v.size());
   }
-  auto who = identities_->Authenticate(authorization, common_name);
+  auto who = identities_->Authenticate(authorization, cert);
   if (!who.ok()) return ToGrpcStatus(who.status());
   *caller = *std::move(who);
   return grpc::Status::OK;
@@ -284,16 +293,34 @@ grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogs
   auto found = manager_->LogPath(req->id(), req->rank(), req->attempt());
   if (!found.ok()) return ToGrpcStatus(found.status());
   const auto& [path, attempt] = *found;
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no log file at ", path));
-  const int64_t size = in.tellg();
+  // A job's log directory may be its owner's account's: its files are read
+  // only when they are regular files, never through a symbolic link there.
+  absl::StatusOr<int> fd = OpenRegularFileNoFollow(path);
+  if (!fd.ok()) {
+    if (absl::IsNotFound(fd.status())) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("no log file at ", path));
+    }
+    return ToGrpcStatus(fd.status());
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { close(fd); }
+  } closer{*fd};
+  struct stat st {};
+  fstat(*fd, &st);
+  const int64_t size = st.st_size;
   const int64_t tail = req->tail_bytes() == 0 ? kDefaultLogTail : req->tail_bytes();
   // The end of the log; from `offset`, what was added since (a follower).
   const int64_t from = req->offset() > 0 ? std::min(req->offset(), size) : (size > tail ? size - tail : 0);
   const int64_t to = req->offset() > 0 ? std::min(size, from + tail) : size;
   std::string content(static_cast<size_t>(to - from), '\0');
-  in.seekg(from);
-  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = pread(*fd, content.data() + done, content.size() - done, from + static_cast<int64_t>(done));
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  content.resize(done);
   resp->set_path(path);
   resp->set_content(std::move(content));
   resp->set_truncated(req->offset() == 0 && from > 0);

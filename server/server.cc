@@ -141,13 +141,9 @@ absl::StatusOr<std::vector<std::string>> Server::Impl::WorkerTlsArgs() const {
         "with --tls-cert, workers need the CA of the server's certificate: give --tls-worker-ca (or "
         "--tls-client-ca)");
   }
+  // The CA alone: a worker is known by its job's token, never by the
+  // server's own key (which a job's processes must not see).
   args = {"--coordinator-ca", std::filesystem::absolute(ca).string()};
-  if (!o.client_ca.empty()) {
-    for (const std::string& a : {std::string("--tls-cert"), std::filesystem::absolute(o.cert).string(),
-                                 std::string("--tls-key"), std::filesystem::absolute(o.key).string()}) {
-      args.push_back(a);
-    }
-  }
   return args;
 }
 
@@ -181,6 +177,11 @@ absl::Status Server::Impl::StartGrpc() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   identities = std::make_unique<Identities>(token, o.policy.policy_file, o.jobs.allowed_roots);
+  if (!o.tls.client_ca.empty()) {
+    std::string own;
+    if (!ReadFileToString(o.tls.cert, &own)) return absl::FailedPreconditionError("--tls-cert: cannot read it");
+    identities->RequireClientCertificates(own);
+  }
   if (auto s = identities->Reload(); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("--policy-file ", s.message()));
   manager->SetPolicy(identities->policy());

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/child_process.h"
+#include "common/paths.h"
 #include "server/launcher.h"
 #include "server/slurm_batch.h"
 #include "spdlog/spdlog.h"
@@ -237,9 +238,9 @@ class SlurmLauncher final : public Launcher {
     std::vector<RankExit> out;
     for (int32_t rank = 0; rank < a.world_size; ++rank) {
       if (a.reported.count(rank)) continue;
-      std::ifstream f(absl::StrCat(a.log_dir, "/rank-", rank, ".exit"));
-      int code = 0;
-      if (!(f >> code)) continue;
+      const std::optional<int> read = ReadExitCodeFile(absl::StrCat(a.log_dir, "/rank-", rank, ".exit"));
+      if (!read) continue;
+      const int code = *read;
       // Above 128: the shell's account of a signal.
       out.push_back(code > 128 ? RankExit::Killed(a.job_id, a.attempt, rank, code - 128)
                                : RankExit::Exited(a.job_id, a.attempt, rank, code));

@@ -1,5 +1,8 @@
 // SQLite implementation of JobStore.
 #include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
@@ -32,7 +35,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   worker_token TEXT NOT NULL,
   owner TEXT NOT NULL DEFAULT '',
   grp TEXT NOT NULL DEFAULT '',
-  priority INTEGER NOT NULL DEFAULT 0
+  priority INTEGER NOT NULL DEFAULT 0,
+  run_as TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS job_events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -67,7 +71,7 @@ constexpr const char* kJobColumnNames[] = {
     "id",         "name",     "state",   "reason",      "spec_json",          "num_processes",
     "max_steps",  "step",     "loss",    "first_loss",  "samples_per_second", "created_ms",
     "started_ms", "ended_ms", "attempt", "failed_rank", "worker_token",       "owner",
-    "grp",        "priority"};
+    "grp",        "priority", "run_as"};
 
 // The job columns joined as `format` makes each ("id" -> "id", ":id", "id=:id").
 template <typename F>
@@ -137,7 +141,7 @@ class SqliteJobStore final : public JobStore {
       if (auto s = Exec(pragma); !s.ok()) return s;
     }
     if (auto s = Exec(kSchema); !s.ok()) return s;
-    return AddOwnerColumns();
+    return AddMissingColumns();
   }
 
   absl::Status Insert(const JobRecord& job, const JobEvent& event) override {
@@ -336,20 +340,26 @@ class SqliteJobStore final : public JobStore {
     return absl::OkStatus();
   }
 
-  // A store written before jobs had owners gets the columns (its jobs
-  // belong to nobody: admins see them).
-  absl::Status AddOwnerColumns() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    bool has_owner = false;
+  // A store written by an earlier version gets the columns it lacks: before
+  // jobs had owners (its jobs belong to nobody: admins see them), before
+  // they ran as their owners' accounts (the server's own).
+  absl::Status AddMissingColumns() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::set<std::string> have;
     {
       Stmt st(db_, "SELECT name FROM pragma_table_info('jobs');");
       if (!st.ok()) return Error("read the jobs table's columns");
-      while (sqlite3_step(st.get()) == SQLITE_ROW) has_owner |= st.Text(0) == "owner";
+      while (sqlite3_step(st.get()) == SQLITE_ROW) have.insert(st.Text(0));
     }
-    if (has_owner) return absl::OkStatus();
-    return Exec(
-        "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
-        "ALTER TABLE jobs ADD COLUMN grp TEXT NOT NULL DEFAULT '';"
-        "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;");
+    if (!have.count("owner")) {
+      if (absl::Status s = Exec("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+                                "ALTER TABLE jobs ADD COLUMN grp TEXT NOT NULL DEFAULT '';"
+                                "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (!have.count("run_as")) return Exec("ALTER TABLE jobs ADD COLUMN run_as TEXT NOT NULL DEFAULT '';");
+    return absl::OkStatus();
   }
 
   static void BindJob(Stmt& st, const JobRecord& j) {
@@ -373,6 +383,7 @@ class SqliteJobStore final : public JobStore {
     st.Bind("owner", j.owner);
     st.Bind("grp", j.group);
     st.Bind("priority", j.priority);
+    st.Bind("run_as", j.run_as);
   }
 
   // The job columns of the current row, by name.
@@ -398,6 +409,7 @@ class SqliteJobStore final : public JobStore {
     j.owner = st.Text("owner");
     j.group = st.Text("grp");
     j.priority = st.Int("priority");
+    j.run_as = st.Text("run_as");
     return j;
   }
 
@@ -416,6 +428,9 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     sqlite3_close(db);
     return absl::UnavailableError(absl::StrCat("cannot open job store ", path, ": ", msg));
   }
+  // The store holds every job's worker token: the server's account's alone
+  // (SQLite gives its journal files the same mode).
+  if (path != ":memory:") chmod(path.c_str(), 0600);
   auto store = std::make_unique<SqliteJobStore>(db);
   if (auto s = store->Init(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("cannot initialize job store ", path, ": ", s.message()));

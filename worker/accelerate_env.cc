@@ -22,6 +22,28 @@ std::string AccelerateEnvCacheDir() {
   return "";
 }
 
+bool IsAccelerateLaunchVariable(const std::string& name) {
+  static const char* const kPrefixes[] = {"ACCELERATE_", "FSDP_", "MEGATRON_LM_", "PARALLELISM_CONFIG_", "KMP_"};
+  static const char* const kNames[] = {"MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "OMP_NUM_THREADS",
+                                       "CUDA_VISIBLE_DEVICES",
+                                       "ASCEND_RT_VISIBLE_DEVICES",
+                                       "HABANA_VISIBLE_MODULES",
+                                       "MLU_VISIBLE_DEVICES",
+                                       "MUSA_VISIBLE_DEVICES",
+                                       "NEURON_RT_VISIBLE_CORES",
+                                       "SDAA_VISIBLE_DEVICES",
+                                       "ZE_AFFINITY_MASK"};
+  for (const char* p : kPrefixes) {
+    if (name.rfind(p, 0) == 0) return true;
+  }
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<std::map<std::string, std::string>> AccelerateLaunchEnvironment(const std::string& python,
                                                                                const std::string& accelerate_config,
                                                                                const ScriptRank& w,
@@ -54,7 +76,12 @@ absl::StatusOr<std::map<std::string, std::string>> AccelerateLaunchEnvironment(c
         absl::StrCat("the job's accelerate config: ", run->timed_out ? "trainyard._launch_env ran for 2 minutes: " : "",
                      run->output));
   }
-  for (auto& [k, v] : j.items()) env[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  for (auto& [k, v] : j.items()) {
+    // Only what accelerate launch sets: never LD_PRELOAD, PYTHONPATH or the
+    // like, whatever a cache held.
+    if (!IsAccelerateLaunchVariable(k)) continue;
+    env[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  }
   return env;
 }
 

@@ -17,13 +17,21 @@
 namespace trainyard {
 
 // $TRAINYARD_CACHE_DIR, else $XDG_CACHE_HOME/trainyard, else
-// $HOME/.cache/trainyard; empty (no cache) when none is set.
+// $HOME/.cache/trainyard; empty (no cache) when none is set. A cache is an
+// account's own: a file there that another account owns or may write is not
+// used.
 std::string AccelerateEnvCacheDir();
+
+// Whether accelerate launch sets `name` (ACCELERATE_*, FSDP_*, MASTER_ADDR,
+// OMP_NUM_THREADS, the devices' *_VISIBLE_* ...): the only variables
+// AccelerateLaunchEnvironment gives.
+bool IsAccelerateLaunchVariable(const std::string& name);
 
 // The variables for `accelerate_config` (YAML; empty: none, and nothing is
 // run) and the rank's place `where` (process count, machines, its machine).
 // FailedPrecondition with Accelerate's message when it refuses the config;
-// NotFound when `python` cannot be run. `cache_dir` empty: no cache.
+// NotFound when `python` cannot be run. `cache_dir` empty: no cache. Any
+// variable but launch variables is dropped.
 absl::StatusOr<std::map<std::string, std::string>> AccelerateLaunchEnvironment(const std::string& python,
                                                                                const std::string& accelerate_config,
                                                                                const ScriptRank& where,

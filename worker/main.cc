@@ -1,7 +1,10 @@
 // trainyard-worker: one rank of a training job. Started by a launcher
 // (local, Slurm), or by anyone with `--join JOB` for jobs whose launcher is
 // external (Kubernetes Indexed Jobs, a person on each node).
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +29,32 @@ void WriteExitStatus(const std::string& dir, int32_t rank, int code) {
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
+}
+
+// The token the local launcher hands over on descriptor
+// $TRAINYARD_WORKER_TOKEN_FD (kept out of /proc/<pid>/environ); "" when
+// there is none. The descriptor is closed after.
+std::string TokenFromLauncher() {
+  const char* fd_text = std::getenv("TRAINYARD_WORKER_TOKEN_FD");
+  if (fd_text == nullptr || *fd_text == '\0') return "";
+  const int fd = std::atoi(fd_text);
+  if (fd <= 2) return "";
+  std::string token;
+  char buf[256];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      token.append(buf, static_cast<size_t>(n));
+      if (token.size() > 4096) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  close(fd);
+  unsetenv("TRAINYARD_WORKER_TOKEN_FD");
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  return token;
 }
 
 }  // namespace
@@ -105,6 +134,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trainyard-worker: --rank %d must be below --world-size %d\n", a.rank, a.world_size);
     return trainyard::kExitUsage;
   }
+  if (a.token.empty()) a.token = TokenFromLauncher();
   if (a.token.empty()) {
     if (const char* t = std::getenv("TRAINYARD_WORKER_TOKEN")) a.token = t;
   }

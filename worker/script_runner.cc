@@ -431,9 +431,9 @@ ChildPlan ScriptPlan(const ScriptSpec& script, const ScriptRank& where, const st
   if (read_stdout) plan.fds[1] = ChildFd::Pipe();
   plan.working_dir = script.working_dir.empty() ? fs::path(script.path).parent_path().string() : script.working_dir;
   // py-spy, started by the worker for a diagnosis, is no ancestor of the
-  // script: allow it (Yama's ptrace_scope 1); without CAP_SYS_PTRACE it
-  // needs this.
-  plan.allow_any_tracer = true;
+  // script: allow the worker and what it starts (Yama's ptrace_scope 1),
+  // no other process of the account.
+  plan.allow_parent_tracer = true;
   return plan;
 }
 

@@ -16,6 +16,10 @@ installed accelerate and torch (version, place, modification time), the
 config's text and the other arguments, the environment, and the GPUs the
 driver lists. Only the rendezvous address and port are left out of the key:
 Accelerate puts them in its launcher's arguments, not in the environment.
+
+Only variables `accelerate launch` sets are given (launch_variable): a
+cached answer holding any other (LD_PRELOAD, PYTHONPATH...), or a cache
+file another account owns or may write, is not used.
 """
 import hashlib
 import json
@@ -23,6 +27,18 @@ import os
 import sys
 
 CACHE_ENTRIES = 64
+
+# What accelerate launch sets (accelerate/utils/launch.py), and nothing else.
+LAUNCH_PREFIXES = ("ACCELERATE_", "FSDP_", "MEGATRON_LM_", "PARALLELISM_CONFIG_", "KMP_")
+LAUNCH_NAMES = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+    "HABANA_VISIBLE_MODULES", "MLU_VISIBLE_DEVICES", "MUSA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES",
+    "SDAA_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"})
+
+
+def launch_variable(name):
+    """Whether `name` is a variable accelerate launch sets."""
+    return name in LAUNCH_NAMES or name.startswith(LAUNCH_PREFIXES)
 
 
 def launch_environment(argv):
@@ -37,7 +53,7 @@ def launch_environment(argv):
         env = prepare_multi_gpu_env(args)
     else:
         _cmd, env = prepare_simple_launcher_cmd_env(args)
-    return {k: str(v) for k, v in env.items() if before.get(k) != v}
+    return {k: str(v) for k, v in env.items() if before.get(k) != v and launch_variable(k)}
 
 
 def _package_identity(name):
@@ -79,19 +95,34 @@ def cache_key(argv):
 
 
 def _cached(cache_dir, argv):
+    """The cached answer, when this account alone could have written it and
+    it holds only launch variables; else None."""
     path = os.path.join(cache_dir, f"accelerate-env-{cache_key(argv)}.json")
     try:
-        with open(path) as f:
-            return path, json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return path, None
+    try:
+        with os.fdopen(fd) as f:
+            st = os.fstat(f.fileno())
+            d = os.stat(cache_dir)
+            for s in (st, d):
+                if s.st_uid != os.getuid() or s.st_mode & 0o022:
+                    return path, None
+            env = json.load(f)
     except (OSError, ValueError):
         return path, None
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and launch_variable(k) for k, v in env.items()):
+        return path, None
+    return path, env
 
 
 def _store(cache_dir, path, env):
     try:
-        os.makedirs(cache_dir, exist_ok=True)
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w") as f:
             json.dump(env, f, sort_keys=True)
         os.replace(tmp, path)
         entries = sorted((e for e in os.scandir(cache_dir) if e.name.startswith("accelerate-env-")),

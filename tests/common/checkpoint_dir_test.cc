@@ -134,6 +134,56 @@ TEST(PathsTest, AllowsPathsUnderARootAndRefusesEscapes) {
   EXPECT_FALSE(ResolveUnderRoots("", roots).ok());
 }
 
+// The kernel resolves a path beneath its root: a dangling link that leads
+// out (which weakly_canonical keeps as it is) is refused, and so is a file
+// read beneath a root through a link out of it; a link that stays inside
+// is followed. No roots: no path.
+TEST(PathsTest, ALinkOutOfARootIsRefusedEvenWhenItDangles) {
+  TempDir root, outside;
+  WriteFile(outside.path() + "/secret", "s");
+  std::filesystem::create_directories(root.path() + "/in");
+  std::filesystem::create_symlink(outside.path() + "/missing-dir", root.path() + "/dangling");
+  std::filesystem::create_symlink("../../etc/not-there", root.path() + "/in/dotdot");
+  std::filesystem::create_symlink("in", root.path() + "/inside");
+  std::filesystem::create_symlink(outside.path() + "/secret", root.path() + "/in/secret-link");
+  const std::vector<std::string> roots = {root.path()};
+  for (const std::string& bad :
+       {root.path() + "/dangling", root.path() + "/dangling/new", root.path() + "/in/dotdot"}) {
+    auto r = ResolveUnderRoots(bad, roots);
+    EXPECT_FALSE(r.ok()) << bad << " resolved to " << r.value_or("");
+  }
+  auto inside = ResolveUnderRoots(root.path() + "/inside/new-file", roots);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  auto none = ResolveUnderRoots(root.path() + "/in", {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(std::string(none.status().message()).find("no roots"), std::string::npos) << none.status();
+  // Read beneath the root: the link out of it is refused, as named it reads.
+  auto leaked = ReadBoundedFile(root.path() + "/in/secret-link", 1024, roots);
+  ASSERT_FALSE(leaked.ok());
+  EXPECT_NE(std::string(leaked.status().message()).find("leads out of"), std::string::npos) << leaked.status();
+  EXPECT_TRUE(ReadBoundedFile(root.path() + "/in/secret-link", 1024).ok());
+  WriteFile(root.path() + "/in/config.json", "{}");
+  EXPECT_TRUE(ReadBoundedFile(root.path() + "/inside/config.json", 1024, roots).ok());
+}
+
+// A file in a directory another account writes (a job's log, its exit
+// code) is read only as a regular file, never through a link, never
+// blocking on a FIFO.
+TEST(PathsTest, NoFollowOpensRegularFilesOnly) {
+  TempDir dir, outside;
+  WriteFile(outside.path() + "/shadow", "root:secret");
+  WriteFile(dir.path() + "/rank-0.exit", "3\n");
+  std::filesystem::create_symlink(outside.path() + "/shadow", dir.path() + "/rank-1.exit");
+  ASSERT_EQ(::mkfifo((dir.path() + "/rank-2.exit").c_str(), 0600), 0);
+  EXPECT_EQ(ReadExitCodeFile(dir.path() + "/rank-0.exit"), 3);
+  EXPECT_EQ(ReadExitCodeFile(dir.path() + "/rank-1.exit"), std::nullopt);
+  EXPECT_EQ(ReadExitCodeFile(dir.path() + "/rank-2.exit"), std::nullopt);  // returns at once
+  EXPECT_EQ(ReadExitCodeFile(dir.path() + "/rank-9.exit"), std::nullopt);
+  auto link = OpenRegularFileNoFollow(dir.path() + "/rank-1.exit");
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(std::string(link.status().message()).find("symbolic link"), std::string::npos) << link.status();
+}
+
 // What a request makes the server read is read without blocking and
 // within a size: a FIFO (no writer) or a 100 GB sparse file is refused at
 // once, naming why. A blocking read of the FIFO would never return: it runs

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -200,6 +201,52 @@ TEST(ChildProcessTest, AProgramThatCannotRunIsAnError) {
   EXPECT_EQ(ChildProcess::Start(plan).status().code(), absl::StatusCode::kNotFound);
   // The failed child was reaped.
   EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+}
+
+// As root (CI runs the tests as root): the child runs as the account, with
+// its groups, no capability and no_new_privs, and its log file is the
+// account's. `nobody` is on every Debian system.
+TEST(ChildProcessTest, RunsAsAnotherAccountWithNothingOfThisOne) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch accounts";
+  absl::StatusOr<UnixAccount> nobody = LookupUnixAccount("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  TempDir dir;
+  const std::string log = dir.path() + "/out.log";
+  ChildPlan plan = Sh("id -u; id -g; grep -E '^(CapEff|CapPrm|CapAmb|NoNewPrivs)' /proc/self/status; id -G");
+  plan.run_as = *nobody;
+  plan.fds[1] = ChildFd::AppendTo(log);
+  StartOk(plan).Wait();
+  std::ifstream in(log);
+  std::stringstream got;
+  got << in.rdbuf();
+  const std::string text = got.str();
+  EXPECT_NE(text.find(std::to_string(nobody->uid) + "\n" + std::to_string(nobody->gid) + "\n"), std::string::npos)
+      << text;
+  for (const char* line :
+       {"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in " << text;
+  }
+  // Not root's groups: exactly the account's.
+  EXPECT_EQ(text.find("\n0\n"), std::string::npos) << text;
+  struct stat st {};
+  ASSERT_EQ(stat(log.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, nobody->uid);
+  EXPECT_EQ(st.st_gid, nobody->gid);
+  // A log path that is a symbolic link is refused, not followed.
+  const std::string target = dir.path() + "/target";
+  std::ofstream(target) << "x";
+  ASSERT_EQ(symlink(target.c_str(), (dir.path() + "/link.log").c_str()), 0);
+  plan.fds[1] = ChildFd::AppendTo(dir.path() + "/link.log");
+  EXPECT_FALSE(ChildProcess::Start(plan).ok());
+  ASSERT_EQ(stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+}
+
+TEST(ChildProcessTest, NoSuchAccountAndRootAreRefused) {
+  EXPECT_EQ(LookupUnixAccount("trainyard-no-such-user").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<UnixAccount> root = LookupUnixAccount("root");
+  ASSERT_FALSE(root.ok());
+  EXPECT_NE(root.status().message().find("uid 0"), std::string::npos) << root.status();
 }
 
 TEST(ChildProcessTest, GroupsAndSessions) {

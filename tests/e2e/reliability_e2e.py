@@ -535,6 +535,7 @@ class Security(unittest.TestCase):
             # TLS without a client certificate: mutual TLS refuses it too.
             r = s.ctl("--ca", os.path.join(d, "ca.pem"), "--timeout", "3", "list")
             self.assertEqual(r.returncode, 2)
+            self.assertIn("requires a client certificate", r.stderr)
             # A client certificate signed by another CA: refused in the TLS
             # handshake, and the error says so.
             openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other-ca.key", "-out",
@@ -547,10 +548,20 @@ class Security(unittest.TestCase):
                       "--key", os.path.join(d, "stranger.key"), "--timeout", "3", "list")
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn("handshake", r.stderr.lower(), r.stderr)
+            # The server's own certificate is nobody's.
+            r = s.ctl("--ca", os.path.join(d, "ca.pem"), "--cert", os.path.join(d, "server.pem"),
+                      "--key", os.path.join(d, "server.key"), "--timeout", "3", "list")
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("the server's own", r.stderr)
             # With one signed by the CA: served, and a job's workers (which
-            # present the server's certificate) reach the coordinator.
-            client = ["--ca", os.path.join(d, "ca.pem"), "--cert", os.path.join(d, "server.pem"),
-                      "--key", os.path.join(d, "server.key")]
+            # present no certificate: the CA and their job's token) reach
+            # the coordinator.
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key", "-out", "client.csr",
+                    "-subj", "/CN=client")
+            openssl("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                    "-out", "client.pem", "-days", "2", "-extfile", "ext.cnf")
+            client = ["--ca", os.path.join(d, "ca.pem"), "--cert", os.path.join(d, "client.pem"),
+                      "--key", os.path.join(d, "client.key")]
             r = s.ctl(*client, "list")
             self.assertEqual(r.returncode, 0, r.stderr)
             spec = write_spec(d, "mtls.yaml", JOB % job_args(name="mtls", seed=4, steps=60, restarts=0))

@@ -40,15 +40,18 @@ def spec(name, steps=100000, procs=1, priority="normal", preemptible="false", ex
     return LONG % dict(name=name, steps=steps, procs=procs, priority=priority, preemptible=preemptible) + extra
 
 
-def policy(users, quotas):
+def policy(users, quotas, fields=None, extra=""):
+    """A policy file's text: `fields` adds "key: value" fields to a user's
+    entry, `extra` top-level lines."""
     lines = ["users:"]
     for name, (token, groups, role, roots) in users.items():
+        more = "".join(f", {f}" for f in (fields or {}).get(name, []))
         lines.append(f"  - {{name: {name}, token_sha256: \"{hashlib.sha256(token.encode()).hexdigest()}\", "
-                     f"groups: [{', '.join(groups)}], role: {role}, roots: [{', '.join(roots)}]}}")
+                     f"groups: [{', '.join(groups)}], role: {role}, roots: [{', '.join(roots)}]{more}}}")
     lines.append("priority_classes: {low: 0, normal: 100, high: 1000}")
     lines.append("quotas:")
     lines.append("  users: {" + ", ".join(f"{u}: {{slots: {n}}}" for u, n in quotas.items()) + "}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + extra
 
 
 def digest_of(server, token, job_id, step):
@@ -76,7 +79,11 @@ class SharedServer(unittest.TestCase):
             "mallory": (f"token-of-mallory-{os.getpid()}", [], "user", [self.roots["bob"]]),
         }
         self.policy_path = write_spec(d, "policy.yaml", policy(self.users, {"bob": 1}))
-        self.server = Server(d, slots=2, extra=("--policy-file", self.policy_path, "--preemption-min-run-time-s", "0"))
+        # The state directory is never a user's: the roots lie beside it.
+        self.state = os.path.join(d, "state")
+        os.makedirs(self.state)
+        self.server = Server(self.state, slots=2,
+                             extra=("--policy-file", self.policy_path, "--preemption-min-run-time-s", "0"))
 
     def tearDown(self):
         self.server.stop()
@@ -184,7 +191,7 @@ class SharedServer(unittest.TestCase):
         with open(self.policy_path, "w") as f:
             f.write("users: [{name: x, token_sha256: nothex}]\n")
         s.proc.send_signal(signal.SIGHUP)
-        log = os.path.join(self.tmp.name, "server.log")
+        log = os.path.join(self.state, "server.log")
         wait_for(lambda: "token_sha256" in read(log), 30, "the reload error in the server's log")
         self.assertEqual(self.as_("carol", "list").returncode, 0)
 
@@ -218,9 +225,74 @@ class SharedServer(unittest.TestCase):
         self.assertEqual(digest_of(s, self.tokens["alice"], low, steps), digest_of(s, self.tokens["alice"], ref, steps))
 
 
+class GroupVisibility(unittest.TestCase):
+    """group_visibility: a member of the owner's group may get, list and
+    read the logs of a job, but not cancel, resume, checkpoint or fetch its
+    join-info, and never sees its script's env values. The queue shows each
+    user their own jobs; users with no usage are ordered by submit time."""
+
+    def test_members_look_but_do_not_act(self):
+        with tempfile.TemporaryDirectory(prefix="trainyard-users-group-") as d:
+            tokens, users = {}, {}
+            for u, groups in (("alice", ["vision"]), ("carol", ["vision"]), ("bob", ["nlp"])):
+                tokens[u] = write_spec(d, f"{u}.token", f"token-of-{u}-{os.getpid()}\n")
+                users[u] = (f"token-of-{u}-{os.getpid()}", groups, "user", [d])
+            users["ops"] = (f"token-of-ops-{os.getpid()}", [], "admin", [])
+            tokens["ops"] = write_spec(d, "ops.token", f"token-of-ops-{os.getpid()}\n")
+            pol = write_spec(d, "policy.yaml",
+                             policy(users, {}, extra="group_visibility: true\nshared_account: true\n"))
+            state = os.path.join(d, "state")
+            os.makedirs(state)
+            s = Server(state, slots=1, extra=("--policy-file", pol))
+            try:
+                def as_(u, *args):
+                    return s.ctl("--token-file", tokens[u], *args, timeout=120)
+
+                def submit(u, name, text):
+                    r = as_(u, "-o", "json", "submit", write_spec(d, f"{name}.yaml", text))
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    return json.loads(r.stdout)["id"]
+
+                running = submit("alice", "running", spec("running"))
+                wait_for(lambda: json.loads(as_("alice", "-o", "json", "get", running).stdout)["step"] > 0, 120,
+                         "alice's job to train")
+                script = write_spec(d, "loop.py", "import time\ntime.sleep(60)\n")
+                secret = submit("alice", "secret", f"name: secret\nscript: {{path: {script}, "
+                                "env: {API_KEY: s3cret-value}}\nnum_processes: 1\n")
+                bob_job = submit("bob", "bobq", spec("bob-queued"))
+                carol_job = submit("carol", "carolq", spec("carol-queued"))
+                # Carol sees alice's jobs, and their logs, but not the script's secret.
+                r = as_("carol", "-o", "json", "get", secret)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertNotIn("s3cret-value", r.stdout)
+                self.assertIn("(hidden)", r.stdout)
+                self.assertIn("s3cret-value", as_("alice", "-o", "json", "get", secret).stdout)
+                self.assertEqual(as_("carol", "logs", running).returncode, 0)
+                listed = [j["id"] for j in json.loads(as_("carol", "-o", "json", "list", "-A").stdout)]
+                self.assertIn(running, listed)
+                for args in (("cancel", running), ("checkpoint", running), ("join-info", running),
+                             ("resume", running)):
+                    r = as_("carol", *args)
+                    self.assertEqual(r.returncode, 2, f"carol {args}: {r.stdout}")
+                    self.assertIn("PERMISSION_DENIED", r.stderr, args)
+                # Bob, of another group, sees none of it.
+                r = as_("bob", "get", running)
+                self.assertIn("NOT_FOUND", r.stderr)
+                # The queue: each their own; an admin sees both, bob's first
+                # (neither has usage: the earlier submission).
+                bob_queue = [q["id"] for q in json.loads(as_("bob", "-o", "json", "queue").stdout)]
+                self.assertEqual(bob_queue, [bob_job])
+                order = [q["id"] for q in json.loads(as_("ops", "-o", "json", "queue", "-A").stdout)]
+                self.assertLess(order.index(bob_job), order.index(carol_job), order)
+            finally:
+                s.stop()
+
+
 class MutualTls(unittest.TestCase):
-    """Under mutual TLS, a client certificate whose common name is a user's
-    name is that user; one that names nobody needs a token."""
+    """Under mutual TLS, a client certificate whose subject is a user's
+    tls_subject is that user; one that names nobody needs a token; a call
+    without a certificate, or with the server's own, is refused; the workers
+    connect with the CA alone (the server's key is on no command line)."""
 
     def test_the_certificate_names_the_user(self):
         with tempfile.TemporaryDirectory(prefix="trainyard-users-tls-") as d:
@@ -231,15 +303,16 @@ class MutualTls(unittest.TestCase):
                     "-days", "2", "-subj", "/CN=trainyard-test-ca")
             with open(os.path.join(d, "ext.cnf"), "w") as f:
                 f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
-            for name in ("localhost", "alice", "stranger"):
+            for name, subject in (("localhost", "/CN=localhost"), ("alice", "/O=Example/CN=alice"),
+                                  ("bob", "/CN=bob"), ("stranger", "/CN=stranger")):
                 openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                        "-subj", f"/CN={name}")
+                        "-subj", subject)
                 openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
                         "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "ext.cnf")
             bob_token = write_spec(d, "bob.token", "token-of-bob-over-tls\n")
             users = {"alice": ("token-of-alice-over-tls", ["vision"], "user", []),
                      "bob": ("token-of-bob-over-tls", ["nlp"], "user", [])}
-            pol = write_spec(d, "policy.yaml", policy(users, {}))
+            pol = write_spec(d, "policy.yaml", policy(users, {}, {"alice": ['tls_subject: "CN=alice,O=Example"']}))
             s = Server(d, extra=["--policy-file", pol, "--tls-cert", os.path.join(d, "localhost.pem"),
                                  "--tls-key", os.path.join(d, "localhost.key"),
                                  "--tls-client-ca", os.path.join(d, "ca.pem")])
@@ -248,13 +321,26 @@ class MutualTls(unittest.TestCase):
                     return s.ctl("--ca", os.path.join(d, "ca.pem"), "--cert", os.path.join(d, f"{name}.pem"),
                                  "--key", os.path.join(d, f"{name}.key"), *args)
 
-                r = as_cert("alice", "-o", "json", "submit", write_spec(d, "a.yaml", spec("tls-alice", steps=3)))
+                r = as_cert("alice", "-o", "json", "submit", write_spec(d, "a.yaml", spec("tls-alice", steps=300)))
                 self.assertEqual(r.returncode, 0, r.stderr)
                 job_id = json.loads(r.stdout)["id"]
                 self.assertEqual(json.loads(as_cert("alice", "-o", "json", "get", job_id).stdout)["owner"], "alice")
-                r = as_cert("stranger", "list")
-                self.assertEqual(r.returncode, 2)
-                self.assertIn("UNAUTHENTICATED", r.stderr)
+                wait_for(lambda: e2e_test.worker_pids(job_id), 60, "the job's worker")
+                for pid in e2e_test.worker_pids(job_id):
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        args = f.read().split(b"\0")
+                    self.assertIn(b"--coordinator-ca", args)
+                    self.assertNotIn(b"--tls-key", args)
+                    self.assertFalse([a for a in args if b"localhost.key" in a], args)
+                for name, why in (("stranger", "needs a token"), ("bob", "needs a token"),
+                                  ("localhost", "the server's own")):
+                    r = as_cert(name, "list")
+                    self.assertEqual(r.returncode, 2, f"{name}: {r.stdout}")
+                    self.assertIn("UNAUTHENTICATED", r.stderr)
+                    self.assertIn(why, r.stderr)
+                r = s.ctl("--ca", os.path.join(d, "ca.pem"), "--token-file", bob_token, "list")
+                self.assertEqual(r.returncode, 2, r.stdout)
+                self.assertIn("requires a client certificate", r.stderr)
                 # A token names its own user, whatever the certificate says.
                 r = as_cert("alice", "--token-file", bob_token, "get", job_id)
                 self.assertEqual(r.returncode, 2)

@@ -44,6 +44,50 @@ TEST_F(AdmissionTest, AValidSpecIsAdmittedWithItsPathsResolved) {
   EXPECT_EQ(a->priority, 0);
 }
 
+// A user of the policy names paths under their own roots only: never in the
+// state directory (another job's checkpoints) but in the job's own
+// directory, and with no roots, no path at all. Scripts need an account of
+// their own unless the policy shares one.
+TEST_F(AdmissionTest, AUsersPathsStayUnderTheirRootsAndOutOfTheStateDirectory) {
+  const Admission admission = Make();
+  TempDir bob_root;
+  const Caller bob{"bob", {}, false, {bob_root.path()}};
+  const Caller rootless{"carol", {}, false, {}};
+  auto admit = [&](const std::string& spec, const Caller& by, const std::string& id = "job-9") {
+    return admission.Admit("num_processes: 1\n" + spec, "", by, id, Now()).status();
+  };
+  const std::string other_job = dir_.path() + "/jobs/job-1/checkpoints";
+  std::filesystem::create_directories(other_job);
+  absl::Status s = admit("checkpoint: {project_dir: " + other_job + "}\n", bob);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("outside the allowed roots"), std::string::npos) << s;
+  // An admin may (the server's roots hold the state directory by default).
+  EXPECT_TRUE(admit("checkpoint: {project_dir: " + other_job + "}\n", Caller{"", {}, true, {}}).ok());
+  // A root that holds the state directory does not open it.
+  const Caller wide{"dave", {}, false, {std::filesystem::path(dir_.path()).parent_path().string()}};
+  s = admit("checkpoint: {project_dir: " + other_job + "}\n", wide);
+  EXPECT_NE(std::string(s.message()).find("lies in the server's state directory"), std::string::npos) << s;
+  // The job's own directory is allowed: a resume from its checkpoints.
+  EXPECT_TRUE(admit("checkpoint: {project_dir: " + dir_.path() + "/jobs/job-9}\n", wide, "job-9").ok());
+  EXPECT_TRUE(admit("checkpoint: {project_dir: " + bob_root.path() + "/p}\n", bob).ok());
+  s = admit("checkpoint: {project_dir: /tmp}\n", rootless);
+  EXPECT_NE(std::string(s.message()).find("has no roots"), std::string::npos) << s;
+  EXPECT_TRUE(admit("", rootless).ok()) << "the default project directory needs no root";
+  // Scripts: an account of one's own, or a policy that shares the server's.
+  const std::string script = bob_root.path() + "/train.py";
+  std::ofstream(script) << "print(1)\n";
+  s = admit("script: {path: " + script + "}\n", bob);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(std::string(s.message()).find("has no unix_user"), std::string::npos) << s;
+  Caller with_account = bob;
+  with_account.unix_user = "bob";
+  EXPECT_TRUE(admit("script: {path: " + script + "}\n", with_account).ok());
+  s = admit("script: {path: " + script + "}\nlauncher: external\n", with_account);
+  EXPECT_NE(std::string(s.message()).find("only the local launcher"), std::string::npos) << s;
+  policy_.shared_account = true;
+  EXPECT_TRUE(admit("script: {path: " + script + "}\n", bob).ok());
+}
+
 TEST_F(AdmissionTest, EachRuleRefusesWithItsReason) {
   const Admission admission = Make(/*max_queued=*/1);
   auto refused = [&](const std::string& spec, const AdmissionState& now) {

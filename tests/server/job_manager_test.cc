@@ -662,6 +662,10 @@ TEST_F(JobManagerTest, UsersSeeAndActOnTheirOwnJobsOnly) {
   int recorded = 0;
   for (const JobEvent& e : events) recorded += e.reason.rfind("refused: user bob may not", 0) == 0;
   EXPECT_EQ(recorded, 1) << "one event for bob's 51 refusals";
+  bool counted = false;
+  for (const JobEvent& e : events)
+    counted |= e.reason.find("(refused 51 requests of user bob since ") != std::string::npos;
+  EXPECT_TRUE(counted) << "the event counts them";
   bool named = false;
   for (const JobEvent& e : events) {
     named |= e.reason.rfind("refused: user bob may not cancel job " + a + ": it is not theirs", 0) == 0;

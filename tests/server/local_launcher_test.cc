@@ -15,7 +15,7 @@
 namespace trainyard {
 namespace {
 
-constexpr const char* kFakeWorker = R"(#!/bin/sh
+constexpr const char* kFakeWorker = R"SH(#!/bin/sh
 case "$*" in
   *"--job exit3"*) exit 3 ;;
   *"--job sleeper"*) exec sleep 1000 ;;
@@ -23,10 +23,11 @@ case "$*" in
   *"--job waiter"*) trap 'kill $!; exit 130' INT TERM; sleep 1000 & echo started; wait ;;
 esac
 echo "args: $*"
-echo "token: $TRAINYARD_WORKER_TOKEN"
+read -r token <&3
+echo "token: $token (from fd $TRAINYARD_WORKER_TOKEN_FD; in the environment: ${TRAINYARD_WORKER_TOKEN-none})"
 echo "gpu: [$CUDA_VISIBLE_DEVICES] local: $LOCAL_RANK"
 exit 0
-)";
+)SH";
 
 class LocalLauncherTest : public ::testing::Test {
  protected:
@@ -83,7 +84,7 @@ TEST_F(LocalLauncherTest, RunsEveryRankWithItsArgumentsAndLog) {
   buf << log.rdbuf();
   EXPECT_NE(buf.str().find("--rank 1 --world-size 2"), std::string::npos) << buf.str();
   EXPECT_NE(buf.str().find("--master-port 12345"), std::string::npos) << buf.str();
-  EXPECT_NE(buf.str().find("token: tok-ok"), std::string::npos) << buf.str();
+  EXPECT_NE(buf.str().find("token: tok-ok (from fd 3; in the environment: none)"), std::string::npos) << buf.str();
   EXPECT_EQ(buf.str().find("tok-ok --"), std::string::npos) << "the token must not be on the command line";
 }
 

@@ -4,6 +4,7 @@
 #include "worker/accelerate_env.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -67,10 +68,25 @@ TEST_F(AccelerateEnvTest, TheSecondCallReadsTheCacheAndConfigsAreKeptApart) {
   EXPECT_EQ(*second, *first);
   EXPECT_EQ(CacheFiles().size(), 1u);
   // What the cache holds is what the call returns: plant an answer.
-  std::ofstream(CacheFiles()[0]) << R"({"PLANTED": "1"})";
+  const std::string file = CacheFiles()[0];
+  const std::string real = first->at("ACCELERATE_MIXED_PRECISION");
+  std::ofstream(file) << R"({"ACCELERATE_MIXED_PRECISION": "planted"})";
   auto planted = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir);
   ASSERT_TRUE(planted.ok()) << planted.status();
-  EXPECT_EQ(planted->at("PLANTED"), "1");
+  EXPECT_EQ(planted->at("ACCELERATE_MIXED_PRECISION"), "planted");
+  // An answer with anything accelerate launch does not set is not used: it
+  // is computed anew (and the cache rewritten).
+  std::ofstream(file) << R"({"ACCELERATE_MIXED_PRECISION": "planted", "LD_PRELOAD": "/tmp/evil.so"})";
+  auto poisoned = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir);
+  ASSERT_TRUE(poisoned.ok()) << poisoned.status();
+  EXPECT_EQ(poisoned->count("LD_PRELOAD"), 0u);
+  EXPECT_EQ(poisoned->at("ACCELERATE_MIXED_PRECISION"), real);
+  // Nor one another account may have written: a file others may write.
+  std::ofstream(file) << R"({"ACCELERATE_MIXED_PRECISION": "planted"})";
+  ASSERT_EQ(chmod(file.c_str(), 0666), 0);
+  auto shared = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->at("ACCELERATE_MIXED_PRECISION"), real);
   // Another config, another process count, or another machine rank: computed anew.
   std::string bf16 = kConfig;
   bf16.replace(bf16.find("'no'"), 4, "bf16");
