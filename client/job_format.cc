@@ -1,10 +1,13 @@
 #include "client/job_format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <iomanip>
+#include <map>
 #include <ostream>
+#include <set>
 
 #include "common/job_state.h"
 #include "common/wire_convert.h"
@@ -92,6 +95,12 @@ ordered_json JobJson(const v1::Job& j) {
     }
     o["ranks"] = ranks;
   }
+  if (j.places_size() > 0) {
+    ordered_json places = ordered_json::array();
+    for (const v1::RankPlace& p : j.places()) places.push_back({{"rank", p.rank()}, {"node", p.node()}});
+    o["places"] = places;
+  }
+  if (!j.slurm_job_id().empty()) o["slurm_job_id"] = j.slurm_job_id();
   if (j.has_replicas()) {
     const v1::Replicas& r = j.replicas();
     o["replicas"] = {{"epoch", r.epoch()},
@@ -113,10 +122,23 @@ ordered_json JobJson(const v1::Job& j) {
 }
 
 void PrintRanks(const v1::Job& j, std::ostream& out) {
-  if (j.ranks_size() == 0) return;
-  out << "ranks:\n  " << std::left << std::setw(6) << "RANK" << std::setw(10) << "STEP" << std::setw(7) << "GPU"
-      << std::setw(22) << "GPU MEMORY" << std::setw(9) << "POWER" << std::setw(7) << "TEMP" << std::setw(12)
-      << "ECC C/U"
+  if (j.ranks_size() == 0 && j.places_size() == 0) return;
+  std::map<int32_t, std::string> nodes;
+  size_t width = 4;
+  for (const v1::RankPlace& p : j.places()) {
+    nodes[p.rank()] = p.node();
+    width = std::max(width, p.node().size());
+  }
+  const int node_width = static_cast<int>(width) + 2;
+  // Ranks that connected but reported no step yet have a place alone.
+  std::map<int32_t, const v1::MetricsSample*> samples;
+  for (const v1::MetricsSample& r : j.ranks()) samples[r.rank()] = &r;
+  std::set<int32_t> ranks;
+  for (const auto& [rank, node] : nodes) ranks.insert(rank);
+  for (const auto& [rank, sample] : samples) ranks.insert(rank);
+  out << "ranks:\n  " << std::left << std::setw(6) << "RANK" << std::setw(node_width) << "NODE" << std::setw(10)
+      << "STEP" << std::setw(7) << "GPU" << std::setw(22) << "GPU MEMORY" << std::setw(9) << "POWER" << std::setw(7)
+      << "TEMP" << std::setw(12) << "ECC C/U"
       << "XID\n";
   auto known = [](double v, const char* fmt) {
     if (v < 0) return std::string("-");
@@ -124,8 +146,17 @@ void PrintRanks(const v1::Job& j, std::ostream& out) {
     std::snprintf(buf, sizeof(buf), fmt, v);
     return std::string(buf);
   };
-  for (const v1::MetricsSample& r : j.ranks()) {
-    out << "  " << std::left << std::setw(6) << r.rank() << std::setw(10) << r.step();
+  for (int32_t rank : ranks) {
+    auto node = nodes.find(rank);
+    out << "  " << std::left << std::setw(6) << rank << std::setw(node_width)
+        << (node == nodes.end() ? std::string("-") : node->second);
+    auto found = samples.find(rank);
+    if (found == samples.end()) {
+      out << "(no step yet)\n";
+      continue;
+    }
+    const v1::MetricsSample& r = *found->second;
+    out << std::setw(10) << r.step();
     if (r.gpu_memory_total_bytes() <= 0) {
       out << "(no GPU readings)\n";
       continue;

@@ -98,6 +98,7 @@ struct Trainctl::Impl {
         << "started:      " << FormatTime(j.started_unix_millis()) << "\n"
         << "ended:        " << FormatTime(j.ended_unix_millis()) << "\n";
     if (j.failed_rank() >= 0) out << "failed rank:  " << j.failed_rank() << "\n";
+    if (!j.slurm_job_id().empty()) out << "slurm job:    " << j.slurm_job_id() << "\n";
     if (!j.owner().empty()) {
       out << "owner:        " << j.owner() << (j.group().empty() ? "" : " (group " + j.group() + ")") << "\n"
           << "priority:     " << j.priority() << "\n";

@@ -67,6 +67,13 @@ std::string RendezvousHostFromEnvironment() {
   return m == nullptr ? "" : m;
 }
 
+std::string NodeName() {
+  if (const char* slurm = std::getenv("SLURMD_NODENAME"); slurm != nullptr && *slurm != '\0') return slurm;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "";
+  return host;
+}
+
 std::string LocalAddressToward(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

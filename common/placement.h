@@ -26,6 +26,10 @@ int LocalRankFromEnvironment();
 // when none is set.
 std::string RendezvousHostFromEnvironment();
 
+// The name of the node this process runs on: Slurm's name for it
+// (SLURMD_NODENAME), else the host name.
+std::string NodeName();
+
 // The local IP address this host uses to reach `host` (resolved, UDP
 // "connect", no packet sent); empty when it cannot be found.
 std::string LocalAddressToward(const std::string& host);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,10 @@ struct ActiveJob {
   // (preemption_grace_s), the group is stopped.
   std::optional<std::chrono::steady_clock::time_point> preempt_deadline;
   std::vector<std::shared_ptr<JobWatch>> watchers;
+  // Nodes presumed lost while the job's ranks ran there (a rank's stream
+  // lost without an end reported: Attempt::WatchForLostNodes): its later
+  // attempts and replacements leave them out.
+  std::set<std::string> lost_nodes;
 };
 
 }  // namespace trainyard

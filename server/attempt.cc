@@ -55,9 +55,14 @@ Attempt::Update Attempt::Detach(const std::string& job_id, int32_t rank, const s
   auto ch = channels_.find(rank);
   if (ch == channels_.end() || ch->second != channel) return {};
   channels_.erase(ch);
-  // A launcher reports the ends of the ranks it started.
-  if (!external_ || exited_.count(rank)) return {};
+  if (exited_.count(rank)) return {};
   auto result = results_.find(rank);
+  // A launcher reports the ends of the ranks it started; on another host
+  // its report may come late (LostRanks).
+  if (!external_) {
+    if (node_loss_grace_ && result == results_.end()) detached_at_[rank] = now;
+    return {};
+  }
   if (result == results_.end()) {
     // Lost without a result: it may reconnect (a network blip); LostRanks
     // gives up on it after the reattach timeout.
@@ -167,9 +172,20 @@ Attempt::Update Attempt::FailReattach(const std::string& reason) {
 std::vector<RankExit> Attempt::LostRanks(const std::string& job_id, SteadyTime now,
                                          std::chrono::duration<double> reattach_timeout) const {
   std::vector<RankExit> gone;
-  if (!external_) return gone;
+  if (!external_ && !node_loss_grace_) return gone;
   for (int32_t rank = 0; rank < world_size_; ++rank) {
     if (exited_.count(rank) || channels_.count(rank)) continue;
+    if (!external_) {
+      auto lost = detached_at_.find(rank);
+      if (lost == detached_at_.end() || now - lost->second <= *node_loss_grace_) continue;
+      auto node = nodes_.find(rank);
+      gone.push_back(RankExit::Ended(
+          job_id, number_, rank, stopping() ? WorkerOutcome::kStopped : WorkerOutcome::kFailed,
+          absl::StrCat("rank ", rank, node == nodes_.end() ? "" : absl::StrCat(" on node ", node->second),
+                       " lost its stream without a result and no end was reported within ", node_loss_grace_->count(),
+                       " s: its node is presumed lost")));
+      continue;
+    }
     if (stopping()) {
       // Not connected while its attempt stops: nothing to wait for.
       gone.push_back(RankExit::Ended(

@@ -87,6 +87,13 @@ class Attempt {
   // without a result is lost and may reconnect within the reattach timeout
   // (LostRanks).
   Update Detach(const std::string& job_id, int32_t rank, const std::shared_ptr<WorkerChannel>& channel, SteadyTime now);
+  // Where `rank` runs, as it said when it connected (its node's name).
+  void SetNode(int32_t rank, std::string node) { nodes_[rank] = std::move(node); }
+  const std::map<int32_t, std::string>& nodes() const { return nodes_; }
+  // The id the cluster's scheduler gave the attempt (Slurm's job id; "":
+  // none).
+  void SetExternalId(std::string id) { external_id_ = std::move(id); }
+  const std::string& external_id() const { return external_id_; }
   // The connected rank's channel, or null.
   WorkerChannel* channel(int32_t rank) const;
   const std::map<int32_t, std::shared_ptr<WorkerChannel>>& channels() const { return channels_; }
@@ -108,9 +115,17 @@ class Attempt {
   // reattach in time) and fails it.
   Update FailReattach(const std::string& reason);
 
-  // External ranks that are not connected and will not come back: all of
-  // them once the attempt is stopping; a rank lost without a result once
-  // `reattach_timeout` has passed. Feed each to OnExit.
+  // Ranks a launcher starts on other hosts (Slurm), whose end it learns
+  // late when their node dies (when the cluster marks the node down): a
+  // stream lost without a result for `grace` ends the rank here instead
+  // (LostRanks), its node presumed lost.
+  void WatchForLostNodes(std::chrono::duration<double> grace) { node_loss_grace_ = grace; }
+
+  // Ranks that are not connected and will not come back. External ranks:
+  // all of them once the attempt is stopping; a rank lost without a result
+  // once `reattach_timeout` has passed. Launched ranks under
+  // WatchForLostNodes: a rank lost without a result and not reported ended
+  // within its grace. Feed each to OnExit.
   std::vector<RankExit> LostRanks(const std::string& job_id, SteadyTime now,
                                   std::chrono::duration<double> reattach_timeout) const;
 
@@ -172,12 +187,15 @@ class Attempt {
   const bool external_;
   std::string master_addr_;
   int master_port_ = 0;
+  std::map<int32_t, std::string> nodes_;
+  std::string external_id_;
   std::set<int32_t> attached_;                                  // connected at least once
   std::set<int32_t> exited_;                                    // ends handled
   std::set<int32_t> parked_;                                    // not running on purpose (in exited_ too)
   std::map<int32_t, std::shared_ptr<WorkerChannel>> channels_;  // connected now
   std::map<int32_t, WorkerOutcome> results_;                    // as the ranks reported them
-  std::map<int32_t, SteadyTime> detached_at_;                   // external ranks lost without a result
+  std::map<int32_t, SteadyTime> detached_at_;                   // ranks lost without a result
+  std::optional<std::chrono::duration<double>> node_loss_grace_;
   int notes_ = 0;
   bool failed_ = false;
   std::string failure_;

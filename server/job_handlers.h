@@ -102,6 +102,13 @@ class JobRequestHandler {
   // Each rank's last step sample in the job's current attempt (its GPU
   // readings included), by rank; empty for a job that is not running.
   virtual std::vector<StepMetrics> RankSamples(const std::string& /*id*/) { return {}; }
+  // Where a running job's attempt runs: each connected rank's node, and the
+  // attempt's id in the cluster's scheduler (Slurm's job id; "" for none).
+  struct Placement {
+    std::map<int32_t, std::string> nodes;
+    std::string external_id;
+  };
+  virtual std::optional<Placement> PlacementOf(const std::string& /*id*/) { return std::nullopt; }
   // The current membership of a running fault_tolerance.mode replica job
   // (ranks: the live members; `healing`: ranks being replaced); none for
   // other jobs.
@@ -178,11 +185,12 @@ class WorkerHandler {
   // advertise_addr (empty: the attempt's master address) on
   // replica_store_port.
   // `held`: the newest membership the rank was offered (replica jobs; a
-  // coordinator that restarted takes the group on from it).
+  // coordinator that restarted takes the group on from it). `node`: where
+  // the rank runs (GetJob's places).
   virtual absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
                                                         const std::string& token, const std::string& advertise_addr,
                                                         int32_t rendezvous_port, int32_t replica_store_port,
-                                                        const MembershipView& held) = 0;
+                                                        const MembershipView& held, const std::string& node) = 0;
   virtual void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) = 0;
   // How one rank ended, as it reports (external ranks: in place of an exit).
   virtual void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,

@@ -113,9 +113,10 @@ void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::millisecond
       Apply(*job, a->FailReattach(absl::StrCat("the workers did not reattach within reattach_timeout_s (",
                                                job->spec.reattach_timeout_s, " s) after a coordinator restart")));
     }
-    // Joined ranks that are gone.
+    // Joined ranks that are gone; launched ones whose node is presumed lost.
     for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
       if ((job = attempt_of()) == nullptr || job->attempt.get() != a) break;
+      NoteLostNode(*job, e.rank);
       Apply(*job, a->OnExit(e, /*recovering=*/false));
     }
     if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
@@ -223,6 +224,13 @@ void JobLifecycle::Preempt(ActiveJob& job, const Scheduler::Preemption& why) {
   }
 }
 
+std::unique_ptr<Attempt> JobLifecycle::NewAttempt(const ActiveJob& job, const Launcher::Traits& traits) const {
+  auto a = std::make_unique<Attempt>(job.record.attempt, job.record.num_processes, traits.ranks_join);
+  // Launched elsewhere: the cluster reports a dead node's ranks late.
+  if (!traits.on_this_host && !traits.ranks_join) a->WatchForLostNodes(options_.node_loss_grace);
+  return a;
+}
+
 void JobLifecycle::StartJob(ActiveJob& job) {
   JobRecord& r = job.record;
   const LauncherKind kind = launchers_->KindOf(job.spec);
@@ -233,7 +241,7 @@ void JobLifecycle::StartJob(ActiveJob& job) {
   }
   const Launcher::Traits traits = launcher->traits();
   r.attempt += 1;
-  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, traits.ranks_join);
+  job.attempt = NewAttempt(job, traits);
   // An elastic job starts with the ranks the scheduler found room for.
   int32_t ranks = r.num_processes;
   if (job.spec.replicas() && traits.replaces_ranks) {
@@ -269,7 +277,28 @@ void JobLifecycle::StartJob(ActiveJob& job) {
                                  gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(gpus, ",")), ")"));
   if (auto s = launchers_->Launch(job, ContextOf(job)); !s.ok()) {
     fail(absl::StrCat("launch failed: ", s.message()));
+    return;
   }
+  NoteExternalId(job);
+}
+
+void JobLifecycle::NoteLostNode(ActiveJob& job, int32_t rank) {
+  if (launchers_->TraitsOf(job.spec).ranks_join) return;  // joined ranks come back by themselves
+  auto node = job.attempt->nodes().find(rank);
+  if (node == job.attempt->nodes().end() || node->second.empty()) return;
+  if (!job.lost_nodes.insert(node->second).second) return;
+  jobs_->AddEvent(job, absl::StrCat("node ", node->second, " presumed lost (rank ", rank,
+                                    " lost its stream and no end was reported): later attempts and replacements "
+                                    "leave it out"));
+}
+
+void JobLifecycle::NoteExternalId(ActiveJob& job) {
+  if (!job.attempt) return;
+  const std::string id = launchers_->ExternalIdOf(job);
+  if (id.empty() || id == job.attempt->external_id()) return;
+  job.attempt->SetExternalId(id);
+  jobs_->AddEvent(job, absl::StrCat("attempt ", job.record.attempt, " runs as ",
+                                    LauncherKindName(launchers_->KindOf(job.spec)), " job ", id));
 }
 
 void JobLifecycle::Apply(ActiveJob& job, const Attempt::Update& update) {
@@ -359,7 +388,7 @@ void JobLifecycle::End(ActiveJob& job, JobState state, const std::string& reason
 
 void JobLifecycle::Adopt(ActiveJob& job) {
   const JobRecord& r = job.record;
-  job.attempt = std::make_unique<Attempt>(r.attempt, r.num_processes, launchers_->TraitsOf(job.spec).ranks_join);
+  job.attempt = NewAttempt(job, launchers_->TraitsOf(job.spec));
   // A replica group is taken on from the membership its ranks hold when
   // they reattach; ranks that died meanwhile are replaced then.
   if (job.spec.replicas() && launchers_->TraitsOf(job.spec).replaces_ranks) {
@@ -370,6 +399,7 @@ void JobLifecycle::Adopt(ActiveJob& job) {
   // The launcher follows the processes (local: found by command line) or
   // the batch job (Slurm: found by name) and reports their ends.
   launchers_->Adopt(job, ContextOf(job));
+  NoteExternalId(job);
   const auto now = clock_->SteadyNow();
   job.attempt->set_reattach_deadline(now + std::chrono::duration_cast<steady_clock::duration>(
                                                std::chrono::duration<double>(job.spec.reattach_timeout_s)));

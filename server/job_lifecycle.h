@@ -39,6 +39,10 @@ struct LifecycleOptions {
   std::chrono::milliseconds restart_backoff{1000};
   // Where workers reach the WorkerService: on this host, and elsewhere.
   std::string coordinator_addr, remote_coordinator_addr;
+  // Ranks on other hosts (Slurm): a stream lost without a result for this
+  // long ends the rank, its node presumed lost (Attempt::WatchForLostNodes);
+  // the job's later attempts exclude that node.
+  std::chrono::milliseconds node_loss_grace{5000};
 };
 
 class JobLifecycle {
@@ -142,6 +146,14 @@ class JobLifecycle {
   void Resize(ActiveJob& job, int32_t n, const std::string& why);
   void EndAttempt(ActiveJob& job);
   LaunchContext ContextOf(const ActiveJob& job) const;
+  // The attempt's id in the cluster's scheduler (Slurm's job id), kept and
+  // told in an event once known.
+  void NoteExternalId(ActiveJob& job);
+  // The node `rank` of the current attempt ran on is presumed lost (an
+  // event; the job's later launches exclude it).
+  void NoteLostNode(ActiveJob& job, int32_t rank);
+  // The job's next attempt (record.attempt), as its launcher runs ranks.
+  std::unique_ptr<Attempt> NewAttempt(const ActiveJob& job, const Launcher::Traits& traits) const;
 
   JobTable* const jobs_;
   Scheduler* const scheduler_;

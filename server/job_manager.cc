@@ -29,7 +29,8 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
       lifecycle_(
           &jobs_, &scheduler_, &launchers_, metrics, clock,
           {options_.master_addr, admission_.options().state_dir, options_.restart_backoff, options_.coordinator_addr,
-           options_.remote_coordinator_addr.empty() ? options_.coordinator_addr : options_.remote_coordinator_addr}),
+           options_.remote_coordinator_addr.empty() ? options_.coordinator_addr : options_.remote_coordinator_addr,
+           options_.node_loss_grace}),
       workers_(&jobs_, &lifecycle_, &launchers_, &requests_, clock) {
   absl::MutexLock lock(&mu_);
   launchers_.Register(LauncherKind::kLocal, launcher);
@@ -157,6 +158,13 @@ std::vector<StepMetrics> JobManager::RankSamples(const std::string& id) {
   absl::MutexLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
   return job == nullptr ? std::vector<StepMetrics>{} : job->progress.RankSamples();
+}
+
+std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const ActiveJob* job = jobs_.Find(id);
+  if (job == nullptr || !job->attempt) return std::nullopt;
+  return Placement{job->attempt->nodes(), job->attempt->external_id()};
 }
 
 std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::string& id) {

@@ -82,6 +82,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   absl::StatusOr<JobRecord> Get(const std::string& id) override;
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override;
   std::vector<StepMetrics> RankSamples(const std::string& id) override;
+  std::optional<Placement> PlacementOf(const std::string& id) override;
   std::optional<ReplicaStatus> Replicas(const std::string& id) override;
   absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t num_processes, const Caller& by) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,
@@ -110,9 +111,11 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
                                                 const std::string& token, const std::string& advertise_addr = "",
                                                 int32_t rendezvous_port = 0, int32_t replica_store_port = 0,
-                                                const MembershipView& held = {}) override {
+                                                const MembershipView& held = {},
+                                                const std::string& node = "") override {
     absl::MutexLock lock(&mu_);
-    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port, replica_store_port, held);
+    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port, replica_store_port, held,
+                           node);
   }
   void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) override {
     absl::MutexLock lock(&mu_);
@@ -150,6 +153,11 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   void OnRankExit(const RankExit& exit) {
     absl::MutexLock lock(&mu_);
     workers_.Exit(exit);
+  }
+  // The launchers' note callback: what the cluster says of an attempt.
+  void OnLauncherNote(const std::string& job_id, int32_t attempt, const std::string& text) {
+    absl::MutexLock lock(&mu_);
+    workers_.LauncherNote(job_id, attempt, text);
   }
 
   // Call periodically: JobLifecycle::Supervise (back-offs over, reattach

@@ -38,6 +38,10 @@ struct JobManagerOptions {
   // between), its restart waits: not after the first failure, then
   // restart_backoff, doubling up to 30 s (0: never).
   std::chrono::milliseconds restart_backoff{1000};
+  // A rank on another host (Slurm) whose stream is lost without a result
+  // and whose end is not reported within this is ended, its node presumed
+  // lost and excluded from the job's later attempts (--node-loss-grace-ms).
+  std::chrono::milliseconds node_loss_grace{5000};
   // The launcher of specs that name none (launcher: default).
   LauncherKind default_launcher = LauncherKind::kLocal;
   // The Python of script jobs whose spec names none (--script-python).

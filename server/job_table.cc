@@ -155,6 +155,12 @@ void JobTable::Transition(ActiveJob& job, JobState state, const std::string& rea
   metrics_->SetJobCounts(counts_);
 }
 
+void JobTable::PlaceRank(ActiveJob& job, int32_t rank, const std::string& node) {
+  if (!job.attempt) return;
+  job.attempt->SetNode(rank, node);
+  metrics_->SetRankNode(job.record.id, rank, node);
+}
+
 void JobTable::AddEvent(ActiveJob& job, const std::string& reason) {
   JobEvent event{clock_->UnixMillis(), job.record.state, reason};
   if (auto s = store_->Update(job.record, &event); !s.ok()) {

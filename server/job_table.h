@@ -88,6 +88,8 @@ class JobTable {
   void Transition(ActiveJob& job, JobState state, const std::string& reason);
   // Records an event in the job's current state.
   void AddEvent(ActiveJob& job, const std::string& reason);
+  // `rank` of the job's attempt runs on `node` (its attempt and metrics say so).
+  void PlaceRank(ActiveJob& job, int32_t rank, const std::string& node);
   // Records an event of job `id`, held or ended (unknown: nothing).
   void AddEvent(const std::string& id, const std::string& reason);
   // Writes the record's progress (step, loss...) at most once a second.

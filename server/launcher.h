@@ -41,6 +41,8 @@ struct LaunchRequest {
   bool preemptible = false;        // Slurm: --requeue
   double preemption_grace_s = 60;  // Slurm: --signal lead time
   SlurmSpec slurm;                 // Slurm: nodes, partition, ...
+  // Slurm: nodes not to run on (--exclude): nodes presumed lost earlier.
+  std::vector<std::string> exclude_nodes;
   // fault_tolerance.mode replica: each rank serves a store of its own
   // (trainyard-worker --replica-store).
   bool replica_store = false;
@@ -86,6 +88,9 @@ struct RankExit {
 class Launcher {
  public:
   using ExitCallback = std::function<void(const RankExit&)>;
+  // What the cluster's scheduler says of an attempt (Slurm's state changes
+  // and reasons), for the job's events.
+  using NoteCallback = std::function<void(const std::string& job_id, int32_t attempt, const std::string& text)>;
   virtual ~Launcher() = default;
 
   // How a launcher's ranks run, as the coordinator needs to know it.
@@ -122,6 +127,9 @@ class Launcher {
   // Kills rank `rank` of the attempt at once (SIGKILL to what it runs): an
   // evicted replica. Its end is reported as usual. Nothing when it is gone.
   virtual void KillRank(const std::string& /*job_id*/, int32_t /*attempt*/, int32_t /*rank*/) {}
+  // The id the cluster's own scheduler gave the attempt (Slurm's job id);
+  // "" when there is none.
+  virtual std::string ExternalId(const std::string& /*job_id*/, int32_t /*attempt*/) { return ""; }
   // Number of this job's processes that have not yet been reaped.
   virtual int LiveProcesses(const std::string& job_id) = 0;
   // Whether jobs can be launched at all (e.g. sbatch is installed); the
@@ -166,7 +174,11 @@ struct SlurmLauncherOptions {
 // with scancel. Each rank writes its exit code under the attempt's log dir;
 // ranks that end without one are reported failed once Slurm says the job
 // has ended.
-std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit);
+// Slurm's own account of each attempt (running on which nodes, requeued,
+// cancelled by someone else, timed out, preempted, a node failure) goes to
+// `on_note`, when given.
+std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit,
+                                            Launcher::NoteCallback on_note = nullptr);
 
 }  // namespace trainyard
 

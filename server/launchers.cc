@@ -35,6 +35,7 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, const Launcher::Traits
   req.preemptible = job.spec.preemptible;
   req.preemption_grace_s = job.spec.preemption_grace_s;
   req.slurm = job.spec.slurm;
+  req.exclude_nodes.assign(job.lost_nodes.begin(), job.lost_nodes.end());
   req.replica_store = job.spec.replicas();
   if (const Membership* m = job.attempt->membership()) req.start_ranks = m->running();
   req.default_project =
@@ -70,6 +71,11 @@ absl::Status Launchers::LaunchRank(const ActiveJob& job, const LaunchContext& co
   absl::StatusOr<LaunchRequest> req = WithAccount(job, RequestFor(job, l->traits(), context));
   if (!req.ok()) return req.status();
   return l->LaunchRank(*req, rank);
+}
+
+std::string Launchers::ExternalIdOf(const ActiveJob& job) const {
+  Launcher* l = Get(KindOf(job.spec));
+  return l == nullptr ? "" : l->ExternalId(job.record.id, job.record.attempt);
 }
 
 void Launchers::Adopt(const ActiveJob& job, const LaunchContext& context) const {

@@ -43,6 +43,9 @@ class Launchers {
   // The traits of the launcher of `spec` (none registered: the defaults).
   Launcher::Traits TraitsOf(const JobSpec& spec) const;
 
+  // The id the cluster's scheduler gave the job's attempt ("" for none):
+  // Launcher::ExternalId.
+  std::string ExternalIdOf(const ActiveJob& job) const;
   // What the attempt's workers are told (REQUIRES: job.attempt).
   static LaunchRequest RequestFor(const ActiveJob& job, const Launcher::Traits& traits, const LaunchContext& context);
   // Starts the ranks of the job's attempt.

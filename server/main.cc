@@ -99,6 +99,13 @@ int main(int argc, char** argv) {
                  "restart at once)")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600000));
+  int node_loss_grace_ms = static_cast<int>(o.jobs.node_loss_grace.count());
+  app.add_option("--node-loss-grace-ms", node_loss_grace_ms,
+                 "Ranks on other hosts (Slurm): a rank whose control stream is lost without a result, and whose end "
+                 "the cluster has not reported within this, is ended; its node is presumed lost and left out of "
+                 "the job's later attempts and replacements (sbatch --exclude)")
+      ->capture_default_str()
+      ->check(CLI::Range(100, 3600000));
   std::string on_shutdown = "detach";
   int shutdown_timeout_s = static_cast<int>(o.shutdown_checkpoint_timeout.count() / 1000);
   app.add_option("--on-shutdown", on_shutdown,
@@ -115,6 +122,7 @@ int main(int argc, char** argv) {
   o.jobs.default_launcher = *trainyard::ValueOf(trainyard::kLauncherKindNames, launcher);
   o.local.stop_grace = std::chrono::milliseconds(stop_grace_ms);
   o.jobs.restart_backoff = std::chrono::milliseconds(restart_backoff_ms);
+  o.jobs.node_loss_grace = std::chrono::milliseconds(node_loss_grace_ms);
   o.on_shutdown = *trainyard::ValueOf(trainyard::kShutdownModeNames, on_shutdown);
   o.jobs.fair_share_half_life = std::chrono::seconds(static_cast<int64_t>(half_life_h * 3600));
   o.jobs.preemption_min_run_time = std::chrono::seconds(static_cast<int64_t>(min_run_s));

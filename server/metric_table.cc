@@ -161,6 +161,12 @@ std::vector<MetricFamily> Build() {
        "Ranks that train together now: the members of a replica job's membership",
        {"job_id"},
        {}},
+      {"trainyard_job_rank_info",
+       T::kGauge,
+       "1 for each rank of the job's current attempt, labelled with the node it runs on (as it said when it "
+       "connected)",
+       {"job_id", "rank", "node"},
+       {}},
       {"trainyard_job_membership_epoch",
        T::kGauge,
        "The epoch of the job's current membership (1: every launch rank; one more with every change)",

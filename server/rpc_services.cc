@@ -87,6 +87,15 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
   if (!events.ok()) return ToGrpcStatus(events.status());
   ToProto(*job, *events, resp->mutable_job());
   for (const StepMetrics& m : manager_->RankSamples(req->id())) ToProto(m, resp->mutable_job()->add_ranks());
+  if (std::optional<JobRequestHandler::Placement> p = manager_->PlacementOf(req->id())) {
+    for (const auto& [rank, node] : p->nodes) {
+      v1::RankPlace* place = resp->mutable_job()->add_places();
+      place->set_rank(rank);
+      place->set_node(node);
+    }
+    // Only the Slurm launcher gives its attempts an id of its own.
+    if (!p->external_id.empty()) resp->mutable_job()->set_slurm_job_id(p->external_id);
+  }
   if (auto replicas = manager_->Replicas(req->id())) {
     v1::Replicas* r = resp->mutable_job()->mutable_replicas();
     r->set_epoch(replicas->membership.epoch);
@@ -339,6 +348,9 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
   if (hello.advertise_addr().size() > 255) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'advertise_addr': at most 255 characters");
   }
+  if (hello.node().size() > 255) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'node': at most 255 characters");
+  }
   MembershipView held;
   held.epoch = hello.membership().epoch();
   held.ranks.assign(hello.membership().ranks().begin(), hello.membership().ranks().end());
@@ -347,7 +359,7 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
   held.reason = hello.membership().reason();
   auto attached =
       manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(), hello.advertise_addr(),
-                             hello.rendezvous_port(), hello.replica_store_port(), held);
+                             hello.rendezvous_port(), hello.replica_store_port(), held, hello.node());
   if (!attached.ok()) {
     spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(),
                  std::string(attached.status().message()));

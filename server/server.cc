@@ -158,7 +158,11 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), options.jobs);
   SlurmLauncherOptions so = options.slurm;
   so.extra_worker_args = *tls_args;
-  slurm_launcher = MakeSlurmLauncher(so, [this](const RankExit& e) { manager->OnRankExit(e); });
+  slurm_launcher = MakeSlurmLauncher(
+      so, [this](const RankExit& e) { manager->OnRankExit(e); },
+      [this](const std::string& job, int32_t attempt, const std::string& text) {
+        manager->OnLauncherNote(job, attempt, text);
+      });
   manager->RegisterLauncher(LauncherKind::kSlurm, slurm_launcher.get());
   if (options.jobs.default_launcher == LauncherKind::kSlurm) return slurm_launcher->Available();
   return absl::OkStatus();

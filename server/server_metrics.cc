@@ -248,8 +248,28 @@ void ServerMetrics::RecordHeal(const std::string& job_id, double seconds) {
   JobHistogram(job_id, "trainyard_job_heal_seconds", job).Observe(seconds);
 }
 
+void ServerMetrics::SetRankNode(const std::string& job_id, int32_t rank, const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  rank_nodes_[{job_id, rank}] = node;
+  SetRankInfo();
+}
+
+void ServerMetrics::SetRankInfo() {
+  std::map<Labels, double> info;
+  for (const auto& [key, node] : rank_nodes_) {
+    info[{{"job_id", key.first}, {"rank", std::to_string(key.second)}, {"node", node}}] = 1;
+  }
+  SetGauges("trainyard_job_rank_info", info);
+}
+
 void ServerMetrics::RemoveJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
+  bool had_nodes = false;
+  for (auto n = rank_nodes_.lower_bound({job_id, INT32_MIN}); n != rank_nodes_.end() && n->first.first == job_id;) {
+    n = rank_nodes_.erase(n);
+    had_nodes = true;
+  }
+  if (had_nodes) SetRankInfo();
   auto it = jobs_.find(job_id);
   if (it != jobs_.end()) {
     for (auto& remove : it->second.removers) remove();

@@ -63,6 +63,9 @@ class ServerMetrics {
   void SetReplicas(const std::string& job_id, int live, int healing, int64_t epoch);
   // A replacement committed its first step `seconds` after its rank was lost.
   void RecordHeal(const std::string& job_id, double seconds);
+  // Where each rank of the job's current attempt runs: the series of
+  // trainyard_job_rank_info (a rank that moved keeps only its new one).
+  void SetRankNode(const std::string& job_id, int32_t rank, const std::string& node);
   void RemoveJob(const std::string& job_id);
 
   // The scheduler's numbers per user and group (users without a name are
@@ -126,6 +129,9 @@ class ServerMetrics {
   std::map<std::string, std::map<Labels, prometheus::Gauge*>> gauge_sets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int32_t>, RankSeries> ranks_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int32_t>, std::string> rank_nodes_ ABSL_GUARDED_BY(mu_);
+  // trainyard_job_rank_info from rank_nodes_.
+  void SetRankInfo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace trainyard

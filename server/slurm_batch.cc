@@ -64,9 +64,10 @@ std::string BatchScript(const LaunchRequest& r, const std::string& rank_script, 
   return absl::StrCat("#!/bin/sh\n", "# trainyard job ", r.job_id, " attempt ", r.attempt, " (", name,
                       "), submitted by trainyard-server.\n",
                       "# One task per rank: rank = SLURM_PROCID, rendezvous on the step's first node.\n",
-                      "export TRAINYARD_EXIT_DIR=", ShellQuote(r.log_dir), "\n",
-                      "exec srun --kill-on-bad-exit=0 --open-mode=append --output=",
-                      ShellQuote(r.log_dir + "/rank-%t.log"), " \\\n  ", absl::StrJoin(quoted, " "), "\n");
+                      "export TRAINYARD_EXIT_DIR=", ShellQuote(r.log_dir), "\n", "exec srun --kill-on-bad-exit=0 ",
+                      r.cuda ? "--gpus-per-task=1 " : "",
+                      "--open-mode=append --output=", ShellQuote(r.log_dir + "/rank-%t.log"), " \\\n  ",
+                      absl::StrJoin(quoted, " "), "\n");
 }
 
 std::vector<std::string> SbatchArgs(const LaunchRequest& r, const SlurmLauncherOptions& o, const std::string& sbatch,
@@ -79,9 +80,15 @@ std::vector<std::string> SbatchArgs(const LaunchRequest& r, const SlurmLauncherO
       // the time limit (preemption sends SIGTERM too).
       absl::StrCat("--signal=TERM@", std::clamp<int64_t>(static_cast<int64_t>(r.preemption_grace_s), 1, 65535)),
       r.preemptible ? "--requeue" : "--no-requeue"};
-  if (r.cuda) args.push_back(absl::StrCat("--gres=gpu:", r.world_size / std::max(1, r.slurm.nodes)));
+  const int32_t nodes = std::max(1, r.slurm.nodes);
+  // Ranks spread evenly: a HYBRID shard group is a node's ranks.
+  if (nodes > 1 && r.world_size % nodes == 0) args.push_back(absl::StrCat("--ntasks-per-node=", r.world_size / nodes));
+  // Each rank a GPU of its own: the node's GPUs, one per task (srun
+  // --gpus-per-task=1), so CUDA_VISIBLE_DEVICES holds the rank's alone.
+  if (r.cuda) args.push_back(absl::StrCat("--gres=gpu:", (r.world_size + nodes - 1) / nodes));
   const std::string partition = r.slurm.partition.empty() ? o.partition : r.slurm.partition;
   const std::string account = r.slurm.account.empty() ? o.account : r.slurm.account;
+  if (!r.exclude_nodes.empty()) args.push_back("--exclude=" + absl::StrJoin(r.exclude_nodes, ","));
   if (!partition.empty()) args.push_back("--partition=" + partition);
   if (!account.empty()) args.push_back("--account=" + account);
   if (!r.slurm.qos.empty()) args.push_back("--qos=" + r.slurm.qos);

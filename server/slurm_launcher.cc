@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -91,6 +92,7 @@ struct SlurmAttempt {
   std::string log_dir;
   std::set<int32_t> reported;
   std::string last_state;
+  bool ran = false;  // Slurm said RUNNING once
   bool stop_sent = false;
   Clock::time_point kill_at = Clock::time_point::max();
   bool cancelled_leftover = false;
@@ -98,8 +100,8 @@ struct SlurmAttempt {
 
 class SlurmLauncher final : public Launcher {
  public:
-  SlurmLauncher(SlurmLauncherOptions options, ExitCallback on_exit)
-      : options_(std::move(options)), on_exit_(std::move(on_exit)) {
+  SlurmLauncher(SlurmLauncherOptions options, ExitCallback on_exit, NoteCallback on_note)
+      : options_(std::move(options)), on_exit_(std::move(on_exit)), on_note_(std::move(on_note)) {
     poller_ = std::thread([this] { PollLoop(); });
   }
 
@@ -206,6 +208,12 @@ class SlurmLauncher final : public Launcher {
     cv_.SignalAll();
   }
 
+  std::string ExternalId(const std::string& job_id, int32_t attempt) override {
+    absl::MutexLock lock(&mu_);
+    auto it = attempts_.find({job_id, attempt});
+    return it == attempts_.end() ? "" : it->second.slurm_id;
+  }
+
   int LiveProcesses(const std::string& job_id) override {
     absl::MutexLock lock(&mu_);
     int n = 0;
@@ -231,6 +239,25 @@ class SlurmLauncher final : public Launcher {
     a.log_dir = r.log_dir;
     attempts_[{r.job_id, r.attempt}] = std::move(a);
     cv_.SignalAll();
+  }
+
+  // What the job's events say of Slurm's new `state` of the attempt's batch
+  // job; "" for nothing (pending at first, what our own stop caused).
+  static std::string StateNote(const SlurmAttempt& a, const std::string& state, const std::string& reason,
+                               const std::string& nodes) {
+    const std::string job = "Slurm job " + a.slurm_id;
+    const std::string why = reason.empty() || reason == "None" ? "" : " (" + reason + ")";
+    if (state == "RUNNING") return a.ran ? "" : absl::StrCat(job, " runs", nodes.empty() ? "" : " on " + nodes);
+    if (state == "PENDING") return a.ran ? absl::StrCat(job, " was requeued by Slurm", why) : "";
+    if (state.rfind("REQUEUE", 0) == 0) return absl::StrCat(job, " was requeued by Slurm", why);
+    if (a.stop_sent) return "";
+    if (state == "CANCELLED") return absl::StrCat(job, " was cancelled outside Trainyard (scancel)", why);
+    if (state == "TIMEOUT") return absl::StrCat(job, " reached its time limit (slurm.time_limit)", why);
+    if (state == "PREEMPTED") return absl::StrCat(job, " was preempted by Slurm", why);
+    if (state == "NODE_FAIL")
+      return absl::StrCat(job, " lost a node (NODE_FAIL", nodes.empty() ? "" : ": " + nodes, ")");
+    if (Terminal(state) && state != "COMPLETED" && state != "FAILED") return absl::StrCat(job, " ended ", state, why);
+    return "";
   }
 
   // Exit codes the ranks wrote since the last look.
@@ -259,13 +286,17 @@ class SlurmLauncher final : public Launcher {
       for (const auto& [key, a] : attempts_) names.push_back(a.slurm_name);
       mu_.Unlock();
       CommandResult q =
-          RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T"}, {});
+          RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T|%r|%N"}, {});
       mu_.Lock();
-      std::map<std::string, std::string> states;  // slurm id -> state
+      struct Seen {
+        std::string state, reason, nodes;
+      };
+      std::map<std::string, Seen> states;  // slurm id -> what squeue says
       for (const auto line : absl::StrSplit(q.out, '\n', absl::SkipWhitespace())) {
         std::vector<std::string> f = absl::StrSplit(Trim(std::string(line)), '|');
-        if (f.size() == 2) states[f[0]] = f[1];
+        if (f.size() >= 2) states[f[0]] = {f[1], f.size() > 2 ? f[2] : "", f.size() > 3 ? f[3] : ""};
       }
+      std::vector<std::tuple<std::string, int32_t, std::string>> notes;
       std::vector<RankExit> exits;
       std::vector<std::string> to_cancel, to_kill;
       for (auto it = attempts_.begin(); it != attempts_.end();) {
@@ -275,10 +306,13 @@ class SlurmLauncher final : public Launcher {
         if (!ended && q.exit_code == 0) {
           auto s = states.find(a.slurm_id);
           // Not listed any more: purged after it ended (MinJobAge).
-          ended = s == states.end() || Terminal(s->second);
-          if (s != states.end() && s->second != a.last_state) {
-            spdlog::info("job {} attempt {}: Slurm job {} is {}", a.job_id, a.attempt, a.slurm_id, s->second);
-            a.last_state = s->second;
+          ended = s == states.end() || Terminal(s->second.state);
+          if (s != states.end() && s->second.state != a.last_state) {
+            spdlog::info("job {} attempt {}: Slurm job {} is {}", a.job_id, a.attempt, a.slurm_id, s->second.state);
+            std::string note = StateNote(a, s->second.state, s->second.reason, s->second.nodes);
+            if (!note.empty()) notes.emplace_back(a.job_id, a.attempt, std::move(note));
+            if (s->second.state == "RUNNING") a.ran = true;
+            a.last_state = s->second.state;
           }
         }
         if (a.stop_sent && Clock::now() >= a.kill_at && !a.slurm_id.empty()) {
@@ -312,6 +346,9 @@ class SlurmLauncher final : public Launcher {
         RunCommand({Tool("scancel"), id}, {});
       }
       for (const auto& id : to_cancel) RunCommand({Tool("scancel"), id}, {});
+      if (on_note_) {
+        for (const auto& [job, attempt, text] : notes) on_note_(job, attempt, text);
+      }
       for (const auto& e : exits) on_exit_(e);
       mu_.Lock();
     }
@@ -320,6 +357,7 @@ class SlurmLauncher final : public Launcher {
 
   const SlurmLauncherOptions options_;
   const ExitCallback on_exit_;
+  const NoteCallback on_note_;
   absl::Mutex mu_;
   absl::CondVar cv_;
   std::map<std::pair<std::string, int32_t>, SlurmAttempt> attempts_ ABSL_GUARDED_BY(mu_);
@@ -329,8 +367,9 @@ class SlurmLauncher final : public Launcher {
 
 }  // namespace
 
-std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit) {
-  return std::make_unique<SlurmLauncher>(std::move(options), std::move(on_exit));
+std::unique_ptr<Launcher> MakeSlurmLauncher(SlurmLauncherOptions options, Launcher::ExitCallback on_exit,
+                                            Launcher::NoteCallback on_note) {
+  return std::make_unique<SlurmLauncher>(std::move(options), std::move(on_exit), std::move(on_note));
 }
 
 }  // namespace trainyard

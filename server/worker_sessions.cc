@@ -1,5 +1,7 @@
 #include "server/worker_sessions.h"
 
+#include "server/shard_groups.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/secrets.h"
 #include "common/utf8.h"
@@ -10,7 +12,7 @@ namespace trainyard {
 absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_id, int32_t rank, int32_t attempt,
                                                         const std::string& token, const std::string& advertise_addr,
                                                         int32_t rendezvous_port, int32_t replica_store_port,
-                                                        const MembershipView& held) {
+                                                        const MembershipView& held, const std::string& node) {
   ActiveJob* found = jobs_->Find(job_id);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat("job ", job_id, " is not running"));
   ActiveJob& job = *found;
@@ -36,6 +38,7 @@ absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_i
   }
   auto channel = std::make_shared<WorkerChannel>();
   a.Attach(rank, channel);
+  if (!node.empty()) jobs_->PlaceRank(job, rank, node);
   if (a.cancel_requested()) channel->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
   RunningOnceAllAttached(job);
   WorkerAttachment attachment{job.record.spec_json, job.record.num_processes, a.number(),
@@ -66,6 +69,7 @@ void WorkerSessions::RunningOnceAllAttached(ActiveJob& job) {
                     job.record.state == JobState::kRecovering
                         ? absl::StrCat(ranks, " reattached after a coordinator restart")
                         : absl::StrCat(ranks, " connected"));
+  if (std::string groups = ShardGroupsEvent(job.spec, a.nodes()); !groups.empty()) jobs_->AddEvent(job, groups);
 }
 
 absl::StatusOr<JoinInfo> WorkerSessions::JoinInfoOf(const std::string& job_id,
@@ -130,6 +134,12 @@ void WorkerSessions::Note(const std::string& job_id, int32_t attempt, int32_t ra
   const bool last = job->attempt->notes() == WorkerHandler::kMaxNotesPerAttempt;
   jobs_->AddEvent(
       *job, absl::StrCat("rank ", rank, ": ", clean, last ? " (later notes of this attempt: see the rank logs)" : ""));
+}
+
+void WorkerSessions::LauncherNote(const std::string& job_id, int32_t attempt, const std::string& text) {
+  ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
+  if (job == nullptr || !job->attempt->TakeNote(WorkerHandler::kMaxNotesPerAttempt)) return;
+  jobs_->AddEvent(*job, AsValidUtf8(text.substr(0, 2000)));
 }
 
 void WorkerSessions::Replica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report) {

@@ -38,7 +38,7 @@ class WorkerSessions {
   absl::StatusOr<WorkerAttachment> Attach(const std::string& job_id, int32_t rank, int32_t attempt,
                                           const std::string& token, const std::string& advertise_addr,
                                           int32_t rendezvous_port, int32_t replica_store_port = 0,
-                                          const MembershipView& held = {});
+                                          const MembershipView& held = {}, const std::string& node = "");
   // What a joining worker needs to join the job (jobs whose ranks join only).
   absl::StatusOr<JoinInfo> JoinInfoOf(const std::string& job_id, const std::string& remote_coordinator_addr);
 
@@ -52,6 +52,9 @@ class WorkerSessions {
   void Replica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report);
   // A note for the job's events; at most kMaxNotesPerAttempt an attempt.
   void Note(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text);
+  // What the launcher's cluster says of the attempt (Slurm's state
+  // changes), for the job's events; counted with the ranks' notes.
+  void LauncherNote(const std::string& job_id, int32_t attempt, const std::string& text);
   void Detach(const std::string& job_id, int32_t attempt, int32_t rank, const std::shared_ptr<WorkerChannel>& channel);
   // A rank's process ended. fault_tolerance.mode replica: a member that
   // ended before the job did is replaced while enough replicas are left

@@ -1,5 +1,7 @@
 #include "worker/control_client.h"
 
+#include "common/placement.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <deque>
@@ -62,6 +64,7 @@ struct ControlClient::Impl {
     hello.mutable_hello()->set_advertise_addr(options.advertise_addr);
     hello.mutable_hello()->set_rendezvous_port(options.rendezvous_port);
     hello.mutable_hello()->set_replica_store_port(options.replica_store_port);
+    hello.mutable_hello()->set_node(NodeName());
     if (std::optional<Membership> m = control == nullptr ? std::nullopt : control->memberships().Newest()) {
       v1::Membership* held = hello.mutable_hello()->mutable_membership();
       held->set_epoch(m->epoch);

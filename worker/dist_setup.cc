@@ -78,7 +78,9 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
     case ShardingStrategy::kNoShard: d.replicate = MakeCollectives(d.world); break;
     case ShardingStrategy::kHybridShard:
     case ShardingStrategy::kHybridShardZero2: {
-      const int32_t per_node = spec.fsdp.ranks_per_node > 0 ? spec.fsdp.ranks_per_node : world_size;
+      const int32_t per_node = world_size == spec.num_processes ? spec.hybrid_ranks_per_node()
+                               : spec.fsdp.ranks_per_node > 0   ? spec.fsdp.ranks_per_node
+                                                                : world_size;
       HybridGroups h = MakeHybridGroups(store, backend, rank, world_size, per_node, bind_addr, timeout, recorder);
       d.shard = std::move(h.shard);
       d.replicate = std::move(h.replicate);

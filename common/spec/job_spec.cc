@@ -82,13 +82,20 @@ void CheckFaultTolerance(const JobSpec& s) {
 
 }  // namespace
 
+int32_t JobSpec::hybrid_ranks_per_node() const {
+  if (fsdp.ranks_per_node > 0) return num_processes % fsdp.ranks_per_node == 0 ? fsdp.ranks_per_node : num_processes;
+  // Slurm places num_processes / nodes ranks on each node: a shard group
+  // per node, as torchrun's HYBRID_SHARD mesh.
+  if (slurm.nodes > 1 && num_processes % slurm.nodes == 0) return num_processes / slurm.nodes;
+  return num_processes;
+}
+
 int32_t JobSpec::ranks_per_replica() const {
   if (distributed_type != DistributedType::kFsdp) return 1;
   switch (fsdp.sharding_strategy) {
     case ShardingStrategy::kNoShard: return 1;
     case ShardingStrategy::kHybridShard:
-    case ShardingStrategy::kHybridShardZero2:
-      return fsdp.ranks_per_node > 0 && num_processes % fsdp.ranks_per_node == 0 ? fsdp.ranks_per_node : num_processes;
+    case ShardingStrategy::kHybridShardZero2: return hybrid_ranks_per_node();
     case ShardingStrategy::kFullShard:
     case ShardingStrategy::kShardGradOp: return num_processes;
   }

@@ -368,6 +368,10 @@ struct JobSpec {
   // [k * n, (k + 1) * n)): 1 for DDP and FSDP NO_SHARD, a node's ranks for
   // the HYBRID strategies, every rank for FULL_SHARD and SHARD_GRAD_OP.
   int32_t ranks_per_replica() const;
+  // The ranks of one HYBRID shard group (consecutive launch ranks): the
+  // fsdp_config's ranks_per_node, else a Slurm node's share of the ranks
+  // (num_processes / slurm.nodes), else every rank.
+  int32_t hybrid_ranks_per_node() const;
   // Every field equal (spec_random.h names the first that differs).
   bool operator==(const JobSpec&) const = default;
 };

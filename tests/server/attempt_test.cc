@@ -183,5 +183,40 @@ TEST(Attempt, ExternalRanksNotConnectedWhenItStopsHaveEnded) {
   EXPECT_TRUE(launched.LostRanks("j", kT0, seconds(0)).empty()) << "a launcher reports its own ranks";
 }
 
+TEST(Attempt, ALaunchedRankOnAnotherHostLostWithoutAnEndIsEndedAfterTheGraceItsNodePresumedLost) {
+  Attempt a(1, 3, /*external=*/false);
+  a.WatchForLostNodes(seconds(5));
+  std::vector<std::shared_ptr<WorkerChannel>> ch;
+  for (int32_t r = 0; r < 3; ++r) {
+    ch.push_back(std::make_shared<WorkerChannel>());
+    a.Attach(r, ch[r]);
+    a.SetNode(r, r < 2 ? "n1" : "n2");
+  }
+  // Rank 0 reported its end before its stream closed: the launcher's exit
+  // is awaited as usual. Rank 2's stream ended without a word.
+  a.OnResult(0, WorkerOutcome::kSucceeded, "");
+  EXPECT_FALSE(a.Detach("j", 0, ch[0], kT0).ended);
+  EXPECT_FALSE(a.Detach("j", 2, ch[2], kT0).ended);
+  EXPECT_TRUE(a.LostRanks("j", kT0 + seconds(4), seconds(600)).empty()) << "within the grace";
+  const std::vector<RankExit> lost = a.LostRanks("j", kT0 + seconds(6), seconds(600));
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].rank, 2);
+  EXPECT_EQ(lost[0].outcome, WorkerOutcome::kFailed);
+  EXPECT_NE(lost[0].description.find("rank 2 on node n2 lost its stream without a result"), std::string::npos)
+      << lost[0].description;
+  EXPECT_TRUE(a.OnExit(lost[0], false).failed_now);
+  // The launcher's own report, when Slurm gets to it, changes nothing.
+  EXPECT_FALSE(a.OnExit(RankExit::Killed("j", 1, 2, 9), false).failed_now);
+  EXPECT_TRUE(a.LostRanks("j", kT0 + seconds(60), seconds(600)).empty());
+
+  // Without the watch (a local launcher reaps its children), a lost stream
+  // ends nothing.
+  Attempt local(1, 1, false);
+  auto c = std::make_shared<WorkerChannel>();
+  local.Attach(0, c);
+  local.Detach("j", 0, c, kT0);
+  EXPECT_TRUE(local.LostRanks("j", kT0 + seconds(600), seconds(0)).empty());
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -49,6 +49,7 @@ TEST(SbatchArgs, NameTasksNodesCpusOutputSignalAndRequeue) {
                                          "--output=/state/jobs/job-1a2b/attempt-3/slurm-%j.out",
                                          "--signal=TERM@90",
                                          "--no-requeue",
+                                         "--ntasks-per-node=4",
                                          "/s/job.sbatch"};
   EXPECT_EQ(args, want);
 }
@@ -69,6 +70,12 @@ TEST(SbatchArgs, GpusPerNodeForCudaAndTheJobsChoicesOverTheServers) {
   o.extra_sbatch_args = {"--mail-type=END"};
   const auto args = SbatchArgs(r, o, "sbatch", "/s/job.sbatch");
   EXPECT_TRUE(Has(args, "--gres=gpu:4"));  // 8 ranks on 2 nodes
+  EXPECT_TRUE(Has(args, "--ntasks-per-node=4"));
+  // Each task gets one of its node's GPUs.
+  EXPECT_NE(BatchScript(r, "/s/rank.sh", "/w", {}).find("srun --kill-on-bad-exit=0 --gpus-per-task=1 "),
+            std::string::npos);
+  r.cuda = false;
+  EXPECT_EQ(BatchScript(r, "/s/rank.sh", "/w", {}).find("--gpus-per-task"), std::string::npos);
   EXPECT_TRUE(Has(args, "--requeue"));
   EXPECT_FALSE(Has(args, "--no-requeue"));
   EXPECT_TRUE(Has(args, "--partition=gpu-long"));
@@ -82,6 +89,14 @@ TEST(SbatchArgs, GpusPerNodeForCudaAndTheJobsChoicesOverTheServers) {
   EXPECT_EQ(args[args.size() - 3], "--mail-type=END");
   EXPECT_EQ(args[args.size() - 2], "--exclusive");
   EXPECT_EQ(args.back(), "/s/job.sbatch");
+  EXPECT_FALSE(
+      std::any_of(args.begin(), args.end(), [](const std::string& a) { return a.rfind("--exclude", 0) == 0; }));
+}
+
+TEST(SbatchArgs, NodesPresumedLostAreExcluded) {
+  LaunchRequest r = Request();
+  r.exclude_nodes = {"n2", "n5"};
+  EXPECT_TRUE(Has(SbatchArgs(r, SlurmLauncherOptions{}, "sbatch", "/s/job.sbatch"), "--exclude=n2,n5"));
 }
 
 TEST(SbatchArgs, SignalLeadTimeStaysInSlurmsRange) {

@@ -54,10 +54,20 @@ class SlurmLauncherTest : public ::testing::Test {
     o.slurm_bin_dir = std::move(bin_dir);
     o.poll_interval = std::chrono::milliseconds(10);
     o.stop_grace = grace;
-    return MakeSlurmLauncher(o, [this](const RankExit& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      exits_.push_back(e);
-    });
+    return MakeSlurmLauncher(
+        o,
+        [this](const RankExit& e) {
+          std::lock_guard<std::mutex> lock(mu_);
+          exits_.push_back(e);
+        },
+        [this](const std::string& job, int32_t attempt, const std::string& text) {
+          std::lock_guard<std::mutex> lock(mu_);
+          notes_.push_back(absl::StrCat(job, "/", attempt, ": ", text));
+        });
+  }
+  std::vector<std::string> Notes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return notes_;
   }
 
   LaunchRequest Request(int world) const {
@@ -87,6 +97,7 @@ class SlurmLauncherTest : public ::testing::Test {
   std::string bin_;
   std::mutex mu_;
   std::vector<RankExit> exits_;
+  std::vector<std::string> notes_;
 };
 
 TEST_F(SlurmLauncherTest, AvailableNamesSbatchWhenItIsMissing) {
@@ -149,6 +160,41 @@ TEST_F(SlurmLauncherTest, RanksWithoutAnExitFileFailWhenSlurmSaysTheJobEnded) {
   EXPECT_NE(lost.description.find("without an exit status (Slurm job 4242 NODE_FAIL)"), std::string::npos)
       << lost.description;
   EXPECT_EQ(launcher->LiveProcesses("j1"), 0);
+}
+
+TEST_F(SlurmLauncherTest, SlurmsOwnAccountOfTheJobGoesToItsNotes) {
+  SetState("PENDING|Resources|");
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(Request(2)).ok());
+  SetState("RUNNING|None|n[1-2]");
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes()[0], "j1/1: Slurm job 4242 runs on n[1-2]");
+  SetState("PENDING|BeginTime|");  // requeued after it ran
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 2; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes()[1], "j1/1: Slurm job 4242 was requeued by Slurm (BeginTime)");
+  SetState("TIMEOUT|TimeLimit|n[1-2]");
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 3; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes()[2], "j1/1: Slurm job 4242 reached its time limit (slurm.time_limit) (TimeLimit)");
+}
+
+TEST_F(SlurmLauncherTest, AScancelNotOursIsSaidAsSuchAndOursIsNot) {
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(Request(1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 1; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes()[0], "j1/1: Slurm job 4242 runs");
+  SetState("CANCELLED|None|n1");
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(1); }, std::chrono::seconds(10)));
+  ASSERT_EQ(Notes().size(), 2u);
+  EXPECT_EQ(Notes()[1], "j1/1: Slurm job 4242 was cancelled outside Trainyard (scancel)");
+
+  auto ours = Make(bin_, std::chrono::seconds(60));
+  SetState("RUNNING");
+  ASSERT_TRUE(ours->Launch(Request(1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 3; }, std::chrono::seconds(10)));
+  ours->Stop("j1", 1);
+  SetState("CANCELLED");
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(2); }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes().size(), 3u) << Notes().back();
 }
 
 TEST_F(SlurmLauncherTest, StopInterruptsTheTasksThenKillsWhatIsLeftAfterTheGrace) {

@@ -1,0 +1,254 @@
+"""End to end across nodes of a real Slurm: a cluster of 3 nodes, each a
+slurmd in a network, host-name and mount namespace of its own on one bridge
+(tests/e2e/slurm-multinode/), with trainyard-server on the host as the
+coordinator its ranks reach at the bridge's address.
+
+- A DDP job over 2 nodes x 2 ranks: SUCCEEDED, each rank on the node
+  Slurm gave it (trainctl get, /metrics), and the same weights, bit for
+  bit, as the same spec run by 4 local ranks.
+- FSDP HYBRID_SHARD over 2 nodes: a shard group per node (the job's events
+  say so), weights as the local run's.
+- GPUs from Slurm's GRES (device files stand in for them): a job asking
+  for GPUs gets --gres, and each rank of a node sees a GPU of its own.
+- A node that dies (every process in its namespace killed) under a
+  whole-group job: noticed at once from its ranks, the group restarted
+  without that node from the newest checkpoint.
+
+Needs root (namespaces, Slurm's daemons); exits 77 (skipped) without it.
+Run by ctest with the build's bin directory as the first argument.
+"""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402
+from e2e_test import Server, wait_for, write_spec  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLUSTER = os.path.join(HERE, "slurm-multinode")
+MN_DIR = "/tmp/trainyard-slurm-multinode"
+NET = "10.79.0"
+PFX = "ty"  # its namespaces and links: tyn1.., tybr0
+REPO = os.path.dirname(os.path.dirname(HERE))
+PYTHON = os.environ.get("TRAINYARD_PYTHON", os.path.join(REPO, ".venv", "bin", "python"))
+HOST = f"{NET}.1"
+
+
+class Cluster:
+    """The multi-node Slurm of tests/e2e/slurm-multinode/, started afresh."""
+
+    def __init__(self, nodes=3, gpus=2, extra_env=None):
+        self.env = dict(os.environ, MN_DIR=MN_DIR, MN_NET=NET, MN_PFX=PFX, MN_NODES=str(nodes),
+                        MN_GPUS=str(gpus), MN_CTLD_PORT="6927", **(extra_env or {}))
+        self.stop()
+        r = subprocess.run(["bash", os.path.join(CLUSTER, "start-cluster.sh")], env=self.env, capture_output=True,
+                           text=True, timeout=120)
+        if r.returncode != 0:
+            raise AssertionError(f"the multi-node cluster did not start:\n{r.stdout}\n{r.stderr[-3000:]}")
+        self.slurm_conf = os.path.join(MN_DIR, "etc", "slurm.conf")
+
+    def stop(self):
+        subprocess.run(["bash", os.path.join(CLUSTER, "stop-cluster.sh")], env=self.env, capture_output=True,
+                       timeout=120)
+
+    def slurm(self, *args):
+        return subprocess.run(list(args), env=dict(self.env, SLURM_CONF=self.slurm_conf), capture_output=True,
+                              text=True, timeout=60).stdout
+
+    def kill_node(self, node):
+        """The node loses power: every process in its namespace is killed."""
+        pids = subprocess.run(["ip", "netns", "pids", f"{PFX}{node}"], capture_output=True, text=True).stdout.split()
+        if pids:
+            subprocess.run(["kill", "-9", *pids])
+        return len(pids)
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class MultiNode(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster()
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-slurm-mn-")
+        os.chmod(cls.tmp.name, 0o755)
+        os.environ["SLURM_CONF"] = cls.cluster.slurm_conf
+        # The coordinator listens everywhere; the nodes reach it at the
+        # bridge's address.
+        cls.server = Server(cls.tmp.name, slots=4, listen="0.0.0.0:0",
+                            extra=["--launcher", "slurm", "--advertise-addr", HOST, "--allowed-root", cls.tmp.name,
+                                   "--allowed-root", REPO])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.cluster.stop()
+        cls.tmp.cleanup()
+
+    def submit(self, name, text):
+        r = self.server.ctl("-o", "json", "submit", write_spec(self.tmp.name, name + ".yaml", text))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["id"]
+
+    def finish(self, job_id, state="SUCCEEDED"):
+        self.server.ctl("watch", job_id, timeout=600)
+        job = self.server.job(job_id)
+        self.assertEqual(job["state"], state, json.dumps(job["events"][-8:], indent=1) + "\n" +
+                         self.server.ctl("logs", job_id).stdout[-3000:])
+        return job
+
+    def final_checkpoint(self, job_id):
+        listed = json.loads(self.server.ctl("-o", "json", "checkpoints", job_id).stdout)
+        final = [c for c in listed if c["ok"] and c["trigger"] == "final"]
+        self.assertTrue(final, listed)
+        return final[-1]["path"]
+
+    def events(self, job_id):
+        return [e["reason"] for e in self.server.job(job_id)["events"]]
+
+    def test_1_ddp_over_two_nodes_is_the_local_run_bit_for_bit(self):
+        spec = ("name: %s\nmodel: {kind: mlp, hidden: [64, 64]}\n"
+                "data: {kind: synthetic, batch_size: 16, num_samples: 4096, seed: 5}\nseed: 5\n"
+                "optimizer: {kind: adamw, lr: 0.003}\nmax_steps: 60\nnum_processes: 4\nmetrics_every_steps: 1\n"
+                "ddp: {intra_host_transport: process_group}\n")
+        job_id = self.submit("ddp2", spec % "ddp-2-nodes" + "slurm: {nodes: 2}\n")
+        s = self.server
+
+        def placed():
+            j = s.job(job_id)
+            return j if j["state"] == "RUNNING" and len(j.get("places", [])) == 4 else None
+        job = wait_for(placed, 120, "four ranks placed", lambda: json.dumps(s.job(job_id), indent=1)[-3000:])
+        nodes = {p["rank"]: p["node"] for p in job["places"]}
+        # Slurm's block distribution: ranks 0-1 on one node, 2-3 on another.
+        self.assertEqual(nodes[0], nodes[1])
+        self.assertEqual(nodes[2], nodes[3])
+        self.assertNotEqual(nodes[0], nodes[2])
+        self.assertTrue(set(nodes.values()) <= {"n1", "n2", "n3"}, nodes)
+        self.assertTrue(job.get("slurm_job_id"), job)
+        text = s.ctl("get", job_id).stdout
+        self.assertIn(f"slurm job:    {job['slurm_job_id']}", text)
+        self.assertRegex(text, r"\n  2 +%s " % nodes[2])
+        info = self.cluster.slurm("scontrol", "show", "job", job["slurm_job_id"])
+        self.assertIn("NumNodes=2", info)
+        scrape = s.scrape()
+        for rank, node in nodes.items():
+            self.assertIn(f'trainyard_job_rank_info{{job_id="{job_id}",node="{node}",rank="{rank}"}} 1', scrape)
+        self.assertTrue(any(f"runs as slurm job {job['slurm_job_id']}" in e for e in self.events(job_id)))
+        self.finish(job_id)
+        local = self.submit("ddp-local", spec % "ddp-local" + "launcher: local\n")
+        self.finish(local)
+        self.assertEqual(sha256(os.path.join(self.final_checkpoint(job_id), "model.safetensors")),
+                         sha256(os.path.join(self.final_checkpoint(local), "model.safetensors")),
+                         "2 nodes x 2 ranks and 4 local ranks ended with different weights")
+
+    def test_2_hybrid_shard_groups_stay_inside_nodes(self):
+        spec = ("name: %s\nmodel: {kind: mlp, hidden: [64, 64]}\n"
+                "data: {kind: synthetic, batch_size: 16, num_samples: 4096, seed: 6}\nseed: 6\n"
+                "optimizer: {kind: adamw, lr: 0.003}\nmax_steps: 40\nnum_processes: 4\n"
+                "distributed_type: FSDP\nfsdp_config: {fsdp_sharding_strategy: HYBRID_SHARD%s}\n")
+        # No ranks_per_node: a node's ranks are a shard group.
+        job_id = self.submit("hybrid2", spec % ("hybrid-2-nodes", "") + "slurm: {nodes: 2}\n")
+        job = self.finish(job_id)
+        groups = [e for e in self.events(job_id) if e.startswith("shard groups")]
+        self.assertEqual(len(groups), 1, self.events(job_id))
+        self.assertRegex(groups[0], r"^shard groups \(2 of 2 ranks, replicated across them\): 0-1 on n\d; 2-3 on n\d$")
+        self.assertNotIn("span nodes", groups[0])
+        local = self.submit("hybrid-local", spec % ("hybrid-local", ", ranks_per_node: 2") + "launcher: local\n")
+        self.finish(local)
+        check = subprocess.run(
+            [PYTHON, "-c", "import sys, torch; from safetensors.torch import load_file as l; "
+             "a, b = l(sys.argv[1]), l(sys.argv[2]); assert a.keys() == b.keys(), (a.keys(), b.keys()); "
+             "print(max((a[k] - b[k]).abs().max().item() for k in a))",
+             os.path.join(self.final_checkpoint(job_id), "model.safetensors"),
+             os.path.join(self.final_checkpoint(local), "model.safetensors")], capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stderr)
+        self.assertLess(float(check.stdout), 1e-5, "HYBRID over 2 nodes and locally differ by " + check.stdout)
+
+    def test_3_each_rank_gets_a_gpu_of_its_own_from_slurm(self):
+        out = os.path.join(self.tmp.name, "gres-env")
+        os.makedirs(out)
+        script = os.path.join(REPO, "tests", "fixtures", "dump_env.py")
+        job_id = self.submit("gres", f"name: gres\nscript: {{path: {script}, python: {PYTHON}, args: [{out}]}}\n"
+                                     "num_processes: 4\ndevice: cuda\nslurm: {nodes: 2}\n")
+        self.finish(job_id)
+        envs = []
+        for rank in range(4):
+            with open(os.path.join(out, f"env-{rank}.json")) as f:
+                envs.append(json.load(f))
+        seen = set()
+        for rank, env in enumerate(envs):
+            # One GPU each, the one Slurm bound the task to (without
+            # cgroup device constraints, by its index on the node).
+            self.assertRegex(env.get("CUDA_VISIBLE_DEVICES", ""), r"^[01]$", env)
+            self.assertEqual(env["CUDA_VISIBLE_DEVICES"], env.get("SLURM_STEP_GPUS"), env)
+            seen.add((env["SLURMD_NODENAME"], env["CUDA_VISIBLE_DEVICES"]))
+            self.assertEqual(env["LOCAL_RANK"], env["SLURM_LOCALID"])
+        self.assertEqual(len(seen), 4, f"two ranks share a GPU: {sorted(seen)}")
+
+    def test_4_a_dead_node_is_left_out_of_the_restart(self):
+        """Last: the node it kills stays dead for the rest of the cluster's life."""
+        s = self.server
+        every = 20
+        job_id = self.submit("node-loss", (
+            "name: node-loss\nmodel: {kind: mlp, hidden: [512, 512]}\n"
+            "data: {kind: synthetic, batch_size: 64, num_samples: 1000000, seed: 8}\nseed: 8\n"
+            "optimizer: {kind: adamw, lr: 0.001}\nmax_steps: 100000\nnum_processes: 4\nmetrics_every_steps: 1\n"
+            "ddp: {intra_host_transport: process_group}\nslurm: {nodes: 2}\nmax_restarts: 2\n"
+            f"checkpoint: {{every_steps: {every}, async: false}}\n"))
+
+        def running_past(step):
+            j = s.job(job_id)
+            return j if j["state"] == "RUNNING" and len(j.get("places", [])) == 4 and j["step"] >= step else None
+        job = wait_for(lambda: running_past(60), 300, "the job past step 60",
+                       lambda: json.dumps(s.job(job_id), indent=1)[-3000:])
+        nodes = {p["rank"]: p["node"] for p in job["places"]}
+        victim = nodes[2]
+        self.assertNotEqual(victim, nodes[0])
+        killed = self.cluster.kill_node(victim)
+        t_kill = time.monotonic()
+        self.assertGreater(killed, 0, f"no process in {victim}'s namespace")
+
+        def presumed_lost():
+            return any(e.startswith(f"node {victim} presumed lost") for e in self.events(job_id))
+        wait_for(presumed_lost, 60, f"{victim} presumed lost", lambda: "\n".join(self.events(job_id)[-10:]))
+        noticed_s = time.monotonic() - t_kill
+        last_step = s.job(job_id)["step"]  # attempt 1's last reported step: about where the node died
+
+        def second_attempt():
+            j = s.job(job_id)
+            return j if j["attempt"] == 2 and j["state"] == "RUNNING" and len(j.get("places", [])) == 4 else None
+        job = wait_for(second_attempt, 120, "attempt 2 running", lambda: "\n".join(self.events(job_id)[-10:]))
+        restarted_s = time.monotonic() - t_kill
+        self.assertNotIn(victim, {p["node"] for p in job["places"]}, job["places"])
+        info = self.cluster.slurm("scontrol", "show", "job", job["slurm_job_id"])
+        self.assertIn(f"ExcNodeList={victim}", info)
+        # Resumed from the newest checkpoint: at most `every` steps lost.
+        log0 = os.path.join(self.tmp.name, "jobs", job_id, "attempt-2", "rank-0.log")
+        m = wait_for(lambda: re.search(r"resumed from \S+ at step (\d+)", open(log0).read()), 60,
+                     "attempt 2 resumed")
+        resumed = int(m.group(1))
+        self.assertLessEqual(resumed, last_step)
+        self.assertGreaterEqual(resumed, last_step - every, f"lost {last_step - resumed} steps")
+        self.assertLess(noticed_s, 15, "the lost node was noticed late")
+        s.ctl("cancel", job_id)
+        self.finish(job_id, "CANCELLED")
+        print(f"\nnode {victim} killed at step >= 60: presumed lost after {noticed_s:.1f} s, "
+              f"attempt 2 running on {sorted(set(p['node'] for p in job['places']))} after {restarted_s:.1f} s, "
+              f"resumed at step {resumed}", flush=True)
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        print("slurm_multinode_e2e needs root (namespaces, Slurm's daemons)")
+        sys.exit(77)
+    e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
