@@ -86,8 +86,16 @@ absl::Status Admission::CheckResources(const JobSpec& spec, const Launchers& lau
   }
   if (spec.replicas() && !launcher->traits().replaces_ranks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "spec field 'fault_tolerance.mode': replica fault tolerance runs under the local launcher; launcher ",
+        "spec field 'fault_tolerance.mode': replica fault tolerance runs under the local and slurm launchers; "
+        "launcher ",
         LauncherKindName(kind), " cannot replace one rank alone (use fault_tolerance.mode whole_group)"));
+  }
+  if (spec.elastic.enabled() && !launcher->traits().on_this_host) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec field 'elastic.min_processes': elastic jobs run under the "
+                     "local launcher, whose slots the scheduler grows and shrinks them "
+                     "by; launcher ",
+                     LauncherKindName(kind), " has none"));
   }
   if (!launcher->traits().on_this_host) return absl::OkStatus();  // the cluster's scheduler (or nobody) decides
   if (spec.slurm.nodes > 1) {

@@ -172,20 +172,9 @@ Attempt::Update Attempt::FailReattach(const std::string& reason) {
 std::vector<RankExit> Attempt::LostRanks(const std::string& job_id, SteadyTime now,
                                          std::chrono::duration<double> reattach_timeout) const {
   std::vector<RankExit> gone;
-  if (!external_ && !node_loss_grace_) return gone;
+  if (!external_) return gone;
   for (int32_t rank = 0; rank < world_size_; ++rank) {
     if (exited_.count(rank) || channels_.count(rank)) continue;
-    if (!external_) {
-      auto lost = detached_at_.find(rank);
-      if (lost == detached_at_.end() || now - lost->second <= *node_loss_grace_) continue;
-      auto node = nodes_.find(rank);
-      gone.push_back(RankExit::Ended(
-          job_id, number_, rank, stopping() ? WorkerOutcome::kStopped : WorkerOutcome::kFailed,
-          absl::StrCat("rank ", rank, node == nodes_.end() ? "" : absl::StrCat(" on node ", node->second),
-                       " lost its stream without a result and no end was reported within ", node_loss_grace_->count(),
-                       " s: its node is presumed lost")));
-      continue;
-    }
     if (stopping()) {
       // Not connected while its attempt stops: nothing to wait for.
       gone.push_back(RankExit::Ended(
@@ -200,6 +189,21 @@ std::vector<RankExit> Attempt::LostRanks(const std::string& job_id, SteadyTime n
           absl::StrCat("rank ", rank, " lost its connection without a result and did not reconnect within ",
                        reattach_timeout.count(), " s")));
     }
+  }
+  return gone;
+}
+
+std::vector<RankExit> Attempt::RanksOnLostNodes(const std::string& job_id, SteadyTime now) const {
+  std::vector<RankExit> gone;
+  if (external_ || !node_loss_grace_) return gone;
+  for (const auto& [rank, since] : detached_at_) {
+    if (exited_.count(rank) || channels_.count(rank) || now - since <= *node_loss_grace_) continue;
+    auto node = nodes_.find(rank);
+    gone.push_back(
+        RankExit::Ended(job_id, number_, rank, stopping() ? WorkerOutcome::kStopped : WorkerOutcome::kFailed,
+                        absl::StrCat("rank ", rank, node == nodes_.end() ? "" : absl::StrCat(" on node ", node->second),
+                                     " lost its stream without a result and no end was reported within ",
+                                     node_loss_grace_->count(), " s: its node is presumed lost")));
   }
   return gone;
 }

@@ -115,19 +115,21 @@ class Attempt {
   // reattach in time) and fails it.
   Update FailReattach(const std::string& reason);
 
+  // External ranks that are not connected and will not come back: all of
+  // them once the attempt is stopping; a rank lost without a result once
+  // `reattach_timeout` has passed. Feed each to OnExit.
+  std::vector<RankExit> LostRanks(const std::string& job_id, SteadyTime now,
+                                  std::chrono::duration<double> reattach_timeout) const;
+
   // Ranks a launcher starts on other hosts (Slurm), whose end it learns
   // late when their node dies (when the cluster marks the node down): a
   // stream lost without a result for `grace` ends the rank here instead
-  // (LostRanks), its node presumed lost.
+  // (RanksOnLostNodes), its node presumed lost.
   void WatchForLostNodes(std::chrono::duration<double> grace) { node_loss_grace_ = grace; }
-
-  // Ranks that are not connected and will not come back. External ranks:
-  // all of them once the attempt is stopping; a rank lost without a result
-  // once `reattach_timeout` has passed. Launched ranks under
-  // WatchForLostNodes: a rank lost without a result and not reported ended
-  // within its grace. Feed each to OnExit.
-  std::vector<RankExit> LostRanks(const std::string& job_id, SteadyTime now,
-                                  std::chrono::duration<double> reattach_timeout) const;
+  // Under WatchForLostNodes: the launched ranks whose stream was lost
+  // without a result more than the grace ago and whose end no launcher
+  // reported, as the launcher would report their ends (WorkerSessions::Exit).
+  std::vector<RankExit> RanksOnLostNodes(const std::string& job_id, SteadyTime now) const;
 
   // ---- fault_tolerance.mode replica
   // Makes the attempt's ranks replicas (server/membership.h): from then on

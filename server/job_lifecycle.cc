@@ -113,10 +113,9 @@ void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::millisecond
       Apply(*job, a->FailReattach(absl::StrCat("the workers did not reattach within reattach_timeout_s (",
                                                job->spec.reattach_timeout_s, " s) after a coordinator restart")));
     }
-    // Joined ranks that are gone; launched ones whose node is presumed lost.
+    // Joined ranks that are gone.
     for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
       if ((job = attempt_of()) == nullptr || job->attempt.get() != a) break;
-      NoteLostNode(*job, e.rank);
       Apply(*job, a->OnExit(e, /*recovering=*/false));
     }
     if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;

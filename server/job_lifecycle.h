@@ -135,6 +135,10 @@ class JobLifecycle {
   // `record`, and that attempt; InvalidArgument out of range.
   absl::StatusOr<std::pair<std::string, int32_t>> LogPath(const JobRecord& record, int32_t rank, int32_t attempt) const;
 
+  // The node `rank` of the current attempt ran on is presumed lost (an
+  // event; the job's later launches and replacements exclude it).
+  void NoteLostNode(ActiveJob& job, int32_t rank);
+
  private:
   Demand DemandOf(const JobSpec& spec) const;
   JobClaim ClaimOf(const ActiveJob& job) const;
@@ -149,9 +153,6 @@ class JobLifecycle {
   // The attempt's id in the cluster's scheduler (Slurm's job id), kept and
   // told in an event once known.
   void NoteExternalId(ActiveJob& job);
-  // The node `rank` of the current attempt ran on is presumed lost (an
-  // event; the job's later launches exclude it).
-  void NoteLostNode(ActiveJob& job, int32_t rank);
   // The job's next attempt (record.attempt), as its launcher runs ranks.
   std::unique_ptr<Attempt> NewAttempt(const ActiveJob& job, const Launcher::Traits& traits) const;
 

@@ -304,6 +304,7 @@ absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
 
 void JobManager::CheckProgress() {
   absl::MutexLock lock(&mu_);
+  workers_.EndRanksOnLostNodes();
   lifecycle_.Supervise(&requests_, kWatchdogDiagnoseWait);
   metrics_->SetSchedulerUsage(scheduler_.UserUsage(clock_->SteadyNow()), scheduler_.GroupUsage());
   if (!policy_->priority_classes.empty()) metrics_->SetClassCounts(ClassCounts(*policy_, jobs_));

@@ -160,7 +160,8 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
     workers_.LauncherNote(job_id, attempt, text);
   }
 
-  // Call periodically: JobLifecycle::Supervise (back-offs over, reattach
+  // Call periodically: ranks on lost nodes ended
+  // (WorkerSessions::EndRanksOnLostNodes), JobLifecycle::Supervise (back-offs over, reattach
   // deadlines, ranks gone, preemption grace, and the hang watchdog, whose
   // ranks answer within kWatchdogDiagnoseWait), then the usage metrics.
   static constexpr std::chrono::seconds kWatchdogDiagnoseWait{5};

@@ -2,9 +2,10 @@
 // `srun` step with a task per rank; each task is a trainyard-worker that
 // takes its rank from SLURM_PROCID and its rendezvous host from the step's
 // first node, under a small shell that writes its exit code to
-// <log_dir>/rank-<r>.exit. A thread
-// polls those files and `squeue`; ranks still unaccounted for when Slurm says
-// the job has ended were killed.
+// <log_dir>/rank-<r>.exit. A replacement of one rank (fault_tolerance.mode
+// replica) is a batch job of its own, one task, writing
+// rank-<r>-<n>.exit. A thread polls those files and `squeue`; ranks still
+// unaccounted for when Slurm says their batch job has ended were killed.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -83,13 +85,18 @@ bool Terminal(const std::string& state) {
   return kEnded.count(state) > 0;
 }
 
+// One batch job of an attempt: the attempt's own (every rank), or the
+// replacement of one rank (fault_tolerance.mode replica).
 struct SlurmAttempt {
   std::string job_id;
   int32_t attempt = 0;
-  int32_t world_size = 0;
-  std::string slurm_name;  // trainyard-<job>-a<attempt>
-  std::string slurm_id;    // empty: not found (adopted after it was gone)
+  bool main = true;                           // the attempt's own batch job
+  std::map<int32_t, std::string> exit_files;  // rank -> where its exit code is written
+  std::string slurm_name;                     // trainyard-<job>-a<attempt>[-r<rank>-<n>]
+  std::string slurm_id;                       // empty: not found (adopted after it was gone)
   std::string log_dir;
+  // Ranks reported ended, or given up here: another batch job runs the
+  // rank now, so what this one says of it is stale.
   std::set<int32_t> reported;
   std::string last_state;
   bool ran = false;  // Slurm said RUNNING once
@@ -116,6 +123,7 @@ class SlurmLauncher final : public Launcher {
     }
     cv_.SignalAll();
     poller_.join();
+    for (std::thread& t : killers_) t.join();
     // What was asked to stop and is still there gets no more grace: nobody
     // would follow it any more.
     for (const auto& id : stopping) {
@@ -123,6 +131,9 @@ class SlurmLauncher final : public Launcher {
       RunCommand({Tool("scancel"), id}, {});
     }
   }
+
+  // Ranks elsewhere; one rank is replaced by a batch job of its own.
+  Traits traits() const override { return {.on_this_host = false, .ranks_join = false, .replaces_ranks = true}; }
 
   absl::Status Available() override {
     const std::string sbatch = Tool("sbatch");
@@ -146,33 +157,70 @@ class SlurmLauncher final : public Launcher {
     const std::string script_path = absl::StrCat(r.log_dir, "/job.sbatch");
     const std::string rank_path = absl::StrCat(r.log_dir, "/rank.sh");
     // Each task: the worker under a small shell that records its exit code.
-    for (const auto& [path, text] :
-         {std::pair<std::string, std::string>{rank_path, RankWrapperScript()},
-          {script_path, BatchScript(r, rank_path, options_.worker_binary, options_.extra_worker_args)}}) {
-      std::ofstream f(path, std::ios::trunc);
-      f << text;
-      if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", path));
-      f.close();
-      chmod(path.c_str(), 0750);
+    if (auto s = WriteScript(rank_path, RankWrapperScript()); !s.ok()) return s;
+    if (auto s =
+            WriteScript(script_path, BatchScript(r, rank_path, options_.worker_binary, options_.extra_worker_args));
+        !s.ok()) {
+      return s;
     }
-    const std::vector<std::string> args = SbatchArgs(r, options_, Tool("sbatch"), script_path);
-    // The token travels in the job's environment (sbatch exports ours), not
-    // in the script or on a command line.
-    CommandResult res = RunCommand(args, {"TRAINYARD_WORKER_TOKEN=" + r.token});
-    if (res.exit_code != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("sbatch failed", res.exit_code > 0 ? absl::StrCat(" (exit ", res.exit_code, ")") : "", ": ",
-                       Trim(res.err.empty() ? res.out : res.err)));
-    }
-    const std::string printed = Trim(res.out);  // "<id>" or "<id>;<cluster>"
-    const std::string id = printed.substr(0, printed.find(';'));
-    if (id.empty() || !std::all_of(id.begin(), id.end(), ::isdigit)) {
-      return absl::InternalError(absl::StrCat("sbatch printed no job id: ", Trim(res.out), " ", Trim(res.err)));
-    }
+    absl::StatusOr<std::string> submitted = Submit(SbatchArgs(r, options_, Tool("sbatch"), script_path), r.token);
+    if (!submitted.ok()) return submitted.status();
+    const std::string id = *submitted;
     spdlog::info("job {} attempt {}: Slurm job {} ({} tasks on {} node(s))", r.job_id, r.attempt, id, r.world_size,
                  r.slurm.nodes);
-    Track(r, name, id);
+    Track(r, name, id, AllRanks(r));
     return absl::OkStatus();
+  }
+
+  absl::Status LaunchRank(const LaunchRequest& r, int32_t rank) override {
+    if (rank < 0 || rank >= r.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is out of range (0..", r.world_size - 1, ")"));
+    }
+    BatchRanks one{rank, 0};
+    {
+      absl::MutexLock lock(&mu_);
+      one.n = ++replacements_[{r.job_id, r.attempt, rank}];
+      // The batch job that ran the rank before: what it says of the rank
+      // from now on is stale (its process was reported ended, or given up).
+      for (auto& [name, a] : attempts_) {
+        if (a.job_id == r.job_id && a.attempt == r.attempt && a.exit_files.count(rank)) a.reported.insert(rank);
+      }
+    }
+    const std::string script_path = absl::StrCat(r.log_dir, "/rank-", rank, "-", one.n, ".sbatch");
+    const std::string rank_path = absl::StrCat(r.log_dir, "/rank.sh");
+    if (auto s = WriteScript(rank_path, RankWrapperScript()); !s.ok()) return s;
+    if (auto s = WriteScript(script_path,
+                             BatchScript(r, rank_path, options_.worker_binary, options_.extra_worker_args, one));
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<std::string> id = Submit(SbatchArgs(r, options_, Tool("sbatch"), script_path, one), r.token);
+    if (!id.ok()) return id.status();
+    spdlog::info("job {} attempt {}: rank {} replaced by Slurm job {}{}", r.job_id, r.attempt, rank, *id,
+                 r.exclude_nodes.empty() ? "" : absl::StrCat(" (not on ", absl::StrJoin(r.exclude_nodes, ","), ")"));
+    Track(r, SlurmRankJobName(r.job_id, r.attempt, rank, one.n), *id, {{rank, RankExitFile(r.log_dir, rank, one.n)}},
+          /*main=*/false);
+    return absl::OkStatus();
+  }
+
+  void KillRank(const std::string& job_id, int32_t attempt, int32_t rank) override {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, a] : attempts_) {
+      if (a.job_id != job_id || a.attempt != attempt || !a.exit_files.count(rank) || a.reported.count(rank) ||
+          a.slurm_id.empty()) {
+        continue;
+      }
+      if (!a.main) {
+        // A replacement is a batch job of its own.
+        kills_.push_back({Tool("scancel"), "--signal=KILL", a.slurm_id});
+      } else if (const std::optional<std::pair<std::string, std::string>> where = RankPid(a.log_dir, rank)) {
+        // One task of the attempt's step: killed on its node, in the
+        // job's allocation, by the pid its wrapper wrote.
+        kills_.push_back({Tool("srun"), "--jobid=" + a.slurm_id, "--overlap", "--nodes=1", "--ntasks=1",
+                          "--nodelist=" + where->first, "kill", "-9", where->second});
+      }
+    }
+    cv_.SignalAll();
   }
 
   void Adopt(const LaunchRequest& r) override {
@@ -187,38 +235,40 @@ class SlurmLauncher final : public Launcher {
       if (f.size() == 2 && (id.empty() || !Terminal(f[1]))) id = f[0];
     }
     spdlog::info("job {} attempt {}: following Slurm job {}", r.job_id, r.attempt, id.empty() ? "(gone)" : id);
-    Track(r, name, id);
+    Track(r, name, id, AllRanks(r));
   }
 
   void Stop(const std::string& job_id, int32_t attempt) override {
-    std::string id;
+    std::vector<std::string> ids;
     {
       absl::MutexLock lock(&mu_);
-      auto it = attempts_.find({job_id, attempt});
-      if (it == attempts_.end() || it->second.stop_sent) return;
-      it->second.stop_sent = true;
-      it->second.kill_at = Clock::now() + options_.stop_grace;
-      id = it->second.slurm_id;
+      for (auto& [name, a] : attempts_) {
+        if (a.job_id != job_id || a.attempt != attempt || a.stop_sent) continue;
+        a.stop_sent = true;
+        a.kill_at = Clock::now() + options_.stop_grace;
+        if (!a.slurm_id.empty()) ids.push_back(a.slurm_id);
+      }
     }
-    if (id.empty()) return;
     // SIGINT to every step's tasks: the workers stop at once, no checkpoint
     // (SIGTERM would be preemption). A job still pending is just cancelled.
-    CommandResult res = RunCommand({Tool("scancel"), "--signal=INT", id}, {});
-    if (res.exit_code != 0) RunCommand({Tool("scancel"), id}, {});
+    for (const std::string& id : ids) {
+      CommandResult res = RunCommand({Tool("scancel"), "--signal=INT", id}, {});
+      if (res.exit_code != 0) RunCommand({Tool("scancel"), id}, {});
+    }
     cv_.SignalAll();
   }
 
   std::string ExternalId(const std::string& job_id, int32_t attempt) override {
     absl::MutexLock lock(&mu_);
-    auto it = attempts_.find({job_id, attempt});
+    auto it = attempts_.find(SlurmJobName(job_id, attempt));
     return it == attempts_.end() ? "" : it->second.slurm_id;
   }
 
   int LiveProcesses(const std::string& job_id) override {
     absl::MutexLock lock(&mu_);
     int n = 0;
-    for (const auto& [key, a] : attempts_) {
-      if (key.first == job_id) n += a.world_size - static_cast<int>(a.reported.size());
+    for (const auto& [name, a] : attempts_) {
+      if (a.job_id == job_id) n += static_cast<int>(a.exit_files.size() - a.reported.size());
     }
     return n;
   }
@@ -228,16 +278,58 @@ class SlurmLauncher final : public Launcher {
     return options_.slurm_bin_dir.empty() ? name : options_.slurm_bin_dir + "/" + name;
   }
 
-  void Track(const LaunchRequest& r, const std::string& name, const std::string& id) {
+  static std::map<int32_t, std::string> AllRanks(const LaunchRequest& r) {
+    std::map<int32_t, std::string> files;
+    for (int32_t rank = 0; rank < r.world_size; ++rank) files[rank] = RankExitFile(r.log_dir, rank);
+    return files;
+  }
+
+  static absl::Status WriteScript(const std::string& path, const std::string& text) {
+    std::ofstream f(path, std::ios::trunc);
+    f << text;
+    if (!f.good()) return absl::InternalError(absl::StrCat("cannot write ", path));
+    f.close();
+    chmod(path.c_str(), 0750);
+    return absl::OkStatus();
+  }
+
+  // Runs sbatch; its job id. The token travels in the job's environment
+  // (sbatch exports ours), not in the script or on a command line.
+  absl::StatusOr<std::string> Submit(const std::vector<std::string>& args, const std::string& token) {
+    CommandResult res = RunCommand(args, {"TRAINYARD_WORKER_TOKEN=" + token});
+    if (res.exit_code != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sbatch failed", res.exit_code > 0 ? absl::StrCat(" (exit ", res.exit_code, ")") : "", ": ",
+                       Trim(res.err.empty() ? res.out : res.err)));
+    }
+    const std::string printed = Trim(res.out);  // "<id>" or "<id>;<cluster>"
+    const std::string id = printed.substr(0, printed.find(';'));
+    if (id.empty() || !std::all_of(id.begin(), id.end(), ::isdigit)) {
+      return absl::InternalError(absl::StrCat("sbatch printed no job id: ", Trim(res.out), " ", Trim(res.err)));
+    }
+    return id;
+  }
+
+  // The node and pid a rank's wrapper wrote (rank-<r>.pid), if it did.
+  static std::optional<std::pair<std::string, std::string>> RankPid(const std::string& log_dir, int32_t rank) {
+    std::ifstream f(absl::StrCat(log_dir, "/rank-", rank, ".pid"));
+    std::string node, pid;
+    if (!(f >> node >> pid) || pid.empty() || !std::all_of(pid.begin(), pid.end(), ::isdigit)) return std::nullopt;
+    return std::make_pair(node, pid);
+  }
+
+  void Track(const LaunchRequest& r, const std::string& name, const std::string& id,
+             std::map<int32_t, std::string> exit_files, bool main = true) {
     absl::MutexLock lock(&mu_);
     SlurmAttempt a;
     a.job_id = r.job_id;
     a.attempt = r.attempt;
-    a.world_size = r.world_size;
+    a.main = main;
+    a.exit_files = std::move(exit_files);
     a.slurm_name = name;
     a.slurm_id = id;
     a.log_dir = r.log_dir;
-    attempts_[{r.job_id, r.attempt}] = std::move(a);
+    attempts_[name] = std::move(a);
     cv_.SignalAll();
   }
 
@@ -263,9 +355,9 @@ class SlurmLauncher final : public Launcher {
   // Exit codes the ranks wrote since the last look.
   static std::vector<RankExit> NewExitFiles(SlurmAttempt& a) {
     std::vector<RankExit> out;
-    for (int32_t rank = 0; rank < a.world_size; ++rank) {
+    for (const auto& [rank, file] : a.exit_files) {
       if (a.reported.count(rank)) continue;
-      const std::optional<int> read = ReadExitCodeFile(absl::StrCat(a.log_dir, "/rank-", rank, ".exit"));
+      const std::optional<int> read = ReadExitCodeFile(file);
       if (!read) continue;
       const int code = *read;
       // Above 128: the shell's account of a signal.
@@ -321,7 +413,7 @@ class SlurmLauncher final : public Launcher {
         }
         if (ended) {
           for (RankExit& e : NewExitFiles(a)) exits.push_back(e);  // written just before the end
-          for (int32_t rank = 0; rank < a.world_size; ++rank) {
+          for (const auto& [rank, file] : a.exit_files) {
             if (a.reported.count(rank)) continue;
             exits.push_back(RankExit::Ended(a.job_id, a.attempt, rank, WorkerOutcome::kFailed,
                                             absl::StrCat("rank ", rank, " ended without an exit status (Slurm job ",
@@ -330,7 +422,7 @@ class SlurmLauncher final : public Launcher {
             a.reported.insert(rank);
           }
         }
-        if (static_cast<int>(a.reported.size()) == a.world_size) {
+        if (a.reported.size() == a.exit_files.size()) {
           // Every rank is accounted for; what is left of the Slurm job (a
           // batch step, or a requeued copy after preemption) must not run
           // stale workers.
@@ -340,12 +432,23 @@ class SlurmLauncher final : public Launcher {
         }
         ++it;
       }
+      std::vector<std::vector<std::string>> kills;
+      kills.swap(kills_);
       mu_.Unlock();
       for (const auto& id : to_kill) {
         RunCommand({Tool("scancel"), "--signal=KILL", id}, {});
         RunCommand({Tool("scancel"), id}, {});
       }
       for (const auto& id : to_cancel) RunCommand({Tool("scancel"), id}, {});
+      // A kill on a node that is gone waits for Slurm's message timeout:
+      // not in this loop.
+      for (auto& argv : kills) {
+        killers_.emplace_back([argv = std::move(argv)] {
+          if (CommandResult k = RunCommand(argv, {}); k.exit_code != 0) {
+            spdlog::warn("{} failed: {}", absl::StrJoin(argv, " "), Trim(k.err.empty() ? k.out : k.err));
+          }
+        });
+      }
       if (on_note_) {
         for (const auto& [job, attempt, text] : notes) on_note_(job, attempt, text);
       }
@@ -360,7 +463,12 @@ class SlurmLauncher final : public Launcher {
   const NoteCallback on_note_;
   absl::Mutex mu_;
   absl::CondVar cv_;
-  std::map<std::pair<std::string, int32_t>, SlurmAttempt> attempts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, SlurmAttempt> attempts_ ABSL_GUARDED_BY(mu_);  // by Slurm job name
+  // Replacements launched so far, by (job, attempt, rank).
+  std::map<std::tuple<std::string, int32_t, int32_t>, int32_t> replacements_ ABSL_GUARDED_BY(mu_);
+  // KillRank's commands, run by the poller outside the lock.
+  std::vector<std::vector<std::string>> kills_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> killers_;  // the poller's; joined by the destructor
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread poller_;
 };

@@ -229,4 +229,19 @@ void WorkerSessions::Exit(const RankExit& exit) {
   lifecycle_->Apply(*job, job->attempt->OnExit(exit, job->record.state == JobState::kRecovering));
 }
 
+void WorkerSessions::EndRanksOnLostNodes() {
+  const SteadyTime now = clock_->SteadyNow();
+  for (const std::string& id : jobs_->ids()) {
+    const ActiveJob* job = jobs_->Find(id);
+    if (job == nullptr || !job->attempt || job->record.state == JobState::kQueued) continue;
+    const int32_t attempt = job->attempt->number();
+    for (const RankExit& e : job->attempt->RanksOnLostNodes(id, now)) {
+      ActiveJob* current = jobs_->FindAttempt(id, attempt);
+      if (current == nullptr) break;  // the attempt ended meanwhile
+      lifecycle_->NoteLostNode(*current, e.rank);
+      Exit(e);
+    }
+  }
+}
+
 }  // namespace trainyard

@@ -62,6 +62,11 @@ class WorkerSessions {
   // Membership::kStreamLossGrace takes the rank out of the membership and
   // ends its process (JobLifecycle::Supervise).
   void Exit(const RankExit& exit);
+  // Call periodically: ranks on other hosts whose stream was lost without
+  // a result and whose end no launcher reported in time
+  // (Attempt::RanksOnLostNodes) end as if their launcher said so (Exit),
+  // their nodes presumed lost (JobLifecycle::NoteLostNode).
+  void EndRanksOnLostNodes();
 
  private:
   // The job's membership when a rank's loss is the membership's to decide:

@@ -11,8 +11,13 @@ coordinator its ranks reach at the bridge's address.
 - GPUs from Slurm's GRES (device files stand in for them): a job asking
   for GPUs gets --gres, and each rank of a node sees a GPU of its own.
 - A node that dies (every process in its namespace killed) under a
-  whole-group job: noticed at once from its ranks, the group restarted
-  without that node from the newest checkpoint.
+  whole-group job: noticed from its ranks' lost streams within seconds,
+  the group restarted without that node (sbatch --exclude) from the
+  newest checkpoint.
+- The same under fault_tolerance.mode replica: the other replicas go on,
+  the lost rank is replaced by a batch job of its own on another node and
+  heals; no step goes back, every sample is trained once.
+- External ranks (trainyard-worker --join) started on the nodes by hand.
 
 Needs root (namespaces, Slurm's daemons); exits 77 (skipped) without it.
 Run by ctest with the build's bin directory as the first argument.
@@ -29,7 +34,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
-from e2e_test import Server, wait_for, write_spec  # noqa: E402
+from e2e_test import Server, read, wait_for, write_spec  # noqa: E402
+from replica_e2e import commits, job_logs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLUSTER = os.path.join(HERE, "slurm-multinode")
@@ -62,6 +68,14 @@ class Cluster:
         return subprocess.run(list(args), env=dict(self.env, SLURM_CONF=self.slurm_conf), capture_output=True,
                               text=True, timeout=60).stdout
 
+    def restart(self):
+        """A fresh cluster, every node up (the same configuration and paths)."""
+        self.stop()
+        r = subprocess.run(["bash", os.path.join(CLUSTER, "start-cluster.sh")], env=self.env, capture_output=True,
+                           text=True, timeout=120)
+        if r.returncode != 0:
+            raise AssertionError(f"the multi-node cluster did not start again:\n{r.stderr[-3000:]}")
+
     def kill_node(self, node):
         """The node loses power: every process in its namespace is killed."""
         pids = subprocess.run(["ip", "netns", "pids", f"{PFX}{node}"], capture_output=True, text=True).stdout.split()
@@ -82,6 +96,7 @@ class MultiNode(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-slurm-mn-")
         os.chmod(cls.tmp.name, 0o755)
         os.environ["SLURM_CONF"] = cls.cluster.slurm_conf
+        os.environ["TRAINYARD_REPLICA_HASH"] = "1"  # replica ranks log each commit; sbatch passes it on
         # The coordinator listens everywhere; the nodes reach it at the
         # bridge's address.
         cls.server = Server(cls.tmp.name, slots=4, listen="0.0.0.0:0",
@@ -115,11 +130,13 @@ class MultiNode(unittest.TestCase):
     def events(self, job_id):
         return [e["reason"] for e in self.server.job(job_id)["events"]]
 
+    DDP = ("name: %s\nmodel: {kind: mlp, hidden: [64, 64]}\n"
+           "data: {kind: synthetic, batch_size: 16, num_samples: 4096, seed: 5}\nseed: 5\n"
+           "optimizer: {kind: adamw, lr: 0.003}\nmax_steps: 60\nnum_processes: 4\nmetrics_every_steps: 1\n"
+           "ddp: {intra_host_transport: process_group}\n")
+
     def test_1_ddp_over_two_nodes_is_the_local_run_bit_for_bit(self):
-        spec = ("name: %s\nmodel: {kind: mlp, hidden: [64, 64]}\n"
-                "data: {kind: synthetic, batch_size: 16, num_samples: 4096, seed: 5}\nseed: 5\n"
-                "optimizer: {kind: adamw, lr: 0.003}\nmax_steps: 60\nnum_processes: 4\nmetrics_every_steps: 1\n"
-                "ddp: {intra_host_transport: process_group}\n")
+        spec = self.DDP
         job_id = self.submit("ddp2", spec % "ddp-2-nodes" + "slurm: {nodes: 2}\n")
         s = self.server
 
@@ -195,8 +212,8 @@ class MultiNode(unittest.TestCase):
         self.assertEqual(len(seen), 4, f"two ranks share a GPU: {sorted(seen)}")
 
     def test_4_a_dead_node_is_left_out_of_the_restart(self):
-        """Last: the node it kills stays dead for the rest of the cluster's life."""
         s = self.server
+        self.cluster.restart()
         every = 20
         job_id = self.submit("node-loss", (
             "name: node-loss\nmodel: {kind: mlp, hidden: [512, 512]}\n"
@@ -233,7 +250,7 @@ class MultiNode(unittest.TestCase):
         self.assertIn(f"ExcNodeList={victim}", info)
         # Resumed from the newest checkpoint: at most `every` steps lost.
         log0 = os.path.join(self.tmp.name, "jobs", job_id, "attempt-2", "rank-0.log")
-        m = wait_for(lambda: re.search(r"resumed from \S+ at step (\d+)", open(log0).read()), 60,
+        m = wait_for(lambda: re.search(r"resumed from \S+ at step (\d+)", read(log0)), 60,
                      "attempt 2 resumed")
         resumed = int(m.group(1))
         self.assertLessEqual(resumed, last_step)
@@ -244,6 +261,108 @@ class MultiNode(unittest.TestCase):
         print(f"\nnode {victim} killed at step >= 60: presumed lost after {noticed_s:.1f} s, "
               f"attempt 2 running on {sorted(set(p['node'] for p in job['places']))} after {restarted_s:.1f} s, "
               f"resumed at step {resumed}", flush=True)
+
+    def test_5_replicas_go_on_and_a_dead_nodes_replica_is_replaced_elsewhere(self):
+        s = self.server
+        self.cluster.restart()
+        steps, world, batch = 4000, 3, 16
+        job_id = self.submit("replica-node-loss", (
+            "name: replica-node-loss\nmodel: {kind: mlp, hidden: [64]}\n"
+            f"data: {{kind: synthetic, batch_size: {batch}, num_samples: 48}}\nseed: 11\n"
+            f"optimizer: {{kind: adamw, lr: 0.003}}\nmax_steps: {steps}\nnum_processes: {world}\n"
+            "metrics_every_steps: 1\nslurm: {nodes: 3}\nfault_tolerance: {mode: replica, min_replicas: 1}\n"))
+
+        def running_past(step):
+            j = s.job(job_id)
+            reps = j.get("replicas") or {}
+            return j if j["state"] == "RUNNING" and len(reps.get("live", [])) == 3 and j["step"] >= step else None
+        job = wait_for(lambda: running_past(50), 300, "three replicas past step 50",
+                       lambda: json.dumps(s.job(job_id), indent=1)[-3000:])
+        nodes = {p["rank"]: p["node"] for p in job["places"]}
+        self.assertEqual(len(set(nodes.values())), 3, nodes)
+        victim_rank = 1
+        victim = nodes[victim_rank]
+        self.assertGreater(self.cluster.kill_node(victim), 0)
+        t_kill = time.monotonic()
+
+        def healed():
+            j = s.job(job_id)
+            if j["state"] != "RUNNING":
+                return j
+            reps = j.get("replicas") or {}
+            places = {p["rank"]: p["node"] for p in j.get("places", [])}
+            ok = len(reps.get("live", [])) == 3 and not reps.get("healing") and \
+                places.get(victim_rank) not in (None, victim) and any(" healed in " in e["reason"] for e in j["events"])
+            return j if ok else None
+        job = wait_for(healed, 180, f"rank {victim_rank} replaced off {victim} and healed",
+                       lambda: "\n".join(self.events(job_id)[-12:]))
+        healed_s = time.monotonic() - t_kill
+        self.assertEqual(job["state"], "RUNNING", "\n".join(self.events(job_id)[-12:]))
+        self.assertEqual(job["attempt"], 1, "the node's loss restarted the group")
+        new_node = {p["rank"]: p["node"] for p in job["places"]}[victim_rank]
+        events = self.events(job_id)
+        self.assertTrue(any(e.startswith(f"node {victim} presumed lost") for e in events), events)
+        name = f"trainyard-{job_id}-a1-r{victim_rank}-1"
+        info = self.cluster.slurm("scontrol", "show", "job", self.cluster.slurm("squeue", "-h", "-t", "all", "-n",
+                                                                                  name, "-o", "%i").strip())
+        self.assertIn(f"ExcNodeList={victim}", info)
+        job = self.finish(job_id)
+        self.assertEqual(job["attempt"], 1)
+        # The workers' own account of every commit: no rank log goes back;
+        # every sample of the fault-free run is trained, none twice.
+        rows = commits(job_logs(self.tmp.name, job_id))
+        self.assertTrue(rows, "no replica hash lines in the rank logs")
+        last = {}
+        by_step = {}
+        for path, rank, epoch, step, cursor, digest in rows:
+            self.assertGreaterEqual(step, last.get(path, 0), f"{path}: step went back to {step}")
+            last[path] = step
+            by_step.setdefault(step, set()).add((digest, cursor))
+        for step, seen in by_step.items():
+            self.assertEqual(len(seen), 1, f"step {step}: members disagree (hash, cursor): {seen}")
+        self.assertEqual(max(r[4] for r in rows), steps * world * batch)
+        print(f"\nnode {victim} killed: rank {victim_rank} replaced on {new_node} and healed after {healed_s:.1f} s; "
+              f"{steps} steps, cursor {max(r[4] for r in rows)}", flush=True)
+
+    def test_6_external_ranks_join_from_the_nodes(self):
+        """trainyard-worker --join on the cluster's hosts, started by hand (no Slurm)."""
+        s = self.server
+        self.cluster.restart()
+        job_id = self.submit("external", self.DDP % "external-2-hosts" + "launcher: external\n")
+        info = json.loads(s.ctl("-o", "json", "join-info", job_id).stdout)
+        self.assertEqual(info["coordinator_addr"].split(":")[0], HOST)
+        env = dict(os.environ, TRAINYARD_WORKER_TOKEN=info["token"], MN_DIR=MN_DIR, MN_PFX=PFX)
+        env.pop("SLURM_CONF", None)
+        procs = []
+        for rank, node in ((2, "n2"), (3, "n2"), (0, "n1"), (1, "n1")):
+            log = open(os.path.join(self.tmp.name, f"external-rank-{rank}.log"), "wb")
+            procs.append((rank, log, subprocess.Popen(
+                ["bash", os.path.join(CLUSTER, "node-exec.sh"), node, os.path.join(e2e_test.BIN, "trainyard-worker"),
+                 "--join", job_id, "--server", info["coordinator_addr"], "--rank", str(rank)],
+                env=env, stdout=log, stderr=subprocess.STDOUT)))
+        try:
+            def placed():
+                j = s.job(job_id)
+                return j if len(j.get("places", [])) == 4 else None
+            job = wait_for(placed, 120, "four ranks joined", lambda: json.dumps(s.job(job_id), indent=1)[-2000:])
+            self.assertEqual({p["rank"]: p["node"] for p in job["places"]}, {0: "n1", 1: "n1", 2: "n2", 3: "n2"})
+            for rank, log, p in procs:
+                p.wait(timeout=300)
+                self.assertEqual(p.returncode, 0, f"rank {rank}:\n{read(log.name)[-3000:]}")
+        finally:
+            for _, log, p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                log.close()
+        self.finish(job_id)
+        text = read(os.path.join(self.tmp.name, "external-rank-0.log"))
+        self.assertRegex(text, r"rendezvous at 10\.79\.0\.1[1-3]:")  # rank 0's own node address
+        local = self.submit("external-local", self.DDP % "external-local" + "launcher: local\n")
+        self.finish(local)
+        self.assertEqual(sha256(os.path.join(self.final_checkpoint(job_id), "model.safetensors")),
+                         sha256(os.path.join(self.final_checkpoint(local), "model.safetensors")),
+                         "ranks joined from 2 hosts and 4 local ranks ended with different weights")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,17 @@
 namespace trainyard {
 namespace {
 
+// A launcher of ranks on other hosts that replaces one rank alone (as
+// Slurm's does).
+class ElsewhereLauncher final : public Launcher {
+ public:
+  Traits traits() const override { return {.on_this_host = false, .replaces_ranks = true}; }
+  absl::Status Launch(const LaunchRequest&) override { return absl::OkStatus(); }
+  void Stop(const std::string&, int32_t) override {}
+  int LiveProcesses(const std::string&) override { return 0; }
+  void Adopt(const LaunchRequest&) override {}
+};
+
 class AdmissionTest : public ::testing::Test {
  protected:
   AdmissionTest() {
@@ -33,6 +44,7 @@ class AdmissionTest : public ::testing::Test {
   Policy policy_;
   RecordingLauncher local_;
   ExternalLauncher external_{[](const std::string&, int32_t, const WorkerCommand&) {}};
+  ElsewhereLauncher elsewhere_;
   Launchers launchers_;
 };
 
@@ -141,7 +153,17 @@ TEST_F(AdmissionTest, ReplicaFaultToleranceNeedsALauncherThatReplacesOneRank) {
   absl::Status s = admission.Admit(replica + "launcher: external\n", "", Caller{}, "job-2", Now()).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(s.message()).find("fault_tolerance.mode"), std::string::npos) << s;
-  EXPECT_NE(std::string(s.message()).find("runs under the local launcher; launcher external"), std::string::npos) << s;
+  EXPECT_NE(std::string(s.message()).find("runs under the local and slurm launchers; launcher external"),
+            std::string::npos)
+      << s;
+  // Ranks elsewhere are replaced too (Slurm), but elastic jobs need a
+  // launcher whose slots the scheduler holds.
+  launchers_.Register(LauncherKind::kSlurm, &elsewhere_);
+  EXPECT_TRUE(admission.Admit(replica + "launcher: slurm\n", "", Caller{}, "job-4", Now()).ok());
+  s = admission.Admit(replica + "elastic: {min_processes: 1}\nlauncher: slurm\n", "", Caller{}, "job-5", Now())
+          .status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("elastic jobs run under the local launcher"), std::string::npos) << s;
   // Mode whole_group runs under any launcher.
   EXPECT_TRUE(admission
                   .Admit("max_steps: 10\nnum_processes: 2\nfault_tolerance: {mode: whole_group}\nlauncher: external\n",

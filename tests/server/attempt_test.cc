@@ -197,8 +197,8 @@ TEST(Attempt, ALaunchedRankOnAnotherHostLostWithoutAnEndIsEndedAfterTheGraceItsN
   a.OnResult(0, WorkerOutcome::kSucceeded, "");
   EXPECT_FALSE(a.Detach("j", 0, ch[0], kT0).ended);
   EXPECT_FALSE(a.Detach("j", 2, ch[2], kT0).ended);
-  EXPECT_TRUE(a.LostRanks("j", kT0 + seconds(4), seconds(600)).empty()) << "within the grace";
-  const std::vector<RankExit> lost = a.LostRanks("j", kT0 + seconds(6), seconds(600));
+  EXPECT_TRUE(a.RanksOnLostNodes("j", kT0 + seconds(4)).empty()) << "within the grace";
+  const std::vector<RankExit> lost = a.RanksOnLostNodes("j", kT0 + seconds(6));
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].rank, 2);
   EXPECT_EQ(lost[0].outcome, WorkerOutcome::kFailed);
@@ -207,15 +207,16 @@ TEST(Attempt, ALaunchedRankOnAnotherHostLostWithoutAnEndIsEndedAfterTheGraceItsN
   EXPECT_TRUE(a.OnExit(lost[0], false).failed_now);
   // The launcher's own report, when Slurm gets to it, changes nothing.
   EXPECT_FALSE(a.OnExit(RankExit::Killed("j", 1, 2, 9), false).failed_now);
-  EXPECT_TRUE(a.LostRanks("j", kT0 + seconds(60), seconds(600)).empty());
+  EXPECT_TRUE(a.RanksOnLostNodes("j", kT0 + seconds(60)).empty());
 
   // Without the watch (a local launcher reaps its children), a lost stream
-  // ends nothing.
+  // ends nothing; nor is it an external rank's loss.
+  EXPECT_TRUE(a.LostRanks("j", kT0 + seconds(60), seconds(0)).empty());
   Attempt local(1, 1, false);
   auto c = std::make_shared<WorkerChannel>();
   local.Attach(0, c);
   local.Detach("j", 0, c, kT0);
-  EXPECT_TRUE(local.LostRanks("j", kT0 + seconds(600), seconds(0)).empty());
+  EXPECT_TRUE(local.RanksOnLostNodes("j", kT0 + seconds(600)).empty());
 }
 
 }  // namespace
