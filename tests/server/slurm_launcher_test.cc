@@ -33,14 +33,19 @@ if [ -f "$d/state" ]; then echo "4242|$(cat "$d/state")"; fi
 constexpr const char* kScancel = R"sh(#!/bin/sh
 echo "$*" >> "$(dirname "$0")/scancel.log"
 )sh";
+constexpr const char* kSrun = R"sh(#!/bin/sh
+echo "$*" >> "$(dirname "$0")/srun.log"
+)sh";
 
 class SlurmLauncherTest : public ::testing::Test {
  protected:
   void SetUp() override {
     bin_ = dir_.path() + "/bin";
     std::filesystem::create_directories(bin_);
-    for (const auto& [name, text] :
-         {std::pair<const char*, const char*>{"sbatch", kSbatch}, {"squeue", kSqueue}, {"scancel", kScancel}}) {
+    for (const auto& [name, text] : {std::pair<const char*, const char*>{"sbatch", kSbatch},
+                                     {"squeue", kSqueue},
+                                     {"scancel", kScancel},
+                                     {"srun", kSrun}}) {
       const std::string path = bin_ + "/" + name;
       std::ofstream(path) << text;
       chmod(path.c_str(), 0755);
@@ -195,6 +200,56 @@ TEST_F(SlurmLauncherTest, AScancelNotOursIsSaidAsSuchAndOursIsNot) {
   SetState("CANCELLED");
   ASSERT_TRUE(WaitFor([&] { return ExitCount(2); }, std::chrono::seconds(10)));
   EXPECT_EQ(Notes().size(), 3u) << Notes().back();
+}
+
+// fault_tolerance.mode replica: a replacement is a batch job of one task;
+// what the attempt's own job later says of the replaced rank is stale.
+TEST_F(SlurmLauncherTest, AReplacedRankIsABatchJobOfItsOwnAndTheOldJobsWordOnItIsStale) {
+  auto launcher = Make(bin_);
+  EXPECT_TRUE(launcher->traits().replaces_ranks);
+  LaunchRequest r = Request(2);
+  r.replica_store = true;
+  ASSERT_TRUE(launcher->Launch(r).ok());
+  EXPECT_NE(Read(bin_ + "/sbatch.args").find("--no-kill"), std::string::npos) << Read(bin_ + "/sbatch.args");
+  r.exclude_nodes = {"n2"};
+  ASSERT_TRUE(launcher->LaunchRank(r, 1).ok());
+  const std::string args = Read(bin_ + "/sbatch.args");
+  EXPECT_NE(args.find("--job-name=trainyard-j1-a1-r1-1 --ntasks=1 --nodes=1 "), std::string::npos) << args;
+  EXPECT_NE(args.find("--exclude=n2"), std::string::npos) << args;
+  EXPECT_EQ(Read(bin_ + "/sbatch.token"), "secret-token\n");
+  const std::string script = Read(dir_.path() + "/logs/rank-1-1.sbatch");
+  EXPECT_NE(script.find("export TRAINYARD_RANK=1\n"), std::string::npos) << script;
+  EXPECT_NE(script.find("rank-1-1.exit"), std::string::npos) << script;
+  EXPECT_NE(script.find("/logs/rank-1.log"), std::string::npos) << script;
+  EXPECT_NE(script.find("'--replica-store'"), std::string::npos) << script;
+  EXPECT_EQ(launcher->LiveProcesses("j1"), 2);  // rank 0 of the attempt's job, rank 1's replacement
+  // The replaced process's exit file, then rank 0's: only rank 0 counts.
+  std::ofstream(dir_.path() + "/logs/rank-1.exit") << "137\n";
+  std::ofstream(dir_.path() + "/logs/rank-0.exit") << "0\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(1); }, std::chrono::seconds(10)));
+  EXPECT_EQ(Exits()[0].rank, 0);
+  // The replacement's own end counts.
+  std::ofstream(dir_.path() + "/logs/rank-1-1.exit") << "0\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(2); }, std::chrono::seconds(10)));
+  EXPECT_EQ(Exits()[1].rank, 1);
+  EXPECT_TRUE(Exits()[1].ok());
+  EXPECT_EQ(launcher->LiveProcesses("j1"), 0);
+}
+
+TEST_F(SlurmLauncherTest, KillRankKillsOneTaskOnItsNodeOrAReplacementsWholeJob) {
+  auto launcher = Make(bin_);
+  LaunchRequest r = Request(2);
+  r.replica_store = true;
+  ASSERT_TRUE(launcher->Launch(r).ok());
+  std::ofstream(dir_.path() + "/logs/rank-0.pid") << "n1 4711\n";
+  launcher->KillRank("j1", 1, 0);
+  ASSERT_TRUE(WaitFor([&] { return !Read(bin_ + "/srun.log").empty(); }, std::chrono::seconds(10)));
+  EXPECT_EQ(Read(bin_ + "/srun.log"), "--jobid=4242 --overlap --nodes=1 --ntasks=1 --nodelist=n1 kill -9 4711\n");
+  ASSERT_TRUE(launcher->LaunchRank(r, 1).ok());
+  launcher->KillRank("j1", 1, 1);
+  ASSERT_TRUE(WaitFor([&] { return Read(bin_ + "/scancel.log").find("--signal=KILL 4242") != std::string::npos; },
+                      std::chrono::seconds(10)))
+      << Read(bin_ + "/scancel.log");
 }
 
 TEST_F(SlurmLauncherTest, StopInterruptsTheTasksThenKillsWhatIsLeftAfterTheGrace) {
