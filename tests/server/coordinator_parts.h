@@ -31,7 +31,9 @@ namespace trainyard {
 
 class RecordingLauncher final : public Launcher {
  public:
-  Traits traits() const override { return {.on_this_host = true, .replaces_ranks = true}; }
+  // Local by default; Elsewhere(): ranks on other hosts (as Slurm's).
+  Traits traits() const override { return traits_; }
+  void Elsewhere() { traits_.on_this_host = false; }
   absl::Status Launch(const LaunchRequest& r) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (fail_next_) {
@@ -97,6 +99,7 @@ class RecordingLauncher final : public Launcher {
   std::vector<std::pair<LaunchRequest, int32_t>> relaunched_;
   std::map<std::string, int> live_;
   bool fail_next_ = false;
+  Traits traits_{.on_this_host = true, .replaces_ranks = true};
 };
 
 inline std::unique_ptr<JobStore> OpenTestStore(const std::string& dir) {
@@ -106,11 +109,13 @@ inline std::unique_ptr<JobStore> OpenTestStore(const std::string& dir) {
 }
 
 // The parts a JobManager owns, wired as it wires them (4 slots; local jobs
-// go to `local`, external ones join).
+// go to `local`, external ones join, Slurm ones go to `elsewhere`).
 struct CoordinatorParts {
   CoordinatorParts() {
     launchers.Register(LauncherKind::kLocal, &local);
     launchers.Register(LauncherKind::kExternal, &external);
+    elsewhere.Elsewhere();
+    launchers.Register(LauncherKind::kSlurm, &elsewhere);
   }
 
   // Stores a job of `spec_text` (its checkpoints under the temporary
@@ -143,6 +148,7 @@ struct CoordinatorParts {
   ServerMetrics metrics{std::make_shared<prometheus::Registry>()};
   std::unique_ptr<JobStore> store = OpenTestStore(dir.path());
   RecordingLauncher local;
+  RecordingLauncher elsewhere;
   JobTable jobs{store.get(), &metrics, &clock};
   Scheduler scheduler{4, 0};
   Launchers launchers{LauncherKind::kLocal};

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tests/server/coordinator_parts.h"
 
 namespace trainyard {
@@ -71,6 +73,44 @@ TEST_F(WorkerSessionsTest, RanksOfAnExternalJobJoinTheCurrentAttempt) {
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kStop);
   ActiveJob& local = p_.Submit("max_steps: 10\nnum_processes: 1\n");
   EXPECT_EQ(p_.workers.JoinInfoOf(local.record.id, "remote:1").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A rank on another host whose stream ends without a result, and whose end
+// its launcher does not report, is ended after the node-loss grace; its
+// node is named and left out of the next attempt.
+TEST_F(WorkerSessionsTest, ARankOnALostNodeEndsAfterTheGraceAndTheRestartExcludesItsNode) {
+  ActiveJob& job = p_.Submit("max_steps: 10\nnum_processes: 2\nlauncher: slurm\nmax_restarts: 1\n");
+  const std::string id = job.record.id, token = job.record.worker_token;
+  ASSERT_EQ(p_.elsewhere.launched().size(), 1u);
+  ASSERT_TRUE(p_.workers.Attach(id, 0, 1, token, "", 0, 0, {}, "n1").ok());
+  auto w1 = p_.workers.Attach(id, 1, 1, token, "", 0, 0, {}, "n2");
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  ASSERT_EQ(job.record.state, JobState::kRunning);
+  p_.workers.Detach(id, 1, 1, w1->channel);
+  p_.clock.Advance(std::chrono::seconds(4));
+  p_.workers.EndRanksOnLostNodes();
+  EXPECT_FALSE(job.attempt->failed()) << "within the grace";
+  p_.clock.Advance(std::chrono::seconds(2));
+  p_.workers.EndRanksOnLostNodes();
+  EXPECT_TRUE(job.attempt->failed());
+  const std::vector<JobEvent> events = *p_.jobs.Events(id);
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const JobEvent& e) {
+    return e.reason.rfind("node n2 presumed lost (rank 1 lost its stream", 0) == 0;
+  }));
+  // Rank 0's end (its launcher's report) ends the attempt: the restart
+  // leaves n2 out.
+  p_.workers.Exit(RankExit::Exited(id, 1, 0, 1));
+  ASSERT_EQ(p_.elsewhere.launched().size(), 2u);
+  EXPECT_EQ(p_.elsewhere.launched()[1].attempt, 2);
+  EXPECT_EQ(p_.elsewhere.launched()[1].exclude_nodes, std::vector<std::string>{"n2"});
+  // A local job's lost stream ends nothing: its launcher reaps its children.
+  ActiveJob& local = p_.Submit("max_steps: 10\nnum_processes: 1\n");
+  auto l0 = p_.workers.Attach(local.record.id, 0, 1, local.record.worker_token, "", 0, 0, {}, "here");
+  ASSERT_TRUE(l0.ok()) << l0.status();
+  p_.workers.Detach(local.record.id, 1, 0, l0->channel);
+  p_.clock.Advance(std::chrono::seconds(600));
+  p_.workers.EndRanksOnLostNodes();
+  EXPECT_EQ(local.record.state, JobState::kRunning);
 }
 
 }  // namespace
