@@ -270,6 +270,38 @@ int ChildProcess::pipe(int child_fd) const {
   return it == pipes_.end() ? -1 : it->second;
 }
 
+bool ChildProcess::WriteToPipe(int child_fd, std::string_view data) const {
+  const int fd = pipe(child_fd);
+  if (fd < 0) {
+    errno = EBADF;
+    return false;
+  }
+  // SIGPIPE blocked for this thread while it writes; the one a closed pipe
+  // raises is taken before it is unblocked.
+  sigset_t pipe_only, before;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &before);
+  size_t done = 0;
+  int err = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      err = errno;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (err == EPIPE) {
+    const timespec now{};
+    sigtimedwait(&pipe_only, nullptr, &now);
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  errno = err;
+  return done == data.size();
+}
+
 void ChildProcess::ClosePipe(int child_fd) {
   auto it = pipes_.find(child_fd);
   if (it == pipes_.end()) return;

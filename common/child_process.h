@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -124,6 +125,11 @@ class ChildProcess {
   // when there is none (or it was closed). Owned by this object.
   int pipe(int child_fd) const;
   void ClosePipe(int child_fd);
+  // Writes `data` to the pipe the child reads as `child_fd`, without a
+  // SIGPIPE for this process: false with errno EPIPE when the child has
+  // closed its end (it ended, say), false with errno EBADF when there is no
+  // such pipe. A write beyond the pipe's buffer blocks until the child reads.
+  bool WriteToPipe(int child_fd, std::string_view data) const;
 
   // Sends `sig` to the child's group when it leads one (even after the
   // child was reaped: what it left in its group), else to the child while it

@@ -341,11 +341,15 @@ class LocalLauncher final : public Launcher {
     plan.group = ChildPlan::Group::kNewGroup;
     absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
     if (!child.ok()) return child;
-    // A token is far below a pipe's buffer: this write never blocks.
-    const std::string line = token + "\n";
-    const bool sent = write(child->pipe(kTokenFd), line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    // A token is far below a pipe's buffer: this write never blocks. A
+    // worker that ended before reading it (EPIPE) is reaped and reported
+    // like any other.
+    const bool sent = child->WriteToPipe(kTokenFd, token + "\n");
+    const int err = errno;
     child->ClosePipe(kTokenFd);
-    if (!sent) return absl::InternalError(absl::StrCat("cannot hand the worker its token: ", strerror(errno)));
+    if (!sent && err != EPIPE) {
+      return absl::InternalError(absl::StrCat("cannot hand the worker its token: ", strerror(err)));
+    }
     return child;
   }
 

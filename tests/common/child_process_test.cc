@@ -177,6 +177,35 @@ TEST(ChildProcessTest, Environment) {
   unsetenv("TRAINYARD_CHILD_TEST_GONE");
 }
 
+// A child that closed its end of an input pipe (or ended) makes the write
+// fail with EPIPE; this process gets no SIGPIPE, which would end it.
+TEST(ChildProcessTest, WritingToAPipeTheChildClosedIsEpipeNotSigpipe) {
+  ChildPlan plan = Sh("exec 3<&-; echo closed; exec sleep 30");
+  plan.fds = {{1, ChildFd::Pipe()}, {3, ChildFd::InputPipe()}};
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string out;
+  char buf[64];
+  while (out.find("closed\n") == std::string::npos) {
+    const ssize_t n = read(child->pipe(1), buf, sizeof(buf));
+    ASSERT_GT(n, 0);
+    out.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_FALSE(child->WriteToPipe(3, "token\n"));
+  EXPECT_EQ(errno, EPIPE);
+  EXPECT_FALSE(child->WriteToPipe(7, "x"));
+  EXPECT_EQ(errno, EBADF);
+  // A child that reads gets what was written.
+  ChildPlan reader = Sh("read -r line <&3; echo \"got $line\"");
+  reader.fds = {{1, ChildFd::Pipe()}, {3, ChildFd::InputPipe()}};
+  absl::StatusOr<ChildProcess> r = ChildProcess::Start(reader);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->WriteToPipe(3, "secret\n"));
+  r->ClosePipe(3);
+  ChildOutput o = r->Capture(std::chrono::steady_clock::now() + std::chrono::seconds(10), 1 << 10);
+  EXPECT_EQ(o.streams[1], "got secret\n");
+}
+
 TEST(ChildProcessTest, WorkingDirectory) {
   TempDir dir;
   ChildPlan plan;
