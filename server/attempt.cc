@@ -83,6 +83,7 @@ void Attempt::Replace(int32_t rank) {
   exited_.erase(rank);
   parked_.erase(rank);
   detached_at_.erase(rank);
+  evicted_at_.erase(rank);
 }
 
 bool Attempt::all_attached() const {
@@ -196,14 +197,24 @@ std::vector<RankExit> Attempt::LostRanks(const std::string& job_id, SteadyTime n
 std::vector<RankExit> Attempt::RanksOnLostNodes(const std::string& job_id, SteadyTime now) const {
   std::vector<RankExit> gone;
   if (external_ || !node_loss_grace_) return gone;
+  // Since when each rank is lost: its stream ended without a result (and it
+  // did not connect again), or it was evicted; the earlier of the two.
+  std::map<int32_t, std::pair<SteadyTime, bool>> lost;  // rank -> (since, evicted)
   for (const auto& [rank, since] : detached_at_) {
-    if (exited_.count(rank) || channels_.count(rank) || now - since <= *node_loss_grace_) continue;
+    if (!channels_.count(rank)) lost[rank] = {since, false};
+  }
+  for (const auto& [rank, since] : evicted_at_) {
+    auto it = lost.find(rank);
+    if (it == lost.end() || since < it->second.first) lost[rank] = {since, true};
+  }
+  for (const auto& [rank, when] : lost) {
+    if (exited_.count(rank) || now - when.first <= *node_loss_grace_) continue;
     auto node = nodes_.find(rank);
-    gone.push_back(
-        RankExit::Ended(job_id, number_, rank, stopping() ? WorkerOutcome::kStopped : WorkerOutcome::kFailed,
-                        absl::StrCat("rank ", rank, node == nodes_.end() ? "" : absl::StrCat(" on node ", node->second),
-                                     " lost its stream without a result and no end was reported within ",
-                                     node_loss_grace_->count(), " s: its node is presumed lost")));
+    gone.push_back(RankExit::Ended(
+        job_id, number_, rank, stopping() ? WorkerOutcome::kStopped : WorkerOutcome::kFailed,
+        absl::StrCat("rank ", rank, node == nodes_.end() ? "" : absl::StrCat(" on node ", node->second),
+                     when.second ? " was evicted" : " lost its stream without a result",
+                     " and no end was reported within ", node_loss_grace_->count(), " s: its node is presumed lost")));
   }
   return gone;
 }

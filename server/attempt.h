@@ -127,9 +127,16 @@ class Attempt {
   // (RanksOnLostNodes), its node presumed lost.
   void WatchForLostNodes(std::chrono::duration<double> grace) { node_loss_grace_ = grace; }
   // Under WatchForLostNodes: the launched ranks whose stream was lost
-  // without a result more than the grace ago and whose end no launcher
-  // reported, as the launcher would report their ends (WorkerSessions::Exit).
+  // without a result, or that were evicted (Evicted), more than the grace
+  // ago and whose end no launcher reported, as the launcher would report
+  // their ends (WorkerSessions::Exit). An evicted rank whose end does not
+  // come was not killed: its node is dead or cut off from the cluster.
   std::vector<RankExit> RanksOnLostNodes(const std::string& job_id, SteadyTime now) const;
+  // fault_tolerance.mode replica: `rank` was taken out of the membership
+  // and its process asked to die (KillRank) at `now`.
+  void Evicted(int32_t rank, SteadyTime now) {
+    if (node_loss_grace_ && !exited_.count(rank)) evicted_at_.emplace(rank, now);
+  }
 
   // ---- fault_tolerance.mode replica
   // Makes the attempt's ranks replicas (server/membership.h): from then on
@@ -197,6 +204,7 @@ class Attempt {
   std::map<int32_t, std::shared_ptr<WorkerChannel>> channels_;  // connected now
   std::map<int32_t, WorkerOutcome> results_;                    // as the ranks reported them
   std::map<int32_t, SteadyTime> detached_at_;                   // ranks lost without a result
+  std::map<int32_t, SteadyTime> evicted_at_;                    // WatchForLostNodes: evicted, not ended yet
   std::optional<std::chrono::duration<double>> node_loss_grace_;
   int notes_ = 0;
   bool failed_ = false;

@@ -124,6 +124,9 @@ bool JobLifecycle::Evict(ActiveJob& job, int32_t rank, const std::string& why) {
   const bool on = ApplyReplicas(job, m->OnLost(rank, why), rank);
   // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
   if (Launcher* l = launchers_->Get(launchers_->KindOf(job.spec))) l->KillRank(job.record.id, job.record.attempt, rank);
+  // On another host, a rank that cannot be killed (its node dead or cut
+  // off) ends after the node-loss grace (WorkerSessions::EndRanksOnLostNodes).
+  if (job.attempt) job.attempt->Evicted(rank, clock_->SteadyNow());
   return on;
 }
 

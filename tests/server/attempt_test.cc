@@ -209,6 +209,24 @@ TEST(Attempt, ALaunchedRankOnAnotherHostLostWithoutAnEndIsEndedAfterTheGraceItsN
   EXPECT_FALSE(a.OnExit(RankExit::Killed("j", 1, 2, 9), false).failed_now);
   EXPECT_TRUE(a.RanksOnLostNodes("j", kT0 + seconds(60)).empty());
 
+  // An evicted rank still connected (its node cut off: the launcher's
+  // kill cannot reach it) ends after the grace too; a replacement forgets it.
+  Attempt b(1, 2, /*external=*/false);
+  b.WatchForLostNodes(seconds(5));
+  auto c0 = std::make_shared<WorkerChannel>(), c1 = std::make_shared<WorkerChannel>();
+  b.Attach(0, c0);
+  b.Attach(1, c1);
+  b.SetNode(1, "n3");
+  b.Evicted(1, kT0);
+  EXPECT_TRUE(b.RanksOnLostNodes("j", kT0 + seconds(5)).empty());
+  const std::vector<RankExit> cut = b.RanksOnLostNodes("j", kT0 + seconds(6));
+  ASSERT_EQ(cut.size(), 1u);
+  EXPECT_NE(cut[0].description.find("rank 1 on node n3 was evicted and no end was reported within 5 s"),
+            std::string::npos)
+      << cut[0].description;
+  b.Replace(1);
+  EXPECT_TRUE(b.RanksOnLostNodes("j", kT0 + seconds(60)).empty());
+
   // Without the watch (a local launcher reaps its children), a lost stream
   // ends nothing; nor is it an external rank's loss.
   EXPECT_TRUE(a.LostRanks("j", kT0 + seconds(60), seconds(0)).empty());
