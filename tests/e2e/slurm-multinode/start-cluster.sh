@@ -24,22 +24,7 @@ CTL=$(hostname -s)
 log() { echo "[start-cluster +$(( ($(date +%s%N)-T0)/1000000 ))ms] $*" >&2; }
 die() { log "ERROR: $*"; tail -n 20 "$D"/log/*.log >&2 || true; exit 1; }
 [ "$(id -u)" = 0 ] || die "must be root"
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
-   || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
-  log "installing slurmctld slurmd slurm-client munge (apt)"
-  # Keep the packages' postinst from starting system munge/slurm services.
-  made_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1
-  fi
-  pkgs="slurmctld slurmd slurm-client munge"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >/dev/null 2>&1 \
-    || { apt-get update -q >/dev/null \
-         && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >/dev/null; } \
-    || { [ $made_policy = 1 ] && rm -f /usr/sbin/policy-rc.d; die "apt-get install $pkgs failed"; }
-  [ $made_policy = 1 ] && rm -f /usr/sbin/policy-rc.d
-  log "packages installed"
-fi
+bash "$HERE/../slurm/install-packages.sh" || die "the Slurm packages could not be installed"
 for c in slurmctld slurmd sbatch munged ip unshare; do
   command -v $c >/dev/null || die "missing $c (apt-get install slurmctld slurmd slurm-client munge iproute2)"
 done
