@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -123,7 +124,7 @@ class SlurmLauncher final : public Launcher {
     }
     cv_.SignalAll();
     poller_.join();
-    for (std::thread& t : killers_) t.join();
+    for (Killer& k : killers_) k.thread.join();
     // What was asked to stop and is still there gets no more grace: nobody
     // would follow it any more.
     for (const auto& id : stopping) {
@@ -442,12 +443,22 @@ class SlurmLauncher final : public Launcher {
       for (const auto& id : to_cancel) RunCommand({Tool("scancel"), id}, {});
       // A kill on a node that is gone waits for Slurm's message timeout:
       // not in this loop.
+      // Those that finished are joined here, so a long-lived server keeps none.
+      std::erase_if(killers_, [](Killer& k) {
+        if (!k.done->load()) return false;
+        k.thread.join();
+        return true;
+      });
       for (auto& argv : kills) {
-        killers_.emplace_back([argv = std::move(argv)] {
-          if (CommandResult k = RunCommand(argv, {}); k.exit_code != 0) {
-            spdlog::warn("{} failed: {}", absl::StrJoin(argv, " "), Trim(k.err.empty() ? k.out : k.err));
-          }
-        });
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        killers_.push_back({std::thread([argv = std::move(argv), done] {
+                              if (CommandResult k = RunCommand(argv, {}); k.exit_code != 0) {
+                                spdlog::warn("{} failed: {}", absl::StrJoin(argv, " "),
+                                             Trim(k.err.empty() ? k.out : k.err));
+                              }
+                              done->store(true);
+                            }),
+                            done});
       }
       if (on_note_) {
         for (const auto& [job, attempt, text] : notes) on_note_(job, attempt, text);
@@ -468,7 +479,13 @@ class SlurmLauncher final : public Launcher {
   std::map<std::tuple<std::string, int32_t, int32_t>, int32_t> replacements_ ABSL_GUARDED_BY(mu_);
   // KillRank's commands, run by the poller outside the lock.
   std::vector<std::vector<std::string>> kills_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> killers_;  // the poller's; joined by the destructor
+  // KillRank's commands running (the poller's): joined once done, or by
+  // the destructor.
+  struct Killer {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Killer> killers_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread poller_;
 };
