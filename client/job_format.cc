@@ -26,6 +26,12 @@ bool IsTerminalProto(v1::JobState s) {
   return st && IsTerminal(*st);
 }
 
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
 std::string FormatTime(int64_t unix_millis) {
   if (unix_millis == 0) return "-";
   std::time_t t = unix_millis / 1000;

@@ -17,6 +17,8 @@ std::string StateName(v1::JobState s);
 bool IsTerminalProto(v1::JobState s);
 // Local time "YYYY-MM-DD HH:MM:SS"; "-" for 0.
 std::string FormatTime(int64_t unix_millis);
+// A number as `%.9g` (shortest that reads back close; "nan", "inf").
+std::string FormatNumber(double v);
 // "MM:SS" or "H:MM:SS"; "--:--" when unknown.
 std::string FormatDuration(double seconds);
 nlohmann::ordered_json JobJson(const v1::Job& j);

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.add_option("--server", o.server, "Server address HOST:PORT (env TRAINYARD_SERVER)")->capture_default_str();
   app.add_option("-o,--output", output, "Output format")
-      ->check(CLI::IsMember({"table", "json"}))
+      ->check(CLI::IsMember({"table", "json", "csv"}))
       ->capture_default_str();
   app.add_option("--timeout", timeout_s, "Deadline of each request, seconds")->check(CLI::Range(1, 3600));
 
@@ -114,6 +114,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
+  auto* history = app.add_subcommand(
+      "history", "A job's series (loss, throughput, ...) across its attempts, with its events; -o csv or json");
+  history->add_option("ID", id, "Job id")->required();
+  std::vector<std::string> history_series;
+  history->add_option("--series", history_series, "These series only (loss, eval_loss, samples_per_second, ...)")
+      ->delimiter(',');
+
   std::string token_file, ca_file;
   app.add_option("--token-file", token_file, "File with the server's bearer token (env TRAINYARD_TOKEN)");
   app.add_option("--ca", ca_file, "CA certificate (PEM) of a TLS server");
@@ -140,7 +147,13 @@ int main(int argc, char** argv) {
     std::cerr << "trainctl: --cert needs --ca (the server's CA)\n";
     return 2;
   }
-  o.output = output == "json" ? trainyard::OutputFormat::kJson : trainyard::OutputFormat::kTable;
+  if (output == "csv" && !*history) {
+    std::cerr << "trainctl: -o csv is for `trainctl history`; other commands print table or json\n";
+    return 2;
+  }
+  o.output = output == "json"  ? trainyard::OutputFormat::kJson
+             : output == "csv" ? trainyard::OutputFormat::kCsv
+                               : trainyard::OutputFormat::kTable;
   o.rpc_timeout = std::chrono::seconds(timeout_s);
 
   trainyard::Trainctl ctl(o, std::cout, std::cerr);
@@ -156,6 +169,7 @@ int main(int argc, char** argv) {
   if (*resume) return ctl.Resume(id, from, nproc, watch);
   if (*logs) return ctl.Logs(id, logs_options);
   if (*join_info) return ctl.JoinInfo(id);
+  if (*history) return ctl.History(id, history_series);
   if (*diagnose) {
     return ctl.Diagnose(id, std::chrono::milliseconds(static_cast<int64_t>(diagnose_wait_s * 1000)), last_collectives);
   }

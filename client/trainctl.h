@@ -10,10 +10,12 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace trainyard {
 
-enum class OutputFormat { kTable, kJson };
+// kCsv: `trainctl history` only.
+enum class OutputFormat { kTable, kJson, kCsv };
 
 struct TrainctlOptions {
   std::string server = "127.0.0.1:50051";
@@ -79,6 +81,10 @@ class Trainctl {
   // `wait` for their answers) and prints which rank is behind and at which
   // collective, then each rank's phase and its last `last_collectives`.
   int Diagnose(const std::string& id, std::chrono::milliseconds wait, int last_collectives);
+  // A job's series (`series`: these only; empty: all) across its attempts,
+  // with its events: a summary per series and the events (table), every
+  // point as series,step,unix_millis,value (csv), or all of it (json).
+  int History(const std::string& id, const std::vector<std::string>& series);
 
  private:
   struct Impl;

@@ -17,6 +17,7 @@
 #include "common/job_record.h"
 #include "common/job_spec.h"
 #include "server/attempt.h"
+#include "server/job_history.h"
 #include "server/job_progress.h"
 #include "server/job_streams.h"
 
@@ -41,6 +42,9 @@ struct ActiveJob {
   // lost without an end reported: Attempt::WatchForLostNodes): its later
   // attempts and replacements leave them out.
   std::set<std::string> lost_nodes;
+  // Its series across attempts (JobTable saves them to the store).
+  JobHistory history;
+  std::chrono::steady_clock::time_point history_saved{};
 };
 
 }  // namespace trainyard

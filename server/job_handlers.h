@@ -26,6 +26,7 @@
 #include "common/worker_outcome.h"
 #include "server/caller.h"
 #include "server/hang_diagnosis.h"
+#include "server/job_history.h"
 #include "server/job_streams.h"
 #include "server/membership.h"
 #include "server/resource_pool.h"
@@ -140,6 +141,9 @@ class JobRequestHandler {
   virtual absl::StatusOr<CheckpointEvent> WaitCheckpoint(const std::string& id, int64_t request_id,
                                                          std::chrono::system_clock::time_point deadline) = 0;
   virtual absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) = 0;
+  // The job's series across its attempts (empty for a job that reported no
+  // step); NotFound for an unknown job.
+  virtual absl::StatusOr<JobHistory> History(const std::string& id) = 0;
   // Starts an ended job again (same id, next attempt) from `from` (a
   // checkpoint directory) or, when empty, its latest complete checkpoint;
   // num_processes > 0 changes its world size.

@@ -230,6 +230,11 @@ absl::StatusOr<std::vector<CheckpointRecord>> JobManager::Checkpoints(const std:
   return jobs_.Checkpoints(id);
 }
 
+absl::StatusOr<JobHistory> JobManager::History(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return jobs_.History(id);
+}
+
 absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::string& from, int32_t num_processes,
                                              const Caller& by) {
   auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
@@ -314,6 +319,7 @@ void JobManager::CheckProgress() {
 
 std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
   absl::MutexLock lock(&mu_);
+  jobs_.SaveHistories();
   return lifecycle_.Shutdown(mode, &requests_);
 }
 

@@ -95,6 +95,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   absl::StatusOr<CheckpointEvent> WaitCheckpoint(const std::string& id, int64_t request_id,
                                                  std::chrono::system_clock::time_point deadline) override;
   absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) override;
+  absl::StatusOr<JobHistory> History(const std::string& id) override;
   absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes,
                                    const Caller& by) override;
   absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string& from, int32_t num_processes) {

@@ -47,6 +47,10 @@ class JobStore {
   virtual absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) = 0;
   // In the order reported.
   virtual absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) = 0;
+  // The job's series (server/job_history.h's Encode), replacing what was
+  // saved; History: "" when none was.
+  virtual absl::Status SaveHistory(const std::string& id, const std::string& data) = 0;
+  virtual absl::StatusOr<std::string> History(const std::string& id) = 0;
 };
 
 // The page token of a listing that goes on after insertion number `last`,

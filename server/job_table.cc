@@ -50,6 +50,19 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
 ActiveJob& JobTable::Hold(const JobRecord& record, const JobSpec& spec) {
   counts_[record.state]++;
   auto [it, added] = jobs_.try_emplace(record.id, record, spec, metrics_, clock_);
+  if (added) {
+    // A job held again (a restart, a resume) goes on with its series.
+    absl::StatusOr<std::string> saved = store_->History(record.id);
+    if (saved.ok() && !saved->empty()) {
+      absl::StatusOr<JobHistory> h = JobHistory::Decode(*saved);
+      if (h.ok()) {
+        it->second.history = *std::move(h);
+      } else {
+        spdlog::warn("job {}: its stored history is not readable ({}); it starts anew", record.id,
+                     std::string(h.status().message()));
+      }
+    }
+  }
   return it->second;
 }
 
@@ -178,16 +191,44 @@ void JobTable::AddEvent(const std::string& id, const std::string& reason) {
 }
 
 void JobTable::PersistProgress(ActiveJob& job, std::chrono::steady_clock::time_point now) {
+  if (job.history.dirty() && now - job.history_saved >= kHistorySaveInterval) {
+    job.history_saved = now;
+    SaveHistory(job);
+  }
   if (!job.progress.PersistDue(now)) return;
   if (auto s = store_->Update(job.record, nullptr); !s.ok()) {
     spdlog::warn("job {}: cannot persist progress: {}", job.record.id, std::string(s.message()));
   }
 }
 
+void JobTable::SaveHistory(ActiveJob& job) {
+  if (!job.history.dirty()) return;
+  if (auto s = store_->SaveHistory(job.record.id, job.history.Encode()); !s.ok()) {
+    spdlog::warn("job {}: cannot save its history: {}", job.record.id, std::string(s.message()));
+    return;
+  }
+  job.history.MarkPersisted();
+}
+
+void JobTable::SaveHistories() {
+  for (auto& [id, job] : jobs_) SaveHistory(job);
+}
+
+absl::StatusOr<JobHistory> JobTable::History(const std::string& id) {
+  if (ActiveJob* job = Find(id)) return job->history;
+  absl::StatusOr<JobRecord> record = store_->Get(id);
+  if (!record.ok()) return record.status();
+  absl::StatusOr<std::string> saved = store_->History(id);
+  if (!saved.ok()) return saved.status();
+  if (saved->empty()) return JobHistory();
+  return JobHistory::Decode(*saved);
+}
+
 void JobTable::Remove(const std::string& id, bool local) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   ActiveJob& job = it->second;
+  SaveHistory(job);
   if (local && job.spec.checkpoint.snapshot_every_steps > 0) {
     // The job's in-memory snapshots on this host (its workers remove them
     // when they end well; a failed or cancelled job leaves them).

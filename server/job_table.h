@@ -92,8 +92,15 @@ class JobTable {
   void PlaceRank(ActiveJob& job, int32_t rank, const std::string& node);
   // Records an event of job `id`, held or ended (unknown: nothing).
   void AddEvent(const std::string& id, const std::string& reason);
-  // Writes the record's progress (step, loss...) at most once a second.
+  // Writes the record's progress (step, loss...) at most once a second,
+  // and its history at most every kHistorySaveInterval.
+  static constexpr std::chrono::seconds kHistorySaveInterval{10};
   void PersistProgress(ActiveJob& job, std::chrono::steady_clock::time_point now);
+  // Writes the history of every job held that has new samples (shutdown).
+  void SaveHistories();
+  // The job's series: the live ones of a held job, else the stored ones
+  // (empty when none were kept); NotFound for an unknown job.
+  absl::StatusOr<JobHistory> History(const std::string& id);
   // Lets an ended job go: its streams and watches close, its series go, and
   // its in-memory snapshots on this host (`local`) are removed.
   void Remove(const std::string& id, bool local);
@@ -103,6 +110,8 @@ class JobTable {
   ServerMetrics* const metrics_;
   const TimeSource* const clock_;
   std::map<std::string, ActiveJob> jobs_;
+  void SaveHistory(ActiveJob& job);
+
   std::map<JobState, int> counts_;
 };
 

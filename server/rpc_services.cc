@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/paths.h"
 #include "common/secrets.h"
 #include "common/wire_convert.h"
@@ -52,21 +54,16 @@ grpc::Status JobServiceImpl::Authenticate(grpc::ServerContext* ctx, Caller* call
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::Authorize(grpc::ServerContext* ctx, const std::string& id, const char* action,
-                                       bool read_only, Caller* caller, const absl::Status& fields) const {
-  Caller who;
-  if (grpc::Status auth = Authenticate(ctx, &who); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::Authorize(const Caller& who, const std::string& id, const char* action, bool read_only,
+                                       const absl::Status& fields) const {
   if (auto s = CheckId(id); !s.ok()) return ToGrpcStatus(s);
   if (!fields.ok()) return ToGrpcStatus(fields);
   if (auto s = manager_->Authorize(who, id, action, read_only); !s.ok()) return ToGrpcStatus(s);
-  if (caller != nullptr) *caller = std::move(who);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
-                                       v1::SubmitJobResponse* resp) {
-  Caller caller;
-  if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::SubmitJob(const Caller& caller, const v1::SubmitJobRequest* req,
+                                       v1::SubmitJobResponse* resp, const CallContext& call) {
   auto job = manager_->Submit(req->spec(), req->accelerate_config(), caller);
   if (!job.ok()) {
     std::string source = req->source_name().empty() ? "" : absl::StrCat(req->source_name(), ": ");
@@ -77,9 +74,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::Submi
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) {
-  Caller caller;
-  if (grpc::Status auth = Authorize(ctx, req->id(), "see", true, &caller); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::GetJob(const Caller& caller, const v1::GetJobRequest* req, v1::GetJobResponse* resp,
+                                    const CallContext& call) {
+  if (grpc::Status auth = Authorize(caller, req->id(), "see", true); !auth.ok()) return auth;
   auto job = manager_->Get(req->id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   HideSecrets(caller, &*job);
@@ -108,10 +105,8 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRe
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
-                                      v1::ListJobsResponse* resp) {
-  Caller caller;
-  if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::ListJobs(const Caller& caller, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp,
+                                      const CallContext& call) {
   std::set<JobState> states;
   for (int s : req->states()) {
     auto st = FromProto(static_cast<v1::JobState>(s));
@@ -136,10 +131,8 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetQueue(grpc::ServerContext* ctx, const v1::GetQueueRequest* req,
-                                      v1::GetQueueResponse* resp) {
-  Caller caller;
-  if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::GetQueue(const Caller& caller, const v1::GetQueueRequest* req, v1::GetQueueResponse* resp,
+                                      const CallContext& call) {
   auto queue = manager_->Queue(caller, req->all_users());
   if (!queue.ok()) return ToGrpcStatus(queue.status());
   for (const QueuedJob& q : *queue) {
@@ -160,43 +153,42 @@ grpc::Status JobServiceImpl::GetQueue(grpc::ServerContext* ctx, const v1::GetQue
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
-                                       v1::CancelJobResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "cancel", false); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::CancelJob(const Caller& caller, const v1::CancelJobRequest* req,
+                                       v1::CancelJobResponse* resp, const CallContext& call) {
+  if (grpc::Status auth = Authorize(caller, req->id(), "cancel", false); !auth.ok()) return auth;
   auto job = manager_->Cancel(req->id(), req->checkpoint());
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ScaleJob(grpc::ServerContext* ctx, const v1::ScaleJobRequest* req,
-                                      v1::ScaleJobResponse* resp) {
+grpc::Status JobServiceImpl::ScaleJob(const Caller& caller, const v1::ScaleJobRequest* req, v1::ScaleJobResponse* resp,
+                                      const CallContext& call) {
   const absl::Status fields = req->num_processes() > 0
                                   ? absl::OkStatus()
                                   : absl::InvalidArgumentError(absl::StrCat(
                                         "field 'num_processes': must be at least 1, got ", req->num_processes()));
-  Caller caller;
-  if (grpc::Status auth = Authorize(ctx, req->id(), "scale", false, &caller, fields); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(caller, req->id(), "scale", false, fields); !auth.ok()) return auth;
   auto job = manager_->Scale(req->id(), req->num_processes(), caller);
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CheckpointJob(grpc::ServerContext* ctx, const v1::CheckpointJobRequest* req,
-                                           v1::CheckpointJobResponse* resp) {
+grpc::Status JobServiceImpl::CheckpointJob(const Caller& caller, const v1::CheckpointJobRequest* req,
+                                           v1::CheckpointJobResponse* resp, const CallContext& call) {
   std::optional<CheckpointType> type = FromProto(req->type());
   const absl::Status fields =
       type ? absl::OkStatus()
            : absl::InvalidArgumentError(absl::StrCat("field 'type': unknown checkpoint type ", req->type()));
-  if (grpc::Status auth = Authorize(ctx, req->id(), "checkpoint", false, nullptr, fields); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(caller, req->id(), "checkpoint", false, fields); !auth.ok()) return auth;
   auto request_id = manager_->RequestCheckpoint(req->id(), *type);
   if (!request_id.ok()) return ToGrpcStatus(request_id.status());
   resp->set_request_id(*request_id);
   if (!req->wait()) return grpc::Status::OK;
   // Until the client's deadline (at most an hour), in slices so that a
   // cancelled call or a shutdown ends the wait.
-  const auto limit = std::min(ctx->deadline(), std::chrono::system_clock::now() + std::chrono::hours(1));
+  const auto limit = std::min(call.deadline, std::chrono::system_clock::now() + std::chrono::hours(1));
   for (;;) {
     const auto slice = std::min(limit, std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     auto done = manager_->WaitCheckpoint(req->id(), *request_id, slice);
@@ -210,34 +202,35 @@ grpc::Status JobServiceImpl::CheckpointJob(grpc::ServerContext* ctx, const v1::C
     if (done.status().code() != absl::StatusCode::kDeadlineExceeded || std::chrono::system_clock::now() >= limit) {
       return ToGrpcStatus(done.status());
     }
-    if (ctx->IsCancelled() || shutting_down_) return grpc::Status(grpc::StatusCode::CANCELLED, "wait cancelled");
+    if ((call.cancelled && call.cancelled()) || shutting_down_) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "wait cancelled");
+    }
   }
 }
 
-grpc::Status JobServiceImpl::ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* req,
-                                             v1::ListCheckpointsResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "see the checkpoints of", true); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::ListCheckpoints(const Caller& caller, const v1::ListCheckpointsRequest* req,
+                                             v1::ListCheckpointsResponse* resp, const CallContext& call) {
+  if (grpc::Status auth = Authorize(caller, req->id(), "see the checkpoints of", true); !auth.ok()) return auth;
   auto list = manager_->Checkpoints(req->id());
   if (!list.ok()) return ToGrpcStatus(list.status());
   for (const CheckpointRecord& r : *list) ToProto(r, resp->add_checkpoints());
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ResumeJob(grpc::ServerContext* ctx, const v1::ResumeJobRequest* req,
-                                       v1::ResumeJobResponse* resp) {
-  Caller caller;
+grpc::Status JobServiceImpl::ResumeJob(const Caller& caller, const v1::ResumeJobRequest* req,
+                                       v1::ResumeJobResponse* resp, const CallContext& call) {
   const absl::Status fields =
       req->from().size() > 4096 ? absl::InvalidArgumentError("field 'from': too long") : absl::OkStatus();
-  if (grpc::Status auth = Authorize(ctx, req->id(), "resume", false, &caller, fields); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(caller, req->id(), "resume", false, fields); !auth.ok()) return auth;
   auto job = manager_->Resume(req->id(), req->from(), req->num_processes(), caller);
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetJoinInfo(grpc::ServerContext* ctx, const v1::GetJoinInfoRequest* req,
-                                         v1::GetJoinInfoResponse* resp) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "join", false); !auth.ok()) return auth;
+grpc::Status JobServiceImpl::GetJoinInfo(const Caller& caller, const v1::GetJoinInfoRequest* req,
+                                         v1::GetJoinInfoResponse* resp, const CallContext& call) {
+  if (grpc::Status auth = Authorize(caller, req->id(), "join", false); !auth.ok()) return auth;
   auto info = manager_->GetJoinInfo(req->id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   resp->set_job_id(info->job_id);
@@ -248,13 +241,13 @@ grpc::Status JobServiceImpl::GetJoinInfo(grpc::ServerContext* ctx, const v1::Get
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::DiagnoseJob(grpc::ServerContext* ctx, const v1::DiagnoseJobRequest* req,
-                                         v1::DiagnoseJobResponse* resp) {
+grpc::Status JobServiceImpl::DiagnoseJob(const Caller& caller, const v1::DiagnoseJobRequest* req,
+                                         v1::DiagnoseJobResponse* resp, const CallContext& call) {
   const absl::Status fields = req->timeout_ms() < 0 || req->timeout_ms() > 60000
                                   ? absl::InvalidArgumentError(absl::StrCat(
                                         "field 'timeout_ms': must be between 0 and 60000, got ", req->timeout_ms()))
                                   : absl::OkStatus();
-  if (grpc::Status auth = Authorize(ctx, req->id(), "diagnose", false, nullptr, fields); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(caller, req->id(), "diagnose", false, fields); !auth.ok()) return auth;
   const std::chrono::milliseconds wait(req->timeout_ms() == 0 ? 5000 : req->timeout_ms());
   auto request_id = manager_->RequestDiagnosis(req->id(), wait);
   if (!request_id.ok()) return ToGrpcStatus(request_id.status());
@@ -268,9 +261,59 @@ grpc::Status JobServiceImpl::DiagnoseJob(grpc::ServerContext* ctx, const v1::Dia
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::GetJobHistory(const Caller& caller, const v1::GetJobHistoryRequest* req,
+                                           v1::GetJobHistoryResponse* resp, const CallContext&) {
+  absl::Status fields =
+      req->series_size() > 64 ? absl::InvalidArgumentError("field 'series': at most 64 names") : absl::OkStatus();
+  const std::vector<std::string>& known = JobHistory::SeriesNames();
+  for (const std::string& name : req->series()) {
+    if (fields.ok() && std::find(known.begin(), known.end(), name) == known.end()) {
+      fields = absl::InvalidArgumentError(absl::StrCat("field 'series': unknown series '", name.substr(0, 64),
+                                                       "' (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  if (grpc::Status auth = Authorize(caller, req->id(), "see the history of", true, fields); !auth.ok()) return auth;
+  auto history = manager_->History(req->id());
+  if (!history.ok()) return ToGrpcStatus(history.status());
+  auto wanted = [&](const std::string& name) {
+    return req->series().empty() || std::find(req->series().begin(), req->series().end(), name) != req->series().end();
+  };
+  for (const std::string& name : known) {
+    auto it = history->series().find(name);
+    if (it == history->series().end() || !wanted(name)) continue;
+    v1::HistorySeries* out = resp->add_series();
+    out->set_name(name);
+    out->set_samples(it->second.added());
+    for (const HistoryPoint& p : it->second.points()) {
+      if (p.unix_millis <= req->since_unix_millis()) continue;
+      v1::HistoryPoint* q = out->add_points();
+      q->set_step(p.step);
+      q->set_unix_millis(p.unix_millis);
+      q->set_value(p.value);
+    }
+  }
+  auto events = manager_->Events(req->id());
+  if (!events.ok()) return ToGrpcStatus(events.status());
+  for (const JobEvent& e : *events) {
+    if (e.unix_millis <= req->since_unix_millis()) continue;
+    v1::JobEvent* out = resp->add_events();
+    out->set_unix_millis(e.unix_millis);
+    out->set_state(ToProto(e.state));
+    out->set_reason(e.reason);
+  }
+  auto checkpoints = manager_->Checkpoints(req->id());
+  if (!checkpoints.ok()) return ToGrpcStatus(checkpoints.status());
+  for (const CheckpointRecord& r : *checkpoints) {
+    if (r.checkpoint.unix_millis > req->since_unix_millis()) ToProto(r, resp->add_checkpoints());
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                       grpc::ServerWriter<v1::WatchJobResponse>* writer) {
-  if (grpc::Status auth = Authorize(ctx, req->id(), "watch", true); !auth.ok()) return auth;
+  Caller caller;
+  if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(caller, req->id(), "watch", true); !auth.ok()) return auth;
   auto watch = manager_->Watch(req->id());
   if (!watch.ok()) return ToGrpcStatus(watch.status());
   JobUpdate update;
@@ -288,15 +331,15 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetLogs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req,
-                                     v1::GetLogsResponse* resp) {
+grpc::Status JobServiceImpl::GetLogs(const Caller& caller, const v1::GetLogsRequest* req, v1::GetLogsResponse* resp,
+                                     const CallContext& call) {
   const absl::Status fields =
       req->tail_bytes() < 0 || req->tail_bytes() > kMaxLogTail
           ? absl::InvalidArgumentError(absl::StrCat("field 'tail_bytes': must be between 0 and ", kMaxLogTail))
       : req->offset() < 0  ? absl::InvalidArgumentError("field 'offset': must not be negative")
       : req->attempt() < 0 ? absl::InvalidArgumentError("field 'attempt': must not be negative (0: the latest)")
                            : absl::OkStatus();
-  if (grpc::Status auth = Authorize(ctx, req->id(), "read the logs of", true, nullptr, fields); !auth.ok()) {
+  if (grpc::Status auth = Authorize(caller, req->id(), "read the logs of", true, fields); !auth.ok()) {
     return auth;
   }
   auto found = manager_->LogPath(req->id(), req->rank(), req->attempt());

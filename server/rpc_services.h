@@ -5,12 +5,21 @@
 #define TRAINYARD_SERVER_RPC_SERVICES_H_
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 
 #include "server/identities.h"
 #include "server/job_handlers.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
+
+// What a call may know of its context beyond its caller: until when it may
+// wait, and whether its client went away.
+struct CallContext {
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  std::function<bool()> cancelled;
+};
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
@@ -20,22 +29,33 @@ class JobServiceImpl final : public v1::JobService::Service {
   explicit JobServiceImpl(JobRequestHandler* manager, const Identities* identities = nullptr)
       : manager_(manager), identities_(identities) {}
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::GetJobResponse*) override;
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
-  grpc::Status GetQueue(grpc::ServerContext*, const v1::GetQueueRequest*, v1::GetQueueResponse*) override;
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::CancelJobResponse*) override;
-  grpc::Status ScaleJob(grpc::ServerContext*, const v1::ScaleJobRequest*, v1::ScaleJobResponse*) override;
+  // Each unary method twice: as gRPC calls it (the caller authenticated
+  // from the call's metadata and certificate), and for a caller already
+  // known (the web UI's signed-in user) — the same rules either way.
+#define TRAINYARD_UNARY_RPC(Name)                                                                                \
+  grpc::Status Name(grpc::ServerContext* ctx, const v1::Name##Request* req, v1::Name##Response* resp) override { \
+    Caller caller;                                                                                               \
+    if (grpc::Status auth = Authenticate(ctx, &caller); !auth.ok()) return auth;                                 \
+    return Name(caller, req, resp, CallContext{ctx->deadline(), [ctx] { return ctx->IsCancelled(); }});          \
+  }                                                                                                              \
+  grpc::Status Name(const Caller& caller, const v1::Name##Request* req, v1::Name##Response* resp,                \
+                    const CallContext& call = CallContext());
+  TRAINYARD_UNARY_RPC(SubmitJob)
+  TRAINYARD_UNARY_RPC(GetJob)
+  TRAINYARD_UNARY_RPC(ListJobs)
+  TRAINYARD_UNARY_RPC(GetQueue)
+  TRAINYARD_UNARY_RPC(CancelJob)
+  TRAINYARD_UNARY_RPC(ScaleJob)
+  TRAINYARD_UNARY_RPC(GetLogs)
+  TRAINYARD_UNARY_RPC(CheckpointJob)
+  TRAINYARD_UNARY_RPC(ListCheckpoints)
+  TRAINYARD_UNARY_RPC(ResumeJob)
+  TRAINYARD_UNARY_RPC(GetJoinInfo)
+  TRAINYARD_UNARY_RPC(DiagnoseJob)
+  TRAINYARD_UNARY_RPC(GetJobHistory)
+#undef TRAINYARD_UNARY_RPC
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::WatchJobResponse>*) override;
-  grpc::Status GetLogs(grpc::ServerContext*, const v1::GetLogsRequest*, v1::GetLogsResponse*) override;
-  grpc::Status CheckpointJob(grpc::ServerContext*, const v1::CheckpointJobRequest*,
-                             v1::CheckpointJobResponse*) override;
-  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
-                               v1::ListCheckpointsResponse*) override;
-  grpc::Status ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest*, v1::ResumeJobResponse*) override;
-  grpc::Status GetJoinInfo(grpc::ServerContext*, const v1::GetJoinInfoRequest*, v1::GetJoinInfoResponse*) override;
-  grpc::Status DiagnoseJob(grpc::ServerContext*, const v1::DiagnoseJobRequest*, v1::DiagnoseJobResponse*) override;
 
   // Ends open WatchJob streams (server shutdown).
   void Shutdown() { shutting_down_ = true; }
@@ -43,10 +63,10 @@ class JobServiceImpl final : public v1::JobService::Service {
  private:
   // Who calls (UNAUTHENTICATED when nobody this server knows).
   grpc::Status Authenticate(grpc::ServerContext* ctx, Caller* caller) const;
-  // Authenticate; then the id and the request's other `fields` (their
-  // check's result); then whether the caller may `action` job `id`.
-  grpc::Status Authorize(grpc::ServerContext* ctx, const std::string& id, const char* action, bool read_only,
-                         Caller* caller = nullptr, const absl::Status& fields = absl::OkStatus()) const;
+  // The id and the request's other `fields` (their check's result); then
+  // whether `who` may `action` job `id`.
+  grpc::Status Authorize(const Caller& who, const std::string& id, const char* action, bool read_only,
+                         const absl::Status& fields = absl::OkStatus()) const;
   JobRequestHandler* const manager_;
   const Identities* const identities_;
   std::atomic<bool> shutting_down_{false};

@@ -63,6 +63,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   error TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS checkpoints_by_job ON checkpoints(job_id, seq);
+CREATE TABLE IF NOT EXISTS job_history (
+  job_id TEXT PRIMARY KEY REFERENCES jobs(id),
+  data BLOB NOT NULL
+);
 )sql";
 
 // The jobs table's columns: the statements name them, and bind and read
@@ -97,6 +101,13 @@ class Stmt {
   }
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  std::string Blob(int i) {
+    const void* b = sqlite3_column_blob(stmt_, i);
+    return b ? std::string(static_cast<const char*>(b), sqlite3_column_bytes(stmt_, i)) : std::string();
+  }
   // Binds the parameter `:name`.
   template <typename T>
   void Bind(const std::string& name, const T& v) {
@@ -307,6 +318,29 @@ class SqliteJobStore final : public JobStore {
     }
     if (rc != SQLITE_DONE) return Error("list checkpoints");
     return out;
+  }
+
+  absl::Status SaveHistory(const std::string& id, const std::string& data) override {
+    absl::MutexLock lock(&mu_);
+    Stmt st(
+        db_,
+        "INSERT INTO job_history (job_id, data) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET data=excluded.data;");
+    if (!st.ok()) return Error("prepare history");
+    st.Bind(1, id);
+    st.BindBlob(2, data);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Error("save history of " + id);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> History(const std::string& id) override {
+    absl::MutexLock lock(&mu_);
+    Stmt st(db_, "SELECT data FROM job_history WHERE job_id=?;");
+    if (!st.ok()) return Error("prepare history");
+    st.Bind(1, id);
+    const int rc = sqlite3_step(st.get());
+    if (rc == SQLITE_DONE) return std::string();
+    if (rc != SQLITE_ROW) return Error("read history of " + id);
+    return st.Blob(0);
   }
 
  private:

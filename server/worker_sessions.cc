@@ -94,7 +94,12 @@ void WorkerSessions::Metrics(const std::string& job_id, int32_t attempt, const s
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
   if (job == nullptr) return;
   const auto now = clock_->SteadyNow();
+  // Replica and elastic jobs train with their membership's ranks.
+  const Membership* m = job->attempt->membership();
+  const int world_size =
+      m != nullptr && !m->view().ranks.empty() ? static_cast<int>(m->view().ranks.size()) : job->attempt->world_size();
   for (const StepMetrics& agg : job->progress.OnSamples(samples, &job->record, now, job->attempt->lead_rank())) {
+    job->history.Add(agg, world_size);
     for (auto& w : job->watchers) w->Push({std::nullopt, agg});
   }
   jobs_->PersistProgress(*job, now);

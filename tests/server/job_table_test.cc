@@ -108,3 +108,54 @@ TEST_F(JobTableTest, CheckpointsAreRecordedPerJob) {
 
 }  // namespace
 }  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+TEST_F(JobTableTest, HistoryIsSavedEveryIntervalAndWhenTheJobEndsAndReadAfterARestart) {
+  ActiveJob& job = Submit();
+  const std::string id = job.record.id;
+  StepMetrics m;
+  auto add = [&](int64_t step) {
+    m.step = step;
+    m.loss = 10.0 / static_cast<double>(step);
+    m.unix_millis = 1000 * step;
+    job.history.Add(m, 2);
+  };
+  add(1);
+  jobs_.PersistProgress(job, clock_.SteadyNow());
+  ASSERT_TRUE(store_->History(id).ok());
+  EXPECT_FALSE(store_->History(id)->empty());  // the first samples are saved at once
+  add(2);
+  clock_.Advance(JobTable::kHistorySaveInterval - std::chrono::seconds(1));
+  jobs_.PersistProgress(job, clock_.SteadyNow());
+  EXPECT_EQ(JobHistory::Decode(*store_->History(id))->series().at("loss").added(), 1);  // not yet due
+  clock_.Advance(std::chrono::seconds(1));
+  jobs_.PersistProgress(job, clock_.SteadyNow());
+  EXPECT_EQ(JobHistory::Decode(*store_->History(id))->series().at("loss").added(), 2);
+  for (int64_t s = 3; s <= 3000; ++s) add(s);
+  const std::vector<HistoryPoint> live = job.history.series().at("loss").points();
+  EXPECT_EQ(jobs_.History(id)->series().at("loss").points(), live);  // a held job: its live series
+  jobs_.Remove(id, /*local=*/true);
+
+  // A new coordinator on the same file.
+  store_.reset();
+  store_ = OpenTestStore(dir_.path());
+  JobTable again(store_.get(), &metrics_, &clock_);
+  auto h = again.History(id);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->series().at("loss").points(), live);
+  EXPECT_EQ(h->series().at("loss").added(), 3000);
+  EXPECT_LE(live.size(), static_cast<size_t>(SeriesHistory::kMaxPoints));
+  EXPECT_EQ(live.front().step, 1);
+  EXPECT_EQ(live.back().step, 3000);
+  // Held again (resumed), it goes on from there.
+  auto record = again.StoredRecord(id);
+  ASSERT_TRUE(record.ok());
+  ActiveJob& resumed = again.Hold(*record, job.spec);
+  EXPECT_EQ(resumed.history.series().at("loss").added(), 3000);
+  EXPECT_EQ(again.History("job-none").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace trainyard
