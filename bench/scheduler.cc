@@ -121,8 +121,9 @@ SubmitResult Submissions(const std::string& server_binary, int users, double sec
       dup2(fileno(log), STDERR_FILENO);
     }
     execl(server_binary.c_str(), server_binary.c_str(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-          "--state-dir", dir.c_str(), "--slots", "1", "--ready-file", (dir + "/ready.json").c_str(), "--policy-file",
-          (dir + "/policy.yaml").c_str(), "--max-queued-jobs", "1000000", "--launcher", "external", nullptr);
+          "--http-listen", "127.0.0.1:0", "--state-dir", dir.c_str(), "--slots", "1", "--ready-file",
+          (dir + "/ready.json").c_str(), "--policy-file", (dir + "/policy.yaml").c_str(), "--max-queued-jobs",
+          "1000000", "--launcher", "external", nullptr);
     _exit(127);
   }
   std::string addr;

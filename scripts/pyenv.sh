@@ -4,7 +4,8 @@
 # NCCL runtime from its nvidia-* dependencies) the worker is built against —
 # plus safetensors, accelerate and transformers for the Python peers and interop checks
 # (transformers: the reference for the llama model), and
-# Pillow for the image reference (torchvision's ImageFolder reads with PIL).
+# Pillow for the image reference (torchvision's ImageFolder reads with PIL),
+# Selenium for the web UI's browser tests (with Debian's chromium-driver).
 # System site packages stay visible (Debian's grpcio and yaml for the tests).
 # Idempotent; a second run checks the versions and changes nothing.
 set -euo pipefail
@@ -15,7 +16,7 @@ venv=${TRAINYARD_VENV:-$root/.venv}
 # process group compiles without a CUDA toolkit installed. py-spy: script jobs' Python stacks for
 # `trainctl diagnose`.
 requirements=(torch==2.15.0 nvidia-cuda-crt==13.2.86 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6
-  pillow==13.0.0 py-spy==0.4.3 transformers==5.24.0)
+  pillow==13.0.0 py-spy==0.4.3 transformers==5.24.0 selenium==4.51.0)
 if [ ! -x "$venv/bin/python" ]; then
   echo "pyenv: creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"

@@ -47,6 +47,15 @@ struct QueuedJob {
   bool preemptible = false;
 };
 
+// What a user or group has in use and waiting, against its quotas (-1: no
+// limit).
+struct QuotaUse {
+  std::string name;
+  bool group = false;
+  int slots = 0, gpus = 0, queued_jobs = 0;
+  int64_t slots_quota = -1, gpus_quota = -1, queued_jobs_quota = -1;
+};
+
 struct JobPage {
   std::vector<JobRecord> jobs;
   std::string next_page_token;
@@ -98,6 +107,9 @@ class JobRequestHandler {
   // The waiting jobs in the order they start (the caller's own unless
   // `all_users`, as List), with why each waits and when it may start.
   virtual absl::StatusOr<std::vector<QueuedJob>> Queue(const Caller& by, bool all_users) = 0;
+  // What users and groups have in use against their quotas: `by`'s own and
+  // their groups' (admins, and `all_users` where Queue allows it: everyone's).
+  virtual absl::StatusOr<std::vector<QuotaUse>> Usage(const Caller& by, bool all_users) = 0;
   virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   // Each rank's last step sample in the job's current attempt (its GPU

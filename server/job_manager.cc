@@ -105,6 +105,55 @@ absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool 
                    std::chrono::system_clock::time_point(std::chrono::milliseconds(wall_ms)));
 }
 
+absl::StatusOr<std::vector<QuotaUse>> JobManager::Usage(const Caller& by, bool all_users) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
+  if (!scope.ok()) return scope.status();
+  const QuotaLedger& ledger = scheduler_.quotas();
+  auto shown = [&](const std::string& name, bool group) {
+    if (name.empty()) return false;
+    if (scope->owners.empty() && scope->groups.empty()) return true;
+    const auto& names = group ? scope->groups : scope->owners;
+    return std::find(names.begin(), names.end(), name) != names.end() ||
+           (group && std::find(by.groups.begin(), by.groups.end(), name) != by.groups.end());
+  };
+  std::map<std::pair<bool, std::string>, QuotaUse> rows;
+  auto row = [&](const std::string& name, bool group) -> QuotaUse& {
+    QuotaUse& u = rows[{group, name}];
+    u.name = name;
+    u.group = group;
+    return u;
+  };
+  for (const auto& [name, in_use] : ledger.users()) {
+    if (!shown(name, false)) continue;
+    row(name, false).slots = in_use.slots;
+    row(name, false).gpus = in_use.gpus;
+  }
+  for (const auto& [name, in_use] : ledger.groups()) {
+    if (!shown(name, true)) continue;
+    row(name, true).slots = in_use.slots;
+    row(name, true).gpus = in_use.gpus;
+  }
+  auto quotas = [&](const std::map<std::string, Quota>& of, bool group) {
+    for (const auto& [name, q] : of) {
+      if (!shown(name, group)) continue;
+      QuotaUse& u = row(name, group);
+      u.slots_quota = q.slots.value_or(-1);
+      u.gpus_quota = q.gpus.value_or(-1);
+      u.queued_jobs_quota = q.queued_jobs.value_or(-1);
+    }
+  };
+  quotas(policy_->user_quotas, false);
+  quotas(policy_->group_quotas, true);
+  if (!by.user.empty()) row(by.user, false);
+  for (auto& [key, u] : rows) {
+    if (!u.group) u.queued_jobs = scheduler_.queued_of(u.name);
+  }
+  std::vector<QuotaUse> out;
+  for (auto& [key, u] : rows) out.push_back(std::move(u));
+  return out;
+}
+
 absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config,
                                              const Caller& by) {
   // Files first, without the lock: a slow or hostile file stalls this request alone.

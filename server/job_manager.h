@@ -79,6 +79,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   }
   absl::Status Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) override;
   absl::StatusOr<std::vector<QueuedJob>> Queue(const Caller& by, bool all_users) override;
+  absl::StatusOr<std::vector<QuotaUse>> Usage(const Caller& by, bool all_users) override;
   absl::StatusOr<JobRecord> Get(const std::string& id) override;
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override;
   std::vector<StepMetrics> RankSamples(const std::string& id) override;

@@ -16,6 +16,13 @@ int main(int argc, char** argv) {
   CLI::App app{"trainyard-server: schedules and tracks distributed training jobs"};
   app.add_option("--listen", o.listen, "gRPC address HOST:PORT (port 0 = any free port)")->capture_default_str();
   app.add_option("--metrics-listen", o.metrics_listen, "Prometheus /metrics address HOST:PORT")->capture_default_str();
+  o.http_listen = "127.0.0.1:9465";
+  app.add_option("--http-listen", o.http_listen, "Web UI address HOST:PORT (its pages under /ui/); '' for none")
+      ->capture_default_str();
+  int64_t web_session_hours = 12;
+  app.add_option("--web-session-hours", web_session_hours, "How long a web UI sign-in lasts, hours")
+      ->check(CLI::Range(int64_t{1}, int64_t{24 * 30}))
+      ->capture_default_str();
   app.add_option("--state-dir", o.jobs.state_dir, "Directory for the SQLite job store and worker logs")
       ->capture_default_str();
   app.add_option("--slots", o.jobs.slots,
@@ -121,6 +128,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.jobs.default_launcher = *trainyard::ValueOf(trainyard::kLauncherKindNames, launcher);
   o.local.stop_grace = std::chrono::milliseconds(stop_grace_ms);
+  o.web_session_ttl = std::chrono::hours(web_session_hours);
   o.jobs.restart_backoff = std::chrono::milliseconds(restart_backoff_ms);
   o.jobs.node_loss_grace = std::chrono::milliseconds(node_loss_grace_ms);
   o.on_shutdown = *trainyard::ValueOf(trainyard::kShutdownModeNames, on_shutdown);

@@ -150,6 +150,19 @@ grpc::Status JobServiceImpl::GetQueue(const Caller& caller, const v1::GetQueueRe
     e->set_fair_share_usage(q.owner_usage);
     e->set_preemptible(q.preemptible);
   }
+  auto usage = manager_->Usage(caller, req->all_users());
+  if (!usage.ok()) return ToGrpcStatus(usage.status());
+  for (const QuotaUse& u : *usage) {
+    v1::QuotaUsage* out = resp->add_usage();
+    out->set_name(u.name);
+    out->set_group(u.group);
+    out->set_slots(u.slots);
+    out->set_gpus(u.gpus);
+    out->set_queued_jobs(u.queued_jobs);
+    out->set_slots_quota(u.slots_quota);
+    out->set_gpus_quota(u.gpus_quota);
+    out->set_queued_jobs_quota(u.queued_jobs_quota);
+  }
   return grpc::Status::OK;
 }
 

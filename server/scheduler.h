@@ -157,6 +157,8 @@ class Scheduler {
   size_t size() const { return waiting_.size(); }
   // Jobs of `owner` waiting.
   int queued_of(const std::string& owner) const;
+  // What each user and group has in use (every launcher).
+  const QuotaLedger& quotas() const { return quotas_; }
 
   // The waiting jobs that start at `now` and the running jobs to preempt.
   // Nothing starts or is preempted once Pause() was called.

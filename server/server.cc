@@ -22,6 +22,7 @@
 #include "common/secrets.h"
 #include "server/job_manager.h"
 #include "server/rpc_services.h"
+#include "server/web_ui.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -68,6 +69,8 @@ struct Server::Impl {
   std::unique_ptr<Identities> identities;
   std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<WorkerServiceImpl> worker_service;
+  std::unique_ptr<WebUi> web_ui;
+  int http_port = 0;
   std::unique_ptr<grpc::Server> grpc_server;
   int grpc_port = 0;
   int metrics_port = 0;
@@ -203,6 +206,12 @@ absl::Status Server::Impl::StartGrpc() {
   if (!grpc_server || grpc_port == 0) {
     return absl::UnavailableError(absl::StrCat("--listen ", o.listen, ": cannot listen there"));
   }
+  if (!o.http_listen.empty()) {
+    web_ui =
+        std::make_unique<WebUi>(job_service.get(), identities.get(), WebUiOptions{o.http_listen, o.web_session_ttl});
+    if (absl::Status st = web_ui->Start(); !st.ok()) return st;
+    http_port = web_ui->port();
+  }
   return absl::OkStatus();
 }
 
@@ -238,8 +247,8 @@ absl::Status Server::Impl::WriteReadyFile() {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port << ", \"pid\": " << getpid()
-        << "}\n";
+    out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port << ", \"http_port\": " << http_port
+        << ", \"pid\": " << getpid() << "}\n";
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -260,10 +269,11 @@ absl::Status Server::Start() {
   s.StartWatchdog();
   const ServerOptions& o = s.options;
   spdlog::info(
-      "trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, state in {}, {} slots, "
+      "trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, web UI {}, state in {}, {} slots, "
       "{} GPUs, default launcher {}, worker {}",
       HostOf(o.listen), s.grpc_port, s.remote_addr, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port),
-      o.jobs.state_dir, o.jobs.slots, o.jobs.gpus, LauncherKindName(o.jobs.default_launcher), o.local.worker_binary);
+      s.web_ui ? absl::StrCat("on http://", HostOf(o.http_listen), ":", s.http_port, "/ui/") : "off", o.jobs.state_dir,
+      o.jobs.slots, o.jobs.gpus, LauncherKindName(o.jobs.default_launcher), o.local.worker_binary);
   return s.WriteReadyFile();
 }
 
@@ -278,6 +288,7 @@ void Server::Shutdown() {
   if (s.shut_down) return;
   s.shut_down = true;
   if (s.job_service) s.job_service->Shutdown();
+  if (s.web_ui) s.web_ui->Stop();
   if (s.watchdog.joinable()) {
     {
       absl::MutexLock stop(&s.watchdog_mu);
@@ -336,5 +347,6 @@ absl::Status Server::ReloadPolicy() {
 
 int Server::grpc_port() const { return impl_->grpc_port; }
 int Server::metrics_port() const { return impl_->metrics_port; }
+int Server::http_port() const { return impl_->http_port; }
 
 }  // namespace trainyard

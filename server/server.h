@@ -47,7 +47,10 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_checkpoint_timeout{45000};
   // Peak FLOP/s of one device, for trainyard_job_mfu (0: no MFU).
   double peak_flops = 0;
-  std::string ready_file;  // written once serving: {"grpc_port":..,"metrics_port":..}
+  // The web UI and its JSON API (server/web_ui.h); empty: none. Port 0 = any.
+  std::string http_listen;
+  std::chrono::seconds web_session_ttl{12 * 3600};
+  std::string ready_file;  // written once serving: {"grpc_port":..,"metrics_port":..,"http_port":..}
   // HOST[:PORT] workers on other hosts (Slurm, external) reach the gRPC
   // service at; default: the --listen host, or this host's name when that
   // is a wildcard address.
@@ -87,6 +90,7 @@ class Server {
 
   int grpc_port() const;
   int metrics_port() const;
+  int http_port() const;  // 0: no web UI
 
  private:
   struct Impl;

@@ -198,7 +198,9 @@ def ddp_kwargs():
 
 def __getattr__(name):
     # The client needs grpcio; the in-script part must not.
-    if name in ("Client", "TrainyardError"):
+    if name in ("Client", "TrainyardError", "NotFound", "PermissionDenied", "InvalidArgument", "Unauthenticated",
+                "FailedPrecondition", "ResourceExhausted", "Unavailable", "DeadlineExceeded", "AlreadyExists",
+                "Cancelled", "Internal"):
         from . import client
         return getattr(client, name)
     raise AttributeError(f"module 'trainyard' has no attribute {name!r}")

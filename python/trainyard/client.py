@@ -3,30 +3,98 @@ notebook or a pipeline uses, as trainctl does from a shell.
 
     from trainyard import Client
     c = Client("127.0.0.1:50051", token=open("token").read().strip())
-    job = c.submit(open("job.yaml").read(), accelerate_config=open("cfg.yaml").read())
+    job = c.submit({"name": "mlp", "model": {"kind": "mlp", "hidden": [64]}, "max_steps": 100})
     for update in c.watch(job["id"]):
         print(update)
-    print(c.logs(job["id"], rank=0))
+    c.history(job["id"], dataframe=True)      # loss, samples/s... as a pandas DataFrame
 
-Jobs and checkpoints come back as dicts (the proto messages' fields, enum
-values as their names). Needs grpcio and protobuf (Debian's python3-grpcio);
-the message classes are generated from proto/ at build time, into this
-package (trainyard/v1/).
+Jobs, checkpoints and the rest come back as plain dicts and lists (the
+proto messages' fields, int64 fields as ints, enum values as their names).
+A call the server refuses raises a TrainyardError of the gRPC code's class:
+NotFound, PermissionDenied, InvalidArgument, Unauthenticated,
+FailedPrecondition, ResourceExhausted, Unavailable, DeadlineExceeded.
+
+Needs grpcio and protobuf. Installed with `pip install ./python`, the
+messages are generated into the package when it is built; in the source
+tree, the build generates them beside the binaries (build/python/).
 """
+import json
 import os
+
+__all__ = ["Client", "TrainyardError", "NotFound", "PermissionDenied", "InvalidArgument", "Unauthenticated",
+           "FailedPrecondition", "ResourceExhausted", "Unavailable", "DeadlineExceeded", "AlreadyExists",
+           "Cancelled", "Internal"]
 
 _STATES = ["JOB_STATE_UNSPECIFIED", "QUEUED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED",
            "RECOVERING"]
+TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 class TrainyardError(Exception):
     """A call the server refused: `code` is the gRPC status code's name
-    (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION...), `message` why."""
+    (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION...), `message` why.
+    Raised as the subclass of its code where there is one."""
+
+    code = "UNKNOWN"
 
     def __init__(self, code, message):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class NotFound(TrainyardError):
+    """No such job — or one the caller may not see."""
+
+
+class PermissionDenied(TrainyardError):
+    pass
+
+
+class InvalidArgument(TrainyardError):
+    """The request (a spec, a field) is not valid; the message names what."""
+
+
+class Unauthenticated(TrainyardError):
+    pass
+
+
+class FailedPrecondition(TrainyardError):
+    """Not now: the job is not in a state that allows it."""
+
+
+class ResourceExhausted(TrainyardError):
+    """Over a quota."""
+
+
+class Unavailable(TrainyardError):
+    """The server cannot be reached, or is stopping."""
+
+
+class DeadlineExceeded(TrainyardError):
+    pass
+
+
+class AlreadyExists(TrainyardError):
+    pass
+
+
+class Cancelled(TrainyardError):
+    pass
+
+
+class Internal(TrainyardError):
+    pass
+
+
+_ERRORS = {cls.__name__: cls for cls in (NotFound, PermissionDenied, InvalidArgument, Unauthenticated,
+                                         FailedPrecondition, ResourceExhausted, Unavailable, DeadlineExceeded,
+                                         AlreadyExists, Cancelled, Internal)}
+
+
+def _error(code, message):
+    name = "".join(part.capitalize() for part in code.split("_"))
+    return _ERRORS.get(name, TrainyardError)(code, message)
 
 
 def _modules():
@@ -35,33 +103,63 @@ def _modules():
         from trainyard.v1 import trainyard_pb2, trainyard_pb2_grpc
     except ImportError as e:
         raise ImportError(
-            f"trainyard.Client needs grpcio, protobuf and the generated messages (trainyard/v1, made by the "
-            f"build): {e}") from e
+            f"trainyard.Client needs grpcio, protobuf and the generated messages (trainyard/v1: made when the "
+            f"package is built, `pip install ./python`, or by the CMake build in build/python): {e}") from e
     return grpc, trainyard_pb2, trainyard_pb2_grpc
+
+
+# int64 fields travel in JSON as strings; a dict from the client has ints.
+_INT64 = {"max_steps", "step", "created_unix_millis", "started_unix_millis", "ended_unix_millis", "priority",
+          "unix_millis", "request_id", "index", "bytes", "host_bytes", "samples", "size", "epoch",
+          "estimated_start_unix_millis", "seq", "start_unix_micros", "end_unix_micros", "phase_since_unix_micros",
+          "captured_unix_micros", "slots_quota", "gpus_quota", "queued_jobs_quota", "comm_wire_bytes",
+          "comm_fp32_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "device_allocated_bytes",
+          "device_peak_bytes", "allgather_bytes", "reduce_scatter_bytes", "gpu_memory_used_bytes",
+          "gpu_memory_total_bytes", "gpu_ecc_corrected", "gpu_ecc_uncorrected", "gpu_xid_errors", "gpu_last_xid"}
+
+
+def _ints(value, key=None):
+    if isinstance(value, dict):
+        return {k: _ints(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v, key) for v in value]
+    if key in _INT64 and isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _to_dict(message):
     from google.protobuf.json_format import MessageToDict
     try:  # protobuf 4
-        return MessageToDict(message, preserving_proto_field_name=True, including_default_value_fields=True)
+        d = MessageToDict(message, preserving_proto_field_name=True, including_default_value_fields=True)
     except TypeError:  # protobuf 5 renamed it
-        return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        d = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return _ints(d)
 
 
 class Client:
-    """A connection to one trainyard-server. `server` is HOST:PORT; `token`
-    the bearer token the server wants (default: $TRAINYARD_TOKEN); `ca` a
-    CA certificate (PEM bytes or a path) for a TLS server; `timeout` the
-    deadline of each call in seconds."""
+    """A connection to one trainyard-server. `server` is HOST:PORT (default:
+    $TRAINYARD_SERVER, else 127.0.0.1:50051); `token` the bearer token the
+    server wants (default: $TRAINYARD_TOKEN); `ca` a CA certificate (PEM
+    bytes or a path) for a TLS server, `cert`/`key` a client certificate
+    and key for a mutual-TLS one; `timeout` the deadline of each call in
+    seconds."""
 
-    def __init__(self, server=None, token=None, ca=None, timeout=60.0):
+    def __init__(self, server=None, token=None, ca=None, cert=None, key=None, timeout=60.0):
         grpc, pb, rpc = _modules()
         self._grpc, self._pb = grpc, pb
         server = server or os.environ.get("TRAINYARD_SERVER", "127.0.0.1:50051")
         self._token = token if token is not None else os.environ.get("TRAINYARD_TOKEN")
+        if self._token:
+            self._token = self._token.strip()
+        read = lambda v: v if isinstance(v, bytes) or v is None else open(v, "rb").read()  # noqa: E731
         if ca:
-            pem = ca if isinstance(ca, bytes) else open(ca, "rb").read()
-            self._channel = grpc.secure_channel(server, grpc.ssl_channel_credentials(root_certificates=pem))
+            creds = grpc.ssl_channel_credentials(root_certificates=read(ca), private_key=read(key),
+                                                 certificate_chain=read(cert))
+            self._channel = grpc.secure_channel(server, creds)
         else:
             self._channel = grpc.insecure_channel(server)
         self._stub = rpc.JobServiceStub(self._channel)
@@ -76,49 +174,74 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
+    def _metadata(self):
+        return [("authorization", "Bearer " + self._token)] if self._token else None
+
     def _call(self, method, request, timeout=None):
-        metadata = [("authorization", "Bearer " + self._token)] if self._token else None
         try:
-            return getattr(self._stub, method)(request, timeout=timeout or self._timeout, metadata=metadata)
+            return getattr(self._stub, method)(request, timeout=timeout or self._timeout, metadata=self._metadata())
         except self._grpc.RpcError as e:
-            raise TrainyardError(e.code().name, e.details()) from None
+            raise _error(e.code().name, e.details()) from None
+
+    # ---- jobs -------------------------------------------------------------
 
     def submit(self, spec, accelerate_config=None, source_name=""):
-        """Queues a job: `spec` is the spec's text (YAML or JSON) or a path to
-        it. Returns the job."""
-        if os.path.isfile(spec):
+        """Queues a job. `spec`: a dict (the spec's fields, as in YAML), the
+        spec's text (YAML or JSON) or a path to a file of it. Returns the job."""
+        if isinstance(spec, dict):
+            spec = json.dumps(spec)
+        elif os.path.isfile(spec):
             source_name = source_name or spec
             spec = open(spec).read()
-        if accelerate_config and os.path.isfile(accelerate_config):
+        if isinstance(accelerate_config, dict):
+            accelerate_config = json.dumps(accelerate_config)
+        elif accelerate_config and os.path.isfile(accelerate_config):
             accelerate_config = open(accelerate_config).read()
         r = self._call("SubmitJob", self._pb.SubmitJobRequest(spec=spec, source_name=source_name,
                                                                accelerate_config=accelerate_config or ""))
         return _to_dict(r.job)
 
     def get(self, job_id):
-        """The job with its events."""
+        """The job with its events (and, while it runs, its ranks' last
+        steps, where they run, its replicas)."""
         return _to_dict(self._call("GetJob", self._pb.GetJobRequest(id=job_id)).job)
 
-    def list(self, states=None):
-        """Every job (in `states`, names like "RUNNING", when given), oldest first."""
+    def list(self, states=None, all_users=False):
+        """Every job (in `states`, names like "RUNNING", when given), oldest
+        first; `all_users`: everyone's (admins), not only the caller's."""
+        unknown = [s for s in (states or []) if s not in _STATES[1:]]
+        if unknown:
+            raise ValueError(f"unknown state(s) {unknown}; known: {_STATES[1:]}")
         wanted = [_STATES.index(s) for s in (states or [])]
         jobs, token = [], ""
         while True:
-            r = self._call("ListJobs", self._pb.ListJobsRequest(states=wanted, page_size=1000, page_token=token))
+            r = self._call("ListJobs", self._pb.ListJobsRequest(states=wanted, page_size=1000, page_token=token,
+                                                                 all_users=all_users))
             jobs.extend(_to_dict(j) for j in r.jobs)
             token = r.next_page_token
             if not token:
                 return jobs
 
+    def queue(self, all_users=False):
+        """The waiting jobs in the order they start, with why each waits
+        ("entries"), and what users and groups use against their quotas
+        ("usage")."""
+        return _to_dict(self._call("GetQueue", self._pb.GetQueueRequest(all_users=all_users)))
+
     def watch(self, job_id):
         """Yields the job's updates until it ends: {"job": ...} on every state
-        change, {"metrics": ...} for rank 0's steps."""
-        metadata = [("authorization", "Bearer " + self._token)] if self._token else None
+        change, {"metrics": ...} for the lead rank's steps."""
         try:
-            for u in self._stub.WatchJob(self._pb.WatchJobRequest(id=job_id), metadata=metadata):
+            for u in self._stub.WatchJob(self._pb.WatchJobRequest(id=job_id), metadata=self._metadata()):
                 yield _to_dict(u)
         except self._grpc.RpcError as e:
-            raise TrainyardError(e.code().name, e.details()) from None
+            raise _error(e.code().name, e.details()) from None
+
+    def wait(self, job_id):
+        """Blocks until the job ends; returns it."""
+        for _ in self.watch(job_id):
+            pass
+        return self.get(job_id)
 
     def cancel(self, job_id, checkpoint=False):
         """Cancels the job; with `checkpoint`, after a checkpoint."""
@@ -149,7 +272,40 @@ class Client:
                                                                **{"from": from_checkpoint}))
         return _to_dict(r.job)
 
-    def logs(self, job_id, rank=0, tail_bytes=0):
-        """The end of one rank's log, as text."""
-        r = self._call("GetLogs", self._pb.GetLogsRequest(id=job_id, rank=rank, tail_bytes=tail_bytes))
+    def logs(self, job_id, rank=0, tail_bytes=0, attempt=0):
+        """The end of one rank's log (of `attempt`; 0: the latest), as text."""
+        r = self._call("GetLogs", self._pb.GetLogsRequest(id=job_id, rank=rank, tail_bytes=tail_bytes,
+                                                           attempt=attempt))
         return r.content.decode("utf-8", errors="replace")
+
+    def diagnose(self, job_id, timeout_ms=5000):
+        """Asks a running job's ranks for their flight records: which rank is
+        behind, at which collective ("verdict", "behind_ranks", "ranks")."""
+        r = self._call("DiagnoseJob", self._pb.DiagnoseJobRequest(id=job_id, timeout_ms=timeout_ms),
+                       timeout=timeout_ms / 1000 + self._timeout)
+        return _to_dict(r)
+
+    def history(self, job_id, series=None, dataframe=False):
+        """The job's series across its attempts (loss, eval_loss,
+        samples_per_second, step_seconds, learning_rate, grad_norm,
+        memory_bytes, mfu, world_size; `series`: these only), each at most
+        2,000 points of {"step", "unix_millis", "value"}, with its "events"
+        and "checkpoints" on the same time axis. With `dataframe`, a pandas
+        DataFrame instead: one row per (series, point), columns series,
+        step, time (a pandas Timestamp), value."""
+        r = self._call("GetJobHistory", self._pb.GetJobHistoryRequest(id=job_id, series=series or []))
+        out = {"series": {s.name: [{"step": p.step, "unix_millis": p.unix_millis, "value": p.value}
+                                   for p in s.points] for s in r.series},
+               "samples": {s.name: s.samples for s in r.series},
+               "events": [_to_dict(e) for e in r.events],
+               "checkpoints": [_to_dict(c) for c in r.checkpoints]}
+        if not dataframe:
+            return out
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError("history(dataframe=True) needs pandas: pip install './python[pandas]'") from e
+        rows = [(name, p["step"], p["unix_millis"], p["value"]) for name, pts in out["series"].items() for p in pts]
+        df = pd.DataFrame(rows, columns=["series", "step", "unix_millis", "value"])
+        df["time"] = pd.to_datetime(df["unix_millis"], unit="ms")
+        return df[["series", "step", "time", "value"]]

@@ -264,8 +264,8 @@ class Accounts(unittest.TestCase):
         with open(self.policy, "w") as f:
             f.write(self.policy_text().replace(ACCOUNTS["bob"], "tynosuchaccount"))
         r = subprocess.run([os.path.join(e2e_test.BIN, "trainyard-server"), "--listen", "127.0.0.1:0",
-                            "--metrics-listen", "127.0.0.1:0", "--state-dir", self.state, "--policy-file",
-                            self.policy], capture_output=True, text=True, timeout=60)
+                            "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--state-dir",
+                            self.state, "--policy-file", self.policy], capture_output=True, text=True, timeout=60)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("users[1].unix_user", r.stderr + r.stdout)
         self.assertIn("no Unix account named 'tynosuchaccount'", r.stderr + r.stdout)

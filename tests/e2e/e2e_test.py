@@ -64,11 +64,13 @@ class Server:
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "trainyard-server"), "--listen", listen,
              "--metrics-listen", "127.0.0.1:0", "--state-dir", state_dir,
+             *(() if "--http-listen" in extra else ("--http-listen", "127.0.0.1:0")),
              "--slots", str(slots), "--ready-file", self.ready, "--stop-grace-ms", "3000", *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         info = wait_for(lambda: self._read_ready(), 30, "the server's ready file")
         self.grpc_port = info["grpc_port"]
         self.metrics_port = info["metrics_port"]
+        self.http_port = info["http_port"]
         self.addr = f"127.0.0.1:{self.grpc_port}"
 
     def _read_ready(self):

@@ -66,7 +66,8 @@ class MultiHost(unittest.TestCase):
         cls.log = open(os.path.join(cls.tmp.name, "server.log"), "ab")
         cls.server = subprocess.Popen(
             in_ns("ty-hosta", [os.path.join(BIN, "trainyard-server"), "--listen", "10.231.0.1:0",
-                               "--metrics-listen", "10.231.0.1:0", "--state-dir", cls.tmp.name, "--slots", "2",
+                               "--metrics-listen", "10.231.0.1:0", "--http-listen", "10.231.0.1:0",
+                               "--state-dir", cls.tmp.name, "--slots", "2",
                                "--launcher", "external", "--ready-file", cls.ready, "--stop-grace-ms", "3000"]),
             stdout=cls.log, stderr=subprocess.STDOUT)
 

@@ -1,0 +1,257 @@
+"""The web UI in a real browser: Debian's Chromium driven by Selenium,
+against a real trainyard-server (with two users) running a real job.
+
+- alice signs in with her token: the jobs table lists her job; its page's
+  loss chart gains points while it runs; after one of its ranks is killed
+  the page's events show the restart; its Cancel button cancels it.
+- bob signs in: the table does not list alice's job, and her job's page is
+  HTTP 404 for him (the page shows "not found").
+- A cancel forged without the session's CSRF token (or with a wrong one,
+  or as a form post) is refused and the job keeps running.
+- The job's history survives a coordinator restart (the API's, read again).
+- Screenshots of the job page are left in the build's test-artifacts/.
+
+    python tests/e2e/web_ui_e2e.py BUILD/bin ARTIFACT_DIR
+(with Selenium: the project venv's Python; exit 77 without Chromium.)
+"""
+import http.cookiejar
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+import e2e_test
+from e2e_test import Server, wait_for, write_spec, worker_pids
+from users_e2e import policy
+
+ARTIFACTS = None
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+JOB = """
+name: web-ui
+model: {kind: mlp, hidden: [256, 256]}
+data: {kind: synthetic, batch_size: 64, num_samples: 65536}
+max_steps: 1000000
+num_processes: 2
+max_restarts: 2
+checkpoint: {every_steps: 200, total_limit: 2}
+"""
+
+
+class Http:
+    """The JSON API as a script (not a browser) uses it: its own cookies."""
+
+    def __init__(self, port):
+        self.base = f"http://127.0.0.1:{port}"
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+        self.csrf = None
+
+    def request(self, path, body=None, headers=None, method=None):
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        req = urllib.request.Request(self.base + path, data=data, method=method or ("POST" if data else "GET"),
+                                     headers=headers or {})
+        try:
+            with self.opener.open(req, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def login(self, token):
+        status, body = self.request("/ui/api/login", {"token": token}, {"Content-Type": "application/json"})
+        assert status == 200, (status, body)
+        self.csrf = json.loads(body)["csrf"]
+
+    def api(self, method, body, csrf=True):
+        headers = {"Content-Type": "application/json"}
+        if csrf:
+            headers["X-CSRF-Token"] = self.csrf
+        status, out = self.request("/ui/api/v1/" + method, body, headers)
+        return status, json.loads(out or b"{}")
+
+
+class WebUi(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.options import Options
+        from selenium.webdriver.chrome.service import Service
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-web-")
+        d = cls.tmp.name
+        cls.token = {u: f"token-of-{u}-{os.getpid()}" for u in ("alice", "bob")}
+        users = {u: (t, [], "user", []) for u, t in cls.token.items()}
+        cls.policy = write_spec(d, "policy.yaml", policy(users, {"alice": 4}))
+        cls.state_dir = os.path.join(d, "state")
+        os.makedirs(cls.state_dir)
+        cls.extra = ("--policy-file", cls.policy, "--http-listen", f"127.0.0.1:{e2e_test.free_port()}")
+        cls.server = Server(cls.state_dir, slots=2, extra=cls.extra)
+        cls.alice_token = write_spec(d, "alice.token", cls.token["alice"] + "\n")
+        r = cls.server.ctl("--token-file", cls.alice_token, "-o", "json", "submit", write_spec(d, "job.yaml", JOB))
+        assert r.returncode == 0, r.stderr
+        cls.job = json.loads(r.stdout)["id"]
+
+        def browser():
+            o = Options()
+            for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                      "--window-size=1400,1900"):
+                o.add_argument(a)
+            o.binary_location = CHROMIUM
+            return webdriver.Chrome(options=o, service=Service(CHROMEDRIVER))
+        cls.browser = staticmethod(browser)
+        cls.alice = browser()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.alice.quit()
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def url(self, path=""):
+        return f"http://127.0.0.1:{self.server.http_port}/ui/{path}"
+
+    def sign_in(self, driver, user):
+        from selenium.webdriver.common.by import By
+        driver.get(self.url())
+        box = wait_for(lambda: driver.find_elements(By.ID, "token"), 30, "the sign-in form")[0]
+        box.send_keys(self.token[user])
+        driver.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+        wait_for(lambda: driver.find_elements(By.ID, "signed-in-as") and
+                 driver.find_element(By.ID, "signed-in-as").text == user, 30, f"signed in as {user}")
+
+    def points(self, driver):
+        return int(driver.find_element("id", "chart-loss").get_attribute("data-points") or 0)
+
+    def state(self):
+        r = self.server.ctl("--token-file", self.alice_token, "-o", "json", "get", self.job)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["state"]
+
+    def test_1_alice_sees_her_job_and_its_chart_grows(self):
+        from selenium.webdriver.common.by import By
+        d = self.alice
+        self.sign_in(d, "alice")
+        wait_for(lambda: d.find_elements(By.ID, "job-" + self.job), 30, "the job's row in the jobs table")
+        d.get(self.url("jobs/" + self.job))
+        wait_for(lambda: self.points(d) > 0, 60, "points on the loss chart")
+        first = self.points(d)
+        wait_for(lambda: self.points(d) > first, 60, f"the loss chart gaining points (had {first})")
+        self.assertIn("RUNNING", d.find_element(By.ID, "job-status").text)
+        # The quota of alice, on the queue page.
+        d.get(self.url("queue"))
+        usage = wait_for(lambda: d.find_elements(By.ID, "usage-table"), 30, "the usage table")[0]
+        self.assertIn("2 / 4", usage.text)  # 2 of her 4 slots in use
+
+    def test_2_a_killed_rank_shows_as_a_restart(self):
+        from selenium.webdriver.common.by import By
+        d = self.alice
+        d.get(self.url("jobs/" + self.job))
+        wait_for(lambda: self.points(d) > 0, 60, "the chart")
+        # A checkpoint first, so that the restart resumes from it.
+        wait_for(lambda: "checkpoint" in d.find_element(By.ID, "events").text, 60, "a checkpoint event")
+        pids = wait_for(lambda: worker_pids(self.job), 30, "the job's workers")
+        os.kill(pids[-1], signal.SIGKILL)
+        wait_for(lambda: "restart 1 of 2" in d.find_element(By.ID, "events").text, 90,
+                 "the restart in the page's events", lambda: d.find_element(By.ID, "events").text)
+        wait_for(lambda: "RUNNING" in d.find_element(By.ID, "job-status").text, 90, "running again")
+        n = self.points(d)
+        wait_for(lambda: self.points(d) > n, 60, "points after the restart")
+        d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_job_page.png"))
+
+    def test_3_bob_sees_neither_the_job_nor_its_page(self):
+        from selenium.webdriver.common.by import By
+        bob = self.browser()
+        try:
+            self.sign_in(bob, "bob")
+            wait_for(lambda: bob.find_elements(By.ID, "no-jobs") or bob.find_elements(By.ID, "jobs-table"), 30,
+                     "bob's jobs table")
+            self.assertFalse(bob.find_elements(By.ID, "job-" + self.job))
+            bob.get(self.url("jobs/" + self.job))
+            wait_for(lambda: bob.find_elements(By.ID, "not-found"), 30, "the page saying not found")
+            main = bob.find_element(By.TAG_NAME, "main").text
+            self.assertNotIn("web-ui", main)  # not even its name
+            self.assertFalse(bob.find_elements(By.ID, "chart-loss") + bob.find_elements(By.ID, "events-table"))
+        finally:
+            bob.quit()
+        # The page's HTTP status, and the API, for bob's session.
+        api = Http(self.server.http_port)
+        api.login(self.token["bob"])
+        status, _ = api.request("/ui/jobs/" + self.job)
+        self.assertEqual(status, 404)
+        status, out = api.api("GetJob", {"id": self.job})
+        self.assertEqual(status, 404, out)
+        status, out = api.api("GetJobHistory", {"id": self.job})
+        self.assertEqual(status, 404, out)
+        status, out = api.api("CancelJob", {"id": self.job})
+        self.assertEqual(status, 404, out)
+        # A wrong token signs nobody in.
+        status, _ = api.request("/ui/api/login", {"token": "not-a-token"}, {"Content-Type": "application/json"})
+        self.assertEqual(status, 401)
+
+    def test_4_forged_cancels_are_refused(self):
+        api = Http(self.server.http_port)
+        api.login(self.token["alice"])
+        status, out = api.api("CancelJob", {"id": self.job}, csrf=False)
+        self.assertEqual((status, out.get("code")), (403, "PERMISSION_DENIED"), out)
+        status, out = api.request("/ui/api/v1/CancelJob", {"id": self.job},
+                                  {"Content-Type": "application/json", "X-CSRF-Token": "0" * 64})
+        self.assertEqual(status, 403, out)
+        # What a cross-site HTML form can send: no JSON, no header.
+        status, out = api.request("/ui/api/v1/CancelJob", b"id=" + self.job.encode(),
+                                  {"Content-Type": "application/x-www-form-urlencoded"})
+        self.assertEqual(status, 415, out)
+        # Without the session cookie at all.
+        status, out = Http(self.server.http_port).request(
+            "/ui/api/v1/CancelJob", {"id": self.job}, {"Content-Type": "application/json", "X-CSRF-Token": api.csrf})
+        self.assertEqual(status, 401, out)
+        self.assertIn(self.state(), ("RUNNING", "RECOVERING", "STARTING"))
+        # The same session with its token reads the job (the check is the token, not the session).
+        status, out = api.api("GetJob", {"id": self.job})
+        self.assertEqual(status, 200, out)
+
+    def test_5_cancel_from_the_page_and_history_survives_a_restart(self):
+        from selenium.webdriver.common.by import By
+        d = self.alice
+        d.get(self.url("jobs/" + self.job))
+        button = wait_for(lambda: [b for b in d.find_elements(By.ID, "btn-cancel") if b.is_enabled()], 60,
+                          "an enabled Cancel button")[0]
+        button.click()
+        d.switch_to.alert.accept()
+        wait_for(lambda: self.state() == "CANCELLED", 60, "the job cancelled from the page")
+        wait_for(lambda: "CANCELLED" in d.find_element(By.ID, "job-status").text, 30, "the page saying so")
+        api = Http(self.server.http_port)
+        api.login(self.token["alice"])
+        status, before = api.api("GetJobHistory", {"id": self.job})
+        self.assertEqual(status, 200, before)
+        loss = [s for s in before["series"] if s["name"] == "loss"][0]
+        self.assertGreater(len(loss["points"]), 10)
+        self.assertLessEqual(len(loss["points"]), 2000)
+        self.assertTrue(any("restart 1 of 2" in e["reason"] for e in before["events"]))
+        # A new coordinator on the same state: the same history.
+        self.server.stop()
+        type(self).server = Server(self.state_dir, slots=2, extra=self.extra)
+        api = Http(self.server.http_port)
+        api.login(self.token["alice"])
+        status, after = api.api("GetJobHistory", {"id": self.job})
+        self.assertEqual(status, 200, after)
+        self.assertEqual([s for s in after["series"] if s["name"] == "loss"][0], loss)
+        self.sign_in(d, "alice")  # sessions end with the coordinator that opened them
+        d.get(self.url("jobs/" + self.job))
+        wait_for(lambda: d.find_elements(By.ID, "chart-loss") and self.points(d) == len(loss["points"]), 30,
+                 "the chart drawn from the kept history")
+        d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_job_page_after_restart.png"))
+
+
+if __name__ == "__main__":
+    e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
+    ARTIFACTS = os.path.abspath(sys.argv.pop(1))
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    if not (CHROMIUM and CHROMEDRIVER):
+        print("web_ui_e2e: SKIP: chromium and chromium-driver are not installed (scripts/install-deps.sh)")
+        sys.exit(77)
+    unittest.main(verbosity=2)
