@@ -358,7 +358,7 @@ function jobPage(id) {
       item("step", num(job.max_steps) ? `${num(job.step)} / ${num(job.max_steps)}` : String(num(job.step))),
       item("loss", num(job.step) ? fmtNum(job.loss) : "-"), item("first loss", num(job.step) ? fmtNum(job.first_loss) : "-"),
       item("samples/s", fmtNum(job.samples_per_second)), item("ranks", num(job.num_processes)),
-      item("attempt", num(job.attempt)), item("model", spec.script ? "script" : spec.model ? String(spec.model.name || spec.model.type || spec.model.path || "-") : "-"),
+      item("attempt", num(job.attempt)), item("model", spec.script ? "script" : spec.model ? String(spec.model.name || spec.model.kind || spec.model.path || "-") : "-"),
       item("launcher", spec.launcher || "local"), item("submitted", fmtTime(job.created_unix_millis)),
       item("started", fmtTime(job.started_unix_millis)), item("ended", fmtTime(job.ended_unix_millis)),
       job.slurm_job_id ? item("Slurm job", job.slurm_job_id) : null,
@@ -467,6 +467,8 @@ function jobPage(id) {
     drawSummary(queue);
     drawRanks();
     drawHistory(await api("GetJobHistory", {id}));
+    // When the page first showed the charts (ms since navigation; bench/web_ui.py reads it).
+    if (!window.trainyardFirstDraw) window.trainyardFirstDraw = performance.now();
     await refreshLogs();
     if (TERMINAL.has(job.state)) done = true;
   }
