@@ -27,8 +27,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::printf("command: history --steps");
   for (size_t i = 0; i < steps.size(); ++i) std::printf("%s%lld", i ? "," : " ", static_cast<long long>(steps[i]));
-  std::printf("\n\n| steps | Add, ns per step (9 series) | points kept (loss) | saved bytes | saved bytes per step "
-              "| save (encode) ms | read back (decode) ms |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n\n| steps | Add, ns per step (9 series) | points kept (loss) | saved bytes | saved bytes per step "
+      "| save (encode) ms | read back (decode) ms |\n|---|---|---|---|---|---|---|\n");
   for (int64_t n : steps) {
     trainyard::JobHistory h;
     trainyard::StepMetrics m;
