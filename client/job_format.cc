@@ -241,6 +241,22 @@ void PrintQueueTable(const v1::GetQueueResponse& queue, std::ostream& out) {
         << (e.estimated_start_unix_millis() > 0 ? FormatTime(e.estimated_start_unix_millis()) : "unknown") << e.reason()
         << "\n";
   }
+  // What users and groups use against their quotas ("-": no limit).
+  auto of = [](int64_t used, int64_t quota) {
+    return std::to_string(used) + "/" + (quota < 0 ? std::string("-") : std::to_string(quota));
+  };
+  bool header = false;
+  for (const auto& u : queue.usage()) {
+    if (!header) {
+      out << "\n"
+          << std::left << std::setw(22) << "IN USE (USED/QUOTA)" << std::setw(12) << "SLOTS" << std::setw(12) << "GPUS"
+          << "QUEUED JOBS\n";
+      header = true;
+    }
+    out << std::left << std::setw(22) << ((u.group() ? "group " : "") + u.name()).substr(0, 21) << std::setw(12)
+        << of(u.slots(), u.slots_quota()) << std::setw(12) << of(u.gpus(), u.gpus_quota())
+        << (u.group() ? "-" : of(u.queued_jobs(), u.queued_jobs_quota())) << "\n";
+  }
 }
 
 }  // namespace trainyard

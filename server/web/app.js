@@ -301,6 +301,8 @@ function jobPage(id) {
   const status = h("div", {id: "job-status"});
   const actions = h("div", {class: "actions"});
   const summary = h("div", {class: "summary", id: "job-summary"});
+  const specText = h("pre", {class: "spec", id: "job-spec"});
+  const spec = h("details", {}, h("summary", {}, "Spec (normalized)"), specText);
   const chartsBox = h("div", {class: "charts", id: "charts"});
   const ranks = h("div", {id: "ranks"});
   const events = h("div", {id: "events"});
@@ -316,7 +318,7 @@ function jobPage(id) {
     chartsBox.append(box);
     charts[s.name] = {spec: s, canvas, box, chart: makeChart(canvas, s)};
   }
-  setMain(title, status, actions, message, summary, h("h2", {}, "Charts"), chartsBox, h("h2", {}, "Ranks"), ranks,
+  setMain(title, status, actions, message, summary, spec, h("h2", {}, "Charts"), chartsBox, h("h2", {}, "Ranks"), ranks,
     h("h2", {}, "Events"), events, h("h2", {}, "Checkpoints"), checkpoints,
     h("h2", {}, "Logs ", rankSel), logs);
   window.trainyardCharts = charts;
@@ -465,6 +467,11 @@ function jobPage(id) {
     drawActions();
     const queue = job.state === "QUEUED" ? await api("GetQueue", {all_users: true}).catch(() => api("GetQueue", {})) : null;
     drawSummary(queue);
+    try {
+      specText.textContent = JSON.stringify(JSON.parse(job.spec_json || "{}"), null, 2);
+    } catch (e) {
+      specText.textContent = job.spec_json || "";
+    }
     drawRanks();
     drawHistory(await api("GetJobHistory", {id}));
     // When the page first showed the charts (ms since navigation; bench/web_ui.py reads it).

@@ -213,7 +213,7 @@ class KubernetesManifests(unittest.TestCase):
         dep, c = self.server_container()
         pod = dep["spec"]["template"]["spec"]
         flags = flag_values(c.get("args", []))
-        expected = {"--listen": "0.0.0.0:50051", "--metrics-listen": "0.0.0.0:9464",
+        expected = {"--listen": "0.0.0.0:50051", "--metrics-listen": "0.0.0.0:9464", "--http-listen": "0.0.0.0:9465",
                     "--state-dir": "/var/lib/trainyard", "--launcher": "external"}
         for flag, value in expected.items():
             self.assertEqual(flags.get(flag), [value], f"server args: want {flag} {value}, have {c.get('args')}")
@@ -242,7 +242,7 @@ class KubernetesManifests(unittest.TestCase):
                 self.assertIn(v["persistentVolumeClaim"]["claimName"], pvcs, f"volume {v['name']}: unknown PVC")
 
         ports = {p["containerPort"]: p.get("name") for p in c.get("ports", [])}
-        for flag in ("--listen", "--metrics-listen"):
+        for flag in ("--listen", "--metrics-listen", "--http-listen"):
             port = int(flags[flag][0].rsplit(":", 1)[1])
             self.assertIn(port, ports, f"{flag} port {port} is not a containerPort ({ports})")
         grpc_port = 50051

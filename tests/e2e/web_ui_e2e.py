@@ -142,6 +142,8 @@ class WebUi(unittest.TestCase):
         first = self.points(d)
         wait_for(lambda: self.points(d) > first, 60, f"the loss chart gaining points (had {first})")
         self.assertIn("RUNNING", d.find_element(By.ID, "job-status").text)
+        spec = json.loads(d.find_element(By.ID, "job-spec").get_attribute("textContent"))
+        self.assertEqual((spec["max_restarts"], spec["num_processes"]), (2, 2))
         # The quota of alice, on the queue page.
         d.get(self.url("queue"))
         usage = wait_for(lambda: d.find_elements(By.ID, "usage-table"), 30, "the usage table")[0]
