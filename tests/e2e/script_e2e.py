@@ -363,7 +363,7 @@ class PythonClient(unittest.TestCase):
                     states = [u["job"]["state"] for u in c.watch(job["id"]) if "job" in u]
                     self.assertEqual(states[-1], "SUCCEEDED", states)
                     got = c.get(job["id"])
-                    self.assertEqual(got["step"], "30", got)  # int64 fields are strings in proto JSON
+                    self.assertEqual(got["step"], 30, got)  # int64 fields as ints, not proto JSON strings
                     self.assertIn(job["id"], [j["id"] for j in c.list()])
                     self.assertEqual([j["id"] for j in c.list(states=["RUNNING"])], [])
                     self.assertIn("done, 30 steps", c.logs(job["id"], rank=0))

@@ -144,10 +144,21 @@ class WebUi(unittest.TestCase):
         self.assertIn("RUNNING", d.find_element(By.ID, "job-status").text)
         spec = json.loads(d.find_element(By.ID, "job-spec").get_attribute("textContent"))
         self.assertEqual((spec["max_restarts"], spec["num_processes"]), (2, 2))
-        # The quota of alice, on the queue page.
+        # A second job waits for the slots: its page says where it is in the queue and why.
+        r = self.server.ctl("--token-file", self.alice_token, "-o", "json", "submit",
+                            write_spec(self.tmp.name, "second.yaml", JOB.replace("name: web-ui", "name: second")))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        second = json.loads(r.stdout)["id"]
+        d.get(self.url("jobs/" + second))
+        where = wait_for(lambda: d.find_elements(By.ID, "queue-position"), 30, "the queue position")[0]
+        self.assertRegex(where.text, r"^#1: waiting")
+        # Her quota, on the queue page: 2 of her 4 slots in use, the second job listed.
         d.get(self.url("queue"))
         usage = wait_for(lambda: d.find_elements(By.ID, "usage-table"), 30, "the usage table")[0]
-        self.assertIn("2 / 4", usage.text)  # 2 of her 4 slots in use
+        self.assertIn("2 / 4", usage.text)
+        self.assertIn(second, d.find_element(By.ID, "queue-table").text)
+        r = self.server.ctl("--token-file", self.alice_token, "cancel", second)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_2_a_killed_rank_shows_as_a_restart(self):
         from selenium.webdriver.common.by import By
