@@ -717,6 +717,48 @@ max_steps: 5
         self.assertIn("cannot reach the trainyard server at 127.0.0.1:1", r.stderr)
 
     def test_6_history_survives_a_server_restart(self):
+        # A 10,000-step job: its series as the coordinator keeps them.
+        spec = write_spec(self.tmp.name, "long-history.yaml", """
+name: long-history
+model: {kind: mlp, hidden: [4]}
+data: {kind: synthetic, batch_size: 1, num_samples: 100000}
+max_steps: 10000
+num_processes: 1
+""")
+        r = self.server.ctl("-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        long_id = json.loads(r.stdout)["id"]
+        # The lead rank's losses as they come (a watcher may be sent fewer
+        # than every step, never other numbers).
+        seen = []
+        with grpc.insecure_channel(self.server.addr) as ch:
+            watch = ch.unary_stream("/trainyard.v1.JobService/WatchJob")
+            sys.path.insert(0, os.path.join(os.path.dirname(BIN), "python"))  # the build's messages
+            from trainyard.v1 import trainyard_pb2 as pb
+            for raw in watch(pb.WatchJobRequest(id=long_id).SerializeToString(), timeout=600):
+                u = pb.WatchJobResponse.FromString(raw)
+                if u.HasField("metrics"):
+                    seen.append((u.metrics.step, u.metrics.loss))
+        job = self.server.job(long_id)
+        self.assertEqual((job["state"], job["step"]), ("SUCCEEDED", 10000), job["reason"])
+        r = self.server.ctl("-o", "json", "history", long_id)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        history = json.loads(r.stdout)
+        loss = history["series"]["loss"]
+        self.assertEqual(loss["samples"], 10000)
+        for name, series in history["series"].items():
+            self.assertLessEqual(len(series["points"]), 2000, name)
+        points = loss["points"]
+        self.assertEqual((points[0]["step"], points[-1]["step"]), (1, 10000))
+        self.assertAlmostEqual(points[0]["value"], job["first_loss"], places=6)  # the first, exact
+        self.assertAlmostEqual(points[-1]["value"], job["loss"], places=6)  # the last, exact
+        kept_min = min(p["value"] for p in points)
+        self.assertLessEqual(kept_min, min(v for _, v in seen) + 1e-9)  # no loss seen below the kept minimum
+        self.assertGreater(len(seen), 1000)
+        csv = self.server.ctl("-o", "csv", "history", long_id, "--series", "loss").stdout.splitlines()
+        self.assertEqual(csv[0], "series,step,unix_millis,value")
+        self.assertEqual(len(csv) - 1, len(points))
+
         before = json.loads(self.server.ctl("-o", "json", "list").stdout)
         self.assertGreaterEqual(len(before), 2)
         self.assertEqual(self.server.stop(), 0)
@@ -724,6 +766,9 @@ max_steps: 5
         after = json.loads(self.server.ctl("-o", "json", "list").stdout)
         self.assertEqual([(j["id"], j["state"], j["step"]) for j in after],
                          [(j["id"], j["state"], j["step"]) for j in before])
+        # The series too.
+        again = json.loads(self.server.ctl("-o", "json", "history", long_id).stdout)
+        self.assertEqual(again["series"], history["series"])
 
 
 if __name__ == "__main__":
