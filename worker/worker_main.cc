@@ -325,6 +325,8 @@ int RunWorker(const WorkerArgs& args) {
     if (!args.job_id.empty()) context.snapshot_dir = SnapshotDir(args.job_id);
     ReplicaOptions replica_options = ReplicaOptionsFromEnvironment(args.rank);
     replica_options.bind_addr = bind_addr;
+    replica_options.group_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(spec->fault_tolerance.collective_timeout_s * 1000));
     replica_options.reporter = &ctl;
     std::optional<Trainer> trainer_holder;
     if (replica) {

@@ -240,6 +240,11 @@ struct FaultToleranceSpec {
   // mode replica: with fewer live replicas than this the job falls back to
   // a whole-group restart.
   int32_t min_replicas = 1;
+  // mode replica: a collective of the replicas' groups that waits this long
+  // for a member fails; the others then go on in the next membership
+  // without the member the coordinator finds lost (a rank whose node was
+  // cut off keeps its streams open: its peers would otherwise wait for it).
+  double collective_timeout_s = 60.0;
   bool operator==(const FaultToleranceSpec&) const = default;
 };
 

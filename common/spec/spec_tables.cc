@@ -368,6 +368,8 @@ const Section<FaultToleranceSpec>& FaultToleranceTable() {
                "`whole_group`: a lost rank restarts every rank; `replica`: the others go on while it heals."),
         Int("min_replicas", &F::min_replicas, 1, kMaxNumProcessesCeiling,
             "`replica`: fewer live replicas than this restart the whole group."),
+        Num("collective_timeout_s", &F::collective_timeout_s, 1.0, 86400.0,
+            "`replica`: a collective that waits this long for a member fails; the others go on without it."),
     };
     return s;
   }();

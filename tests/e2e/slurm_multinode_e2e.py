@@ -76,6 +76,11 @@ class Cluster:
         if r.returncode != 0:
             raise AssertionError(f"the multi-node cluster did not start again:\n{r.stderr[-3000:]}")
 
+    def cut_link(self, node, up=False):
+        """The node's link to the others goes down (a partition: its
+        processes run on), or comes back."""
+        subprocess.run(["ip", "link", "set", f"{PFX}v{node[1:]}", "up" if up else "down"], check=True)
+
     def kill_node(self, node):
         """The node loses power: every process in its namespace is killed."""
         pids = subprocess.run(["ip", "netns", "pids", f"{PFX}{node}"], capture_output=True, text=True).stdout.split()
@@ -323,6 +328,74 @@ class MultiNode(unittest.TestCase):
         self.assertEqual(max(r[4] for r in rows), steps * world * batch)
         print(f"\nnode {victim} killed: rank {victim_rank} replaced on {new_node} and healed after {healed_s:.1f} s; "
               f"{steps} steps, cursor {max(r[4] for r in rows)}", flush=True)
+
+    def test_7_a_cut_off_node_is_fenced_and_the_others_go_on(self):
+        s = self.server
+        self.cluster.restart()
+        steps, world, batch = 3000, 3, 16
+        job_id = self.submit("replica-partition", (
+            "name: replica-partition\nmodel: {kind: mlp, hidden: [64]}\n"
+            f"data: {{kind: synthetic, batch_size: {batch}, num_samples: 48}}\nseed: 11\n"
+            f"optimizer: {{kind: adamw, lr: 0.003}}\nmax_steps: {steps}\nnum_processes: {world}\n"
+            "metrics_every_steps: 1\nslurm: {nodes: 3}\nstep_timeout_s: 6\ncheckpoint: {every_steps: 200}\n"
+            "fault_tolerance: {mode: replica, min_replicas: 1, collective_timeout_s: 3}\n"))
+
+        def running_past(step):
+            j = s.job(job_id)
+            reps = j.get("replicas") or {}
+            return j if j["state"] == "RUNNING" and len(reps.get("live", [])) == 3 and j["step"] >= step else None
+        job = wait_for(lambda: running_past(50), 300, "three replicas past step 50",
+                       lambda: json.dumps(s.job(job_id), indent=1)[-3000:])
+        nodes = {p["rank"]: p["node"] for p in job["places"]}
+        victim_rank = 2
+        victim = nodes[victim_rank]
+        epoch = job["replicas"]["epoch"]  # the membership the orphan is left in
+        self.cluster.cut_link(victim)
+        t_cut = time.time()
+        try:
+            def replaced():
+                j = s.job(job_id)
+                if j["state"] != "RUNNING":
+                    return j
+                reps = j.get("replicas") or {}
+                places = {p["rank"]: p["node"] for p in j.get("places", [])}
+                ok = len(reps.get("live", [])) == 3 and not reps.get("healing") and \
+                    places.get(victim_rank) not in (None, victim)
+                return j if ok else None
+            job = wait_for(replaced, 120, f"rank {victim_rank} replaced off {victim} while cut off",
+                           lambda: "\n".join(self.events(job_id)[-14:]))
+            self.assertEqual(job["state"], "RUNNING", "\n".join(self.events(job_id)[-14:]))
+            replaced_s = time.time() - t_cut
+            # The partition lasts 20 s, however soon the others went on.
+            time.sleep(max(0.0, t_cut + 20 - time.time()))
+        finally:
+            self.cluster.cut_link(victim, up=True)
+        t_back = time.time()
+        job = self.finish(job_id)
+        self.assertEqual(job["attempt"], 1, "the partition restarted the group")
+        # Fencing: every step has one (hash, cursor) over every rank log —
+        # an orphan committing on its own would disagree — no log goes back,
+        # and the orphan's rank commits nothing from the cut on.
+        rows = commits(job_logs(self.tmp.name, job_id))
+        by_step, last = {}, {}
+        for path, rank, epoch, step, cursor, digest in rows:
+            self.assertGreaterEqual(step, last.get((path, rank, epoch), 0), f"{path}: step went back to {step}")
+            last[(path, rank, epoch)] = step
+            by_step.setdefault(step, set()).add((digest, cursor))
+        for step, seen in by_step.items():
+            self.assertEqual(len(seen), 1, f"step {step}: ranks disagree (hash, cursor): {seen}")
+        self.assertEqual(max(r[4] for r in rows), steps * world * batch)
+        # In the membership it was cut off in, the orphan committed no step the others did not.
+        theirs = [r[3] for r in rows if r[2] == epoch and r[1] != victim_rank]
+        orphans = [r[3] for r in rows if r[2] == epoch and r[1] == victim_rank]
+        self.assertTrue(theirs and orphans, (epoch, len(theirs), len(orphans)))
+        self.assertLessEqual(max(orphans), max(theirs), "the orphan committed after it was cut off")
+        self.assertFalse([r for r in rows if r[1] == victim_rank and r[2] == epoch + 1],
+                         "the orphan joined the membership that replaced it")
+        events = self.events(job_id)
+        self.assertTrue(any(victim in e for e in events), events)
+        print(f"\n{victim} cut off for {t_back - t_cut:.0f} s: rank {victim_rank} replaced after {replaced_s:.1f} s; "
+              f"{steps} steps", flush=True)
 
     def test_6_external_ranks_join_from_the_nodes(self):
         """trainyard-worker --join on the cluster's hosts, started by hand (no Slurm)."""
