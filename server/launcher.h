@@ -161,6 +161,10 @@ struct SlurmLauncherOptions {
   std::string worker_binary;  // as seen on the compute nodes
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds poll_interval{500};
+  // A batch job whose ranks all ended by themselves (no stop of ours) is
+  // followed this long for how Slurm says it ended (an operator's scancel,
+  // the time limit), then what is left of it is cancelled.
+  std::chrono::milliseconds drain{15000};
   // Directory of sbatch, squeue, scontrol and scancel; empty: PATH.
   std::string slurm_bin_dir;
   // sbatch defaults for every job (a job's slurm: section wins).

@@ -104,6 +104,10 @@ struct SlurmAttempt {
   bool stop_sent = false;
   Clock::time_point kill_at = Clock::time_point::max();
   bool cancelled_leftover = false;
+  // Every rank ended by itself (no stop of ours) before Slurm said how the
+  // batch job ended: followed until then (an operator's scancel, a time
+  // limit), at most SlurmLauncherOptions::drain.
+  Clock::time_point drain_until{};
 };
 
 class SlurmLauncher final : public Launcher {
@@ -424,9 +428,19 @@ class SlurmLauncher final : public Launcher {
           }
         }
         if (a.reported.size() == a.exit_files.size()) {
-          // Every rank is accounted for; what is left of the Slurm job (a
-          // batch step, or a requeued copy after preemption) must not run
-          // stale workers.
+          // Every rank is accounted for. A batch job ending by itself is
+          // followed until Slurm says how (its note); what is left of it
+          // then (a batch step, or a requeued copy after preemption) must
+          // not run stale workers.
+          const bool requeued = a.last_state == "PENDING" || a.last_state.rfind("REQUEUE", 0) == 0;
+          if (!ended && !a.stop_sent && !a.slurm_id.empty() && !requeued) {
+            const auto now = Clock::now();
+            if (a.drain_until == Clock::time_point{}) a.drain_until = now + options_.drain;
+            if (now < a.drain_until) {
+              ++it;
+              continue;
+            }
+          }
           if (!ended && !a.slurm_id.empty()) to_cancel.push_back(a.slurm_id);
           it = attempts_.erase(it);
           continue;

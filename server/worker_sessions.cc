@@ -142,9 +142,17 @@ void WorkerSessions::Note(const std::string& job_id, int32_t attempt, int32_t ra
 }
 
 void WorkerSessions::LauncherNote(const std::string& job_id, int32_t attempt, const std::string& text) {
+  const std::string clean = AsValidUtf8(text.substr(0, 2000));
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
-  if (job == nullptr || !job->attempt->TakeNote(WorkerHandler::kMaxNotesPerAttempt)) return;
-  jobs_->AddEvent(*job, AsValidUtf8(text.substr(0, 2000)));
+  if (job == nullptr) {
+    // An earlier attempt's batch job that ended after the job went on (or
+    // ended): how it ended is still the job's history (the launcher says
+    // it once per batch job).
+    jobs_->AddEvent(job_id, clean);
+    return;
+  }
+  if (!job->attempt->TakeNote(WorkerHandler::kMaxNotesPerAttempt)) return;
+  jobs_->AddEvent(*job, clean);
 }
 
 void WorkerSessions::Replica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report) {

@@ -397,6 +397,28 @@ class MultiNode(unittest.TestCase):
         print(f"\n{victim} cut off for {t_back - t_cut:.0f} s: rank {victim_rank} replaced after {replaced_s:.1f} s; "
               f"{steps} steps", flush=True)
 
+    def test_8_an_operators_scancel_is_named_and_a_preemptible_job_resumes(self):
+        s = self.server
+        job_id = self.submit("operator-scancel", (
+            "name: operator-scancel\nmodel: {kind: mlp, hidden: [64]}\n"
+            "data: {kind: synthetic, batch_size: 16, num_samples: 4096}\nmax_steps: 1500\nnum_processes: 2\n"
+            "metrics_every_steps: 1\nslurm: {nodes: 2}\npreemptible: true\ncheckpoint: {every_steps: 50}\n"))
+        job = wait_for(lambda: (lambda j: j if j["state"] == "RUNNING" and j["step"] >= 120 else None)(
+            s.job(job_id)), 300, "the job past step 120", lambda: "\n".join(self.events(job_id)[-8:]))
+        slurm_id = job["slurm_job_id"]
+        self.assertTrue(slurm_id, job)
+        # An operator cancels the batch job with Slurm's own command: the
+        # ranks get SIGTERM, checkpoint and stop; the job is queued again.
+        self.cluster.slurm("scancel", slurm_id)
+        wait_for(lambda: s.job(job_id)["attempt"] == 2, 120, "a second attempt",
+                 lambda: "\n".join(self.events(job_id)[-8:]))
+        job = self.finish(job_id)
+        events = self.events(job_id)
+        self.assertIn(f"Slurm job {slurm_id} was cancelled outside Trainyard (scancel)", events)
+        resumed = [int(m.group(1)) for e in events for m in [re.search(r"resumed at step (\d+) from", e)] if m]
+        self.assertTrue(resumed and resumed[0] >= 100, events)
+        self.assertEqual(job["attempt"], 2)
+
     def test_6_external_ranks_join_from_the_nodes(self):
         """trainyard-worker --join on the cluster's hosts, started by hand (no Slurm)."""
         s = self.server

@@ -59,6 +59,7 @@ class SlurmLauncherTest : public ::testing::Test {
     o.slurm_bin_dir = std::move(bin_dir);
     o.poll_interval = std::chrono::milliseconds(10);
     o.stop_grace = grace;
+    o.drain = std::chrono::milliseconds(300);
     return MakeSlurmLauncher(
         o,
         [this](const RankExit& e) {
@@ -146,10 +147,28 @@ TEST_F(SlurmLauncherTest, EachRanksExitFileIsItsEndAndTheRestOfTheJobIsCancelled
   EXPECT_FALSE(Exits()[1].ok());
   EXPECT_NE(Exits()[1].description.find("killed by signal 9"), std::string::npos) << Exits()[1].description;
   EXPECT_EQ(launcher->LiveProcesses("j1"), 0);
-  // Every rank is accounted for while Slurm still lists the job: what is
-  // left of it (the batch step) is cancelled.
+  // Every rank is accounted for while Slurm still lists the job: it is
+  // followed a while (drain) for how it ends, then what is left of it (the
+  // batch step) is cancelled.
   ASSERT_TRUE(WaitFor([&] { return Read(bin_ + "/scancel.log") == "4242\n"; }, std::chrono::seconds(10)))
       << Read(bin_ + "/scancel.log");
+}
+
+TEST_F(SlurmLauncherTest, AnOperatorsScancelAfterTheRanksEndedIsNoted) {
+  SetState("RUNNING|None|n1");
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(Request(2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 1; }, std::chrono::seconds(10)));
+  // The ranks got the operator's SIGTERM: they checkpoint and end before
+  // Slurm lists the job as cancelled.
+  SetState("COMPLETING|None|n1");
+  std::ofstream(dir_.path() + "/logs/rank-0.exit") << "4\n";
+  std::ofstream(dir_.path() + "/logs/rank-1.exit") << "4\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(2); }, std::chrono::seconds(10)));
+  SetState("CANCELLED|None|n1");
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 2; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes()[1], "j1/1: Slurm job 4242 was cancelled outside Trainyard (scancel)");
+  EXPECT_EQ(Read(bin_ + "/scancel.log"), "");  // it ended by itself: nothing to cancel
 }
 
 TEST_F(SlurmLauncherTest, RanksWithoutAnExitFileFailWhenSlurmSaysTheJobEnded) {
