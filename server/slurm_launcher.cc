@@ -244,13 +244,13 @@ class SlurmLauncher final : public Launcher {
   }
 
   void Stop(const std::string& job_id, int32_t attempt) override {
-    std::vector<std::string> ids;
+    std::vector<std::string> ids, stopped;
     {
       absl::MutexLock lock(&mu_);
       for (auto& [name, a] : attempts_) {
         if (a.job_id != job_id || a.attempt != attempt || a.stop_sent) continue;
         a.stop_sent = true;
-        a.kill_at = Clock::now() + options_.stop_grace;
+        stopped.push_back(name);
         if (!a.slurm_id.empty()) ids.push_back(a.slurm_id);
       }
     }
@@ -259,6 +259,14 @@ class SlurmLauncher final : public Launcher {
     for (const std::string& id : ids) {
       CommandResult res = RunCommand({Tool("scancel"), "--signal=INT", id}, {});
       if (res.exit_code != 0) RunCommand({Tool("scancel"), id}, {});
+    }
+    {
+      // The grace counts from the SIGINT: the poller's SIGKILL comes after it.
+      absl::MutexLock lock(&mu_);
+      const auto kill_at = Clock::now() + options_.stop_grace;
+      for (const std::string& name : stopped) {
+        if (auto it = attempts_.find(name); it != attempts_.end()) it->second.kill_at = kill_at;
+      }
     }
     cv_.SignalAll();
   }

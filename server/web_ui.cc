@@ -120,7 +120,10 @@ void Send(mg_connection* conn, const Reply& r) {
   for (const std::string& h : r.headers) absl::StrAppend(&head, h, "\r\n");
   head += "\r\n";
   mg_write(conn, head.data(), head.size());
-  mg_write(conn, r.body.data(), r.body.size());
+  const mg_request_info* ri = mg_get_request_info(conn);
+  if (ri->request_method == nullptr || std::string_view(ri->request_method) != "HEAD") {
+    mg_write(conn, r.body.data(), r.body.size());
+  }
 }
 
 std::string Header(mg_connection* conn, const char* name) {
