@@ -108,27 +108,26 @@ def _modules():
     return grpc, trainyard_pb2, trainyard_pb2_grpc
 
 
-# int64 fields travel in JSON as strings; a dict from the client has ints.
-_INT64 = {"max_steps", "step", "created_unix_millis", "started_unix_millis", "ended_unix_millis", "priority",
-          "unix_millis", "request_id", "index", "bytes", "host_bytes", "samples", "size", "epoch",
-          "estimated_start_unix_millis", "seq", "start_unix_micros", "end_unix_micros", "phase_since_unix_micros",
-          "captured_unix_micros", "slots_quota", "gpus_quota", "queued_jobs_quota", "comm_wire_bytes",
-          "comm_fp32_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "device_allocated_bytes",
-          "device_peak_bytes", "allgather_bytes", "reduce_scatter_bytes", "gpu_memory_used_bytes",
-          "gpu_memory_total_bytes", "gpu_ecc_corrected", "gpu_ecc_uncorrected", "gpu_xid_errors", "gpu_last_xid"}
+# int64 fields travel in JSON as strings; a dict from the client has ints
+# (found from the messages' own descriptors).
+_INT64_TYPES = (3, 4, 6, 16, 18)  # FieldDescriptor.TYPE_INT64, UINT64, FIXED64, SFIXED64, SINT64
 
 
-def _ints(value, key=None):
-    if isinstance(value, dict):
-        return {k: _ints(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_ints(v, key) for v in value]
-    if key in _INT64 and isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return value
-    return value
+def _ints(message, d):
+    for f in message.DESCRIPTOR.fields:
+        if f.name not in d:
+            continue
+        # protobuf 6+: is_repeated; before: label (3, LABEL_REPEATED).
+        repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == 3
+        if f.message_type is not None and not f.message_type.GetOptions().map_entry:
+            values = getattr(message, f.name)
+            if repeated:
+                d[f.name] = [_ints(m, x) for m, x in zip(values, d[f.name])]
+            else:
+                _ints(values, d[f.name])
+        elif f.type in _INT64_TYPES:
+            d[f.name] = [int(x) for x in d[f.name]] if repeated else int(d[f.name])
+    return d
 
 
 def _to_dict(message):
@@ -137,7 +136,7 @@ def _to_dict(message):
         d = MessageToDict(message, preserving_proto_field_name=True, including_default_value_fields=True)
     except TypeError:  # protobuf 5 renamed it
         d = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    return _ints(d)
+    return _ints(message, d)
 
 
 class Client:
