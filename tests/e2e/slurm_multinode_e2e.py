@@ -135,6 +135,22 @@ class MultiNode(unittest.TestCase):
     def events(self, job_id):
         return [e["reason"] for e in self.server.job(job_id)["events"]]
 
+    def replica_job(self, name, steps, world, batch, extra="", ft_extra=""):
+        """An MLP replica job over 3 nodes, one rank each."""
+        return (f"name: {name}\nmodel: {{kind: mlp, hidden: [64]}}\n"
+                f"data: {{kind: synthetic, batch_size: {batch}, num_samples: 48}}\nseed: 11\n"
+                f"optimizer: {{kind: adamw, lr: 0.003}}\nmax_steps: {steps}\nnum_processes: {world}\n"
+                f"metrics_every_steps: 1\nslurm: {{nodes: 3}}\n{extra}"
+                f"fault_tolerance: {{mode: replica, min_replicas: 1{ft_extra}}}\n")
+
+    def three_replicas_past(self, job_id, step):
+        def running_past():
+            j = self.server.job(job_id)
+            reps = j.get("replicas") or {}
+            return j if j["state"] == "RUNNING" and len(reps.get("live", [])) == 3 and j["step"] >= step else None
+        return wait_for(running_past, 300, f"three replicas past step {step}",
+                        lambda: json.dumps(self.server.job(job_id), indent=1)[-3000:])
+
     DDP = ("name: %s\nmodel: {kind: mlp, hidden: [64, 64]}\n"
            "data: {kind: synthetic, batch_size: 16, num_samples: 4096, seed: 5}\nseed: 5\n"
            "optimizer: {kind: adamw, lr: 0.003}\nmax_steps: 60\nnum_processes: 4\nmetrics_every_steps: 1\n"
@@ -271,18 +287,8 @@ class MultiNode(unittest.TestCase):
         s = self.server
         self.cluster.restart()
         steps, world, batch = 4000, 3, 16
-        job_id = self.submit("replica-node-loss", (
-            "name: replica-node-loss\nmodel: {kind: mlp, hidden: [64]}\n"
-            f"data: {{kind: synthetic, batch_size: {batch}, num_samples: 48}}\nseed: 11\n"
-            f"optimizer: {{kind: adamw, lr: 0.003}}\nmax_steps: {steps}\nnum_processes: {world}\n"
-            "metrics_every_steps: 1\nslurm: {nodes: 3}\nfault_tolerance: {mode: replica, min_replicas: 1}\n"))
-
-        def running_past(step):
-            j = s.job(job_id)
-            reps = j.get("replicas") or {}
-            return j if j["state"] == "RUNNING" and len(reps.get("live", [])) == 3 and j["step"] >= step else None
-        job = wait_for(lambda: running_past(50), 300, "three replicas past step 50",
-                       lambda: json.dumps(s.job(job_id), indent=1)[-3000:])
+        job_id = self.submit("replica-node-loss", self.replica_job("replica-node-loss", steps, world, batch))
+        job = self.three_replicas_past(job_id, 50)
         nodes = {p["rank"]: p["node"] for p in job["places"]}
         self.assertEqual(len(set(nodes.values())), 3, nodes)
         victim_rank = 1
@@ -333,19 +339,10 @@ class MultiNode(unittest.TestCase):
         s = self.server
         self.cluster.restart()
         steps, world, batch = 3000, 3, 16
-        job_id = self.submit("replica-partition", (
-            "name: replica-partition\nmodel: {kind: mlp, hidden: [64]}\n"
-            f"data: {{kind: synthetic, batch_size: {batch}, num_samples: 48}}\nseed: 11\n"
-            f"optimizer: {{kind: adamw, lr: 0.003}}\nmax_steps: {steps}\nnum_processes: {world}\n"
-            "metrics_every_steps: 1\nslurm: {nodes: 3}\nstep_timeout_s: 6\ncheckpoint: {every_steps: 200}\n"
-            "fault_tolerance: {mode: replica, min_replicas: 1, collective_timeout_s: 3}\n"))
-
-        def running_past(step):
-            j = s.job(job_id)
-            reps = j.get("replicas") or {}
-            return j if j["state"] == "RUNNING" and len(reps.get("live", [])) == 3 and j["step"] >= step else None
-        job = wait_for(lambda: running_past(50), 300, "three replicas past step 50",
-                       lambda: json.dumps(s.job(job_id), indent=1)[-3000:])
+        job_id = self.submit("replica-partition", self.replica_job(
+            "replica-partition", steps, world, batch,
+            "step_timeout_s: 6\ncheckpoint: {every_steps: 200}\n", ", collective_timeout_s: 3"))
+        job = self.three_replicas_past(job_id, 50)
         nodes = {p["rank"]: p["node"] for p in job["places"]}
         victim_rank = 2
         victim = nodes[victim_rank]
