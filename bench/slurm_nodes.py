@@ -12,13 +12,17 @@ afresh for every round; trainyard-server runs on the host with
   the node of ranks 2-3 is killed (every process in its namespace) past
   step 70, between two checkpoints: kill -> the node presumed lost (event), -> attempt 2 running
   without it, -> attempt 2's first new step, and the steps lost.
+- transport: the same 2-node x 2-rank DDP job (checkpoints off) with
+  ddp.intra_host_transport process_group (every gradient through Gloo,
+  across the link) and auto (shared memory within each node, Gloo across
+  nodes): the median step time of steps 50..max, from the job's history.
 - replica: a 3-node job, one replica per node (fault_tolerance.mode
   replica); the node of rank 1 is killed past step 50: kill -> the
   survivors' first step committed in a new membership (their logs'
   clocks), -> the replacement healed (event seen), and the job's attempt
   (1: no restart).
 
-    sudo python3 bench/slurm_nodes.py BUILD_BIN [--rounds 3]
+    sudo python3 bench/slurm_nodes.py BUILD_BIN [--rounds 3] [--only start,whole_group,transport,replica]
 """
 import argparse
 import datetime
@@ -110,6 +114,20 @@ def whole_group_round(cluster, server, tmp, n):
     return noticed, running, stepped, last - resumed
 
 
+def transport_round(cluster, server, tmp, n, transport, model="[512, 512]", steps=400):
+    """The median step time (s) of a 2 x 2 DDP job's steps past the 50th."""
+    cluster.restart()
+    spec = DDP.format(name=f"tr-{transport}-{n}").replace("checkpoint: {every_steps: 20, async: false}\n", "")
+    spec = spec.replace("max_steps: 100000", f"max_steps: {steps}").replace("hidden: [512, 512]", f"hidden: {model}")
+    job_id = submit(server, tmp, f"tr-{transport}-{n}", spec + f"ddp: {{intra_host_transport: {transport}}}\n")
+    server.ctl("watch", job_id, timeout=600)
+    job = server.job(job_id)
+    assert job["state"] == "SUCCEEDED", job["events"][-5:]
+    history = json.loads(server.ctl("-o", "json", "history", job_id, "--series", "step_seconds").stdout)
+    times = [p["value"] for p in history["series"]["step_seconds"]["points"] if p["step"] > 50]
+    return statistics.median(times)
+
+
 def replica_round(cluster, server, tmp, n):
     cluster.restart()
     job_id = submit(server, tmp, f"rep-{n}", REPLICA.format(name=f"rep-{n}"))
@@ -140,7 +158,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="start,whole_group,transport,replica")
     a = ap.parse_args()
+    only = set(a.only.split(","))
     if os.geteuid() != 0:
         sys.exit("bench/slurm_nodes needs root (namespaces, Slurm's daemons)")
     e2e_test.BIN = os.path.abspath(a.bin)
@@ -153,9 +173,15 @@ def main():
                     extra=["--launcher", "slurm", "--advertise-addr", HOST, "--allowed-root", tmp,
                            "--allowed-root", REPO])
     try:
-        starts = [start_round(cluster, server, tmp, n) for n in range(a.rounds)]
-        wg = [whole_group_round(cluster, server, tmp, n) for n in range(a.rounds)]
-        rep = [replica_round(cluster, server, tmp, n) for n in range(a.rounds)]
+        rounds = range(a.rounds)
+        starts = [start_round(cluster, server, tmp, n) for n in rounds] if "start" in only else []
+        wg = [whole_group_round(cluster, server, tmp, n) for n in rounds] if "whole_group" in only else []
+        transports = {}
+        if "transport" in only:
+            for model in ("[512, 512]", "[2048, 2048]"):
+                for t in ("process_group", "auto"):
+                    transports[(model, t)] = [transport_round(cluster, server, tmp, n, t, model) for n in rounds]
+        rep = [replica_round(cluster, server, tmp, n) for n in rounds] if "replica" in only else []
     finally:
         server.stop()
         cluster.stop()
@@ -163,20 +189,26 @@ def main():
     def mm(xs):
         return f"{statistics.median(xs):.2f} / {max(xs):.2f}"
     print("| measure | rounds | seconds (median / max) |\n|---|---|---|")
-    print(f"| Slurm alone: `sbatch --nodes=2 --ntasks=4` -> its `srun` step's tasks running | {a.rounds} | "
-          f"{mm([s for s, _ in starts])} |")
-    print(f"| submit -> first step, 2 nodes x 2 ranks | {a.rounds} | {mm([o for _, o in starts])} |")
-    print(f"| whole_group: node killed -> presumed lost | {a.rounds} | {mm([r[0] for r in wg])} |")
-    print(f"| whole_group: node killed -> attempt 2 running without it | {a.rounds} | {mm([r[1] for r in wg])} |")
-    print(f"| whole_group: node killed -> attempt 2's first new step | {a.rounds} | {mm([r[2] for r in wg])} |")
-    print(f"| whole_group: steps lost (checkpoints every 20) | {a.rounds} | "
-          f"{statistics.median([r[3] for r in wg]):.0f} / {max(r[3] for r in wg)} |")
-    print(f"| replica: node killed -> survivors' first commit in a new membership | {a.rounds} | "
-          f"{mm([r[0] for r in rep])} |")
-    print(f"| replica: node killed -> replacement healed (event seen) | {a.rounds} | {mm([r[1] for r in rep])} |")
-    print(f"| replica: attempts (1: no restart) | {a.rounds} | {max(r[2] for r in rep)} |")
+    if starts:
+        print(f"| Slurm alone: `sbatch --nodes=2 --ntasks=4` -> its `srun` step's tasks running | {a.rounds} | "
+              f"{mm([s for s, _ in starts])} |")
+        print(f"| submit -> first step, 2 nodes x 2 ranks | {a.rounds} | {mm([o for _, o in starts])} |")
+    if wg:
+        print(f"| whole_group: node killed -> presumed lost | {a.rounds} | {mm([r[0] for r in wg])} |")
+        print(f"| whole_group: node killed -> attempt 2 running without it | {a.rounds} | {mm([r[1] for r in wg])} |")
+        print(f"| whole_group: node killed -> attempt 2's first new step | {a.rounds} | {mm([r[2] for r in wg])} |")
+        print(f"| whole_group: steps lost (checkpoints every 20) | {a.rounds} | "
+              f"{statistics.median([r[3] for r in wg]):.0f} / {max(r[3] for r in wg)} |")
+    for (model, t), xs in transports.items():
+        print(f"| transport: step time, 2 x 2 DDP, MLP {model}, intra_host_transport {t} | {a.rounds} | "
+              f"{statistics.median(xs) * 1000:.2f} / {max(xs) * 1000:.2f} ms |")
+    if rep:
+        print(f"| replica: node killed -> survivors' first commit in a new membership | {a.rounds} | "
+              f"{mm([r[0] for r in rep])} |")
+        print(f"| replica: node killed -> replacement healed (event seen) | {a.rounds} | {mm([r[1] for r in rep])} |")
+        print(f"| replica: attempts (1: no restart) | {a.rounds} | {max(r[2] for r in rep)} |")
     print(f"cluster: 3 nodes of tests/e2e/slurm-multinode/ (Slurm's default timeouts), server --node-loss-grace-ms "
-          f"default.\ncommand: sudo python3 bench/slurm_nodes.py {a.bin} --rounds {a.rounds}")
+          f"default.\ncommand: sudo python3 bench/slurm_nodes.py {a.bin} --rounds {a.rounds} --only {a.only}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace trainyard {
 
@@ -84,10 +88,50 @@ std::string BatchScript(const LaunchRequest& r, const std::string& rank_script, 
       one ? absl::StrCat(", replacement ", ranks.n, " of rank ", ranks.rank) : "", ", submitted by trainyard-server.\n",
       one ? "# One task: the rank is TRAINYARD_RANK.\n"
           : "# One task per rank: rank = SLURM_PROCID, rendezvous on the step's first node.\n",
-      env, "exec srun --kill-on-bad-exit=0 ", r.replica_store ? "--no-kill " : "", r.cuda ? "--gpus-per-task=1 " : "",
+      env, "srun --kill-on-bad-exit=0 ", r.replica_store ? "--no-kill " : "", r.cuda ? "--gpus-per-task=1 " : "",
       "--open-mode=append --output=",
       ShellQuote(one ? absl::StrCat(r.log_dir, "/rank-", ranks.rank, ".log") : r.log_dir + "/rank-%t.log"), " \\\n  ",
-      absl::StrJoin(quoted, " "), "\n");
+      absl::StrJoin(quoted, " "), "\n", "rc=$?\n",
+      "# A failed step may have lost a node. A batch job that ends by itself then\n"
+      "# holds its healthy nodes until Slurm marks the lost one down; cancelled, it\n"
+      "# lets them go at once. trainyard-server cancels it once it knows how every\n"
+      "# rank ended: wait for that, a while at most.\n",
+      "if [ \"$rc\" -ne 0 ]; then\n", "  sleep ", kFailedStepLingerSeconds, " &\n  pid=$!\n",
+      "  trap 'kill \"$pid\" 2>/dev/null; exit \"$rc\"' INT TERM\n", "  wait \"$pid\"\n", "fi\n", "exit \"$rc\"\n");
+}
+
+int64_t SignalLeadSeconds(const LaunchRequest& r) {
+  return std::clamp<int64_t>(static_cast<int64_t>(r.preemption_grace_s), 1, 65535);
+}
+
+int64_t ParseSlurmDuration(const std::string& text) {
+  std::string rest = text;
+  int64_t days = 0;
+  if (const size_t dash = rest.find('-'); dash != std::string::npos) {
+    if (!absl::SimpleAtoi(rest.substr(0, dash), &days) || days < 0) return -1;
+    rest = rest.substr(dash + 1);
+  }
+  std::vector<std::string> parts = absl::StrSplit(rest, ':');
+  if (parts.empty() || parts.size() > 3) return -1;
+  std::vector<int64_t> v;
+  for (const std::string& p : parts) {
+    int64_t x = 0;
+    if (p.empty() || !std::all_of(p.begin(), p.end(), ::isdigit) || !absl::SimpleAtoi(p, &x)) return -1;
+    v.push_back(x);
+  }
+  int64_t seconds = 0;
+  if (text.find('-') != std::string::npos) {
+    // days-hours[:minutes[:seconds]]
+    while (v.size() < 3) v.push_back(0);
+    seconds = v[0] * 3600 + v[1] * 60 + v[2];
+  } else if (v.size() == 3) {
+    seconds = v[0] * 3600 + v[1] * 60 + v[2];
+  } else if (v.size() == 2) {
+    seconds = v[0] * 60 + v[1];
+  } else {
+    seconds = v[0] * 60;  // minutes
+  }
+  return days * 86400 + seconds;
 }
 
 std::vector<std::string> SbatchArgs(const LaunchRequest& r, const SlurmLauncherOptions& o, const std::string& sbatch,
@@ -103,8 +147,7 @@ std::vector<std::string> SbatchArgs(const LaunchRequest& r, const SlurmLauncherO
       absl::StrCat("--cpus-per-task=", r.threads_per_process), "--output=" + r.log_dir + "/slurm-%j.out",
       // Workers checkpoint and exit on SIGTERM: give them the grace before
       // the time limit (preemption sends SIGTERM too).
-      absl::StrCat("--signal=TERM@", std::clamp<int64_t>(static_cast<int64_t>(r.preemption_grace_s), 1, 65535)),
-      r.preemptible ? "--requeue" : "--no-requeue"};
+      absl::StrCat("--signal=TERM@", SignalLeadSeconds(r)), r.preemptible ? "--requeue" : "--no-requeue"};
   // Replicas go on when a node is lost: the allocation is not ended.
   if (r.replica_store) args.push_back("--no-kill");
   // Ranks spread evenly: a HYBRID shard group is a node's ranks.

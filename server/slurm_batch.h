@@ -41,13 +41,28 @@ struct BatchRanks {
 // for its n-th replacement.
 std::string RankExitFile(const std::string& log_dir, int32_t rank, int32_t n = 0);
 
+// How long a batch script whose step failed waits to be cancelled.
+inline constexpr int kFailedStepLingerSeconds = 60;
+
 // The batch script: `srun` with the wrapper at `rank_script` running
 // `worker_binary` with the attempt's flags and `extra_worker_args`, each
 // rank's output in <log_dir>/rank-<r>.log. Every argument is quoted. A
 // replica job's workers serve their stores (--replica-store) and the step
-// outlives a lost node (--no-kill).
+// outlives a lost node (--no-kill). When the step fails, the script waits
+// up to kFailedStepLingerSeconds to be cancelled rather than end by itself
+// (a job that ends by itself with a node lost holds its other nodes until
+// Slurm marks that node down; a cancelled one releases them at once).
 std::string BatchScript(const LaunchRequest& r, const std::string& rank_script, const std::string& worker_binary,
                         const std::vector<std::string>& extra_worker_args, BatchRanks ranks = {});
+
+// The lead time of the preemption signal (--signal=TERM@<seconds>): the
+// job's preemption_grace_s, within what Slurm takes.
+int64_t SignalLeadSeconds(const LaunchRequest& r);
+
+// Seconds in Slurm's duration format ([days-]hours:minutes:seconds,
+// minutes:seconds, minutes; squeue's %L and %l), or -1 for anything else
+// (UNLIMITED, NOT_SET, INVALID, empty).
+int64_t ParseSlurmDuration(const std::string& text);
 
 // sbatch's argv (argv[0] = `sbatch`) for `r`, ending with `script`: job
 // name, tasks, nodes, CPUs per task, output file, the preemption signal

@@ -108,6 +108,14 @@ struct SlurmAttempt {
   // batch job ended: followed until then (an operator's scancel, a time
   // limit), at most SlurmLauncherOptions::drain.
   Clock::time_point drain_until{};
+  // The batch job's time limit (slurm.time_limit; empty: the partition's),
+  // the lead of its SIGTERM, and what squeue last said was left of it (-1:
+  // unknown): a rank that checkpoints and stops on SIGTERM this close to
+  // the limit was told by the limit, not by a preemption.
+  std::string time_limit;
+  int64_t signal_lead_s = 0;
+  int64_t time_left_s = -1;
+  bool time_limit_noted = false;
 };
 
 class SlurmLauncher final : public Launcher {
@@ -342,6 +350,8 @@ class SlurmLauncher final : public Launcher {
     a.slurm_name = name;
     a.slurm_id = id;
     a.log_dir = r.log_dir;
+    a.time_limit = r.slurm.time_limit;
+    a.signal_lead_s = SignalLeadSeconds(r);
     attempts_[name] = std::move(a);
     cv_.SignalAll();
   }
@@ -363,6 +373,26 @@ class SlurmLauncher final : public Launcher {
       return absl::StrCat(job, " lost a node (NODE_FAIL", nodes.empty() ? "" : ": " + nodes, ")");
     if (Terminal(state) && state != "COMPLETED" && state != "FAILED") return absl::StrCat(job, " ended ", state, why);
     return "";
+  }
+
+  // Slurm sends the preemption signal up to a minute before it is due (the
+  // resolution of its timers, sbatch(1)): a rank preempted within that and
+  // two polls of the signal's lead before the limit was told by the limit.
+  static constexpr int64_t kSignalSlackSeconds = 60;
+
+  // What the events say when `exit` is a rank that checkpointed and stopped
+  // on Slurm's SIGTERM ahead of the batch job's time limit; "" otherwise.
+  std::string TimeLimitNote(SlurmAttempt& a, const RankExit& exit) const {
+    if (exit.outcome != WorkerOutcome::kPreempted || a.time_limit_noted || a.stop_sent || a.time_left_s < 0) {
+      return "";
+    }
+    const int64_t polls = std::chrono::ceil<std::chrono::seconds>(options_.poll_interval).count() * 2;
+    if (a.time_left_s > a.signal_lead_s + kSignalSlackSeconds + polls) return "";
+    a.time_limit_noted = true;
+    return absl::StrCat("Slurm job ", a.slurm_id, " neared its time limit (",
+                        a.time_limit.empty() ? "the partition's" : "slurm.time_limit " + a.time_limit, ", ",
+                        a.time_left_s, " s left): Slurm's SIGTERM (--signal=TERM@", a.signal_lead_s,
+                        ") stopped its ranks after a checkpoint");
   }
 
   // Exit codes the ranks wrote since the last look.
@@ -391,22 +421,34 @@ class SlurmLauncher final : public Launcher {
       for (const auto& [key, a] : attempts_) names.push_back(a.slurm_name);
       mu_.Unlock();
       CommandResult q =
-          RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T|%r|%N"}, {});
+          RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T|%r|%N|%L"}, {});
       mu_.Lock();
       struct Seen {
         std::string state, reason, nodes;
+        int64_t time_left_s = -1;
       };
       std::map<std::string, Seen> states;  // slurm id -> what squeue says
       for (const auto line : absl::StrSplit(q.out, '\n', absl::SkipWhitespace())) {
         std::vector<std::string> f = absl::StrSplit(Trim(std::string(line)), '|');
-        if (f.size() >= 2) states[f[0]] = {f[1], f.size() > 2 ? f[2] : "", f.size() > 3 ? f[3] : ""};
+        if (f.size() >= 2) {
+          states[f[0]] = {f[1], f.size() > 2 ? f[2] : "", f.size() > 3 ? f[3] : "",
+                          f.size() > 4 ? ParseSlurmDuration(f[4]) : -1};
+        }
       }
       std::vector<std::tuple<std::string, int32_t, std::string>> notes;
       std::vector<RankExit> exits;
       std::vector<std::string> to_cancel, to_kill;
       for (auto it = attempts_.begin(); it != attempts_.end();) {
         SlurmAttempt& a = it->second;
-        for (RankExit& e : NewExitFiles(a)) exits.push_back(e);
+        if (q.exit_code == 0) {
+          if (auto s = states.find(a.slurm_id); s != states.end() && s->second.state == "RUNNING") {
+            a.time_left_s = s->second.time_left_s;
+          }
+        }
+        for (RankExit& e : NewExitFiles(a)) {
+          if (std::string note = TimeLimitNote(a, e); !note.empty()) notes.emplace_back(a.job_id, a.attempt, note);
+          exits.push_back(e);
+        }
         bool ended = a.slurm_id.empty();
         if (!ended && q.exit_code == 0) {
           auto s = states.find(a.slurm_id);

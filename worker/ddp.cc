@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "worker/shm_collectives.h"
+#include "worker/direct_collectives.h"
 
 namespace trainyard {
 namespace {
@@ -20,7 +20,7 @@ namespace {
 // bucket order (the Reducer launches buckets in index order on every rank).
 class ShmAllreduceHook final : public c10d::CommHookInterface {
  public:
-  ShmAllreduceHook(ShmCollectives* shm, int32_t world_size, CommStats* stats)
+  ShmAllreduceHook(DirectCollectives* shm, int32_t world_size, CommStats* stats)
       : shm_(shm), world_size_(world_size), stats_(stats) {}
 
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
@@ -40,7 +40,7 @@ class ShmAllreduceHook final : public c10d::CommHookInterface {
   at::Tensor parseHookResult(const c10::IValue& result) override { return result.toTensor(); }
 
  private:
-  ShmCollectives* shm_;
+  DirectCollectives* shm_;
   int32_t world_size_;
   CommStats* stats_;
 };
@@ -90,7 +90,7 @@ struct DistributedDataParallel::Impl {
   int64_t grad_bytes = 0;
   std::vector<at::Tensor> buffers;  // synchronized before each forward (broadcast_buffers)
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  ShmCollectives* shm = nullptr;      // when gradients go through shared memory, so do buffers
+  DirectCollectives* shm = nullptr;   // when gradients go through shared memory, so do buffers
   std::vector<uint8_t> buffer_bytes;  // their packed bytes, reused
 
   // Moves every gradient bucket (and with it the gradients that are views
@@ -113,7 +113,7 @@ struct DistributedDataParallel::Impl {
                 shm->resident_error());
       return;
     }
-    char* area = static_cast<char*>(shm->resident(shm->rank()));
+    char* area = static_cast<char*>(shm->own_resident());
     size_t offset = 0;
     for (const c10d::GradBucket& b : grad_buckets) {
       const at::Tensor& t = b.getBuffer();
@@ -127,7 +127,7 @@ struct DistributedDataParallel::Impl {
 DistributedDataParallel::DistributedDataParallel(const std::vector<at::Tensor>& all_params,
                                                  const std::vector<at::Tensor>& buffers,
                                                  c10::intrusive_ptr<c10d::ProcessGroup> pg, const DdpSpec& options,
-                                                 ShmCollectives* shm, bool broadcast_initial)
+                                                 DirectCollectives* shm, bool broadcast_initial)
     : impl_(std::make_unique<Impl>()) {
   const int32_t world_size = pg->getSize();
   constexpr size_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // Python DDP's broadcast_bucket_size

@@ -16,7 +16,7 @@
 
 namespace trainyard {
 
-class ShmCollectives;
+class DirectCollectives;
 
 class DistributedDataParallel {
  public:
@@ -25,11 +25,12 @@ class DistributedDataParallel {
   // state themselves), then builds the Reducer's buckets (reverse parameter
   // order, as Python DDP does).
   // `params`: every parameter; those without requires_grad are skipped.
-  // With `shm`, gradient buckets are averaged through shared memory (all
-  // ranks on one host) instead of the process group; `shm` must outlive this.
+  // With `shm`, gradient buckets are averaged through it (shared memory on
+  // one host, or within each host and across hosts) instead of the process
+  // group; `shm` must outlive this.
   DistributedDataParallel(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers,
                           c10::intrusive_ptr<c10d::ProcessGroup> process_group, const DdpSpec& options,
-                          ShmCollectives* shm = nullptr, bool broadcast_initial = true);
+                          DirectCollectives* shm = nullptr, bool broadcast_initial = true);
   ~DistributedDataParallel();
 
   // Call before every forward that synchronizes gradients.

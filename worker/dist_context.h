@@ -12,16 +12,17 @@
 
 namespace trainyard {
 
-class ShmCollectives;
+class DirectCollectives;
 class Collectives;
 class FlightRecorder;
 
 // The communication a rank has: null pointers when world_size == 1.
 struct DistContext {
   c10::intrusive_ptr<c10d::ProcessGroup> process_group;
-  // Shared-memory collectives among ranks of one host, when available and
-  // selected (ddp.intra_host_transport); not owned.
-  ShmCollectives* shm = nullptr;
+  // DDP's gradients outside the process group, when available and selected
+  // (ddp.intra_host_transport): shared memory among the ranks of one host,
+  // or within each host and a process group across hosts; not owned.
+  DirectCollectives* shm = nullptr;
   // FSDP: the ranks sharing one copy of the parameters, and the ranks
   // holding the same shard (see FullyShardedModel); not owned.
   Collectives* shard_group = nullptr;
@@ -40,7 +41,7 @@ struct DistContext {
   c10::intrusive_ptr<c10d::ProcessGroup> checkpoint_group;
   // The per-step agreement's own shared memory or group; null: it rides
   // DDP's shared memory, or the process group. Not owned.
-  ShmCollectives* control_shm = nullptr;
+  DirectCollectives* control_shm = nullptr;
   c10::intrusive_ptr<c10d::ProcessGroup> control_group;
 };
 

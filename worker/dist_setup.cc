@@ -2,9 +2,12 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "common/log.h"
+#include "worker/node_collectives.h"
 
 namespace trainyard {
 
@@ -24,8 +27,9 @@ bool SharedMemoryAllowed(const JobSpec& spec) {
          spec.ddp.comm_hook == CommHookType::kNone;
 }
 
-std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
-                                                  int32_t rank, int32_t world_size) {
+std::unique_ptr<DirectCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                                                     int32_t rank, int32_t world_size, const std::string& bind_addr,
+                                                     std::chrono::milliseconds timeout, FlightRecorder* recorder) {
   const IntraHostTransport t = spec.ddp.intra_host_transport;
   if (world_size < 2 || !SharedMemoryAllowed(spec)) {
     if (t == IntraHostTransport::kSharedMemory && spec.device != Device::kCpu) {
@@ -33,16 +37,33 @@ std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10
     }
     return nullptr;
   }
-  const bool one_host = ShmCollectives::AllRanksOnThisHost(store, rank, world_size, "trainyard");
-  if (!one_host) {
+  const std::vector<int32_t> hosts = ShmCollectives::HostOfEachRank(store, rank, world_size, "trainyard");
+  const int32_t nodes = *std::max_element(hosts.begin(), hosts.end()) + 1;
+  if (nodes == 1) {
+    log::Info("rank {}: all {} ranks on this host; gradients travel through shared memory", rank, world_size);
+    auto shm = ShmCollectives::Create(store, rank, world_size, "trainyard");
+    shm->set_flight_recorder(recorder);
+    return shm;
+  }
+  const int32_t per_host = NodeCollectives::UniformRanksPerHost(hosts);
+  if (per_host == 0) {
     if (t == IntraHostTransport::kSharedMemory) {
-      throw std::invalid_argument("ddp.intra_host_transport shm needs every rank on one host");
+      throw std::invalid_argument(
+          "ddp.intra_host_transport shm needs the same number (at least 2) of consecutive "
+          "ranks on every host; these " +
+          std::to_string(world_size) + " ranks are on " + std::to_string(nodes) + " hosts otherwise");
     }
-    log::Info("rank {}: ranks span several hosts; gradients travel through the process group", rank);
+    log::Info(
+        "rank {}: ranks on {} hosts, not 2 or more consecutive ones on each; gradients travel through the "
+        "process group",
+        rank, nodes);
     return nullptr;
   }
-  log::Info("rank {}: all {} ranks on this host; gradients travel through shared memory", rank, world_size);
-  return ShmCollectives::Create(store, rank, world_size, "trainyard");
+  log::Info(
+      "rank {}: ranks on {} hosts, {} on each; gradients travel through shared memory within a host and Gloo "
+      "across hosts",
+      rank, nodes, per_host);
+  return NodeCollectives::Create(store, rank, world_size, per_host, bind_addr, timeout, recorder);
 }
 
 DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
@@ -53,8 +74,7 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
   d.recorder = recorder;
   const Backend backend = EffectiveBackend(spec.backend, spec.device);
   d.world = MakeProcessGroup(backend, store, rank, world_size, bind_addr, timeout, recorder);
-  d.shm = MaybeSharedMemory(spec, store, rank, world_size);
-  if (d.shm) d.shm->set_flight_recorder(recorder);
+  d.shm = MaybeSharedMemory(spec, store, rank, world_size, bind_addr, timeout, recorder);
   if (!d.shm) {
     // Measured on the 2-rank DDP benchmark over Gloo: the agreement on the
     // training group cost ~2 ms of a 21 ms step, and a Gloo round trip of

@@ -19,6 +19,7 @@
 
 #include "common/job_spec.h"
 #include "worker/collectives.h"
+#include "worker/direct_collectives.h"
 #include "worker/dist_context.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
@@ -28,7 +29,7 @@ namespace trainyard {
 struct DistSetup {
   c10::intrusive_ptr<c10d::Store> store;          // null when world size is 1
   c10::intrusive_ptr<c10d::ProcessGroup> world;   // null when world size is 1
-  std::unique_ptr<ShmCollectives> shm;            // DDP on one host, when chosen
+  std::unique_ptr<DirectCollectives> shm;         // DDP's shared-memory path, when chosen
   std::unique_ptr<Collectives> shard, replicate;  // FSDP, by sharding strategy
   // FSDP with asynchronous checkpoints: the writer threads' Gloo group for
   // assembling FULL checkpoints (TrainingState::checkpoint_group).
@@ -61,11 +62,16 @@ DistSetup SetUpGroups(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>
 // when every rank is on one host.
 bool SharedMemoryAllowed(const JobSpec& spec);
 
-// The shared-memory gradient path when the spec allows it and every rank is
-// on this host (collective over all ranks); null otherwise. Throws
-// std::invalid_argument when the spec demands shm and it cannot be had.
-std::unique_ptr<ShmCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
-                                                  int32_t rank, int32_t world_size);
+// The shared-memory gradient path when the spec allows it (collective over
+// all ranks): ShmCollectives when every rank is on this host;
+// NodeCollectives when the ranks are on several hosts, the same number ≥ 2
+// of consecutive ranks on each (shared memory within a host, Gloo across);
+// null otherwise. Throws std::invalid_argument when the spec demands shm and
+// it cannot be had.
+std::unique_ptr<DirectCollectives> MaybeSharedMemory(const JobSpec& spec, const c10::intrusive_ptr<c10d::Store>& store,
+                                                     int32_t rank, int32_t world_size, const std::string& bind_addr,
+                                                     std::chrono::milliseconds timeout,
+                                                     FlightRecorder* recorder = nullptr);
 
 }  // namespace trainyard
 

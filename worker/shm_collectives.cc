@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -94,6 +95,20 @@ bool ShmCollectives::AllRanksOnThisHost(const c10::intrusive_ptr<c10d::Store>& s
     same = same && String(store->get(key_prefix + "/host/" + std::to_string(r))) == mine;
   }
   return same;
+}
+
+std::vector<int32_t> ShmCollectives::HostOfEachRank(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                                                    int32_t world_size, const std::string& key_prefix) {
+  store->set(key_prefix + "/host/" + std::to_string(rank), Bytes(HostIdentity()));
+  std::vector<std::string> hosts;
+  std::vector<int32_t> out;
+  for (int32_t r = 0; r < world_size; ++r) {
+    const std::string h = String(store->get(key_prefix + "/host/" + std::to_string(r)));
+    const auto it = std::find(hosts.begin(), hosts.end(), h);
+    out.push_back(static_cast<int32_t>(it - hosts.begin()));
+    if (it == hosts.end()) hosts.push_back(h);
+  }
+  return out;
 }
 
 namespace {

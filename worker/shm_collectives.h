@@ -1,5 +1,6 @@
 // ShmCollectives: allreduce among the ranks of one host through a POSIX
-// shared-memory segment, without sockets or thread hand-offs.
+// shared-memory segment, without sockets or thread hand-offs (one of the
+// DirectCollectives; NodeCollectives uses one per host).
 //
 // On one host, Gloo's TCP allreduce is latency-bound (about 1.8 ms for
 // 400 KB between two processes on loopback, with 4 ms tails from thread
@@ -24,6 +25,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "worker/direct_collectives.h"
 
 namespace trainyard {
 
@@ -37,7 +41,7 @@ class ShmAborted : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class ShmCollectives {
+class ShmCollectives final : public DirectCollectives {
  public:
   // Collective over all ranks: rank 0 creates the segment and publishes its
   // name in `store` under `key_prefix`; the segment is unlinked as soon as
@@ -58,14 +62,19 @@ class ShmCollectives {
   // condition for Create. Collective over all ranks; uses `store`.
   static bool AllRanksOnThisHost(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank, int32_t world_size,
                                  const std::string& key_prefix);
-  ~ShmCollectives();
+  // For every rank, the index of its host (same hostname and boot id)
+  // among the ranks' hosts in order of first appearance: all zeros when
+  // every rank is on one host. Collective over all ranks; uses `store`.
+  static std::vector<int32_t> HostOfEachRank(const c10::intrusive_ptr<c10d::Store>& store, int32_t rank,
+                                             int32_t world_size, const std::string& key_prefix);
+  ~ShmCollectives() override;
 
   // In-place sum over all ranks of a contiguous fp32 CPU tensor, divided by
   // `divisor` (the world size for a mean) in the same pass. Every rank gets
   // bitwise the same result: the sum in rank order, then the division.
   // A tensor inside this rank's resident area must be at the same offset on
   // every rank (checked: ranks that disagree get an error, not a wrong sum).
-  void AllreduceSum(at::Tensor& tensor, float divisor = 1.0f);
+  void AllreduceSum(at::Tensor& tensor, float divisor = 1.0f) override;
 
   // Maps (collective) a resident area of `bytes_per_rank` for every rank,
   // each rank's readable and writable by all: memory for tensors that are
@@ -73,30 +82,30 @@ class ShmCollectives {
   // Keeps the current area when it is large enough; a new one replaces it
   // otherwise (its contents are not carried over). False on every rank when
   // any rank cannot map it (resident_error() says why, where known).
-  bool ReserveResident(size_t bytes_per_rank);
+  bool ReserveResident(size_t bytes_per_rank) override;
   // Rank `rank`'s part of the resident area (nullptr before ReserveResident).
   void* resident(int32_t rank) const;
+  void* own_resident() const override { return resident(rank_); }
   size_t resident_bytes() const { return resident_stride_; }  // per rank
-  const std::string& resident_error() const { return resident_error_; }
+  const std::string& resident_error() const override { return resident_error_; }
   // A CPU DataPtr to `data` (in the resident area) that keeps the area
   // mapped while it lives, even after this object or a replaced area: for
   // storages moved into the area.
-  c10::DataPtr ResidentDataPtr(void* data) const;
+  c10::DataPtr ResidentDataPtr(void* data) const override;
 
   // Copies `bytes` bytes at `data` from rank `root` to every other rank.
-  void Broadcast(void* data, size_t bytes, int32_t root);
+  void Broadcast(void* data, size_t bytes, int32_t root) override;
 
   // In-place elementwise maximum over all ranks of `n` ≤ kMaxWords values
   // (the trainer's per-step control word): one barrier.
-  static constexpr int kMaxWords = 8;
-  void AllreduceMax(int64_t* values, int n);
+  void AllreduceMax(int64_t* values, int n) override;
 
   // Records AllreduceSum, Broadcast and AllreduceMax as group "shm" in
   // `recorder` (null: nothing), which must outlive this object.
   void set_flight_recorder(FlightRecorder* recorder) { recorder_ = recorder; }
 
-  int32_t rank() const { return rank_; }
-  int32_t world_size() const { return world_; }
+  int32_t rank() const override { return rank_; }
+  int32_t world_size() const override { return world_; }
 
  private:
   // AllreduceMax without recording it (a part of another collective).

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "worker/shm_collectives.h"
+#include "worker/direct_collectives.h"
 
 namespace trainyard {
 namespace {
@@ -37,7 +37,7 @@ SaveAgreement Decode(int64_t v, int32_t world) {
 
 }  // namespace
 
-StepControl::StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, ShmCollectives* shm, TrainerControl* control)
+StepControl::StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, DirectCollectives* shm, TrainerControl* control)
     : pg_(std::move(pg)), shm_(shm), control_(control) {
   if (pg_) {
     rank_ = pg_->getRank();

@@ -23,7 +23,7 @@
 
 namespace trainyard {
 
-class ShmCollectives;
+class DirectCollectives;
 
 // Where the ranks stand with a background save (AsyncCheckpointer): no rank
 // was still writing its files, and the lowest rank whose write failed (-1).
@@ -47,7 +47,7 @@ class StepControl {
  public:
   // `pg` may be null (one rank), `shm` null (no shared memory), `control`
   // null (nothing asks from outside).
-  StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, ShmCollectives* shm, TrainerControl* control);
+  StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, DirectCollectives* shm, TrainerControl* control);
 
   // Takes this rank's requests and starts the exchange. `periodic` is the
   // job's own checkpoint type, which an "auto" request resolves to; `save`
@@ -58,7 +58,7 @@ class StepControl {
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
-  ShmCollectives* shm_;
+  DirectCollectives* shm_;
   TrainerControl* control_;
   int32_t rank_ = 0;
   int32_t world_size_ = 1;

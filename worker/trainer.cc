@@ -149,7 +149,7 @@ void Trainer::Impl::Build(int32_t rank_in, int32_t world_in, const DistContext& 
   s.peak_flops = PeakFlops(DeviceName(s.device), s.spec.mixed_precision);
   s.model = MakeParallelModel(s.spec, world_size, s.device, dist);
   // The control word rides DDP's shared memory when it has it.
-  ShmCollectives* control_shm = s.model->ddp() && dist.shm != nullptr ? dist.shm : dist.control_shm;
+  DirectCollectives* control_shm = s.model->ddp() && dist.shm != nullptr ? dist.shm : dist.control_shm;
   s.control = std::make_unique<StepControl>(dist.control_group ? dist.control_group : s.pg, control_shm, control);
   s.recorder = std::make_unique<StepRecorder>(rank, s.device, s.model->ddp(), s.model->fsdp());
   Impl* impl = this;

@@ -79,7 +79,7 @@ const Section<DdpSpec>& DdpTable() {
         Flag("gradient_as_bucket_view", &D::gradient_as_bucket_view, "Gradients are views into the buckets."),
         Flag("broadcast_buffers", &D::broadcast_buffers, "Rank 0's buffers are broadcast before every forward."),
         Choice("intra_host_transport", &D::intra_host_transport, kIntraHostTransportNames,
-               "How gradients travel between the ranks of one host."),
+               "How gradients travel: shared memory within a host, the process group otherwise."),
     };
     s.after = [](MapReader& r, D* d, const ReadContext&) { CheckDdp(r, *d); };
     return s;

@@ -5,7 +5,9 @@ coordinator its ranks reach at the bridge's address.
 
 - A DDP job over 2 nodes x 2 ranks: SUCCEEDED, each rank on the node
   Slurm gave it (trainctl get, /metrics), and the same weights, bit for
-  bit, as the same spec run by 4 local ranks.
+  bit, as the same spec run by 4 local ranks (both through the process
+  group); with the default transport (shared memory within a node, Gloo
+  across), the same weights within fp32 rounding.
 - FSDP HYBRID_SHARD over 2 nodes: a shard group per node (the job's events
   say so), weights as the local run's.
 - GPUs from Slurm's GRES (device files stand in for them): a job asking
@@ -132,6 +134,18 @@ class MultiNode(unittest.TestCase):
         self.assertTrue(final, listed)
         return final[-1]["path"]
 
+    def max_difference(self, checkpoint_a, checkpoint_b):
+        """The largest elementwise difference between two checkpoints' models
+        (the venv's torch reads them)."""
+        check = subprocess.run(
+            [PYTHON, "-c", "import sys, torch; from safetensors.torch import load_file as l; "
+             "a, b = l(sys.argv[1]), l(sys.argv[2]); assert a.keys() == b.keys(), (a.keys(), b.keys()); "
+             "assert any((a[k] != 0).any() for k in a); print(max((a[k] - b[k]).abs().max().item() for k in a))",
+             os.path.join(checkpoint_a, "model.safetensors"), os.path.join(checkpoint_b, "model.safetensors")],
+            capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stderr)
+        return float(check.stdout)
+
     def events(self, job_id):
         return [e["reason"] for e in self.server.job(job_id)["events"]]
 
@@ -187,6 +201,16 @@ class MultiNode(unittest.TestCase):
         self.assertEqual(sha256(os.path.join(self.final_checkpoint(job_id), "model.safetensors")),
                          sha256(os.path.join(self.final_checkpoint(local), "model.safetensors")),
                          "2 nodes x 2 ranks and 4 local ranks ended with different weights")
+        # The default transport over 2 nodes: shared memory within each
+        # node and Gloo across them; the same model within fp32 rounding.
+        hier = self.submit("ddp-hier", spec.replace("ddp: {intra_host_transport: process_group}\n", "") %
+                           "ddp-hierarchical" + "slurm: {nodes: 2}\n")
+        self.finish(hier)
+        for rank in range(4):
+            log = s.ctl("logs", hier, "--rank", str(rank)).stdout
+            self.assertIn(f"rank {rank}: ranks on 2 hosts, 2 on each; gradients travel through shared memory within "
+                          "a host and Gloo across hosts", log, log[-3000:])
+        self.assertLess(self.max_difference(self.final_checkpoint(hier), self.final_checkpoint(job_id)), 1e-5)
 
     def test_2_hybrid_shard_groups_stay_inside_nodes(self):
         spec = ("name: %s\nmodel: {kind: mlp, hidden: [64, 64]}\n"
@@ -202,14 +226,8 @@ class MultiNode(unittest.TestCase):
         self.assertNotIn("span nodes", groups[0])
         local = self.submit("hybrid-local", spec % ("hybrid-local", ", ranks_per_node: 2") + "launcher: local\n")
         self.finish(local)
-        check = subprocess.run(
-            [PYTHON, "-c", "import sys, torch; from safetensors.torch import load_file as l; "
-             "a, b = l(sys.argv[1]), l(sys.argv[2]); assert a.keys() == b.keys(), (a.keys(), b.keys()); "
-             "print(max((a[k] - b[k]).abs().max().item() for k in a))",
-             os.path.join(self.final_checkpoint(job_id), "model.safetensors"),
-             os.path.join(self.final_checkpoint(local), "model.safetensors")], capture_output=True, text=True)
-        self.assertEqual(check.returncode, 0, check.stderr)
-        self.assertLess(float(check.stdout), 1e-5, "HYBRID over 2 nodes and locally differ by " + check.stdout)
+        self.assertLess(self.max_difference(self.final_checkpoint(job_id), self.final_checkpoint(local)), 1e-5,
+                        "HYBRID over 2 nodes and locally differ")
 
     def test_3_each_rank_gets_a_gpu_of_its_own_from_slurm(self):
         out = os.path.join(self.tmp.name, "gres-env")

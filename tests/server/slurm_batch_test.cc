@@ -3,11 +3,14 @@
 #include "server/slurm_batch.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -144,6 +147,43 @@ TEST(BatchScript, EveryArgumentReachesSrunIntactAndTheExitDirIsExported) {
       "--server\nhost:1 $(touch pwned)\n--threads\n4\n--master-addr\nnode-1\n--log-format\n$HOME\n", r.log_dir, "\n");
   EXPECT_EQ(ReadAll(out), want);
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/pwned"));
+}
+
+// A step that failed: the script waits to be cancelled (SIGTERM, as
+// scancel sends), then exits with the step's code; a step that succeeded
+// ends the script at once.
+TEST(BatchScript, AFailedStepWaitsToBeCancelled) {
+  TempDir dir;
+  const std::string bin = dir.path() + "/bin";
+  std::filesystem::create_directories(bin);
+  WriteExecutable(bin + "/srun", "#!/bin/sh\ntouch \"$OUT\"\nexit \"$RC\"\n");
+  const std::string script = dir.path() + "/job.sbatch";
+  WriteExecutable(script, BatchScript(Request(), "/x/rank.sh", "/w", {}));
+  auto start = [&](const char* rc) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("PATH", (bin + ":/usr/bin:/bin").c_str(), 1);
+      setenv("OUT", (dir.path() + "/ran").c_str(), 1);
+      setenv("RC", rc, 1);
+      execl("/bin/sh", "sh", script.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return pid;
+  };
+  auto ended = [](pid_t pid, int* status) { return waitpid(pid, status, WNOHANG) == pid; };
+  int status = 0;
+  const pid_t ok = start("0");
+  ASSERT_TRUE(WaitFor([&] { return ended(ok, &status); }, std::chrono::seconds(10)));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+
+  std::filesystem::remove(dir.path() + "/ran");
+  const pid_t failed = start("3");
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(dir.path() + "/ran"); }, std::chrono::seconds(10)));
+  // The step has ended; the script does not, within a second.
+  EXPECT_FALSE(WaitFor([&] { return ended(failed, &status); }, std::chrono::seconds(1)));
+  kill(failed, SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return ended(failed, &status); }, std::chrono::seconds(10)));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
 }
 
 int RunWrapper(const std::string& dir, const std::string& worker_cmd) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/launcher.h"
+#include "server/slurm_batch.h"
 #include "tests/test_util.h"
 
 namespace trainyard {
@@ -28,6 +29,7 @@ echo "4242;cluster"
 )sh";
 constexpr const char* kSqueue = R"sh(#!/bin/sh
 d=$(dirname "$0")
+echo x >> "$d/squeue.calls"
 if [ -f "$d/state" ]; then echo "4242|$(cat "$d/state")"; fi
 )sh";
 constexpr const char* kScancel = R"sh(#!/bin/sh
@@ -199,6 +201,59 @@ TEST_F(SlurmLauncherTest, SlurmsOwnAccountOfTheJobGoesToItsNotes) {
   SetState("TIMEOUT|TimeLimit|n[1-2]");
   ASSERT_TRUE(WaitFor([&] { return Notes().size() == 3; }, std::chrono::seconds(10)));
   EXPECT_EQ(Notes()[2], "j1/1: Slurm job 4242 reached its time limit (slurm.time_limit) (TimeLimit)");
+}
+
+// A rank that checkpointed and stopped on SIGTERM (exit 4) close to the
+// batch job's time limit was told by the limit: the note says so. Far from
+// the limit, the same exit is a preemption and gets no such note.
+TEST_F(SlurmLauncherTest, APreemptionSignalNearTheTimeLimitIsNamedAsTheLimit) {
+  LaunchRequest r = Request(1);
+  r.slurm.time_limit = "2";  // minutes
+  r.preemption_grace_s = 25;
+  SetState("RUNNING|None|n1|1:30");
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(r).ok());
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 1; }, std::chrono::seconds(10)));
+  SetState("RUNNING|None|n1|0:24");
+  std::ofstream(bin_ + "/squeue.calls", std::ios::trunc).close();
+  // Seen by the poller (a call after the new state) before the rank's exit file appears.
+  ASSERT_TRUE(WaitFor([&] { return Read(bin_ + "/squeue.calls").size() > 0; }, std::chrono::seconds(10)));
+  std::ofstream(dir_.path() + "/logs/rank-0.exit") << "4\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(1); }, std::chrono::seconds(10)));
+  ASSERT_EQ(Notes().size(), 2u);
+  EXPECT_EQ(Notes()[1],
+            "j1/1: Slurm job 4242 neared its time limit (slurm.time_limit 2, 24 s left): Slurm's SIGTERM "
+            "(--signal=TERM@25) stopped its ranks after a checkpoint");
+  EXPECT_EQ(Exits()[0].outcome, WorkerOutcome::kPreempted);
+}
+
+TEST_F(SlurmLauncherTest, APreemptionFarFromTheTimeLimitIsNotNamedAsTheLimit) {
+  LaunchRequest r = Request(1);
+  r.slurm.time_limit = "1-00:00:00";
+  r.preemption_grace_s = 25;
+  SetState("RUNNING|None|n1|23:59:00");
+  auto launcher = Make(bin_);
+  ASSERT_TRUE(launcher->Launch(r).ok());
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 1; }, std::chrono::seconds(10)));
+  std::ofstream(dir_.path() + "/logs/rank-0.exit") << "4\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(1); }, std::chrono::seconds(10)));
+  SetState("PREEMPTED|None|n1|23:58:59");
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 2; }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes()[1], "j1/1: Slurm job 4242 was preempted by Slurm");
+}
+
+TEST(SlurmDurationTest, SqueuesFormatsInSeconds) {
+  EXPECT_EQ(ParseSlurmDuration("0:24"), 24);
+  EXPECT_EQ(ParseSlurmDuration("12:05"), 725);
+  EXPECT_EQ(ParseSlurmDuration("1:02:03"), 3723);
+  EXPECT_EQ(ParseSlurmDuration("2-00:00:01"), 172801);
+  EXPECT_EQ(ParseSlurmDuration("1-2"), 93600);
+  EXPECT_EQ(ParseSlurmDuration("5"), 300);
+  EXPECT_EQ(ParseSlurmDuration("UNLIMITED"), -1);
+  EXPECT_EQ(ParseSlurmDuration("NOT_SET"), -1);
+  EXPECT_EQ(ParseSlurmDuration(""), -1);
+  EXPECT_EQ(ParseSlurmDuration("1:2:3:4"), -1);
+  EXPECT_EQ(ParseSlurmDuration("-1:00"), -1);
 }
 
 TEST_F(SlurmLauncherTest, AScancelNotOursIsSaidAsSuchAndOursIsNot) {
