@@ -108,6 +108,9 @@ struct SlurmAttempt {
   // batch job ended: followed until then (an operator's scancel, a time
   // limit), at most SlurmLauncherOptions::drain.
   Clock::time_point drain_until{};
+  // When it was tracked (SlurmLauncher::tracked_): a squeue that ran before
+  // cannot know the batch job, and must not be read as its end.
+  uint64_t tracked = 0;
   // The batch job's time limit (slurm.time_limit; empty: the partition's),
   // the lead of its SIGTERM, and what squeue last said was left of it (-1:
   // unknown): a rank that checkpoints and stops on SIGTERM this close to
@@ -350,6 +353,7 @@ class SlurmLauncher final : public Launcher {
     a.slurm_name = name;
     a.slurm_id = id;
     a.log_dir = r.log_dir;
+    a.tracked = ++tracked_;
     a.time_limit = r.slurm.time_limit;
     a.signal_lead_s = SignalLeadSeconds(r);
     attempts_[name] = std::move(a);
@@ -419,6 +423,7 @@ class SlurmLauncher final : public Launcher {
       // Slurm's view of our jobs, one squeue call for all (outside the lock).
       std::vector<std::string> names;
       for (const auto& [key, a] : attempts_) names.push_back(a.slurm_name);
+      const uint64_t queried = tracked_;
       mu_.Unlock();
       CommandResult q =
           RunCommand({Tool("squeue"), "-h", "-t", "all", "-n", absl::StrJoin(names, ","), "-o", "%i|%T|%r|%N|%L"}, {});
@@ -440,7 +445,8 @@ class SlurmLauncher final : public Launcher {
       std::vector<std::string> to_cancel, to_kill;
       for (auto it = attempts_.begin(); it != attempts_.end();) {
         SlurmAttempt& a = it->second;
-        if (q.exit_code == 0) {
+        const bool seen_by_query = q.exit_code == 0 && a.tracked <= queried;
+        if (seen_by_query) {
           if (auto s = states.find(a.slurm_id); s != states.end() && s->second.state == "RUNNING") {
             a.time_left_s = s->second.time_left_s;
           }
@@ -450,7 +456,7 @@ class SlurmLauncher final : public Launcher {
           exits.push_back(e);
         }
         bool ended = a.slurm_id.empty();
-        if (!ended && q.exit_code == 0) {
+        if (!ended && seen_by_query) {
           auto s = states.find(a.slurm_id);
           // Not listed any more: purged after it ended (MinJobAge).
           ended = s == states.end() || Terminal(s->second.state);
@@ -539,6 +545,7 @@ class SlurmLauncher final : public Launcher {
   absl::Mutex mu_;
   absl::CondVar cv_;
   std::map<std::string, SlurmAttempt> attempts_ ABSL_GUARDED_BY(mu_);  // by Slurm job name
+  uint64_t tracked_ ABSL_GUARDED_BY(mu_) = 0;                          // attempts tracked so far
   // Replacements launched so far, by (job, attempt, rank).
   std::map<std::tuple<std::string, int32_t, int32_t>, int32_t> replacements_ ABSL_GUARDED_BY(mu_);
   // KillRank's commands, run by the poller outside the lock.

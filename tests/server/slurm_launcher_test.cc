@@ -242,6 +242,46 @@ TEST_F(SlurmLauncherTest, APreemptionFarFromTheTimeLimitIsNotNamedAsTheLimit) {
   EXPECT_EQ(Notes()[1], "j1/1: Slurm job 4242 was preempted by Slurm");
 }
 
+// A batch job submitted while a squeue (for another job) is under way is
+// not in that squeue's answer: that must not read as its end. The stand-in
+// squeue lists the jobs submitted when it starts, then takes 300 ms.
+TEST_F(SlurmLauncherTest, ASqueueFromBeforeTheSubmissionIsNotTheJobsEnd) {
+  const std::string bin = dir_.path() + "/slow-bin";
+  std::filesystem::create_directories(bin);
+  const std::vector<std::pair<std::string, std::string>> tools = {
+      {"sbatch",
+       "#!/bin/sh\nd=$(dirname \"$0\")\nn=$(cat \"$d/n\" 2>/dev/null || echo 100)\n"
+       "echo $((n + 1)) > \"$d/n\"\necho $((n + 1)) >> \"$d/ids\"\necho \"$((n + 1));cluster\"\n"},
+      {"squeue",
+       "#!/bin/sh\nd=$(dirname \"$0\")\nids=$(cat \"$d/ids\" 2>/dev/null)\necho x >> \"$d/calls\"\n"
+       "sleep 0.3\nfor i in $ids; do echo \"$i|RUNNING|None|n1\"; done\n"},
+      {"scancel", "#!/bin/sh\n"},
+      {"srun", "#!/bin/sh\n"}};
+  for (const auto& [name, text] : tools) {
+    std::ofstream(bin + "/" + name) << text;
+    chmod((bin + "/" + name).c_str(), 0755);
+  }
+  auto launcher = Make(bin);
+  LaunchRequest first = Request(1);
+  first.job_id = "j0";
+  first.log_dir = dir_.path() + "/logs0";
+  ASSERT_TRUE(launcher->Launch(first).ok());
+  // The poller is busy with j0's squeue calls; j1 is submitted during one.
+  for (int i = 0; i < 5; ++i) {
+    std::ofstream(bin + "/calls", std::ios::trunc).close();
+    ASSERT_TRUE(WaitFor([&] { return Read(bin + "/calls").size() > 0; }, std::chrono::seconds(10)));
+    LaunchRequest r = Request(1);
+    r.job_id = "j" + std::to_string(i + 1);
+    r.log_dir = dir_.path() + "/logs" + std::to_string(i + 1);
+    ASSERT_TRUE(launcher->Launch(r).ok());
+  }
+  // Three more squeue calls ("x\n" each): every job has been seen running since.
+  std::ofstream(bin + "/calls", std::ios::trunc).close();
+  ASSERT_TRUE(WaitFor([&] { return Read(bin + "/calls").size() >= 6; }, std::chrono::seconds(10)));
+  for (const RankExit& e : Exits()) ADD_FAILURE() << e.job_id << ": " << e.description;
+  EXPECT_EQ(launcher->LiveProcesses("j3"), 1);
+}
+
 TEST(SlurmDurationTest, SqueuesFormatsInSeconds) {
   EXPECT_EQ(ParseSlurmDuration("0:24"), 24);
   EXPECT_EQ(ParseSlurmDuration("12:05"), 725);
