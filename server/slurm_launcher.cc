@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -119,6 +120,9 @@ struct SlurmAttempt {
   int64_t signal_lead_s = 0;
   int64_t time_left_s = -1;
   bool time_limit_noted = false;
+  // A rank stopped on SIGTERM that was not ours and not the time limit's:
+  // whether Slurm preempted the job is asked once (scontrol's PreemptTime).
+  bool preemption_asked = false;
 };
 
 class SlurmLauncher final : public Launcher {
@@ -399,6 +403,23 @@ class SlurmLauncher final : public Launcher {
                         ") stopped its ranks after a checkpoint");
   }
 
+  // "Slurm job <id> was preempted by Slurm (...)" when scontrol says Slurm
+  // preempted it (its PreemptTime is set); "" otherwise or when scontrol
+  // cannot say. Its ranks' SIGTERM came from that preemption; the job's
+  // state says PREEMPTED only after the partition's GraceTime.
+  std::string PreemptionNote(const std::string& slurm_id) const {
+    CommandResult r = RunCommand({Tool("scontrol"), "-o", "show", "job", slurm_id}, {});
+    if (r.exit_code != 0) return "";
+    for (const auto field : absl::StrSplit(r.out, absl::ByAnyChar(" \n"), absl::SkipWhitespace())) {
+      if (!absl::StartsWith(field, "PreemptTime=")) continue;
+      const std::string at(field.substr(std::string_view("PreemptTime=").size()));
+      if (at.empty() || at == "None" || at == "Unknown") return "";
+      return absl::StrCat("Slurm job ", slurm_id, " was preempted by Slurm (at ", at,
+                          "): its ranks checkpointed on Slurm's SIGTERM");
+    }
+    return "";
+  }
+
   // Exit codes the ranks wrote since the last look.
   static std::vector<RankExit> NewExitFiles(SlurmAttempt& a) {
     std::vector<RankExit> out;
@@ -441,6 +462,7 @@ class SlurmLauncher final : public Launcher {
         }
       }
       std::vector<std::tuple<std::string, int32_t, std::string>> notes;
+      std::vector<std::tuple<std::string, int32_t, std::string>> ask_preempted;  // job, attempt, Slurm id
       std::vector<RankExit> exits;
       std::vector<std::string> to_cancel, to_kill;
       for (auto it = attempts_.begin(); it != attempts_.end();) {
@@ -453,6 +475,11 @@ class SlurmLauncher final : public Launcher {
         }
         for (RankExit& e : NewExitFiles(a)) {
           if (std::string note = TimeLimitNote(a, e); !note.empty()) notes.emplace_back(a.job_id, a.attempt, note);
+          if (e.outcome == WorkerOutcome::kPreempted && !a.time_limit_noted && !a.stop_sent && !a.preemption_asked &&
+              !a.slurm_id.empty()) {
+            a.preemption_asked = true;
+            ask_preempted.emplace_back(a.job_id, a.attempt, a.slurm_id);
+          }
           exits.push_back(e);
         }
         bool ended = a.slurm_id.empty();
@@ -463,6 +490,7 @@ class SlurmLauncher final : public Launcher {
           if (s != states.end() && s->second.state != a.last_state) {
             spdlog::info("job {} attempt {}: Slurm job {} is {}", a.job_id, a.attempt, a.slurm_id, s->second.state);
             std::string note = StateNote(a, s->second.state, s->second.reason, s->second.nodes);
+            if (s->second.state == "PREEMPTED" && preempted_noted_.count(a.slurm_id)) note.clear();  // said already
             if (!note.empty()) notes.emplace_back(a.job_id, a.attempt, std::move(note));
             if (s->second.state == "RUNNING") a.ran = true;
             a.last_state = s->second.state;
@@ -498,6 +526,7 @@ class SlurmLauncher final : public Launcher {
             }
           }
           if (!ended && !a.slurm_id.empty()) to_cancel.push_back(a.slurm_id);
+          preempted_noted_.erase(a.slurm_id);
           it = attempts_.erase(it);
           continue;
         }
@@ -530,11 +559,19 @@ class SlurmLauncher final : public Launcher {
                             }),
                             done});
       }
+      std::vector<std::string> preempted;
+      for (const auto& [job, attempt, id] : ask_preempted) {
+        if (std::string note = PreemptionNote(id); !note.empty()) {
+          notes.emplace_back(job, attempt, std::move(note));
+          preempted.push_back(id);
+        }
+      }
       if (on_note_) {
         for (const auto& [job, attempt, text] : notes) on_note_(job, attempt, text);
       }
       for (const auto& e : exits) on_exit_(e);
       mu_.Lock();
+      preempted_noted_.insert(preempted.begin(), preempted.end());
     }
     mu_.Unlock();
   }
@@ -546,6 +583,7 @@ class SlurmLauncher final : public Launcher {
   absl::CondVar cv_;
   std::map<std::string, SlurmAttempt> attempts_ ABSL_GUARDED_BY(mu_);  // by Slurm job name
   uint64_t tracked_ ABSL_GUARDED_BY(mu_) = 0;                          // attempts tracked so far
+  std::set<std::string> preempted_noted_ ABSL_GUARDED_BY(mu_);         // Slurm ids said to be preempted
   // Replacements launched so far, by (job, attempt, rank).
   std::map<std::tuple<std::string, int32_t, int32_t>, int32_t> replacements_ ABSL_GUARDED_BY(mu_);
   // KillRank's commands, run by the poller outside the lock.

@@ -434,6 +434,43 @@ class MultiNode(unittest.TestCase):
         self.assertTrue(resumed and resumed[0] >= 100, events)
         self.assertEqual(job["attempt"], 2)
 
+    def test_9_slurm_preempts_a_preemptible_job_which_resumes(self):
+        """A cluster with preemption by partition priority: a job in the
+        higher partition takes every node; Slurm preempts the Trainyard job
+        (SIGTERM, then cancelled after the partition's GraceTime)."""
+        s = self.server
+        self.cluster.stop()
+        preempting = Cluster(extra_env={
+            "MN_EXTRA_CONF": "PreemptType=preempt/partition_prio\nPreemptMode=CANCEL",
+            "MN_EXTRA_PARTITIONS": "PartitionName=low Nodes=ALL PriorityTier=1 GraceTime=30 State=UP\n"
+                                   "PartitionName=high Nodes=ALL PriorityTier=10 State=UP"})
+        try:
+            job_id = self.submit("slurm-preempted", (
+                "name: slurm-preempted\nmodel: {kind: mlp, hidden: [64]}\n"
+                "data: {kind: synthetic, batch_size: 16, num_samples: 4096}\nmax_steps: 3000\nnum_processes: 2\n"
+                "metrics_every_steps: 1\nslurm: {nodes: 2, partition: low}\npreemptible: true\n"
+                "checkpoint: {every_steps: 50}\n"))
+            job = wait_for(lambda: (lambda j: j if j["state"] == "RUNNING" and j["step"] >= 120 else None)(
+                s.job(job_id)), 300, "the job past step 120", lambda: "\n".join(self.events(job_id)[-8:]))
+            slurm_id = job["slurm_job_id"]
+            urgent = preempting.slurm("sbatch", "--parsable", "-p", "high", "-N3", "--exclusive", "--output=/dev/null",
+                                      "--wrap", "sleep 5").strip()
+            self.assertTrue(urgent.isdigit(), urgent)
+            wait_for(lambda: s.job(job_id)["attempt"] == 2, 120, "a second attempt",
+                     lambda: "\n".join(self.events(job_id)[-8:]))
+            job = self.finish(job_id)
+            events = self.events(job_id)
+            self.assertTrue([e for e in events if e.startswith(f"Slurm job {slurm_id} was preempted by Slurm (at ")],
+                            events)
+            resumed = [int(m.group(1)) for e in events for m in [re.search(r"resumed at step (\d+) from", e)] if m]
+            self.assertTrue(resumed and resumed[0] >= 100, events)
+            listed = json.loads(s.ctl("-o", "json", "checkpoints", job_id).stdout)
+            self.assertIn("preemption", [c["trigger"] for c in listed])
+            self.assertEqual(job["attempt"], 2)
+        finally:
+            preempting.stop()
+            self.cluster.restart()
+
     def test_6_external_ranks_join_from_the_nodes(self):
         """trainyard-worker --join on the cluster's hosts, started by hand (no Slurm)."""
         s = self.server

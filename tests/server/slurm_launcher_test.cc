@@ -55,13 +55,14 @@ class SlurmLauncherTest : public ::testing::Test {
     SetState("RUNNING");
   }
 
-  std::unique_ptr<Launcher> Make(std::string bin_dir, std::chrono::milliseconds grace = std::chrono::seconds(60)) {
+  std::unique_ptr<Launcher> Make(std::string bin_dir, std::chrono::milliseconds grace = std::chrono::seconds(60),
+                                 std::chrono::milliseconds drain = std::chrono::milliseconds(300)) {
     SlurmLauncherOptions o;
     o.worker_binary = "/opt/trainyard/bin/trainyard-worker";
     o.slurm_bin_dir = std::move(bin_dir);
     o.poll_interval = std::chrono::milliseconds(10);
     o.stop_grace = grace;
-    o.drain = std::chrono::milliseconds(300);
+    o.drain = drain;
     return MakeSlurmLauncher(
         o,
         [this](const RankExit& e) {
@@ -280,6 +281,35 @@ TEST_F(SlurmLauncherTest, ASqueueFromBeforeTheSubmissionIsNotTheJobsEnd) {
   ASSERT_TRUE(WaitFor([&] { return Read(bin + "/calls").size() >= 6; }, std::chrono::seconds(10)));
   for (const RankExit& e : Exits()) ADD_FAILURE() << e.job_id << ": " << e.description;
   EXPECT_EQ(launcher->LiveProcesses("j3"), 1);
+}
+
+// Ranks that stop on a SIGTERM neither ours nor the time limit's: scontrol
+// says whether Slurm preempted the job (PreemptTime); the note comes once,
+// not again when Slurm's state turns PREEMPTED after the grace time.
+TEST_F(SlurmLauncherTest, ASlurmPreemptionIsNamedFromScontrol) {
+  std::ofstream(bin_ + "/scontrol")
+      << "#!/bin/sh\necho \"$*\" >> \"$(dirname \"$0\")/scontrol.args\"\n"
+         "echo 'JobId=4242 JobName=x JobState=RUNNING Reason=None PreemptEligibleTime=2026-11-28T19:00:00 "
+         "PreemptTime=2026-11-28T19:00:07 SuspendTime=None'\n";
+  chmod((bin_ + "/scontrol").c_str(), 0755);
+  SetState("RUNNING|None|n1|UNLIMITED");
+  // Followed for up to 60 s after its ranks ended: until Slurm's PREEMPTED.
+  auto launcher = Make(bin_, std::chrono::seconds(60), std::chrono::seconds(60));
+  ASSERT_TRUE(launcher->Launch(Request(2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Notes().size() == 1; }, std::chrono::seconds(10)));
+  std::ofstream(dir_.path() + "/logs/rank-0.exit") << "4\n";
+  std::ofstream(dir_.path() + "/logs/rank-1.exit") << "4\n";
+  ASSERT_TRUE(WaitFor([&] { return ExitCount(2); }, std::chrono::seconds(10)));
+  ASSERT_EQ(Notes().size(), 2u);
+  EXPECT_EQ(Notes()[1],
+            "j1/1: Slurm job 4242 was preempted by Slurm (at 2026-11-28T19:00:07): its ranks checkpointed on "
+            "Slurm's SIGTERM");
+  EXPECT_EQ(Read(bin_ + "/scontrol.args"), "-o show job 4242\n");  // asked once for both ranks
+  EXPECT_EQ(launcher->ExternalId("j1", 1), "4242");                // still followed
+  SetState("PREEMPTED|None|n1|UNLIMITED");
+  // Seen (the batch job has ended: no longer followed), and not said twice.
+  ASSERT_TRUE(WaitFor([&] { return launcher->ExternalId("j1", 1).empty(); }, std::chrono::seconds(10)));
+  EXPECT_EQ(Notes().size(), 2u) << Notes().back();
 }
 
 TEST(SlurmDurationTest, SqueuesFormatsInSeconds) {

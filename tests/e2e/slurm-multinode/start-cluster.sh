@@ -12,6 +12,7 @@
 #            MN_NET (10.77.0) MN_CTLD_PORT (6917) MN_PFX name prefix for ns/links (mn)
 #            MN_SLURMD_TIMEOUT (10) seconds until an unresponsive node is marked DOWN
 #            MN_EXTRA_CONF  extra slurm.conf lines (e.g. "MessageTimeout=3")
+#            MN_EXTRA_PARTITIONS more partition lines, after the default partition "main"
 #            MN_AUTHINFO_EXTRA appended to AuthInfo (e.g. ",cred_expire=10": requeue hold, default 120 s)
 #            MN_GPUS GPUs per node declared as GRES (0): device files $D/dev/n<i>-gpu<k> stand in for the
 #            devices (gres.conf, AutoDetect=off), so jobs can ask --gres=gpu:K and see which they got
@@ -124,6 +125,7 @@ if [ "${MN_GPUS:-0}" -gt 0 ]; then
 fi
 for i in $(seq 1 "$N"); do echo "NodeName=n$i NodeHostname=n$i NodeAddr=$NET.$((10+i))" >> "$CONF"; done
 echo "PartitionName=main Nodes=$NODES Default=YES MaxTime=INFINITE State=UP" >> "$CONF"
+[ -n "${MN_EXTRA_PARTITIONS:-}" ] && printf '%s\n' "$MN_EXTRA_PARTITIONS" >> "$CONF"
 echo "export SLURM_CONF=$CONF" > "$D/env.sh"
 export SLURM_CONF=$CONF
 
@@ -141,7 +143,7 @@ for i in $(seq 1 "$N"); do
 done
 log "slurmds launched"
 t_end=$(( $(date +%s) + ${MN_TIMEOUT:-60} ))
-until [ "$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$')" = "$N" ]; do
+until [ "$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | grep -c ' idle$')" = "$N" ]; do
   [ "$(date +%s)" -lt $t_end ] || die "nodes not idle: $(sinfo -h -N -o '%N %T' | tr '\n' ' ')"
   sleep 0.1
 done
