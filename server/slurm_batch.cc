@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/worker_outcome.h"
 
 namespace trainyard {
 
@@ -96,8 +97,10 @@ std::string BatchScript(const LaunchRequest& r, const std::string& rank_script, 
       "# holds its healthy nodes until Slurm marks the lost one down; cancelled, it\n"
       "# lets them go at once. trainyard-server cancels it once it knows how every\n"
       "# rank ended: wait for that, a while at most.\n",
-      "if [ \"$rc\" -ne 0 ]; then\n", "  sleep ", kFailedStepLingerSeconds, " &\n  pid=$!\n",
-      "  trap 'kill \"$pid\" 2>/dev/null; exit \"$rc\"' INT TERM\n", "  wait \"$pid\"\n", "fi\n", "exit \"$rc\"\n");
+      "# Not after a preemption (every rank checkpointed and exited ", kExitPreempted, "): nothing was lost.\n",
+      "if [ \"$rc\" -ne 0 ] && [ \"$rc\" -ne ", kExitPreempted, " ]; then\n", "  sleep ", kFailedStepLingerSeconds,
+      " &\n  pid=$!\n", "  trap 'kill \"$pid\" 2>/dev/null; exit \"$rc\"' INT TERM\n", "  wait \"$pid\"\n", "fi\n",
+      "exit \"$rc\"\n");
 }
 
 int64_t SignalLeadSeconds(const LaunchRequest& r) {

@@ -48,7 +48,8 @@ inline constexpr int kFailedStepLingerSeconds = 60;
 // `worker_binary` with the attempt's flags and `extra_worker_args`, each
 // rank's output in <log_dir>/rank-<r>.log. Every argument is quoted. A
 // replica job's workers serve their stores (--replica-store) and the step
-// outlives a lost node (--no-kill). When the step fails, the script waits
+// outlives a lost node (--no-kill). When the step fails (not a preemption:
+// every rank's exit code kExitPreempted), the script waits
 // up to kFailedStepLingerSeconds to be cancelled rather than end by itself
 // (a job that ends by itself with a node lost holds its other nodes until
 // Slurm marks that node down; a cancelled one releases them at once).

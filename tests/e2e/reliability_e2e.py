@@ -251,15 +251,12 @@ class Faults(unittest.TestCase):
 
 def uninterrupted_digests(server, state, template, seeds, steps):
     """Runs `template` once per name in `seeds` (name -> data seed) to the end
-    without faults, all at once; returns name -> final_model_digest, the
-    reference."""
-    ids = {}
+    without faults; returns name -> final_model_digest, the reference."""
+    expected = {}
     for name, seed in seeds.items():
         base = write_spec(state, f"{name}-base.yaml",
                           template % job_args(name=name + "-base", seed=seed, steps=steps, restarts=0))
-        ids[name] = submit(server, base)
-    expected = {}
-    for name, job_id in ids.items():
+        job_id = submit(server, base)
         w = server.ctl("watch", job_id)
         assert w.returncode == 0, w.stdout + w.stderr
         expected[name] = final_model_digest(server, job_id)

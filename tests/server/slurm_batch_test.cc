@@ -150,8 +150,8 @@ TEST(BatchScript, EveryArgumentReachesSrunIntactAndTheExitDirIsExported) {
 }
 
 // A step that failed: the script waits to be cancelled (SIGTERM, as
-// scancel sends), then exits with the step's code; a step that succeeded
-// ends the script at once.
+// scancel sends), then exits with the step's code; a step that succeeded,
+// or whose ranks were all preempted, ends the script at once.
 TEST(BatchScript, AFailedStepWaitsToBeCancelled) {
   TempDir dir;
   const std::string bin = dir.path() + "/bin";
@@ -175,6 +175,10 @@ TEST(BatchScript, AFailedStepWaitsToBeCancelled) {
   const pid_t ok = start("0");
   ASSERT_TRUE(WaitFor([&] { return ended(ok, &status); }, std::chrono::seconds(10)));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // Preempted ranks (exit 4) lost nothing: the script ends at once too.
+  const pid_t preempted = start("4");
+  ASSERT_TRUE(WaitFor([&] { return ended(preempted, &status); }, std::chrono::seconds(10)));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 4) << status;
 
   std::filesystem::remove(dir.path() + "/ran");
   const pid_t failed = start("3");
