@@ -5,10 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/worker_outcome.h"
 
 namespace trainyard {
@@ -105,36 +103,6 @@ std::string BatchScript(const LaunchRequest& r, const std::string& rank_script, 
 
 int64_t SignalLeadSeconds(const LaunchRequest& r) {
   return std::clamp<int64_t>(static_cast<int64_t>(r.preemption_grace_s), 1, 65535);
-}
-
-int64_t ParseSlurmDuration(const std::string& text) {
-  std::string rest = text;
-  int64_t days = 0;
-  if (const size_t dash = rest.find('-'); dash != std::string::npos) {
-    if (!absl::SimpleAtoi(rest.substr(0, dash), &days) || days < 0) return -1;
-    rest = rest.substr(dash + 1);
-  }
-  std::vector<std::string> parts = absl::StrSplit(rest, ':');
-  if (parts.empty() || parts.size() > 3) return -1;
-  std::vector<int64_t> v;
-  for (const std::string& p : parts) {
-    int64_t x = 0;
-    if (p.empty() || !std::all_of(p.begin(), p.end(), ::isdigit) || !absl::SimpleAtoi(p, &x)) return -1;
-    v.push_back(x);
-  }
-  int64_t seconds = 0;
-  if (text.find('-') != std::string::npos) {
-    // days-hours[:minutes[:seconds]]
-    while (v.size() < 3) v.push_back(0);
-    seconds = v[0] * 3600 + v[1] * 60 + v[2];
-  } else if (v.size() == 3) {
-    seconds = v[0] * 3600 + v[1] * 60 + v[2];
-  } else if (v.size() == 2) {
-    seconds = v[0] * 60 + v[1];
-  } else {
-    seconds = v[0] * 60;  // minutes
-  }
-  return days * 86400 + seconds;
 }
 
 std::vector<std::string> SbatchArgs(const LaunchRequest& r, const SlurmLauncherOptions& o, const std::string& sbatch,

@@ -60,11 +60,6 @@ std::string BatchScript(const LaunchRequest& r, const std::string& rank_script, 
 // job's preemption_grace_s, within what Slurm takes.
 int64_t SignalLeadSeconds(const LaunchRequest& r);
 
-// Seconds in Slurm's duration format ([days-]hours:minutes:seconds,
-// minutes:seconds, minutes; squeue's %L and %l), or -1 for anything else
-// (UNLIMITED, NOT_SET, INVALID, empty).
-int64_t ParseSlurmDuration(const std::string& text);
-
 // sbatch's argv (argv[0] = `sbatch`) for `r`, ending with `script`: job
 // name, tasks, nodes, CPUs per task, output file, the preemption signal
 // (TERM, preemption_grace_s before the end), requeue, GPUs per node for CUDA

@@ -25,7 +25,6 @@
 #include <tuple>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -34,6 +33,7 @@
 #include "common/paths.h"
 #include "server/launcher.h"
 #include "server/slurm_batch.h"
+#include "server/slurm_text.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -410,14 +410,10 @@ class SlurmLauncher final : public Launcher {
   std::string PreemptionNote(const std::string& slurm_id) const {
     CommandResult r = RunCommand({Tool("scontrol"), "-o", "show", "job", slurm_id}, {});
     if (r.exit_code != 0) return "";
-    for (const auto field : absl::StrSplit(r.out, absl::ByAnyChar(" \n"), absl::SkipWhitespace())) {
-      if (!absl::StartsWith(field, "PreemptTime=")) continue;
-      const std::string at(field.substr(std::string_view("PreemptTime=").size()));
-      if (at.empty() || at == "None" || at == "Unknown") return "";
-      return absl::StrCat("Slurm job ", slurm_id, " was preempted by Slurm (at ", at,
-                          "): its ranks checkpointed on Slurm's SIGTERM");
-    }
-    return "";
+    const std::string at = ScontrolField(r.out, "PreemptTime");
+    if (at.empty() || at == "None" || at == "Unknown") return "";
+    return absl::StrCat("Slurm job ", slurm_id, " was preempted by Slurm (at ", at,
+                        "): its ranks checkpointed on Slurm's SIGTERM");
   }
 
   // Exit codes the ranks wrote since the last look.

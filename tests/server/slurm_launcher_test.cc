@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/launcher.h"
-#include "server/slurm_batch.h"
+#include "server/slurm_text.h"
 #include "tests/test_util.h"
 
 namespace trainyard {
@@ -324,6 +324,14 @@ TEST(SlurmDurationTest, SqueuesFormatsInSeconds) {
   EXPECT_EQ(ParseSlurmDuration(""), -1);
   EXPECT_EQ(ParseSlurmDuration("1:2:3:4"), -1);
   EXPECT_EQ(ParseSlurmDuration("-1:00"), -1);
+}
+
+TEST(ScontrolFieldTest, ReadsOneKeyOfTheOneLineForm) {
+  const std::string out = "JobId=7 JobName=a=b PreemptTime=None\nSuspendTime=2026-11-28T19:00:07\n";
+  EXPECT_EQ(ScontrolField(out, "PreemptTime"), "None");
+  EXPECT_EQ(ScontrolField(out, "JobName"), "a=b");
+  EXPECT_EQ(ScontrolField(out, "SuspendTime"), "2026-11-28T19:00:07");
+  EXPECT_EQ(ScontrolField(out, "Time"), "");
 }
 
 TEST_F(SlurmLauncherTest, AScancelNotOursIsSaidAsSuchAndOursIsNot) {
