@@ -80,13 +80,6 @@ std::string Trim(std::string s) {
   return s.substr(i);
 }
 
-bool Terminal(const std::string& state) {
-  static const std::set<std::string> kEnded = {"COMPLETED", "FAILED",       "CANCELLED",     "TIMEOUT",
-                                               "NODE_FAIL", "PREEMPTED",    "OUT_OF_MEMORY", "BOOT_FAIL",
-                                               "DEADLINE",  "SPECIAL_EXIT", "REVOKED"};
-  return kEnded.count(state) > 0;
-}
-
 // One batch job of an attempt: the attempt's own (every rank), or the
 // replacement of one rank (fault_tolerance.mode replica).
 struct SlurmAttempt {
@@ -252,7 +245,7 @@ class SlurmLauncher final : public Launcher {
     std::string id;
     for (const auto line : absl::StrSplit(res.out, '\n', absl::SkipWhitespace())) {
       std::vector<std::string> f = absl::StrSplit(Trim(std::string(line)), '|');
-      if (f.size() == 2 && (id.empty() || !Terminal(f[1]))) id = f[0];
+      if (f.size() == 2 && (id.empty() || !SlurmStateEnded(f[1]))) id = f[0];
     }
     spdlog::info("job {} attempt {}: following Slurm job {}", r.job_id, r.attempt, id.empty() ? "(gone)" : id);
     Track(r, name, id, AllRanks(r));
@@ -364,25 +357,6 @@ class SlurmLauncher final : public Launcher {
     cv_.SignalAll();
   }
 
-  // What the job's events say of Slurm's new `state` of the attempt's batch
-  // job; "" for nothing (pending at first, what our own stop caused).
-  static std::string StateNote(const SlurmAttempt& a, const std::string& state, const std::string& reason,
-                               const std::string& nodes) {
-    const std::string job = "Slurm job " + a.slurm_id;
-    const std::string why = reason.empty() || reason == "None" ? "" : " (" + reason + ")";
-    if (state == "RUNNING") return a.ran ? "" : absl::StrCat(job, " runs", nodes.empty() ? "" : " on " + nodes);
-    if (state == "PENDING") return a.ran ? absl::StrCat(job, " was requeued by Slurm", why) : "";
-    if (state.rfind("REQUEUE", 0) == 0) return absl::StrCat(job, " was requeued by Slurm", why);
-    if (a.stop_sent) return "";
-    if (state == "CANCELLED") return absl::StrCat(job, " was cancelled outside Trainyard (scancel)", why);
-    if (state == "TIMEOUT") return absl::StrCat(job, " reached its time limit (slurm.time_limit)", why);
-    if (state == "PREEMPTED") return absl::StrCat(job, " was preempted by Slurm", why);
-    if (state == "NODE_FAIL")
-      return absl::StrCat(job, " lost a node (NODE_FAIL", nodes.empty() ? "" : ": " + nodes, ")");
-    if (Terminal(state) && state != "COMPLETED" && state != "FAILED") return absl::StrCat(job, " ended ", state, why);
-    return "";
-  }
-
   // Slurm sends the preemption signal up to a minute before it is due (the
   // resolution of its timers, sbatch(1)): a rank preempted within that and
   // two polls of the signal's lead before the limit was told by the limit.
@@ -482,10 +456,11 @@ class SlurmLauncher final : public Launcher {
         if (!ended && seen_by_query) {
           auto s = states.find(a.slurm_id);
           // Not listed any more: purged after it ended (MinJobAge).
-          ended = s == states.end() || Terminal(s->second.state);
+          ended = s == states.end() || SlurmStateEnded(s->second.state);
           if (s != states.end() && s->second.state != a.last_state) {
             spdlog::info("job {} attempt {}: Slurm job {} is {}", a.job_id, a.attempt, a.slurm_id, s->second.state);
-            std::string note = StateNote(a, s->second.state, s->second.reason, s->second.nodes);
+            std::string note =
+                SlurmStateNote(a.slurm_id, a.ran, a.stop_sent, s->second.state, s->second.reason, s->second.nodes);
             if (s->second.state == "PREEMPTED" && preempted_noted_.count(a.slurm_id)) note.clear();  // said already
             if (!note.empty()) notes.emplace_back(a.job_id, a.attempt, std::move(note));
             if (s->second.state == "RUNNING") a.ran = true;

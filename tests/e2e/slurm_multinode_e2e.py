@@ -157,6 +157,17 @@ class MultiNode(unittest.TestCase):
                 f"metrics_every_steps: 1\nslurm: {{nodes: 3}}\n{extra}"
                 f"fault_tolerance: {{mode: replica, min_replicas: 1{ft_extra}}}\n")
 
+    def preemptible_past_step_120(self, name, steps, slurm):
+        """A preemptible 2-rank MLP job with checkpoints every 50 steps,
+        submitted and waited for until it runs past step 120: (id, job)."""
+        job_id = self.submit(name, (
+            f"name: {name}\nmodel: {{kind: mlp, hidden: [64]}}\n"
+            f"data: {{kind: synthetic, batch_size: 16, num_samples: 4096}}\nmax_steps: {steps}\nnum_processes: 2\n"
+            f"metrics_every_steps: 1\nslurm: {slurm}\npreemptible: true\ncheckpoint: {{every_steps: 50}}\n"))
+        job = wait_for(lambda: (lambda j: j if j["state"] == "RUNNING" and j["step"] >= 120 else None)(
+            self.server.job(job_id)), 300, "the job past step 120", lambda: "\n".join(self.events(job_id)[-8:]))
+        return job_id, job
+
     def three_replicas_past(self, job_id, step):
         def running_past():
             j = self.server.job(job_id)
@@ -414,12 +425,7 @@ class MultiNode(unittest.TestCase):
 
     def test_8_an_operators_scancel_is_named_and_a_preemptible_job_resumes(self):
         s = self.server
-        job_id = self.submit("operator-scancel", (
-            "name: operator-scancel\nmodel: {kind: mlp, hidden: [64]}\n"
-            "data: {kind: synthetic, batch_size: 16, num_samples: 4096}\nmax_steps: 1500\nnum_processes: 2\n"
-            "metrics_every_steps: 1\nslurm: {nodes: 2}\npreemptible: true\ncheckpoint: {every_steps: 50}\n"))
-        job = wait_for(lambda: (lambda j: j if j["state"] == "RUNNING" and j["step"] >= 120 else None)(
-            s.job(job_id)), 300, "the job past step 120", lambda: "\n".join(self.events(job_id)[-8:]))
+        job_id, job = self.preemptible_past_step_120("operator-scancel", 1500, "{nodes: 2}")
         slurm_id = job["slurm_job_id"]
         self.assertTrue(slurm_id, job)
         # An operator cancels the batch job with Slurm's own command: the
@@ -445,13 +451,7 @@ class MultiNode(unittest.TestCase):
             "MN_EXTRA_PARTITIONS": "PartitionName=low Nodes=ALL PriorityTier=1 GraceTime=30 State=UP\n"
                                    "PartitionName=high Nodes=ALL PriorityTier=10 State=UP"})
         try:
-            job_id = self.submit("slurm-preempted", (
-                "name: slurm-preempted\nmodel: {kind: mlp, hidden: [64]}\n"
-                "data: {kind: synthetic, batch_size: 16, num_samples: 4096}\nmax_steps: 3000\nnum_processes: 2\n"
-                "metrics_every_steps: 1\nslurm: {nodes: 2, partition: low}\npreemptible: true\n"
-                "checkpoint: {every_steps: 50}\n"))
-            job = wait_for(lambda: (lambda j: j if j["state"] == "RUNNING" and j["step"] >= 120 else None)(
-                s.job(job_id)), 300, "the job past step 120", lambda: "\n".join(self.events(job_id)[-8:]))
+            job_id, job = self.preemptible_past_step_120("slurm-preempted", 3000, "{nodes: 2, partition: low}")
             slurm_id = job["slurm_job_id"]
             urgent = preempting.slurm("sbatch", "--parsable", "-p", "high", "-N3", "--exclusive", "--output=/dev/null",
                                       "--wrap", "sleep 5").strip()
