@@ -328,7 +328,10 @@ void Server::Shutdown() {
   }
   // Give stopping workers their grace before the launcher kills what is left.
   wait_until(std::chrono::steady_clock::now() + s.options.local.stop_grace + std::chrono::seconds(1));
-  if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Calls in flight get a moment to finish; the streams still open then (a
+  // detached job's workers, clients watching) are cancelled: they never end
+  // by themselves, and the workers reconnect to the next coordinator.
+  if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
   s.launcher.reset();  // kills and reaps what is left; no callback after this
   s.slurm_launcher.reset();
 }

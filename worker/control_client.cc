@@ -20,6 +20,10 @@
 
 namespace trainyard {
 
+// The longest gRPC waits between attempts to reach a coordinator that went
+// away (its backoff grows from 200 ms, with jitter).
+constexpr int kReconnectBackoffCapMs = 1000;
+
 // One stream to the coordinator; replaced after a reconnection.
 struct Conn {
   bool finished = false;  // Finish() was called (guarded by the client's write_mu)
@@ -125,19 +129,22 @@ struct ControlClient::Impl {
     }
   }
 
-  // Reconnects with capped exponential backoff (training goes on meanwhile).
-  // Null when giving up: finishing, the coordinator refused this worker (a
-  // stale attempt is told to exit), or reconnect_timeout passed.
+  // Reconnects as soon as the coordinator answers again (training goes on
+  // meanwhile): gRPC's channel paces the connection attempts (its reconnect
+  // backoff, capped at kReconnectBackoffCapMs), and the stream is opened the
+  // moment the channel is connected. Null when giving up: finishing, the
+  // coordinator refused this worker (a stale attempt is told to exit), or
+  // reconnect_timeout passed.
   std::shared_ptr<Conn> Reconnect() {
     const auto deadline = std::chrono::steady_clock::now() + options.reconnect_timeout;
-    auto backoff = std::chrono::milliseconds(250);
+    auto finished = [this] {
+      absl::MutexLock lock(&mu);
+      return finishing && result_sent;
+    };
     while (std::chrono::steady_clock::now() < deadline) {
-      {
-        absl::MutexLock lock(&mu);
-        auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finishing && result_sent; };
-        if (mu.AwaitWithTimeout(absl::Condition(&done), absl::FromChrono(backoff))) return nullptr;
-      }
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(4000));
+      if (finished()) return nullptr;
+      // Bounded, so that a finished worker does not wait for a coordinator.
+      if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(250))) continue;
       v1::CoordinatorMessage first;
       auto c = Open(&first);
       if (c.ok()) {
@@ -151,6 +158,10 @@ struct ControlClient::Impl {
         control->RequestStop();
         return nullptr;
       }
+      // Connected but not taken yet (the coordinator is starting): ask again shortly.
+      absl::MutexLock lock(&mu);
+      auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finishing && result_sent; };
+      if (mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(250))) return nullptr;
     }
     log::Error("no coordinator at {} for {} s; this worker stops", options.server,
                std::chrono::duration_cast<std::chrono::seconds>(options.reconnect_timeout).count());
@@ -255,9 +266,11 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kWorkerKeepaliveMs);  // the server's accepts them (common/keepalive.h)
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kWorkerKeepaliveTimeoutMs);
-  // Reconnection attempts of our own: keep gRPC's backoff short.
+  // A restarted coordinator is found within about a second (gRPC's
+  // reconnect backoff, with its jitter, capped), and Reconnect opens the
+  // stream as soon as the channel connects.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffCapMs);
   impl->channel = grpc::CreateCustomChannel(options.server,
                                             ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem), args);
   if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {

@@ -152,6 +152,15 @@ int RunScriptRank(ControlClient& ctl, const JobSpec& spec, ScriptRank where, Met
   where.node_rank = where.rank / where.local_world_size;
   where.num_nodes = std::max(where.num_nodes, (where.world_size + where.local_world_size - 1) / where.local_world_size);
   where.package_dir = PackageDir();
+  if (where.package_dir.empty()) {
+    // Without it a script has no `import trainyard`, no teardown protection
+    // and no Accelerate environment: refuse rather than run half supervised.
+    return Finish(ctl, WorkerOutcome::kFailed,
+                  "the trainyard Python package was not found beside this worker (bin/../python or "
+                  "bin/../share/trainyard/python): build the worker with CMake (its target puts it there), "
+                  "install it, or set TRAINYARD_PACKAGE_DIR to the directory that holds trainyard/",
+                  0);
+  }
   try {
     std::vector<std::string> notes;
     where.resume_dir = ResolveCheckpoint(spec.checkpoint.project_dir, spec.checkpoint.resume_from, &notes);

@@ -33,6 +33,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
 from e2e_test import Server, wait_for, write_spec  # noqa: E402
+import test_clock  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(REPO, "tests", "e2e", "scripts")
@@ -319,4 +320,4 @@ if __name__ == "__main__":
         print("accounts_e2e needs root (it makes Unix accounts)")
         sys.exit(77)
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -47,6 +47,7 @@ BIN = None  # set in __main__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for)
 from e2e_test import free_port, wait_for  # noqa: E402
+import test_clock  # noqa: E402
 
 REQUIRED_ALERTS = {"TrainyardJobFailed", "TrainyardJobNoProgress", "TrainyardGoodputLow",
                    "TrainyardRestartsRising", "TrainyardCheckpointOverdue"}
@@ -829,4 +830,4 @@ if __name__ == "__main__":
     for b in ("trainyard-server", "trainyard-worker", "trainctl"):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             sys.exit(f"deploy_test: {b} not found in {BIN}; pass --bin DIR or set TRAINYARD_BIN")
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -14,6 +14,8 @@ import tempfile
 import time
 import unittest
 import urllib.request
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_clock  # noqa: E402
 
 try:
     import grpc
@@ -773,4 +775,4 @@ num_processes: 1
 
 if __name__ == "__main__":
     BIN = sys.argv.pop(1)
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
 from e2e_test import URGENT_JOB, priority_server, wait_for, worker_pids, write_spec  # noqa: E402
 from replica_e2e import commits, job_logs, submit  # noqa: E402
+import test_clock  # noqa: E402
 
 JOB = """
 name: %(name)s
@@ -151,4 +152,4 @@ class Elastic(unittest.TestCase):
 
 if __name__ == "__main__":
     e2e_test.BIN = sys.argv.pop(1)
-    unittest.main(verbosity=2)
+    test_clock.main()

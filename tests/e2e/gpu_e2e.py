@@ -23,6 +23,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, write_spec)
 from e2e_test import Server, wait_for, write_spec  # noqa: E402
+import test_clock  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -158,4 +159,4 @@ if __name__ == "__main__":
         print("gpu_e2e: no NVIDIA GPU is visible; skipped")
         sys.exit(77)
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures"))
 from e2e_test import wait_for, write_spec  # noqa: E402
 import safetensors_check  # noqa: E402
+import test_clock  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NETNS = os.path.join(HERE, "..", "..", "bench", "netns.sh")
@@ -200,7 +201,7 @@ def main():
     if r.returncode != 0:
         print(f"multihost_e2e: SKIPPED — {r.stdout.strip()} {r.stderr.strip()}", file=sys.stderr)
         sys.exit(SKIP)
-    unittest.main(verbosity=2)
+    test_clock.main()
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, worker_pids, write_spec)
 from e2e_test import Server, free_port, read, wait_for, worker_pids, write_spec  # noqa: E402
+import test_clock  # noqa: E402
 
 JOB = """
 name: %(name)s
@@ -447,4 +448,4 @@ class CoordinatorKill(unittest.TestCase):
 
 if __name__ == "__main__":
     e2e_test.BIN = sys.argv.pop(1)
-    unittest.main(verbosity=2)
+    test_clock.main()

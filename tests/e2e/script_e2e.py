@@ -21,9 +21,13 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
 from e2e_test import Server, read, wait_for, write_spec  # noqa: E402
+import test_clock  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = os.environ.get("TRAINYARD_PYTHON", "")
+# The venv's own files (Accelerate's test scripts) may be job scripts too:
+# the venv lives outside the checkout (scripts/pyenv.sh).
+VENV = os.path.realpath(os.path.dirname(os.path.dirname(PYTHON))) if PYTHON else REPO
 SCRIPT = os.path.join(REPO, "examples", "accelerate_script", "train.py")
 ACCELERATE_CONFIG = os.path.join(REPO, "examples", "accelerate_script", "cpu.yaml")
 
@@ -55,7 +59,8 @@ class ScriptJobs(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-script-e2e-")
-        cls.server = Server(cls.tmp.name, extra=("--allowed-root", cls.tmp.name, "--allowed-root", REPO))
+        cls.server = Server(cls.tmp.name, extra=("--allowed-root", cls.tmp.name, "--allowed-root", REPO,
+                                                 "--allowed-root", VENV))
 
     @classmethod
     def tearDownClass(cls):
@@ -446,4 +451,4 @@ if __name__ == "__main__":
         print("script_e2e: TRAINYARD_PYTHON (the venv's python with torch and accelerate) is not set")
         sys.exit(1)
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -21,6 +21,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, write_spec)
 from e2e_test import Server, wait_for, write_spec  # noqa: E402
+import test_clock  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
@@ -256,4 +257,4 @@ def start_slurm():
 if __name__ == "__main__":
     e2e_test.BIN = sys.argv.pop(1)
     start_slurm()
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
 from e2e_test import Server, read, wait_for, write_spec  # noqa: E402
 from replica_e2e import commits, job_logs  # noqa: E402
+import test_clock  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLUSTER = os.path.join(HERE, "slurm-multinode")
@@ -517,4 +518,4 @@ if __name__ == "__main__":
         print("slurm_multinode_e2e needs root (namespaces, Slurm's daemons)")
         sys.exit(77)
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    test_clock.main()

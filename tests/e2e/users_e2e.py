@@ -22,6 +22,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
 from e2e_test import Server, read, wait_for, write_spec  # noqa: E402
+import test_clock  # noqa: E402
 
 LONG = """
 name: %(name)s
@@ -353,4 +354,4 @@ class MutualTls(unittest.TestCase):
 
 if __name__ == "__main__":
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -28,6 +28,8 @@ import urllib.request
 import e2e_test
 from e2e_test import Server, wait_for, write_spec, worker_pids
 from users_e2e import policy
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_clock  # noqa: E402
 
 ARTIFACTS = None
 CHROMIUM = shutil.which("chromium")
@@ -267,4 +269,4 @@ if __name__ == "__main__":
     if not (CHROMIUM and CHROMEDRIVER):
         print("web_ui_e2e: SKIP: chromium and chromium-driver are not installed (scripts/install-deps.sh)")
         sys.exit(77)
-    unittest.main(verbosity=2)
+    test_clock.main()

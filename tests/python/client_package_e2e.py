@@ -27,6 +27,8 @@ sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 import e2e_test  # noqa: E402
 from e2e_test import Server, write_spec  # noqa: E402
 from users_e2e import policy  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
+import test_clock  # noqa: E402
 
 
 class ClientPackage(unittest.TestCase):
@@ -104,4 +106,4 @@ class ClientPackage(unittest.TestCase):
 
 if __name__ == "__main__":
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
-    unittest.main(verbosity=2)
+    test_clock.main()

@@ -16,6 +16,8 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 os.environ.pop("TRAINYARD_CHANNEL_FD", None)  # no worker here: importing opens nothing
 
 from trainyard import _channel  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
+import test_clock  # noqa: E402
 
 
 def fixture(name):
@@ -59,4 +61,4 @@ class ScriptChannel(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    test_clock.main()
