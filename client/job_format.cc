@@ -257,6 +257,8 @@ void PrintQueueTable(const v1::GetQueueResponse& queue, std::ostream& out) {
         << of(u.slots(), u.slots_quota()) << std::setw(12) << of(u.gpus(), u.gpus_quota())
         << (u.group() ? "-" : of(u.queued_jobs(), u.queued_jobs_quota())) << "\n";
   }
+  // What the server's own hosts have free now (its --slots and --gpus).
+  out << "\nFREE: " << queue.free_slots() << " slots, " << queue.free_gpus() << " GPUs\n";
 }
 
 }  // namespace trainyard

@@ -24,7 +24,7 @@ test_start=$SECONDS
 rm -f "$build/ctest-junit.xml"
 rc=0
 ctest --test-dir "$build" --output-on-failure --timeout 1200 -j "${TEST_JOBS:-2}" \
-  --output-junit ctest-junit.xml "$@" || rc=$?
+  --output-junit ctest-junit.xml --test-output-size-passed 65536 "$@" || rc=$?
 printf 'test\t%s\n' $((SECONDS - test_start)) >>"$build/phase-times.tsv"
 full=()
 if [ $# -eq 0 ]; then full=(--full); fi

@@ -16,6 +16,7 @@ The budget checks wall time only: no test asserts a time.
         --budget tests/time_budget.tsv --total SECONDS [--full] [--slowest 20]
 """
 import argparse
+import re
 import sys
 import xml.etree.ElementTree as ET
 
@@ -53,8 +54,21 @@ def read_phases(path):
     return phases
 
 
+CLOCK_LINE = re.compile(r"^\[clock\]\s+([0-9.]+) s  (\S+)$", re.M)
+
+
+def methods_of(case):
+    """{test method: seconds} from the [clock] lines (tests/e2e/test_clock.py)
+    in a ctest entry's output."""
+    out = case.find("system-out")
+    found = {}
+    for secs, name in CLOCK_LINE.findall(out.text or "" if out is not None else ""):
+        found[name.removeprefix("__main__.")] = float(secs)
+    return found
+
+
 def read_junit(path):
-    """[(seconds, test name, status)] from ctest's --output-junit file."""
+    """[(seconds, test name, status, {method: seconds})] from ctest's --output-junit file."""
     try:
         root = ET.parse(path).getroot()
     except (FileNotFoundError, ET.ParseError) as e:
@@ -67,7 +81,7 @@ def read_junit(path):
             status = "failed"
         elif case.find("skipped") is not None:
             status = "skipped"
-        out.append((float(case.get("time", 0) or 0), case.get("name", "?"), status))
+        out.append((float(case.get("time", 0) or 0), case.get("name", "?"), status, methods_of(case)))
     return out
 
 
@@ -89,16 +103,18 @@ def main():
         print(f"test-times:   {name:<10} {secs:8.0f}")
     print(f"test-times:   {'total':<10} {a.total:8.0f}")
     if tests:
-        summed = sum(t for t, _, _ in tests)
+        summed = sum(t[0] for t in tests)
         print(f"test-times: {len(tests)} ctest entries, {summed:.0f} s of test time in all; the "
-              f"{min(a.slowest, len(tests))} slowest (seconds, budget):")
-        for secs, name, status in sorted(tests, reverse=True)[:a.slowest]:
+              f"{min(a.slowest, len(tests))} slowest (seconds, budget; a Python suite's slowest methods below it):")
+        for secs, name, status, methods in sorted(tests, key=lambda t: -t[0])[:a.slowest]:
             b = budget.get(name)
             mark = f"{b:6.0f}" if b is not None else "     -"
             print(f"test-times:   {secs:8.1f} {mark}  {name}{'' if status == 'run' else '  (' + status + ')'}")
+            for m, m_secs in sorted(methods.items(), key=lambda kv: -kv[1])[:3]:
+                print(f"test-times:   {m_secs:8.1f}           {m}")
 
     warnings = []
-    for secs, name, _ in tests:
+    for secs, name, _, _ in tests:
         b = budget.get(name)
         if b is not None and secs > 1.5 * b:
             warnings.append(f"{name} took {secs:.0f} s, over 1.5x its budget of {b:.0f} s "

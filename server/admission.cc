@@ -30,7 +30,13 @@ absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const st
                                           const Caller& by, const std::string& job_id, const AdmissionState& now,
                                           const AdmissionFiles* files) const {
   Admitted a;
-  auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &a.notes);
+  absl::StatusOr<JobSpec> spec = absl::UnknownError("not parsed");
+  if (files != nullptr && files->spec) {
+    spec = *files->spec;
+    a.notes = files->notes;
+  } else {
+    spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &a.notes);
+  }
   if (!spec.ok()) return spec.status();
   if (spec->launcher == LauncherKind::kDefault) spec->launcher = now.launchers.default_kind();
   if (auto s = CheckResources(*spec, now.launchers); !s.ok()) return s;
@@ -211,8 +217,8 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
 AdmissionFiles Admission::ReadFiles(const std::string& spec_text, const std::string& accelerate_config,
                                     const Caller& by) const {
   AdmissionFiles files;
-  std::vector<std::string> notes;
-  auto spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &notes);
+  files.spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &files.notes);
+  const absl::StatusOr<JobSpec>& spec = *files.spec;
   if (!spec.ok() || spec->model.kind != ModelKind::kLlama) return files;
   const std::vector<std::string> roots = RootsOf(by);
   auto source = ResolveUnderRoots(LlamaConfigSource(spec->model), roots);

@@ -65,11 +65,14 @@ struct Admitted {
   std::vector<std::string> notes;
 };
 
-// What admission reads from files a submission names, read before the
-// server's lock is taken (Admission::ReadFiles), so that a slow or hostile
-// file answers that one request and stalls no other: a llama model's
+// What admission parses and reads for a submission before the server's
+// lock is taken (Admission::ReadFiles), so that a large spec or a slow or
+// hostile file costs that one request and stalls no other: the spec itself,
+// parsed once (with its Accelerate config's notes), and a llama model's
 // config.json (unset: nothing to read, or the spec is refused before).
 struct AdmissionFiles {
+  std::optional<absl::StatusOr<JobSpec>> spec;
+  std::vector<std::string> notes;
   std::optional<absl::StatusOr<LlamaConfig>> llama_config;
 };
 
@@ -80,15 +83,15 @@ class Admission {
   // The whole submit check of a job `by` submits as `job_id`. Unavailable
   // when the server is shutting down (not a refusal of the job); any other
   // error says which spec field or rule refuses it.
-  // `files`: what ReadFiles read for it (null: read now).
+  // `files`: what ReadFiles parsed and read for it (null: parse and read now).
   absl::StatusOr<Admitted> Admit(const std::string& spec_text, const std::string& accelerate_config, const Caller& by,
                                  const std::string& job_id, const AdmissionState& now,
                                  const AdmissionFiles* files = nullptr) const;
-  // Reads the files Admit checks for this submission (bounded, non-blocking:
-  // common/paths.h ReadBoundedFile), with none of the server's state: call
-  // it without the server's lock. A spec that does not parse, or names its
-  // model's config outside the caller's roots, reads nothing (Admit refuses
-  // it).
+  // Parses the spec and reads the files Admit checks for this submission
+  // (bounded, non-blocking: common/paths.h ReadBoundedFile), with none of the
+  // server's state: call it without the server's lock. A spec that does not
+  // parse, or names its model's config outside the caller's roots, reads
+  // nothing (Admit refuses it).
   AdmissionFiles ReadFiles(const std::string& spec_text, const std::string& accelerate_config, const Caller& by) const;
 
   // Whether the caller's job may run as the account the policy gives them:

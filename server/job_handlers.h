@@ -110,6 +110,9 @@ class JobRequestHandler {
   // What users and groups have in use against their quotas: `by`'s own and
   // their groups' (admins, and `all_users` where Queue allows it: everyone's).
   virtual absl::StatusOr<std::vector<QuotaUse>> Usage(const Caller& by, bool all_users) = 0;
+  // What the server's own hosts have free now (its --slots and --gpus).
+  virtual int free_slots() = 0;
+  virtual int free_gpus() = 0;
   virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   // Each rank's last step sample in the job's current attempt (its GPU

@@ -177,8 +177,8 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   // SIGKILL after the grace): --on-shutdown checkpoint's time is up.
   void StopGroups(const std::vector<std::string>& ids);
 
-  int free_slots();
-  int free_gpus();
+  int free_slots() override;
+  int free_gpus() override;
 
  private:
   ServerMetrics* const metrics_;

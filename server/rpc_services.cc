@@ -150,6 +150,8 @@ grpc::Status JobServiceImpl::GetQueue(const Caller& caller, const v1::GetQueueRe
     e->set_fair_share_usage(q.owner_usage);
     e->set_preemptible(q.preemptible);
   }
+  resp->set_free_slots(manager_->free_slots());
+  resp->set_free_gpus(manager_->free_gpus());
   auto usage = manager_->Usage(caller, req->all_users());
   if (!usage.ok()) return ToGrpcStatus(usage.status());
   for (const QuotaUse& u : *usage) {

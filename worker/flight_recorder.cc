@@ -34,8 +34,10 @@ void FlightRecorder::End(uint64_t handle) {
 }
 
 void FlightRecorder::SetPhase(const char* phase, int64_t step) {
-  step_.store(step, std::memory_order_relaxed);
-  if (phase_.exchange(phase, std::memory_order_relaxed) != phase) {
+  // "In <phase> after step N for T": T counts from the phase's start at this
+  // step, so a phase that spans the steps (a script's) restarts with each.
+  const bool new_step = step_.exchange(step, std::memory_order_relaxed) != step;
+  if (phase_.exchange(phase, std::memory_order_relaxed) != phase || new_step) {
     phase_since_micros_.store(NowMicros(), std::memory_order_relaxed);
   }
 }

@@ -11,7 +11,8 @@ Trainyard's worker plays). Exits 2 with Accelerate's message when it
 refuses the arguments.
 
 Importing Accelerate imports torch (about a second). With --cache-dir the
-answer is kept there, keyed by everything it depends on: this Python, the
+answer is computed once for the ranks that ask together (a lock in the
+directory: the others wait and read it) and kept there, keyed by everything it depends on: this Python, the
 installed accelerate and torch (version, place, modification time), the
 config's text and the other arguments, the environment, and the GPUs the
 driver lists. Only the rendezvous address and port are left out of the key:
@@ -133,21 +134,48 @@ def _store(cache_dir, path, env):
         pass  # a cache that cannot be written only costs the next launch its second
 
 
+def _lock(cache_dir):
+    """An exclusive lock on the cache directory (a descriptor to close), so
+    that the ranks of a node, which start together and ask the same
+    question, compute the answer once: the first computes and stores it,
+    the others wait and read it. None when it cannot be taken (then each
+    computes its own, as without a cache)."""
+    import fcntl
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(cache_dir, "accelerate-env.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def main(argv):
     cache_dir = None
     if len(argv) >= 2 and argv[0] == "--cache-dir":
         cache_dir, argv = argv[1], argv[2:]
-    path = env = None
+    path = env = lock = None
     if cache_dir:
         path, env = _cached(cache_dir, argv)
-    if env is None:
-        try:
-            env = launch_environment(argv)
-        except (ValueError, SystemExit) as e:
-            print(f"accelerate launch refuses this configuration: {e}", file=sys.stderr)
-            return 2
-        if cache_dir:
-            _store(cache_dir, path, env)
+        if env is None:
+            lock = _lock(cache_dir)
+            path, env = _cached(cache_dir, argv)  # another rank's, stored while this one waited
+    try:
+        if env is None:
+            try:
+                env = launch_environment(argv)
+            except (ValueError, SystemExit) as e:
+                print(f"accelerate launch refuses this configuration: {e}", file=sys.stderr)
+                return 2
+            if cache_dir:
+                _store(cache_dir, path, env)
+    finally:
+        if lock is not None:
+            os.close(lock)
     print(json.dumps(env, sort_keys=True))
     return 0
 

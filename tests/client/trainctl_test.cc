@@ -88,6 +88,8 @@ class FakeJobService final : public v1::JobService::Service {
     a->set_resource("gpus");
     a->set_reason("waiting: preempting job-x to free GPUs");
     a->set_estimated_start_unix_millis(1700000000000);
+    resp->set_free_slots(3);
+    resp->set_free_gpus(1);
     v1::QueueEntry* b = resp->add_entries();
     b->set_position(2);
     b->set_id("job-b");
@@ -257,6 +259,7 @@ TEST_F(TrainctlTest, QueueShowsOrderOwnersEstimatesAndReasons) {
   EXPECT_NE(first.find("waiting: preempting job-x to free GPUs"), std::string::npos);
   EXPECT_NE(second.find("100"), std::string::npos) << "no class name: the number";
   EXPECT_NE(second.find("unknown"), std::string::npos) << second;
+  EXPECT_NE(out_.str().find("\nFREE: 3 slots, 1 GPUs\n"), std::string::npos) << out_.str();
 
   ASSERT_EQ(Run([](Trainctl& c) { return c.Queue(); }, OutputFormat::kJson), 0) << err_.str();
   EXPECT_FALSE(service_.queue_all_users);

@@ -75,13 +75,15 @@ with Client() as c:
     assert df[df.series == "loss"].value.tolist() == [p["value"] for p in loss]
     assert str(df.time.dtype).startswith("datetime64")
 
-    # Submit YAML; the queue with quota use; checkpoint, cancel, resume, diagnose.
+    # Submit YAML; the queue with quota use and free slots; checkpoint, cancel, resume, diagnose.
+    wait("the queue to show the server's 2 slots free", lambda: c.queue()["free_slots"] == 2)
     long = c.submit(LONG_YAML)
     wait("the long job running", lambda: c.get(long["id"])["state"] == "RUNNING")
     wait("its first steps", lambda: c.get(long["id"])["step"] > 0)
     q = c.queue()
     mine = [u for u in q["usage"] if u["name"] == "alice" and not u["group"]]
     assert mine and mine[0]["slots"] == 2 and mine[0]["slots_quota"] == 2, q
+    assert q["free_slots"] == 0 and q["free_gpus"] == 0, q  # the server's 2 slots are the long job's
     d = c.diagnose(long["id"], timeout_ms=5000)
     assert isinstance(d["verdict"], str) and d["verdict"], d
     ck = c.checkpoint(long["id"])

@@ -3,11 +3,16 @@
 // per config), and the errors of a refused config and a missing Python.
 #include "worker/accelerate_env.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "tests/test_util.h"
 
@@ -30,7 +35,9 @@ class AccelerateEnvTest : public ::testing::Test {
   std::vector<fs::path> CacheFiles() const {
     std::vector<fs::path> out;
     if (fs::exists(cache_.path() + "/c")) {
-      for (const auto& e : fs::directory_iterator(cache_.path() + "/c")) out.push_back(e.path());
+      for (const auto& e : fs::directory_iterator(cache_.path() + "/c")) {
+        if (e.path().filename().string().rfind("accelerate-env-", 0) == 0) out.push_back(e.path());  // answers
+      }
     }
     return out;
   }
@@ -96,6 +103,31 @@ TEST_F(AccelerateEnvTest, TheSecondCallReadsTheCacheAndConfigsAreKeptApart) {
   where_.world_size = 4;
   ASSERT_TRUE(AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir).ok());
   EXPECT_EQ(CacheFiles().size(), 3u);
+}
+
+// Ranks that start together ask the same question at once: the first to
+// take the cache's lock computes the answer, the others wait for it and read
+// it. Here the test holds the lock: the call waits, and returns the answer
+// stored meanwhile (planted, so that a computed one would show).
+TEST_F(AccelerateEnvTest, RanksAskingTogetherComputeTheAnswerOnce) {
+  const std::string dir = cache_.path() + "/c";
+  auto first = AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(CacheFiles().size(), 1u);
+  const fs::path answer = CacheFiles()[0];
+  fs::remove(answer);
+  const int lock = open((dir + "/accelerate-env.lock").c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(flock(lock, LOCK_EX), 0);
+  auto waiting = std::async(std::launch::async,
+                            [&] { return AccelerateLaunchEnvironment(TRAINYARD_TEST_PYTHON, kConfig, where_, dir); });
+  // Long enough for it to compute (about a second) had it not waited.
+  EXPECT_EQ(waiting.wait_for(std::chrono::seconds(4)), std::future_status::timeout) << "it did not wait for the lock";
+  std::ofstream(answer) << R"({"ACCELERATE_MIXED_PRECISION": "stored by the first rank"})";
+  close(lock);
+  auto env = waiting.get();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->at("ACCELERATE_MIXED_PRECISION"), "stored by the first rank");
 }
 
 TEST_F(AccelerateEnvTest, ARefusedConfigGivesAcceleratesMessage) {

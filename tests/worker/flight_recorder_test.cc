@@ -45,6 +45,28 @@ TEST(FlightRecorder, TheRingKeepsTheNewestCollectivesOldestFirst) {
   EXPECT_NE(rec.Capture().collectives[3].end_unix_micros, 0);
 }
 
+// A phase that spans the steps (a script job's "script") counts its time
+// from the latest step, not from its start: a healthy script is not "in
+// script after step 88 for 8.8 s" when its steps come ten a second.
+TEST(FlightRecorder, APhaseThatSpansStepsCountsFromTheLatestStep) {
+  FlightRecorder rec(0);
+  rec.SetPhase("script", 0);
+  const int64_t started = rec.Capture().phase_since_unix_micros;
+  const auto later = [&] { return NowMicros() > started + 1000; };
+  WaitFor(later, std::chrono::seconds(5));
+  rec.SetPhase("script", 1);
+  const FlightRecord at_step_1 = rec.Capture();
+  EXPECT_EQ(at_step_1.step, 1);
+  EXPECT_GT(at_step_1.phase_since_unix_micros, started + 1000);
+  const int64_t since = at_step_1.phase_since_unix_micros;
+  WaitFor([&] { return NowMicros() > since + 1000; }, std::chrono::seconds(5));
+  rec.SetPhase("script", 1);  // the same step again: the same start
+  EXPECT_EQ(rec.Capture().phase_since_unix_micros, since);
+  // And the coordinator's verdict counts from there.
+  const HangDiagnosis d = DiagnoseHang(1, {{0, rec.Capture()}}, since + 2'500'000);
+  EXPECT_NE(d.verdict.find("rank 0 in script after step 1 for 2.5 s"), std::string::npos) << d.verdict;
+}
+
 TEST(RecordingBackend, RecordsEveryCollectiveAlikeOnEveryRank) {
   constexpr int kWorld = 2;
   auto store = c10::make_intrusive<c10d::HashStore>();
