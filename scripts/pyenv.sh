@@ -27,7 +27,8 @@ requirements=(torch==2.15.0 nvidia-cuda-crt==13.2.86 safetensors==0.8.0 accelera
 if [ -n "${TRAINYARD_VENV:-}" ]; then
   venv=$TRAINYARD_VENV
 else
-  if [ "$(id -u)" -eq 0 ]; then default_cache=/var/cache/trainyard; else default_cache=${XDG_CACHE_HOME:-$HOME/.cache}/trainyard; fi
+  default_cache=${XDG_CACHE_HOME:-$HOME/.cache}/trainyard
+  if [ "$(id -u)" -eq 0 ]; then default_cache=/var/cache/trainyard; fi
   cache=${TRAINYARD_CACHE:-$default_cache}
   key=$( (/usr/bin/python3 --version; printf '%s\n' "${requirements[@]}") | sha256sum | cut -c1-12)
   venv=$cache/venv-$key

@@ -116,7 +116,8 @@ TEST_F(AccelerateEnvTest, RanksAskingTogetherComputeTheAnswerOnce) {
   ASSERT_EQ(CacheFiles().size(), 1u);
   const fs::path answer = CacheFiles()[0];
   fs::remove(answer);
-  const int lock = open((dir + "/accelerate-env.lock").c_str(), O_RDWR | O_CREAT, 0600);
+  // Close-on-exec: the Python the call starts must not inherit (and so hold) the lock.
+  const int lock = open((dir + "/accelerate-env.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   ASSERT_GE(lock, 0);
   ASSERT_EQ(flock(lock, LOCK_EX), 0);
   auto waiting = std::async(std::launch::async,
