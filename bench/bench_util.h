@@ -73,4 +73,12 @@ class StepTimes final : public MetricsSink {
 
 }  // namespace trainyard::bench
 
+// bench/ in the checkout (its Python peers and scripts), written by CMake into
+// one generated file of this library rather than onto each benchmark's
+// command line, so that the benchmarks compile alike in every clone.
+namespace trainyard::bench {
+extern const char* const kBenchDir;
+}  // namespace trainyard::bench
+#define TRAINYARD_BENCH_DIR (::trainyard::bench::kBenchDir)
+
 #endif  // TRAINYARD_BENCH_BENCH_UTIL_H_

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "client/trainctl.h"
+#include "tests/test_paths.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {

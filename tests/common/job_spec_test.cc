@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 #include "common/placement.h"
+#include "tests/test_paths.h"
 
 #include <gtest/gtest.h>
 

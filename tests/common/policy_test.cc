@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/test_paths.h"
+
 namespace trainyard {
 namespace {
 
@@ -77,7 +79,7 @@ TEST(Policy, RootsMaximumClassesAndGroupVisibility) {
 // The example deploy/ ships parses as its comments say. (ReadPolicy would
 // also resolve its accounts, alice and bob, which this machine need not have.)
 TEST(Policy, TheDeployExampleParses) {
-  std::ifstream f(TRAINYARD_SOURCE_DIR "/deploy/policy.example.yaml");
+  std::ifstream f(std::string(TRAINYARD_SOURCE_DIR) + "/deploy/policy.example.yaml");
   std::stringstream text;
   text << f.rdbuf();
   auto p = ParsePolicy(text.str(), "policy.example.yaml");

@@ -9,6 +9,8 @@
 
 #include "common/spec/spec_reference.h"
 
+#include "tests/test_paths.h"
+
 namespace trainyard {
 namespace {
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/step_metrics.h"
+#include "tests/test_paths.h"
 
 namespace trainyard {
 namespace {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace trainyard {

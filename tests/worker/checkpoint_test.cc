@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/collectives.h"

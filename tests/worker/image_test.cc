@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "worker/image_decode.h"
 #include "worker/image_folder.h"

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
 #include "tests/worker/trainer_test_util.h"

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/device.h"

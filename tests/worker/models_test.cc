@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/model_layers.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/fsdp.h"

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace trainyard {

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/test_paths.h"
+
 namespace trainyard {
 namespace {
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "tests/test_paths.h"
 #include "tests/test_util.h"
 
 namespace trainyard {
