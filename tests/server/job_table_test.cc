@@ -115,6 +115,7 @@ namespace {
 TEST_F(JobTableTest, HistoryIsSavedEveryIntervalAndWhenTheJobEndsAndReadAfterARestart) {
   ActiveJob& job = Submit();
   const std::string id = job.record.id;
+  const JobSpec spec = job.spec;  // `job` is gone once removed below
   StepMetrics m;
   auto add = [&](int64_t step) {
     m.step = step;
@@ -152,7 +153,7 @@ TEST_F(JobTableTest, HistoryIsSavedEveryIntervalAndWhenTheJobEndsAndReadAfterARe
   // Held again (resumed), it goes on from there.
   auto record = again.StoredRecord(id);
   ASSERT_TRUE(record.ok());
-  ActiveJob& resumed = again.Hold(*record, job.spec);
+  ActiveJob& resumed = again.Hold(*record, spec);
   EXPECT_EQ(resumed.history.series().at("loss").added(), 3000);
   EXPECT_EQ(again.History("job-none").status().code(), absl::StatusCode::kNotFound);
 }
