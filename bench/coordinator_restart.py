@@ -23,6 +23,7 @@ import grpc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
 import e2e_test  # noqa: E402
 from e2e_test import Server, free_port, wait_for, write_spec  # noqa: E402
+from reliability_e2e import field_bytes  # noqa: E402  (a protobuf field by hand)
 
 JOB = """
 name: restarts
@@ -36,15 +37,6 @@ reattach_timeout_s: 60
 
 def log_time(line):
     return datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S.%f").timestamp()
-
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def main():
@@ -81,8 +73,7 @@ def main():
             reattaches.append(back - up)
         ch = grpc.insecure_channel(s.addr)
         submit = ch.unary_unary("/trainyard.v1.JobService/SubmitJob")
-        body = b"name: " + b"y" * 500000 + b"\n"
-        big = varint(1 << 3 | 2) + varint(len(body)) + body
+        big = field_bytes(1, b"name: " + b"y" * 500000 + b"\n")
         for _ in range(5):
             try:
                 submit(big, timeout=10)
