@@ -127,7 +127,9 @@ class WebUi(unittest.TestCase):
                  driver.find_element(By.ID, "signed-in-as").text == user, 30, f"signed in as {user}")
 
     def points(self, driver):
-        return int(driver.find_element("id", "chart-loss").get_attribute("data-points") or 0)
+        # The page draws the chart after its first fetch: until then there is no element, and no points.
+        charts = driver.find_elements("id", "chart-loss")
+        return int(charts[0].get_attribute("data-points") or 0) if charts else 0
 
     def state(self):
         r = self.server.ctl("--token-file", self.alice_token, "-o", "json", "get", self.job)
