@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   std::string accelerate_config;
   submit->add_option("--accelerate-config", accelerate_config,
                      "Hugging Face Accelerate config (YAML, as `accelerate config` writes it) applied to the spec");
+  std::vector<std::string> sets;
+  submit->add_option("--set", sets, "Override a field of the spec: KEY=VALUE, KEY dotted (data.batch_size=32), "
+                                    "VALUE as YAML; repeat for several")
+      ->take_all();
   auto* list = app.add_subcommand("list", "List jobs");
   list->add_option("--state", state, "Only jobs in this state");
   int64_t list_limit = 0;
@@ -75,7 +79,9 @@ int main(int argc, char** argv) {
   checkpoint->add_option("--type", ckpt_type, "full, sharded, or auto (the job's checkpoint.type)")
       ->check(CLI::IsMember(std::vector<std::string>{"auto", "full", "sharded"}))
       ->capture_default_str();
-  checkpoint->add_flag("--wait", wait, "Return when the checkpoint is complete; print its path");
+  checkpoint->add_flag("--wait", wait,
+                       "Wait until the job runs (if it is still starting), then until the checkpoint is complete; "
+                       "print its path");
   checkpoint->add_option("--wait-timeout", wait_s, "Seconds --wait waits at most")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
@@ -157,7 +163,7 @@ int main(int argc, char** argv) {
   o.rpc_timeout = std::chrono::seconds(timeout_s);
 
   trainyard::Trainctl ctl(o, std::cout, std::cerr);
-  if (*submit) return ctl.Submit(file, watch, accelerate_config);
+  if (*submit) return ctl.Submit(file, watch, accelerate_config, sets);
   if (*list) return ctl.List(state, list_limit, all_users);
   if (*queue) return ctl.Queue(all_users);
   if (*get) return ctl.Get(id);

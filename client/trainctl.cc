@@ -23,6 +23,7 @@
 #include "client/job_format.h"
 #include "common/credentials.h"
 #include "common/job_state.h"
+#include "common/spec/spec_overrides.h"
 #include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
@@ -72,7 +73,8 @@ Trainctl::Trainctl(TrainctlOptions options, std::ostream& out, std::ostream& err
     : impl_(std::make_unique<Impl>(std::move(options), out, err)) {}
 Trainctl::~Trainctl() = default;
 
-int Trainctl::Submit(const std::string& file, bool watch, const std::string& accelerate_config_file) {
+int Trainctl::Submit(const std::string& file, bool watch, const std::string& accelerate_config_file,
+                     const std::vector<std::string>& sets) {
   Impl& s = *impl_;
   std::ifstream in(file, std::ios::binary);
   if (!in) {
@@ -81,8 +83,13 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
   }
   std::stringstream buf;
   buf << in.rdbuf();
+  absl::StatusOr<std::string> spec = ApplySpecOverrides(buf.str(), sets);
+  if (!spec.ok()) {
+    s.err << "trainctl: " << file << ": " << spec.status().message() << "\n";
+    return 2;
+  }
   v1::SubmitJobRequest req;
-  req.set_spec(buf.str());
+  req.set_spec(*spec);
   req.set_source_name(file);
   if (!accelerate_config_file.empty()) {
     std::ifstream config(accelerate_config_file, std::ios::binary);
@@ -280,9 +287,14 @@ int Trainctl::Cancel(const std::string& id, bool wait, bool checkpoint) {
           << (IsTerminalProto(resp.job().state()) ? resp.job().reason() : "stopping") << "\n";
     return 0;
   }
-  s.out << id
-        << (checkpoint ? ": checkpointing, then stopping; waiting for its workers\n"
-                       : ": cancelling, waiting for its workers to stop\n");
+  if (checkpoint && resp.job().state() != v1::RUNNING) {
+    s.out << id << ": " << StateName(resp.job().state())
+          << ", no step of this attempt has run: nothing to checkpoint; cancelling, waiting for its workers to stop\n";
+  } else {
+    s.out << id
+          << (checkpoint ? ": checkpointing, then stopping; waiting for its workers\n"
+                         : ": cancelling, waiting for its workers to stop\n");
+  }
   int rc = Watch(id);
   if (rc == 2) return rc;
   auto final_state = Impl::LastState(s, id);
@@ -297,8 +309,14 @@ int Trainctl::Checkpoint(const std::string& id, const std::string& type, bool wa
   req.set_wait(wait);
   v1::CheckpointJobResponse resp;
   grpc::Status st = s.Call(&v1::JobService::Stub::CheckpointJob, req, &resp, wait ? wait_for : s.options.rpc_timeout);
-  if (wait && st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-      Impl::LastState(s, id) != v1::JOB_STATE_UNSPECIFIED) {
+  if (const v1::JobState state = wait && st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                                     ? Impl::LastState(s, id)
+                                     : v1::JOB_STATE_UNSPECIFIED;
+      state == v1::QUEUED || state == v1::STARTING || state == v1::RECOVERING) {
+    s.err << "trainctl: timed out after " << wait_for.count() << " s waiting for job " << id
+          << " to run (it is " << StateName(state) << "); no checkpoint was requested\n";
+    return 1;
+  } else if (state != v1::JOB_STATE_UNSPECIFIED) {
     // The server answers: the checkpoint did not come within --wait.
     s.err << "trainctl: timed out after " << wait_for.count() << " s waiting for job " << id
           << "'s checkpoint (it may still come: `trainctl checkpoints " << id << "`; --wait-timeout waits longer)\n";

@@ -36,7 +36,9 @@ class Trainctl {
 
   // Submits the spec in `file`; with `accelerate_config_file`, also that
   // Accelerate config (YAML), whose keys win over the spec's.
-  int Submit(const std::string& file, bool watch, const std::string& accelerate_config_file = "");
+  // `sets`: "KEY=VALUE" overrides of the spec's fields (ApplySpecOverrides).
+  int Submit(const std::string& file, bool watch, const std::string& accelerate_config_file = "",
+             const std::vector<std::string>& sets = {});
   // Every job (in `state_filter`, when given), oldest first, following the
   // server's pages; at most `limit` of them (0: all).
   // `all_users`: everyone's jobs (admins; group members where the server

@@ -149,6 +149,10 @@ class JobRequestHandler {
   // A running elastic job runs `num_processes` ranks from now on (ranks
   // leave or are launched); `by` is named in its events.
   virtual absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t num_processes, const Caller& by) = 0;
+  // Waits until the job runs, ends or `deadline` passes; OK unless the job
+  // is still waiting to run (QUEUED, STARTING, RECOVERING) at `deadline`
+  // (DeadlineExceeded naming its state).
+  virtual absl::Status AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) = 0;
   // Asks a running job's rank 0 for a checkpoint; returns the request id.
   virtual absl::StatusOr<int64_t> RequestCheckpoint(const std::string& id, CheckpointType type) = 0;
   // Waits until the job reports the checkpoint of `request_id` (ok or not),

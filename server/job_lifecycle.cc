@@ -426,6 +426,12 @@ JobRecord JobLifecycle::Cancel(ActiveJob& job, bool checkpoint, int64_t request_
     return job.record;
   }
   if (a.stop() == Attempt::Stop::kCancel) return job.record;  // stopping already
+  if (checkpoint && !a.cancel_requested() && job.record.state != JobState::kRunning) {
+    jobs_->AddEvent(job, absl::StrCat("cancel --checkpoint of a ", JobStateName(job.record.state),
+                                      " job: no step of this attempt has run, so there is nothing new to save; "
+                                      "stopping without a checkpoint (`trainctl resume` starts from its latest "
+                                      "checkpoint, or from the beginning if it has none)"));
+  }
   a.RequestStop(Attempt::Stop::kCancel);
   spdlog::info("job {}: cancel requested; stopping {} ranks", job.record.id, job.record.num_processes);
   a.Broadcast({WorkerCommand::Kind::kStop, "cancelled by user"});
@@ -471,7 +477,8 @@ absl::Status JobLifecycle::RequestCheckpoint(ActiveJob& job, CheckpointType type
   if (job.record.state != JobState::kRunning || rank0 == nullptr || cancelling) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),
                                                       cancelling ? " and being cancelled" : "",
-                                                      "; only a running job can checkpoint"));
+                                                      "; only a running job can checkpoint",
+                                                      cancelling ? "" : " (--wait waits until it runs)"));
   }
   WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "requested"};
   cmd.request_id = request_id;

@@ -250,6 +250,17 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpo
   return lifecycle_.Cancel(**found, checkpoint, requests_.NextId());
 }
 
+absl::Status JobManager::AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) {
+  absl::MutexLock lock(&mu_);
+  auto running_or_ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const ActiveJob* job = jobs_.Find(id);
+    return job == nullptr || job->record.state == JobState::kRunning;
+  };
+  if (mu_.AwaitWithDeadline(absl::Condition(&running_or_ended), absl::FromChrono(deadline))) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", id, " is still ", JobStateName(jobs_.Find(id)->record.state)));
+}
+
 absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, CheckpointType type) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can checkpoint");

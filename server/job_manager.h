@@ -92,6 +92,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
     return List(states, page_size, page_token, Caller{}, /*all_users=*/true);
   }
   absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint = false) override;
+  absl::Status AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) override;
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& id, CheckpointType type) override;
   absl::StatusOr<CheckpointEvent> WaitCheckpoint(const std::string& id, int64_t request_id,
                                                  std::chrono::system_clock::time_point deadline) override;

@@ -197,16 +197,30 @@ grpc::Status JobServiceImpl::CheckpointJob(const Caller& caller, const v1::Check
       type ? absl::OkStatus()
            : absl::InvalidArgumentError(absl::StrCat("field 'type': unknown checkpoint type ", req->type()));
   if (grpc::Status auth = Authorize(caller, req->id(), "checkpoint", false, fields); !auth.ok()) return auth;
+  // With `wait`, until the client's deadline (at most an hour), in slices so
+  // that a cancelled call or a shutdown ends the wait: first for a job that
+  // is still starting to run, then for its checkpoint.
+  const auto limit = std::min(call.deadline, std::chrono::system_clock::now() + std::chrono::hours(1));
+  auto slice_of_wait = [&] {
+    return std::min(limit, std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  };
+  for (absl::Status running = absl::OkStatus(); req->wait();) {
+    running = manager_->AwaitRunning(req->id(), slice_of_wait());
+    if (running.ok()) break;
+    if (std::chrono::system_clock::now() >= limit) {
+      return ToGrpcStatus(absl::DeadlineExceededError(
+          absl::StrCat(running.message(), " at the end of the wait; no checkpoint was requested")));
+    }
+    if ((call.cancelled && call.cancelled()) || shutting_down_) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "wait cancelled");
+    }
+  }
   auto request_id = manager_->RequestCheckpoint(req->id(), *type);
   if (!request_id.ok()) return ToGrpcStatus(request_id.status());
   resp->set_request_id(*request_id);
   if (!req->wait()) return grpc::Status::OK;
-  // Until the client's deadline (at most an hour), in slices so that a
-  // cancelled call or a shutdown ends the wait.
-  const auto limit = std::min(call.deadline, std::chrono::system_clock::now() + std::chrono::hours(1));
   for (;;) {
-    const auto slice = std::min(limit, std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    auto done = manager_->WaitCheckpoint(req->id(), *request_id, slice);
+    auto done = manager_->WaitCheckpoint(req->id(), *request_id, slice_of_wait());
     if (done.ok()) {
       ToProto(*done, resp->mutable_checkpoint());
       if (!done->ok) {

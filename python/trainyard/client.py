@@ -242,9 +242,13 @@ class Client:
             pass
         return self.get(job_id)
 
-    def cancel(self, job_id, checkpoint=False):
-        """Cancels the job; with `checkpoint`, after a checkpoint."""
-        return _to_dict(self._call("CancelJob", self._pb.CancelJobRequest(id=job_id, checkpoint=checkpoint)).job)
+    def cancel(self, job_id, checkpoint=False, wait=False):
+        """Cancels the job; with `checkpoint`, a running job saves a checkpoint
+        first. Returns the job as the request left it (its workers may still
+        be stopping: "RUNNING"); with `wait`, as `trainctl cancel` does, once
+        it ended ("CANCELLED")."""
+        job = _to_dict(self._call("CancelJob", self._pb.CancelJobRequest(id=job_id, checkpoint=checkpoint)).job)
+        return self.wait(job_id) if wait else job
 
     def scale(self, job_id, num_processes):
         """Grows or shrinks a running elastic job to `num_processes` ranks
@@ -254,7 +258,8 @@ class Client:
         return _to_dict(self._call("ScaleJob", req).job)
 
     def checkpoint(self, job_id, sharded=False, wait=True, timeout=600.0):
-        """Asks a running job for a checkpoint; with `wait`, returns it once
+        """Asks a running job for a checkpoint; with `wait`, first waits for a
+        job that is still starting to run, then returns the checkpoint once
         saved (or raises when it failed)."""
         kind = self._pb.SHARDED if sharded else self._pb.CHECKPOINT_TYPE_UNSPECIFIED
         r = self._call("CheckpointJob", self._pb.CheckpointJobRequest(id=job_id, type=kind, wait=wait),

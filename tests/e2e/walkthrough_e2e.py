@@ -1,0 +1,115 @@
+"""README's walkthrough, typed as written, in its order, against a real server.
+
+Each `trainctl` and `curl` line of the walkthrough's bash blocks runs as the
+README gives it, one right after the other (a fast typist), from the
+checkout, with the server's address in TRAINYARD_SERVER. What the test
+changes, and only that: the job ids (the README's are examples), the
+server's metrics port, and the long job's `--set max_steps=20000` (3,000
+here, so that the test ends in under a minute). The build and server lines
+are the test's own: the built tree's programs and a server on free ports.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402
+from e2e_test import REPO, Server  # noqa: E402
+import test_clock  # noqa: E402
+
+README_JOB = re.compile(r"job-[0-9a-f]{8}\b")
+
+
+def walkthrough_blocks():
+    text = open(os.path.join(REPO, "README.md")).read()
+    section = text[text.index("## A walkthrough"):]
+    section = section[:section.index("\n## ", 1)]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, f"README's walkthrough has {len(blocks)} bash blocks, the test knows 2"
+    return [[re.sub(r"\s+# .*$", "", line).strip() for line in b.splitlines() if line.strip()] for b in blocks]
+
+
+class Walkthrough(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.server = Server(cls.tmp.name, slots=2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def type(self, line, job):
+        line = README_JOB.sub(job, line) if job else line
+        line = line.replace("127.0.0.1:9464", f"127.0.0.1:{self.server.metrics_port}")
+        line = line.replace("--set max_steps=20000", "--set max_steps=3000")
+        env = dict(os.environ, TRAINYARD_SERVER=self.server.addr,
+                   PATH=e2e_test.BIN + os.pathsep + os.environ["PATH"])
+        r = subprocess.run(["bash", "-c", line], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, f"`{line}` exited {r.returncode}:\n{r.stdout}{r.stderr}")
+        return r.stdout
+
+    def run_block(self, lines, checks):
+        """Types each line; checks[word] (the line's trainctl subcommand or its
+        first word) checks that line's output. Returns the job id."""
+        job, seen = None, []
+        for line in lines:
+            word = line.split()[0]
+            if word in ("bash", "export", "trainyard-server", "kill"):
+                continue  # the build, PATH, the server and its stop: the test's own
+            if word == "trainctl":
+                word = line.split()[1]
+            out = self.type(line, job)
+            if word == "submit":
+                job = re.search(r"^submitted (job-[0-9a-f]+) ", out, re.M).group(1)
+            if word in checks:
+                checks[word](out, job)
+            seen.append(word)
+        self.assertEqual(sorted(set(checks) - set(seen)), [], "lines the test expected in the README's block")
+        return job
+
+    def test_1_run_and_inspect(self):
+        def checkpoints(out, job):
+            self.assertRegex(out, rf"jobs/{job}/checkpoints/checkpoint_0")
+        job = self.run_block(walkthrough_blocks()[0], {
+            "watch": lambda out, job: self.assertIn("SUCCEEDED", out),
+            "list": lambda out, job: self.assertIn(job, out),
+            "get": lambda out, job: self.assertRegex(out, r"state:\s+SUCCEEDED"),
+            "logs": lambda out, job: self.assertIn("rank 1", out),
+            "checkpoints": checkpoints,
+            "curl": lambda out, job: self.assertRegex(out, r'trainyard_jobs{state="SUCCEEDED"} 1\b'),
+        })
+        self.assertEqual(self.server.job(job)["state"], "SUCCEEDED")
+
+    def test_2_checkpoint_cancel_resume_while_it_runs(self):
+        saved = []
+
+        def checkpoint(out, job):
+            path = out.strip().splitlines()[-1]
+            self.assertTrue(os.path.isdir(path), out)
+            saved.append(path)
+
+        def cancel(out, job):
+            self.assertIn("CANCELLED", out)
+            cks = json.loads(self.server.ctl("-o", "json", "checkpoints", job).stdout)
+            self.assertEqual([c["trigger"] for c in cks if c["ok"]][-1], "cancel", cks)
+
+        job = self.run_block(walkthrough_blocks()[1], {
+            "checkpoint": checkpoint,
+            "diagnose": lambda out, job: self.assertRegex(out, r"rank 0"),
+            "cancel": cancel,
+            "resume": lambda out, job: self.assertIn("SUCCEEDED", out),
+        })
+        j = self.server.job(job)
+        self.assertEqual((j["state"], j["attempt"], j["step"]), ("SUCCEEDED", 2, 3000), j)
+        self.assertTrue(any("resum" in e["reason"] and "checkpoint_" in e["reason"] for e in j["events"]), j["events"])
+
+
+if __name__ == "__main__":
+    e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
+    test_clock.main()
