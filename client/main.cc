@@ -38,8 +38,10 @@ int main(int argc, char** argv) {
   submit->add_option("--accelerate-config", accelerate_config,
                      "Hugging Face Accelerate config (YAML, as `accelerate config` writes it) applied to the spec");
   std::vector<std::string> sets;
-  submit->add_option("--set", sets, "Override a field of the spec: KEY=VALUE, KEY dotted (data.batch_size=32), "
-                                    "VALUE as YAML; repeat for several")
+  submit
+      ->add_option("--set", sets,
+                   "Override a field of the spec: KEY=VALUE, KEY dotted (data.batch_size=32), "
+                   "VALUE as YAML; repeat for several")
       ->take_all();
   auto* list = app.add_subcommand("list", "List jobs");
   list->add_option("--state", state, "Only jobs in this state");

@@ -313,8 +313,8 @@ int Trainctl::Checkpoint(const std::string& id, const std::string& type, bool wa
                                      ? Impl::LastState(s, id)
                                      : v1::JOB_STATE_UNSPECIFIED;
       state == v1::QUEUED || state == v1::STARTING || state == v1::RECOVERING) {
-    s.err << "trainctl: timed out after " << wait_for.count() << " s waiting for job " << id
-          << " to run (it is " << StateName(state) << "); no checkpoint was requested\n";
+    s.err << "trainctl: timed out after " << wait_for.count() << " s waiting for job " << id << " to run (it is "
+          << StateName(state) << "); no checkpoint was requested\n";
     return 1;
   } else if (state != v1::JOB_STATE_UNSPECIFIED) {
     // The server answers: the checkpoint did not come within --wait.

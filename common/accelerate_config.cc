@@ -496,7 +496,16 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
       return absl::InvalidArgumentError(absl::StrCat("accelerate config is not valid YAML: ", e.what()));
     }
   } else {
-    return ParseJobSpec(spec_text, limits);
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, limits);
+    if (spec.ok() && warnings != nullptr && root.IsMap() && !const_root["num_processes"] &&
+        !const_root["distributed_type"] && !const_root["script"]) {
+      // A spec written for an Accelerate config (examples/accelerate-fsdp.yaml)
+      // and sent without one: say why it runs one process.
+      warnings->push_back(
+          "the spec sets neither num_processes nor distributed_type and came without an accelerate config: "
+          "1 process, not distributed (set them, or submit with --accelerate-config FILE)");
+    }
+    return spec;
   }
   if (!root.IsMap()) return ParseJobSpec(spec_text, limits);  // its message for a spec that is not a mapping
 

@@ -136,7 +136,8 @@ struct CheckpointEvent {
   int64_t host_bytes = 0;                       // host memory of an async save's copy (rank 0)
   int64_t unix_millis = 0;                      // when it was committed
   bool ok = false;
-  std::string error;  // why it failed (nothing is left as "latest")
+  std::string error;     // why it failed (nothing is left as "latest")
+  bool refused = false;  // not attempted: the job cannot save on request (a script without trainyard)
 };
 
 // Receives every step's metrics, checkpoint outcomes and notes from a

@@ -72,6 +72,7 @@ void ToProto(const CheckpointEvent& c, v1::Checkpoint* out) {
   out->set_seconds(c.seconds);
   out->set_blocking_seconds(c.blocking_seconds);
   out->set_host_bytes(c.host_bytes);
+  out->set_refused(c.refused);
   out->set_unix_millis(c.unix_millis);
   out->set_request_id(c.request_id);
   out->set_ok(c.ok);
@@ -121,6 +122,7 @@ CheckpointEvent FromProto(const v1::Checkpoint& c) {
   e.seconds = c.seconds();
   e.blocking_seconds = c.blocking_seconds();
   e.host_bytes = c.host_bytes();
+  e.refused = c.refused();
   e.unix_millis = c.unix_millis();
   e.request_id = c.request_id();
   e.ok = c.ok();

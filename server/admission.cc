@@ -154,6 +154,30 @@ absl::StatusOr<std::string> Admission::ResolveFor(const std::string& path, const
   return resolved;
 }
 
+namespace {
+
+// What writes the file a spec field names, for the error that it is missing.
+std::string MakerHint(const JobSpec& spec, std::string_view field) {
+  if (field == "model.kind" && spec.model.kind == ModelKind::kTorchScript) {
+    return " (save one with torch.jit.script(module).save(PATH); examples/export_torchscript.py does)";
+  }
+  if (field == "model.init_from" && spec.model.kind != ModelKind::kLlama) {
+    return " (a safetensors file or directory; examples/make_finetune_inputs.py writes one)";
+  }
+  if (field == "data.kind" && spec.data.kind == DataKind::kTensors) {
+    return " (safetensors files of tensors; examples/make_finetune_inputs.py writes them)";
+  }
+  if (field == "data.kind" && spec.data.kind == DataKind::kImageFolder) {
+    return " (a folder of one folder of images per class; examples/make_image_folder.py makes one)";
+  }
+  if (field == "model.config" || field == "model.init_from") {
+    return " (a Hugging Face model directory; examples/make_llama_inputs.py makes a small one)";
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, const Launcher::Traits& traits,
                                      const Caller& by) const {
   CheckpointSpec& c = spec.checkpoint;
@@ -182,6 +206,13 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
       return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", resolved.status().message()));
     }
     *path = *resolved;
+    // The local launcher's ranks read them on this host: a missing one is
+    // refused now, with what makes it, not found after launch.
+    if (traits.on_this_host && !std::filesystem::exists(*path, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", *path,
+                                                     " does not exist on this host, where the local launcher ",
+                                                     "runs the job", MakerHint(spec, field)));
+    }
   }
   if (!spec.script.empty()) {
     for (auto [field, path] : {std::pair<const char*, std::string*>{"script.path", &spec.script.path},

@@ -475,10 +475,9 @@ absl::Status JobLifecycle::RequestCheckpoint(ActiveJob& job, CheckpointType type
   WorkerChannel* rank0 = job.attempt ? job.attempt->channel(job.attempt->lead_rank()) : nullptr;
   const bool cancelling = job.attempt && job.attempt->cancel_requested();
   if (job.record.state != JobState::kRunning || rank0 == nullptr || cancelling) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),
-                                                      cancelling ? " and being cancelled" : "",
-                                                      "; only a running job can checkpoint",
-                                                      cancelling ? "" : " (--wait waits until it runs)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.record.id, " is ", JobStateName(job.record.state), cancelling ? " and being cancelled" : "",
+        "; only a running job can checkpoint", cancelling ? "" : " (--wait waits until it runs)"));
   }
   WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "requested"};
   cmd.request_id = request_id;

@@ -200,7 +200,8 @@ Membership::Decision Membership::Form() {
   if (ranks.empty()) return {};
   for (int32_t r : ranks) states_[r] = State::kMember;
   const int32_t n = static_cast<int32_t>(ranks.size());
-  return Advance(std::move(ranks), n == world_size_ ? absl::StrCat("all ", n, " ranks connected")
+  return Advance(std::move(ranks), n == world_size_ ? (n == 1 ? std::string("its one rank connected")
+                                                              : absl::StrCat("all ", n, " ranks connected"))
                                                     : absl::StrCat(n, " of ", world_size_, " ranks connected"));
 }
 

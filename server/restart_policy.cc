@@ -49,7 +49,9 @@ NextStep DecideAfterAttempt(const AttemptEnd& end) {
     }
     return {Kind::kFailed, "preempted after a checkpoint (not preemptible): `trainctl resume` continues from it"};
   }
-  return {Kind::kSucceeded, absl::StrCat("all ", end.num_processes, " ranks finished at step ", end.step)};
+  return {Kind::kSucceeded, absl::StrCat(end.num_processes == 1 ? std::string("its one rank")
+                                                                : absl::StrCat("all ", end.num_processes, " ranks"),
+                                         " finished at step ", end.step)};
 }
 
 std::chrono::milliseconds RestartBackoff(int failures_in_a_row, std::chrono::milliseconds base) {

@@ -223,6 +223,9 @@ grpc::Status JobServiceImpl::CheckpointJob(const Caller& caller, const v1::Check
     auto done = manager_->WaitCheckpoint(req->id(), *request_id, slice_of_wait());
     if (done.ok()) {
       ToProto(*done, resp->mutable_checkpoint());
+      if (done->refused) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, absl::StrCat("no checkpoint: ", done->error));
+      }
       if (!done->ok) {
         return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("checkpoint failed: ", done->error));
       }

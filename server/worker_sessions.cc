@@ -63,7 +63,8 @@ void WorkerSessions::RunningOnceAllAttached(ActiveJob& job) {
   job.progress.Touch(clock_->SteadyNow());
   const int32_t parked = a.parked();
   const std::string ranks =
-      parked == 0 ? absl::StrCat("all ", job.record.num_processes, " ranks")
+      parked == 0 ? (job.record.num_processes == 1 ? std::string("its one rank")
+                                                   : absl::StrCat("all ", job.record.num_processes, " ranks"))
                   : absl::StrCat(job.record.num_processes - parked, " of ", job.record.num_processes, " ranks");
   jobs_->Transition(job, JobState::kRunning,
                     job.record.state == JobState::kRecovering

@@ -109,6 +109,7 @@ std::string ResolveCheckpoint(const std::string& project_dir, const std::string&
 struct ResumeInfo {
   int64_t step = 0;
   int64_t checkpoint_index = -1;
+  bool full = false;               // a FULL checkpoint (not SHARDED)
   std::vector<std::string> notes;  // what could not be restored exactly, and why
 };
 

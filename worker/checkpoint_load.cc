@@ -285,6 +285,7 @@ ResumeInfo LoadCheckpoint(const TrainingState& s, const std::string& dir) {
   s.loader->Seek(data.value("epoch", int64_t{0}), offset);
   info.step = ts.value("step", int64_t{0});
   info.checkpoint_index = ts.value("checkpoint_index", int64_t{-1});
+  info.full = ts.value("type", "") == CheckpointTypeName(CheckpointType::kFull);
   return info;
 }
 

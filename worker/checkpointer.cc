@@ -263,7 +263,14 @@ int64_t Checkpointer::AgreeAndRestore() {
   if (!path_or_error.empty()) {
     const int64_t next_index = next_index_;
     ResumeInfo info = Restore(path_or_error);
-    if (path_or_error == snapshot) next_index_ = next_index;  // disk numbering goes on
+    if (path_or_error == snapshot) {
+      next_index_ = next_index;  // disk numbering goes on
+    } else if (info.full) {
+      // A job resumed at max_steps saves no second final checkpoint of the same state.
+      last_step_ = info.step;
+      last_type_ = CheckpointType::kFull;
+      last_path_ = path_or_error;
+    }
     step = info.step;
     resumed_from_ = path_or_error;
     resume_notes_.insert(resume_notes_.end(), info.notes.begin(), info.notes.end());

@@ -273,6 +273,7 @@ void ScriptSession::FollowControl(ScriptResult& result) {
       refused.step = result.last_step;
       refused.unix_millis = NowMillis();
       refused.error = kNotListening;
+      refused.refused = true;
       sink_->OnCheckpoint(refused);
     }
   }

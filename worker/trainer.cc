@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "worker/checkpointer.h"
 #include "worker/data.h"
@@ -510,6 +511,11 @@ TrainResult Trainer::Run() {
   Impl& s = *impl_;
   s.model->Train(true);
   TrainResult result;
+  result.start_step = s.step;
+  if (!s.Remaining() && s.step > 0 && s.rank == 0 && s.sink != nullptr) {
+    s.sink->OnNote(absl::StrCat("already at step ", s.step, " (max_steps ", s.spec.max_steps, ", resumed from ",
+                                s.checkpoints->resumed_from(), "): nothing to train"));
+  }
   while (s.Remaining()) {
     const std::optional<double> stepped = s.replica ? ReplicaStep() : Step();
     if (s.left) {
@@ -518,7 +524,7 @@ TrainResult Trainer::Run() {
     }
     if (!stepped) continue;
     const double loss = *stepped;
-    if (s.step == 1) result.first_loss = loss;
+    if (s.step == result.start_step + 1) result.first_loss = loss;
     result.last_loss = loss;
     if (s.boundary.stop) {
       result.stopped = true;

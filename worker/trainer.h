@@ -23,9 +23,10 @@
 namespace trainyard {
 
 struct TrainResult {
+  int64_t start_step = 0;  // where this run began (the restored step; 0 when fresh)
   int64_t final_step = 0;
-  bool stopped = false;  // ended early on request (stop flag on any rank)
-  double first_loss = 0;
+  bool stopped = false;   // ended early on request (stop flag on any rank)
+  double first_loss = 0;  // of this run's first step
   double last_loss = 0;
   std::string final_checkpoint;  // path of the final FULL checkpoint (or the preemption one), if saved
   bool preempted = false;        // stopped after a preemption checkpoint

@@ -353,7 +353,7 @@ int RunWorker(const WorkerArgs& args) {
       log::Info("rank {}: {}", args.rank, note);
       if (args.rank == 0) ctl.OnNote(note);  // the same on every rank: one job event
     }
-    log::Info("rank {}: training {} ({} steps, {} processes)", args.rank, spec->name, spec->max_steps, world_size);
+    log::Info("rank {}: training {} to step {} ({} processes)", args.rank, spec->name, spec->max_steps, world_size);
     TrainResult result = trainer.Run();
     final_step = result.final_step;
     if (result.preempted) {
@@ -369,8 +369,13 @@ int RunWorker(const WorkerArgs& args) {
       return Finish(ctl, WorkerOutcome::kStopped, absl::StrCat("stopped on request after step ", result.final_step),
                     final_step);
     }
-    log::Info("rank {}: done, {} steps, loss {:.4f} -> {:.4f}", args.rank, result.final_step, result.first_loss,
-              result.last_loss);
+    if (result.final_step == result.start_step) {
+      log::Info("rank {}: done: already at step {} (max_steps {}), nothing to train", args.rank, result.final_step,
+                spec->max_steps);
+    } else {
+      log::Info("rank {}: done at step {} ({} steps this attempt), loss {:.4f} -> {:.4f}", args.rank, result.final_step,
+                result.final_step - result.start_step, result.first_loss, result.last_loss);
+    }
     if (dist.world) dist.world->barrier()->wait();  // nobody tears down the group under a peer
   } catch (const std::exception& e) {
     const std::string err = ErrorText(e);

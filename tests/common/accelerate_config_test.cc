@@ -223,7 +223,9 @@ TEST(AccelerateConfigTest, WithoutAConfigItIsParseJobSpec) {
   auto spec = ParseJobSpecWithAccelerateConfig(kGptSpec, "", {}, &warnings);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(JobSpecToJson(*spec), JobSpecToJson(*ParseJobSpec(kGptSpec)));
-  EXPECT_TRUE(warnings.empty());
+  // Only the note that it runs one process (ASpecWithoutProcessesOrConfigSaysItRunsOne).
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("came without an accelerate config"), std::string::npos) << warnings[0];
   auto bad = ParseJobSpecWithAccelerateConfig("max_steps: 0\n", "", {}, &warnings);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), ParseJobSpec("max_steps: 0\n").status().message());
@@ -482,6 +484,31 @@ TEST(Examples, EveryExampleSpecParses) {
     ++checked;
   }
   EXPECT_GE(checked, 5);
+}
+
+}  // namespace
+}  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+// A spec written for a config (examples/accelerate-fsdp.yaml) sent without
+// one runs one process; the job's events say why, and what to do.
+TEST(AccelerateConfigTest, ASpecWithoutProcessesOrConfigSaysItRunsOne) {
+  std::vector<std::string> warnings;
+  auto spec = ParseJobSpecWithAccelerateConfig("name: g\nmax_steps: 5\n", "", {}, &warnings);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->num_processes, 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("1 process, not distributed (set them, or submit with --accelerate-config FILE)"),
+            std::string::npos)
+      << warnings[0];
+  for (const char* text :
+       {"name: g\nnum_processes: 1\n", "name: g\ndistributed_type: NO\n", "name: g\nscript: {path: train.py}\n"}) {
+    warnings.clear();
+    ASSERT_TRUE(ParseJobSpecWithAccelerateConfig(text, "", {}, &warnings).ok()) << text;
+    EXPECT_TRUE(warnings.empty()) << text << absl::StrJoin(warnings, "\n");
+  }
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ JobSpec Parsed(const std::string& text) {
 
 TEST(SpecOverrides, SetTopLevelNestedAndNewFields) {
   absl::StatusOr<std::string> out = ApplySpecOverrides(
-      kSpec, {"max_steps=20000", "data.batch_size=32", "model.hidden=[64]", "scheduler.warmup_steps=10",
-              "name=long-run"});
+      kSpec,
+      {"max_steps=20000", "data.batch_size=32", "model.hidden=[64]", "scheduler.warmup_steps=10", "name=long-run"});
   ASSERT_TRUE(out.ok()) << out.status();
   JobSpec spec = Parsed(*out);
   EXPECT_EQ(spec.max_steps, 20000);

@@ -232,7 +232,7 @@ class EndToEnd(unittest.TestCase):
         self.assertNotIn(f'job_id="{job_id}"', s.scrape())
         logs = s.ctl("logs", job_id, "--rank", "1")
         self.assertEqual(logs.returncode, 0, logs.stderr)
-        self.assertIn("rank 1: done, 2000 steps", logs.stdout)
+        self.assertIn("rank 1: done at step 2000 (2000 steps this attempt)", logs.stdout)
         self.assertEqual(worker_pids(job_id), [])
 
     def test_2_cancel_running_job(self):

@@ -353,7 +353,7 @@ class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
             self.assertEqual(len(pids), 2, "detach: the workers train on")
             logs = [os.path.join(state, "jobs", job_id, "attempt-1", f"rank-{r}.log") for r in (0, 1)]
             # Done training: the workers wait for a coordinator to take their result.
-            wait_for(lambda: all(f"rank {r}: done, 2000 steps" in read(log) for r, log in enumerate(logs)), 300,
+            wait_for(lambda: all(f"rank {r}: done at step 2000 " in read(log) for r, log in enumerate(logs)), 300,
                      "both ranks to finish training")
             self.assertTrue(all(os.path.exists(f"/proc/{p}") for p in pids), "the workers wait")
             t0 = time.monotonic()

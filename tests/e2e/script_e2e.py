@@ -289,7 +289,7 @@ class ScriptsAsWritten(unittest.TestCase):
         r = self.server.ctl("checkpoint", job_id, "--wait", "--wait-timeout", "60")
         self.assertLess(time.monotonic() - t0, 10, "a checkpoint request the script cannot hear is answered at once")
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("has not imported trainyard", r.stderr + r.stdout)
+        self.assertIn("FAILED_PRECONDITION: no checkpoint: the script has not imported trainyard", r.stderr)
         self.assertIn("trainyard.checkpoint_requested()", r.stderr + r.stdout)
         t0 = time.monotonic()
         r = self.server.ctl("cancel", "--checkpoint", job_id)
@@ -371,7 +371,7 @@ class PythonClient(unittest.TestCase):
                     self.assertEqual(got["step"], 30, got)  # int64 fields as ints, not proto JSON strings
                     self.assertIn(job["id"], [j["id"] for j in c.list()])
                     self.assertEqual([j["id"] for j in c.list(states=["RUNNING"])], [])
-                    self.assertIn("done, 30 steps", c.logs(job["id"], rank=0))
+                    self.assertIn("done at step 30 (30 steps this attempt)", c.logs(job["id"], rank=0))
                     self.assertEqual([ck["trigger"] for ck in c.checkpoints(job["id"])], ["final"])
                     with self.assertRaises(trainyard.TrainyardError) as e:
                         c.get("job-nope")

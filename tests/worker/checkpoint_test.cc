@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "common/checkpoint_dir.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
@@ -508,6 +510,8 @@ struct Recorder : MetricsSink {
     if (m.step == request_at) control->RequestCheckpoint(request);
   }
   void OnCheckpoint(const CheckpointEvent& e) override { events.push_back(e); }
+  std::vector<std::string> notes;
+  void OnNote(const std::string& n) override { notes.push_back(n); }
 };
 
 TEST(Requests, CheckpointThenStopTakesEffectOnEveryRankAtOneStep) {
@@ -560,9 +564,25 @@ TEST(Periodic, EveryStepsWithTotalLimitAndFinal) {
   ASSERT_EQ(scan.complete.size(), 2u);
   EXPECT_EQ(scan.complete[0].index, 3);
   EXPECT_EQ(scan.complete[1].index, 2);
-  // The final checkpoint's step is 7 and it loads.
+  // The final checkpoint's step is 7 and it loads. Resumed there, the job
+  // has nothing to train: no second final checkpoint, and a note says so.
   spec.checkpoint.resume_from = "latest";
-  RunTrainers(spec, 1, [&](int, Trainer& t) { EXPECT_EQ(t.step(), 7); });
+  Recorder again;
+  RunTrainers(
+      spec, 2,
+      [&](int r, Trainer& t) {
+        EXPECT_EQ(t.step(), 7);
+        results[r] = t.Run();
+      },
+      &again);
+  EXPECT_TRUE(again.events.empty()) << again.events.size() << " checkpoints, the first at step "
+                                    << again.events.front().step;
+  EXPECT_EQ(results[0].final_checkpoint, rec.events.back().path);
+  EXPECT_EQ(results[0].start_step, 7);
+  EXPECT_EQ(results[0].final_step, 7);
+  const std::string said =
+      "already at step 7 (max_steps 7, resumed from " + rec.events.back().path + "): nothing to train";
+  EXPECT_EQ(std::count(again.notes.begin(), again.notes.end(), said), 1) << absl::StrJoin(again.notes, "\n");
 }
 
 }  // namespace

@@ -277,6 +277,7 @@ TEST_F(ScriptRunnerTest, ACheckpointRequestAScriptCannotHearIsAnsweredAtOnce) {
   EXPECT_EQ(r.outcome, WorkerOutcome::kStopped) << r.error;
   ASSERT_EQ(rec_.checkpoints.size(), 1u);
   EXPECT_FALSE(rec_.checkpoints[0].ok);
+  EXPECT_TRUE(rec_.checkpoints[0].refused);  // not a failed save: the server answers FAILED_PRECONDITION
   EXPECT_EQ(rec_.checkpoints[0].request_id, 7);
   EXPECT_NE(rec_.checkpoints[0].error.find("has not imported trainyard"), std::string::npos)
       << rec_.checkpoints[0].error;
