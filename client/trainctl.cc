@@ -198,7 +198,7 @@ int Trainctl::Get(const std::string& id) {
   return 0;
 }
 
-int Trainctl::Watch(const std::string& id) {
+int Trainctl::Watch(const std::string& id, int printed_state) {
   Impl& s = *impl_;
   const bool tty = isatty(STDOUT_FILENO) && &s.out == &std::cout;
   v1::WatchJobRequest req;
@@ -215,7 +215,7 @@ int Trainctl::Watch(const std::string& id) {
   std::string last_progress;
   while (reader->Read(&resp)) {
     if (resp.has_job()) {
-      const bool changed = !have_job || resp.job().state() != job.state();
+      const bool changed = have_job ? resp.job().state() != job.state() : resp.job().state() != printed_state;
       job = resp.job();
       have_job = true;
       if (changed && !IsTerminalProto(job.state())) {
@@ -295,7 +295,7 @@ int Trainctl::Cancel(const std::string& id, bool wait, bool checkpoint) {
           << (checkpoint ? ": checkpointing, then stopping; waiting for its workers\n"
                          : ": cancelling, waiting for its workers to stop\n");
   }
-  int rc = Watch(id);
+  int rc = Watch(id, resp.job().state());  // not the state it is leaving again
   if (rc == 2) return rc;
   auto final_state = Impl::LastState(s, id);
   return final_state == v1::CANCELLED ? 0 : 1;
@@ -473,7 +473,7 @@ int Trainctl::Resume(const std::string& id, const std::string& from, int num_pro
   grpc::Status st = s.Call(&v1::JobService::Stub::ResumeJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
   s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — " << resp.job().reason() << "\n";
-  return watch ? Watch(id) : 0;
+  return watch ? Watch(id, resp.job().state()) : 0;
 }
 
 int Trainctl::JoinInfo(const std::string& id) {

@@ -48,7 +48,9 @@ class Trainctl {
   // estimated start and why each waits.
   int Queue(bool all_users = false);
   int Get(const std::string& id);
-  int Watch(const std::string& id);
+  // `printed_state` (a v1::JobState; 0: none): the state the caller has
+  // just printed, whose line the watch does not repeat.
+  int Watch(const std::string& id, int printed_state = 0);
   // With `checkpoint`, the job saves a checkpoint at its next step boundary
   // and then stops.
   int Cancel(const std::string& id, bool wait, bool checkpoint = false);

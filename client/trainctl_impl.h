@@ -31,7 +31,12 @@ struct Trainctl::Impl {
   std::unique_ptr<v1::JobService::Stub> stub;
 
   Impl(TrainctlOptions o, std::ostream& out_, std::ostream& err_) : options(std::move(o)), out(out_), err(err_) {
-    channel = grpc::CreateChannel(options.server, ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem));
+    // Logs come in answers of up to 16 MiB (--limit-bytes); gRPC's default
+    // limit on what a client receives is 4 MiB.
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(32 << 20);
+    channel = grpc::CreateCustomChannel(options.server,
+                                        ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem), args);
     stub = v1::JobService::NewStub(channel);
   }
 

@@ -1,6 +1,6 @@
 """Exports a small attention classifier for `model: {kind: "torchscript:PATH"}`.
 
-    python examples/export_attention.py attention.pt     # the project venv's python
+    .venv/bin/python examples/export_attention.py attention.pt     # then: trainctl submit examples/attention.yaml
 
 The module reads a [B, 784] batch (MNIST-shaped, as synthetic and mnist data
 give it) as 16 tokens of 49 features, and uses what current PyTorch models

@@ -1,6 +1,6 @@
 """Exports a model for `model: {kind: "torchscript:PATH"}` jobs.
 
-    python3 examples/export_torchscript.py net.pt
+    .venv/bin/python examples/export_torchscript.py net.pt     # the project venv: torch
 
 Any torch.nn.Module that torch.jit.script accepts works the same way: its
 forward takes the batch of inputs (here [B, 784], MNIST-shaped) and returns

@@ -3,7 +3,7 @@ weights of an MLP (as `trainyard` names them: fc0, fc1, fc2, here under a
 "model." wrapper prefix, in Hugging Face's sharded layout) and a dataset as
 tensors in safetensors files (inputs [N, 784] float32, targets [N] int64).
 
-    python3 examples/make_finetune_inputs.py finetune-inputs
+    .venv/bin/python examples/make_finetune_inputs.py finetune-inputs     # the project venv: torch
 
 Any preprocessing done in Python ends the same way: save_file({"inputs": x,
 "targets": y}, path) for the data, save_file(model.state_dict(), path) for

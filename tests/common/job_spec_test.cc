@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +17,24 @@ std::string ErrorOf(const std::string& text) {
   if (spec.ok()) return "";
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   return std::string(spec.status().message());
+}
+
+// Every job spec in examples/ (not the Accelerate config files) is valid,
+// with the name its file has.
+TEST(JobSpecTest, EveryExampleSpecParses) {
+  int specs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TRAINYARD_SOURCE_DIR) + "/examples")) {
+    const std::string file = entry.path().filename().string();
+    if (entry.path().extension() != ".yaml" || file.find("_config") != std::string::npos) continue;
+    std::ifstream in(entry.path());
+    std::stringstream buf;
+    buf << in.rdbuf();
+    auto spec = ParseJobSpec(buf.str());
+    ASSERT_TRUE(spec.ok()) << file << ": " << spec.status();
+    EXPECT_EQ(spec->name + ".yaml", file);
+    ++specs;
+  }
+  EXPECT_GE(specs, 9);
 }
 
 TEST(JobSpecTest, ParsesTheExample) {

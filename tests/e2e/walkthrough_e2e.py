@@ -85,6 +85,13 @@ class Walkthrough(unittest.TestCase):
             "curl": lambda out, job: self.assertRegex(out, r'trainyard_jobs{state="SUCCEEDED"} 1\b'),
         })
         self.assertEqual(self.server.job(job)["state"], "SUCCEEDED")
+        # A long log: trainctl takes the server's largest answer (16 MiB), past gRPC's 4 MiB default.
+        with open(os.path.join(self.tmp.name, "jobs", job, "attempt-1", "rank-0.log"), "a") as f:
+            f.write(("x" * 99 + "\n") * 60000)
+        r = self.server.ctl("logs", job, "--limit-bytes", str(16 << 20))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(len(r.stdout), 6_000_000)
+        self.assertIn("rank 0", r.stdout)
 
     def test_2_checkpoint_cancel_resume_while_it_runs(self):
         saved = []
