@@ -38,7 +38,10 @@ class Identities {
   // previous policy stays and the error names the file and field.
   absl::Status Reload();
   std::shared_ptr<const Policy> policy() const;
+  // No tokens: anyone who reaches the JobService (under mutual TLS: anyone
+  // with a client certificate) may do anything.
   bool open() const { return admin_token_.empty() && policy_file_.empty(); }
+  bool requires_client_certificates() const { return require_client_certificates_; }
 
   // What TLS says of the caller's client certificate.
   struct PeerCertificate {

@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   o.http_listen = "127.0.0.1:9465";
   app.add_option("--http-listen", o.http_listen, "Web UI address HOST:PORT (its pages under /ui/); '' for none")
       ->capture_default_str();
+  app.add_option("--http-allowed-host", o.http_allowed_hosts,
+                 "A host name the web UI answers to (repeat for several); IP addresses and localhost always")
+      ->take_all();
   int64_t web_session_hours = 12;
   app.add_option("--web-session-hours", web_session_hours, "How long a web UI sign-in lasts, hours")
       ->check(CLI::Range(int64_t{1}, int64_t{24 * 30}))

@@ -207,8 +207,8 @@ absl::Status Server::Impl::StartGrpc() {
     return absl::UnavailableError(absl::StrCat("--listen ", o.listen, ": cannot listen there"));
   }
   if (!o.http_listen.empty()) {
-    web_ui =
-        std::make_unique<WebUi>(job_service.get(), identities.get(), WebUiOptions{o.http_listen, o.web_session_ttl});
+    web_ui = std::make_unique<WebUi>(job_service.get(), identities.get(),
+                                     WebUiOptions{o.http_listen, o.web_session_ttl, o.http_allowed_hosts});
     if (absl::Status st = web_ui->Start(); !st.ok()) return st;
     http_port = web_ui->port();
   }

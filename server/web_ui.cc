@@ -1,5 +1,6 @@
 #include "server/web_ui.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -8,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -131,6 +133,26 @@ std::string Header(mg_connection* conn, const char* name) {
   return v == nullptr ? "" : v;
 }
 
+// Whether a request's Host header names this server: an IP address
+// (v4, or v6 in brackets), localhost, or one of `allowed` (--http-allowed-host).
+bool AllowedHost(const std::string& host_header, const std::vector<std::string>& allowed) {
+  std::string host = host_header;
+  if (absl::StartsWith(host, "[")) {
+    const size_t end = host.find(']');
+    if (end == std::string::npos) return false;
+    in6_addr v6;
+    return inet_pton(AF_INET6, host.substr(1, end - 1).c_str(), &v6) == 1;
+  }
+  if (const size_t colon = host.rfind(':'); colon != std::string::npos) host.resize(colon);
+  host = absl::AsciiStrToLower(host);
+  in_addr v4;
+  if (host == "localhost" || inet_pton(AF_INET, host.c_str(), &v4) == 1) return true;
+  for (const std::string& a : allowed) {
+    if (host == absl::AsciiStrToLower(a)) return true;
+  }
+  return false;
+}
+
 std::string SessionCookie(mg_connection* conn) {
   const std::string cookies = Header(conn, "Cookie");
   char value[128];
@@ -204,6 +226,14 @@ int WebUi::Serve(mg_connection* conn) {
     return r.status;
   };
   const bool get = method == "GET" || method == "HEAD";
+  // A page of another site whose name now resolves to this address (DNS
+  // rebinding) sends its own name as Host: only this server's are served.
+  if (const std::string host = Header(conn, "Host"); !host.empty() && !AllowedHost(host, options_.allowed_hosts)) {
+    return finish(Error(403, "PERMISSION_DENIED",
+                        absl::StrCat("Host '", host,
+                                     "' is not a name of this server: open the web UI by its IP address or localhost, "
+                                     "or start the server with --http-allowed-host NAME")));
+  }
   if (path == "/favicon.ico") return finish({204, "image/x-icon", ""});
   if (path == "/" || path == "/ui") {
     return finish({302, "text/plain", "", {"Location: /ui/"}});
@@ -219,9 +249,18 @@ int WebUi::Serve(mg_connection* conn) {
   // The signed-in user: the session's token, checked again now.
   std::optional<WebSessions::Session> session;
   if (std::string id = SessionCookie(conn); !id.empty()) session = sessions_.Find(id);
-  const bool open = identities_ == nullptr || identities_->open();
+  // Open: anyone may do anything, on the web UI too. Not a server that asks
+  // every caller for a client certificate (mutual TLS): this HTTP listener
+  // sees none, so nobody signs in here.
+  const bool open = identities_ == nullptr || (identities_->open() && !identities_->requires_client_certificates());
   auto caller_of = [&](const WebSessions::Session& s) -> absl::StatusOr<Caller> {
     if (open) return Caller{};
+    if (identities_->requires_client_certificates()) {
+      return absl::UnauthenticatedError(
+          "this server asks every caller for a client certificate (mutual TLS), which its web UI over HTTP cannot "
+          "check: nobody signs in here; use trainctl or trainyard.Client with a certificate (or run the server "
+          "with --http-listen '')");
+    }
     return identities_->Authenticate(absl::StrCat("Bearer ", s.token), Identities::PeerCertificate{});
   };
 

@@ -23,13 +23,18 @@
 // X-CSRF-Token header (403 without). A call is the gRPC method's, for the
 // signed-in user: the same ownership rules, its gRPC code as an HTTP status
 // (NOT_FOUND 404, PERMISSION_DENIED 403, ...) with {"code", "message"}.
-// On a server without users anyone signs in (with any token) as anyone.
+// On a server without users anyone signs in (with any token) as anyone;
+// one that knows its users by client certificate alone (mutual TLS, no
+// tokens) signs in nobody, since this HTTP listener sees no certificate.
+// Requests whose Host header is not an IP address, localhost or an
+// --http-allowed-host are refused (a DNS-rebinding page sends its own).
 #ifndef TRAINYARD_SERVER_WEB_UI_H_
 #define TRAINYARD_SERVER_WEB_UI_H_
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "server/identities.h"
@@ -44,6 +49,9 @@ namespace trainyard {
 struct WebUiOptions {
   std::string listen;  // HOST:PORT; port 0: any free port
   std::chrono::seconds session_ttl{12 * 3600};
+  // Host names requests may name besides IP addresses and localhost
+  // (--http-allowed-host); any other Host header is refused (403).
+  std::vector<std::string> allowed_hosts;
 };
 
 class WebUi {

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import grpc
 
@@ -544,6 +546,24 @@ class Security(unittest.TestCase):
             r = s.ctl("--ca", os.path.join(d, "ca.pem"), "--timeout", "3", "list")
             self.assertEqual(r.returncode, 2)
             self.assertIn("requires a client certificate", r.stderr)
+            # Its web UI, which sees no certificate, lets nobody in: no
+            # session, no sign-in, no API call (before: anyone was admin).
+            def web(path, body=None):
+                req = urllib.request.Request(f"http://127.0.0.1:{s.http_port}{path}",
+                                             data=None if body is None else json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as resp:
+                        return resp.status, resp.read().decode()
+                except urllib.error.HTTPError as e:
+                    return e.code, e.read().decode()
+            status, out = web("/ui/api/session")
+            self.assertEqual(status, 401, out)
+            status, out = web("/ui/api/login", {"token": "anything"})
+            self.assertEqual(status, 401, out)
+            self.assertIn("asks every caller for a client certificate (mutual TLS)", out)
+            status, out = web("/ui/api/v1/SubmitJob", {"spec": "name: x\n"})
+            self.assertEqual(status, 401, out)
             # A client certificate signed by another CA: refused in the TLS
             # handshake, and the error says so.
             openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other-ca.key", "-out",

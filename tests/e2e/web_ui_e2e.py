@@ -226,6 +226,17 @@ class WebUi(unittest.TestCase):
         status, out = Http(self.server.http_port).request(
             "/ui/api/v1/CancelJob", {"id": self.job}, {"Content-Type": "application/json", "X-CSRF-Token": api.csrf})
         self.assertEqual(status, 401, out)
+        # A DNS-rebinding page: the browser sends the session cookie of the
+        # name it thinks it visits, and that name as Host. Refused by name.
+        port = self.server.http_port
+        status, out = api.request("/ui/api/v1/CancelJob", {"id": self.job},
+                                  {"Content-Type": "application/json", "X-CSRF-Token": api.csrf,
+                                   "Host": f"rebind.example:{port}"})
+        self.assertEqual(status, 403, out)
+        self.assertIn(b"is not a name of this server", out)
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+            status, out = api.request("/ui/api/session", headers={"Host": host})
+            self.assertEqual(status, 200, (host, out))
         self.assertIn(self.state(), ("RUNNING", "RECOVERING", "STARTING"))
         # The same session with its token reads the job (the check is the token, not the session).
         status, out = api.api("GetJob", {"id": self.job})
