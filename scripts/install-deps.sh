@@ -13,6 +13,7 @@ PACKAGES=(
   clang clang-format libclang-rt-dev libgloo-dev python3-grpcio python3-numpy python3-venv
   prometheus python3-yaml patchelf libre2-dev
   libjs-chart.js libcivetweb-dev chromium chromium-driver
+  fuse3 python3-fusepy
 )
 
 SUDO=""

@@ -50,7 +50,11 @@ absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const st
   if (auto s = CheckQueuedJobs(now.policy, by, now.queued_of_caller); !s.ok()) return s;
   const Launcher::Traits traits = now.launchers.TraitsOf(*spec);
   if (auto s = CheckAccount(*spec, now.policy, by, traits); !s.ok()) return s;
-  if (auto s = ResolvePaths(*spec, job_id, traits, by); !s.ok()) return s;
+  if (files != nullptr && files->paths) {
+    if (!files->paths->ok()) return *files->paths;  // resolved in ReadFiles, without the lock
+  } else if (auto s = ResolvePaths(*spec, job_id, traits, by); !s.ok()) {
+    return s;
+  }
   if (auto s = CheckModel(*spec, traits, files, RootsOf(by)); !s.ok()) return s;
   for (std::string& w : a.notes) w = "accelerate config: " + w;
   a.spec = *std::move(spec);
@@ -246,9 +250,14 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
 }
 
 AdmissionFiles Admission::ReadFiles(const std::string& spec_text, const std::string& accelerate_config,
-                                    const Caller& by) const {
+                                    const Caller& by, const std::string& job_id, const Launchers* launchers) const {
   AdmissionFiles files;
   files.spec = ParseJobSpecWithAccelerateConfig(spec_text, accelerate_config, options_.limits, &files.notes);
+  if (launchers != nullptr && files.spec->ok()) {
+    JobSpec& resolved = **files.spec;
+    if (resolved.launcher == LauncherKind::kDefault) resolved.launcher = launchers->default_kind();
+    files.paths = ResolvePaths(resolved, job_id, launchers->TraitsOf(resolved), by);
+  }
   const absl::StatusOr<JobSpec>& spec = *files.spec;
   if (!spec.ok() || spec->model.kind != ModelKind::kLlama) return files;
   const std::vector<std::string> roots = RootsOf(by);

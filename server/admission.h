@@ -74,6 +74,9 @@ struct AdmissionFiles {
   std::optional<absl::StatusOr<JobSpec>> spec;
   std::vector<std::string> notes;
   std::optional<absl::StatusOr<LlamaConfig>> llama_config;
+  // ResolvePaths' answer for `spec` (whose paths it resolved), when
+  // ReadFiles was given the job's id and launchers.
+  std::optional<absl::Status> paths;
 };
 
 class Admission {
@@ -91,8 +94,11 @@ class Admission {
   // (bounded, non-blocking: common/paths.h ReadBoundedFile), with none of the
   // server's state: call it without the server's lock. A spec that does not
   // parse, or names its model's config outside the caller's roots, reads
-  // nothing (Admit refuses it).
-  AdmissionFiles ReadFiles(const std::string& spec_text, const std::string& accelerate_config, const Caller& by) const;
+  // nothing (Admit refuses it). With `launchers`, it also resolves the
+  // spec's paths for `job_id` (ResolvePaths: the file system's answers, a
+  // user's directories among them, are waited for here, not under the lock).
+  AdmissionFiles ReadFiles(const std::string& spec_text, const std::string& accelerate_config, const Caller& by,
+                           const std::string& job_id = "", const Launchers* launchers = nullptr) const;
 
   // Whether the caller's job may run as the account the policy gives them:
   // scripts of users without a unix_user need the policy's shared_account;

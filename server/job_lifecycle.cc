@@ -1,10 +1,7 @@
 #include "server/job_lifecycle.h"
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint_dir.h"
 #include "common/placement.h"
 #include "common/secrets.h"
 #include "server/hang_watchdog.h"
@@ -328,13 +325,14 @@ void JobLifecycle::EndAttempt(ActiveJob& job) {
   end.script = !job.spec.script.empty();
   end.attempt = job.record.attempt;
   if (end.failed && job.restarts < job.spec.max_restarts) {
-    const CheckpointScan scan = CheckpointDir(job.spec.checkpoint.project_dir).List(/*verify=*/false);
-    if (!scan.complete.empty()) {
-      const CheckpointInfo& c = scan.complete.front();
-      auto meta = nlohmann::json::parse(c.metadata_json, nullptr, /*allow_exceptions=*/false);
-      end.latest_checkpoint = absl::StrCat("checkpoint_", c.index);
-      if (meta.is_object() && meta.contains("step") && meta["step"].is_number_integer()) {
-        absl::StrAppend(&end.latest_checkpoint, " (step ", meta["step"].get<int64_t>(), ")");
+    // What the job's ranks reported committing: the coordinator's own
+    // records, never the job's directory (a user's files, read under the
+    // lock, could hold every request for as long as they take).
+    if (auto saved = jobs_->Checkpoints(job.record.id); saved.ok()) {
+      for (auto it = saved->rbegin(); it != saved->rend(); ++it) {
+        if (!it->checkpoint.ok || it->checkpoint.index < 0) continue;
+        end.latest_checkpoint = absl::StrCat("checkpoint_", it->checkpoint.index, " (step ", it->checkpoint.step, ")");
+        break;
       }
     }
   }

@@ -156,10 +156,21 @@ absl::StatusOr<std::vector<QuotaUse>> JobManager::Usage(const Caller& by, bool a
 
 absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config,
                                              const Caller& by) {
-  // Files first, without the lock: a slow or hostile file stalls this request alone.
-  const AdmissionFiles files = admission_.ReadFiles(spec_text, accelerate_config, by);
+  // The id first (reserved: a submission in between does not draw it too),
+  // then the files and paths without the lock: a slow or hostile file or
+  // directory stalls this request alone.
+  std::string id;
+  std::optional<Launchers> launchers;  // a copy: the launchers themselves are thread-safe
+  {
+    absl::MutexLock lock(&mu_);
+    do {
+      id = jobs_.NewId();
+    } while (!reserved_ids_.insert(id).second);
+    launchers.emplace(launchers_);
+  }
+  const AdmissionFiles files = admission_.ReadFiles(spec_text, accelerate_config, by, id, &*launchers);
   absl::MutexLock lock(&mu_);
-  const std::string id = jobs_.NewId();
+  reserved_ids_.erase(id);
   const AdmissionState now{*policy_, launchers_, static_cast<int>(scheduler_.size()), scheduler_.queued_of(by.user),
                            lifecycle_.shut_down()};
   absl::StatusOr<Admitted> admitted = admission_.Admit(spec_text, accelerate_config, by, id, now, &files);

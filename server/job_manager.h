@@ -192,7 +192,8 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   PendingRequests requests_ ABSL_GUARDED_BY(mu_);
   Launchers launchers_ ABSL_GUARDED_BY(mu_);
-  ExternalLauncher external_;  // called by launchers_, under mu_
+  std::set<std::string> reserved_ids_ ABSL_GUARDED_BY(mu_);  // drawn by a Submit still reading its files
+  ExternalLauncher external_;                                // called by launchers_, under mu_
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   WorkerSessions workers_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);

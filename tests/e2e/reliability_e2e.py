@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -37,6 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402  (Server, wait_for, worker_pids, write_spec)
 from e2e_test import Server, free_port, read, wait_for, worker_pids, write_spec  # noqa: E402
 import test_clock  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 JOB = """
 name: %(name)s
@@ -683,6 +686,102 @@ HOSTILE_SPECS = [
 
 
 class HostileInput(unittest.TestCase):
+    def test_a_slow_directory_stalls_only_its_own_submission(self):
+        """A spec naming files on a mount that answers in seconds (a hung NFS
+        server, a user's FUSE file system): its submission waits; nobody
+        else's request does."""
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-hostile-")
+        s = Server(tmp.name)
+        mnt = os.path.join(tmp.name, "slow")
+        os.makedirs(mnt)
+        fs = subprocess.Popen([sys.executable, os.path.join(HERE, "scripts", "slow_fs.py"), mnt, "1"])
+        try:
+            wait_for(lambda: os.path.ismount(mnt), 30, "the slow file system mounted")
+            spec = write_spec(tmp.name, "slow.yaml", f"""
+name: slow
+model: {{kind: mlp, hidden: [64]}}
+data: {{kind: tensors, path: {mnt}/data/train, inputs: x, targets: y, batch_size: 8}}
+max_steps: 10
+""")
+            submitted = {}
+
+            def submit():
+                t0 = time.monotonic()
+                submitted["r"] = s.ctl("--timeout", "120", "submit", spec)
+                submitted["seconds"] = time.monotonic() - t0
+            submitter = threading.Thread(target=submit)
+            submitter.start()
+            worst = 0.0
+            while submitter.is_alive():
+                t0 = time.monotonic()
+                r = s.ctl("--timeout", "30", "list")
+                worst = max(worst, time.monotonic() - t0)
+                self.assertEqual(r.returncode, 0, r.stderr)
+            submitter.join()
+            self.assertGreaterEqual(submitted["seconds"], 1.0, "the submission did not wait for the slow mount")
+            self.assertEqual(submitted["r"].returncode, 2, submitted["r"].stdout)
+            self.assertIn("spec field 'data.kind'", submitted["r"].stderr)
+            self.assertIn("does not exist", submitted["r"].stderr)
+            self.assertLess(worst, 1.0, "trainctl list waited for another request's slow directory")
+        finally:
+            subprocess.run(["fusermount", "-u", mnt], capture_output=True)
+            fs.wait(timeout=30)
+            s.stop()
+            tmp.cleanup()
+
+    def test_a_users_checkpoint_directory_stalls_nobody(self):
+        """A job's project_dir is its owner's: 400 sparse 64 MiB manifests
+        there, and a failure with restarts left, once made the coordinator
+        read them all under its lock; every other request waited."""
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-hostile-")
+        s = Server(tmp.name)
+        try:
+            proj = os.path.join(tmp.name, "proj")
+            for i in range(1000, 1400):  # where the job's checkpoints go
+                os.makedirs(os.path.join(proj, "checkpoints", f"checkpoint_{i}"))
+                with open(os.path.join(proj, "checkpoints", f"checkpoint_{i}", "manifest.json"), "wb") as f:
+                    f.truncate(64 << 20)
+            spec = write_spec(tmp.name, "sparse.yaml", f"""
+name: sparse
+model: {{kind: mlp, hidden: [64]}}
+data: {{kind: synthetic, batch_size: 16, num_samples: 2048, seed: 5}}
+max_steps: 10000000
+num_processes: 2
+max_restarts: 3
+checkpoint: {{project_dir: {proj}, every_steps: 20, total_limit: 0}}
+""")
+            r = s.ctl("-o", "json", "submit", spec)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job_id = json.loads(r.stdout)["id"]
+            wait_for(lambda: s.job(job_id)["state"] == "RUNNING" and s.job(job_id)["step"] > 40, 120,
+                     "the job running past its first checkpoints")
+            worst, refused, stop = [0.0], [], threading.Event()
+
+            def ask():
+                while not stop.is_set():
+                    t0 = time.monotonic()
+                    r = s.ctl("--timeout", "30", "list")
+                    worst[0] = max(worst[0], time.monotonic() - t0)
+                    if r.returncode != 0:
+                        refused.append(r.stderr)
+            asker = threading.Thread(target=ask)
+            asker.start()
+            try:
+                os.kill(worker_pids(job_id)[-1], signal.SIGKILL)
+                wait_for(lambda: s.job(job_id)["attempt"] == 2 and s.job(job_id)["state"] == "RUNNING", 120,
+                         "the restarted attempt running")
+            finally:
+                stop.set()
+                asker.join()
+            self.assertEqual(refused, [])
+            self.assertLess(worst[0], 1.0, "trainctl list waited on a user's checkpoint files")
+            restart = [e["reason"] for e in s.job(job_id)["events"] if "restart 1 of 3" in e["reason"]]
+            self.assertTrue(restart and re.search(r"from checkpoint_\d+ \(step \d+\)", restart[0]), restart)
+            s.ctl("cancel", job_id)
+        finally:
+            s.stop()
+            tmp.cleanup()
+
     def test_bad_specs_and_requests_get_the_right_code_naming_the_field(self):
         tmp = tempfile.TemporaryDirectory(prefix="trainyard-hostile-")
         s = Server(tmp.name)
