@@ -1,5 +1,6 @@
 #include "common/paths.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -8,11 +9,13 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -217,6 +220,93 @@ std::optional<int> ReadExitCodeFile(const std::string& path) {
   const long code = std::strtol(buf, &end, 10);
   if (end == buf || code < 0 || code > 255) return std::nullopt;
   return static_cast<int>(code);
+}
+
+namespace {
+
+absl::Status OwnedBy(const struct stat& st, const std::string& path, uid_t uid) {
+  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a directory (a link or a file in its place)"));
+  }
+  if (st.st_uid != uid || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return absl::FailedPreconditionError(absl::StrCat(path, " belongs to uid ", st.st_uid, " with mode ", mode,
+                                                      ", not to uid ", uid, " alone: someone else made it"));
+  }
+  return absl::OkStatus();
+}
+
+// Empties the directory open at `dir` (taking the descriptor), never
+// following a link; the first error is kept, the rest goes on.
+absl::Status EmptyDirectoryAt(int dir, const std::string& where) {
+  DIR* d = ::fdopendir(dir);
+  if (d == nullptr) {
+    ::close(dir);
+    return absl::InternalError(absl::StrCat(where, ": ", std::strerror(errno)));
+  }
+  absl::Status first = absl::OkStatus();
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  }
+  for (const std::string& name : names) {
+    struct stat st {};
+    if (::fstatat(::dirfd(d), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      const int sub = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) {
+        absl::Status s = EmptyDirectoryAt(sub, where + "/" + name);
+        if (first.ok()) first = s;
+      }
+    }
+    if (::unlinkat(::dirfd(d), name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT &&
+        first.ok()) {
+      first = absl::InternalError(absl::StrCat(where, "/", name, ": ", std::strerror(errno)));
+    }
+  }
+  ::closedir(d);
+  return first;
+}
+
+}  // namespace
+
+absl::Status IsOwnDirectory(const std::string& path, uid_t uid) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+  return OwnedBy(st, path, uid);
+}
+
+absl::Status MakeOwnDirectory(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) == 0) return absl::OkStatus();
+  if (errno != EEXIST) return absl::InternalError(absl::StrCat("cannot make ", path, ": ", std::strerror(errno)));
+  return IsOwnDirectory(path, ::geteuid());
+}
+
+absl::Status RemoveOwnTree(const std::string& path, uid_t uid) {
+  const std::filesystem::path p(path);
+  const int parent = ::open(p.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (parent < 0) return errno == ENOENT ? absl::OkStatus() : absl::InternalError(std::strerror(errno));
+  const std::string name = p.filename().string();
+  absl::Status out = absl::OkStatus();
+  const int dir = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st {};
+  if (dir < 0) {
+    if (errno != ENOENT) {
+      out = ::fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0
+                ? OwnedBy(st, path, uid)
+                : absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
+    }
+  } else if (::fstat(dir, &st) != 0 || !(out = OwnedBy(st, path, uid)).ok()) {
+    ::close(dir);
+  } else {
+    out = EmptyDirectoryAt(dir, path);
+    if (::unlinkat(parent, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT && out.ok()) {
+      out = absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
+    }
+  }
+  ::close(parent);
+  return out;
 }
 
 std::string SnapshotDir(const std::string& job_id) {

@@ -4,6 +4,8 @@
 #ifndef TRAINYARD_COMMON_PATHS_H_
 #define TRAINYARD_COMMON_PATHS_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -58,6 +60,24 @@ std::optional<int> ReadExitCodeFile(const std::string& path);
 // memory) / trainyard-job-<job_id>. Workers write there; the coordinator
 // removes it when a local job ends.
 std::string SnapshotDir(const std::string& job_id);
+
+// A directory that only this process's account may write, in a place others
+// can write too (/dev/shm, /tmp): made with mode 0700, or, when it exists
+// already, accepted only if it is a directory (not a link), owned by this
+// account, and writable by nobody else. FailedPrecondition naming its owner
+// and mode otherwise (someone else made it first: the caller uses nothing
+// in it).
+absl::Status MakeOwnDirectory(const std::string& path);
+// Whether `path` is a directory (not a link) owned by `uid` and writable
+// by nobody else (what MakeOwnDirectory leaves); the error says why not.
+absl::Status IsOwnDirectory(const std::string& path, uid_t uid);
+
+// Removes `path` and everything beneath it without following a symbolic
+// link anywhere (each directory opened relative to its parent, O_NOFOLLOW),
+// so that a tree another account can change while it is removed never
+// leads the removal out of it. Only when the top is a directory owned by
+// `uid` (IsOwnDirectory); a missing `path` is OK.
+absl::Status RemoveOwnTree(const std::string& path, uid_t uid);
 
 }  // namespace trainyard
 

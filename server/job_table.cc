@@ -3,10 +3,13 @@
 #include <filesystem>
 #include <limits>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/paths.h"
 #include "common/secrets.h"
+#include "common/unix_account.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -232,8 +235,16 @@ void JobTable::Remove(const std::string& id, bool local) {
   if (local && job.spec.checkpoint.snapshot_every_steps > 0) {
     // The job's in-memory snapshots on this host (its workers remove them
     // when they end well; a failed or cancelled job leaves them).
-    std::error_code ec;
-    std::filesystem::remove_all(SnapshotDir(id), ec);
+    // Removed as what it should be: the job account's own directory, and
+    // nothing a link in it leads to (common/paths.h RemoveOwnTree).
+    uid_t uid = ::geteuid();
+    if (!job.record.run_as.empty()) {
+      absl::StatusOr<UnixAccount> account = LookupUnixAccount(job.record.run_as);
+      uid = account.ok() ? account->uid : static_cast<uid_t>(-1);
+    }
+    if (absl::Status s = RemoveOwnTree(SnapshotDir(id), uid); !s.ok()) {
+      spdlog::warn("job {}: its in-memory snapshots are left: {}", id, std::string(s.message()));
+    }
   }
   if (job.attempt) job.attempt->CloseChannels();
   for (auto& w : job.watchers) w->Close();

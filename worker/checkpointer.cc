@@ -213,6 +213,9 @@ int64_t Checkpointer::AgreeAndRestore() {
       if (snapshots_->enabled()) header[3] = CheckpointDir(snapshots_->dir()).NextIndex();
       if (c.resume_from == "latest") {
         std::vector<std::string> snapshot_notes;
+        if (absl::Status own = snapshots_->Usable(); !own.ok()) {
+          resume_notes_.push_back("in-memory snapshots ignored: " + std::string(own.message()));
+        }
         snapshot = snapshots_->Newest(&snapshot_notes);
         const int64_t disk_step = StepOfCheckpoint(path_or_error), snapshot_step = StepOfCheckpoint(snapshot);
         if (!snapshot.empty() && snapshot_step > disk_step) {

@@ -1,12 +1,15 @@
 #include "worker/snapshots.h"
 
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint_dir.h"
+#include "common/paths.h"
 #include "worker/checkpoint_internal.h"
 #include "worker/fsdp.h"
 #include "worker/models.h"
@@ -55,17 +58,23 @@ CheckpointEvent Snapshots::Take(const TrainingState& s, int64_t index, const std
     error = "not enough shared memory for a snapshot in " + dir_ + ": " + std::to_string(free) +
             " bytes free, this rank needs about " + std::to_string(need);
   }
+  if (error.empty()) {
+    // In a place every account writes: this job's own directory, or none.
+    std::error_code ec;
+    fs::create_directories(fs::path(dir_).parent_path(), ec);
+    if (absl::Status own = MakeOwnDirectory(dir_); !own.ok()) {
+      error = absl::StrCat("in-memory snapshot refused: ", own.message());
+    }
+  }
   if (int32_t failed = FirstFailure(s, error.empty()); failed >= 0) {
     CheckpointEvent ev;
     ev.step = s.step;
     ev.index = index;
     ev.type = CheckpointType::kSharded;
-    ev.error = failed == s.rank ? error : "snapshot skipped: rank " + std::to_string(failed) + " lacks shared memory";
+    ev.error = failed == s.rank ? error
+                                : absl::StrCat("snapshot skipped: rank ", failed, " could not write its part (",
+                                               "its own error says why)");
     return ev;
-  }
-  if (s.rank == 0) {
-    std::error_code ec;
-    fs::create_directories(dir_, ec);  // a failure shows in the save's own error
   }
   // total_limit 0: nothing removed at the boundary; the older snapshot goes
   // afterwards, while training runs (freeing its memory takes a while, and
@@ -78,18 +87,24 @@ CheckpointEvent Snapshots::Take(const TrainingState& s, int64_t index, const std
   return ev;
 }
 
-std::string Snapshots::Newest(std::vector<std::string>* notes) const {
-  if (!enabled()) return "";
+absl::Status Snapshots::Usable() const {
   std::error_code ec;
-  if (!fs::exists(dir_, ec)) return "";
+  if (!enabled() || !fs::exists(fs::symlink_status(dir_, ec)) || ec) return absl::OkStatus();
+  // Only this account's: a directory someone else made first holds what
+  // they put there.
+  return IsOwnDirectory(dir_, ::geteuid());
+}
+
+std::string Snapshots::Newest(std::vector<std::string>* notes) const {
+  std::error_code ec;
+  if (!enabled() || !fs::exists(fs::symlink_status(dir_, ec)) || ec || !Usable().ok()) return "";
   return ResolveCheckpoint(dir_, "latest", notes);
 }
 
 void Snapshots::RemoveAll() {
   WaitForPruning();
   if (dir_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
+  (void)RemoveOwnTree(dir_, ::geteuid());  // someone else's is theirs to remove
 }
 
 }  // namespace trainyard

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/step_metrics.h"
 #include "worker/checkpoint.h"
 
@@ -44,8 +45,12 @@ class Snapshots {
   // throws for I/O trouble; returns the event (ok false with the reason).
   CheckpointEvent Take(const TrainingState& state, int64_t index, const std::string& staging_tag);
 
+  // Whether the directory, if there is one, is this account's alone
+  // (common/paths.h IsOwnDirectory): else nothing in it is used.
+  absl::Status Usable() const;
   // The newest complete snapshot (checksums verified), or "" when there is
-  // none; what was skipped and why goes to `notes`.
+  // none or the directory is not Usable; what was skipped and why goes to
+  // `notes`.
   std::string Newest(std::vector<std::string>* notes) const;
   // Removes every snapshot of the job on this host.
   void RemoveAll();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -218,6 +219,59 @@ TEST(PathsTest, BoundedReadsRefuseFifosAndHugeFilesAtOnce) {
   EXPECT_EQ(read(dir.path() + "/missing.json").status().code(), absl::StatusCode::kNotFound);
   auto d = read(dir.path());
   EXPECT_NE(std::string(d.status().message()).find("is a directory"), std::string::npos) << d.status();
+}
+
+// A directory in a place every account writes (/dev/shm): this account's
+// own, or refused; and removed without following a link out of it.
+TEST(PathsTest, OwnDirectoriesAreMadePrivateAndOthersAreRefused) {
+  TempDir dir;
+  const std::string mine = dir.path() + "/mine";
+  ASSERT_TRUE(MakeOwnDirectory(mine).ok());
+  struct stat st {};
+  ASSERT_EQ(::lstat(mine.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_TRUE(MakeOwnDirectory(mine).ok());  // again: it is ours
+  // Writable by others: refused, though ours.
+  const std::string open = dir.path() + "/open";
+  ASSERT_EQ(::mkdir(open.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open.c_str(), 0777), 0);
+  absl::Status s = MakeOwnDirectory(open);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("with mode 0777"), std::string_view::npos) << s;
+  // A link in its place: refused, whatever it points at.
+  const std::string link = dir.path() + "/link";
+  std::filesystem::create_directory_symlink(mine, link);
+  s = MakeOwnDirectory(link);
+  EXPECT_NE(s.message().find("is not a directory"), std::string_view::npos) << s;
+  // Someone else's (as root, the test can make one).
+  if (::geteuid() == 0) {
+    const std::string theirs = dir.path() + "/theirs";
+    ASSERT_EQ(::mkdir(theirs.c_str(), 0700), 0);
+    ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+    s = MakeOwnDirectory(theirs);
+    EXPECT_NE(s.message().find("belongs to uid 65534"), std::string_view::npos) << s;
+    EXPECT_EQ(RemoveOwnTree(theirs, 0).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(std::filesystem::exists(theirs));
+  }
+}
+
+TEST(PathsTest, RemovingAnOwnTreeNeverFollowsALink) {
+  TempDir dir, outside;
+  const std::string tree = dir.path() + "/tree";
+  ASSERT_TRUE(MakeOwnDirectory(tree).ok());
+  std::filesystem::create_directories(tree + "/a/b");
+  std::ofstream(tree + "/a/b/file") << "x";
+  std::ofstream(outside.path() + "/precious") << "keep";
+  std::filesystem::create_directory_symlink(outside.path(), tree + "/a/to-outside");
+  std::filesystem::create_symlink(outside.path() + "/precious", tree + "/file-link");
+  ASSERT_TRUE(RemoveOwnTree(tree, ::geteuid()).ok());
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(tree)));
+  EXPECT_TRUE(std::filesystem::exists(outside.path() + "/precious"));
+  EXPECT_TRUE(RemoveOwnTree(tree, ::geteuid()).ok());  // gone already: nothing to do
+  // The top itself a link to a directory: not followed, not removed.
+  std::filesystem::create_directory_symlink(outside.path(), tree);
+  EXPECT_EQ(RemoveOwnTree(tree, ::geteuid()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(std::filesystem::exists(outside.path() + "/precious"));
 }
 
 TEST(CheckpointDirTest, CheckCheckpointNamesTheProblem) {

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -523,6 +524,53 @@ class Security(unittest.TestCase):
             self.assertEqual(s.ctl("--token-file", token_file, "cancel", job_id).returncode, 0)
         finally:
             s.stop()
+
+    def test_3_a_snapshot_directory_someone_else_made_is_not_used(self):
+        """Job ids are public (ps, /metrics): another account may make
+        /dev/shm/trainyard-job-<id> first, writable by all, for the job to
+        write its snapshots into and to restart from what it leaves there."""
+        d = os.path.join(self.tmp.name, "shm")
+        os.makedirs(d)
+        s = Server(d, slots=2)
+        planted = None
+        try:
+            blocker = s.ctl("-o", "json", "submit", write_spec(d, "blocker.yaml", JOB % job_args(
+                name="blocker", seed=6, steps=10000000, restarts=0)))
+            self.assertEqual(blocker.returncode, 0, blocker.stderr)
+            blocker = json.loads(blocker.stdout)["id"]
+            wait_for(lambda: s.job(blocker)["state"] == "RUNNING", 60, "the blocker running")
+            r = s.ctl("-o", "json", "submit", write_spec(d, "target.yaml", JOB % job_args(
+                name="target", seed=7, steps=10000000, restarts=2, snapshots=5)))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job_id = json.loads(r.stdout)["id"]
+            self.assertEqual(s.job(job_id)["state"], "QUEUED")
+            # The stranger (uid 65534) makes the job's directory first, open to all.
+            planted = f"/dev/shm/trainyard-job-{job_id}"
+            os.mkdir(planted)
+            os.chmod(planted, 0o777)
+            with open(os.path.join(planted, "left-by-a-stranger"), "w") as f:
+                f.write("x")
+            os.chown(planted, 65534, 65534)
+            self.assertEqual(s.ctl("cancel", blocker).returncode, 0)
+            wait_for(lambda: s.job(job_id)["state"] == "RUNNING" and s.job(job_id)["step"] >= 20, 120,
+                     "the job past its first snapshots")
+            events = [e["reason"] for e in s.job(job_id)["events"]]
+            self.assertTrue(any("in-memory snapshot refused" in e and "belongs to uid 65534" in e for e in events),
+                            events)
+            self.assertEqual(os.listdir(planted), ["left-by-a-stranger"], "the job wrote into a stranger's directory")
+            # A restart reads nothing from it.
+            os.kill(worker_pids(job_id)[-1], signal.SIGKILL)
+            wait_for(lambda: s.job(job_id)["attempt"] == 2 and s.job(job_id)["state"] == "RUNNING", 120,
+                     "the restarted attempt running")
+            wait_for(lambda: any("in-memory snapshots ignored" in e["reason"] for e in s.job(job_id)["events"]), 60,
+                     "the restart saying it ignored the directory")
+            self.assertEqual(s.ctl("cancel", job_id).returncode, 0)
+            # The server, as root, leaves the stranger's directory alone.
+            self.assertEqual(os.listdir(planted), ["left-by-a-stranger"])
+        finally:
+            s.stop()
+            if planted:
+                shutil.rmtree(planted, ignore_errors=True)
 
     def test_2_tls(self):
         d = os.path.join(self.tmp.name, "tls")
