@@ -1,8 +1,13 @@
 // The field tables of the slurm and script sections (spec_tables.h).
 #include <cctype>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <string_view>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include "common/progress_pattern.h"
 #include "common/spec/spec_rules.h"
@@ -34,33 +39,107 @@ static Field<SlurmSpec> SlurmString(std::string name, std::string SlurmSpec::*m,
   return f;
 }
 
+// The sbatch options a job may add (slurm.extra_args): what it asks of the
+// cluster (memory, GPUs, nodes, time, mail). Not those that change what runs,
+// as whom, in which environment or directory, or where output goes
+// (--export, --chdir, --output, --wrap, --uid, --container...): the batch
+// script runs as the service account, and such an option makes it run the
+// user's code. An operator adds any option for every job: --slurm-sbatch-arg.
+constexpr const char* kSbatchAllowed[] = {"--acctg-freq",
+                                          "--begin",
+                                          "--comment",
+                                          "--constraint",
+                                          "--contiguous",
+                                          "--core-spec",
+                                          "--cores-per-socket",
+                                          "--cpu-freq",
+                                          "--cpus-per-gpu",
+                                          "--cpus-per-task",
+                                          "--deadline",
+                                          "--dependency",
+                                          "--distribution",
+                                          "--exclude",
+                                          "--exclusive",
+                                          "--gpu-bind",
+                                          "--gpus",
+                                          "--gpus-per-node",
+                                          "--gpus-per-socket",
+                                          "--gpus-per-task",
+                                          "--gres",
+                                          "--gres-flags",
+                                          "--hint",
+                                          "--licenses",
+                                          "--mail-type",
+                                          "--mail-user",
+                                          "--mem",
+                                          "--mem-bind",
+                                          "--mem-per-cpu",
+                                          "--mem-per-gpu",
+                                          "--mincpus",
+                                          "--network",
+                                          "--nice",
+                                          "--no-requeue",
+                                          "--nodelist",
+                                          "--overcommit",
+                                          "--oversubscribe",
+                                          "--requeue",
+                                          "--reservation",
+                                          "--sockets-per-node",
+                                          "--spread-job",
+                                          "--switches",
+                                          "--thread-spec",
+                                          "--threads-per-core",
+                                          "--time-min",
+                                          "--tmp",
+                                          "--use-min-nodes",
+                                          "--wckey"};
+
+static bool SbatchAllowed(std::string_view arg) {
+  const std::string_view name = arg.substr(0, arg.find('='));
+  for (const char* a : kSbatchAllowed) {
+    if (name == a) return true;
+  }
+  return false;
+}
+
 const Section<SlurmSpec>& SlurmTable() {
   using S = SlurmSpec;
   static const Section<S> sec = [] {
     Section<S> s;
-    Field<S> extra =
-        Own("extra_args", &S::extra_args, "list of strings", "at most 64 options, each `--name[=value]`",
-            "Further sbatch options.", [](MapReader& r, S* s, const ReadContext&) {
-              YAML::Node n = r.Child("extra_args");
-              if (!n) return;
-              const std::string p = r.PathOf("extra_args");
-              if (!n.IsSequence())
-                Fail(p, "must be a list of sbatch options like --exclusive or --mem=8G, got " + Describe(n));
-              if (n.size() > 64) Fail(p, "must have at most 64 entries");
-              for (const auto& e : n) {
-                if (!e.IsScalar() || e.Scalar().size() > kMaxName || e.Scalar().rfind("--", 0) != 0 ||
-                    !SlurmSafe(e.Scalar())) {
-                  Fail(p,
-                       "each entry must be one sbatch option starting with -- (letters, digits and "
-                       "-_.:,=+/@%[]()|&!*), got " +
-                           Describe(e));
-                }
-                s->extra_args.push_back(e.Scalar());
-              }
-            });
+    Field<S> extra = Own(
+        "extra_args", &S::extra_args, "list of strings", "at most 64 options, each `--name[=value]`",
+        "Further sbatch options.", [](MapReader& r, S* s, const ReadContext&) {
+          YAML::Node n = r.Child("extra_args");
+          if (!n) return;
+          const std::string p = r.PathOf("extra_args");
+          if (!n.IsSequence())
+            Fail(p, "must be a list of sbatch options like --exclusive or --mem=8G, got " + Describe(n));
+          if (n.size() > 64) Fail(p, "must have at most 64 entries");
+          for (const auto& e : n) {
+            if (!e.IsScalar() || e.Scalar().size() > kMaxName || e.Scalar().rfind("--", 0) != 0 ||
+                !SlurmSafe(e.Scalar())) {
+              Fail(p,
+                   "each entry must be one sbatch option starting with -- (letters, digits and "
+                   "-_.:,=+/@%[]()|&!*), got " +
+                       Describe(e));
+            }
+            if (!SbatchAllowed(e.Scalar())) {
+              Fail(p,
+                   absl::StrCat(e.Scalar().substr(0, e.Scalar().find('=')),
+                                " is not an sbatch option a job may pass: it would change what runs, as whom, in "
+                                "which environment or directory, or where output goes, which the launcher sets (an "
+                                "operator may add any option for every job with trainyard-server --slurm-sbatch-arg). "
+                                "Allowed: ",
+                                absl::StrJoin(kSbatchAllowed, ", ")));
+            }
+            s->extra_args.push_back(e.Scalar());
+          }
+        });
     extra.random = [](Rng& g, S* s) {
       s->extra_args.assign(static_cast<size_t>(g.Int(0, 3)), "");
-      for (std::string& a : s->extra_args) a = "--" + g.Word(1, 10, kWordChars);
+      for (std::string& a : s->extra_args) {
+        a = std::string(kSbatchAllowed[g.Int(0, std::size(kSbatchAllowed) - 1)]);
+      }
     };
     s.fields = {
         Int("nodes", &S::nodes, 1, 1 << 16, "sbatch --nodes (must divide `num_processes`)."),

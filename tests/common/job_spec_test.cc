@@ -240,6 +240,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"num_processes: 3\nslurm: {nodes: 2}\n", {"'slurm.nodes'", "divide num_processes"}},
         BadSpec{"slurm: {partition: 'gpu; rm -rf /'}\n", {"'slurm.partition'", "may contain only"}},
         BadSpec{"slurm: {extra_args: ['-N 2']}\n", {"'slurm.extra_args'", "starting with --"}},
+        // Options that would run the user's code as the service account.
+        BadSpec{"slurm: {extra_args: ['--export=ALL,PATH=/home/mallory/bin']}\n",
+                {"'slurm.extra_args'", "--export is not an sbatch option a job may pass", "--slurm-sbatch-arg"}},
+        BadSpec{"slurm: {extra_args: ['--chdir=/tmp']}\n", {"--chdir is not an sbatch option"}},
+        BadSpec{"slurm: {extra_args: ['--output=/etc/x']}\n", {"--output is not an sbatch option"}},
+        BadSpec{"slurm: {extra_args: ['--wrap=id']}\n", {"--wrap is not an sbatch option"}},
         BadSpec{"slurm: {extra_args: '--exclusive'}\n", {"'slurm.extra_args'", "list"}},
         BadSpec{"slurm: {gres: 'gpu:1'}\n", {"'slurm.gres'", "unknown key"}},
         BadSpec{"owner: alice\n", {"'owner'", "cannot name one"}}, BadSpec{"priority: [high]\n", {"'priority'"}},
