@@ -665,6 +665,28 @@ max_steps: 5
             self.assertIn("1100 processes", read(log_path))
             self.assertNotIn("invalid here", read(log_path))
             self.assertEqual(server.job(job_id)["state"], "STARTING")
+            # Waiting in the rendezvous for 1,099 ranks that never come, it
+            # still hears SIGTERM (a cluster's grace period, Ctrl-C) ...
+            wait_for(lambda: "rendezvous at" in read(log_path), 60, "rank 0 in the rendezvous")
+            t0 = time.monotonic()
+            worker.send_signal(signal.SIGTERM)
+            self.assertEqual(worker.wait(timeout=30), 3, read(log_path)[-2000:])  # kExitStopped
+            self.assertLess(time.monotonic() - t0, 5)
+            self.assertIn("rank 0: stopped while waiting in the rendezvous for the other 1099 ranks", read(log_path))
+            # ... and the coordinator's stop: a cancel of the STARTING job ends it.
+            with open(log_path, "wb") as log:
+                worker = subprocess.Popen(
+                    [os.path.join(BIN, "trainyard-worker"), "--join", job_id, "--server", server.addr, "--rank", "0",
+                     "--advertise-addr", "127.0.0.1"],
+                    env=dict(os.environ, TRAINYARD_WORKER_TOKEN=info["token"]), stdout=log, stderr=subprocess.STDOUT)
+            wait_for(lambda: "rendezvous at" in read(log_path), 120, "rank 0 in the rendezvous again")
+            t0 = time.monotonic()
+            r = server.ctl("cancel", job_id, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(worker.wait(timeout=30), 3, read(log_path)[-2000:])
+            self.assertLess(time.monotonic() - t0, 10)
+            self.assertIn("rank 0: stopped while waiting in the rendezvous", read(log_path))
+            self.assertEqual(server.job(job_id)["state"], "CANCELLED")
         finally:
             if worker is not None and worker.poll() is None:
                 worker.kill()
