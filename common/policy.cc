@@ -170,6 +170,10 @@ Policy ParseRoot(const YAML::Node& root) {
   }
   r.Bool("group_visibility", &p.group_visibility);
   r.Bool("shared_account", &p.shared_account);
+  r.String("default_unix_user", &p.default_unix_user, 32);
+  if (!p.default_unix_user.empty() && p.default_unix_user.find_first_of("/:\n ") != std::string::npos) {
+    Fail("default_unix_user", "must be an account name, got '" + p.default_unix_user + "'");
+  }
   r.RejectUnknown();
   return p;
 }
@@ -177,6 +181,7 @@ Policy ParseRoot(const YAML::Node& root) {
 }  // namespace
 
 bool Policy::SwitchesAccounts() const {
+  if (!default_unix_user.empty()) return true;
   for (const PolicyUser& u : users) {
     if (!u.unix_user.empty()) return true;
   }
@@ -266,6 +271,11 @@ absl::StatusOr<Policy> ReadPolicy(const std::string& path) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": field 'users[", i, "].unix_user': ", a.status().message()));
     u.account = *std::move(a);
+  }
+  if (!p->default_unix_user.empty()) {
+    if (absl::StatusOr<UnixAccount> a = LookupUnixAccount(p->default_unix_user); !a.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": field 'default_unix_user': ", a.status().message()));
+    }
   }
   return p;
 }

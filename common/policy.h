@@ -70,6 +70,9 @@ struct Policy {
   // Users without a unix_user may run scripts, as the server's own account:
   // each such script can read every other such user's data.
   bool shared_account = false;
+  // The account the jobs of users without a unix_user run as (not admins):
+  // an unprivileged one of the operator's choosing. "": none.
+  std::string default_unix_user;
 
   // Whether any user runs as an account of their own.
   bool SwitchesAccounts() const;

@@ -65,6 +65,16 @@ absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const st
 absl::Status Admission::CheckAccount(const JobSpec& spec, const Policy& policy, const Caller& by,
                                      const Launcher::Traits& traits) const {
   if (by.unix_user.empty()) {
+    // On a server that runs its users' jobs as their own accounts, a user
+    // without one would run as the server's (root): only where the operator
+    // said users share it.
+    if (!by.user.empty() && !by.admin && !policy.shared_account && policy.SwitchesAccounts()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          by.Describe(),
+          " has no unix_user in the server's policy, and this server runs its users' jobs as their own accounts: "
+          "theirs would run as the server's own (an operator maps the user to one with unix_user, names an "
+          "unprivileged account for everyone without one with default_unix_user, or sets shared_account: true)"));
+    }
     // A script is anyone's code: under users, it runs as the server's own
     // account only where the operator said users share one.
     if (!spec.script.empty() && !by.user.empty() && !by.admin && !policy.shared_account) {

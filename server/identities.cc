@@ -52,8 +52,10 @@ std::shared_ptr<const Policy> Identities::policy() const {
   return policy_;
 }
 
-Caller Identities::CallerOf(const PolicyUser& user) const {
-  Caller c{user.name, user.groups, user.role == Role::kAdmin, user.roots, user.unix_user};
+Caller Identities::CallerOf(const PolicyUser& user, const Policy& policy) const {
+  const bool admin = user.role == Role::kAdmin;
+  Caller c{user.name, user.groups, admin, user.roots,
+           user.unix_user.empty() && !admin ? policy.default_unix_user : user.unix_user};
   if (c.roots.empty()) {
     for (const std::string& root : allowed_roots_)
       c.roots.push_back(absl::StrReplaceAll(root, {{"{user}", user.name}}));
@@ -76,7 +78,7 @@ absl::StatusOr<Caller> Identities::Authenticate(const std::string& authorization
   const std::shared_ptr<const Policy> policy = this->policy();
   if (authorization.empty()) {
     if (cert.verified) {
-      if (const PolicyUser* u = policy->UserOfSubject(cert.subject)) return CallerOf(*u);
+      if (const PolicyUser* u = policy->UserOfSubject(cert.subject)) return CallerOf(*u, *policy);
     }
     return absl::UnauthenticatedError(
         "this server needs a token: authorization: Bearer <token> (trainctl --token-file or TRAINYARD_TOKEN)");
@@ -88,7 +90,7 @@ absl::StatusOr<Caller> Identities::Authenticate(const std::string& authorization
   const std::string token = authorization.substr(kBearer.size());
   if (token.empty()) return absl::UnauthenticatedError("the bearer token is empty");
   if (!admin_token_.empty() && ConstantTimeEquals(token, admin_token_)) return Caller{"", {}, /*admin=*/true};
-  if (const PolicyUser* u = policy->UserOfToken(token)) return CallerOf(*u);
+  if (const PolicyUser* u = policy->UserOfToken(token)) return CallerOf(*u, *policy);
   return absl::UnauthenticatedError("invalid token");
 }
 

@@ -54,7 +54,9 @@ class Identities {
   absl::StatusOr<Caller> Authenticate(const std::string& authorization, const PeerCertificate& cert) const;
 
  private:
-  Caller CallerOf(const PolicyUser& user) const;
+  // A non-admin user without a unix_user runs as the policy's
+  // default_unix_user, if it names one.
+  Caller CallerOf(const PolicyUser& user, const Policy& policy) const;
 
   const std::string admin_token_;
   const std::string policy_file_;

@@ -117,7 +117,7 @@ class Accounts(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def policy_text(self, shared=False):
+    def policy_text(self, shared=False, default_user=None):
         def token(u):
             return sha(f"token-of-{u}-{SUFFIX}-0123456789")
         return (
@@ -127,7 +127,8 @@ class Accounts(unittest.TestCase):
             f"  - {{name: bob, token_sha256: \"{token('bob')}\", unix_user: {ACCOUNTS['bob']}, "
             f"roots: [{self.roots['bob']}]}}\n"
             f"  - {{name: carol, token_sha256: \"{token('carol')}\", roots: [{self.roots['bob']}]}}\n"
-            + ("shared_account: true\n" if shared else ""))
+            + ("shared_account: true\n" if shared else "")
+            + (f"default_unix_user: {default_user}\n" if default_user else ""))
 
     def start(self):
         return Server(self.state, slots=4, extra=(
@@ -249,6 +250,24 @@ class Accounts(unittest.TestCase):
             self.assertEqual(r.returncode, 2, r.stdout)
             self.assertIn("PERMISSION_DENIED", r.stderr)
             self.assertIn("has no unix_user", r.stderr)
+            # Nor a native job: on this server it would run as root.
+            native = "name: carol-native\nmodel: {kind: mlp, hidden: [8]}\nmax_steps: 100000\nnum_processes: 1\n"
+            r = self.ctl(s, "carol", "submit", write_spec(self.tmp, "carol-native.yaml", native))
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn("PERMISSION_DENIED", r.stderr)
+            self.assertIn("theirs would run as the server's own", r.stderr)
+            self.assertIn("default_unix_user", r.stderr)
+        finally:
+            s.stop()
+        # An unprivileged account for everyone without one: carol's job runs as it.
+        with open(self.policy, "w") as f:
+            f.write(self.policy_text(default_user=ACCOUNTS["bob"]))
+        s = self.start()
+        try:
+            job_id = self.submit(s, "carol", "carol-native", native)
+            pids = wait_for(lambda: e2e_test.worker_pids(job_id), 60, "carol's worker")
+            self.assertEqual(os.stat(f"/proc/{pids[0]}").st_uid, self.uid["bob"])
+            self.ctl(s, "carol", "cancel", job_id)
         finally:
             s.stop()
         with open(self.policy, "w") as f:
