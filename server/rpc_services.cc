@@ -416,8 +416,16 @@ grpc::Status JobServiceImpl::GetLogs(const Caller& caller, const v1::GetLogsRequ
 grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
                                         grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
   v1::WorkerMessage msg;
-  if (!stream->Read(&msg) || !msg.has_hello()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be a hello");
+  {
+    if (!hellos_.Start(ctx)) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "too many streams from this host have not said hello yet");
+    }
+    HelloGuard::Wait waiting(&hellos_, ctx);
+    if (!stream->Read(&msg) || !msg.has_hello()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the first message must be a hello, within 5 s of the stream's start");
+    }
   }
   const v1::WorkerHello hello = msg.hello();
   if (hello.advertise_addr().size() > 255) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 
+#include "server/hello_guard.h"
 #include "server/identities.h"
 #include "server/job_handlers.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -74,13 +75,16 @@ class JobServiceImpl final : public v1::JobService::Service {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(WorkerHandler* manager) : manager_(manager) {}
+  // A stream must say hello within 5 s, and one host may have at most 256
+  // streams waiting to (HelloGuard).
+  explicit WorkerServiceImpl(WorkerHandler* manager) : manager_(manager), hellos_(256, std::chrono::seconds(5)) {}
 
   grpc::Status Connect(grpc::ServerContext*,
                        grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>*) override;
 
  private:
   WorkerHandler* const manager_;
+  HelloGuard hellos_;
 };
 
 void JobToProto(const JobRecord& job, const std::vector<JobEvent>& events, v1::Job* out);

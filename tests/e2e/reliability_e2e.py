@@ -572,6 +572,47 @@ class Security(unittest.TestCase):
             if planted:
                 shutil.rmtree(planted, ignore_errors=True)
 
+    def test_4_streams_that_never_say_hello_hold_nothing_for_long(self):
+        """WorkerService.Connect gives each stream a server thread before the
+        hello (and its token) comes: 300 streams that never say it."""
+        d = os.path.join(self.tmp.name, "hello")
+        os.makedirs(d)
+        s = Server(d)
+
+        def threads():
+            with open(f"/proc/{s.proc.pid}/status") as f:
+                return int([line for line in f if line.startswith("Threads:")][0].split()[1])
+        ch = grpc.insecure_channel(s.addr)
+        silence = threading.Event()
+
+        def nothing():
+            silence.wait()
+            return
+            yield
+        connect = ch.stream_stream("/trainyard.v1.WorkerService/Connect", request_serializer=lambda m: m,
+                                   response_deserializer=lambda b: b)
+        try:
+            before = threads()
+            calls = [connect(nothing()) for _ in range(300)]
+            wait_for(lambda: sum(c.code() is not None for c in calls if c.done()) >= 300 - 256, 30,
+                     "the streams over 256 from one host refused")
+            refused = [c for c in calls if c.done() and c.code() == grpc.StatusCode.RESOURCE_EXHAUSTED]
+            self.assertGreaterEqual(len(refused), 300 - 256)
+            self.assertLessEqual(threads(), before + 256 + 16)
+            t0 = time.monotonic()
+            self.assertEqual(s.ctl("list").returncode, 0)
+            self.assertLess(time.monotonic() - t0, 1.0)
+            # Within 5 s each waiting stream is cancelled: its thread is free again.
+            wait_for(lambda: all(c.done() for c in calls), 30, "every silent stream ended")
+            late = [c for c in calls if c.code() == grpc.StatusCode.CANCELLED]
+            self.assertGreaterEqual(len(late), 200, set(str(c.code()) for c in calls))
+            wait_for(lambda: threads() <= before + 16, 30, "the server's threads back to what they were",
+                     lambda: threads())
+        finally:
+            silence.set()
+            ch.close()
+            s.stop()
+
     def test_2_tls(self):
         d = os.path.join(self.tmp.name, "tls")
         os.makedirs(d)
