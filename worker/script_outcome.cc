@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/paths.h"
 
 namespace trainyard {
 
@@ -64,9 +65,10 @@ void ScriptOutcome(const ScriptEnd& end, ScriptResult& result) {
 }
 
 std::string RaisedException(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  // Bounded, and never blocking: a FIFO or a huge file in its place is "".
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, 1 << 20);
+  if (!text.ok()) return "";
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("message")) return "";
   const auto& m = j["message"];
   if (m.is_string()) return m.get<std::string>();

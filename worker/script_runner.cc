@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +21,7 @@
 #include "common/child_process.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/progress_pattern.h"
 #include "common/subprocess.h"
 #include "worker/flight_recorder.h"
@@ -105,9 +107,15 @@ constexpr char kNotListening[] =
 }  // namespace
 
 std::string ErrorFilePath(const ScriptRank& w) {
-  return (fs::temp_directory_path() /
-          absl::StrCat("trainyard-", w.job_id, "-attempt", w.attempt, "-rank", w.rank, "-error.json"))
-      .string();
+  // A directory of this process's own, made once (mkdtemp: mode 0700, a
+  // name nobody can guess): no other account can plant a file, a FIFO or a
+  // link where the script writes its error and the worker reads it.
+  static const std::string dir = [] {
+    std::string t = (fs::temp_directory_path() / "trainyard-rank-XXXXXX").string();
+    return ::mkdtemp(t.data()) != nullptr ? t : std::string();
+  }();
+  if (dir.empty()) return "";
+  return absl::StrCat(dir, "/", w.job_id, "-attempt", w.attempt, "-rank", w.rank, "-error.json");
 }
 
 std::map<std::string, std::string> ScriptEnvironment(const JobSpec& spec, const ScriptRank& w,
@@ -140,7 +148,7 @@ std::map<std::string, std::string> ScriptEnvironment(const JobSpec& spec, const 
   set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   // torch's elastic error file: an uncaught exception's message and stack
   // (`@record`, or the worker's script runner), the reason of a failure.
-  set("TORCHELASTIC_ERROR_FILE", ErrorFilePath(w));
+  if (std::string error_file = ErrorFilePath(w); !error_file.empty()) set("TORCHELASTIC_ERROR_FILE", error_file);
   // Without an Accelerate config, several CPU processes are one MULTI_CPU
   // group, as `ACCELERATE_USE_CPU=True torchrun` makes them (`accelerate
   // launch --num_processes N` on a CPU host runs one process); on GPUs
@@ -455,7 +463,12 @@ ScriptResult ScriptRunner::Run() {
     return result;
   }
   const auto error_file = env_.find("TORCHELASTIC_ERROR_FILE");
-  if (error_file != env_.end()) fs::remove(error_file->second, ec);  // a stale one is not this run's
+  if (error_file != env_.end()) {
+    // Its directory is this process's own (ErrorFilePath), made again if an
+    // earlier run removed it; a stale file is not this run's.
+    (void)MakeOwnDirectory(fs::path(error_file->second).parent_path().string());
+    fs::remove(error_file->second, ec);
+  }
   // script.progress: rank 0's standard output passes through this worker,
   // which reads steps from its lines (and writes them on to the log).
   std::optional<ProgressPattern> progress;
@@ -490,7 +503,10 @@ ScriptResult ScriptRunner::Run() {
   ScriptEnd end = session.Run(result);
   if (flight != nullptr) flight->SetStackSource(nullptr);  // the pid is gone
   end.script_path = script.path;
-  end.raised = error_file == env_.end() ? "" : RaisedException(error_file->second);
+  if (error_file != env_.end()) {
+    end.raised = RaisedException(error_file->second);
+    (void)RemoveOwnTree(fs::path(error_file->second).parent_path().string(), ::geteuid());  // nothing left in /tmp
+  }
   ScriptOutcome(end, result);
   return result;
 }

@@ -64,7 +64,9 @@ std::map<std::string, std::string> ScriptEnvironment(const JobSpec& spec, const 
                                                      const std::map<std::string, std::string>& accelerate);
 
 // Where the rank's torch elastic error file goes (TORCHELASTIC_ERROR_FILE):
-// a file of this attempt and rank in the temporary directory.
+// a file of this attempt and rank in a directory of this process's own
+// (mkdtemp in the temporary directory; removed when the script ended); ""
+// when none can be made.
 std::string ErrorFilePath(const ScriptRank& where);
 
 struct ScriptOptions {

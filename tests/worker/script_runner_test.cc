@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
@@ -18,8 +20,10 @@
 #include <thread>
 
 #include "common/checkpoint_dir.h"
+#include "common/paths.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
+#include "worker/script_outcome.h"
 
 namespace trainyard {
 namespace {
@@ -244,6 +248,18 @@ TEST_F(ScriptRunnerTest, WithoutAnAccelerateConfigCpuProcessesAreOneGroup) {
   EXPECT_EQ(env["ACCELERATE_USE_CPU"], "True");
   EXPECT_EQ(env["TORCHELASTIC_ERROR_FILE"], ErrorFilePath(Where()));
   EXPECT_NE(env["TORCHELASTIC_ERROR_FILE"].find("job-test-attempt3-rank0"), std::string::npos);
+  // In a directory of the worker's own, not at a name another account can guess and plant.
+  const std::string dir = std::filesystem::path(env["TORCHELASTIC_ERROR_FILE"]).parent_path().string();
+  EXPECT_NE(dir, std::filesystem::temp_directory_path().string());
+  EXPECT_TRUE(IsOwnDirectory(dir, ::geteuid()).ok()) << IsOwnDirectory(dir, ::geteuid());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // A FIFO where the error file is read makes no reader wait.
+  const std::string fifo = dir + "/fifo-error.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(RaisedException(fifo), "");
+  ::unlink(fifo.c_str());
   EXPECT_EQ(ScriptEnvironment(spec, Where(), {{"ACCELERATE_MIXED_PRECISION", "no"}}).count("ACCELERATE_USE_CPU"), 0u)
       << "a config says it all";
   ScriptRank one = Where();
