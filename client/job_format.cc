@@ -9,6 +9,7 @@
 #include <ostream>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_state.h"
 #include "common/wire_convert.h"
 
@@ -259,6 +260,24 @@ void PrintQueueTable(const v1::GetQueueResponse& queue, std::ostream& out) {
   }
   // What the server's own hosts have free now (its --slots and --gpus).
   out << "\nFREE: " << queue.free_slots() << " slots, " << queue.free_gpus() << " GPUs\n";
+}
+
+std::string Shown(std::string_view text, bool carriage_returns) {
+  std::string out;
+  out.reserve(text.size());
+  auto hex = [&](unsigned char c) { absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2)); };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n' && c != '\t' && !(c == '\r' && carriage_returns)) || c == 0x7f) {
+      hex(c);
+    } else if (c == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      hex(static_cast<unsigned char>(text[++i]));  // a C1 control, U+0080..U+009F
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
 }
 
 }  // namespace trainyard

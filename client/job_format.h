@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "trainyard/v1/trainyard.pb.h"
 
@@ -32,6 +33,12 @@ nlohmann::ordered_json CheckpointJson(const v1::Checkpoint& c);
 // `trainctl queue`: the entries as a JSON array, or as a table with a header.
 nlohmann::ordered_json QueueJson(const v1::GetQueueResponse& queue);
 void PrintQueueTable(const v1::GetQueueResponse& queue, std::ostream& out);
+
+// `text` as a terminal may show it: control characters other than newline
+// and tab (ESC, BEL, backspace, DEL, the C1 controls) as \xNN, so that what a
+// job wrote cannot move the cursor, retitle the window or hide other text.
+// `carriage_returns`: keep '\r' too (a log's progress bars redraw a line).
+std::string Shown(std::string_view text, bool carriage_returns = false);
 
 }  // namespace trainyard
 

@@ -220,7 +220,7 @@ int Trainctl::Watch(const std::string& id, int printed_state) {
       have_job = true;
       if (changed && !IsTerminalProto(job.state())) {
         if (tty && !last_progress.empty()) s.out << "\n";
-        s.out << job.id() << ": " << StateName(job.state()) << " — " << job.reason() << "\n";
+        s.out << job.id() << ": " << StateName(job.state()) << " — " << Shown(job.reason()) << "\n";
         last_progress.clear();
       }
       continue;
@@ -269,7 +269,7 @@ int Trainctl::Watch(const std::string& id, int printed_state) {
     s.err << "trainctl: the watch of " << id << " ended while the job was " << StateName(job.state()) << "\n";
     return 2;
   }
-  s.out << job.id() << ": " << StateName(job.state()) << " — " << job.reason() << "\n";
+  s.out << job.id() << ": " << StateName(job.state()) << " — " << Shown(job.reason()) << "\n";
   if (s.options.output == OutputFormat::kJson) s.out << JobJson(job).dump(2) << "\n";
   return s.FinalCode(job);
 }
@@ -284,7 +284,7 @@ int Trainctl::Cancel(const std::string& id, bool wait, bool checkpoint) {
   if (!st.ok()) return s.Fail(st);
   if (!wait || IsTerminalProto(resp.job().state())) {
     s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — "
-          << (IsTerminalProto(resp.job().state()) ? resp.job().reason() : "stopping") << "\n";
+          << (IsTerminalProto(resp.job().state()) ? Shown(resp.job().reason()) : "stopping") << "\n";
     return 0;
   }
   if (checkpoint && resp.job().state() != v1::RUNNING) {
@@ -421,7 +421,7 @@ int Trainctl::History(const std::string& id, const std::vector<std::string>& ser
     }
   }
   if (!resp.events().empty()) s.out << "events:\n";
-  for (const auto& e : resp.events()) s.out << "  " << FormatTime(e.unix_millis()) << "  " << e.reason() << "\n";
+  for (const auto& e : resp.events()) s.out << "  " << FormatTime(e.unix_millis()) << "  " << Shown(e.reason()) << "\n";
   return 0;
 }
 
@@ -472,7 +472,7 @@ int Trainctl::Resume(const std::string& id, const std::string& from, int num_pro
   v1::ResumeJobResponse resp;
   grpc::Status st = s.Call(&v1::JobService::Stub::ResumeJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
-  s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — " << resp.job().reason() << "\n";
+  s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — " << Shown(resp.job().reason()) << "\n";
   return watch ? Watch(id, resp.job().state()) : 0;
 }
 

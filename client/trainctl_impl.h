@@ -91,9 +91,9 @@ struct Trainctl::Impl {
       return;
     }
     out << "id:           " << j.id() << "\n"
-        << "name:         " << j.name() << "\n"
+        << "name:         " << Shown(j.name()) << "\n"
         << "state:        " << StateName(j.state()) << "\n"
-        << "reason:       " << j.reason() << "\n"
+        << "reason:       " << Shown(j.reason()) << "\n"
         << "processes:    " << j.num_processes() << "\n"
         << "step:         " << j.step() << (j.max_steps() > 0 ? " / " + std::to_string(j.max_steps()) : "") << "\n"
         << "loss:         " << j.loss() << " (first " << j.first_loss() << ")\n"
@@ -114,7 +114,7 @@ struct Trainctl::Impl {
       out << "events:\n";
       for (const auto& e : j.events()) {
         out << "  " << FormatTime(e.unix_millis()) << "  " << std::left << std::setw(10) << StateName(e.state())
-            << std::right << " " << e.reason() << "\n";
+            << std::right << " " << Shown(e.reason()) << "\n";
       }
     }
   }

@@ -1,6 +1,9 @@
 // trainctl logs: a rank's log of one attempt or of all, its last lines,
 // following it to the job's end (as kubectl logs).
+#include <unistd.h>
+
 #include <chrono>
+#include <iostream>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -12,6 +15,10 @@ namespace trainyard {
 
 int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
   Impl& s = *impl_;
+  // On a terminal, what the job wrote cannot drive it (Shown); into a pipe
+  // or a file, it goes as it is.
+  const bool tty = isatty(STDOUT_FILENO) && &s.out == &std::cout;
+  auto show = [&](std::string_view text) { return tty ? Shown(text, /*carriage_returns=*/true) : std::string(text); };
   auto fetch = [&](int attempt, int64_t offset, v1::GetLogsResponse* resp) {
     v1::GetLogsRequest req;
     req.set_id(id);
@@ -38,7 +45,7 @@ int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
     } else if (resp.truncated()) {
       s.out << "... (showing the last " << resp.content().size() << " bytes of " << resp.path() << ")\n";
     }
-    s.out << text << std::flush;
+    s.out << show(text) << std::flush;
   };
   std::vector<int> attempts = {o.attempt};
   if (o.all_attempts) {
@@ -71,7 +78,7 @@ int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
     // while it is under the limit.
     grpc::Status st = fetch(attempt, offset, &more);
     if (!st.ok()) return s.Fail(st);
-    s.out << more.content() << std::flush;
+    s.out << show(more.content()) << std::flush;
     offset = more.size();
     if (ended && more.content().empty()) return 0;
     if (more.content().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // polls the log

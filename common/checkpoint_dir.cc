@@ -181,9 +181,12 @@ std::string Problem(const fs::path& dir, int64_t index, bool verify, nlohmann::j
   }
   for (auto& [file, info] : (*manifest)["files"].items()) {
     const fs::path p = dir / file;
-    std::error_code fec;
-    const auto size = fs::file_size(p, fec);
-    if (fec) return absl::StrCat("missing file ", file);
+    // A file of the checkpoint, beneath its directory: a manifest naming
+    // ../../etc/shadow (or a link there) learns nothing of that file.
+    absl::StatusOr<uint64_t> found = RegularFileSizeBeneath(p.string(), dir.string());
+    if (absl::IsNotFound(found.status())) return absl::StrCat("missing file ", file);
+    if (!found.ok()) return absl::StrCat("file ", file, " is not a file of the checkpoint");
+    const uint64_t size = *found;
     const uint64_t want = info.is_object() ? info.value("size", uint64_t{0}) : 0;
     if (size != want) return absl::StrCat(file, " has ", size, " bytes, the manifest says ", want);
     if (verify && manifest->value("checksums", true)) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -170,6 +171,12 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildPlan& plan) {
       if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &default_action, nullptr);
     }
     sigprocmask(SIG_SETMASK, &no_signals, nullptr);
+    // Nothing this process inherited or opened reaches the child unless the
+    // plan says so: every descriptor above stderr closes on exec (the plan's
+    // targets are set up below, by dup2, which clears the flag on them).
+    if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
     // Each source to a descriptor above every target first, so that no
     // move overwrites a source still to be moved.
     for (auto& [target, source] : moves) {

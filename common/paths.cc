@@ -169,6 +169,32 @@ absl::StatusOr<int> OpenRegularFileNoFollow(const std::string& path) {
   return fd;
 }
 
+absl::StatusOr<uint64_t> RegularFileSizeBeneath(const std::string& path, const std::string& dir) {
+  const fs::path p = fs::path(path).lexically_normal(), d = fs::path(dir).lexically_normal();
+  if (!IsUnder(p, d)) return absl::InvalidArgumentError(absl::StrCat(path, ": leads out of ", dir));
+  const int dir_fd = ::open(d.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return absl::NotFoundError(absl::StrCat(dir, ": does not exist"));
+  const fs::path rel = p.lexically_relative(d);
+  // O_PATH: neither reads nor blocks (a FIFO opens as any file does).
+  const int fd = OpenAt2Beneath(dir_fd, rel.empty() ? "." : rel.c_str(), O_PATH);
+  const int open_errno = errno;
+  ::close(dir_fd);
+  if (fd < 0) {
+    const int err = open_errno;
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": does not exist"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": leads out of ", dir, " or cannot be read (", std::strerror(err), ")"));
+  }
+  struct stat st {};
+  const int rc = ::fstat(fd, &st);
+  ::close(fd);
+  if (rc != 0) return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
+  if (const char* kind = NotRegular(st)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is ", kind, ", not a regular file"));
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
 absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes,
                                             const std::vector<std::string>& beneath) {
   const int fd = OpenForRead(path, beneath, 0);

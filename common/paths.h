@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,12 @@ bool ReadFileToString(const std::string& path, std::string* out);
 // whatever changed since its path was checked.
 absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes,
                                             const std::vector<std::string>& beneath = {});
+
+// The size of the regular file `path`, which must lie beneath `dir` (no
+// '..' or link leading out of it: openat2 RESOLVE_BENEATH), without reading
+// it or blocking. NotFound when it is missing; InvalidArgument when it leads
+// out of `dir` or is not a regular file.
+absl::StatusOr<uint64_t> RegularFileSizeBeneath(const std::string& path, const std::string& dir);
 
 // Opens a regular file for reading without ever blocking and without
 // following a symbolic link at its last component (a file in a directory

@@ -1,6 +1,8 @@
 // SQLite implementation of JobStore.
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <set>
 
@@ -455,6 +457,12 @@ class SqliteJobStore final : public JobStore {
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
+  // The store holds every job's worker token: made the server account's
+  // alone before SQLite opens it (not with the umask, then narrowed).
+  if (path != ":memory:") {
+    const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) ::close(fd);
+  }
   int rc =
       sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {

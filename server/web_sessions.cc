@@ -60,6 +60,36 @@ void WebSessions::Close(const std::string& id) {
   sessions_.erase(id);
 }
 
+void WebSessions::ForgetOldFailures(TimeSource::Steady now) {
+  for (auto it = failures_.begin(); it != failures_.end();) {
+    std::vector<TimeSource::Steady>& times = it->second;
+    std::erase_if(times, [&](TimeSource::Steady t) { return now - t >= std::chrono::minutes(1); });
+    it = times.empty() ? failures_.erase(it) : std::next(it);
+  }
+}
+
+std::chrono::seconds WebSessions::SignInWait(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  const TimeSource::Steady now = clock_->SteadyNow();
+  ForgetOldFailures(now);
+  auto it = failures_.find(address);
+  if (it == failures_.end() || static_cast<int>(it->second.size()) < kMaxFailedSignIns) {
+    return std::chrono::seconds(0);
+  }
+  const auto wait = it->second.front() + std::chrono::minutes(1) - now;
+  return std::chrono::ceil<std::chrono::seconds>(wait);
+}
+
+int WebSessions::FailedSignIn(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  const TimeSource::Steady now = clock_->SteadyNow();
+  ForgetOldFailures(now);
+  if (failures_.size() >= kMaxSessions && !failures_.count(address)) failures_.erase(failures_.begin());
+  std::vector<TimeSource::Steady>& times = failures_[address];
+  times.push_back(now);
+  return static_cast<int>(times.size());
+}
+
 bool WebSessions::CsrfMatches(const Session& s, const std::string& given) {
   if (given.size() != s.csrf.size() || s.csrf.empty()) return false;
   unsigned char diff = 0;

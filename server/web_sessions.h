@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -42,11 +43,23 @@ class WebSessions {
   // Whether `given` is the session's CSRF token (in constant time).
   static bool CsrfMatches(const Session& s, const std::string& given);
 
+  // Failed sign-ins, per client address: after kMaxFailedSignIns within a
+  // minute, that address may not try again until the oldest is a minute
+  // old. How long it must wait (zero: it may try now).
+  static constexpr int kMaxFailedSignIns = 10;
+  std::chrono::seconds SignInWait(const std::string& address);
+  // Counts a failed sign-in from `address`; returns how many it made in the
+  // last minute.
+  int FailedSignIn(const std::string& address);
+
  private:
   const std::chrono::seconds ttl_;
   const TimeSource* const clock_;
   absl::Mutex mu_;
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // Per address, when its failed sign-ins of the last minute were.
+  std::map<std::string, std::vector<TimeSource::Steady>> failures_ ABSL_GUARDED_BY(mu_);
+  void ForgetOldFailures(TimeSource::Steady now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 // 32 random bytes from the kernel, as 64 hex digits.

@@ -299,9 +299,23 @@ int WebUi::Serve(mg_connection* conn) {
         return finish(Error(400, "INVALID_ARGUMENT", "field 'token': a string is required"));
       }
       const std::string token = j["token"].get<std::string>();
+      // Guessing tokens: a few tries a minute per address, each failure logged.
+      const std::string address = ri->remote_addr;
+      if (const std::chrono::seconds wait = sessions_.SignInWait(address); wait.count() > 0) {
+        Reply r = Error(429, "RESOURCE_EXHAUSTED",
+                        absl::StrCat("too many failed sign-ins from ", address, " in the last minute; try again in ",
+                                     wait.count(), " s"));
+        r.headers.push_back(absl::StrCat("Retry-After: ", wait.count()));
+        return finish(r);
+      }
       WebSessions::Session candidate{"", "", token, {}};
       absl::StatusOr<Caller> who = caller_of(candidate);
-      if (!who.ok()) return finish(Error(401, "UNAUTHENTICATED", std::string(who.status().message())));
+      if (!who.ok()) {
+        const int failures = sessions_.FailedSignIn(address);
+        spdlog::warn("web UI: failed sign-in from {} ({} in the last minute): {}", address, failures,
+                     std::string(who.status().message()));
+        return finish(Error(401, "UNAUTHENTICATED", std::string(who.status().message())));
+      }
       if (session) sessions_.Close(session->id);
       WebSessions::Session s = sessions_.Open(token);
       Reply r = Json(200, {{"user", who->user}, {"admin", who->admin || open}, {"csrf", s.csrf}});

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "client/job_format.h"
 #include "client/trainctl.h"
 #include "tests/test_paths.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -294,6 +295,24 @@ TEST_F(TrainctlTest, GlobalFlagsGoBeforeOrAfterTheSubcommand) {
   const std::string out = RunBinary("get job-1 -o yaml --server " + address_, &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("yaml"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+// What a job writes cannot drive a terminal through trainctl: escape
+// sequences, BEL, backspace, DEL and C1 controls are shown, not sent.
+TEST(ShownTest, ControlCharactersAreShownNotSent) {
+  EXPECT_EQ(Shown("plain text, äöü, 日本\n\ttab"), "plain text, äöü, 日本\n\ttab");
+  EXPECT_EQ(Shown("\x1b]0;owned\x07\x1b[2Jgone\b\x7f"), "\\x1b]0;owned\\x07\\x1b[2Jgone\\x08\\x7f");
+  EXPECT_EQ(Shown("a\xc2\x9b"
+                  "31mred"),
+            "a\\x9b31mred");  // CSI as a C1 control (U+009B)
+  EXPECT_EQ(Shown("\r"), "\\x0d");
+  EXPECT_EQ(Shown("10%\r20%", /*carriage_returns=*/true), "10%\r20%");  // a log's progress bar
 }
 
 }  // namespace

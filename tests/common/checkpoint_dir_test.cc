@@ -87,6 +87,31 @@ TEST(CheckpointDirTest, SkipsIncompleteAndCorruptCheckpointsWithReasons) {
   EXPECT_EQ(dir.NextIndex(), 4);
 }
 
+// A manifest (in a directory a user writes) naming files outside its
+// checkpoint, directly or through a link, learns nothing about them: the
+// checkpoint is not complete, and the reason names no size.
+TEST(CheckpointDirTest, AManifestCannotNameFilesOutsideItsCheckpoint) {
+  TempDir project, outside;
+  WriteFile(outside.path() + "/secret", "0123456789");
+  CheckpointDir dir(project.path());
+  for (int i = 0; i < 2; ++i) {
+    const std::string c = dir.root() + "/checkpoint_" + std::to_string(i);
+    fs::create_directories(c);
+    std::string name = "../../" + fs::relative(outside.path() + "/secret", project.path()).string();
+    if (i == 1) {
+      fs::create_symlink(outside.path() + "/secret", c + "/link");
+      name = "link";
+    }
+    WriteFile(c + "/manifest.json", "{\"format\": \"trainyard-checkpoint-v1\", \"index\": " + std::to_string(i) +
+                                        ", \"files\": {\"" + name + "\": {\"size\": 10}}}");
+  }
+  CheckpointScan scan = dir.List(/*verify=*/false);
+  EXPECT_TRUE(scan.complete.empty());
+  ASSERT_EQ(scan.skipped.size(), 2u);
+  for (const auto& [path, why] : scan.skipped)
+    EXPECT_NE(why.find("is not a file of the checkpoint"), std::string::npos) << why;
+}
+
 TEST(CheckpointDirTest, TotalLimitKeepsTheNewestComplete) {
   TempDir project;
   CheckpointDir dir(project.path());

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -143,6 +144,23 @@ TEST(ChildProcessTest, DescriptorPlan) {
   std::stringstream text;
   text << std::ifstream(log).rdbuf();
   EXPECT_EQ(text.str(), "before\nto-log\n") << "cat read /dev/null: nothing";
+}
+
+// A descriptor this process has open without close-on-exec (as a server
+// inherits them from whatever started it) does not reach the child.
+TEST(ChildProcessTest, OnlyThePlansDescriptorsReachTheChild) {
+  TempDir dir;
+  const int fd = open((dir.path() + "/secret").c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(dup2(fd, 100), 100);  // no O_CLOEXEC
+  close(fd);
+  const std::string listed = Stdout(Sh("ls /proc/$$/fd"));
+  close(100);
+  std::istringstream in(listed);
+  std::vector<std::string> fds;
+  for (std::string f; in >> f;) fds.push_back(f);
+  EXPECT_EQ(std::count(fds.begin(), fds.end(), "100"), 0) << listed;
+  EXPECT_EQ(std::count(fds.begin(), fds.end(), "1"), 1) << listed;
 }
 
 TEST(ChildProcessTest, DescriptorsMayTradePlaces) {

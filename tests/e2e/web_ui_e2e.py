@@ -274,6 +274,24 @@ class WebUi(unittest.TestCase):
                  "the chart drawn from the kept history")
         d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_job_page_after_restart.png"))
 
+    def test_6_guessing_tokens_is_slowed_down(self):
+        # Last: it blocks this address's sign-ins for a minute.
+        api = Http(self.server.http_port)
+        codes = [api.request("/ui/api/login", {"token": f"guess-{i}"}, {"Content-Type": "application/json"})[0]
+                 for i in range(12)]
+        self.assertEqual(codes.count(401) + codes.count(429), 12, codes)
+        self.assertEqual(codes[-1], 429, codes)
+        self.assertLessEqual(codes.count(401), 10, codes)
+        req = urllib.request.Request(api.base + "/ui/api/login", method="POST",
+                                     data=json.dumps({"token": self.token["alice"]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        self.assertEqual(e.exception.code, 429)  # even the right token, from this address, for now
+        self.assertTrue(0 < int(e.exception.headers["Retry-After"]) <= 60, e.exception.headers)
+        self.assertIn(b"too many failed sign-ins from 127.0.0.1", e.exception.read())
+        self.assertIn("failed sign-in from 127.0.0.1", open(os.path.join(self.server.state_dir, "server.log")).read())
+
 
 if __name__ == "__main__":
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
