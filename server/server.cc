@@ -124,7 +124,11 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
   metrics = std::make_unique<ServerMetrics>(registry);
   metrics->SetPeakFlops(options.peak_flops);
   try {
-    exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+    // A connection that sends its request slowly holds one of these threads
+    // for up to request_timeout_ms at a time: more threads than a scraper
+    // needs, and a short timeout (docs/reference/security.md).
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", options.metrics_listen, "num_threads", "16", "request_timeout_ms", "5000"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("--metrics-listen ", options.metrics_listen, ": ", e.what()));
   }

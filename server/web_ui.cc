@@ -189,8 +189,19 @@ WebUi::~WebUi() { Stop(); }
 
 absl::Status WebUi::Start() {
   // civetweb's form of HOST:PORT; "[::1]:0" stays as it is.
-  const char* opts[] = {"listening_ports", options_.listen.c_str(), "num_threads", "8",    "request_timeout_ms",
-                        "30000",           "enable_keep_alive",     "yes",         nullptr};
+  // A connection that sends its request slowly holds a thread for up to
+  // request_timeout_ms at a time (docs/reference/security.md).
+  const char* opts[] = {"listening_ports",
+                        options_.listen.c_str(),
+                        "num_threads",
+                        "32",
+                        "request_timeout_ms",
+                        "5000",
+                        "enable_keep_alive",
+                        "yes",
+                        "keep_alive_timeout_ms",
+                        "5000",
+                        nullptr};
   mg_callbacks callbacks{};
   callbacks.log_message = [](const mg_connection*, const char* message) {
     spdlog::debug("web: {}", message);

@@ -24,6 +24,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -611,6 +612,28 @@ class Security(unittest.TestCase):
         finally:
             silence.set()
             ch.close()
+            s.stop()
+
+    def test_5_slow_connections_do_not_block_metrics_or_the_web_ui(self):
+        """Slow-loris: connections that send half a request and wait."""
+        d = os.path.join(self.tmp.name, "slow")
+        os.makedirs(d)
+        s = Server(d)
+        held = []
+        try:
+            for port in (s.metrics_port, s.http_port):
+                for _ in range(12):
+                    c = socket.create_connection(("127.0.0.1", port), timeout=10)
+                    c.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+                    held.append(c)
+            t0 = time.monotonic()
+            self.assertIn("trainyard_jobs", s.scrape())
+            with urllib.request.urlopen(f"http://127.0.0.1:{s.http_port}/ui/", timeout=10) as r:
+                self.assertEqual(r.status, 200)
+            self.assertLess(time.monotonic() - t0, 2.0)
+        finally:
+            for c in held:
+                c.close()
             s.stop()
 
     def test_2_tls(self):
