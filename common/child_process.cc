@@ -110,6 +110,18 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildPlan& plan) {
           return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(err)));
         }
         opened.push_back(fd);
+        // A file in a directory the job's account writes (a rank's log)
+        // may have been planted there: only a regular file with one name,
+        // this process's or the account's, is written to (and given away).
+        struct stat st {};
+        if (!null && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+                      (st.st_uid != geteuid() && !(plan.run_as && st.st_uid == plan.run_as->uid)))) {
+          CloseAll(opened);
+          return absl::FailedPreconditionError(
+              absl::StrCat("refusing to write to ", path,
+                           ": not a regular file with one name owned by this process or the job's "
+                           "account (a hard link, a device or another account's file put in its place)"));
+        }
         if (!null && plan.run_as) {
           if (absl::Status s = GiveTo(fd, &*plan.run_as, path); !s.ok()) {
             CloseAll(opened);

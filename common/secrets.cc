@@ -1,5 +1,8 @@
 #include "common/secrets.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <cctype>
 #include <random>
 
@@ -44,6 +47,18 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::st
     return absl::FailedPreconditionError(absl::StrCat(flag, " ", path, ": the token must have at least 16 characters"));
   }
   return token;
+}
+
+std::string HmacSha256(const std::string& key, const std::string& data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), out, &n);
+  return std::string(reinterpret_cast<const char*>(out), n);
+}
+
+std::string RendezvousSecret(const std::string& token, const std::string& job_id, int32_t attempt) {
+  return HmacSha256(token, absl::StrCat("trainyard-rendezvous/", job_id, "/", attempt));
 }
 
 }  // namespace trainyard

@@ -5,6 +5,7 @@
 #define TRAINYARD_COMMON_SECRETS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,14 @@ std::string NewWorkerToken();
 // Equal-time comparison: the time taken does not depend on where the two
 // strings differ, so a token cannot be guessed byte by byte.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+// HMAC-SHA256 of `data` under `key`: 32 raw bytes.
+std::string HmacSha256(const std::string& key, const std::string& data);
+
+// The secret an attempt's ranks sign their rendezvous store's values with,
+// derived from the attempt's worker token (which every rank, and no one
+// else, holds): HmacSha256(token, "trainyard-rendezvous/<job>/<attempt>").
+std::string RendezvousSecret(const std::string& token, const std::string& job_id, int32_t attempt);
 
 // The token in `path` without trailing whitespace; at least 16 characters.
 // Errors name `flag` (e.g. "--auth-token-file") and the path.

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "worker/node_collectives.h"
+#include "worker/signed_store.h"
 
 namespace trainyard {
 
@@ -114,8 +115,9 @@ DistSetup SetUpDistributed(const JobSpec& spec, const RendezvousOptions& options
   if (options.world_size < 2) return DistSetup{};
   log::Info("rank {}/{}: rendezvous at {}:{}", options.rank, options.world_size, options.master_addr,
             options.master_port);
-  return SetUpGroups(spec, ConnectStore(options), options.rank, options.world_size, options.bind_addr, options.timeout,
-                     recorder);
+  c10::intrusive_ptr<c10d::Store> store = ConnectStore(options);
+  if (!options.secret.empty()) store = c10::make_intrusive<SignedStore>(std::move(store), options.secret);
+  return SetUpGroups(spec, store, options.rank, options.world_size, options.bind_addr, options.timeout, recorder);
 }
 
 }  // namespace trainyard

@@ -30,6 +30,9 @@ struct RendezvousOptions {
   // Address this rank's Gloo transport binds to and advertises to peers.
   std::string bind_addr = "127.0.0.1";
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // The attempt's secret (RendezvousSecret): when set, every value of the
+  // store is signed with it and checked on reading (worker/signed_store.h).
+  std::string secret;
 };
 
 // The TCPStore every rank connects to (rank 0 serves it).

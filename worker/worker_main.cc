@@ -25,6 +25,7 @@
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/secrets.h"
 #include "common/worker_outcome.h"
 #include "worker/accelerate_env.h"
 #include "worker/collectives.h"
@@ -369,6 +370,8 @@ int RunWorker(const WorkerArgs& args) {
     ro.rank = args.rank;
     ro.world_size = world_size;
     ro.bind_addr = bind_addr;
+    // Only holders of the attempt's token steer the rendezvous.
+    ro.secret = RendezvousSecret(args.token, args.job_id, ctl.welcome().attempt);
     // A replica job forms its groups from the coordinator's memberships.
     const bool replica = spec->replicas();
     if (replica && !replica_store)

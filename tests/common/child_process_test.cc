@@ -163,6 +163,24 @@ TEST(ChildProcessTest, OnlyThePlansDescriptorsReachTheChild) {
   EXPECT_EQ(std::count(fds.begin(), fds.end(), "1"), 1) << listed;
 }
 
+// A log file someone planted (a hard link to another file) is not
+// written to, nor given to the child's account.
+TEST(ChildProcessTest, APlantedHardLinkIsNotWrittenTo) {
+  TempDir dir;
+  const std::string victim = dir.path() + "/victim", log = dir.path() + "/rank-1.log";
+  std::ofstream(victim) << "keep\n";
+  ASSERT_EQ(link(victim.c_str(), log.c_str()), 0);
+  ChildPlan plan = Sh("echo written");
+  plan.fds = {{1, ChildFd::AppendTo(log)}};
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(plan);
+  ASSERT_FALSE(child.ok());
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(child.status().message().find("a hard link"), std::string_view::npos) << child.status();
+  std::stringstream text;
+  text << std::ifstream(victim).rdbuf();
+  EXPECT_EQ(text.str(), "keep\n");
+}
+
 TEST(ChildProcessTest, DescriptorsMayTradePlaces) {
   // The child's 1 is this process's pipe that lands on the child's 2 and
   // the other way round: no move overwrites a source still to be moved.
