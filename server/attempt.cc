@@ -155,8 +155,29 @@ Attempt::Update Attempt::OnExit(const RankExit& exit, bool recovering) {
   return u;
 }
 
+namespace {
+
+// A rank that failed because a peer went away (its connection closed or
+// reset): the peer's own failure, when it comes, is the cause.
+bool LostItsPeer(const std::string& reason) {
+  for (const char* symptom : {"closed by peer", "reset by peer", "Connection closed by", "Broken pipe"}) {
+    if (reason.find(symptom) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Attempt::Update Attempt::Fail(int32_t rank, const std::string& reason) {
-  if (failed_) return {};  // the first failure is the root cause
+  if (failed_) {
+    // The first failure is the root cause, unless it was a rank losing the
+    // peer whose own failure (killed by a signal, an error) comes now.
+    if (LostItsPeer(failure_) && !LostItsPeer(reason)) {
+      failure_ = reason;
+      failed_rank_ = rank;
+    }
+    return {};
+  }
   failed_ = true;
   failure_ = reason;
   failed_rank_ = rank;

@@ -109,7 +109,9 @@ class Attempt {
   // reattach; a rank gone without a word then is the coordinator's loss.
   Update OnExit(const RankExit& exit, bool recovering);
   // The attempt failed (the watchdog, a lost group); `rank` -1 for none.
-  // Only the first failure counts.
+  // Only the first failure counts, unless it was a rank that lost its peer
+  // (connection closed or reset by it) and this one is not: the peer's own
+  // failure is the root cause.
   Update Fail(int32_t rank, const std::string& reason);
   // Marks the attempt lost to a coordinator restart (its workers did not
   // reattach in time) and fails it.

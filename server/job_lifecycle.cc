@@ -299,6 +299,8 @@ void JobLifecycle::NoteExternalId(ActiveJob& job) {
 
 void JobLifecycle::Apply(ActiveJob& job, const Attempt::Update& update) {
   if (!update.event.empty()) jobs_->AddEvent(job, update.event);
+  // The root cause may be named later than the failure (Attempt::Fail).
+  if (job.attempt && job.attempt->failed()) job.record.failed_rank = job.attempt->failed_rank();
   if (update.failed_now) {
     job.progress.FailureDetected(job.record.step);
     job.record.failed_rank = job.attempt->failed_rank();

@@ -41,6 +41,23 @@ TEST(Attempt, TheFirstFailureIsTheRootCause) {
   EXPECT_EQ(end.failure, "rank 1 exited with code 1");
 }
 
+// Rank 0 reports first that its peer went away; rank 1's own death (the
+// cause) comes a moment later and is the one named.
+TEST(Attempt, APeerLostIsNotTheRootCauseOfThePeersDeath) {
+  Attempt a(1, 2, false);
+  Attempt::Update first =
+      a.OnResult(0, WorkerOutcome::kFailed, "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:17623");
+  EXPECT_TRUE(first.failed_now);
+  EXPECT_EQ(a.failed_rank(), 0);
+  Attempt::Update second = a.OnExit(RankExit::Killed("j", 1, 1, 9), false);
+  EXPECT_FALSE(second.failed_now) << "one failure: the group is stopped once";
+  EXPECT_EQ(a.failed_rank(), 1);
+  EXPECT_NE(a.failure().find("killed by signal 9"), std::string::npos) << a.failure();
+  // A third, itself a symptom, changes nothing.
+  a.OnResult(1, WorkerOutcome::kFailed, "Connection reset by peer");
+  EXPECT_EQ(a.failed_rank(), 1);
+}
+
 TEST(Attempt, AReportedErrorFailsBeforeTheExitDoes) {
   Attempt a(1, 2, false);
   EXPECT_TRUE(a.OnResult(0, WorkerOutcome::kFailed, "CUDA out of memory").failed_now);
