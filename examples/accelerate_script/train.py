@@ -8,7 +8,11 @@ with --checkpoint (`trainyard.should_stop`), and resumes from the checkpoint
 Trainyard offers after a restart (`trainyard.resume_dir`). Outside Trainyard
 those calls do nothing.
 
-    accelerate launch --config_file cfg.yaml examples/accelerate_script/train.py --steps 200
+    cd examples/accelerate_script
+    PYTHONPATH=../../python ../../.venv/bin/accelerate launch --config_file cpu.yaml train.py --steps 200
+
+(`.venv` in the checkout is the project venv, `python/` holds the
+`trainyard` package; `pip install ./python` into your own venv does the same).
 """
 import argparse
 import os
@@ -52,6 +56,7 @@ def main():
         start = trainyard.resumed_step()
         accelerator.print(f"resumed at step {start} from {trainyard.resume_dir()}")
 
+    recent = []
     for step in range(start, a.steps):
         x, y = batch_for(step, accelerator.process_index, a.batch_size)
         loss = F.cross_entropy(model(x), y)
@@ -60,6 +65,10 @@ def main():
         opt.zero_grad()
         done = step + 1
         trainyard.report(done, samples=a.batch_size, loss=loss.item())
+        recent.append(loss.item())
+        if done % 50 == 0 or done == a.steps:
+            accelerator.print(f"step {done} loss {sum(recent) / len(recent):.4f}")  # the mean since the last line
+            recent = []
         periodic = a.checkpoint_every > 0 and done % a.checkpoint_every == 0
         if trainyard.checkpoint_requested() or trainyard.should_stop() or periodic:
             path = trainyard.checkpoint_dir(done)

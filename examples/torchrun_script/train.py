@@ -2,7 +2,10 @@
 Accelerate) that runs as it is under `torchrun` and as a Trainyard script
 job (examples/torchrun_script/job.yaml).
 
-    torchrun --nproc_per_node 2 examples/torchrun_script/train.py --steps 200
+    PYTHONPATH=python .venv/bin/torchrun --nproc_per_node 2 examples/torchrun_script/train.py --steps 200
+
+(from the checkout: `.venv` is the project venv, `python/` holds the
+`trainyard` package; `pip install ./python` into your own venv does the same).
 
 It reads what torchrun gives every process (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT: Trainyard sets the same), reports its steps,
@@ -67,6 +70,7 @@ def main():
         if rank == 0:
             print(f"resumed at step {start} from {trainyard.resume_dir()}", flush=True)
 
+    recent = []
     for step in range(start, a.steps):
         x, y = batch_for(step, rank, a.batch_size)
         loss = F.cross_entropy(model(x.to(device)), y.to(device))
@@ -75,6 +79,10 @@ def main():
         opt.step()
         done = step + 1
         trainyard.report(done, samples=a.batch_size, loss=loss.item())
+        recent.append(loss.item())
+        if rank == 0 and (done % 50 == 0 or done == a.steps):
+            print(f"step {done} loss {sum(recent) / len(recent):.4f}", flush=True)  # the mean since the last line
+            recent = []
         periodic = a.checkpoint_every > 0 and done % a.checkpoint_every == 0
         if trainyard.checkpoint_requested() or trainyard.should_stop() or periodic:
             save(trainyard.checkpoint_dir(done), done, model, opt, rank)

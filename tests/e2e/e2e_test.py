@@ -49,7 +49,7 @@ def wait_for(condition, timeout, what, detail=None):
 
 
 class Server:
-    def __init__(self, state_dir, slots=2, extra=(), listen="127.0.0.1:0"):
+    def __init__(self, state_dir, slots=2, extra=(), listen="127.0.0.1:0", cwd=None):
         self.state_dir = state_dir
         if "--on-shutdown" not in extra:
             # A test's server stops its workers when it stops (the default,
@@ -68,7 +68,7 @@ class Server:
              "--metrics-listen", "127.0.0.1:0", "--state-dir", state_dir,
              *(() if "--http-listen" in extra else ("--http-listen", "127.0.0.1:0")),
              "--slots", str(slots), "--ready-file", self.ready, "--stop-grace-ms", "3000", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         info = wait_for(lambda: self._read_ready(), 30, "the server's ready file")
         self.grpc_port = info["grpc_port"]
         self.metrics_port = info["metrics_port"]

@@ -1,0 +1,169 @@
+"""Every example, run as its own comments say, learns.
+
+For each examples/*.yaml job, the test types the commands its header gives
+(`.venv/bin/python examples/make_….py DIR`, `trainctl submit … --watch`), in
+a directory laid out as the checkout (examples/ and .venv), where the server
+runs: relative paths in the specs resolve there, as after `scripts/demo.sh`.
+A spec with no command in its header is submitted with `trainctl submit
+FILE --watch`. The one change: `--set max_steps=N` where the example's own
+steps would take minutes on this machine. Each job must SUCCEED and its loss
+must fall: the last training loss below 0.8 of the first, and for a
+classifier of 10 classes below ln(10) (chance) by a margin.
+
+The two script examples' "run it without Trainyard" commands run as their
+docstrings give them (torchrun, accelerate launch) and print a falling loss.
+"""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402
+from e2e_test import REPO, Server  # noqa: E402
+import test_clock  # noqa: E402
+
+EXAMPLES = os.path.join(REPO, "examples")
+# Steps where an example's own would take minutes on 2 CPU cores (its loss
+# must still fall within them).
+STEPS = {"llama-finetune": 60}
+CLASSIFIERS = {"mnist-ddp", "resnet-ddp-powersgd", "attention", "torchscript", "image-folder"}
+
+
+def documented_commands(path):
+    """The commands of a spec's header comment, continuation lines joined."""
+    lines, commands = [], []
+    for line in open(path):
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    text = "\n".join(lines).replace("\\\n", " ")
+    for line in text.splitlines():
+        line = re.sub(r"^Submit with:\s*", "", line)
+        line = re.sub(r"\s+# .*$", "", line)
+        if line.startswith((".venv/bin/python ", "trainctl ")):
+            commands.append(re.sub(r"\s+", " ", line))
+    return commands
+
+
+def docstring_command(script, program):
+    """The lines of a script's docstring that run it with `program` (with a
+    `cd` line just before it), joined with &&."""
+    doc = open(script).read().split('"""')[1].splitlines()
+    for i, line in enumerate(doc):
+        if re.match(r"\s*(PYTHONPATH=\S+ )?\S*" + re.escape(program) + " ", line):
+            lines = [line.strip()]
+            if i > 0 and doc[i - 1].strip().startswith("cd "):
+                lines.insert(0, doc[i - 1].strip())
+            return " && ".join(lines)
+    raise AssertionError(f"{script}'s docstring gives no `{program}` command")
+
+
+class Examples(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.cwd = os.path.join(cls.tmp.name, "checkout")
+        os.makedirs(cls.cwd)
+        for name in ("examples", ".venv", "python"):
+            os.symlink(os.path.join(REPO, name), os.path.join(cls.cwd, name))
+        state = os.path.join(cls.tmp.name, "state")
+        os.makedirs(state)
+        cls.server = Server(state, slots=2, cwd=cls.cwd)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def type(self, line):
+        env = dict(os.environ, TRAINYARD_SERVER=self.server.addr,
+                   PATH=e2e_test.BIN + os.pathsep + os.environ["PATH"])
+        r = subprocess.run(["bash", "-c", line], cwd=self.cwd, env=env, capture_output=True, text=True,
+                           timeout=600)
+        self.assertEqual(r.returncode, 0, f"`{line}` exited {r.returncode}:\n{r.stdout}{r.stderr}")
+        return r.stdout
+
+    def check_learns(self, name, job):
+        j = self.server.job(job)
+        self.assertEqual(j["state"], "SUCCEEDED", f"{name}: {j['reason']}")
+        r = self.server.ctl("-o", "json", "history", job, "--series", "loss")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        points = [p["value"] for p in json.loads(r.stdout)["series"]["loss"]["points"]]
+        self.assertGreater(len(points), 5, name)
+        first, last = points[0], sum(points[-5:]) / 5
+        print(f"  {name}: loss {first:.3f} -> {last:.3f} in {j['step']} steps", flush=True)
+        self.assertLess(last, 0.8 * first, f"{name}: the loss did not fall ({first} -> {last})")
+        if name in CLASSIFIERS:
+            self.assertLess(last, 0.8 * math.log(10), f"{name}: at chance level ({last})")
+
+    def run_example(self, name):
+        path = os.path.join(EXAMPLES, name + ".yaml")
+        commands = documented_commands(path) or [f"trainctl submit examples/{name}.yaml --watch"]
+        job = None
+        for line in commands:
+            if line.startswith("trainctl submit") and name in STEPS:
+                line = line.replace(" --watch", f" --set max_steps={STEPS[name]} --watch")
+            out = self.type(line)
+            m = re.search(r"^submitted (job-[0-9a-f]+) ", out, re.M)
+            if m:
+                job = m.group(1)
+                self.assertIn("SUCCEEDED", out, f"{name}: `{line}` did not end SUCCEEDED:\n{out}")
+        self.assertIsNotNone(job, f"{name}: no `trainctl submit` among {commands}")
+        self.check_learns(name, job)
+
+    def test_every_example_is_covered(self):
+        specs = sorted(f[:-5] for f in os.listdir(EXAMPLES) if f.endswith(".yaml") and "config" not in f)
+        tested = sorted(n[len("test_"):].replace("_", "-") for n in dir(self) if n.startswith("test_")
+                        and n not in ("test_every_example_is_covered",) and not n.startswith("test_script_"))
+        self.assertEqual(specs, tested)
+
+    def test_mnist_ddp(self):
+        self.run_example("mnist-ddp")
+
+    def test_resnet_ddp_powersgd(self):
+        self.run_example("resnet-ddp-powersgd")
+
+    def test_attention(self):
+        self.run_example("attention")
+
+    def test_torchscript(self):
+        self.run_example("torchscript")
+
+    def test_finetune(self):
+        self.run_example("finetune")
+
+    def test_image_folder(self):
+        self.run_example("image-folder")
+
+    def test_gpt_fsdp(self):
+        self.run_example("gpt-fsdp")
+
+    def test_llama_finetune(self):
+        self.run_example("llama-finetune")
+
+    def test_accelerate_fsdp(self):
+        self.run_example("accelerate-fsdp")
+
+    def standalone(self, script, program, steps):
+        line = docstring_command(os.path.join(EXAMPLES, script), program)
+        line = re.sub(r"--steps \d+", f"--steps {steps}", line)
+        out = self.type(line)
+        losses = [float(x) for x in re.findall(r"^step \d+ loss ([0-9.]+)", out, re.M)]
+        self.assertGreaterEqual(len(losses), 2, f"`{line}` printed no losses:\n{out}")
+        self.assertLess(losses[-1], 0.8 * losses[0], f"`{line}`: the loss did not fall: {losses}")
+
+    def test_script_torchrun_without_trainyard(self):
+        self.standalone("torchrun_script/train.py", "torchrun", 100)
+
+    def test_script_accelerate_without_trainyard(self):
+        self.standalone("accelerate_script/train.py", "accelerate launch", 100)
+
+
+if __name__ == "__main__":
+    e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
+    test_clock.main()
