@@ -9,12 +9,12 @@
 #ifndef TRAINYARD_WORKER_ABORTABLE_STORE_H_
 #define TRAINYARD_WORKER_ABORTABLE_STORE_H_
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "worker/forwarding_store.h"
 
 namespace trainyard {
 
@@ -24,21 +24,14 @@ class GroupSuperseded : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class AbortableStore : public c10d::Store {
+class AbortableStore : public ForwardingStore {
  public:
   // `abandoned` is called between polls; `what` names the reason in the
   // GroupSuperseded it throws ("membership epoch 3 was superseded").
   AbortableStore(c10::intrusive_ptr<c10d::Store> inner, std::function<bool()> abandoned, std::string what);
 
   c10::intrusive_ptr<c10d::Store> clone() override;
-  void set(const std::string& key, const std::vector<uint8_t>& value) override;
-  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
-                                  const std::vector<uint8_t>& desired) override;
   std::vector<uint8_t> get(const std::string& key) override;
-  int64_t add(const std::string& key, int64_t value) override;
-  bool deleteKey(const std::string& key) override;
-  bool check(const std::vector<std::string>& keys) override;
-  int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
@@ -47,7 +40,6 @@ class AbortableStore : public c10d::Store {
   // std::runtime_error ("timed out") after `timeout`.
   void Poll(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
-  c10::intrusive_ptr<c10d::Store> inner_;
   std::function<bool()> abandoned_;
   std::string what_;
 };

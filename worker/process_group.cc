@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "common/listen_socket.h"
+#include "common/log.h"
 #include "worker/recording_backend.h"
 
 namespace trainyard {
@@ -17,6 +19,17 @@ c10::intrusive_ptr<c10d::Store> ConnectStore(const RendezvousOptions& o) {
   opts.numWorkers = static_cast<size_t>(o.world_size);
   opts.waitWorkers = true;
   opts.timeout = o.timeout;
+  if (opts.isServer) {
+    // Rank 0 serves the store on the address the others reach it by, not
+    // on every address of its host.
+    std::string error;
+    const int fd = ListenOn(o.master_addr, o.master_port, &error);
+    if (fd >= 0) {
+      opts.masterListenFd = fd;
+    } else {
+      log::Warn("rank 0: {}; the rendezvous store listens on every address of this host", error);
+    }
+  }
   return c10::make_intrusive<c10d::TCPStore>(o.master_addr, opts);
 }
 

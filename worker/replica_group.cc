@@ -10,20 +10,30 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/listen_socket.h"
 #include "common/log.h"
 #include "worker/abortable_store.h"
 #include "worker/collectives.h"
 #include "worker/process_group.h"
 #include "worker/shm_collectives.h"
+#include "worker/signed_store.h"
 
 namespace trainyard {
 
-ReplicaStore::ReplicaStore() {
+ReplicaStore::ReplicaStore(const std::string& host) {
   c10d::TCPStoreOptions opts;
   opts.port = 0;  // a free one
   opts.isServer = true;
   opts.waitWorkers = false;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+  std::string error;
+  const int fd = ListenOn(host, 0, &error);
+  if (fd >= 0) {
+    opts.masterListenFd = fd;
+    opts.port = static_cast<uint16_t>(BoundPort(fd));
+  } else {
+    log::Warn("replica store: {}; it listens on every address of this host", error);
+  }
+  auto store = c10::make_intrusive<c10d::TCPStore>(fd >= 0 ? host : "127.0.0.1", opts);
   port_ = store->getPort();
   store_ = std::move(store);
 }
@@ -65,7 +75,7 @@ void CheckWholeReplicas(const Membership& m, int32_t unit) {
 
 ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
                            std::chrono::milliseconds timeout, bool shared_memory, FlightRecorder* recorder,
-                           std::function<bool()> superseded, int32_t fsdp_unit)
+                           std::function<bool()> superseded, int32_t fsdp_unit, std::string secret)
     : membership_(m), rank_(m.IndexOf(launch_rank)), fsdp_unit_(fsdp_unit) {
   if (rank_ < 0) throw std::invalid_argument("rank " + std::to_string(launch_rank) + " is not in " + m.Describe());
   if (fsdp_unit > 0) CheckWholeReplicas(m, fsdp_unit);
@@ -77,7 +87,7 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
   // Abandoned, the thread ends by itself (its store reads give up at once,
   // a connection at the timeout) and what it made is dropped.
   std::thread([forming, m, rank = rank_, size = size(), bind_addr, timeout, shared_memory, recorder, superseded, what,
-               fsdp_unit] {
+               fsdp_unit, secret = std::move(secret)] {
     try {
       c10d::TCPStoreOptions opts;
       opts.port = static_cast<uint16_t>(m.store_port);
@@ -87,6 +97,7 @@ ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::
       auto client = c10::make_intrusive<c10d::TCPStore>(m.store_addr, opts);
       c10::intrusive_ptr<c10d::Store> base = client;
       if (superseded) base = c10::make_intrusive<AbortableStore>(client, superseded, what);
+      if (!secret.empty()) base = c10::make_intrusive<SignedStore>(base, secret);
       auto store = c10::make_intrusive<c10d::PrefixStore>(m.StorePrefix(), base);
       auto world = MakeProcessGroup(Backend::kGloo, store, rank, size, bind_addr, timeout, recorder, "world");
       std::unique_ptr<ShmCollectives> shm;

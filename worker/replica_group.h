@@ -41,11 +41,12 @@ class Collectives;
 class FlightRecorder;
 class ShmCollectives;
 
-// This rank's own store (a c10d TCPStore server on a free port of every
-// address of the host), for the memberships whose first member it is.
+// This rank's own store (a c10d TCPStore server on a free port of `host`,
+// the address the rank advertises; of every address of the host when it
+// cannot listen there), for the memberships whose first member it is.
 class ReplicaStore {
  public:
-  ReplicaStore();
+  explicit ReplicaStore(const std::string& host = "127.0.0.1");
   ~ReplicaStore();
   int port() const;
 
@@ -67,9 +68,12 @@ class ReplicaGroup {
   // shared memory when they are all on this host. `fsdp_unit` > 0: an FSDP
   // job with that many ranks per replica (1: NO_SHARD); throws
   // std::invalid_argument when `m` does not list whole replicas in order.
+  // With a `secret`, the epoch's store values are signed with it and
+  // checked (worker/signed_store.h): a value another process wrote fails
+  // forming the groups with ForgedStoreValue.
   ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
                std::chrono::milliseconds timeout, bool shared_memory = false, FlightRecorder* recorder = nullptr,
-               std::function<bool()> superseded = nullptr, int32_t fsdp_unit = 0);
+               std::function<bool()> superseded = nullptr, int32_t fsdp_unit = 0, std::string secret = "");
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;

@@ -93,7 +93,7 @@ const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t s
     try {
       group_ = std::make_unique<ReplicaGroup>(
           m, options_.launch_rank, options_.bind_addr, options_.group_timeout, options_.shared_memory, recorder_,
-          [mailbox, epoch] { return mailbox->latest_epoch() > epoch; }, options_.fsdp_unit);
+          [mailbox, epoch] { return mailbox->latest_epoch() > epoch; }, options_.fsdp_unit, options_.secret);
       return group_.get();
     } catch (const std::exception& e) {
       // A member of this epoch is gone before its groups formed (a newer

@@ -46,6 +46,9 @@ struct ReplicaOptions {
   // FSDP: ranks per replica (JobSpec::ranks_per_replica; 1 for NO_SHARD):
   // each epoch builds FSDP's shard and replicate groups. 0: DDP.
   int32_t fsdp_unit = 0;
+  // The attempt's secret (RendezvousSecret): each epoch's store values are
+  // signed with it and checked on reading (worker/signed_store.h).
+  std::string secret;
 };
 
 // log_hashes and log_commits from the environment; the rest defaults.

@@ -19,10 +19,10 @@ std::string TagOf(const std::string& secret, const std::string& key, const uint8
 }  // namespace
 
 SignedStore::SignedStore(c10::intrusive_ptr<c10d::Store> inner, std::string secret)
-    : c10d::Store(inner->getTimeout()), inner_(std::move(inner)), secret_(std::move(secret)) {}
+    : ForwardingStore(std::move(inner)), secret_(std::move(secret)) {}
 
 c10::intrusive_ptr<c10d::Store> SignedStore::clone() {
-  return c10::make_intrusive<SignedStore>(inner_->clone(), secret_);
+  return c10::make_intrusive<SignedStore>(inner()->clone(), secret_);
 }
 
 std::vector<uint8_t> SignedStore::Signed(const std::string& key, const std::vector<uint8_t>& value) const {
@@ -46,31 +46,17 @@ std::vector<uint8_t> SignedStore::Verified(const std::string& key, const std::ve
 }
 
 void SignedStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  inner_->set(key, Signed(key, value));
+  inner()->set(key, Signed(key, value));
 }
 
 std::vector<uint8_t> SignedStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                              const std::vector<uint8_t>& desired) {
   // An empty `expected` means "not set yet" to the store: it stays empty.
   const std::vector<uint8_t> now =
-      inner_->compareSet(key, expected.empty() ? expected : Signed(key, expected), Signed(key, desired));
+      inner()->compareSet(key, expected.empty() ? expected : Signed(key, expected), Signed(key, desired));
   return now.empty() ? now : Verified(key, now);
 }
 
-std::vector<uint8_t> SignedStore::get(const std::string& key) { return Verified(key, inner_->get(key)); }
-
-int64_t SignedStore::add(const std::string& key, int64_t value) { return inner_->add(key, value); }
-
-bool SignedStore::deleteKey(const std::string& key) { return inner_->deleteKey(key); }
-
-bool SignedStore::check(const std::vector<std::string>& keys) { return inner_->check(keys); }
-
-int64_t SignedStore::getNumKeys() { return inner_->getNumKeys(); }
-
-void SignedStore::wait(const std::vector<std::string>& keys) { inner_->wait(keys); }
-
-void SignedStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
-  inner_->wait(keys, timeout);
-}
+std::vector<uint8_t> SignedStore::get(const std::string& key) { return Verified(key, inner()->get(key)); }
 
 }  // namespace trainyard

@@ -12,11 +12,11 @@
 #ifndef TRAINYARD_WORKER_SIGNED_STORE_H_
 #define TRAINYARD_WORKER_SIGNED_STORE_H_
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "worker/forwarding_store.h"
 
 namespace trainyard {
 
@@ -26,7 +26,7 @@ class ForgedStoreValue : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class SignedStore : public c10d::Store {
+class SignedStore : public ForwardingStore {
  public:
   SignedStore(c10::intrusive_ptr<c10d::Store> inner, std::string secret);
 
@@ -35,18 +35,11 @@ class SignedStore : public c10d::Store {
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override;
   std::vector<uint8_t> get(const std::string& key) override;
-  int64_t add(const std::string& key, int64_t value) override;
-  bool deleteKey(const std::string& key) override;
-  bool check(const std::vector<std::string>& keys) override;
-  int64_t getNumKeys() override;
-  void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
  private:
   std::vector<uint8_t> Signed(const std::string& key, const std::vector<uint8_t>& value) const;
   std::vector<uint8_t> Verified(const std::string& key, const std::vector<uint8_t>& stored) const;
 
-  c10::intrusive_ptr<c10d::Store> inner_;
   std::string secret_;
 };
 

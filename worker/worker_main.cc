@@ -290,12 +290,13 @@ int RunWorker(const WorkerArgs& args) {
   std::unique_ptr<ReplicaStore> replica_store;
   if (args.replica_store) {
     try {
-      replica_store = std::make_unique<ReplicaStore>();
-      co.replica_store_port = replica_store->port();
       if (co.advertise_addr.empty()) {
         co.advertise_addr =
             args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
       }
+      // Served where the members reach it (the advertised address) only.
+      replica_store = std::make_unique<ReplicaStore>(co.advertise_addr.empty() ? "127.0.0.1" : co.advertise_addr);
+      co.replica_store_port = replica_store->port();
     } catch (const std::exception& e) {
       log::Warn("rank {}: no replica store ({}): this rank cannot train in fault_tolerance.mode replica", args.rank,
                 e.what());
@@ -392,6 +393,7 @@ int RunWorker(const WorkerArgs& args) {
     if (!args.job_id.empty()) context.snapshot_dir = SnapshotDir(args.job_id);
     ReplicaOptions replica_options = ReplicaOptionsFromEnvironment(args.rank);
     replica_options.bind_addr = bind_addr;
+    replica_options.secret = ro.secret;
     replica_options.group_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(spec->fault_tolerance.collective_timeout_s * 1000));
     replica_options.reporter = &ctl;

@@ -12,8 +12,16 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/placement.h"
 #include "common/secrets.h"
+#include "worker/membership.h"
 #include "worker/process_group.h"
+#include "worker/replica_group.h"
 
 namespace trainyard {
 namespace {
@@ -68,6 +76,72 @@ TEST(SignedStoreTest, ValuesWithoutTheSecretAreRefused) {
   EXPECT_EQ(store.compareSet("c", {}, Bytes("first")), Bytes("first"));
   EXPECT_EQ(store.compareSet("c", Bytes("first"), Bytes("second")), Bytes("second"));
   EXPECT_EQ(store.get("c"), Bytes("second"));
+}
+
+// Whether a TCP connection to ip:port is accepted.
+bool Reachable(const char* ip, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+// The stores a rank serves listen on the address the others reach them by,
+// not on every address of the host: 127.0.0.2 is this host too, but not
+// the address the store was given.
+TEST(SignedStoreTest, StoresListenOnlyWhereTheyAreReached) {
+  ReplicaStore replica("127.0.0.1");
+  EXPECT_TRUE(Reachable("127.0.0.1", replica.port()));
+  EXPECT_FALSE(Reachable("127.0.0.2", replica.port())) << "the replica store listens on every address";
+  RendezvousOptions o;
+  o.master_addr = "127.0.0.1";
+  o.master_port = PickFreePortOn("127.0.0.1");
+  o.world_size = 1;
+  auto store = ConnectStore(o);
+  EXPECT_TRUE(Reachable("127.0.0.1", o.master_port));
+  EXPECT_FALSE(Reachable("127.0.0.2", o.master_port)) << "the rendezvous store listens on every address";
+}
+
+// A replica epoch's groups form through a signed store: a member whose
+// values do not carry the attempt's secret (as a stranger's would not) is
+// refused, where it would otherwise be taken as a peer.
+TEST(SignedStoreTest, ReplicaEpochsFormOnlyWithTheAttemptsSecret) {
+  ReplicaStore store("127.0.0.1");
+  const Membership m{1, {0, 1}, "127.0.0.1", store.port(), "start"};
+  const std::string secret = RendezvousSecret("token-0123456789abcdef", "job-1", 1);
+  {
+    std::vector<std::unique_ptr<ReplicaGroup>> groups(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        groups[r] = std::make_unique<ReplicaGroup>(m, r, "127.0.0.1", std::chrono::seconds(30), false, nullptr,
+                                                   nullptr, 0, secret);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    EXPECT_TRUE(groups[0] && groups[1]);
+  }
+  const Membership m2{2, {0, 1}, "127.0.0.1", store.port(), "again"};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        ReplicaGroup g(m2, r, "127.0.0.1", std::chrono::seconds(5), false, nullptr, nullptr, 0,
+                       r == 0 ? secret : RendezvousSecret("a-stranger's-token-0000", "job-1", 1));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  const bool refused = errors[0].find("was not written by a rank of this attempt") != std::string::npos ||
+                       errors[1].find("was not written by a rank of this attempt") != std::string::npos;
+  EXPECT_TRUE(refused) << "rank 0: " << errors[0] << "\nrank 1: " << errors[1];
 }
 
 }  // namespace
