@@ -30,6 +30,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -137,7 +138,21 @@ std::vector<std::string> LoadInitialWeights(const TrainingState& state, const st
 // Checkpointable's state — except the step and the data position, which the
 // caller agrees on. Collective over `pg` (a group of whole replicas: DDP or
 // one rank; FSDP: its replicate group, whose ranks hold the same shard).
-// Returns the bytes broadcast.
+// What arrived is checked against the source's digest (CheckStateDigest):
+// a mismatch throws StateDigestMismatch. Returns the bytes broadcast.
+// What a rank throws when the state it holds after a broadcast does not
+// match the source's digest.
+class StateDigestMismatch : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Collective over `pg`: every rank hashes `tensors` (HashTensors) and `src`
+// broadcasts its digest; a rank whose digest differs throws
+// StateDigestMismatch naming `src`.
+void CheckStateDigest(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::vector<at::Tensor>& tensors,
+                      int32_t src);
+
 int64_t BroadcastTrainingState(const TrainingState& state, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                                int32_t src);
 

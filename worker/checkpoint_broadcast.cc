@@ -5,12 +5,15 @@
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
+#include <cstring>
+
 #include "worker/checkpoint.h"
 #include "worker/checkpoint_holding.h"
 #include "worker/checkpoint_internal.h"
 #include "worker/collectives.h"
 #include "worker/ddp.h"
 #include "worker/fsdp.h"
+#include "worker/tensor_hash.h"
 
 namespace trainyard {
 using namespace checkpoint_internal;  // NOLINT: this file is part of the checkpoint code
@@ -32,6 +35,22 @@ int64_t BroadcastByDevice(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, cons
 }
 
 }  // namespace
+
+void CheckStateDigest(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::vector<at::Tensor>& tensors,
+                      int32_t src) {
+  const uint64_t mine = HashTensors(tensors);
+  int64_t as_signed;
+  std::memcpy(&as_signed, &mine, sizeof(mine));
+  std::vector<at::Tensor> digest = {at::tensor({as_signed}, at::kLong)};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = src;
+  pg->broadcast(digest, opts)->wait();
+  if (digest[0].item<int64_t>() != as_signed) {
+    throw StateDigestMismatch("the training state received from group rank " + std::to_string(src) +
+                              " does not match the digest it sent (" + std::to_string(tensors.size()) +
+                              " tensors): it changed on the way");
+  }
+}
 
 int64_t BroadcastTrainingState(const TrainingState& s, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int32_t src) {
   if (s.fsdp != nullptr && pg->getSize() > 1 &&
@@ -86,6 +105,7 @@ int64_t BroadcastTrainingState(const TrainingState& s, const c10::intrusive_ptr<
     for (auto& [k, v] : state) all.push_back(v);
   }
   const int64_t bytes = BroadcastByDevice(pg, all, src);
+  CheckStateDigest(pg, all, src);
   if (!source) {
     {
       auto gen = at::detail::getDefaultCPUGenerator();

@@ -198,6 +198,17 @@ HealResult Heal(const TrainingState& state, const c10::intrusive_ptr<c10d::Proce
   }
   r.cursor = out[0][r.source][1].item<int64_t>();
   if (!differ) return r;
+  // Members that trained trained together: they differ by at most the step
+  // in flight when their group broke (applied by some, dropped by others).
+  // A member further ahead than that is not taken as the source.
+  for (int32_t i = 0; i < size; ++i) {
+    const int64_t step = out[0][i][0].item<int64_t>();
+    if (step >= 0 && r.step - step > 1) {
+      throw HealRefused("heal refused: group rank " + std::to_string(r.source) + " claims step " +
+                        std::to_string(r.step) + " but group rank " + std::to_string(i) + " is at step " +
+                        std::to_string(step) + "; members that trained together differ by at most one step");
+    }
+  }
   r.healed = committed_step != r.step || cursor != r.cursor;
   r.bytes = BroadcastTrainingState(state, pg, r.source);
   return r;

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "worker/checkpoint.h"
@@ -110,12 +111,22 @@ struct HealResult {
   int64_t bytes = 0;    // what the broadcast carried (0 when nobody needed it)
 };
 
+// What Heal throws when the members' claims cannot all be true.
+class HealRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Collective over `pg` (ReplicaGroup::heal_group of a new epoch): every member tells its
 // committed step (a rank that never trained: -1) and global cursor; when
 // they differ, the first member at the highest step broadcasts its whole
-// training state (BroadcastTrainingState) to every member. Returns what the
-// members agreed; the caller sets its step and cursor from it. `state` must
-// carry the registered state (Checkpointer::Current).
+// training state (BroadcastTrainingState, checked against the source's
+// digest) to every member. Members that trained (step >= 0) must be within
+// one step of the highest (the step in flight when their group broke):
+// otherwise no state moves and every member throws HealRefused naming the
+// two claims. Returns what the members agreed; the caller sets its step
+// and cursor from it. `state` must carry the registered state
+// (Checkpointer::Current).
 HealResult Heal(const TrainingState& state, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, int64_t committed_step,
                 int64_t cursor);
 

@@ -46,19 +46,6 @@ bool IsGroupFailure(const std::exception& e) {
   return false;
 }
 
-uint64_t HashTensors(const std::vector<at::Tensor>& tensors) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const at::Tensor& t : tensors) {
-    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
-    for (size_t i = 0, n = c.nbytes(); i < n; ++i) {
-      h ^= p[i];
-      h *= 1099511628211ULL;
-    }
-  }
-  return h;
-}
-
 ReplicaMembership::ReplicaMembership(ReplicaOptions options, MembershipMailbox* mailbox, FlightRecorder* recorder)
     : options_(std::move(options)), mailbox_(mailbox), recorder_(recorder) {}
 

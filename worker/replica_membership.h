@@ -23,6 +23,7 @@
 
 #include "worker/membership.h"
 #include "worker/replica_group.h"
+#include "worker/tensor_hash.h"
 
 namespace trainyard {
 
@@ -60,8 +61,6 @@ ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank);
 // (GroupSuperseded).
 bool IsGroupFailure(const std::exception& e);
 
-// FNV-1a over the bytes of `tensors` (copied to contiguous host memory).
-uint64_t HashTensors(const std::vector<at::Tensor>& tensors);
 
 class ReplicaMembership {
  public:

@@ -5,6 +5,7 @@
 // replacement joins and heals.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <condition_variable>
 #include <map>
@@ -17,12 +18,16 @@
 #include <vector>
 
 #include "tests/worker/trainer_test_util.h"
+#include "worker/checkpoint.h"
 #include "worker/data_loader.h"
 #include "worker/distributed_sampler.h"
 #include "worker/global_cursor.h"
 #include "worker/job_data.h"
 #include "worker/membership.h"
 #include "worker/model.h"
+#include "worker/models.h"
+#include "worker/optimizer.h"
+#include "worker/process_group.h"
 #include "worker/replica_group.h"
 #include "worker/replica_membership.h"
 #include "worker/trainer.h"
@@ -574,6 +579,80 @@ TEST(ReplicaGroupTest, SharedMemoryWhenAskedAndOnOneHost) {
     EXPECT_TRUE(torch::equal(sums[0], torch::full({5}, 3.0f)));
     EXPECT_TRUE(torch::equal(sums[1], sums[0]));
   }
+}
+
+// The heal over a real 2-rank Gloo group: the member one step ahead (the
+// step in flight when the group broke) is the source and every member ends
+// with its parameters; a member claiming more than one step past a member
+// that trained with it is refused, and no state moves.
+TEST(HealTest, TakesTheStepInFlightAndRefusesAClaimFurtherAhead) {
+  JobSpec spec;
+  spec.model.hidden = {8};
+  spec.optimizer.kind = OptimizerKind::kAdamW;
+  for (const int64_t ahead : {int64_t{1}, int64_t{4}}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<std::shared_ptr<Model>> models(2);
+    std::vector<std::string> errors(2);
+    std::vector<HealResult> results(2);
+    RunThreads(2, [&](int r) {
+      auto pg = MakeProcessGroup(Backend::kGloo, store, r, 2, "127.0.0.1", 30s);
+      models[r] = BuildModel(spec.model, spec.seed);
+      if (r == 1) {
+        torch::NoGradGuard no_grad;
+        for (at::Tensor& p : models[r]->parameters()) p.add_(0.5);
+      }
+      auto optimizer = MakeOptimizer(spec.optimizer, models[r]->parameters());
+      TrainingState st;
+      st.spec = &spec;
+      st.rank = r;
+      st.world_size = 2;
+      st.process_group = pg;
+      st.model = models[r].get();
+      st.optimizer = optimizer.get();
+      try {
+        results[r] = Heal(st, pg, r == 0 ? 5 : 5 + ahead, 40);
+      } catch (const HealRefused& e) {
+        errors[r] = e.what();
+      }
+    });
+    const std::vector<at::Tensor> p0 = models[0]->parameters(), p1 = models[1]->parameters();
+    if (ahead == 1) {
+      EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(results[r].step, 6) << "rank " << r;
+        EXPECT_EQ(results[r].source, 1) << "rank " << r;
+      }
+      for (size_t i = 0; i < p0.size(); ++i) EXPECT_TRUE(torch::equal(p0[i], p1[i])) << "parameter " << i;
+    } else {
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_NE(errors[r].find("group rank 1 claims step 9 but group rank 0 is at step 5"), std::string::npos)
+            << "rank " << r << ": " << errors[r];
+      }
+      EXPECT_FALSE(torch::equal(p0[0], p1[0])) << "state moved on a refused heal";
+    }
+  }
+}
+
+// What a member received is checked against the source's digest: a rank
+// whose tensors differ from the source's after the broadcast (changed on
+// the way) throws, naming the source; the source and a faithful copy pass.
+TEST(HealTest, ADigestChecksWhatArrived) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> errors(3);
+  RunThreads(3, [&](int r) {
+    auto pg = MakeProcessGroup(Backend::kGloo, store, r, 3, "127.0.0.1", 30s);
+    std::vector<at::Tensor> state = {torch::arange(1000, at::kFloat), torch::ones({3, 3}, at::kDouble)};
+    if (r == 2) state[0][517] = -1.0f;  // one value changed on the way to rank 2
+    try {
+      CheckStateDigest(pg, state, 0);
+    } catch (const StateDigestMismatch& e) {
+      errors[r] = e.what();
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(errors[2].find("received from group rank 0 does not match the digest it sent"), std::string::npos)
+      << errors[2];
 }
 
 }  // namespace
