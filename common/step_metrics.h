@@ -122,6 +122,16 @@ struct StepMetrics {
   std::map<std::string, double> values;
 };
 
+// Model FLOPs utilization of the step: model_flops / step_seconds / peak,
+// where the peak is `peak_override` when it is > 0 (the coordinator's
+// --peak-flops), else the rank's own peak_flops. NaN when a number is
+// missing. The one definition of MFU (/metrics, the job history, benches).
+inline double ModelFlopsUtilization(const StepMetrics& m, double peak_override = 0) {
+  const double peak = peak_override > 0 ? peak_override : m.peak_flops;
+  if (m.model_flops <= 0 || m.step_seconds <= 0 || peak <= 0) return std::nan("");
+  return m.model_flops / m.step_seconds / peak;
+}
+
 // One checkpoint a job saved (or failed to save), as rank 0 reports it.
 struct CheckpointEvent {
   int64_t index = -1;                           // N of checkpoint_<N>

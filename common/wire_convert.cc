@@ -184,6 +184,64 @@ WorkerOutcome FromProto(v1::WorkerOutcome outcome) {
   }
 }
 
+void ToProto(const MembershipView& m, v1::Membership* out) {
+  out->set_epoch(m.epoch);
+  for (int32_t r : m.ranks) out->add_ranks(r);
+  out->set_store_addr(m.store_addr);
+  out->set_store_port(m.store_port);
+  out->set_reason(m.reason);
+}
+
+void ToProto(const ReplicaStatus& r, v1::Replicas* out) {
+  out->set_epoch(r.membership.epoch);
+  for (int32_t rank : r.membership.ranks) out->add_live(rank);
+  for (int32_t rank : r.healing) out->add_healing(rank);
+  out->set_min_replicas(r.min_replicas);
+  out->set_size(r.size);
+  for (int32_t rank : r.leaving) out->add_leaving(rank);
+}
+
+MembershipView FromProto(const v1::Membership& m) {
+  MembershipView out;
+  out.epoch = m.epoch();
+  out.ranks.assign(m.ranks().begin(), m.ranks().end());
+  out.store_addr = m.store_addr();
+  out.store_port = m.store_port();
+  out.reason = m.reason();
+  return out;
+}
+
+void ToProto(const ReplicaReport& r, v1::ReplicaReport* out) {
+  switch (r.kind) {
+    case ReplicaReport::Kind::kGroupBroken: out->set_kind(v1::ReplicaReport::GROUP_BROKEN); break;
+    case ReplicaReport::Kind::kCommitted: out->set_kind(v1::ReplicaReport::COMMITTED); break;
+    case ReplicaReport::Kind::kLeft: out->set_kind(v1::ReplicaReport::LEFT); break;
+  }
+  out->set_epoch(r.epoch);
+  out->set_step(r.step);
+  out->set_detail(r.detail);
+  out->set_seconds(r.seconds);
+  out->set_healed(r.healed);
+  out->set_heal_bytes(r.heal_bytes);
+}
+
+std::optional<ReplicaReport> FromProto(const v1::ReplicaReport& r) {
+  ReplicaReport out;
+  switch (r.kind()) {
+    case v1::ReplicaReport::GROUP_BROKEN: out.kind = ReplicaReport::Kind::kGroupBroken; break;
+    case v1::ReplicaReport::COMMITTED: out.kind = ReplicaReport::Kind::kCommitted; break;
+    case v1::ReplicaReport::LEFT: out.kind = ReplicaReport::Kind::kLeft; break;
+    default: return std::nullopt;
+  }
+  out.epoch = r.epoch();
+  out.step = r.step();
+  out.detail = r.detail().substr(0, 2000);
+  out.seconds = r.seconds();
+  out.healed = r.healed();
+  out.heal_bytes = r.heal_bytes();
+  return out;
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(status.code())), std::string(status.message()));

@@ -6,6 +6,7 @@
 #include <grpcpp/support/status.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <vector>
@@ -14,6 +15,7 @@
 #include "common/flight_record.h"
 #include "common/job_record.h"
 #include "common/job_state.h"
+#include "common/replica_protocol.h"
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
 #include "trainyard/v1/trainyard.pb.h"
@@ -45,6 +47,14 @@ FlightRecord FromProto(const v1::FlightRecord& r);
 
 v1::WorkerOutcome ToProto(WorkerOutcome outcome);
 WorkerOutcome FromProto(v1::WorkerOutcome outcome);
+
+void ToProto(const MembershipView& m, v1::Membership* out);
+void ToProto(const ReplicaStatus& r, v1::Replicas* out);
+MembershipView FromProto(const v1::Membership& m);
+// A report's detail is cut to 2,000 bytes on reading; a kind this build does
+// not know reads as nullopt (the report is dropped).
+void ToProto(const ReplicaReport& r, v1::ReplicaReport* out);
+std::optional<ReplicaReport> FromProto(const v1::ReplicaReport& r);
 
 // Each absl code maps to the gRPC code of the same name.
 grpc::Status ToGrpcStatus(const absl::Status& status);

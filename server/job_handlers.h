@@ -126,15 +126,8 @@ class JobRequestHandler {
   };
   virtual std::optional<Placement> PlacementOf(const std::string& /*id*/) { return std::nullopt; }
   // The current membership of a running fault_tolerance.mode replica job
-  // (ranks: the live members; `healing`: ranks being replaced); none for
-  // other jobs.
-  struct ReplicaStatus {
-    MembershipView membership;
-    std::vector<int32_t> healing;
-    int32_t min_replicas = 0;
-    int32_t size = 0;              // ranks 0..size-1 run once the ones leaving and growing are done
-    std::vector<int32_t> leaving;  // left out on purpose, ending
-  };
+  // (common/replica_protocol.h); none for other jobs.
+  using ReplicaStatus = trainyard::ReplicaStatus;
   virtual std::optional<ReplicaStatus> Replicas(const std::string& /*id*/) { return std::nullopt; }
   // One page of the jobs in `states` (all when empty), oldest first, after
   // the page that `page_token` ends (empty: the first), at most page_size

@@ -182,32 +182,50 @@ absl::StatusOr<SeriesHistory> SeriesHistory::DecodeFrom(const std::string& in, s
   return s;
 }
 
+namespace {
+
+// The series of a job's history, declared once: each one's name (on the
+// wire, in trainctl history, the web UI's charts) and what it takes from an
+// aggregated step (NaN: no point for this step).
+struct SeriesDef {
+  const char* name;
+  double (*value)(const StepMetrics& m, int world_size);
+};
+
+constexpr SeriesDef kSeries[] = {
+    {"loss", [](const StepMetrics& m, int) { return m.loss; }},
+    {"eval_loss", [](const StepMetrics& m, int) { return m.eval_loss; }},
+    {"samples_per_second", [](const StepMetrics& m, int) { return m.samples_per_second; }},
+    {"step_seconds", [](const StepMetrics& m, int) { return m.step_seconds; }},
+    {"learning_rate", [](const StepMetrics& m, int) { return m.learning_rate; }},
+    {"grad_norm", [](const StepMetrics& m, int) { return m.grad_norm; }},
+    // Device memory where the CUDA allocator counts it, else what the
+    // rank's tensors hold.
+    {"memory_bytes",
+     [](const StepMetrics& m, int) {
+       return m.device_allocated_bytes > 0 ? static_cast<double>(m.device_allocated_bytes)
+                                           : static_cast<double>(m.param_bytes + m.grad_bytes + m.optimizer_bytes);
+     }},
+    {"mfu", [](const StepMetrics& m, int) { return ModelFlopsUtilization(m); }},
+    {"world_size", [](const StepMetrics&, int world_size) { return static_cast<double>(world_size); }},
+};
+
+}  // namespace
+
 const std::vector<std::string>& JobHistory::SeriesNames() {
-  static const auto* names = new std::vector<std::string>{"loss",         "eval_loss",     "samples_per_second",
-                                                          "step_seconds", "learning_rate", "grad_norm",
-                                                          "memory_bytes", "mfu",           "world_size"};
+  static const auto* names = [] {
+    auto* out = new std::vector<std::string>;
+    for (const SeriesDef& d : kSeries) out->push_back(d.name);
+    return out;
+  }();
   return *names;
 }
 
 void JobHistory::Add(const StepMetrics& m, int world_size) {
-  auto put = [&](const char* name, double v) {
-    if (std::isfinite(v)) series_[name].Add({m.step, m.unix_millis, v});
-  };
-  put("loss", m.loss);
-  put("eval_loss", m.eval_loss);
-  put("samples_per_second", m.samples_per_second);
-  put("step_seconds", m.step_seconds);
-  put("learning_rate", m.learning_rate);
-  put("grad_norm", m.grad_norm);
-  // Device memory where the CUDA allocator counts it, else what the rank's
-  // tensors hold.
-  put("memory_bytes", m.device_allocated_bytes > 0
-                          ? static_cast<double>(m.device_allocated_bytes)
-                          : static_cast<double>(m.param_bytes + m.grad_bytes + m.optimizer_bytes));
-  if (m.model_flops > 0 && m.peak_flops > 0 && m.step_seconds > 0) {
-    put("mfu", m.model_flops / m.step_seconds / m.peak_flops);
+  for (const SeriesDef& d : kSeries) {
+    const double v = d.value(m, world_size);
+    if (std::isfinite(v)) series_[d.name].Add({m.step, m.unix_millis, v});
   }
-  put("world_size", world_size);
   dirty_ = true;
 }
 

@@ -64,6 +64,7 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
     record->samples_per_second = total;
     StepMetrics agg = m;
     agg.samples_per_second = total;
+    agg.peak_flops = metrics_->PeakFlopsOf(m);  // the history's MFU is /metrics' (--peak-flops)
     updates.push_back(agg);
   }
   const double ratio = goodput_.Ratio(now);

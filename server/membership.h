@@ -56,30 +56,9 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/replica_protocol.h"
 
 namespace trainyard {
-
-// Who trains together (the proto's Membership).
-struct MembershipView {
-  int64_t epoch = 0;
-  std::vector<int32_t> ranks;  // launch ranks in group order (a member's group rank is its index)
-  std::string store_addr;      // the first member's store
-  int32_t store_port = 0;
-  std::string reason;
-  bool operator==(const MembershipView&) const = default;
-};
-
-// What a replica reports about its membership (the proto's ReplicaReport).
-struct ReplicaReport {
-  enum class Kind { kGroupBroken, kCommitted, kLeft };
-  Kind kind = Kind::kGroupBroken;
-  int64_t epoch = 0;
-  int64_t step = 0;
-  std::string detail;
-  double seconds = 0;
-  bool healed = false;
-  int64_t heal_bytes = 0;
-};
 
 class Membership {
  public:

@@ -93,15 +93,7 @@ grpc::Status JobServiceImpl::GetJob(const Caller& caller, const v1::GetJobReques
     // Only the Slurm launcher gives its attempts an id of its own.
     if (!p->external_id.empty()) resp->mutable_job()->set_slurm_job_id(p->external_id);
   }
-  if (auto replicas = manager_->Replicas(req->id())) {
-    v1::Replicas* r = resp->mutable_job()->mutable_replicas();
-    r->set_epoch(replicas->membership.epoch);
-    for (int32_t rank : replicas->membership.ranks) r->add_live(rank);
-    for (int32_t rank : replicas->healing) r->add_healing(rank);
-    r->set_min_replicas(replicas->min_replicas);
-    r->set_size(replicas->size);
-    for (int32_t rank : replicas->leaving) r->add_leaving(rank);
-  }
+  if (auto replicas = manager_->Replicas(req->id())) ToProto(*replicas, resp->mutable_job()->mutable_replicas());
   return grpc::Status::OK;
 }
 
@@ -434,12 +426,7 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
   if (hello.node().size() > 255) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'node': at most 255 characters");
   }
-  MembershipView held;
-  held.epoch = hello.membership().epoch();
-  held.ranks.assign(hello.membership().ranks().begin(), hello.membership().ranks().end());
-  held.store_addr = hello.membership().store_addr();
-  held.store_port = hello.membership().store_port();
-  held.reason = hello.membership().reason();
+  const MembershipView held = FromProto(hello.membership());
   auto attached =
       manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(), hello.advertise_addr(),
                              hello.rendezvous_port(), hello.replica_store_port(), held, hello.node());
@@ -475,12 +462,7 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
       } else if (cmd.kind == WorkerCommand::Kind::kDiagnose) {
         down.mutable_diagnose()->set_request_id(cmd.request_id);
       } else if (cmd.kind == WorkerCommand::Kind::kMembership) {
-        auto* m = down.mutable_membership();
-        m->set_epoch(cmd.membership.epoch);
-        for (int32_t r : cmd.membership.ranks) m->add_ranks(r);
-        m->set_store_addr(cmd.membership.store_addr);
-        m->set_store_port(cmd.membership.store_port);
-        m->set_reason(cmd.membership.reason);
+        ToProto(cmd.membership, down.mutable_membership());
       } else {
         down.mutable_stop()->set_reason(cmd.reason);
       }
@@ -507,21 +489,9 @@ grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
       record.rank = hello.rank();  // a worker speaks only for its own rank
       manager_->ReportFlightRecord(hello.job_id(), attempt, msg.flight_record().request_id(), std::move(record));
     } else if (msg.has_replica()) {
-      const v1::ReplicaReport& r = msg.replica();
-      ReplicaReport report;
-      switch (r.kind()) {
-        case v1::ReplicaReport::GROUP_BROKEN: report.kind = ReplicaReport::Kind::kGroupBroken; break;
-        case v1::ReplicaReport::COMMITTED: report.kind = ReplicaReport::Kind::kCommitted; break;
-        case v1::ReplicaReport::LEFT: report.kind = ReplicaReport::Kind::kLeft; break;
-        default: continue;  // a kind this coordinator does not know
-      }
-      report.epoch = r.epoch();
-      report.step = r.step();
-      report.detail = r.detail().substr(0, 2000);
-      report.seconds = r.seconds();
-      report.healed = r.healed();
-      report.heal_bytes = r.heal_bytes();
-      manager_->ReportReplica(hello.job_id(), attempt, hello.rank(), report);
+      const std::optional<ReplicaReport> report = FromProto(msg.replica());
+      if (!report) continue;  // a kind this coordinator does not know
+      manager_->ReportReplica(hello.job_id(), attempt, hello.rank(), *report);
     } else if (msg.has_result()) {
       manager_->ReportResult(hello.job_id(), attempt, hello.rank(), FromProto(msg.result().outcome()),
                              msg.result().error());

@@ -54,6 +54,11 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry) : r
   }
 }
 
+double ServerMetrics::PeakFlopsOf(const StepMetrics& m) const {
+  absl::MutexLock lock(&mu_);
+  return peak_flops_ > 0 ? peak_flops_ : m.peak_flops;
+}
+
 void ServerMetrics::SetPeakFlops(double peak) {
   absl::MutexLock lock(&mu_);
   peak_flops_ = peak;
@@ -176,10 +181,10 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
     }
     r.model_flops_per_second->Set(m.model_flops / m.step_seconds);
     // --peak-flops wins over the worker's table of devices.
-    const double peak = peak_flops_ > 0 ? peak_flops_ : m.peak_flops;
-    if (peak > 0) {
+    const double mfu = ModelFlopsUtilization(m, peak_flops_);
+    if (std::isfinite(mfu)) {
       if (r.mfu == nullptr) r.mfu = &JobGauge(job_id, "trainyard_job_mfu", labels);
-      r.mfu->Set(m.model_flops / m.step_seconds / peak);
+      r.mfu->Set(mfu);
     }
   }
 }

@@ -38,6 +38,9 @@ class ServerMetrics {
   // Peak FLOP/s of one device (one rank's share of the hardware), for
   // trainyard_job_mfu; 0: the ranks' own (reported with each step).
   void SetPeakFlops(double peak);
+  // The peak FLOP/s MFU divides by for a rank's sample: --peak-flops when
+  // set, else what the rank reported.
+  double PeakFlopsOf(const StepMetrics& m) const;
 
   void SetJobCounts(const std::map<JobState, int>& counts);
   void RecordStep(const std::string& job_id, const StepMetrics& m);
@@ -124,7 +127,7 @@ class ServerMetrics {
   // the ones it had that `values` lacks.
   void SetGauges(const std::string& family, const std::map<Labels, double>& values) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   double peak_flops_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::map<Labels, prometheus::Gauge*>> gauge_sets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);

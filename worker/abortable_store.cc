@@ -6,9 +6,7 @@
 namespace trainyard {
 
 AbortableStore::AbortableStore(c10::intrusive_ptr<c10d::Store> inner, std::function<bool()> abandoned, std::string what)
-    : ForwardingStore(std::move(inner)),
-      abandoned_(std::move(abandoned)),
-      what_(std::move(what)) {}
+    : ForwardingStore(std::move(inner)), abandoned_(std::move(abandoned)), what_(std::move(what)) {}
 
 c10::intrusive_ptr<c10d::Store> AbortableStore::clone() {
   return c10::make_intrusive<AbortableStore>(inner()->clone(), abandoned_, what_);

@@ -69,13 +69,8 @@ struct ControlClient::Impl {
     hello.mutable_hello()->set_rendezvous_port(options.rendezvous_port);
     hello.mutable_hello()->set_replica_store_port(options.replica_store_port);
     hello.mutable_hello()->set_node(NodeName());
-    if (std::optional<Membership> m = control == nullptr ? std::nullopt : control->memberships().Newest()) {
-      v1::Membership* held = hello.mutable_hello()->mutable_membership();
-      held->set_epoch(m->epoch);
-      for (int32_t r : m->ranks) held->add_ranks(r);
-      held->set_store_addr(m->store_addr);
-      held->set_store_port(m->store_port);
-      held->set_reason(m->reason);
+    if (std::optional<MembershipView> m = control == nullptr ? std::nullopt : control->memberships().Newest()) {
+      ToProto(*m, hello.mutable_hello()->mutable_membership());
     }
     if (!c->stream->Write(hello) || !c->stream->Read(first)) {
       grpc::Status st = c->stream->Finish();
@@ -103,13 +98,7 @@ struct ControlClient::Impl {
       log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id, r.stop_after ? ", then stop" : "");
       control->RequestCheckpoint(r);
     } else if (msg.has_membership()) {
-      const v1::Membership& m = msg.membership();
-      Membership offered;
-      offered.epoch = m.epoch();
-      offered.ranks.assign(m.ranks().begin(), m.ranks().end());
-      offered.store_addr = m.store_addr();
-      offered.store_port = m.store_port();
-      offered.reason = m.reason();
+      MembershipView offered = FromProto(msg.membership());
       log::Info("coordinator offered membership {}", offered.Describe());
       control->memberships().Offer(std::move(offered));
     } else if (msg.has_diagnose()) {
@@ -347,20 +336,9 @@ void ControlClient::OnNote(const std::string& text) {
   impl_->Report(std::move(msg));
 }
 
-void ControlClient::OnReplica(const ReplicaEvent& event) {
+void ControlClient::OnReplica(const ReplicaReport& report) {
   v1::WorkerMessage msg;
-  v1::ReplicaReport* r = msg.mutable_replica();
-  switch (event.kind) {
-    case ReplicaEvent::Kind::kGroupBroken: r->set_kind(v1::ReplicaReport::GROUP_BROKEN); break;
-    case ReplicaEvent::Kind::kCommitted: r->set_kind(v1::ReplicaReport::COMMITTED); break;
-    case ReplicaEvent::Kind::kLeft: r->set_kind(v1::ReplicaReport::LEFT); break;
-  }
-  r->set_epoch(event.epoch);
-  r->set_step(event.step);
-  r->set_detail(event.detail);
-  r->set_seconds(event.seconds);
-  r->set_healed(event.healed);
-  r->set_heal_bytes(event.heal_bytes);
+  ToProto(report, msg.mutable_replica());
   impl_->Report(std::move(msg));
 }
 

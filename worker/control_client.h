@@ -77,7 +77,7 @@ class ControlClient final : public MetricsSink, public ReplicaReporter {
   // Sent at once; the coordinator adds it to the job's events.
   void OnNote(const std::string& text) override;
   // Sent at once (fault_tolerance.mode replica).
-  void OnReplica(const ReplicaEvent& event) override;
+  void OnReplica(const ReplicaReport& event) override;
   // Flushes metrics, sends the result and closes the stream (bounded wait).
   // `error`: what went wrong or why it stopped, unless kSucceeded.
   void Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step);

@@ -35,6 +35,9 @@ class FlightRecorder {
   // The training thread: `phase` (a string literal) from now on, with
   // `step` steps completed.
   void SetPhase(const char* phase, int64_t step);
+  // The phase and step set last (any thread).
+  const char* phase() const { return phase_.load(std::memory_order_relaxed); }
+  int64_t step() const { return step_.load(std::memory_order_relaxed); }
 
   // Everything it holds now, oldest collective first (and, when a stack
   // source is set, what it says: a script job's Python stack).

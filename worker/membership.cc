@@ -6,22 +6,7 @@
 
 namespace trainyard {
 
-int32_t Membership::IndexOf(int32_t rank) const {
-  auto it = std::find(ranks.begin(), ranks.end(), rank);
-  return it == ranks.end() ? -1 : static_cast<int32_t>(it - ranks.begin());
-}
-
-std::string Membership::StorePrefix() const { return "m" + std::to_string(epoch) + "/"; }
-
-std::string Membership::Describe() const {
-  std::string out = "epoch " + std::to_string(epoch) + ": ranks [";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
-  out += "]";
-  if (!reason.empty()) out += " (" + reason + ")";
-  return out;
-}
-
-void MembershipMailbox::Offer(Membership m) {
+void MembershipMailbox::Offer(MembershipView m) {
   absl::MutexLock lock(&mu_);
   if (m.epoch <= forgotten_) return;
   if (!newest_ || m.epoch >= newest_->epoch) newest_ = m;
@@ -34,18 +19,19 @@ int64_t MembershipMailbox::latest_epoch() const {
   return latest_;
 }
 
-std::optional<Membership> MembershipMailbox::Latest() const {
+std::optional<MembershipView> MembershipMailbox::Latest() const {
   absl::MutexLock lock(&mu_);
   if (offers_.empty()) return std::nullopt;
   return offers_.rbegin()->second;
 }
 
-std::optional<Membership> MembershipMailbox::Newest() const {
+std::optional<MembershipView> MembershipMailbox::Newest() const {
   absl::MutexLock lock(&mu_);
   return newest_;
 }
 
-std::optional<Membership> MembershipMailbox::WaitFor(int64_t epoch, std::chrono::steady_clock::time_point deadline) {
+std::optional<MembershipView> MembershipMailbox::WaitFor(int64_t epoch,
+                                                         std::chrono::steady_clock::time_point deadline) {
   absl::MutexLock lock(&mu_);
   auto there = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return offers_.count(epoch) > 0; };
   mu_.AwaitWithDeadline(absl::Condition(&there), absl::FromChrono(std::chrono::system_clock::now() +
@@ -55,7 +41,8 @@ std::optional<Membership> MembershipMailbox::WaitFor(int64_t epoch, std::chrono:
   return it->second;
 }
 
-std::optional<Membership> MembershipMailbox::WaitNewer(int64_t epoch, std::chrono::steady_clock::time_point deadline) {
+std::optional<MembershipView> MembershipMailbox::WaitNewer(int64_t epoch,
+                                                           std::chrono::steady_clock::time_point deadline) {
   absl::MutexLock lock(&mu_);
   auto newer = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !offers_.empty() && offers_.rbegin()->first > epoch; };
   mu_.AwaitWithDeadline(absl::Condition(&newer), absl::FromChrono(std::chrono::system_clock::now() +

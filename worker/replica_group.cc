@@ -58,7 +58,7 @@ struct Forming {
 
 // Whether `m` lists whole replicas of `unit` launch ranks, each in order
 // (the layout MakeHybridGroups reads group ranks with).
-void CheckWholeReplicas(const Membership& m, int32_t unit) {
+void CheckWholeReplicas(const MembershipView& m, int32_t unit) {
   const int32_t n = static_cast<int32_t>(m.ranks.size());
   bool whole = n % unit == 0;
   for (int32_t i = 0; whole && i < n; ++i) {
@@ -73,7 +73,7 @@ void CheckWholeReplicas(const Membership& m, int32_t unit) {
 
 }  // namespace
 
-ReplicaGroup::ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
+ReplicaGroup::ReplicaGroup(const MembershipView& m, int32_t launch_rank, const std::string& bind_addr,
                            std::chrono::milliseconds timeout, bool shared_memory, FlightRecorder* recorder,
                            std::function<bool()> superseded, int32_t fsdp_unit, std::string secret)
     : membership_(m), rank_(m.IndexOf(launch_rank)), fsdp_unit_(fsdp_unit) {

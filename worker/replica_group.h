@@ -3,9 +3,9 @@
 // same training state.
 //
 // Every rank serves a store of its own (ReplicaStore) and tells the
-// coordinator where (WorkerHello.replica_store_port). A Membership's groups
+// coordinator where (WorkerHello.replica_store_port). A membership's groups
 // meet at its first member's store under the prefix "m<epoch>/": the world
-// group (Gloo; the member's index in Membership::ranks is its group rank),
+// group (Gloo; the member's index in MembershipView::ranks is its group rank),
 // and, when its members are all on one host and shared memory is asked
 // for, a ShmCollectives for DDP's gradients and the per-step agreement
 // (as a whole-group job has); otherwise the agreement gets a Gloo group of
@@ -72,14 +72,14 @@ class ReplicaGroup {
   // With a `secret`, the epoch's store values are signed with it and
   // checked (worker/signed_store.h): a value another process wrote fails
   // forming the groups with ForgedStoreValue.
-  ReplicaGroup(const Membership& m, int32_t launch_rank, const std::string& bind_addr,
+  ReplicaGroup(const MembershipView& m, int32_t launch_rank, const std::string& bind_addr,
                std::chrono::milliseconds timeout, bool shared_memory = false, FlightRecorder* recorder = nullptr,
                std::function<bool()> superseded = nullptr, int32_t fsdp_unit = 0, std::string secret = "");
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;
 
-  const Membership& membership() const { return membership_; }
+  const MembershipView& membership() const { return membership_; }
   int32_t rank() const { return rank_; }  // the group rank
   int32_t size() const { return static_cast<int32_t>(membership_.ranks.size()); }
   const c10::intrusive_ptr<c10d::ProcessGroup>& world() const { return world_; }
@@ -94,7 +94,7 @@ class ReplicaGroup {
   int32_t SourceInWorld(int32_t r) const;
 
  private:
-  Membership membership_;
+  MembershipView membership_;
   int32_t rank_ = 0;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> world_, control_;

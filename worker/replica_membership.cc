@@ -53,16 +53,16 @@ ReplicaMembership::~ReplicaMembership() = default;
 
 int64_t ReplicaMembership::epoch() const { return epoch_; }
 
-void ReplicaMembership::Report(const ReplicaEvent& event) {
+void ReplicaMembership::Report(const ReplicaReport& event) {
   if (options_.reporter != nullptr) options_.reporter->OnReplica(event);
 }
 
 void ReplicaMembership::Drop() { group_.reset(); }
 
-const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t step) {
+const ReplicaGroup* ReplicaMembership::Join(const MembershipView& offered, int64_t step) {
   group_.reset();
   taken_at_ = ReplicaClock::now();
-  Membership m = offered;
+  MembershipView m = offered;
   for (;;) {
     epoch_ = m.epoch;
     mailbox_->Forget(m.epoch);
@@ -71,7 +71,7 @@ const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t s
     if (m.IndexOf(options_.launch_rank) < 0) {
       log::Info("rank {}: membership {} leaves this rank out; it leaves at step {}", options_.launch_rank, m.Describe(),
                 step);
-      Report({ReplicaEvent::Kind::kLeft, m.epoch, step});
+      Report({ReplicaReport::Kind::kLeft, m.epoch, step});
       return nullptr;
     }
     log::Info("rank {}: taking membership {}", options_.launch_rank, m.Describe());
@@ -90,8 +90,9 @@ const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t s
       if (!superseded && !IsGroupFailure(e)) throw;
       const std::string detail = GroupErrorText(e);
       log::Warn("rank {}: forming the groups of epoch {} failed: {}", options_.launch_rank, epoch, detail);
-      if (!superseded) Report({ReplicaEvent::Kind::kGroupBroken, epoch, step, detail});
-      std::optional<Membership> next = mailbox_->WaitNewer(epoch, ReplicaClock::now() + options_.membership_timeout);
+      if (!superseded) Report({ReplicaReport::Kind::kGroupBroken, epoch, step, detail});
+      std::optional<MembershipView> next =
+          mailbox_->WaitNewer(epoch, ReplicaClock::now() + options_.membership_timeout);
       if (!next) throw std::runtime_error(detail + ", and no newer membership came");
       m = std::move(*next);
     }
@@ -99,7 +100,7 @@ const ReplicaGroup* ReplicaMembership::Join(const Membership& offered, int64_t s
 }
 
 const ReplicaGroup& ReplicaMembership::JoinFirst() {
-  std::optional<Membership> m = mailbox_->WaitNewer(0, ReplicaClock::now() + options_.membership_timeout);
+  std::optional<MembershipView> m = mailbox_->WaitNewer(0, ReplicaClock::now() + options_.membership_timeout);
   if (!m) throw std::runtime_error("no membership came from the coordinator");
   const ReplicaGroup* g = Join(*m, 0);
   if (g == nullptr) throw std::runtime_error("the first membership leaves this rank out: " + m->Describe());
@@ -109,14 +110,14 @@ const ReplicaGroup& ReplicaMembership::JoinFirst() {
 const ReplicaGroup* ReplicaMembership::JoinNewer(const std::string& detail, int64_t step) {
   group_.reset();
   log::Warn("rank {}: the group of epoch {} broke at step {}: {}", options_.launch_rank, epoch_, step, detail);
-  Report({ReplicaEvent::Kind::kGroupBroken, epoch_, step, detail});
-  std::optional<Membership> m = mailbox_->WaitNewer(epoch_, ReplicaClock::now() + options_.membership_timeout);
+  Report({ReplicaReport::Kind::kGroupBroken, epoch_, step, detail});
+  std::optional<MembershipView> m = mailbox_->WaitNewer(epoch_, ReplicaClock::now() + options_.membership_timeout);
   if (!m) throw std::runtime_error("the group broke (" + detail + ") and no newer membership came");
   return Join(*m, step);
 }
 
 const ReplicaGroup* ReplicaMembership::JoinAgreed(int64_t epoch, int64_t step) {
-  std::optional<Membership> m = mailbox_->WaitFor(epoch, ReplicaClock::now() + options_.membership_timeout);
+  std::optional<MembershipView> m = mailbox_->WaitFor(epoch, ReplicaClock::now() + options_.membership_timeout);
   if (!m) throw std::runtime_error("membership epoch " + std::to_string(epoch) + " was agreed but never came");
   return Join(*m, step);
 }
@@ -133,7 +134,7 @@ void ReplicaMembership::Committed(int64_t step, int64_t cursor, const std::vecto
                                   const std::vector<at::Tensor>& parameters) {
   if (!committed_in_epoch_) {
     committed_in_epoch_ = true;
-    ReplicaEvent e{ReplicaEvent::Kind::kCommitted, epoch_, step};
+    ReplicaReport e{ReplicaReport::Kind::kCommitted, epoch_, step};
     e.seconds = std::chrono::duration<double>(ReplicaClock::now() - taken_at_).count();
     e.healed = heal_.healed;
     e.heal_bytes = heal_.healed ? heal_.bytes : 0;

@@ -61,7 +61,6 @@ ReplicaOptions ReplicaOptionsFromEnvironment(int32_t launch_rank);
 // (GroupSuperseded).
 bool IsGroupFailure(const std::exception& e);
 
-
 class ReplicaMembership {
  public:
   // `mailbox` (the TrainerControl's) and `recorder` (may be null) must
@@ -108,8 +107,8 @@ class ReplicaMembership {
   void Record(int64_t epoch, int64_t step, int64_t cursor, const std::vector<int64_t>& positions,
               const std::vector<at::Tensor>& parameters);
   // Joins `m` (null when it leaves this rank out: LEFT reported).
-  const ReplicaGroup* Join(const Membership& m, int64_t step);
-  void Report(const ReplicaEvent& event);
+  const ReplicaGroup* Join(const MembershipView& m, int64_t step);
+  void Report(const ReplicaReport& event);
 
   ReplicaOptions options_;
   MembershipMailbox* mailbox_;

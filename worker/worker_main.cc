@@ -38,6 +38,7 @@
 #include "worker/replica_group.h"
 #include "worker/script_runner.h"
 #include "worker/shm_collectives.h"
+#include "worker/stop_watchdog.h"
 #include "worker/trainer.h"
 
 namespace trainyard {
@@ -54,50 +55,6 @@ void OnSignal(int sig) {
     g_control.RequestStop();
   }
 }
-
-// While the rank waits for its peers (the rendezvous, the first restore),
-// no loop checks for a stop: the wait is inside c10d, for as long as its
-// timeout. This thread does check (SIGTERM, SIGINT, the coordinator's stop)
-// and ends the process at once, saying where it was: nothing has trained
-// yet, so nothing is lost.
-class LeaveWhileWaiting {
- public:
-  LeaveWhileWaiting(int32_t rank, std::string where) : rank_(rank), where_(std::move(where)) {
-    thread_ = std::thread([this] { Watch(); });
-  }
-  ~LeaveWhileWaiting() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Phase(std::string where) {
-    std::lock_guard<std::mutex> lock(mu_);
-    where_ = std::move(where);
-  }
-
- private:
-  void Watch() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!done_) {
-      if (g_control.stop_requested() || g_control.preemption_requested()) {
-        log::Warn("rank {}: stopped while {}; no step has run, nothing to save", rank_, where_);
-        std::fflush(nullptr);
-        std::_Exit(ExitCodeOf(WorkerOutcome::kStopped));
-      }
-      cv_.wait_for(lock, std::chrono::milliseconds(50));
-    }
-  }
-
-  const int32_t rank_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string where_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 // Logs progress lines for the worker's log file; forwards to the coordinator.
 class LoggingSink final : public MetricsSink {
@@ -378,12 +335,19 @@ int RunWorker(const WorkerArgs& args) {
     if (replica && !replica_store)
       throw std::runtime_error(
           "fault_tolerance.mode replica needs this rank's store (trainyard-worker --replica-store)");
-    std::optional<LeaveWhileWaiting> waiting;
-    waiting.emplace(args.rank, replica ? "waiting for the job's first membership"
-                                       : absl::StrCat("waiting in the rendezvous for the other ", world_size - 1,
-                                                      " ranks (at ", master_addr, ":", master_port, ")"));
+    // A stop leaves at once while the rank waits for its peers, and within
+    // 4 s of it once training (worker/stop_watchdog.h).
+    StopWatchdog watchdog(args.rank, &g_control, &flight_recorder,
+                          replica ? "waiting for the job's first membership"
+                                  : absl::StrCat("waiting in the rendezvous for the other ", world_size - 1,
+                                                 " ranks (at ", master_addr, ":", master_port, ")"),
+                          std::chrono::seconds(4), [](const std::string& line) {
+                            log::Warn("{}", line);
+                            std::fflush(nullptr);
+                            std::_Exit(ExitCodeOf(WorkerOutcome::kStopped));
+                          });
     const DistSetup dist = replica ? DistSetup{} : SetUpDistributed(*spec, ro, &flight_recorder);
-    waiting->Phase("restoring the job's state with the other ranks");
+    watchdog.Waiting("restoring the job's state with the other ranks");
     LoggingSink logging(&ctl, args.rank, spec->max_steps);
     std::optional<GpuSink> gpu_sink;
     if (gpu) gpu_sink.emplace(&logging, gpu.get());
@@ -403,7 +367,7 @@ int RunWorker(const WorkerArgs& args) {
     } else {
       trainer_holder.emplace(*spec, args.rank, world_size, context, &sink, &g_control);
     }
-    waiting.reset();  // from here on, the training loop hears a stop at each step
+    watchdog.Training();  // from here on, the training loop hears a stop at each step
     Trainer& trainer = *trainer_holder;
     if (!trainer.resumed_from().empty()) {
       log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());

@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <string>
-
-#include <cmath>
+#include <tuple>
 
 namespace trainyard {
 namespace {
@@ -124,6 +124,44 @@ TEST(WireConvert, JobViewsWithAndWithoutTheSpec) {
   }
   ASSERT_EQ(full.events_size(), 1);
   EXPECT_EQ(full.events(0).reason(), "submitted");
+}
+
+TEST(WireConvert, ReplicaMessagesRoundTrip) {
+  const MembershipView m{7, {0, 2, 3}, "10.0.0.5", 41234, "rank 1 lost"};
+  v1::Membership wire;
+  ToProto(m, &wire);
+  EXPECT_EQ(FromProto(wire), m);
+  EXPECT_EQ(m.IndexOf(3), 2);
+  EXPECT_EQ(m.IndexOf(1), -1);
+  EXPECT_EQ(m.StorePrefix(), "m7/");
+  EXPECT_EQ(m.Describe(), "epoch 7: ranks [0, 2, 3] (rank 1 lost)");
+
+  for (auto kind : {ReplicaReport::Kind::kGroupBroken, ReplicaReport::Kind::kCommitted, ReplicaReport::Kind::kLeft}) {
+    const ReplicaReport r{kind, 7, 120, std::string(3000, 'x'), 1.5, true, 4096};
+    v1::ReplicaReport w;
+    ToProto(r, &w);
+    const std::optional<ReplicaReport> back = FromProto(w);
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(back->kind, kind);
+    EXPECT_EQ((std::tuple(back->epoch, back->step, back->seconds, back->healed, back->heal_bytes)),
+              (std::tuple(int64_t{7}, int64_t{120}, 1.5, true, int64_t{4096})));
+    EXPECT_EQ(back->detail.size(), 2000u);  // bounded on reading
+  }
+  v1::ReplicaReport unknown;
+  unknown.set_kind(static_cast<v1::ReplicaReport::Kind>(99));
+  EXPECT_FALSE(FromProto(unknown).has_value());
+
+  ReplicaStatus st;
+  st.membership = m;
+  st.healing = {1};
+  st.min_replicas = 2;
+  st.size = 4;
+  st.leaving = {3};
+  v1::Replicas rw;
+  ToProto(st, &rw);
+  EXPECT_EQ(rw.epoch(), 7);
+  EXPECT_EQ(std::vector<int32_t>(rw.live().begin(), rw.live().end()), m.ranks);
+  EXPECT_EQ((std::tuple(rw.healing(0), rw.min_replicas(), rw.size(), rw.leaving(0))), std::tuple(1, 2, 4, 3));
 }
 
 TEST(WireConvert, StatusCodesMapByName) {

@@ -693,6 +693,47 @@ max_steps: 5
                 worker.wait()
             server.stop()
 
+    def test_2k_a_rank_blocked_in_a_collective_leaves_soon_after_a_stop(self):
+        # Two ranks of an external job train; rank 1 freezes (SIGSTOP), so
+        # rank 0 blocks in the step's collective, which would hold it until
+        # the collective's timeout. Told to stop (SIGINT, as the coordinator
+        # does), it leaves within 5 s, saying where it was.
+        state = os.path.join(self.tmp.name, "blocked-stop")
+        os.makedirs(state)
+        server = Server(state)
+        workers = []
+        try:
+            spec = write_spec(state, "blocked.yaml", "name: blocked\nmax_steps: 1000000\nnum_processes: 2\n"
+                              "launcher: external\n")
+            r = server.ctl("-o", "json", "submit", spec)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            job_id = json.loads(r.stdout)["id"]
+            info = json.loads(server.ctl("-o", "json", "join-info", job_id).stdout)
+            logs = [os.path.join(state, f"rank-{r}.log") for r in range(2)]
+            for rank in range(2):
+                with open(logs[rank], "wb") as log:
+                    workers.append(subprocess.Popen(
+                        [os.path.join(BIN, "trainyard-worker"), "--join", job_id, "--server", server.addr,
+                         "--rank", str(rank), "--advertise-addr", "127.0.0.1"],
+                        env=dict(os.environ, TRAINYARD_WORKER_TOKEN=info["token"]), stdout=log,
+                        stderr=subprocess.STDOUT))
+            wait_for(lambda: server.job(job_id)["step"] >= 20, 120, "the job to train 20 steps")
+            # Whether rank 0 is in a step or at its boundary, its next
+            # collective waits for rank 1.
+            workers[1].send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            workers[0].send_signal(signal.SIGINT)
+            self.assertEqual(workers[0].wait(timeout=30), 3, read(logs[0])[-2000:])  # kExitStopped
+            self.assertLess(time.monotonic() - t0, 5)
+            self.assertRegex(read(logs[0]), r"rank 0: stopped, but still in \w+ after step \d+ 4 s later; "
+                                            r"leaving without finishing it")
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.wait()
+            server.stop()
+
     def test_3_bad_specs_are_rejected_and_the_server_keeps_serving(self):
         s = self.server
         os.symlink("/", os.path.join(self.tmp.name, "escape"))

@@ -104,5 +104,26 @@ TEST_F(JobProgressTest, ACheckpointIsProgressAndAnEvent) {
   EXPECT_EQ(progress_.OnCheckpoint(c, clock_.SteadyNow()), "periodic checkpoint at step 40 failed: disk full");
 }
 
+// MFU is one number: the history's series (from the updates JobProgress
+// hands on) divides by the same peak as /metrics, --peak-flops when the
+// server has it, else the rank's own.
+TEST_F(JobProgressTest, TheHistorysMfuIsMetricsMfu) {
+  JobRecord record;
+  progress_.Launched(clock_.SteadyNow());
+  StepMetrics m = Sample(0, 1, 20);
+  m.model_flops = 1e12;
+  m.step_seconds = 0.5;
+  m.peak_flops = 1e13;  // the rank's table: 20%
+  auto updates = progress_.OnSamples({m}, &record, clock_.SteadyNow());
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_DOUBLE_EQ(ModelFlopsUtilization(updates[0]), 0.2);
+  metrics_.SetPeakFlops(4e12);  // --peak-flops wins: 50%
+  m.step = 2;
+  updates = progress_.OnSamples({m}, &record, clock_.SteadyNow());
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_DOUBLE_EQ(ModelFlopsUtilization(updates[0]), 0.5);
+  EXPECT_DOUBLE_EQ(ModelFlopsUtilization(m, 4e12), 0.5);  // what /metrics exports for it
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -177,7 +177,7 @@ TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
     EXPECT_EQ(service_.hello.replica_store_port(), 4101);
     EXPECT_EQ(service_.hello.advertise_addr(), "10.1.2.5");
   }
-  std::optional<Membership> m =
+  std::optional<MembershipView> m =
       control.memberships().WaitNewer(0, std::chrono::steady_clock::now() + std::chrono::seconds(5));
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->epoch, 2);
@@ -185,9 +185,9 @@ TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
   EXPECT_EQ(m->store_addr, "10.1.2.4");
   EXPECT_EQ(m->store_port, 4100);
   EXPECT_EQ(m->reason, "rank 2 lost");
-  ReplicaEvent broken{ReplicaEvent::Kind::kGroupBroken, 1, 7, "Connection closed by peer"};
+  ReplicaReport broken{ReplicaReport::Kind::kGroupBroken, 1, 7, "Connection closed by peer"};
   (*client)->OnReplica(broken);
-  ReplicaEvent committed{ReplicaEvent::Kind::kCommitted, 2, 8};
+  ReplicaReport committed{ReplicaReport::Kind::kCommitted, 2, 8};
   committed.seconds = 0.5;
   committed.healed = true;
   committed.heal_bytes = 1234;

@@ -122,7 +122,7 @@ TEST(GlobalCursor, ReadsMoveTheCursorOnlyWhenCommitted) {
   EXPECT_EQ(l.cursor(), 20);
 }
 
-TEST(Membership, MailboxKeepsEpochsAndWaits) {
+TEST(MembershipView, MailboxKeepsEpochsAndWaits) {
   MembershipMailbox box;
   EXPECT_FALSE(box.WaitNewer(0, std::chrono::steady_clock::now() + 10ms));
   std::thread offer([&] { box.Offer({2, {0, 1}, "127.0.0.1", 1, "rank 2 lost"}); });
@@ -147,10 +147,10 @@ TEST(Membership, MailboxKeepsEpochsAndWaits) {
 struct Reports {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::pair<int32_t, ReplicaEvent>> events;
+  std::vector<std::pair<int32_t, ReplicaReport>> events;
   std::vector<ReplicaCommit> commits;
 
-  void Add(int32_t r, const ReplicaEvent& e) {
+  void Add(int32_t r, const ReplicaReport& e) {
     std::lock_guard<std::mutex> lock(mu);
     events.emplace_back(r, e);
     cv.notify_all();
@@ -166,7 +166,7 @@ struct Reports {
     std::unique_lock<std::mutex> lock(mu);
     return cv.wait_for(lock, 60s, pred);
   }
-  int Count(int32_t r, ReplicaEvent::Kind kind) {
+  int Count(int32_t r, ReplicaReport::Kind kind) {
     int n = 0;
     for (const auto& [rank_of, e] : events) n += rank_of == r && e.kind == kind ? 1 : 0;
     return n;
@@ -182,7 +182,7 @@ struct Reports {
 struct RankReporter : ReplicaReporter {
   RankReporter(Reports* all, int32_t rank) : all_(all), rank_(rank) {}
   bool WantsCommits() const override { return true; }
-  void OnReplica(const ReplicaEvent& e) override { all_->Add(rank_, e); }
+  void OnReplica(const ReplicaReport& e) override { all_->Add(rank_, e); }
   void OnCommit(const ReplicaCommit& c) override { all_->Add(c); }
 
  private:
@@ -223,7 +223,7 @@ ReplicaOptions Options(int32_t rank, ReplicaReporter* reporter) {
   return o;
 }
 
-Membership Members(int64_t epoch, std::vector<int32_t> ranks, const ReplicaStore& first, const std::string& why) {
+MembershipView Members(int64_t epoch, std::vector<int32_t> ranks, const ReplicaStore& first, const std::string& why) {
   return {epoch, std::move(ranks), "127.0.0.1", first.port(), why};
 }
 
@@ -349,8 +349,8 @@ TEST_P(Replicas, SurvivorsGoOnAndAReplacementHeals) {
     // The survivors find their group broken; the coordinator gives them a
     // membership of their own.
     ASSERT_TRUE(reports.Await([&] {
-      return reports.Count(0, ReplicaEvent::Kind::kGroupBroken) > 0 &&
-             reports.Count(1, ReplicaEvent::Kind::kGroupBroken) > 0;
+      return reports.Count(0, ReplicaReport::Kind::kGroupBroken) > 0 &&
+             reports.Count(1, ReplicaReport::Kind::kGroupBroken) > 0;
     }));
     for (int r : {0, 1}) controls[r]->memberships().Offer(Members(2, {0, 1}, *stores[0], "rank 2 lost"));
     ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3 && reports.CommitsIn(1, 2) >= 3; }));
@@ -389,7 +389,7 @@ TEST_P(Replicas, SurvivorsGoOnAndAReplacementHeals) {
   // replacement healed in epoch 3.
   int healed = 0;
   for (const auto& [rank, e] : reports.events) {
-    if (e.kind == ReplicaEvent::Kind::kCommitted && rank == 2 && e.epoch == 3) {
+    if (e.kind == ReplicaReport::Kind::kCommitted && rank == 2 && e.epoch == 3) {
       EXPECT_TRUE(e.healed);
       EXPECT_GT(e.heal_bytes, 0);
       ++healed;
@@ -397,8 +397,8 @@ TEST_P(Replicas, SurvivorsGoOnAndAReplacementHeals) {
   }
   EXPECT_EQ(healed, 1);
   for (int r : {0, 1}) {
-    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kGroupBroken), 1);
-    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kCommitted), 3);  // epochs 1, 2, 3
+    EXPECT_EQ(reports.Count(r, ReplicaReport::Kind::kGroupBroken), 1);
+    EXPECT_EQ(reports.Count(r, ReplicaReport::Kind::kCommitted), 3);  // epochs 1, 2, 3
   }
   // Every replica ends where the fault-free run ends, bitwise the same.
   for (const ReplicaCommit& c : reports.commits) {
@@ -453,9 +453,9 @@ TEST_P(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
   coordinator.join();
   EXPECT_FALSE(results.at(0).stopped);
   EXPECT_TRUE(results.at(1).stopped);
-  EXPECT_EQ(reports.Count(1, ReplicaEvent::Kind::kLeft), 1);
-  EXPECT_EQ(reports.Count(0, ReplicaEvent::Kind::kLeft), 0);
-  EXPECT_EQ(reports.Count(0, ReplicaEvent::Kind::kGroupBroken), 0);
+  EXPECT_EQ(reports.Count(1, ReplicaReport::Kind::kLeft), 1);
+  EXPECT_EQ(reports.Count(0, ReplicaReport::Kind::kLeft), 0);
+  EXPECT_EQ(reports.Count(0, ReplicaReport::Kind::kGroupBroken), 0);
   CheckCommits(reports.commits, total);
   // Rank 1 left right after a step both committed.
   int64_t last1 = 0;
@@ -495,8 +495,8 @@ TEST(FsdpReplicas, AShardGroupDiesAndANewOneHealsFromTheOther) {
   for (int r = 0; r < kRanks; ++r) controls[r]->memberships().Offer(Members(1, {0, 1, 2, 3}, *stores[0], "start"));
   std::thread coordinator([&] {
     ASSERT_TRUE(reports.Await([&] {
-      return reports.Count(0, ReplicaEvent::Kind::kGroupBroken) > 0 &&
-             reports.Count(1, ReplicaEvent::Kind::kGroupBroken) > 0;
+      return reports.Count(0, ReplicaReport::Kind::kGroupBroken) > 0 &&
+             reports.Count(1, ReplicaReport::Kind::kGroupBroken) > 0;
     }));
     for (int r : {0, 1}) controls[r]->memberships().Offer(Members(2, {0, 1}, *stores[0], "rank 3 lost"));
     ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3 && reports.CommitsIn(1, 2) >= 3; }));
@@ -525,7 +525,7 @@ TEST(FsdpReplicas, AShardGroupDiesAndANewOneHealsFromTheOther) {
   for (int r : {2, 3}) {
     int healed = 0;
     for (const auto& [rank, e] : reports.events) {
-      if (e.kind == ReplicaEvent::Kind::kCommitted && rank == r && e.epoch == 3) {
+      if (e.kind == ReplicaReport::Kind::kCommitted && rank == r && e.epoch == 3) {
         EXPECT_TRUE(e.healed) << "rank " << r;
         EXPECT_GT(e.heal_bytes, 0) << "rank " << r;
         ++healed;
@@ -534,8 +534,8 @@ TEST(FsdpReplicas, AShardGroupDiesAndANewOneHealsFromTheOther) {
     EXPECT_EQ(healed, 1) << "rank " << r;
   }
   for (int r : {0, 1}) {
-    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kGroupBroken), 1);
-    EXPECT_EQ(reports.Count(r, ReplicaEvent::Kind::kCommitted), 3);  // epochs 1, 2, 3
+    EXPECT_EQ(reports.Count(r, ReplicaReport::Kind::kGroupBroken), 1);
+    EXPECT_EQ(reports.Count(r, ReplicaReport::Kind::kCommitted), 3);  // epochs 1, 2, 3
   }
   // Every rank ends at the end of the data; the replicas of each shard hold
   // bitwise-equal shards.
@@ -559,7 +559,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, Replicas,
 TEST(ReplicaGroupTest, SharedMemoryWhenAskedAndOnOneHost) {
   for (const bool shared : {true, false}) {
     ReplicaStore store;
-    const Membership m{1, {0, 1}, "127.0.0.1", store.port(), "start"};
+    const MembershipView m{1, {0, 1}, "127.0.0.1", store.port(), "start"};
     std::vector<std::unique_ptr<ReplicaGroup>> groups(2);
     RunThreads(2, [&](int r) { groups[r] = std::make_unique<ReplicaGroup>(m, r, "127.0.0.1", 30s, shared); });
     for (int r = 0; r < 2; ++r) {

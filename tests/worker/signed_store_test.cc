@@ -111,21 +111,21 @@ TEST(SignedStoreTest, StoresListenOnlyWhereTheyAreReached) {
 // refused, where it would otherwise be taken as a peer.
 TEST(SignedStoreTest, ReplicaEpochsFormOnlyWithTheAttemptsSecret) {
   ReplicaStore store("127.0.0.1");
-  const Membership m{1, {0, 1}, "127.0.0.1", store.port(), "start"};
+  const MembershipView m{1, {0, 1}, "127.0.0.1", store.port(), "start"};
   const std::string secret = RendezvousSecret("token-0123456789abcdef", "job-1", 1);
   {
     std::vector<std::unique_ptr<ReplicaGroup>> groups(2);
     std::vector<std::thread> ranks;
     for (int r = 0; r < 2; ++r) {
       ranks.emplace_back([&, r] {
-        groups[r] = std::make_unique<ReplicaGroup>(m, r, "127.0.0.1", std::chrono::seconds(30), false, nullptr,
-                                                   nullptr, 0, secret);
+        groups[r] = std::make_unique<ReplicaGroup>(m, r, "127.0.0.1", std::chrono::seconds(30), false, nullptr, nullptr,
+                                                   0, secret);
       });
     }
     for (auto& t : ranks) t.join();
     EXPECT_TRUE(groups[0] && groups[1]);
   }
-  const Membership m2{2, {0, 1}, "127.0.0.1", store.port(), "again"};
+  const MembershipView m2{2, {0, 1}, "127.0.0.1", store.port(), "again"};
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {

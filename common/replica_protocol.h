@@ -1,0 +1,62 @@
+// The replica protocol's messages (fault_tolerance.mode replica), one type
+// each for the coordinator and the ranks: who trains together (a
+// MembershipView, sent by the coordinator whenever the live ranks change)
+// and what a rank says about it (a ReplicaReport). Converted to and from the
+// wire in common/wire_convert only. Plain data.
+#ifndef TRAINYARD_COMMON_REPLICA_PROTOCOL_H_
+#define TRAINYARD_COMMON_REPLICA_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainyard {
+
+// One epoch of a replica job: its members' launch ranks in group order (a
+// member's group rank is its index), and where the epoch's groups meet (the
+// first member's own store, under the key prefix "m<epoch>/").
+struct MembershipView {
+  int64_t epoch = 0;
+  std::vector<int32_t> ranks;
+  std::string store_addr;
+  int32_t store_port = 0;
+  std::string reason;
+
+  bool operator==(const MembershipView&) const = default;
+  // `rank`'s index in ranks, or -1 when it is not a member.
+  int32_t IndexOf(int32_t rank) const;
+  // The key prefix of this epoch's groups: "m<epoch>/".
+  std::string StorePrefix() const;
+  // "epoch 3: ranks [0, 1, 2] (rank 2 joined)", for logs.
+  std::string Describe() const;
+};
+
+// A rank's side of a membership: its group broke (detail: what the
+// collective raised), it committed its first step in the epoch (seconds:
+// from taking the membership to that commit; healed, heal_bytes: whether
+// it took a peer's state and how much), or it left (a membership without it).
+struct ReplicaReport {
+  enum class Kind { kGroupBroken, kCommitted, kLeft };
+  Kind kind = Kind::kGroupBroken;
+  int64_t epoch = 0;
+  int64_t step = 0;  // the rank's committed step
+  std::string detail;
+  double seconds = 0;
+  bool healed = false;
+  int64_t heal_bytes = 0;
+};
+
+// What the coordinator shows of a running replica job (GetJob's replicas):
+// its membership (ranks: the live members), the ranks being replaced, and
+// its size.
+struct ReplicaStatus {
+  MembershipView membership;
+  std::vector<int32_t> healing;
+  int32_t min_replicas = 0;
+  int32_t size = 0;              // ranks 0..size-1 run once the ones leaving and growing are done
+  std::vector<int32_t> leaving;  // left out on purpose, ending
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_REPLICA_PROTOCOL_H_
