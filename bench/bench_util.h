@@ -21,7 +21,8 @@ Stats Summarize(std::vector<double> values);
 
 // What a benchmarked process runs with, beyond its command line: the
 // threads of each process (OMP_NUM_THREADS; each side also sets its intra-op
-// threads to the same number) and glibc's allocator thresholds. Trainyard's
+// threads to the same number; each flushes denormal floats to zero, as
+// trainyard-worker does) and glibc's allocator thresholds. Trainyard's
 // ranks set the worker's thresholds themselves (common/allocator_tuning.h),
 // as trainyard-worker does: a peer gets them through the environment when
 // `tuned_allocator` is set, or runs with glibc's defaults, as a user runs it.

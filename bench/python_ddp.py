@@ -89,6 +89,7 @@ def main():
                    help="wrap model and optimizer with Accelerate's Accelerator (PyTorch DDP underneath)")
     a = p.parse_args()
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # as trainyard-worker does (bench_util.h)
     rank = int(os.environ.get("RANK", "0"))
     world = 1 if a.no_ddp else int(os.environ.get("WORLD_SIZE", "1"))
     device = torch.device(a.device)

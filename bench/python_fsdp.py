@@ -105,6 +105,7 @@ def main():
     p.add_argument("--foreach", action="store_true", help="AdamW(foreach=True): one kernel per state tensor list")
     a = p.parse_args()
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # as trainyard-worker does (bench_util.h)
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     torch.manual_seed(42)

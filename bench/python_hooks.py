@@ -32,6 +32,7 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     a = p.parse_args()
     torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # as trainyard-worker does (bench_util.h)
     rank = int(os.environ["RANK"])
     # A short timeout: when a hook raises on one rank the other is not left
     # waiting in a collective for the default 30 minutes.

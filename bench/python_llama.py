@@ -46,6 +46,7 @@ def main():
     p.add_argument("--bf16", action="store_true", help="torch.autocast(bfloat16) around forward and loss")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.set_flush_denormal(True)  # as trainyard-worker does (bench_util.h)
     rank = int(os.environ.get("RANK", "0"))
     device = torch.device(a.device)
     if a.device == "cuda":

@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-#include "server/job_streams.h"
+#include "common/worker_command.h"
 #include "server/launcher.h"
 
 namespace trainyard {

@@ -9,11 +9,10 @@
 #include <optional>
 #include <string>
 
-#include "common/checkpoint_type.h"
 #include "common/job_record.h"
 #include "common/step_metrics.h"
+#include "common/worker_command.h"
 #include "server/blocking_queue.h"
-#include "server/membership.h"
 
 namespace trainyard {
 
@@ -30,20 +29,6 @@ class JobWatch : public BlockingQueue<JobUpdate> {
  public:
   JobWatch() : BlockingQueue(4096, [](const JobUpdate& u) { return !u.job.has_value(); }) {}
   bool Next(JobUpdate* out, std::chrono::milliseconds timeout) { return Pop(out, timeout); }
-};
-
-// A command for one connected worker.
-struct WorkerCommand {
-  enum class Kind { kStop, kCheckpoint, kDiagnose, kMembership };
-  Kind kind = Kind::kStop;
-  std::string reason;
-  // kCheckpoint and kDiagnose:
-  int64_t request_id = 0;
-  // kCheckpoint:
-  CheckpointType type = CheckpointType::kAuto;
-  bool stop_after = false;
-  // kMembership (fault_tolerance.mode replica): who trains together now.
-  MembershipView membership;
 };
 
 // Commands flowing down one worker's stream.
