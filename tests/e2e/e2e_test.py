@@ -163,6 +163,26 @@ metrics_every_steps: 5
 """
 
 
+def submit_external(test, server, state, name, spec_text):
+    """Submits a `launcher: external` job; returns its id and join info."""
+    spec = write_spec(state, f"{name}.yaml", spec_text)
+    r = server.ctl("-o", "json", "submit", spec)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    job_id = json.loads(r.stdout)["id"]
+    r = server.ctl("-o", "json", "join-info", job_id)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    return job_id, json.loads(r.stdout)
+
+
+def join_worker(server, job_id, token, rank, log_path):
+    """Starts `trainyard-worker --join` as rank `rank`, its output in log_path."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [os.path.join(BIN, "trainyard-worker"), "--join", job_id, "--server", server.addr, "--rank", str(rank),
+             "--advertise-addr", "127.0.0.1"],
+            env=dict(os.environ, TRAINYARD_WORKER_TOKEN=token), stdout=log, stderr=subprocess.STDOUT)
+
+
 class EndToEnd(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -641,21 +661,11 @@ max_steps: 5
         server = Server(state, extra=("--max-num-processes", "2048"))
         worker = None
         try:
-            spec = write_spec(state, "large.yaml", "name: large\nmax_steps: 1\nnum_processes: 1100\n"
-                              "launcher: external\nreattach_timeout_s: 600\n")
-            r = server.ctl("-o", "json", "submit", spec)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            job_id = json.loads(r.stdout)["id"]
-            r = server.ctl("-o", "json", "join-info", job_id)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            info = json.loads(r.stdout)
+            job_id, info = submit_external(self, server, state, "large", "name: large\nmax_steps: 1\n"
+                                           "num_processes: 1100\nlauncher: external\nreattach_timeout_s: 600\n")
             self.assertEqual(info["world_size"], 1100)
             log_path = os.path.join(state, "rank-0.log")
-            with open(log_path, "wb") as log:
-                worker = subprocess.Popen(
-                    [os.path.join(BIN, "trainyard-worker"), "--join", job_id, "--server", server.addr, "--rank", "0",
-                     "--advertise-addr", "127.0.0.1"],
-                    env=dict(os.environ, TRAINYARD_WORKER_TOKEN=info["token"]), stdout=log, stderr=subprocess.STDOUT)
+            worker = join_worker(server, job_id, info["token"], 0, log_path)
 
             def past_the_spec():
                 if worker.poll() is not None:
@@ -674,11 +684,7 @@ max_steps: 5
             self.assertLess(time.monotonic() - t0, 5)
             self.assertIn("rank 0: stopped while waiting in the rendezvous for the other 1099 ranks", read(log_path))
             # ... and the coordinator's stop: a cancel of the STARTING job ends it.
-            with open(log_path, "wb") as log:
-                worker = subprocess.Popen(
-                    [os.path.join(BIN, "trainyard-worker"), "--join", job_id, "--server", server.addr, "--rank", "0",
-                     "--advertise-addr", "127.0.0.1"],
-                    env=dict(os.environ, TRAINYARD_WORKER_TOKEN=info["token"]), stdout=log, stderr=subprocess.STDOUT)
+            worker = join_worker(server, job_id, info["token"], 0, log_path)
             wait_for(lambda: "rendezvous at" in read(log_path), 120, "rank 0 in the rendezvous again")
             t0 = time.monotonic()
             r = server.ctl("cancel", job_id, timeout=60)
@@ -703,20 +709,10 @@ max_steps: 5
         server = Server(state)
         workers = []
         try:
-            spec = write_spec(state, "blocked.yaml", "name: blocked\nmax_steps: 1000000\nnum_processes: 2\n"
-                              "launcher: external\n")
-            r = server.ctl("-o", "json", "submit", spec)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            job_id = json.loads(r.stdout)["id"]
-            info = json.loads(server.ctl("-o", "json", "join-info", job_id).stdout)
+            job_id, info = submit_external(self, server, state, "blocked", "name: blocked\nmax_steps: 1000000\n"
+                                           "num_processes: 2\nlauncher: external\n")
             logs = [os.path.join(state, f"rank-{r}.log") for r in range(2)]
-            for rank in range(2):
-                with open(logs[rank], "wb") as log:
-                    workers.append(subprocess.Popen(
-                        [os.path.join(BIN, "trainyard-worker"), "--join", job_id, "--server", server.addr,
-                         "--rank", str(rank), "--advertise-addr", "127.0.0.1"],
-                        env=dict(os.environ, TRAINYARD_WORKER_TOKEN=info["token"]), stdout=log,
-                        stderr=subprocess.STDOUT))
+            workers = [join_worker(server, job_id, info["token"], rank, logs[rank]) for rank in range(2)]
             wait_for(lambda: server.job(job_id)["step"] >= 20, 120, "the job to train 20 steps")
             # Whether rank 0 is in a step or at its boundary, its next
             # collective waits for rank 1.
