@@ -26,7 +26,7 @@
 #include "common/worker_outcome.h"
 #include "server/job_streams.h"
 #include "server/launcher.h"
-#include "server/membership.h"
+#include "server/rank_supervisor.h"
 #include "server/restart_policy.h"
 
 namespace trainyard {
@@ -134,21 +134,19 @@ class Attempt {
   // their ends (WorkerSessions::Exit). An evicted rank whose end does not
   // come was not killed: its node is dead or cut off from the cluster.
   std::vector<RankExit> RanksOnLostNodes(const std::string& job_id, SteadyTime now) const;
-  // fault_tolerance.mode replica: `rank` was taken out of the membership
-  // and its process asked to die (KillRank) at `now`.
+  // `rank` was taken out of its group (evicted) and its process asked to
+  // die (KillRank) at `now`.
   void Evicted(int32_t rank, SteadyTime now) {
     if (node_loss_grace_ && !exited_.count(rank)) evicted_at_.emplace(rank, now);
   }
 
-  // ---- fault_tolerance.mode replica
-  // Makes the attempt's ranks replicas (server/membership.h): from then on
-  // membership() decides who trains together.
-  void SetMembership(std::unique_ptr<Membership> membership) { membership_ = std::move(membership); }
-  // Null unless the attempt's ranks are replicas.
-  Membership* membership() const { return membership_.get(); }
+  // ---- The fault-tolerance mode's rules for the ranks (server/rank_supervisor.h)
+  // Mode whole_group's until set.
+  void SetSupervisor(std::unique_ptr<RankSupervisor> supervisor) { supervisor_ = std::move(supervisor); }
+  RankSupervisor& supervisor() const { return *supervisor_; }
   // The rank whose progress and checkpoints stand for the group: rank 0,
-  // or the first member of the current membership.
-  int32_t lead_rank() const { return membership_ ? membership_->lead() : 0; }
+  // or the first member of a replica job's current membership.
+  int32_t lead_rank() const { return supervisor_->lead(); }
   // A replacement of `rank` is launched: its previous process's stream,
   // result and end are forgotten, so that the replacement attaches and ends
   // as the rank.
@@ -219,7 +217,7 @@ class Attempt {
   int32_t succeeded_ = 0;  // ranks that ended having trained to the end
   SteadyTime reattach_deadline_{};
   int64_t hang_diagnosis_ = 0;
-  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<RankSupervisor> supervisor_ = std::make_unique<RankSupervisor>();
 };
 
 }  // namespace trainyard

@@ -22,13 +22,13 @@
 #include "common/flight_record.h"
 #include "common/job_record.h"
 #include "common/job_state.h"
+#include "common/replica_protocol.h"
 #include "common/step_metrics.h"
 #include "common/worker_outcome.h"
 #include "server/caller.h"
 #include "server/hang_diagnosis.h"
 #include "server/job_history.h"
 #include "server/job_streams.h"
-#include "server/membership.h"
 #include "server/resource_pool.h"
 
 namespace trainyard {

@@ -1,5 +1,7 @@
 #include "server/job_lifecycle.h"
 
+#include "server/fault_tolerance_modes.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/placement.h"
@@ -123,10 +125,9 @@ void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::millisecond
                                          " s) after its preemption: stopping its ranks"));
       StopGroup(*job);
     }
-    // Replica members whose stream stayed lost: out, and ended.
-    if (Membership* m = a->membership(); m != nullptr && job->record.state == JobState::kRunning && !a->stopping() &&
-                                         !a->stop_requested() && !shut_down_) {
-      for (int32_t rank : m->StreamsLost()) {
+    // Ranks whose stream stayed lost (where the mode takes them out): out, and ended.
+    if (job->record.state == JobState::kRunning && !a->stopping() && !a->stop_requested() && !shut_down_) {
+      for (int32_t rank : a->supervisor().StreamsLost()) {
         if (!Evict(*job, rank, "lost its stream without a result")) break;
       }
       if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
@@ -136,13 +137,12 @@ void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::millisecond
     const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
     if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
     if (!hang.hung) continue;
-    // Replicas: the ranks the diagnosis blames are evicted and replaced;
-    // the others go on. A hang nobody is blamed for fails the group.
+    // The ranks the diagnosis blames are evicted and replaced where the
+    // mode allows it; the others go on. A hang nobody is blamed for fails
+    // the group.
     std::vector<int32_t> evict;
-    if (const Membership* m = a->membership(); m != nullptr && m->formed()) {
-      for (int32_t r : hang.culprits) {
-        if (m->state(r) == Membership::State::kMember) evict.push_back(r);
-      }
+    for (int32_t r : hang.culprits) {
+      if (a->supervisor().Evictable(r)) evict.push_back(r);
     }
     if (evict.empty()) {
       Apply(*job, a->Fail(-1, hang.failure));
@@ -239,15 +239,11 @@ void JobLifecycle::StartJob(ActiveJob& job) {
   r.attempt += 1;
   job.attempt = NewAttempt(job, traits);
   // An elastic job starts with the ranks the scheduler found room for.
-  int32_t ranks = r.num_processes;
-  if (job.spec.replicas() && traits.replaces_ranks) {
-    const ResourcePool::Held& held = scheduler_->Held(r.id);
-    const int32_t holds = static_cast<int32_t>(job.spec.device == Device::kCuda ? held.gpus.size() : held.slots);
-    if (job.spec.elastic.enabled() && traits.on_this_host && holds > 0) ranks = std::min(ranks, holds);
-    job.attempt->SetMembership(std::make_unique<Membership>(r.num_processes, job.spec.fault_tolerance.min_replicas,
-                                                            clock_, ranks, job.spec.ranks_per_replica()));
-    for (int32_t rank = ranks; rank < r.num_processes; ++rank) job.attempt->Park(rank);
-  }
+  const ResourcePool::Held& held = scheduler_->Held(r.id);
+  const int32_t holds = static_cast<int32_t>(job.spec.device == Device::kCuda ? held.gpus.size() : held.slots);
+  job.attempt->SetSupervisor(MakeRankSupervisor(job, traits, *clock_, holds, /*adopting=*/false));
+  const int32_t ranks = job.attempt->supervisor().running(r.num_processes);
+  for (int32_t rank = ranks; rank < r.num_processes; ++rank) job.attempt->Park(rank);
   if (!traits.ranks_join) {
     // On this host: rank 0 serves the store here. Elsewhere (Slurm): on the
     // first node of the step (the worker reads it from Slurm); the port is
@@ -321,12 +317,12 @@ void JobLifecycle::EndAttempt(ActiveJob& job) {
   AttemptEnd end = job.attempt->End();
   end.shutting_down = shut_down_;
   end.restarts = job.restarts;
-  end.max_restarts = job.spec.max_restarts;
+  end.max_restarts = job.attempt->supervisor().max_restarts(job.spec.max_restarts);
   end.preemptible = job.spec.preemptible;
   end.step = job.record.step;
   end.script = !job.spec.script.empty();
   end.attempt = job.record.attempt;
-  if (end.failed && job.restarts < job.spec.max_restarts) {
+  if (end.failed && job.restarts < end.max_restarts) {
     // What the job's ranks reported committing: the coordinator's own
     // records, never the job's directory (a user's files, read under the
     // lock, could hold every request for as long as they take).
@@ -390,10 +386,8 @@ void JobLifecycle::Adopt(ActiveJob& job) {
   job.attempt = NewAttempt(job, launchers_->TraitsOf(job.spec));
   // A replica group is taken on from the membership its ranks hold when
   // they reattach; ranks that died meanwhile are replaced then.
-  if (job.spec.replicas() && launchers_->TraitsOf(job.spec).replaces_ranks) {
-    job.attempt->SetMembership(std::make_unique<Membership>(Membership::Adopting(
-        r.num_processes, job.spec.fault_tolerance.min_replicas, clock_, job.spec.ranks_per_replica())));
-  }
+  job.attempt->SetSupervisor(
+      MakeRankSupervisor(job, launchers_->TraitsOf(job.spec), *clock_, r.num_processes, /*adopting=*/true));
   scheduler_->HoldAdopted(r.id, DemandOf(job.spec), ClaimOf(job), clock_->SteadyNow());
   // The launcher follows the processes (local: found by command line) or
   // the batch job (Slurm: found by name) and reports their ends.
@@ -526,6 +520,123 @@ absl::StatusOr<std::pair<std::string, int32_t>> JobLifecycle::LogPath(const JobR
   }
   const int32_t which = attempt == 0 ? rec.attempt : attempt;
   return std::make_pair(absl::StrCat(LogDir(rec.id, which), "/rank-", rank, ".log"), which);
+}
+
+void JobLifecycle::Resize(ActiveJob& job, int32_t n, const std::string& why) {
+  Attempt& a = *job.attempt;
+  RankSupervisor& sup = a.supervisor();
+  const int32_t world = a.world_size();
+  if (!sup.elastic()) return;
+  if (a.stopping() || a.stop_requested() || a.failed() || shut_down_) {
+    // It ends soon and gives back all it holds; a grow it cannot take is given back now.
+    scheduler_->Resized(job.record.id, sup.running(world), clock_->SteadyNow());
+    return;
+  }
+  if (n == sup.size(world)) return;
+  const std::optional<RankActions> actions = sup.Resize(n, why);
+  if (actions && !Act(job, *actions, -1)) return;
+  scheduler_->Resized(job.record.id, sup.running(world), clock_->SteadyNow());
+}
+
+absl::Status JobLifecycle::Scale(ActiveJob& job, int32_t n, const std::string& by) {
+  const JobSpec& spec = job.spec;
+  if (!spec.elastic.enabled()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.record.id, " is not elastic: give elastic.min_processes (with fault_tolerance.mode replica)"));
+  }
+  if (n < spec.elastic.min_processes || n > spec.num_processes) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", job.record.id, " runs with between ",
+                                                   spec.elastic.min_processes, " (elastic.min_processes) and ",
+                                                   spec.num_processes, " (num_processes) ranks; asked for ", n));
+  }
+  Attempt* a = job.attempt.get();
+  if (a == nullptr || !a->supervisor().elastic() || a->stopping() || a->stop_requested() || a->failed() ||
+      (job.record.state != JobState::kRunning && job.record.state != JobState::kStarting)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.record.id, " is ", JobStateName(job.record.state),
+                                                      "; only a running job can be scaled"));
+  }
+  if (absl::Status s = scheduler_->Scale(job.record.id, n, clock_->SteadyNow()); !s.ok()) return s;
+  const std::string why = absl::StrCat("scaled to ", n, by.empty() ? "" : absl::StrCat(" by ", by));
+  RankSupervisor& sup = a->supervisor();
+  if (n != sup.size(a->world_size())) {
+    const std::optional<RankActions> actions = sup.Resize(n, why);
+    if (actions && !Act(job, *actions, -1)) return absl::OkStatus();
+  }
+  scheduler_->Resized(job.record.id, sup.running(a->world_size()), clock_->SteadyNow());
+  TrySchedule();  // what a shrink frees goes to waiting jobs once its ranks left
+  return absl::OkStatus();
+}
+
+bool JobLifecycle::Act(ActiveJob& job, const RankActions& d, int32_t rank) {
+  Attempt& a = *job.attempt;
+  if (!d.event.empty()) jobs_->AddEvent(job, d.event);
+  if (d.fail) {
+    Apply(job, a.Fail(rank, d.failure));
+    return false;
+  }
+  if (d.command) {
+    for (int32_t to : d.to) {
+      if (WorkerChannel* ch = a.channel(to)) ch->Push(*d.command);
+    }
+  }
+  if (d.healed_rank >= 0) metrics_->RecordHeal(job.record.id, d.heal_seconds);
+  Launcher* launcher = launchers_->Get(launchers_->KindOf(job.spec));
+  for (int32_t r : d.kill) {
+    if (launcher != nullptr) launcher->KillRank(job.record.id, job.record.attempt, r);
+  }
+  for (int32_t r : d.launch) {
+    a.Replace(r);
+    if (absl::Status s = launchers_->LaunchRank(job, ContextOf(job), r); !s.ok()) {
+      Apply(job, a.Fail(r, absl::StrCat("rank ", r, " could not be launched: ", s.message())));
+      return false;
+    }
+    spdlog::info("job {}: launched rank {}", job.record.id, r);
+  }
+  a.supervisor().Export(job.record.id, metrics_);
+  if (d.parked >= 0) {
+    // A rank that left on purpose: it ended neither well nor badly, and
+    // what it held goes to the job it left for (or whoever waits).
+    a.Park(d.parked);
+    scheduler_->Resized(job.record.id, a.supervisor().running(a.world_size()), clock_->SteadyNow());
+    TrySchedule();
+  }
+  return true;
+}
+
+bool JobLifecycle::LookForStraggler(ActiveJob& job, SteadyTime now) {
+  Attempt& a = *job.attempt;
+  // DDP ranks only: their forward passes hold no collective (FSDP's gather
+  // parameters in them, so a fast rank would wait there too).
+  if (job.record.state != JobState::kRunning || a.stopping() || a.stop_requested() || shut_down_ ||
+      job.spec.distributed_type != DistributedType::kDdp) {
+    return true;
+  }
+  const std::vector<int32_t> ranks = a.supervisor().TrainingRanks(a.world_size());
+  if (ranks.empty()) return true;
+  StragglerWatch& watch = job.progress.stragglers();
+  const std::optional<StragglerWatch::Verdict> slow = watch.Look(ranks, now);
+  if (!slow) return true;
+  const std::string why = absl::StrCat(slow->Describe(), " for ",
+                                       std::chrono::duration_cast<std::chrono::seconds>(watch.window()).count(), " s");
+  if (!a.supervisor().Evictable(slow->rank)) {  // a whole group cannot drop a rank: it is named
+    jobs_->AddEvent(job, absl::StrCat("rank ", slow->rank, " is slow: ", why));
+    return true;
+  }
+  watch.Forget(slow->rank);  // its replacement is another process
+  return Evict(job, slow->rank, absl::StrCat("evicted as slow: ", why));
+}
+
+bool JobLifecycle::Evict(ActiveJob& job, int32_t rank, const std::string& why) {
+  RankSupervisor& sup = job.attempt->supervisor();
+  if (!sup.Evictable(rank)) return true;
+  jobs_->AddEvent(job, absl::StrCat("rank ", rank, " ", why));
+  const bool on = Act(job, sup.Evict(rank, why), rank);
+  // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
+  if (Launcher* l = launchers_->Get(launchers_->KindOf(job.spec))) l->KillRank(job.record.id, job.record.attempt, rank);
+  // On another host, a rank that cannot be killed (its node dead or cut
+  // off) ends after the node-loss grace (WorkerSessions::EndRanksOnLostNodes).
+  if (job.attempt) job.attempt->Evicted(rank, clock_->SteadyNow());
+  return on;
 }
 
 }  // namespace trainyard

@@ -1,11 +1,12 @@
-// JobLifecycle (job_lifecycle.cc; replica and elastic jobs in
-// job_lifecycle_replicas.cc): how a job moves between its states — queued, an attempt
+// JobLifecycle: how a job moves between its states — queued, an attempt
 // launched (or adopted after a coordinator restart), its first failure
 // stopping the group, the restart policy deciding after its last rank ended
 // (queued again to resume, with a backoff after repeated failures, or
 // ended), an ended job let go, the jobs a restart finds taken up again,
 // and the periodic look at attempts that must end (workers that did not
-// reattach, ranks gone, preemptions past their grace, hung groups). It
+// reattach, ranks gone, preemptions past their grace, hung groups). What
+// follows a rank's loss is the fault-tolerance mode's to decide (each
+// attempt's RankSupervisor); the lifecycle applies its RankActions. It
 // works on the parts the JobManager owns: the JobTable, the Scheduler and
 // the Launchers, and reads the time from the TimeSource it is given.
 //
@@ -85,19 +86,19 @@ class JobLifecycle {
   // stops the group on its first failure, and once every rank has ended
   // lets the restart policy decide (which may queue the job again or end it).
   void Apply(ActiveJob& job, const Attempt::Update& update);
-  // fault_tolerance.mode replica: acts on a decision of the attempt's
-  // membership about `rank` (server/membership.h): records its event, sends
-  // the membership to its ranks, launches a replacement, records a heal,
-  // exports the replicas; a failure (too few replicas left, a replacement
-  // that cannot start) fails the attempt as in mode whole_group. Returns
-  // false when the attempt failed by it.
-  bool ApplyReplicas(ActiveJob& job, const Membership::Decision& decision, int32_t rank);
-  // fault_tolerance.mode replica: takes `rank` out of the membership and
-  // kills its process (its end launches the replacement); `why` names it
-  // in the job's events. Returns false when the attempt failed by it.
+  // Acts on a decision of the attempt's RankSupervisor about `rank` (-1:
+  // none): records its event, sends its command, records a heal, kills and
+  // launches ranks, parks a rank that left; a failure (or a rank that
+  // cannot be launched) fails the attempt. Returns false when the attempt
+  // failed by it.
+  bool Act(ActiveJob& job, const RankActions& actions, int32_t rank);
+  // Takes `rank` out of its group and kills its process (its end launches
+  // the replacement) where the mode allows it; `why` names it in the job's
+  // events. Returns false when the attempt failed by it.
   bool Evict(ActiveJob& job, int32_t rank, const std::string& why);
   // A DDP rank whose own work stays far slower than the others' (the job's
-  // StragglerWatch): named in an event; a replica is evicted and replaced.
+  // StragglerWatch): evicted and replaced where the mode allows it, else
+  // named in an event.
   // Returns false when the attempt failed by it.
   bool LookForStraggler(ActiveJob& job, SteadyTime now);
   // A running elastic job runs `n` ranks from now on (`trainctl scale` by

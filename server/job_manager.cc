@@ -230,9 +230,8 @@ std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::s
 std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::string& id) {
   absl::MutexLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
-  const Membership* m = job == nullptr || !job->attempt ? nullptr : job->attempt->membership();
-  if (m == nullptr) return std::nullopt;
-  return ReplicaStatus{m->view(), m->healing_ranks(), m->min_replicas(), m->size(), m->leaving_ranks()};
+  if (job == nullptr || !job->attempt) return std::nullopt;
+  return job->attempt->supervisor().Status();
 }
 
 absl::StatusOr<JobRecord> JobManager::Scale(const std::string& id, int32_t num_processes, const Caller& by) {

@@ -37,7 +37,7 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, const Launcher::Traits
   req.slurm = job.spec.slurm;
   req.exclude_nodes.assign(job.lost_nodes.begin(), job.lost_nodes.end());
   req.replica_store = job.spec.replicas();
-  if (const Membership* m = job.attempt->membership()) req.start_ranks = m->running();
+  req.start_ranks = job.attempt->supervisor().running(job.attempt->world_size());
   req.default_project =
       std::filesystem::path(job.spec.checkpoint.project_dir) == std::filesystem::path(context.log_dir).parent_path();
   return req;

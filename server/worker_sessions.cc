@@ -43,14 +43,11 @@ absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_i
   RunningOnceAllAttached(job);
   WorkerAttachment attachment{job.record.spec_json, job.record.num_processes, a.number(),
                               a.master_addr(),      a.master_port(),          channel};
-  // The membership goes down after the welcome (the stream writes the
+  // A membership goes down after the welcome (the stream writes the
   // welcome before it takes commands).
-  if (Membership* m = a.membership(); m != nullptr && !a.stopping()) {
+  if (!a.stopping()) {
     const std::string store = advertise_addr.empty() ? a.master_addr() : advertise_addr;
-    lifecycle_->ApplyReplicas(job,
-                              m->adopting() ? m->OnReattach(rank, store, replica_store_port, held)
-                                            : m->OnHello(rank, store, replica_store_port),
-                              rank);
+    lifecycle_->Act(job, a.supervisor().OnHello(rank, store, replica_store_port, held), rank);
   }
   return attachment;
 }
@@ -96,9 +93,8 @@ void WorkerSessions::Metrics(const std::string& job_id, int32_t attempt, const s
   if (job == nullptr) return;
   const auto now = clock_->SteadyNow();
   // Replica and elastic jobs train with their membership's ranks.
-  const Membership* m = job->attempt->membership();
-  const int world_size =
-      m != nullptr && !m->view().ranks.empty() ? static_cast<int>(m->view().ranks.size()) : job->attempt->world_size();
+  const std::vector<int32_t> training = job->attempt->supervisor().TrainingRanks(job->attempt->world_size());
+  const int world_size = training.empty() ? job->attempt->world_size() : static_cast<int>(training.size());
   for (const StepMetrics& agg : job->progress.OnSamples(samples, &job->record, now, job->attempt->lead_rank())) {
     job->history.Add(agg, world_size);
     for (auto& w : job->watchers) w->Push({std::nullopt, agg});
@@ -113,11 +109,12 @@ void WorkerSessions::Result(const std::string& job_id, int32_t attempt, int32_t 
   spdlog::log(outcome == WorkerOutcome::kSucceeded ? spdlog::level::info : spdlog::level::warn,
               "job {}: rank {} reports {}{}{}", job_id, rank, WorkerOutcomeName(outcome), error.empty() ? "" : ": ",
               error);
-  // A replica that failed by itself ends and is replaced (Exit): its
-  // result does not fail the attempt.
-  if (ReplicasOf(*job) != nullptr && (outcome == WorkerOutcome::kFailed || outcome == WorkerOutcome::kStopped)) {
+  // A rank the mode replaces when it ends (Exit): its result does not
+  // fail the attempt.
+  const RankSupervisor& sup = job->attempt->supervisor();
+  if ((outcome == WorkerOutcome::kFailed || outcome == WorkerOutcome::kStopped) && sup.Absorbs(rank, Live(*job))) {
     job->attempt->NoteResult(rank, outcome);
-    if (job->attempt->membership()->state(rank) == Membership::State::kLeaving) return;  // it left on purpose
+    if (sup.LeftOnPurpose(rank)) return;
     jobs_->AddEvent(*job, absl::StrCat("rank ", rank, " ", WorkerOutcomeName(outcome), ": ", error));
     return;
   }
@@ -159,22 +156,12 @@ void WorkerSessions::LauncherNote(const std::string& job_id, int32_t attempt, co
 void WorkerSessions::Replica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report) {
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
   if (job == nullptr) return;
-  Membership* m = job->attempt->membership();
-  if (m == nullptr) return;
-  if (report.kind == ReplicaReport::Kind::kGroupBroken) {
-    spdlog::info("job {}: rank {} saw its group of membership {} break at step {}: {}", job_id, rank, report.epoch,
-                 report.step, report.detail);
-  }
-  lifecycle_->ApplyReplicas(*job, m->OnReport(rank, report), rank);
+  lifecycle_->Act(*job, job->attempt->supervisor().OnReport(rank, report), rank);
 }
 
-Membership* WorkerSessions::ReplicasOf(const ActiveJob& job) const {
-  Membership* m = job.attempt->membership();
-  if (m == nullptr || !m->formed() || job.attempt->stopping() || job.attempt->stop_requested() ||
-      lifecycle_->shut_down() || job.record.state != JobState::kRunning) {
-    return nullptr;
-  }
-  return m;
+bool WorkerSessions::Live(const ActiveJob& job) const {
+  return !job.attempt->stopping() && !job.attempt->stop_requested() && !lifecycle_->shut_down() &&
+         job.record.state == JobState::kRunning;
 }
 
 void WorkerSessions::Detach(const std::string& job_id, int32_t attempt, int32_t rank,
@@ -183,11 +170,10 @@ void WorkerSessions::Detach(const std::string& job_id, int32_t attempt, int32_t 
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
   if (job == nullptr) return;
   Attempt& a = *job->attempt;
-  // A member's stream lost without a result: its process's end follows if
-  // it died; else JobLifecycle::Supervise evicts it after a grace.
-  if (Membership* m = ReplicasOf(*job); m != nullptr && a.channel(rank) == channel.get() && !a.reported(rank)) {
-    m->OnStreamLost(rank);
-  }
+  // A stream lost without a result: its process's end follows if it died;
+  // else (where the mode takes ranks out) JobLifecycle::Supervise evicts it
+  // after a grace.
+  if (a.channel(rank) == channel.get() && !a.reported(rank)) a.supervisor().OnStreamLost(rank, Live(*job));
   lifecycle_->Apply(*job, a.Detach(job_id, rank, channel, clock_->SteadyNow()));
 }
 
@@ -207,38 +193,18 @@ std::string WhyEnded(const RankExit& exit) {
 void WorkerSessions::Exit(const RankExit& exit) {
   ActiveJob* job = jobs_->FindAttempt(exit.job_id, exit.attempt);
   if (job == nullptr) return;
-  // A replica that ended before the job did (failed, killed, gone without a
-  // word) is replaced while enough replicas are left.
+  // The mode may take the end (a replica replaced while enough are left).
   const bool finished = exit.outcome == WorkerOutcome::kSucceeded || exit.outcome == WorkerOutcome::kPreempted ||
                         exit.outcome == WorkerOutcome::kUsage;
-  // An adopted replica group: a rank gone while the coordinator was away
-  // is replaced once the others reattached.
-  if (Membership* adopting = job->attempt->membership();
-      adopting != nullptr && adopting->adopting() && !job->attempt->stopping()) {
-    const Membership::Decision d = adopting->OnGone(exit.rank);
-    job->attempt->Park(exit.rank);
-    RunningOnceAllAttached(*job);
-    lifecycle_->ApplyReplicas(*job, d, exit.rank);
-    return;
-  }
-  Membership* m = ReplicasOf(*job);
-  // A rank that left on purpose (the job shrank, maybe before its group
-  // formed) is parked however it ended.
-  if (Membership* all = job->attempt->membership(); all != nullptr && exit.rank >= 0 && exit.rank < all->world_size() &&
-                                                    all->state(exit.rank) == Membership::State::kLeaving &&
-                                                    !job->attempt->stopping() && !job->attempt->stop_requested()) {
-    lifecycle_->ApplyReplicas(*job, all->OnExit(exit.rank, WhyEnded(exit)), exit.rank);
-    return;
-  }
-  // A rank taken out of the membership is replaced however it ended (the
-  // other ranks of a lost rank's shard group leave on their own).
-  if (m != nullptr && (!finished || (exit.rank >= 0 && exit.rank < m->world_size() &&
-                                     m->state(exit.rank) == Membership::State::kLost))) {
-    const Membership::Decision d = m->OnExit(exit.rank, WhyEnded(exit));
-    if (!d.launch.empty() || d.fail || d.parked >= 0) {
-      if (lifecycle_->ApplyReplicas(*job, d, exit.rank)) return;  // replaced
-      if ((job = jobs_->FindAttempt(exit.job_id, exit.attempt)) == nullptr) return;
+  const Attempt& a = *job->attempt;
+  const AttemptCondition now{Live(*job), a.stopping(), a.stop_requested()};
+  if (std::optional<ExitDecision> d = job->attempt->supervisor().OnExit(exit.rank, finished, WhyEnded(exit), now)) {
+    if (d->ended_while_away) {
+      job->attempt->Park(exit.rank);
+      RunningOnceAllAttached(*job);
     }
+    if (lifecycle_->Act(*job, d->actions, exit.rank) || d->taken) return;
+    if ((job = jobs_->FindAttempt(exit.job_id, exit.attempt)) == nullptr) return;
   }
   lifecycle_->Apply(*job, job->attempt->OnExit(exit, job->record.state == JobState::kRecovering));
 }

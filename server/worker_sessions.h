@@ -56,11 +56,9 @@ class WorkerSessions {
   // changes), for the job's events; counted with the ranks' notes.
   void LauncherNote(const std::string& job_id, int32_t attempt, const std::string& text);
   void Detach(const std::string& job_id, int32_t attempt, int32_t rank, const std::shared_ptr<WorkerChannel>& channel);
-  // A rank's process ended. fault_tolerance.mode replica: a member that
-  // ended before the job did is replaced while enough replicas are left
-  // (JobLifecycle::ApplyReplicas); a stream lost for longer than
-  // Membership::kStreamLossGrace takes the rank out of the membership and
-  // ends its process (JobLifecycle::Supervise).
+  // A rank's process ended: the attempt's RankSupervisor may take the end
+  // (a replica that ended before the job did is replaced while enough
+  // replicas are left: JobLifecycle::Act); else the attempt's own rules.
   void Exit(const RankExit& exit);
   // Call periodically: ranks on other hosts whose stream was lost without
   // a result and whose end no launcher reported in time
@@ -69,10 +67,9 @@ class WorkerSessions {
   void EndRanksOnLostNodes();
 
  private:
-  // The job's membership when a rank's loss is the membership's to decide:
-  // a replica attempt whose group formed, running, not stopping, on a
-  // coordinator that is not shutting down; else null.
-  Membership* ReplicasOf(const ActiveJob& job) const;
+  // The attempt runs, is not stopping, and the coordinator is not shutting
+  // down: a rank's loss is the fault-tolerance mode's to decide.
+  bool Live(const ActiveJob& job) const;
   // A starting or recovering job whose ranks have all attached (or are
   // parked) runs.
   void RunningOnceAllAttached(ActiveJob& job);

@@ -1,8 +1,7 @@
 // TrainerControl: requests from outside the training thread — the
 // coordinator's commands and signals — which the trainer takes once per step
 // and spreads to every rank through its per-step control exchange. Thread-
-// safe; RequestStop() is async-signal-safe. In replica mode it also holds
-// the memberships offered to the rank.
+// safe; RequestStop() is async-signal-safe.
 #ifndef TRAINYARD_WORKER_CONTROL_H_
 #define TRAINYARD_WORKER_CONTROL_H_
 
@@ -14,7 +13,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
-#include "worker/membership.h"
 
 namespace trainyard {
 
@@ -45,17 +43,12 @@ class TrainerControl {
     return r;
   }
 
-  // fault_tolerance.mode replica: the memberships the coordinator offered
-  // this rank (worker/membership.h).
-  MembershipMailbox& memberships() { return memberships_; }
-
  private:
   static_assert(std::atomic<bool>::is_always_lock_free, "signal handlers need a lock-free flag");
   std::atomic<bool> stop_{false};
   std::atomic<bool> preempt_{false};
   absl::Mutex mu_;
   std::deque<CheckpointRequest> pending_ ABSL_GUARDED_BY(mu_);
-  MembershipMailbox memberships_;
 };
 
 }  // namespace trainyard

@@ -69,7 +69,8 @@ struct ControlClient::Impl {
     hello.mutable_hello()->set_rendezvous_port(options.rendezvous_port);
     hello.mutable_hello()->set_replica_store_port(options.replica_store_port);
     hello.mutable_hello()->set_node(NodeName());
-    if (std::optional<MembershipView> m = control == nullptr ? std::nullopt : control->memberships().Newest()) {
+    if (std::optional<MembershipView> m =
+            options.memberships == nullptr ? std::nullopt : options.memberships->Newest()) {
       ToProto(*m, hello.mutable_hello()->mutable_membership());
     }
     if (!c->stream->Write(hello) || !c->stream->Read(first)) {
@@ -100,7 +101,7 @@ struct ControlClient::Impl {
     } else if (msg.has_membership()) {
       MembershipView offered = FromProto(msg.membership());
       log::Info("coordinator offered membership {}", offered.Describe());
-      control->memberships().Offer(std::move(offered));
+      if (options.memberships != nullptr) options.memberships->Offer(std::move(offered));
     } else if (msg.has_diagnose()) {
       // Answered here, on the reader thread: the training thread may be
       // the one that is stuck.

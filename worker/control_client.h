@@ -1,8 +1,9 @@
 // ControlClient: a worker's bidirectional stream to the coordinator.
 // Up: hello, batched step metrics (every N steps or once a second),
 // checkpoint reports, the final result. Down: the welcome (the job's spec),
-// stop and checkpoint commands and (replica mode) memberships, handed to the
-// trainer's TrainerControl; replica reports go up (ReplicaReporter). Internally runs one reader and one sender
+// stop and checkpoint commands, handed to the trainer's TrainerControl, and
+// (replica mode) memberships, offered to a MembershipMailbox; replica
+// reports go up (ReplicaReporter). Internally runs one reader and one sender
 // thread; OnStep may be called from the training thread while they run.
 #ifndef TRAINYARD_WORKER_CONTROL_CLIENT_H_
 #define TRAINYARD_WORKER_CONTROL_CLIENT_H_
@@ -42,6 +43,9 @@ struct ControlOptions {
   std::string ca_pem, cert_pem, key_pem;
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
   int32_t metrics_every_steps = 10;
+  // fault_tolerance.mode replica: where the memberships the coordinator
+  // sends go (null: dropped); must outlive the client.
+  MembershipMailbox* memberships = nullptr;
   // Answers the coordinator's diagnose requests (null: an empty record);
   // must outlive the client.
   FlightRecorder* flight_recorder = nullptr;

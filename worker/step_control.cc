@@ -18,7 +18,7 @@ enum ControlSlot : int64_t {
   kStopAfterSlot,
   kPreemptSlot,
   kSaveSlot,
-  kEpochSlot,
+  kProposalSlot,
   kSlots
 };
 
@@ -45,13 +45,13 @@ StepControl::StepControl(c10::intrusive_ptr<c10d::ProcessGroup> pg, DirectCollec
   }
 }
 
-void StepControl::Start(CheckpointType periodic, SaveProgress save) {
+void StepControl::Start(CheckpointType periodic, SaveProgress save, int64_t proposal) {
   std::vector<int64_t> word(kSlots, 0);
   word[kSaveSlot] = Encode(save, rank_, world_size_);
+  word[kProposalSlot] = proposal;
   if (control_ != nullptr) {
     word[kStopSlot] = control_->stop_requested() ? 1 : 0;
     word[kPreemptSlot] = control_->preemption_requested() ? 1 : 0;
-    word[kEpochSlot] = control_->memberships().latest_epoch();
     if (std::optional<CheckpointRequest> r = control_->TakeCheckpoint()) {
       const CheckpointType t = r->type == CheckpointType::kAuto ? periodic : r->type;
       word[kCheckpointSlot] = t == CheckpointType::kSharded ? 2 : 1;
@@ -85,7 +85,7 @@ StepAgreement StepControl::Finish() {
   a.request_id = w[kRequestSlot];
   a.stop_after = w[kStopAfterSlot] != 0;
   a.save = Decode(w[kSaveSlot], world_size_);
-  a.membership_epoch = w[kEpochSlot];
+  a.proposal = w[kProposalSlot];
   return a;
 }
 

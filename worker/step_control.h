@@ -1,7 +1,7 @@
 // StepControl: the per-step agreement of all ranks. At the start of each
 // step a rank puts what it was asked (stop, preemption, a checkpoint
-// request from the coordinator, in replica mode the newest membership epoch
-// offered to it) into a small control word; the ranks
+// request from the coordinator, and what the fault-tolerance mode proposes:
+// worker/step_guard.h) into a small control word; the ranks
 // reduce it with MAX while the step computes, and at the step's end every
 // rank reads the same agreement, so a request seen by one rank takes effect
 // on every rank after the same step. The exchange runs through shared
@@ -40,7 +40,7 @@ struct StepAgreement {
   int64_t request_id = 0;                    // of that request
   bool stop_after = false;                   // stop after that checkpoint
   SaveAgreement save;                        // the background checkpoint in flight
-  int64_t membership_epoch = 0;              // replica mode: the highest membership epoch offered to any rank
+  int64_t proposal = 0;                      // the highest StepGuard::Proposal() of any rank
 };
 
 class StepControl {
@@ -51,8 +51,9 @@ class StepControl {
 
   // Takes this rank's requests and starts the exchange. `periodic` is the
   // job's own checkpoint type, which an "auto" request resolves to; `save`
-  // where this rank's background checkpoint stands.
-  void Start(CheckpointType periodic, SaveProgress save = SaveProgress::kNone);
+  // where this rank's background checkpoint stands; `proposal` what the
+  // fault-tolerance mode proposes (StepGuard::Proposal).
+  void Start(CheckpointType periodic, SaveProgress save = SaveProgress::kNone, int64_t proposal = 0);
   // Waits for the exchange; call once after each Start.
   StepAgreement Finish();
 

@@ -18,7 +18,7 @@
 #include "worker/control.h"
 #include "worker/dist_context.h"
 #include "worker/parallel_model.h"
-#include "worker/replica_membership.h"
+#include "worker/step_guard.h"
 
 namespace trainyard {
 
@@ -34,28 +34,17 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // `dist` may be empty when world_size == 1. `control` (may be null) is
+  // A whole-group job (MakeWholeGroupGuard). `dist` may be empty when
+  // world_size == 1. `control` (may be null) is
   // read once per step: a stop or checkpoint request on any rank takes
   // effect on all ranks after the same step. With checkpoint.resume_from
   // set, the state is restored here (collective).
   Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink, TrainerControl* control);
-  // A replica (spec.fault_tolerance.mode replica, DDP): waits for the first
-  // membership offered to `control` (required), trains in its groups
-  // (ReplicaGroup) and takes newer ones as they come (ReplicaMembership).
-  // `dist` gives only the device, the snapshot directory and the flight
-  // recorder. A first membership of epoch 1 starts the job (restoring from
-  // checkpoint.resume_from as every rank does); a later one joins running
-  // members, which heal it with their state.
-  //
-  // In replica mode the loop runs until the global cursor (samples
-  // committed, worker/global_cursor.h) reaches max_steps * num_processes *
-  // batch_size * gradient_accumulation_steps; the learning-rate schedule
-  // follows the cursor (the step of a fault-free run), and step() counts
-  // the steps this replica holds committed. A step whose collective fails
-  // is dropped (committed when its optimizer step was applied), the rank
-  // reports GROUP_BROKEN and waits for a newer membership, then heals; a
-  // membership that leaves the rank out ends Run() as stopped (LEFT).
-  Trainer(JobSpec spec, const ReplicaOptions& replica, DistContext dist, MetricsSink* sink, TrainerControl* control);
+  // Under a fault-tolerance mode's guard (worker/step_guard.h), which
+  // chooses the groups and restores the state (collective); the trainer
+  // runs until the guard says the job's samples are trained or the rank
+  // left.
+  Trainer(JobSpec spec, std::unique_ptr<StepGuard> guard, MetricsSink* sink, TrainerControl* control);
   ~Trainer();
 
   TrainResult Run();
@@ -99,11 +88,6 @@ class Trainer {
   const std::vector<std::string>& resume_notes() const;
 
  private:
-  // Replica mode: a step with what follows a failed collective, and the
-  // membership the ranks agreed on at its boundary; nullopt when the step
-  // was dropped.
-  std::optional<double> ReplicaStep();
-
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -35,7 +35,8 @@
 #include "worker/flight_recorder.h"
 #include "worker/gpu_monitor.h"
 #include "worker/process_group.h"
-#include "worker/replica_group.h"
+#include "worker/replicas/replica_group.h"
+#include "worker/replicas/replica_session.h"
 #include "worker/script_runner.h"
 #include "worker/shm_collectives.h"
 #include "worker/stop_watchdog.h"
@@ -270,6 +271,9 @@ int RunWorker(const WorkerArgs& args) {
   // Outlives the control stream and the groups, which record into it.
   FlightRecorder flight_recorder(args.rank);
   co.flight_recorder = &flight_recorder;
+  // fault_tolerance.mode replica: the memberships the coordinator offers.
+  MembershipMailbox memberships;
+  co.memberships = &memberships;
   auto control = ControlClient::Connect(co, &g_control);
   if (!control.ok()) {
     log::Error("rank {}: {}", args.rank, std::string(control.status().message()));
@@ -365,14 +369,11 @@ int RunWorker(const WorkerArgs& args) {
     replica_options.group_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(spec->fault_tolerance.collective_timeout_s * 1000));
     replica_options.reporter = &ctl;
-    std::optional<Trainer> trainer_holder;
-    if (replica) {
-      trainer_holder.emplace(*spec, replica_options, context, &sink, &g_control);
-    } else {
-      trainer_holder.emplace(*spec, args.rank, world_size, context, &sink, &g_control);
-    }
+    std::unique_ptr<StepGuard> guard =
+        replica ? std::make_unique<ReplicaSession>(*spec, replica_options, &memberships, context)
+                : MakeWholeGroupGuard(args.rank, world_size, context);
+    Trainer trainer(*spec, std::move(guard), &sink, &g_control);
     watchdog.Training();  // from here on, the training loop hears a stop at each step
-    Trainer& trainer = *trainer_holder;
     if (!trainer.resumed_from().empty()) {
       log::Info("rank {}: resumed from {} at step {}", args.rank, trainer.resumed_from(), trainer.step());
       if (args.rank == 0)

@@ -137,9 +137,12 @@ inline constexpr EnumName<LauncherKind> kLauncherKindNames[] = {{"default", Laun
 enum class FaultToleranceMode {
   kWholeGroup,  // stop every rank and restart the group (max_restarts), from the newest snapshot or checkpoint
   kReplica,     // the live replicas go on; the lost one is replaced and heals from a live peer
+  kFailFast,    // the first lost rank fails the job: no restarts
 };
 inline constexpr EnumName<FaultToleranceMode> kFaultToleranceModeNames[] = {
-    {"whole_group", FaultToleranceMode::kWholeGroup}, {"replica", FaultToleranceMode::kReplica}};
+    {"whole_group", FaultToleranceMode::kWholeGroup},
+    {"replica", FaultToleranceMode::kReplica},
+    {"fail_fast", FaultToleranceMode::kFailFast}};
 
 constexpr const char* ModelKindName(ModelKind v) { return NameOf(kModelKindNames, v); }
 constexpr const char* DataKindName(DataKind v) { return NameOf(kDataKindNames, v); }

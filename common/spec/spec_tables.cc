@@ -365,7 +365,8 @@ const Section<FaultToleranceSpec>& FaultToleranceTable() {
     Section<F> s;
     s.fields = {
         Choice("mode", &F::mode, kFaultToleranceModeNames,
-               "`whole_group`: a lost rank restarts every rank; `replica`: the others go on while it heals."),
+               "`whole_group`: a lost rank restarts every rank; `replica`: the others go on while it heals; "
+               "`fail_fast`: a lost rank fails the job."),
         Int("min_replicas", &F::min_replicas, 1, kMaxNumProcessesCeiling,
             "`replica`: fewer live replicas than this restart the whole group."),
         Num("collective_timeout_s", &F::collective_timeout_s, 1.0, 86400.0,

@@ -1,6 +1,6 @@
 // Membership: the replicas of a fault_tolerance.mode replica attempt and the
 // coordinator's decisions on who trains together, on a fake clock.
-#include "server/membership.h"
+#include "server/replicas/membership.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // WorkerSessions and JobLifecycle with stand-in workers (their channels) and
 // a launcher that records what it is asked: memberships sent, a lost rank
 // replaced while the others go on, heals, evictions, the first live member
-// standing for the group, and mode whole_group unchanged.
+// standing for the group, mode whole_group unchanged, and mode fail_fast.
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
@@ -185,7 +185,7 @@ TEST_F(ReplicasTest, WholeGroupModeIsUnchanged) {
       "whole_group}\n");
   const std::string id = job.record.id;
   auto c = AttachAll(job);
-  EXPECT_EQ(job.attempt->membership(), nullptr);
+  EXPECT_FALSE(job.attempt->supervisor().Status().has_value());  // whole_group: no membership
   p_.workers.Exit(RankExit::Killed(id, 1, 1, 9));
   EXPECT_TRUE(job.attempt->failed());
   EXPECT_EQ(job.attempt->failure(), "rank 1 was killed by signal 9 (Killed)");
@@ -197,6 +197,27 @@ TEST_F(ReplicasTest, WholeGroupModeIsUnchanged) {
   EXPECT_EQ(job.record.attempt, 2);  // restarted at once
   EXPECT_EQ(job.restarts, 1);
   EXPECT_EQ(Value("trainyard_job_membership_epoch{job_id=\"" + id + "\"}"), -1);  // no such series
+}
+
+// fail_fast: the first lost rank stops the group, as in whole_group, and
+// the job fails with its restarts unused.
+TEST_F(ReplicasTest, FailFastModeFailsTheJobOnTheFirstLostRank) {
+  ActiveJob& job = p_.Submit(
+      "max_steps: 10\nnum_processes: 3\nmax_restarts: 3\ndistributed_type: DDP\nfault_tolerance: {mode: "
+      "fail_fast}\n");
+  const std::string id = job.record.id;
+  auto c = AttachAll(job);
+  p_.workers.Exit(RankExit::Killed(id, 1, 1, 9));
+  EXPECT_TRUE(job.attempt->failed());
+  EXPECT_EQ(p_.local.stopped(), (std::vector<std::string>{id + "#1"}));
+  EXPECT_TRUE(p_.local.relaunched().empty());
+  p_.workers.Exit(RankExit::Killed(id, 1, 0, 2));
+  p_.workers.Exit(RankExit::Killed(id, 1, 2, 2));
+  const absl::StatusOr<JobRecord> ended = p_.jobs.Record(id);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state, JobState::kFailed);
+  EXPECT_EQ(ended->attempt, 1);  // not restarted
+  EXPECT_EQ(ended->reason, "rank 1 was killed by signal 9 (Killed)");
 }
 
 TEST_F(ReplicasTest, TheFirstLiveMemberStandsForTheGroup) {
@@ -253,7 +274,7 @@ TEST_F(ReplicasTest, AMemberWhoseStreamStaysLostIsTakenOutAndEnded) {
   ASSERT_EQ(p_.local.relaunched().size(), 1u);
   EXPECT_EQ(p_.local.relaunched()[0].second, 2);
   EXPECT_FALSE(job.attempt->failed());
-  EXPECT_EQ(job.attempt->membership()->epoch(), 2);
+  EXPECT_EQ(job.attempt->supervisor().Status().value().membership.epoch, 2);
   // A rank that ends after its result is no loss.
   p_.workers.Result(id, 1, 0, WorkerOutcome::kSucceeded, "");
   p_.workers.Detach(id, 1, 0, c[0]);
@@ -272,7 +293,7 @@ TEST_F(ReplicasTest, AStreamLostWithItsProcessIsNamedByTheProcesssEnd) {
   p_.clock.Advance(std::chrono::seconds(2));
   p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_TRUE(p_.local.killed().empty());
-  EXPECT_EQ(job.attempt->membership()->epoch(), 2);
+  EXPECT_EQ(job.attempt->supervisor().Status().value().membership.epoch, 2);
 }
 
 TEST_F(ReplicasTest, AMemberThatReconnectsInTimeStays) {
@@ -288,7 +309,7 @@ TEST_F(ReplicasTest, AMemberThatReconnectsInTimeStays) {
   p_.clock.Advance(std::chrono::seconds(2));
   p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_TRUE(p_.local.killed().empty());
-  EXPECT_EQ(job.attempt->membership()->epoch(), 1);
+  EXPECT_EQ(job.attempt->supervisor().Status().value().membership.epoch, 1);
 }
 
 TEST_F(ReplicasTest, AHungReplicaIsEvictedAndReplaced) {

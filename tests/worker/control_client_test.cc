@@ -165,11 +165,13 @@ TEST_F(ControlClientTest, AConversationFromHelloToResult) {
 }
 
 // Replica mode: the rank's store port in the hello, memberships down into
-// the TrainerControl's mailbox, the rank's reports up.
+// the rank's mailbox, the rank's reports up.
 TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
   options_.advertise_addr = "10.1.2.5";
   options_.replica_store_port = 4101;
   TrainerControl control;
+  MembershipMailbox memberships;
+  options_.memberships = &memberships;
   auto client = ControlClient::Connect(options_, &control);
   ASSERT_TRUE(client.ok()) << client.status();
   {
@@ -178,7 +180,7 @@ TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
     EXPECT_EQ(service_.hello.advertise_addr(), "10.1.2.5");
   }
   std::optional<MembershipView> m =
-      control.memberships().WaitNewer(0, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      memberships.WaitNewer(0, std::chrono::steady_clock::now() + std::chrono::seconds(5));
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->epoch, 2);
   EXPECT_EQ(m->ranks, (std::vector<int32_t>{0, 1}));

@@ -28,8 +28,9 @@
 #include "worker/models.h"
 #include "worker/optimizer.h"
 #include "worker/process_group.h"
-#include "worker/replica_group.h"
-#include "worker/replica_membership.h"
+#include "worker/replicas/replica_group.h"
+#include "worker/replicas/replica_membership.h"
+#include "worker/replicas/replica_session.h"
 #include "worker/trainer.h"
 
 namespace trainyard {
@@ -223,6 +224,18 @@ ReplicaOptions Options(int32_t rank, ReplicaReporter* reporter) {
   return o;
 }
 
+// What a rank's control stream fills: its requests and its memberships.
+struct Inbox {
+  TrainerControl control;
+  MembershipMailbox mailbox;
+  MembershipMailbox& memberships() { return mailbox; }
+};
+
+// The replica mode's guard over `inbox`'s memberships.
+std::unique_ptr<StepGuard> Session(const JobSpec& spec, const ReplicaOptions& options, Inbox* inbox) {
+  return std::make_unique<ReplicaSession>(spec, options, &inbox->mailbox, DistContext{});
+}
+
 MembershipView Members(int64_t epoch, std::vector<int32_t> ranks, const ReplicaStore& first, const std::string& why) {
   return {epoch, std::move(ranks), "127.0.0.1", first.port(), why};
 }
@@ -273,11 +286,11 @@ void CheckCommits(const std::vector<ReplicaCommit>& commits, int64_t total, int3
 
 RunOutcome FaultFree(const JobSpec& spec, Reports* reports) {
   std::vector<std::unique_ptr<ReplicaStore>> stores;
-  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<Inbox>> controls;
   std::vector<std::unique_ptr<RankReporter>> reporters;
   for (int r = 0; r < kReplicas; ++r) {
     stores.push_back(std::make_unique<ReplicaStore>());
-    controls.push_back(std::make_unique<TrainerControl>());
+    controls.push_back(std::make_unique<Inbox>());
     reporters.push_back(std::make_unique<RankReporter>(reports, r));
     controls[r]->memberships().Offer(Members(1, {0, 1, 2}, *stores[0], "start"));
   }
@@ -285,7 +298,7 @@ RunOutcome FaultFree(const JobSpec& spec, Reports* reports) {
   std::mutex mu;
   at::set_num_threads(1);
   RunThreads(kReplicas, [&](int r) {
-    Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    Trainer t(spec, Session(spec, Options(r, reporters[r].get()), controls[r].get()), nullptr, &controls[r]->control);
     const TrainResult res = t.Run();
     EXPECT_FALSE(res.stopped);
     const double loss = FullLoss(spec, t);
@@ -327,11 +340,11 @@ TEST_P(Replicas, SurvivorsGoOnAndAReplacementHeals) {
 
   Reports reports;
   std::vector<std::unique_ptr<ReplicaStore>> stores;
-  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<Inbox>> controls;
   std::vector<std::unique_ptr<RankReporter>> reporters;
   for (int r = 0; r <= kReplicas; ++r) {  // [3]: the replacement of rank 2
     stores.push_back(std::make_unique<ReplicaStore>());
-    controls.push_back(std::make_unique<TrainerControl>());
+    controls.push_back(std::make_unique<Inbox>());
     reporters.push_back(std::make_unique<RankReporter>(&reports, r == kReplicas ? 2 : r));
   }
   for (int r = 0; r < kReplicas; ++r) controls[r]->memberships().Offer(Members(1, {0, 1, 2}, *stores[0], "start"));
@@ -360,7 +373,8 @@ TEST_P(Replicas, SurvivorsGoOnAndAReplacementHeals) {
   RunThreads(kReplicas + 1, [&](int r) {
     if (r == 2) {  // trains kDeath steps, then its process "dies": groups and store gone
       {
-        Trainer t(spec, options(2, reporters[2].get()), DistContext{}, nullptr, controls[2].get());
+        Trainer t(spec, Session(spec, options(2, reporters[2].get()), controls[2].get()), nullptr,
+                  &controls[2]->control);
         for (int64_t i = 0; i < kDeath; ++i) t.Step();
       }
       stores[2].reset();
@@ -368,12 +382,12 @@ TEST_P(Replicas, SurvivorsGoOnAndAReplacementHeals) {
     }
     if (r == 3) {  // the replacement, started once the survivors trained alone
       ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3; }));
-      Trainer t(spec, options(2, reporters[3].get()), DistContext{}, nullptr, controls[3].get());
+      Trainer t(spec, Session(spec, options(2, reporters[3].get()), controls[3].get()), nullptr, &controls[3]->control);
       EXPECT_FALSE(t.Run().stopped);
       finish(2, t);
       return;
     }
-    Trainer t(spec, options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    Trainer t(spec, Session(spec, options(r, reporters[r].get()), controls[r].get()), nullptr, &controls[r]->control);
     EXPECT_FALSE(t.Run().stopped);
     EXPECT_GT(t.step(), spec.max_steps);  // steps with two members train fewer samples
     {
@@ -429,11 +443,11 @@ TEST_P(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
   const int64_t total = spec.max_steps * 2 * kBatch;
   Reports reports;
   std::vector<std::unique_ptr<ReplicaStore>> stores;
-  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<Inbox>> controls;
   std::vector<std::unique_ptr<RankReporter>> reporters;
   for (int r = 0; r < 2; ++r) {
     stores.push_back(std::make_unique<ReplicaStore>());
-    controls.push_back(std::make_unique<TrainerControl>());
+    controls.push_back(std::make_unique<Inbox>());
     reporters.push_back(std::make_unique<RankReporter>(&reports, r));
     controls[r]->memberships().Offer(Members(1, {0, 1}, *stores[0], "start"));
   }
@@ -445,7 +459,7 @@ TEST_P(Replicas, AMemberLeftOutLeavesAtAStepBoundary) {
   std::mutex mu;
   at::set_num_threads(1);
   RunThreads(2, [&](int r) {
-    Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    Trainer t(spec, Session(spec, Options(r, reporters[r].get()), controls[r].get()), nullptr, &controls[r]->control);
     const TrainResult res = t.Run();
     std::lock_guard<std::mutex> lock(mu);
     results[r] = res;
@@ -485,11 +499,11 @@ TEST(FsdpReplicas, AShardGroupDiesAndANewOneHealsFromTheOther) {
 
   Reports reports;
   std::vector<std::unique_ptr<ReplicaStore>> stores;
-  std::vector<std::unique_ptr<TrainerControl>> controls;
+  std::vector<std::unique_ptr<Inbox>> controls;
   std::vector<std::unique_ptr<RankReporter>> reporters;
   for (int r = 0; r < kRanks + 2; ++r) {  // [4], [5]: the replacements of ranks 2 and 3
     stores.push_back(std::make_unique<ReplicaStore>());
-    controls.push_back(std::make_unique<TrainerControl>());
+    controls.push_back(std::make_unique<Inbox>());
     reporters.push_back(std::make_unique<RankReporter>(&reports, r < kRanks ? r : r - 2));
   }
   for (int r = 0; r < kRanks; ++r) controls[r]->memberships().Offer(Members(1, {0, 1, 2, 3}, *stores[0], "start"));
@@ -509,14 +523,16 @@ TEST(FsdpReplicas, AShardGroupDiesAndANewOneHealsFromTheOther) {
     const int32_t launch_rank = r < kRanks ? r : r - 2;
     if (r == 2 || r == 3) {
       {
-        Trainer t(spec, Options(r, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+        Trainer t(spec, Session(spec, Options(r, reporters[r].get()), controls[r].get()), nullptr,
+                  &controls[r]->control);
         for (int64_t i = 0; i < kDeath; ++i) t.Step();
       }
       stores[r].reset();
       return;
     }
     if (r >= kRanks) ASSERT_TRUE(reports.Await([&] { return reports.CommitsIn(0, 2) >= 3; }));
-    Trainer t(spec, Options(launch_rank, reporters[r].get()), DistContext{}, nullptr, controls[r].get());
+    Trainer t(spec, Session(spec, Options(launch_rank, reporters[r].get()), controls[r].get()), nullptr,
+              &controls[r]->control);
     EXPECT_FALSE(t.Run().stopped) << "rank " << launch_rank;
   });
   coordinator.join();

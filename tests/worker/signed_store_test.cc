@@ -21,7 +21,7 @@
 #include "common/secrets.h"
 #include "worker/membership.h"
 #include "worker/process_group.h"
-#include "worker/replica_group.h"
+#include "worker/replicas/replica_group.h"
 
 namespace trainyard {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/replica_group.h"
+#include "worker/replicas/replica_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>

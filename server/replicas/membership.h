@@ -44,8 +44,8 @@
 //
 // Pure logic on the time of the TimeSource it is given. Not thread-safe:
 // the JobManager calls it under its mutex.
-#ifndef TRAINYARD_SERVER_MEMBERSHIP_H_
-#define TRAINYARD_SERVER_MEMBERSHIP_H_
+#ifndef TRAINYARD_SERVER_REPLICAS_MEMBERSHIP_H_
+#define TRAINYARD_SERVER_REPLICAS_MEMBERSHIP_H_
 
 #include <chrono>
 #include <cstdint>
@@ -189,4 +189,4 @@ class Membership {
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_SERVER_MEMBERSHIP_H_
+#endif  // TRAINYARD_SERVER_REPLICAS_MEMBERSHIP_H_

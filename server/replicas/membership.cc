@@ -1,4 +1,4 @@
-#include "server/membership.h"
+#include "server/replicas/membership.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "worker/replica_membership.h"
+#include "worker/replicas/replica_membership.h"
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

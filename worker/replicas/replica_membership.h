@@ -9,8 +9,8 @@
 // replicas; with TRAINYARD_REPLICA_HASH=commits the same line without the
 // hash (costs nothing: for timing commits, as bench/faults does). Used by
 // the Trainer (worker/trainer.h) on its thread only.
-#ifndef TRAINYARD_WORKER_REPLICA_MEMBERSHIP_H_
-#define TRAINYARD_WORKER_REPLICA_MEMBERSHIP_H_
+#ifndef TRAINYARD_WORKER_REPLICAS_REPLICA_MEMBERSHIP_H_
+#define TRAINYARD_WORKER_REPLICAS_REPLICA_MEMBERSHIP_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "worker/membership.h"
-#include "worker/replica_group.h"
+#include "worker/replicas/replica_group.h"
 #include "worker/tensor_hash.h"
 
 namespace trainyard {
@@ -122,4 +122,4 @@ class ReplicaMembership {
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_WORKER_REPLICA_MEMBERSHIP_H_
+#endif  // TRAINYARD_WORKER_REPLICAS_REPLICA_MEMBERSHIP_H_

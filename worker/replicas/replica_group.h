@@ -19,8 +19,8 @@
 // replicas in launch-rank order: JobSpec::ranks_per_replica): the shard
 // group of this rank's replica and the replicate group of the ranks that
 // hold its shard in every replica, over which the heal runs.
-#ifndef TRAINYARD_WORKER_REPLICA_GROUP_H_
-#define TRAINYARD_WORKER_REPLICA_GROUP_H_
+#ifndef TRAINYARD_WORKER_REPLICAS_REPLICA_GROUP_H_
+#define TRAINYARD_WORKER_REPLICAS_REPLICA_GROUP_H_
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -132,4 +132,4 @@ HealResult Heal(const TrainingState& state, const c10::intrusive_ptr<c10d::Proce
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_WORKER_REPLICA_GROUP_H_
+#endif  // TRAINYARD_WORKER_REPLICAS_REPLICA_GROUP_H_
