@@ -1,4 +1,4 @@
-// bench/history: what a job's history (server/job_history.h) costs the
+// bench/history: what a job's history (server/jobs/job_history.h) costs the
 // coordinator per step: the CPU of JobHistory::Add for one lead sample (all
 // nine series), the bytes it holds and saves, and the time to save and to
 // read it back — for jobs of 1,000 to 1,000,000 steps. bench/web_ui.py puts
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "server/job_history.h"
+#include "server/jobs/job_history.h"
 
 namespace {
 

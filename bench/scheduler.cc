@@ -28,7 +28,7 @@
 
 #include "bench/bench_util.h"
 #include "common/policy.h"
-#include "server/scheduler.h"
+#include "server/scheduling/scheduler.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {

@@ -1,7 +1,7 @@
 // How one trainyard-worker process ended: the contract between a worker and
 // the coordinator. The worker exits with ExitCodeOf(outcome) and reports the
 // same outcome in its WorkerResult. The coordinator reads an exit code once,
-// inside the launcher that saw it (OutcomeOfExitCode, server/launcher.h's
+// inside the launcher that saw it (OutcomeOfExitCode, server/launch/launcher.h's
 // RankExit), and an external worker's outcome from its stream; nothing else.
 #ifndef TRAINYARD_COMMON_WORKER_OUTCOME_H_
 #define TRAINYARD_COMMON_WORKER_OUTCOME_H_

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "server/server_metrics.h"
+#include "server/metrics/server_metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {

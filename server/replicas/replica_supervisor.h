@@ -1,5 +1,5 @@
 // ReplicaSupervisor: fault_tolerance.mode replica's rules for an attempt's
-// ranks (server/rank_supervisor.h), over the attempt's Membership
+// ranks (server/health/rank_supervisor.h), over the attempt's Membership
 // (server/replicas/membership.h): a rank's hello joins it (or, after a
 // coordinator restart, reattaches it), a member lost is taken out and
 // replaced while enough replicas are left, hung and slow members are
@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "server/rank_supervisor.h"
+#include "server/health/rank_supervisor.h"
 #include "server/replicas/membership.h"
 
 namespace trainyard {

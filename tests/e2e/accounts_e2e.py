@@ -228,7 +228,7 @@ class Accounts(unittest.TestCase):
             log = self.ctl(s, "alice", "logs", alice_job).stdout
             self.assertIn(f"as uid {self.uid['alice']}", log)
             # What alice's job wrote is hers; the job's directories are as
-            # server/job_dirs.h says.
+            # server/launch/job_dirs.h says.
             for path in (os.path.join(self.roots["alice"], "project", "ckpt.json"), alice_log,
                          os.path.join(alice_dir, "attempt-1")):
                 st = os.lstat(path)

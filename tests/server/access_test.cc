@@ -1,6 +1,6 @@
 // The access rules alone: who may see and act on a job, what a list shows,
 // which priority a submission gets, the queued-jobs quota.
-#include "server/access.h"
+#include "server/auth/access.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Admission: the whole submit check, in order, and the spec a job runs with.
-#include "server/admission.h"
+#include "server/jobs/admission.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -2,7 +2,7 @@
 // adopted ranks' unknown exits, external ranks' streams — the first failure
 // as the root cause, stops the coordinator asked for, and the AttemptEnd
 // the restart policy gets.
-#include "server/attempt.h"
+#include "server/jobs/attempt.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // BlockingQueue: FIFO order, the bound that drops only what may be dropped,
 // and closing (nothing new in, what is there still out).
-#include "server/blocking_queue.h"
+#include "server/jobs/blocking_queue.h"
 
 #include <gtest/gtest.h>
 

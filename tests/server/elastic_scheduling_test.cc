@@ -3,7 +3,7 @@
 // for a job of higher priority and grow back, and follow `trainctl scale`.
 #include <gtest/gtest.h>
 
-#include "server/scheduler.h"
+#include "server/scheduling/scheduler.h"
 
 namespace trainyard {
 namespace {

@@ -1,6 +1,6 @@
 // ExternalLauncher: starts nothing; stops an attempt's ranks by a command
 // down their streams.
-#include "server/external_launcher.h"
+#include "server/launch/external_launcher.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // FairShare: usage accrues while ranks run and halves every half-life.
-#include "server/fair_share.h"
+#include "server/scheduling/fair_share.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // DiagnoseHang on flight records built by hand: each way a group can be
 // stuck, and the healthy case.
-#include "server/hang_diagnosis.h"
+#include "server/health/hang_diagnosis.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The hang watchdog's rules for one running job, on a fake clock: no
 // progress within step_timeout_s asks the ranks, their answers (or the end
 // of the wait) call the job hung; progress in between calls it off.
-#include "server/hang_watchdog.h"
+#include "server/jobs/hang_watchdog.h"
 
 #include <gtest/gtest.h>
 

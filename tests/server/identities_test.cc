@@ -2,7 +2,7 @@
 // file by token or client certificate subject, or anyone on an open server;
 // under mutual TLS, no call without a client certificate, and never the
 // server's own.
-#include "server/identities.h"
+#include "server/auth/identities.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // system): the job directory stays the server's and closed to listing, the
 // attempt's and the default checkpoints/ are the account's, and a symbolic
 // link the account planted where one is to be made is refused, not followed.
-#include "server/job_dirs.h"
+#include "server/launch/job_dirs.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // JobHistory's downsampling, checked against the raw series it was fed.
-#include "server/job_history.h"
+#include "server/jobs/job_history.h"
 
 #include <gtest/gtest.h>
 

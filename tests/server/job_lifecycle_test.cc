@@ -1,6 +1,6 @@
 // JobLifecycle: launches, the first failure stopping the group, restarts
 // with their backoff, ends, a restart's adoption, the periodic look.
-#include "server/job_lifecycle.h"
+#include "server/jobs/job_lifecycle.h"
 
 #include <gtest/gtest.h>
 

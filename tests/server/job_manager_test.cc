@@ -1,6 +1,6 @@
 // Scheduler tests: FIFO queue, slot accounting and the job lifecycle, with a
 // launcher that records launches and lets the test end ranks.
-#include "server/job_manager.h"
+#include "server/jobs/job_manager.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>

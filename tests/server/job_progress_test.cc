@@ -1,6 +1,6 @@
 // JobProgress and its GoodputClock: rank 0's steps and checkpoints as the
 // hang watchdog, the restart backoff and the record see them.
-#include "server/job_progress.h"
+#include "server/jobs/job_progress.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>

@@ -1,6 +1,6 @@
 // JobTable: the jobs not ended and their durable record, the only door to
 // the store.
-#include "server/job_table.h"
+#include "server/jobs/job_table.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>

@@ -1,6 +1,6 @@
 // RankExit: how one rank's end is read, once, into the worker's account of
 // it.
-#include "server/launcher.h"
+#include "server/launch/launcher.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

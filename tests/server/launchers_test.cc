@@ -1,6 +1,6 @@
 // Launchers: the kind a job uses, its launcher's traits, and the request
 // its workers are given.
-#include "server/launchers.h"
+#include "server/jobs/launchers.h"
 
 #include <gtest/gtest.h>
 

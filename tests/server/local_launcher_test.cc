@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "server/launcher.h"
+#include "server/launch/launcher.h"
 #include "tests/test_util.h"
 
 namespace trainyard {

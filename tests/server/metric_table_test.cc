@@ -2,7 +2,7 @@
 // a family in it, and docs/reference/metrics.md listing exactly the table's
 // families with their types and labels (the deploy test checks the live
 // /metrics against the same page).
-#include "server/metric_table.h"
+#include "server/metrics/metric_table.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // PendingRequests: checkpoint and diagnose requests under one numbering,
 // answered once.
-#include "server/pending_requests.h"
+#include "server/jobs/pending_requests.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // QueueForecast: the head's shadow time and estimated starts from one
 // timeline of what comes free.
-#include "server/queue_forecast.h"
+#include "server/scheduling/queue_forecast.h"
 
 #include <gtest/gtest.h>
 

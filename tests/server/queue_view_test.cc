@@ -1,6 +1,6 @@
 // QueueView and ClassCounts: the queue as `trainctl queue` and the
 // per-class metrics see it.
-#include "server/queue_view.h"
+#include "server/jobs/queue_view.h"
 
 #include <gtest/gtest.h>
 

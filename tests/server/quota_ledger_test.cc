@@ -1,5 +1,5 @@
 // QuotaLedger: slots and GPUs in use per user and group, against quotas.
-#include "server/quota_ledger.h"
+#include "server/scheduling/quota_ledger.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // ResourcePool: slots and GPU ids taken and given back; a job found running
 // after a coordinator restart holds what is there.
-#include "server/resource_pool.h"
+#include "server/scheduling/resource_pool.h"
 
 #include <gtest/gtest.h>
 

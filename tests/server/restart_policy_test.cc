@@ -1,5 +1,5 @@
 // The restart policy as a table: one row per rule.
-#include "server/restart_policy.h"
+#include "server/health/restart_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -3,9 +3,9 @@
 // messages) lists any number of jobs, its views (AIP-157), and the
 // arguments it refuses. WorkerService for a replica job: memberships down
 // the streams, replica reports up, and GetJob's replicas.
-#include "server/rpc_services.h"
+#include "server/api/rpc_services.h"
 
-#include "server/job_manager.h"
+#include "server/jobs/job_manager.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <deque>
 #include <set>
 
-#include "server/job_store.h"
+#include "server/store/job_store.h"
 #include "tests/server/coordinator_parts.h"
 #include "tests/test_util.h"
 

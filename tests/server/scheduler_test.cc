@@ -2,7 +2,7 @@
 // and submit time; quotas and borrowing; preemption (fewest, lowest, never
 // non-preemptible or equal priority, minimum run time); backfill that never
 // delays the head; estimated starts; requeued, backing-off, adopted jobs.
-#include "server/scheduler.h"
+#include "server/scheduling/scheduler.h"
 
 #include <gtest/gtest.h>
 

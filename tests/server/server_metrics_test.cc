@@ -1,7 +1,7 @@
 // ServerMetrics: what a Prometheus scrape of the registry shows (the text
 // exposition format, as the exposer serves it) after steps, checkpoints,
 // restarts and a job's end.
-#include "server/server_metrics.h"
+#include "server/metrics/server_metrics.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>

@@ -1,6 +1,6 @@
 // Server: the coordinator wired from its nested options — it starts on
 // free ports, says them in its ready file, and refuses what it cannot run.
-#include "server/server.h"
+#include "server/api/server.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // ShardGroupsEvent: a HYBRID job's shard groups and their nodes, named
 // when a group spans nodes; nothing for other strategies.
-#include "server/shard_groups.h"
+#include "server/replicas/shard_groups.h"
 
 #include <gtest/gtest.h>
 

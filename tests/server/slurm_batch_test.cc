@@ -1,6 +1,6 @@
 // What the Slurm launcher hands to Slurm: sbatch's arguments, and the batch
 // and wrapper scripts run by a real /bin/sh against a stand-in `srun`.
-#include "server/slurm_batch.h"
+#include "server/launch/slurm_batch.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "server/launcher.h"
-#include "server/slurm_text.h"
+#include "server/launch/launcher.h"
+#include "server/launch/slurm_text.h"
 #include "tests/test_util.h"
 
 namespace trainyard {

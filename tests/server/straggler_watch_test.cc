@@ -1,7 +1,7 @@
 // StragglerWatch on a simulated clock: a rank whose own work stays 3x the
 // median of the others' for 10 s is named, once; not before, not below 3x,
 // not when it recovers within the window.
-#include "server/straggler_watch.h"
+#include "server/health/straggler_watch.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // PickVictims: the lowest priority that frees enough, then the fewest jobs.
-#include "server/victims.h"
+#include "server/scheduling/victims.h"
 
 #include <gtest/gtest.h>
 

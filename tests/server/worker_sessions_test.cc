@@ -1,6 +1,6 @@
 // WorkerSessions: ranks attaching with their token, reports of the current
 // attempt only, joining ranks.
-#include "server/worker_sessions.h"
+#include "server/jobs/worker_sessions.h"
 
 #include <gtest/gtest.h>
 

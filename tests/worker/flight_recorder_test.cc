@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "server/hang_diagnosis.h"
+#include "server/health/hang_diagnosis.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
 #include "worker/collectives.h"

@@ -1,0 +1,401 @@
+#include "server/jobs/job_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/auth/access.h"
+#include "server/jobs/hang_watchdog.h"
+#include "server/jobs/queue_view.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+
+JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metrics, JobManagerOptions options,
+                       const TimeSource* clock)
+    : metrics_(metrics),
+      clock_(clock),
+      options_(std::move(options)),
+      admission_(AdmissionOptionsOf(options_)),
+      jobs_(store, metrics, clock),
+      scheduler_(options_.slots, options_.gpus,
+                 SchedulingOf(Policy{}, options_.fair_share_half_life, options_.preemption_min_run_time),
+                 options_.ranks_per_gpu),
+      launchers_(options_.default_launcher),
+      external_([this](const std::string& id, int32_t attempt, const WorkerCommand& command) {
+        mu_.AssertHeld();  // Launchers::Stop runs under the mutex
+        jobs_.Broadcast(id, attempt, command);
+      }),
+      lifecycle_(
+          &jobs_, &scheduler_, &launchers_, metrics, clock,
+          {options_.master_addr, admission_.options().state_dir, options_.restart_backoff, options_.coordinator_addr,
+           options_.remote_coordinator_addr.empty() ? options_.coordinator_addr : options_.remote_coordinator_addr,
+           options_.node_loss_grace}),
+      workers_(&jobs_, &lifecycle_, &launchers_, &requests_, clock) {
+  absl::MutexLock lock(&mu_);
+  launchers_.Register(LauncherKind::kLocal, launcher);
+  launchers_.Register(LauncherKind::kExternal, &external_);
+  policy_ = std::make_shared<const Policy>();
+}
+
+JobManager::~JobManager() = default;
+
+void JobManager::SetPolicy(std::shared_ptr<const Policy> policy) {
+  absl::MutexLock lock(&mu_);
+  policy_ = std::move(policy);
+  scheduler_.SetPolicy(SchedulingOf(*policy_, options_.fair_share_half_life, options_.preemption_min_run_time));
+  metrics_->SetPolicy(*policy_);
+  lifecycle_.TrySchedule();  // a larger quota may let jobs start
+}
+
+void JobManager::set_coordinator_addr(const std::string& addr, const std::string& remote_addr) {
+  absl::MutexLock lock(&mu_);
+  lifecycle_.set_coordinator_addr(addr, remote_addr);
+}
+
+void JobManager::RegisterLauncher(LauncherKind kind, Launcher* launcher) {
+  absl::MutexLock lock(&mu_);
+  launchers_.Register(kind, launcher);
+}
+
+int JobManager::free_slots() {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.free_slots();
+}
+
+int JobManager::free_gpus() {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.free_gpus();
+}
+
+absl::Status JobManager::Recover() {
+  absl::MutexLock lock(&mu_);
+  return lifecycle_.Recover(admission_.limits());
+}
+
+// ---- People's side ----------------------------------------------------------
+
+absl::Status JobManager::Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<JobRecord> r = jobs_.Record(id);
+  if (!r.ok()) return r.status();
+  if (MayAccess(*policy_, by, *r, read_only)) return absl::OkStatus();
+  const std::string refusal = absl::StrCat(by.Describe(), " may not ", action, " job ", id, ": it is not theirs");
+  spdlog::warn("{}", refusal);
+  metrics_->CountDenied(by.user);
+  Refusals& refusals = refused_[{id, by.user}];
+  if (refusals.count++ == 0) {
+    refusals.event = absl::StrCat("refused: ", refusal);
+    refusals.who = by.Describe();
+    refusals.since_unix_millis = clock_->UnixMillis();
+    jobs_.AddEvent(id, refusals.event);
+  }
+  if (!MayAccess(*policy_, by, *r, /*read_only=*/true)) {
+    return absl::NotFoundError(absl::StrCat("job ", id, " not found"));  // as for a job that does not exist
+  }
+  return absl::PermissionDeniedError(refusal);
+}
+
+absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool all_users) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
+  if (!scope.ok()) return scope.status();
+  const int64_t wall_ms = clock_->UnixMillis();
+  return QueueView(scheduler_, jobs_, *policy_, *scope, clock_->SteadyNow(),
+                   std::chrono::system_clock::time_point(std::chrono::milliseconds(wall_ms)));
+}
+
+absl::StatusOr<std::vector<QuotaUse>> JobManager::Usage(const Caller& by, bool all_users) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
+  if (!scope.ok()) return scope.status();
+  const QuotaLedger& ledger = scheduler_.quotas();
+  auto shown = [&](const std::string& name, bool group) {
+    if (name.empty()) return false;
+    if (scope->owners.empty() && scope->groups.empty()) return true;
+    const auto& names = group ? scope->groups : scope->owners;
+    return std::find(names.begin(), names.end(), name) != names.end() ||
+           (group && std::find(by.groups.begin(), by.groups.end(), name) != by.groups.end());
+  };
+  std::map<std::pair<bool, std::string>, QuotaUse> rows;
+  auto row = [&](const std::string& name, bool group) -> QuotaUse& {
+    QuotaUse& u = rows[{group, name}];
+    u.name = name;
+    u.group = group;
+    return u;
+  };
+  for (const auto& [name, in_use] : ledger.users()) {
+    if (!shown(name, false)) continue;
+    row(name, false).slots = in_use.slots;
+    row(name, false).gpus = in_use.gpus;
+  }
+  for (const auto& [name, in_use] : ledger.groups()) {
+    if (!shown(name, true)) continue;
+    row(name, true).slots = in_use.slots;
+    row(name, true).gpus = in_use.gpus;
+  }
+  auto quotas = [&](const std::map<std::string, Quota>& of, bool group) {
+    for (const auto& [name, q] : of) {
+      if (!shown(name, group)) continue;
+      QuotaUse& u = row(name, group);
+      u.slots_quota = q.slots.value_or(-1);
+      u.gpus_quota = q.gpus.value_or(-1);
+      u.queued_jobs_quota = q.queued_jobs.value_or(-1);
+    }
+  };
+  quotas(policy_->user_quotas, false);
+  quotas(policy_->group_quotas, true);
+  if (!by.user.empty()) row(by.user, false);
+  for (auto& [key, u] : rows) {
+    if (!u.group) u.queued_jobs = scheduler_.queued_of(u.name);
+  }
+  std::vector<QuotaUse> out;
+  for (auto& [key, u] : rows) out.push_back(std::move(u));
+  return out;
+}
+
+absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config,
+                                             const Caller& by) {
+  // The id first (reserved: a submission in between does not draw it too),
+  // then the files and paths without the lock: a slow or hostile file or
+  // directory stalls this request alone.
+  std::string id;
+  std::optional<Launchers> launchers;  // a copy: the launchers themselves are thread-safe
+  {
+    absl::MutexLock lock(&mu_);
+    do {
+      id = jobs_.NewId();
+    } while (!reserved_ids_.insert(id).second);
+    launchers.emplace(launchers_);
+  }
+  const AdmissionFiles files = admission_.ReadFiles(spec_text, accelerate_config, by, id, &*launchers);
+  absl::MutexLock lock(&mu_);
+  reserved_ids_.erase(id);
+  const AdmissionState now{*policy_, launchers_, static_cast<int>(scheduler_.size()), scheduler_.queued_of(by.user),
+                           lifecycle_.shut_down()};
+  absl::StatusOr<Admitted> admitted = admission_.Admit(spec_text, accelerate_config, by, id, now, &files);
+  if (!admitted.ok()) {
+    if (!absl::IsUnavailable(admitted.status())) metrics_->CountRejected();  // a stopping server refuses nobody
+    return admitted.status();
+  }
+  absl::StatusOr<ActiveJob*> job =
+      jobs_.Submit(id, admitted->spec, admitted->notes, {by.user, by.group(), admitted->priority, by.unix_user});
+  if (!job.ok()) return job.status();
+  metrics_->CountSubmitted();
+  lifecycle_.Enqueue(**job);
+  return jobs_.Record(id);
+}
+
+absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<JobRecord> r = jobs_.Record(id);
+  // A queued job says why it waits, as of the scheduler's last decision.
+  if (r.ok() && r->state == JobState::kQueued) {
+    if (std::string why = scheduler_.WhyWaiting(id); !why.empty()) r->reason = std::move(why);
+  }
+  return r;
+}
+
+absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::vector<JobEvent>> events = jobs_.Events(id);
+  if (!events.ok()) return events;
+  // A user's refusals are one line: the first, and how many followed.
+  for (auto it = refused_.lower_bound({id, ""}); it != refused_.end() && it->first.first == id; ++it) {
+    const Refusals& r = it->second;
+    for (JobEvent& e : *events) {
+      if (e.reason != r.event) continue;
+      e.reason = absl::StrCat(
+          r.event, " (refused ", r.count, r.count == 1 ? " request" : " requests", " of ", r.who, " since ",
+          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(r.since_unix_millis), absl::UTCTimeZone()), ")");
+      break;
+    }
+  }
+  return events;
+}
+
+std::vector<StepMetrics> JobManager::RankSamples(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const ActiveJob* job = jobs_.Find(id);
+  return job == nullptr ? std::vector<StepMetrics>{} : job->progress.RankSamples();
+}
+
+std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const ActiveJob* job = jobs_.Find(id);
+  if (job == nullptr || !job->attempt) return std::nullopt;
+  return Placement{job->attempt->nodes(), job->attempt->external_id()};
+}
+
+std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const ActiveJob* job = jobs_.Find(id);
+  if (job == nullptr || !job->attempt) return std::nullopt;
+  return job->attempt->supervisor().Status();
+}
+
+absl::StatusOr<JobRecord> JobManager::Scale(const std::string& id, int32_t num_processes, const Caller& by) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can be scaled");
+  if (!found.ok()) return found.status();
+  if (auto s = lifecycle_.Scale(**found, num_processes, by.user); !s.ok()) return s;
+  return (*found)->record;
+}
+
+absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size, const std::string& page_token,
+                                         const Caller& by, bool all_users) {
+  auto after = JobPageAfter(page_token);
+  if (!after.ok()) return after.status();
+  const int size = page_size <= 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
+  if (!scope.ok()) return scope.status();
+  return jobs_.Page(std::vector<JobState>(states.begin(), states.end()), *after, size, scope->owners, scope->groups);
+}
+
+absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpoint) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "");
+  if (!found.ok()) return found.status();
+  return lifecycle_.Cancel(**found, checkpoint, requests_.NextId());
+}
+
+absl::Status JobManager::AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) {
+  absl::MutexLock lock(&mu_);
+  auto running_or_ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const ActiveJob* job = jobs_.Find(id);
+    return job == nullptr || job->record.state == JobState::kRunning;
+  };
+  if (mu_.AwaitWithDeadline(absl::Condition(&running_or_ended), absl::FromChrono(deadline))) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", id, " is still ", JobStateName(jobs_.Find(id)->record.state)));
+}
+
+absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, CheckpointType type) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can checkpoint");
+  if (!found.ok()) return found.status();
+  const int64_t request_id = requests_.NextId();
+  if (auto s = lifecycle_.RequestCheckpoint(**found, type, request_id); !s.ok()) return s;
+  return request_id;
+}
+
+absl::StatusOr<CheckpointEvent> JobManager::WaitCheckpoint(const std::string& id, int64_t request_id,
+                                                           std::chrono::system_clock::time_point deadline) {
+  absl::MutexLock lock(&mu_);
+  auto answered_or_ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return requests_.has_checkpoint(request_id) || jobs_.Find(id) == nullptr;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&answered_or_ended), absl::FromChrono(deadline));
+  if (std::optional<CheckpointEvent> c = requests_.TakeCheckpoint(request_id)) return *c;
+  if (jobs_.Find(id) == nullptr) {
+    return absl::AbortedError(absl::StrCat("job ", id, " ended before checkpoint request ", request_id, " completed"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("checkpoint request ", request_id, " of job ", id,
+                                                  " has not completed yet; see `trainctl checkpoints ", id, "`"));
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> JobManager::Checkpoints(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return jobs_.Checkpoints(id);
+}
+
+absl::StatusOr<JobHistory> JobManager::History(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return jobs_.History(id);
+}
+
+absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::string& from, int32_t num_processes,
+                                             const Caller& by) {
+  auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    if (const ActiveJob* live = jobs_.Find(id)) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not ended (",
+                                                        JobStateName(live->record.state),
+                                                        "); cancel it first, or checkpoint it while it runs"));
+    }
+    if (lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
+    return absl::OkStatus();
+  };
+  absl::StatusOr<JobRecord> rec;
+  std::optional<Launchers> launchers;  // a copy: the launchers themselves are thread-safe
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ended(); !s.ok()) return s;
+    rec = jobs_.StoredRecord(id);
+    if (!rec.ok()) return rec.status();
+    launchers.emplace(launchers_);
+  }
+  // Files (a config.json, the checkpoint's manifest) are read without the
+  // lock: a slow or hostile one stalls this request alone.
+  auto spec = admission_.ForResume(rec->spec_json, id, from, num_processes, *launchers, by);
+  if (!spec.ok()) return spec.status();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ended(); !s.ok()) return s;  // resumed meanwhile
+  rec = jobs_.StoredRecord(id);
+  if (!rec.ok()) return rec.status();
+  return lifecycle_.Resume(*rec, *spec, from);
+}
+
+absl::StatusOr<std::shared_ptr<JobWatch>> JobManager::Watch(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return jobs_.Watch(id);
+}
+
+absl::StatusOr<std::pair<std::string, int32_t>> JobManager::LogPath(const std::string& id, int32_t rank,
+                                                                    int32_t attempt) {
+  absl::MutexLock lock(&mu_);
+  auto rec = jobs_.Record(id);
+  if (!rec.ok()) return rec.status();
+  return lifecycle_.LogPath(*rec, rank, attempt);
+}
+
+absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return workers_.JoinInfoOf(id, lifecycle_.options().remote_coordinator_addr);
+}
+
+// ---- Hang diagnosis and the watchdog -----------------------------------------
+
+absl::StatusOr<int64_t> JobManager::RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can be diagnosed");
+  if (!found.ok()) return found.status();
+  return trainyard::RequestDiagnosis(**found, *clock_, &requests_, wait);
+}
+
+absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
+  absl::MutexLock lock(&mu_);
+  const PendingDiagnosis* p = requests_.diagnosis(request_id);
+  if (p == nullptr) return absl::NotFoundError(absl::StrCat("no diagnose request ", request_id));
+  auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const PendingDiagnosis* q = requests_.diagnosis(request_id);
+    return q == nullptr || q->complete();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&answered), absl::FromChrono(p->deadline - clock_->SteadyNow()));
+  std::optional<Diagnosis> d = TakeDiagnosis(request_id, *clock_, &requests_);
+  if (!d) return absl::NotFoundError(absl::StrCat("no diagnose request ", request_id));
+  return *d;
+}
+
+void JobManager::CheckProgress() {
+  absl::MutexLock lock(&mu_);
+  workers_.EndRanksOnLostNodes();
+  lifecycle_.Supervise(&requests_, kWatchdogDiagnoseWait);
+  metrics_->SetSchedulerUsage(scheduler_.UserUsage(clock_->SteadyNow()), scheduler_.GroupUsage());
+  if (!policy_->priority_classes.empty()) metrics_->SetClassCounts(ClassCounts(*policy_, jobs_));
+}
+
+// ---- Shutdown ---------------------------------------------------------------
+
+std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
+  absl::MutexLock lock(&mu_);
+  jobs_.SaveHistories();
+  return lifecycle_.Shutdown(mode, &requests_);
+}
+
+void JobManager::StopGroups(const std::vector<std::string>& ids) {
+  absl::MutexLock lock(&mu_);
+  lifecycle_.StopGroups(ids);
+}
+
+}  // namespace trainyard

@@ -1,0 +1,367 @@
+#include "server/metrics/server_metrics.h"
+
+#include <cmath>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "server/metrics/metric_table.h"
+
+namespace trainyard {
+namespace {
+
+// The kinds the step list names (common/step_metrics.h).
+constexpr MetricType kGauge = MetricType::kGauge;
+constexpr MetricType kCounter = MetricType::kCounter;
+constexpr MetricType kHistogram = MetricType::kHistogram;
+constexpr MetricType kNone = MetricType::kGauge;  // with family "": not exported
+
+constexpr const char* kBadputCauses[] = {"restart", "lost_work", "checkpoint_blocking", "startup", "data_wait"};
+
+std::string Key(const std::string& family, const std::map<std::string, std::string>& labels) {
+  std::string key = family;
+  for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
+  return key;
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry) : registry_(std::move(registry)) {
+  for (const MetricFamily& f : MetricTable()) {
+    switch (f.type) {
+      case MetricType::kGauge:
+        gauges_[f.name] = &prometheus::BuildGauge().Name(f.name).Help(f.help).Register(*registry_);
+        break;
+      case MetricType::kCounter:
+        counters_[f.name] = &prometheus::BuildCounter().Name(f.name).Help(f.help).Register(*registry_);
+        break;
+      case MetricType::kHistogram:
+        histograms_[f.name] = &prometheus::BuildHistogram().Name(f.name).Help(f.help).Register(*registry_);
+        break;
+    }
+  }
+  // Server-wide series, at 0 from the start.
+  counters_.at("trainyard_restarts_total")->Add({});
+  counters_.at("trainyard_lost_steps_total")->Add({});
+  histograms_.at("trainyard_recovery_seconds")->Add({}, RecoverySecondsBuckets());
+  for (CheckpointType t : {CheckpointType::kFull, CheckpointType::kSharded}) {
+    for (const char* result : {"ok", "failed"}) {
+      counters_.at("trainyard_checkpoints_total")->Add({{"type", CheckpointTypeName(t)}, {"result", result}});
+    }
+  }
+  for (JobState s : kAllJobStates) gauges_.at("trainyard_jobs")->Add({{"state", std::string(JobStateName(s))}});
+  for (const char* outcome : {"accepted", "rejected"}) {
+    counters_.at("trainyard_job_submissions_total")->Add({{"outcome", outcome}});
+  }
+}
+
+double ServerMetrics::PeakFlopsOf(const StepMetrics& m) const {
+  absl::MutexLock lock(&mu_);
+  return peak_flops_ > 0 ? peak_flops_ : m.peak_flops;
+}
+
+void ServerMetrics::SetPeakFlops(double peak) {
+  absl::MutexLock lock(&mu_);
+  peak_flops_ = peak;
+}
+
+void ServerMetrics::SetJobCounts(const std::map<JobState, int>& counts) {
+  for (JobState s : kAllJobStates) {
+    auto it = counts.find(s);
+    gauges_.at("trainyard_jobs")
+        ->Add({{"state", std::string(JobStateName(s))}})
+        .Set(it == counts.end() ? 0 : it->second);
+  }
+}
+
+void ServerMetrics::CountSubmitted() {
+  counters_.at("trainyard_job_submissions_total")->Add({{"outcome", "accepted"}}).Increment();
+}
+void ServerMetrics::CountRejected() {
+  counters_.at("trainyard_job_submissions_total")->Add({{"outcome", "rejected"}}).Increment();
+}
+
+template <typename T>
+T& ServerMetrics::JobSeriesOf(const std::string& job_id, prometheus::Family<T>& family, const std::string& name,
+                              const Labels& labels, const std::function<T&()>& add) {
+  JobSeries& js = jobs_[job_id];
+  void*& slot = js.by_key[Key(name, labels)];
+  if (slot == nullptr) {
+    T& series = add();
+    slot = &series;
+    js.removers.push_back([&family, &series] { family.Remove(&series); });
+  }
+  return *static_cast<T*>(slot);
+}
+
+prometheus::Gauge& ServerMetrics::JobGauge(const std::string& job_id, const std::string& family, const Labels& labels) {
+  auto& f = *gauges_.at(family);
+  return JobSeriesOf<prometheus::Gauge>(job_id, f, family, labels,
+                                        [&]() -> prometheus::Gauge& { return f.Add(labels); });
+}
+
+prometheus::Counter& ServerMetrics::JobCounter(const std::string& job_id, const std::string& family,
+                                               const Labels& labels) {
+  auto& f = *counters_.at(family);
+  return JobSeriesOf<prometheus::Counter>(job_id, f, family, labels,
+                                          [&]() -> prometheus::Counter& { return f.Add(labels); });
+}
+
+prometheus::Histogram& ServerMetrics::JobHistogram(const std::string& job_id, const std::string& family,
+                                                   const Labels& labels) {
+  auto& f = *histograms_.at(family);
+  const std::vector<double>& buckets = MetricNamed(family).buckets;
+  return JobSeriesOf<prometheus::Histogram>(job_id, f, family, labels,
+                                            [&]() -> prometheus::Histogram& { return f.Add(labels, buckets); });
+}
+
+void ServerMetrics::MakeJobSeries(const std::string& job_id) {
+  const Labels job = {{"job_id", job_id}};
+  JobCounter(job_id, "trainyard_job_restarts_total", job);
+  JobHistogram(job_id, "trainyard_job_recovery_seconds", job);
+  JobCounter(job_id, "trainyard_job_lost_steps_total", job);
+  for (const char* cause : kBadputCauses)
+    JobCounter(job_id, "trainyard_job_badput_seconds_total", {{"job_id", job_id}, {"cause", cause}});
+}
+
+void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) {
+  absl::MutexLock lock(&mu_);
+  RankSeries& r = ranks_[{job_id, m.rank}];
+  if (r.numbers.empty()) {
+    MakeJobSeries(job_id);
+#define TRAINYARD_STEP_COUNT(...) +1
+    r.numbers.assign(0 TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_COUNT), nullptr);
+#undef TRAINYARD_STEP_COUNT
+  }
+  const Labels labels = {{"job_id", job_id}, {"rank", std::to_string(m.rank)}};
+  // Each number of the list: made with its first sample where `when` holds,
+  // then set, increased or observed at each such sample.
+  size_t index = 0;
+  auto export_number = [&](const char* family, MetricType kind, const char* label, bool when, double value)
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                             void*& slot = r.numbers[index++];
+                             if (*family == '\0' || !when) return;
+                             if (slot == nullptr) {
+                               Labels l = labels;
+                               if (const std::string kv = label; !kv.empty())
+                                 l[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+                               slot = kind == kGauge     ? static_cast<void*>(&JobGauge(job_id, family, l))
+                                      : kind == kCounter ? static_cast<void*>(&JobCounter(job_id, family, l))
+                                                         : static_cast<void*>(&JobHistogram(job_id, family, l));
+                             }
+                             switch (kind) {
+                               case MetricType::kGauge: static_cast<prometheus::Gauge*>(slot)->Set(value); break;
+                               case MetricType::kCounter:
+                                 static_cast<prometheus::Counter*>(slot)->Increment(value);
+                                 break;
+                               case MetricType::kHistogram:
+                                 static_cast<prometheus::Histogram*>(slot)->Observe(value);
+                                 break;
+                             }
+                           };
+#define TRAINYARD_STEP_EXPORT(type_, name_, init_, family_, kind_, label_, when_, help_) \
+  export_number(family_, kind_, label_, (when_), static_cast<double>(m.name_));
+  TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_EXPORT)
+#undef TRAINYARD_STEP_EXPORT
+  (void)kNone;
+  // A script's named numbers, at most kMaxValueNames per rank.
+  for (const auto& [name, value] : m.values) {
+    if (r.value_names.size() >= kMaxValueNames && !r.value_names.count(name)) continue;
+    r.value_names.insert(name);
+    JobGauge(job_id, "trainyard_job_value", {{"job_id", job_id}, {"rank", labels.at("rank")}, {"name", name}})
+        .Set(value);
+  }
+  // Derived from the numbers.
+  if (m.comm_fp32_bytes > 0) {
+    if (r.comm_ratio == nullptr) r.comm_ratio = &JobGauge(job_id, "trainyard_job_comm_compression_ratio", labels);
+    r.comm_ratio->Set(static_cast<double>(m.comm_wire_bytes) / static_cast<double>(m.comm_fp32_bytes));
+  }
+  if (m.model_flops > 0 && m.step_seconds > 0) {
+    if (r.model_flops_per_second == nullptr) {
+      r.model_flops_per_second = &JobGauge(job_id, "trainyard_job_model_flops_per_second", labels);
+    }
+    r.model_flops_per_second->Set(m.model_flops / m.step_seconds);
+    // --peak-flops wins over the worker's table of devices.
+    const double mfu = ModelFlopsUtilization(m, peak_flops_);
+    if (std::isfinite(mfu)) {
+      if (r.mfu == nullptr) r.mfu = &JobGauge(job_id, "trainyard_job_mfu", labels);
+      r.mfu->Set(mfu);
+    }
+  }
+}
+
+void ServerMetrics::RecordCheckpoint(const std::string& job_id, const CheckpointEvent& c) {
+  absl::MutexLock lock(&mu_);
+  const std::string type = CheckpointTypeName(c.type);
+  counters_.at("trainyard_checkpoints_total")->Add({{"type", type}, {"result", c.ok ? "ok" : "failed"}}).Increment();
+  if (!c.ok) return;
+  counters_.at("trainyard_checkpoint_bytes_total")->Add({}).Increment(static_cast<double>(c.bytes));
+  histograms_.at("trainyard_checkpoint_duration_seconds")
+      ->Add({{"type", type}}, MetricNamed("trainyard_checkpoint_duration_seconds").buckets)
+      .Observe(c.seconds);
+  const Labels job = {{"job_id", job_id}};
+  JobGauge(job_id, "trainyard_job_last_checkpoint_step", job).Set(static_cast<double>(c.step));
+  JobGauge(job_id, "trainyard_job_last_checkpoint_timestamp_seconds", job)
+      .Set(static_cast<double>(c.unix_millis) / 1000.0);
+  JobGauge(job_id, "trainyard_job_last_checkpoint_bytes", job).Set(static_cast<double>(c.bytes));
+  JobGauge(job_id, "trainyard_job_last_checkpoint_duration_seconds", job).Set(c.seconds);
+  JobGauge(job_id, "trainyard_job_last_checkpoint_blocking_seconds", job).Set(c.blocking_seconds);
+  JobGauge(job_id, "trainyard_job_last_checkpoint_host_bytes", job).Set(static_cast<double>(c.host_bytes));
+}
+
+void ServerMetrics::CountRestart(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  JobCounter(job_id, "trainyard_job_restarts_total", {{"job_id", job_id}}).Increment();
+  counters_.at("trainyard_restarts_total")->Add({}).Increment();
+}
+
+void ServerMetrics::RecordRecovery(const std::string& job_id, double seconds, int64_t lost_steps) {
+  absl::MutexLock lock(&mu_);
+  JobHistogram(job_id, "trainyard_job_recovery_seconds", {{"job_id", job_id}}).Observe(seconds);
+  JobCounter(job_id, "trainyard_job_lost_steps_total", {{"job_id", job_id}}).Increment(static_cast<double>(lost_steps));
+  histograms_.at("trainyard_recovery_seconds")->Add({}, RecoverySecondsBuckets()).Observe(seconds);
+  counters_.at("trainyard_lost_steps_total")->Add({}).Increment(static_cast<double>(lost_steps));
+}
+
+void ServerMetrics::AddBadput(const std::string& job_id, const char* cause, double seconds) {
+  absl::MutexLock lock(&mu_);
+  prometheus::Counter& c =
+      JobCounter(job_id, "trainyard_job_badput_seconds_total", {{"job_id", job_id}, {"cause", cause}});
+  if (seconds > 0) c.Increment(seconds);
+}
+
+void ServerMetrics::SetGoodput(const std::string& job_id, double goodput) {
+  absl::MutexLock lock(&mu_);
+  JobGauge(job_id, "trainyard_job_goodput", {{"job_id", job_id}}).Set(goodput);
+}
+
+void ServerMetrics::SetReplicas(const std::string& job_id, int live, int healing, int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  const Labels job = {{"job_id", job_id}};
+  JobGauge(job_id, "trainyard_job_replicas", {{"job_id", job_id}, {"state", "live"}}).Set(live);
+  JobGauge(job_id, "trainyard_job_replicas", {{"job_id", job_id}, {"state", "healing"}}).Set(healing);
+  JobGauge(job_id, "trainyard_job_world_size", job).Set(live);
+  JobGauge(job_id, "trainyard_job_membership_epoch", job).Set(static_cast<double>(epoch));
+  // From the first membership on, so that increase() sees the first heal.
+  JobCounter(job_id, "trainyard_job_heals_total", job);
+  JobHistogram(job_id, "trainyard_job_heal_seconds", job);
+}
+
+void ServerMetrics::RecordHeal(const std::string& job_id, double seconds) {
+  absl::MutexLock lock(&mu_);
+  const Labels job = {{"job_id", job_id}};
+  JobCounter(job_id, "trainyard_job_heals_total", job).Increment();
+  JobHistogram(job_id, "trainyard_job_heal_seconds", job).Observe(seconds);
+}
+
+void ServerMetrics::SetRankNode(const std::string& job_id, int32_t rank, const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  rank_nodes_[{job_id, rank}] = node;
+  SetRankInfo();
+}
+
+void ServerMetrics::SetRankInfo() {
+  std::map<Labels, double> info;
+  for (const auto& [key, node] : rank_nodes_) {
+    info[{{"job_id", key.first}, {"rank", std::to_string(key.second)}, {"node", node}}] = 1;
+  }
+  SetGauges("trainyard_job_rank_info", info);
+}
+
+void ServerMetrics::RemoveJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  bool had_nodes = false;
+  for (auto n = rank_nodes_.lower_bound({job_id, INT32_MIN}); n != rank_nodes_.end() && n->first.first == job_id;) {
+    n = rank_nodes_.erase(n);
+    had_nodes = true;
+  }
+  if (had_nodes) SetRankInfo();
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) {
+    for (auto& remove : it->second.removers) remove();
+    jobs_.erase(it);
+  }
+  for (auto r = ranks_.lower_bound({job_id, INT32_MIN}); r != ranks_.end() && r->first.first == job_id;) {
+    r = ranks_.erase(r);
+  }
+}
+
+void ServerMetrics::SetGauges(const std::string& family, const std::map<Labels, double>& values) {
+  prometheus::Family<prometheus::Gauge>* f = gauges_.at(family);
+  auto& had = gauge_sets_[family];
+  for (auto it = had.begin(); it != had.end();) {
+    if (values.count(it->first)) {
+      ++it;
+      continue;
+    }
+    f->Remove(it->second);
+    it = had.erase(it);
+  }
+  for (const auto& [labels, value] : values) {
+    prometheus::Gauge*& g = had[labels];
+    if (g == nullptr) g = &f->Add(labels);
+    g->Set(value);
+  }
+}
+
+void ServerMetrics::SetSchedulerUsage(const std::map<std::string, Scheduler::Usage>& users,
+                                      const std::map<std::string, Scheduler::Usage>& groups) {
+  absl::MutexLock lock(&mu_);
+  // The same numbers per user and per group (users also have fair share).
+  for (auto [label, by_name] : {std::pair{"user", &users}, std::pair{"group", &groups}}) {
+    const std::string prefix = absl::StrCat("trainyard_", label, "_");
+    std::map<Labels, double> queued, slots, gpus, usage;
+    for (const auto& [name, u] : *by_name) {
+      if (name.empty()) continue;  // jobs of nobody (a server without users)
+      const Labels l = {{label, name}};
+      queued[l] = u.queued;
+      slots[l] = u.slots;
+      gpus[l] = u.gpus;
+      usage[l] = u.rank_seconds;
+    }
+    SetGauges(prefix + "queued_jobs", queued);
+    SetGauges(prefix + "slots_in_use", slots);
+    SetGauges(prefix + "gpus_in_use", gpus);
+    if (by_name == &users) SetGauges(prefix + "fair_share_usage", usage);
+  }
+}
+
+void ServerMetrics::SetClassCounts(const std::map<std::string, std::pair<int, int>>& queued_and_running) {
+  absl::MutexLock lock(&mu_);
+  std::map<Labels, double> queued, running;
+  for (const auto& [name, counts] : queued_and_running) {
+    queued[{{"class", name}}] = counts.first;
+    running[{{"class", name}}] = counts.second;
+  }
+  SetGauges("trainyard_class_queued_jobs", queued);
+  SetGauges("trainyard_class_running_ranks", running);
+}
+
+void ServerMetrics::SetPolicy(const Policy& policy) {
+  for (const PolicyUser& u : policy.users) {
+    counters_.at("trainyard_preemptions_total")->Add({{"user", u.name}});
+    counters_.at("trainyard_permission_denied_total")->Add({{"user", u.name}});
+  }
+  const auto& users = policy.user_quotas;
+  const auto& groups = policy.group_quotas;
+  absl::MutexLock lock(&mu_);
+  for (auto [family, label, quotas] :
+       {std::tuple{"trainyard_user_quota", "user", &users}, std::tuple{"trainyard_group_quota", "group", &groups}}) {
+    std::map<Labels, double> values;
+    for (const auto& [name, q] : *quotas) {
+      for (auto [resource, limit] : {std::pair{"slots", q.slots}, {"gpus", q.gpus}, {"queued_jobs", q.queued_jobs}}) {
+        if (limit) values[{{label, name}, {"resource", resource}}] = static_cast<double>(*limit);
+      }
+    }
+    SetGauges(family, values);
+  }
+}
+
+void ServerMetrics::CountPreemption(const std::string& user) {
+  counters_.at("trainyard_preemptions_total")->Add({{"user", user}}).Increment();
+}
+
+void ServerMetrics::CountDenied(const std::string& user) {
+  counters_.at("trainyard_permission_denied_total")->Add({{"user", user}}).Increment();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,485 @@
+#include "server/scheduling/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace trainyard {
+namespace {
+
+using Kind = ResourcePool::Kind;
+
+const char* NameOf(Kind k) { return k == Kind::kGpus ? "GPUs" : "slots"; }
+
+}  // namespace
+
+SchedulerPolicy SchedulingOf(const Policy& policy, std::chrono::steady_clock::duration fair_share_half_life,
+                             std::chrono::steady_clock::duration min_run_time) {
+  SchedulerPolicy s;
+  s.user_quotas = policy.user_quotas;
+  s.group_quotas = policy.group_quotas;
+  s.fair_share_half_life = fair_share_half_life;
+  s.min_run_time = min_run_time;
+  return s;
+}
+
+Scheduler::Scheduler(int slots, int gpus, SchedulerPolicy policy, int ranks_per_gpu)
+    : pool_(slots, gpus, ranks_per_gpu) {
+  SetPolicy(std::move(policy));
+}
+
+void Scheduler::SetPolicy(SchedulerPolicy policy) {
+  policy_ = std::move(policy);
+  fair_share_.set_half_life(policy_.fair_share_half_life);
+  quotas_.SetQuotas(policy_.user_quotas, policy_.group_quotas);
+}
+
+int Scheduler::FreeOf(Kind kind) const { return kind == Kind::kGpus ? pool_.free_gpus() : pool_.free_slots(); }
+
+QueueForecast Scheduler::ForecastOf(Kind kind, Time now, QueueForecast::Ends ends) const {
+  std::vector<QueueForecast::Holder> holders;
+  for (const auto& [id, r] : running_) {
+    if (r.demand.local && r.demand.kind == kind) holders.push_back({r.demand.count, r.expected_end, r.preempting});
+  }
+  return QueueForecast(now, FreeOf(kind), holders, ends);
+}
+
+void Scheduler::Enqueue(const std::string& id, Demand demand, JobClaim claim, Time not_before, bool ahead) {
+  Remove(id);
+  Waiting w{id, demand, std::move(claim), not_before};
+  w.order = ahead ? --next_front_ : ++next_back_;
+  ++queued_by_owner_[w.claim.owner];
+  ++(w.demand.local ? waiting_local_[w.demand.kind] : waiting_elsewhere_);
+  Waiting& stored = waiting_.emplace(id, std::move(w)).first->second;
+  levels_[stored.claim.priority][stored.claim.owner][stored.order] = &stored;
+}
+
+bool Scheduler::Remove(const std::string& id) {
+  auto it = waiting_.find(id);
+  if (it == waiting_.end()) return false;
+  const Waiting& w = it->second;
+  auto level = levels_.find(w.claim.priority);
+  auto owner = level->second.find(w.claim.owner);
+  owner->second.erase(w.order);
+  if (owner->second.empty()) level->second.erase(owner);
+  if (level->second.empty()) levels_.erase(level);
+  --queued_by_owner_[w.claim.owner];
+  --(w.demand.local ? waiting_local_[w.demand.kind] : waiting_elsewhere_);
+  waiting_.erase(it);
+  return true;
+}
+
+int Scheduler::queued_of(const std::string& owner) const {
+  auto it = queued_by_owner_.find(owner);
+  return it == queued_by_owner_.end() ? 0 : it->second;
+}
+
+std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
+  std::vector<Waiting*> out;
+  out.reserve(waiting_.size());
+  std::vector<std::pair<double, const std::string*>> owners;
+  for (const auto& level : levels_) {
+    const auto& by_owner = level.second;  // a named reference: clang before 16 cannot capture a structured binding
+    owners.clear();
+    for (const auto& [owner, jobs] : by_owner) owners.emplace_back(fair_share_.UsageAt(owner, now), &owner);
+    // Less usage first; at equal usage, whoever's first waiting job came first.
+    std::sort(owners.begin(), owners.end(), [&by_owner](const auto& a, const auto& b) {
+      if (a.first != b.first) return a.first < b.first;
+      return by_owner.at(*a.second).begin()->first < by_owner.at(*b.second).begin()->first;
+    });
+    for (const auto& [usage, owner] : owners) {
+      for (const auto& [order, w] : by_owner.at(*owner)) out.push_back(w);
+    }
+  }
+  return out;
+}
+
+bool Scheduler::OverQuota(Waiting& w) const {
+  const std::optional<QuotaLedger::Over> over =
+      quotas_.Check(w.claim.owner, w.claim.group, w.demand.kind, w.demand.minimum());
+  if (!over) return false;
+  w.wait = over->group ? Wait::kGroupQuota : Wait::kUserQuota;
+  w.quota_used = over->used;
+  w.quota_limit = over->limit;
+  return true;
+}
+
+int Scheduler::SizeToStart(const Waiting& w, bool borrowing) const {
+  const Demand& d = w.demand;
+  return StartSize(d.count, d.minimum(), [&](int n) {
+    if (d.local && !pool_.Fits(d.kind, n)) return false;
+    return borrowing || n <= d.minimum() || !quotas_.Check(w.claim.owner, w.claim.group, d.kind, n);
+  });
+}
+
+void Scheduler::Start(Waiting& w, Time now, bool borrowing, bool adopted, int size) {
+  // An adopted job's ranks run whatever is free: slots may be over-committed
+  // until they end; GPUs are held as far as they go.
+  if (w.demand.local) held_[w.id] = pool_.Take(w.demand.kind, size, adopted && w.demand.kind == Kind::kGpus);
+  fair_share_.Started(w.claim.owner, size, now);
+  quotas_.Take(w.claim.owner, w.claim.group, w.demand.kind, size);
+  Running r{w.demand, w.claim, now};
+  r.demand.count = size;
+  r.full = r.want = w.demand.count;
+  r.borrowing = borrowing;
+  running_[w.id] = std::move(r);
+}
+
+void Scheduler::SetSize(const std::string& id, Running& r, int to, Time now) {
+  const int from = r.demand.count;
+  if (to == from || to < 0) return;
+  fair_share_.Stopped(r.claim.owner, from, now);
+  fair_share_.Started(r.claim.owner, to, now);
+  if (to > from) {
+    quotas_.Take(r.claim.owner, r.claim.group, r.demand.kind, to - from);
+    if (r.demand.local) pool_.Grow(&held_[id], r.demand.kind, to - from);
+  } else {
+    quotas_.Give(r.claim.owner, r.claim.group, r.demand.kind, from - to);
+    if (r.demand.local) pool_.Shrink(&held_[id], from - to);
+  }
+  r.demand.count = to;
+}
+
+ElasticJob Scheduler::ElasticOf(const std::string& id, const Running& r) {
+  return {id, r.claim.priority, r.started, r.demand.count, r.demand.min_count, r.want, r.shrink_to};
+}
+
+std::vector<Scheduler::Resize> Scheduler::PickShrinks(const Waiting& head, int need) {
+  std::vector<ElasticJob> candidates;
+  for (const auto& [id, r] : running_) {
+    if (r.demand.local && r.demand.kind == head.demand.kind && r.demand.min_count > 0 && !r.preempting &&
+        r.claim.preemptible && r.claim.priority < head.claim.priority) {
+      candidates.push_back(ElasticOf(id, r));
+    }
+  }
+  std::vector<Resize> out;
+  for (const ElasticResize& s : PlanShrinks(std::move(candidates), need)) {
+    running_.at(s.id).shrink_to = s.to;
+    out.push_back({s.id, s.to, head.id});
+  }
+  return out;
+}
+
+void Scheduler::Grow(Kind kind, Time now, Decision* d) {
+  std::vector<ElasticJob> growing;
+  for (const auto& [id, r] : running_) {
+    if (r.demand.local && r.demand.kind == kind && r.demand.min_count > 0 && r.demand.count < r.want &&
+        r.shrink_to < 0 && !r.preempting) {
+      growing.push_back(ElasticOf(id, r));
+    }
+  }
+  const auto allowed = [&](const ElasticJob& j, int more) {
+    const JobClaim& c = running_.at(j.id).claim;
+    while (more > 0 && quotas_.Check(c.owner, c.group, kind, more)) --more;
+    return more;
+  };
+  for (const ElasticResize& g : PlanGrowth(std::move(growing), FreeOf(kind), allowed)) {
+    SetSize(g.id, running_.at(g.id), g.to, now);
+    d->grow.push_back({g.id, g.to, ""});
+  }
+}
+
+absl::Status Scheduler::Scale(const std::string& id, int to, Time now) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return absl::FailedPreconditionError(absl::StrCat("job ", id, " is not running"));
+  Running& r = it->second;
+  if (r.demand.min_count == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is not elastic (elastic.min_processes)"));
+  }
+  if (to < r.demand.min_count || to > r.full) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", id, " runs with between ", r.demand.min_count,
+                                                   " (elastic.min_processes) and ", r.full,
+                                                   " (num_processes) ranks; asked for ", to));
+  }
+  if (r.preempting) return absl::FailedPreconditionError(absl::StrCat("job ", id, " is being preempted"));
+  const Kind k = r.demand.kind;
+  if (to > r.demand.count) {
+    if (r.shrink_to >= 0) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " is shrinking to ", r.shrink_to,
+                                                        " ranks; scale it again once its ranks have left"));
+    }
+    const int more = to - r.demand.count;
+    if (r.demand.local && !pool_.Fits(k, more)) {
+      return absl::FailedPreconditionError(absl::StrCat("growing job ", id, " to ", to, " ranks needs ", more,
+                                                        " more of this host's ", NameOf(k), "; ", FreeOf(k), " free"));
+    }
+    if (auto over = quotas_.Check(r.claim.owner, r.claim.group, k, more)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("growing job ", id, " to ", to, " ranks goes over the quota of ",
+                       over->group ? "group " + r.claim.group : "user " + r.claim.owner, " (", over->used, " of ",
+                       over->limit, " ", NameOf(k), " in use)"));
+    }
+    SetSize(id, r, to, now);
+  } else if (to < r.size_after_shrink()) {
+    r.shrink_to = to;
+  }
+  r.want = to;
+  return absl::OkStatus();
+}
+
+void Scheduler::Resized(const std::string& id, int ranks, Time now) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  Running& r = it->second;
+  if (ranks < r.demand.count) SetSize(id, r, ranks, now);
+  if (r.shrink_to >= 0 && r.demand.count <= r.shrink_to) r.shrink_to = -1;
+}
+
+std::vector<Scheduler::Preemption> Scheduler::PickVictims(const Waiting& head, int need, Time now) const {
+  std::vector<VictimCandidate> candidates;
+  for (const auto& [id, r] : running_) {
+    if (!r.demand.local || r.demand.kind != head.demand.kind || r.preempting || !r.claim.preemptible) continue;
+    if (now - r.started < policy_.min_run_time) continue;
+    const bool lower = r.claim.priority < head.claim.priority;
+    // Borrowed quota goes back to an owner within its own.
+    const bool reclaim = !lower && r.borrowing && r.claim.owner != head.claim.owner;
+    if (lower || reclaim) candidates.push_back({id, r.demand.count, r.claim.priority, r.started, reclaim && !lower});
+  }
+  std::vector<Preemption> out;
+  for (VictimCandidate& c : trainyard::PickVictims(std::move(candidates), need)) {
+    out.push_back({std::move(c.id), head.id, c.reclaim});
+  }
+  return out;
+}
+
+Scheduler::Decision Scheduler::Schedule(Time now) {
+  Decision d;
+  if (paused_) {
+    for (auto& [id, w] : waiting_) w.wait = Wait::kPaused;
+    return d;
+  }
+  struct Head {
+    const Waiting* job = nullptr;
+    Time shadow{};
+    int extra = 0;  // free at the shadow time beyond what the head needs
+  };
+  std::map<Kind, Head> heads;
+  ++pass_;
+  last_decision_ = now;
+  int behind_heads = 0;
+  for (Waiting* w : Order(now)) {
+    if (!heads.empty()) {
+      // Past the heads only backfill and jobs elsewhere can start: stop
+      // once neither can (the jobs not looked at keep waiting as they were).
+      bool every_head = true;
+      for (Kind k : {Kind::kSlots, Kind::kGpus}) every_head &= heads.count(k) > 0 || waiting_local_[k] == 0;
+      const bool room = policy_.backfill && (pool_.free_slots() > 0 || pool_.free_gpus() > 0) &&
+                        behind_heads < policy_.backfill_depth;
+      if (every_head && !room && waiting_elsewhere_ == 0) break;
+      ++behind_heads;
+    }
+    w->pass = pass_;
+    w->wait = Wait::kNone;
+    w->wait_detail.clear();
+    if (now < w->not_before) {  // backing off: takes nothing, blocks nobody
+      w->wait = Wait::kBackoff;
+      continue;
+    }
+    bool borrowing = false;
+    if (OverQuota(*w)) {
+      // Idle quota may be borrowed by a preemptible job when no other
+      // owner's job waits.
+      const int others = static_cast<int>(waiting_.size()) - queued_of(w->claim.owner);
+      if (!w->claim.preemptible || others > 0) continue;
+      borrowing = true;
+    }
+    int size = w->demand.count;
+    if (w->demand.local) {
+      const Kind k = w->demand.kind;
+      size = SizeToStart(*w, borrowing);
+      const bool fits = size > 0;
+      auto head = heads.find(k);
+      if (head != heads.end()) {
+        // Behind the head of its resource: backfill only what does not delay it.
+        Head& h = head->second;
+        const bool ends_before = w->claim.runtime && now + *w->claim.runtime <= h.shadow;
+        if (fits && !ends_before) size = std::min(size, std::max(h.extra, 0));  // an elastic job takes what is spare
+        const bool spare = size >= w->demand.minimum() && size <= h.extra;
+        if (!fits || !policy_.backfill || !(ends_before || spare)) {
+          w->wait = Wait::kBehindHead;
+          continue;
+        }
+        if (!ends_before) h.extra -= size;
+      } else if (!fits) {
+        const int needs = w->demand.minimum();
+        Head h{w};
+        const int free = FreeOf(k);
+        std::tie(h.shadow, h.extra) = ForecastOf(k, now, QueueForecast::Ends::kEarliest).Shadow(needs);
+        heads[k] = h;
+        // What running jobs being preempted or shrunk will free counts as coming.
+        int coming = 0;
+        std::vector<std::string> preempting, shrinking;
+        for (const auto& [id, r] : running_) {
+          if (!r.demand.local || r.demand.kind != k) continue;
+          if (r.preempting) {
+            coming += r.demand.count;
+            preempting.push_back(id);
+          } else if (r.shrink_to >= 0) {
+            coming += r.demand.count - r.shrink_to;
+            shrinking.push_back(id);
+          }
+        }
+        const int need = needs - free - coming;
+        bool making_room = need <= 0 && (!preempting.empty() || !shrinking.empty());
+        if (need > 0 && !borrowing) {
+          // Elastic jobs shrink before anyone is preempted.
+          std::vector<Resize> shrinks = PickShrinks(*w, need);
+          for (Resize& s : shrinks) {
+            shrinking.push_back(s.job);
+            d.shrink.push_back(std::move(s));
+            making_room = true;
+          }
+          if (shrinks.empty()) {
+            for (Preemption& p : PickVictims(*w, need, now)) {
+              running_[p.victim].preempting = true;
+              preempting.push_back(p.victim);
+              d.preempt.push_back(std::move(p));
+              making_room = true;
+            }
+          }
+        }
+        if (making_room) {
+          std::sort(preempting.begin(), preempting.end());
+          std::sort(shrinking.begin(), shrinking.end());
+          std::vector<std::string> how;
+          if (!preempting.empty()) how.push_back(absl::StrCat("preempting ", absl::StrJoin(preempting, ", ")));
+          if (!shrinking.empty()) how.push_back(absl::StrCat("shrinking ", absl::StrJoin(shrinking, ", ")));
+          w->wait = Wait::kPreempting;
+          w->wait_detail = absl::StrCat(absl::StrJoin(how, " and "), " to free ", NameOf(k));
+        } else {
+          w->wait = Wait::kResources;
+          w->wait_detail = absl::StrCat(free, " of ", k == Kind::kGpus ? "this host's GPUs" : "this host's slots",
+                                        " free; this job needs ", needs);
+        }
+        continue;
+      }
+    }
+    Start(*w, now, borrowing, /*adopted=*/false, size);
+    d.start.push_back(w->id);
+    Remove(d.start.back());  // `w` goes; the other jobs' nodes stay where they are
+  }
+  // What no waiting job can take now goes to elastic jobs below their size.
+  for (Kind k : {Kind::kSlots, Kind::kGpus}) {
+    if (!heads.count(k)) Grow(k, now, &d);
+  }
+  last_heads_.clear();
+  for (const auto& [kind, head] : heads) {
+    if (waiting_.count(head.job->id)) last_heads_[kind] = head.job->id;
+  }
+  return d;
+}
+
+std::string Scheduler::WhyWaiting(const std::string& id) const {
+  auto it = waiting_.find(id);
+  if (it == waiting_.end()) return "";
+  Waiting w = it->second;
+  if (w.pass != pass_ && w.wait != Wait::kPaused) {
+    // Not looked at by the last decision (it stopped early): behind the
+    // head of its resource, or over its quota.
+    w.wait = Wait::kNone;
+    if (last_decision_ < w.not_before) {
+      w.wait = Wait::kBackoff;
+    } else if (!OverQuota(w) && w.demand.local && last_heads_.count(w.demand.kind)) {
+      w.wait = Wait::kBehindHead;
+    }
+  }
+  const char* what = NameOf(w.demand.kind);
+  switch (w.wait) {
+    case Wait::kNone:                // not looked at yet
+    case Wait::kBackoff: return "";  // the job's own reason says when it restarts
+    case Wait::kUserQuota:
+    case Wait::kGroupQuota:
+      return absl::StrCat("waiting: ", w.wait == Wait::kUserQuota ? "user " : "group ",
+                          w.wait == Wait::kUserQuota ? w.claim.owner : w.claim.group, " uses ", w.quota_used, " of ",
+                          w.quota_limit, " ", what, "; this job needs ", w.demand.minimum());
+    case Wait::kResources:
+    case Wait::kPreempting: return absl::StrCat("waiting: ", w.wait_detail);
+    case Wait::kBehindHead: {
+      auto head = last_heads_.find(w.demand.kind);
+      if (head == last_heads_.end()) return absl::StrCat("waiting: for free ", what);
+      return absl::StrCat("waiting: behind job ", head->second, ", which starts first");
+    }
+    case Wait::kPaused: return "waiting: the coordinator is stopping";
+  }
+  return "";
+}
+
+std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const {
+  std::vector<QueueEntry> out;
+  // Estimated starts, per resource, in queue order (QueueForecast::Place).
+  // A job over its quota has none: it starts when its owner's jobs end,
+  // which no timeline here knows.
+  std::map<Kind, QueueForecast> lines;
+  for (Kind k : {Kind::kSlots, Kind::kGpus}) lines.emplace(k, ForecastOf(k, now, QueueForecast::Ends::kKnown));
+  int position = 0;
+  for (const Waiting* w : Order(now)) {
+    QueueEntry e{w->id, ++position, w->demand, w->claim, WhyWaiting(w->id)};
+    e.owner_usage = fair_share_.UsageAt(w->claim.owner, now);
+    Waiting quota_check = *w;
+    if (!OverQuota(quota_check)) {
+      e.estimated_start = w->demand.local
+                              ? lines.at(w->demand.kind).Place(w->demand.minimum(), w->not_before, w->claim.runtime)
+                              : std::max(now, w->not_before);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void Scheduler::SetExpectedEnd(const std::string& id, Time end) {
+  auto it = running_.find(id);
+  if (it != running_.end()) it->second.expected_end = end;
+}
+
+const ResourcePool::Held& Scheduler::Held(const std::string& id) const {
+  static const ResourcePool::Held kNothing;
+  auto it = held_.find(id);
+  return it == held_.end() ? kNothing : it->second;
+}
+
+void Scheduler::HoldAdopted(const std::string& id, Demand demand, JobClaim claim, Time now) {
+  Release(id, now);
+  Waiting w{id, demand, std::move(claim)};
+  Start(w, now, /*borrowing=*/false, /*adopted=*/true, demand.count);
+}
+
+void Scheduler::Release(const std::string& id, Time now) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  const Running& r = it->second;
+  fair_share_.Stopped(r.claim.owner, r.demand.count, now);
+  quotas_.Give(r.claim.owner, r.claim.group, r.demand.kind, r.demand.count);
+  running_.erase(it);
+  auto h = held_.find(id);
+  if (h != held_.end()) {
+    pool_.Release(&h->second);
+    held_.erase(h);
+  }
+}
+
+std::map<std::string, Scheduler::Usage> Scheduler::UserUsage(Time now) const {
+  std::map<std::string, Usage> out;
+  for (const auto& [owner, queued] : queued_by_owner_) out[owner].queued = queued;
+  for (const auto& [owner, usage] : fair_share_.Usage(now)) out[owner].rank_seconds = usage;
+  for (const auto& [owner, in_use] : quotas_.users()) {
+    out[owner].slots = in_use.slots;
+    out[owner].gpus = in_use.gpus;
+  }
+  return out;
+}
+
+std::map<std::string, Scheduler::Usage> Scheduler::GroupUsage() const {
+  std::map<std::string, Usage> out;
+  for (const auto& [group, in_use] : quotas_.groups()) {
+    out[group].slots = in_use.slots;
+    out[group].gpus = in_use.gpus;
+  }
+  for (const auto& [id, w] : waiting_) {
+    if (!w.claim.group.empty()) ++out[w.claim.group].queued;
+  }
+  return out;
+}
+
+}  // namespace trainyard

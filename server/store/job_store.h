@@ -1,0 +1,63 @@
+// JobStore: durable record of jobs and their state-change events.
+//
+// Open() returns the SQLite implementation (WAL journal, synchronous=FULL so
+// a committed transition survives power loss). All methods are safe to call
+// concurrently from several threads; the store serializes them internally.
+#ifndef TRAINYARD_SERVER_STORE_JOB_STORE_H_
+#define TRAINYARD_SERVER_STORE_JOB_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_record.h"
+
+namespace trainyard {
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // Opens (creating if needed) the SQLite database at `path`.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+
+  // Inserts a new job together with its first event, atomically.
+  virtual absl::Status Insert(const JobRecord& job, const JobEvent& event) = 0;
+  // Overwrites the job's row; with `event`, also appends it, atomically.
+  virtual absl::Status Update(const JobRecord& job, const JobEvent* event) = 0;
+  virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
+  // Jobs in creation order, oldest first; at most `limit` (the newest ones).
+  virtual absl::StatusOr<std::vector<JobRecord>> List(int limit) = 0;
+  // One page of the jobs in `states` (all when empty), in creation order,
+  // after the job with insertion number `after` (0: from the first).
+  struct Page {
+    std::vector<JobRecord> jobs;
+    int64_t last = 0;   // insertion number of the page's last job
+    bool more = false;  // jobs in `states` follow
+  };
+  // `owners`: only jobs of these owners (or of these groups, `groups`);
+  // both empty: every job.
+  virtual absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit,
+                                        const std::vector<std::string>& owners = {},
+                                        const std::vector<std::string>& groups = {}) = 0;
+  virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
+  virtual absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) = 0;
+  // In the order reported.
+  virtual absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) = 0;
+  // The job's series (server/jobs/job_history.h's Encode), replacing what was
+  // saved; History: "" when none was.
+  virtual absl::Status SaveHistory(const std::string& id, const std::string& data) = 0;
+  virtual absl::StatusOr<std::string> History(const std::string& id) = 0;
+};
+
+// The page token of a listing that goes on after insertion number `last`,
+// and back; a malformed token is InvalidArgument.
+std::string JobPageToken(int64_t last);
+absl::StatusOr<int64_t> JobPageAfter(const std::string& page_token);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_STORE_JOB_STORE_H_
