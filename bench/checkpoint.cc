@@ -20,11 +20,11 @@
 #include "common/allocator_tuning.h"
 #include "common/checkpoint_dir.h"
 #include "common/job_spec.h"
-#include "worker/dist_setup.h"
-#include "worker/fsdp.h"
-#include "worker/models.h"
-#include "worker/process_group.h"
-#include "worker/trainer.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/collectives/process_group.h"
+#include "worker/models/models.h"
+#include "worker/parallel/fsdp.h"
+#include "worker/train/trainer.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {

@@ -24,8 +24,8 @@
 #include "bench/bench_util.h"
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
-#include "worker/dist_setup.h"
-#include "worker/trainer.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/train/trainer.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {

@@ -25,8 +25,8 @@
 #include "bench/bench_util.h"
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
-#include "worker/process_group.h"
-#include "worker/trainer.h"
+#include "worker/collectives/process_group.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -22,10 +22,10 @@
 #include "bench/bench_util.h"
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
-#include "worker/dist_setup.h"
-#include "worker/process_group.h"
-#include "worker/shm_collectives.h"
-#include "worker/trainer.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/collectives/process_group.h"
+#include "worker/collectives/shm_collectives.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -39,11 +39,11 @@
 #include "common/checkpoint_type.h"
 #include "common/job_spec.h"
 #include "common/llama_config.h"
-#include "worker/crash_report.h"
-#include "worker/device.h"
-#include "worker/dist_setup.h"
-#include "worker/models.h"
-#include "worker/trainer.h"
+#include "worker/base/crash_report.h"
+#include "worker/base/device.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/models/models.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -24,11 +24,11 @@
 #include "bench/bench_util.h"
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
-#include "worker/data_loader.h"
-#include "worker/dist_setup.h"
-#include "worker/image_folder.h"
-#include "worker/safetensors.h"
-#include "worker/trainer.h"
+#include "worker/base/safetensors.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/data/data_loader.h"
+#include "worker/data/image_folder.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -25,9 +25,9 @@
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
 #include "common/llama_config.h"
-#include "worker/dist_setup.h"
-#include "worker/models.h"
-#include "worker/trainer.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/models/models.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -28,11 +28,22 @@ LAYERS = {
                     "server/health", "server/replicas"],
     "server/api": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
                    "server/health", "server/replicas", "server/jobs"],
-    # The worker library (worker/*.*) is below its fault-tolerance modes;
-    # the binary (worker/main.cc, worker/worker_main.*) composes them all.
-    "worker": [],
-    "worker/replicas": ["worker"],
-    "worker/bin": ["worker", "worker/replicas"],
+    # The worker: a rank's libraries in layers; the binary (worker/main.cc,
+    # worker/worker_main.*) composes them all.
+    "worker/base": [],
+    "worker/collectives": ["worker/base"],
+    "worker/data": ["worker/base"],
+    "worker/models": ["worker/base"],
+    "worker/control": ["worker/base"],
+    "worker/parallel": ["worker/base", "worker/collectives", "worker/models"],
+    "worker/checkpoint": ["worker/base", "worker/collectives", "worker/data", "worker/models", "worker/parallel"],
+    "worker/script": ["worker/base", "worker/control"],
+    "worker/train": ["worker/base", "worker/collectives", "worker/data", "worker/models", "worker/parallel",
+                     "worker/checkpoint", "worker/control"],
+    "worker/replicas": ["worker/base", "worker/collectives", "worker/data", "worker/models", "worker/parallel",
+                        "worker/checkpoint", "worker/control", "worker/train"],
+    "worker/bin": ["worker/base", "worker/collectives", "worker/data", "worker/models", "worker/parallel",
+                   "worker/checkpoint", "worker/control", "worker/script", "worker/train", "worker/replicas"],
     "client": [],
     "common": [],
 }

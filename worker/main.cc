@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/placement.h"
-#include "worker/crash_report.h"
+#include "worker/base/crash_report.h"
 #include "worker/worker_main.h"
 
 namespace {

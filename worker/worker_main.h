@@ -7,7 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "common/worker_outcome.h"
-#include "worker/collectives.h"
+#include "worker/collectives/collectives.h"
 
 #include <chrono>
 #include <memory>

@@ -3,7 +3,7 @@
 The worker starts the script with one end of a Unix socket pair inherited as
 file descriptor TRAINYARD_CHANNEL_FD. Messages are JSON objects, one per
 line, both ways (docs/design/scripts.md; the worker's end is
-worker/script_channel.h, and both ends are tested against the same lines in
+worker/script/script_channel.h, and both ends are tested against the same lines in
 tests/fixtures/script_channel/):
 
   script -> worker   hello()            once, when the package opens the channel: at import

@@ -7,11 +7,6 @@ namespace trainyard {
 Attempt::Attempt(int32_t number, int32_t world_size, bool external)
     : number_(number), world_size_(world_size), external_(external) {}
 
-void Attempt::SetRendezvous(std::string addr, int port) {
-  master_addr_ = std::move(addr);
-  master_port_ = port;
-}
-
 absl::Status Attempt::CheckAttach(const std::string& job_id, int32_t rank) const {
   if (rank < 0 || rank >= world_size_) {
     return absl::InvalidArgumentError(
@@ -30,7 +25,7 @@ absl::Status Attempt::CheckAttach(const std::string& job_id, int32_t rank) const
 absl::Status Attempt::Join(const std::string& job_id, int32_t rank, const std::string& advertise_addr,
                            int rendezvous_port, std::string* event) {
   if (rank != 0) {
-    if (master_addr_.empty())
+    if (place_.master_addr.empty())
       return absl::UnavailableError(absl::StrCat("waiting for rank 0 of job ", job_id, " to join"));
     return absl::OkStatus();
   }
@@ -39,7 +34,8 @@ absl::Status Attempt::Join(const std::string& job_id, int32_t rank, const std::s
         "rank 0 of a joined job must say where its rendezvous store listens "
         "(trainyard-worker --advertise-addr, --master-port)");
   }
-  SetRendezvous(advertise_addr, rendezvous_port);
+  place_.master_addr = advertise_addr;
+  place_.master_port = rendezvous_port;
   *event = absl::StrCat("rank 0 joined; rendezvous at ", advertise_addr, ":", rendezvous_port);
   return absl::OkStatus();
 }
@@ -123,7 +119,7 @@ Attempt::Update Attempt::OnResult(int32_t rank, WorkerOutcome outcome, const std
       preempted_ = true;
       return u;
     }
-    case WorkerOutcome::kUsage: usage_error_ = true; break;
+    case WorkerOutcome::kUsage: failure_.usage_error = true; break;
     case WorkerOutcome::kFailed:
     case WorkerOutcome::kStopped: break;
   }
@@ -141,11 +137,11 @@ Attempt::Update Attempt::OnExit(const RankExit& exit, bool recovering) {
     if (reported != results_.end()) outcome = reported->second;
     // Gone without a word before reattaching (killed with the coordinator,
     // say) is the coordinator's loss, not the job's: no restart is counted.
-    if (!outcome && recovering) reattach_failed_ = true;
+    if (!outcome && recovering) failure_.reattach_failed = true;
   }
   Update u;
   if (outcome == WorkerOutcome::kSucceeded) ++succeeded_;
-  if (outcome == WorkerOutcome::kUsage) usage_error_ = true;
+  if (outcome == WorkerOutcome::kUsage) failure_.usage_error = true;
   if (outcome == WorkerOutcome::kPreempted) {
     preempted_ = true;  // the other ranks stop at the same step; nothing to stop here
   } else if (outcome != WorkerOutcome::kSucceeded && !stop_requested()) {
@@ -168,27 +164,23 @@ bool LostItsPeer(const std::string& reason) {
 
 }  // namespace
 
-Attempt::Update Attempt::Fail(int32_t rank, const std::string& reason) {
-  if (failed_) {
+Attempt::Update Attempt::Fail(int32_t rank, const std::string& reason, bool reattach) {
+  if (reattach) failure_.reattach_failed = true;
+  if (failure_.failed) {
     // The first failure is the root cause, unless it was a rank losing the
     // peer whose own failure (killed by a signal, an error) comes now.
-    if (LostItsPeer(failure_) && !LostItsPeer(reason)) {
-      failure_ = reason;
-      failed_rank_ = rank;
+    if (LostItsPeer(failure_.reason) && !LostItsPeer(reason)) {
+      failure_.reason = reason;
+      failure_.rank = rank;
     }
     return {};
   }
-  failed_ = true;
-  failure_ = reason;
-  failed_rank_ = rank;
+  failure_.failed = true;
+  failure_.reason = reason;
+  failure_.rank = rank;
   Update u;
   u.failed_now = true;
   return u;
-}
-
-Attempt::Update Attempt::FailReattach(const std::string& reason) {
-  reattach_failed_ = true;
-  return Fail(-1, reason);
 }
 
 std::vector<RankExit> Attempt::LostRanks(const std::string& job_id, SteadyTime now,
@@ -200,7 +192,7 @@ std::vector<RankExit> Attempt::LostRanks(const std::string& job_id, SteadyTime n
     if (stopping()) {
       // Not connected while its attempt stops: nothing to wait for.
       gone.push_back(RankExit::Ended(
-          job_id, number_, rank, preempted_ && !failed_ ? WorkerOutcome::kPreempted : WorkerOutcome::kStopped,
+          job_id, number_, rank, preempted_ && !failure_.failed ? WorkerOutcome::kPreempted : WorkerOutcome::kStopped,
           absl::StrCat("rank ", rank, " was not connected when attempt ", number_, " stopped")));
       continue;
     }
@@ -230,10 +222,10 @@ std::vector<RankExit> Attempt::RanksOnLostNodes(const std::string& job_id, Stead
   }
   for (const auto& [rank, when] : lost) {
     if (exited_.count(rank) || now - when.first <= *node_loss_grace_) continue;
-    auto node = nodes_.find(rank);
+    auto node = place_.nodes.find(rank);
     gone.push_back(RankExit::Ended(
         job_id, number_, rank, stopping() ? WorkerOutcome::kStopped : WorkerOutcome::kFailed,
-        absl::StrCat("rank ", rank, node == nodes_.end() ? "" : absl::StrCat(" on node ", node->second),
+        absl::StrCat("rank ", rank, node == place_.nodes.end() ? "" : absl::StrCat(" on node ", node->second),
                      when.second ? " was evicted" : " lost its stream without a result",
                      " and no end was reported within ", node_loss_grace_->count(), " s: its node is presumed lost")));
   }
@@ -247,13 +239,13 @@ AttemptEnd Attempt::End() const {
   // A job that trained to its end before the preemption took effect is done.
   end.stopped_for_priority =
       stop_ == Stop::kForPriority && succeeded_ < world_size_ - static_cast<int32_t>(parked_.size());
-  end.failed = failed_;
-  end.failure = failure_;
-  end.reattach_failed = reattach_failed_;
-  end.usage_error = usage_error_;
+  end.failed = failure_.failed;
+  end.failure = failure_.reason;
+  end.reattach_failed = failure_.reattach_failed;
+  end.usage_error = failure_.usage_error;
   end.preempted = preempted_;
   // A rank that did not end well failed the attempt, unless preempted.
-  end.all_succeeded = !failed_ && !preempted_;
+  end.all_succeeded = !failure_.failed && !preempted_;
   end.num_processes = world_size_;
   return end;
 }

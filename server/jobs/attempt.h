@@ -33,6 +33,32 @@ namespace trainyard {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
+// Where an attempt runs: its rendezvous (rank 0's store; an empty address:
+// the launcher tells the workers), each rank's node as the rank said when it
+// connected, and the id the cluster's scheduler gave the attempt (Slurm's
+// job id; "": none).
+struct AttemptPlace {
+  std::string master_addr;
+  int master_port = 0;
+  std::map<int32_t, std::string> nodes;
+  std::string external_id;
+};
+
+// How an attempt failed: its first failure (the root cause), if any.
+struct AttemptFailure {
+  bool failed = false;
+  std::string reason;
+  int32_t rank = -1;             // -1: none (the watchdog, a lost group)
+  bool usage_error = false;      // a rank ended with a usage error: the next attempt would too
+  bool reattach_failed = false;  // lost to a coordinator restart: the coordinator's loss
+};
+
+// What the watch over the attempt (AttemptWatch) keeps between its looks.
+struct AttemptWatchState {
+  SteadyTime reattach_deadline{};  // RECOVERING: when waiting for the ranks to reattach ends
+  int64_t hang_diagnosis = 0;      // the hang watchdog's diagnose request while it waits (0: none)
+};
+
 class Attempt {
  public:
   // Why the coordinator stops the attempt, if it does.
@@ -62,11 +88,9 @@ class Attempt {
   int32_t number() const { return number_; }
   int32_t world_size() const { return world_size_; }
 
-  // The rendezvous (rank 0's store); an empty address: the launcher tells
-  // the workers.
-  void SetRendezvous(std::string addr, int port);
-  const std::string& master_addr() const { return master_addr_; }
-  int master_port() const { return master_port_; }
+  // Where it runs (AttemptPlace).
+  AttemptPlace& place() { return place_; }
+  const AttemptPlace& place() const { return place_; }
 
   // ---- Connections
   // Whether `rank` may connect now: OK, or why not (out of range, already
@@ -87,13 +111,6 @@ class Attempt {
   // without a result is lost and may reconnect within the reattach timeout
   // (LostRanks).
   Update Detach(const std::string& job_id, int32_t rank, const std::shared_ptr<WorkerChannel>& channel, SteadyTime now);
-  // Where `rank` runs, as it said when it connected (its node's name).
-  void SetNode(int32_t rank, std::string node) { nodes_[rank] = std::move(node); }
-  const std::map<int32_t, std::string>& nodes() const { return nodes_; }
-  // The id the cluster's scheduler gave the attempt (Slurm's job id; "":
-  // none).
-  void SetExternalId(std::string id) { external_id_ = std::move(id); }
-  const std::string& external_id() const { return external_id_; }
   // The connected rank's channel, or null.
   WorkerChannel* channel(int32_t rank) const;
   const std::map<int32_t, std::shared_ptr<WorkerChannel>>& channels() const { return channels_; }
@@ -108,14 +125,12 @@ class Attempt {
   // `recovering`: the coordinator restarted and waits for the ranks to
   // reattach; a rank gone without a word then is the coordinator's loss.
   Update OnExit(const RankExit& exit, bool recovering);
-  // The attempt failed (the watchdog, a lost group); `rank` -1 for none.
-  // Only the first failure counts, unless it was a rank that lost its peer
-  // (connection closed or reset by it) and this one is not: the peer's own
-  // failure is the root cause.
-  Update Fail(int32_t rank, const std::string& reason);
-  // Marks the attempt lost to a coordinator restart (its workers did not
-  // reattach in time) and fails it.
-  Update FailReattach(const std::string& reason);
+  // The attempt failed (the watchdog, a lost group); `rank` -1 for none;
+  // `reattach`: lost to a coordinator restart (its workers did not
+  // reattach in time). Only the first failure counts, unless it was a rank
+  // that lost its peer (connection closed or reset by it) and this one is
+  // not: the peer's own failure is the root cause.
+  Update Fail(int32_t rank, const std::string& reason, bool reattach = false);
 
   // External ranks that are not connected and will not come back: all of
   // them once the attempt is stopping; a rank lost without a result once
@@ -167,24 +182,16 @@ class Attempt {
   bool stop_requested() const { return stop_ != Stop::kNone; }
   bool cancel_requested() const { return stop_ == Stop::kCancel || stop_ == Stop::kCancelAfterCheckpoint; }
   // Failed, preempted or asked to stop: no new work is asked of it.
-  bool stopping() const { return failed_ || preempted_ || cancel_requested(); }
+  bool stopping() const { return failure_.failed || preempted_ || cancel_requested(); }
 
-  bool failed() const { return failed_; }
-  const std::string& failure() const { return failure_; }
-  int32_t failed_rank() const { return failed_rank_; }
-  bool preempted() const { return preempted_; }
+  bool failed() const { return failure_.failed; }
+  const AttemptFailure& failure() const { return failure_; }
 
-  // RECOVERING: when waiting for the ranks to reattach ends.
-  void set_reattach_deadline(SteadyTime t) { reattach_deadline_ = t; }
-  SteadyTime reattach_deadline() const { return reattach_deadline_; }
+  AttemptWatchState& watch() { return watch_; }
 
-  // The watchdog's diagnose request while it waits for answers (0: none).
-  int64_t hang_diagnosis() const { return hang_diagnosis_; }
-  void set_hang_diagnosis(int64_t id) { hang_diagnosis_ = id; }
-
-  // Ranks' notes recorded as events so far; false once `limit` is reached.
-  bool TakeNote(int limit) { return notes_ < limit ? (++notes_, true) : false; }
-  int notes() const { return notes_; }
+  // A rank's note is recorded as an event: the number of notes taken so
+  // far with this one, 0 once `limit` was reached.
+  int TakeNote(int limit) { return notes_ < limit ? ++notes_ : 0; }
 
   // How the attempt ended: what the attempt knows (the caller adds the
   // job's restarts and limits). REQUIRES: every rank has ended.
@@ -194,10 +201,7 @@ class Attempt {
   const int32_t number_;
   const int32_t world_size_;
   const bool external_;
-  std::string master_addr_;
-  int master_port_ = 0;
-  std::map<int32_t, std::string> nodes_;
-  std::string external_id_;
+  AttemptPlace place_;
   std::set<int32_t> attached_;                                  // connected at least once
   std::set<int32_t> exited_;                                    // ends handled
   std::set<int32_t> parked_;                                    // not running on purpose (in exited_ too)
@@ -207,16 +211,11 @@ class Attempt {
   std::map<int32_t, SteadyTime> evicted_at_;                    // WatchForLostNodes: evicted, not ended yet
   std::optional<std::chrono::duration<double>> node_loss_grace_;
   int notes_ = 0;
-  bool failed_ = false;
-  std::string failure_;
-  int32_t failed_rank_ = -1;
+  AttemptFailure failure_;
   bool preempted_ = false;
-  bool usage_error_ = false;
-  bool reattach_failed_ = false;
   Stop stop_ = Stop::kNone;
   int32_t succeeded_ = 0;  // ranks that ended having trained to the end
-  SteadyTime reattach_deadline_{};
-  int64_t hang_diagnosis_ = 0;
+  AttemptWatchState watch_;
   std::unique_ptr<RankSupervisor> supervisor_ = std::make_unique<RankSupervisor>();
 };
 

@@ -47,27 +47,27 @@ HangVerdict CheckForHang(ActiveJob& job, const TimeSource& clock, PendingRequest
   const double timeout = job.spec.step_timeout_s;
   if (timeout <= 0 || now - job.progress.last_progress() <= std::chrono::duration<double>(timeout)) {
     // It moved again while its ranks were being asked.
-    if (a.hang_diagnosis() != 0) requests->TakeDiagnosis(a.hang_diagnosis());
-    a.set_hang_diagnosis(0);
+    if (a.watch().hang_diagnosis != 0) requests->TakeDiagnosis(a.watch().hang_diagnosis);
+    a.watch().hang_diagnosis = 0;
     return {};
   }
-  if (a.hang_diagnosis() == 0) {
+  if (a.watch().hang_diagnosis == 0) {
     spdlog::warn("job {}: no step progress within step_timeout_s ({} s); asking its ranks why", job.record.id, timeout);
-    a.set_hang_diagnosis(AskForFlightRecords(job, clock, requests, diagnose_wait));
+    a.watch().hang_diagnosis = AskForFlightRecords(job, clock, requests, diagnose_wait);
     return {};
   }
-  const PendingDiagnosis* p = requests->diagnosis(a.hang_diagnosis());
+  const PendingDiagnosis* p = requests->diagnosis(a.watch().hang_diagnosis);
   if (p != nullptr && !p->complete() && now < p->deadline) return {};  // still answering
   HangVerdict v;
   v.hung = true;
-  if (std::optional<PendingDiagnosis> done = requests->TakeDiagnosis(a.hang_diagnosis())) {
+  if (std::optional<PendingDiagnosis> done = requests->TakeDiagnosis(a.watch().hang_diagnosis)) {
     const HangDiagnosis d = DiagnoseHang(done->world_size, done->answers, clock.UnixMicros());
     v.diagnosis = d.verdict;
     std::set<int32_t> blamed(d.behind_ranks.begin(), d.behind_ranks.end());
     blamed.insert(d.silent_ranks.begin(), d.silent_ranks.end());
     v.culprits.assign(blamed.begin(), blamed.end());
   }
-  a.set_hang_diagnosis(0);
+  a.watch().hang_diagnosis = 0;
   v.failure = absl::StrCat("no step progress within step_timeout_s (", timeout, " s) at step ", job.record.step,
                            ": the job is hung", v.diagnosis.empty() ? "" : absl::StrCat(" (", v.diagnosis, ")"));
   return v;

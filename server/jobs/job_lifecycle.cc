@@ -94,68 +94,6 @@ JobRecord JobLifecycle::Resume(const JobRecord& stored, const JobSpec& spec, con
   return *jobs_->Record(r.id);
 }
 
-void JobLifecycle::Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait) {
-  const auto now = clock_->SteadyNow();
-  UpdateEstimates();
-  TrySchedule();  // restarts whose backoff is over, preemptions past the minimum run time
-  for (const std::string& id : jobs_->ids()) {
-    // Each step may end the attempt (and start or end other jobs): look again.
-    auto attempt_of = [&] {
-      ActiveJob* job = jobs_->Find(id);
-      return job == nullptr || job->record.state == JobState::kQueued ? nullptr : job;
-    };
-    ActiveJob* job = attempt_of();
-    if (job == nullptr || !job->attempt) continue;
-    Attempt* a = job->attempt.get();
-    // A group that did not reattach after a coordinator restart.
-    if (job->record.state == JobState::kRecovering && now > a->reattach_deadline() && !a->cancel_requested()) {
-      Apply(*job, a->FailReattach(absl::StrCat("the workers did not reattach within reattach_timeout_s (",
-                                               job->spec.reattach_timeout_s, " s) after a coordinator restart")));
-    }
-    // Joined ranks that are gone.
-    for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
-      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) break;
-      Apply(*job, a->OnExit(e, /*recovering=*/false));
-    }
-    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
-    // A job preempted for another that did not stop within its grace.
-    if (job->preempt_deadline && now > *job->preempt_deadline) {
-      job->preempt_deadline.reset();
-      jobs_->AddEvent(*job, absl::StrCat("did not stop within preemption_grace_s (", job->spec.preemption_grace_s,
-                                         " s) after its preemption: stopping its ranks"));
-      StopGroup(*job);
-    }
-    // Ranks whose stream stayed lost (where the mode takes them out): out, and ended.
-    if (job->record.state == JobState::kRunning && !a->stopping() && !a->stop_requested() && !shut_down_) {
-      for (int32_t rank : a->supervisor().StreamsLost()) {
-        if (!Evict(*job, rank, "lost its stream without a result")) break;
-      }
-      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
-    }
-    if (!LookForStraggler(*job, now)) continue;
-    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
-    const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
-    if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
-    if (!hang.hung) continue;
-    // The ranks the diagnosis blames are evicted and replaced where the
-    // mode allows it; the others go on. A hang nobody is blamed for fails
-    // the group.
-    std::vector<int32_t> evict;
-    for (int32_t r : hang.culprits) {
-      if (a->supervisor().Evictable(r)) evict.push_back(r);
-    }
-    if (evict.empty()) {
-      Apply(*job, a->Fail(-1, hang.failure));
-      continue;
-    }
-    job->progress.Touch(now);  // the members left get step_timeout_s of their own
-    for (int32_t rank : evict) {
-      if (!Evict(*job, rank, absl::StrCat("evicted as hung: ", hang.failure))) break;
-    }
-  }
-  requests->ExpireDiagnoses(now);
-}
-
 void JobLifecycle::Enqueue(ActiveJob& job) {
   scheduler_->Enqueue(job.record.id, DemandOf(job.spec), ClaimOf(job));
   TrySchedule();
@@ -250,7 +188,8 @@ void JobLifecycle::StartJob(ActiveJob& job) {
     // a guess that is free here. Joining ranks say where theirs listens.
     const int port = PickFreePortOn(options_.master_addr);
     if (port == 0) return fail("cannot find a free port for the rendezvous");
-    job.attempt->SetRendezvous(traits.on_this_host ? options_.master_addr : "", port);
+    job.attempt->place().master_addr = traits.on_this_host ? options_.master_addr : "";
+    job.attempt->place().master_port = port;
   }
   // A new token fences the previous attempt's workers. Joined workers are
   // fenced by the attempt number alone: their token is the job's.
@@ -274,21 +213,11 @@ void JobLifecycle::StartJob(ActiveJob& job) {
   NoteExternalId(job);
 }
 
-void JobLifecycle::NoteLostNode(ActiveJob& job, int32_t rank) {
-  if (launchers_->TraitsOf(job.spec).ranks_join) return;  // joined ranks come back by themselves
-  auto node = job.attempt->nodes().find(rank);
-  if (node == job.attempt->nodes().end() || node->second.empty()) return;
-  if (!job.lost_nodes.insert(node->second).second) return;
-  jobs_->AddEvent(job, absl::StrCat("node ", node->second, " presumed lost (rank ", rank,
-                                    " lost its stream and no end was reported): later attempts and replacements "
-                                    "leave it out"));
-}
-
 void JobLifecycle::NoteExternalId(ActiveJob& job) {
   if (!job.attempt) return;
   const std::string id = launchers_->ExternalIdOf(job);
-  if (id.empty() || id == job.attempt->external_id()) return;
-  job.attempt->SetExternalId(id);
+  if (id.empty() || id == job.attempt->place().external_id) return;
+  job.attempt->place().external_id = id;
   jobs_->AddEvent(job, absl::StrCat("attempt ", job.record.attempt, " runs as ",
                                     LauncherKindName(launchers_->KindOf(job.spec)), " job ", id));
 }
@@ -296,11 +225,11 @@ void JobLifecycle::NoteExternalId(ActiveJob& job) {
 void JobLifecycle::Apply(ActiveJob& job, const Attempt::Update& update) {
   if (!update.event.empty()) jobs_->AddEvent(job, update.event);
   // The root cause may be named later than the failure (Attempt::Fail).
-  if (job.attempt && job.attempt->failed()) job.record.failed_rank = job.attempt->failed_rank();
+  if (job.attempt && job.attempt->failed()) job.record.failed_rank = job.attempt->failure().rank;
   if (update.failed_now) {
     job.progress.FailureDetected(job.record.step);
-    job.record.failed_rank = job.attempt->failed_rank();
-    spdlog::warn("job {}: {}; stopping the other ranks", job.record.id, job.attempt->failure());
+    job.record.failed_rank = job.attempt->failure().rank;
+    spdlog::warn("job {}: {}; stopping the other ranks", job.record.id, job.attempt->failure().reason);
     StopGroup(job);
   }
   if (update.ended) EndAttempt(job);
@@ -394,111 +323,12 @@ void JobLifecycle::Adopt(ActiveJob& job) {
   launchers_->Adopt(job, ContextOf(job));
   NoteExternalId(job);
   const auto now = clock_->SteadyNow();
-  job.attempt->set_reattach_deadline(now + std::chrono::duration_cast<steady_clock::duration>(
-                                               std::chrono::duration<double>(job.spec.reattach_timeout_s)));
+  job.attempt->watch().reattach_deadline = now + std::chrono::duration_cast<steady_clock::duration>(
+                                                     std::chrono::duration<double>(job.spec.reattach_timeout_s));
   job.progress.Adopted(now);
   jobs_->Transition(job, JobState::kRecovering,
                     absl::StrCat("the coordinator restarted; waiting up to ", job.spec.reattach_timeout_s,
                                  " s for the workers of attempt ", r.attempt, " to reattach"));
-}
-
-JobRecord JobLifecycle::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id) {
-  if (job.record.state == JobState::kQueued) {
-    JobRecord r = job.record;
-    End(job, JobState::kCancelled, "cancelled by user while queued");
-    return *jobs_->Record(r.id);
-  }
-  Attempt& a = *job.attempt;
-  WorkerChannel* rank0 = a.channel(a.lead_rank());
-  if (checkpoint && !a.cancel_requested() && job.record.state == JobState::kRunning && rank0 != nullptr) {
-    a.RequestStop(Attempt::Stop::kCancelAfterCheckpoint);
-    WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "cancel --checkpoint"};
-    cmd.request_id = request_id;
-    cmd.stop_after = true;
-    rank0->Push(cmd);
-    jobs_->AddEvent(job, absl::StrCat("cancel requested: checkpoint (request ", request_id, "), then stop"));
-    return job.record;
-  }
-  if (a.stop() == Attempt::Stop::kCancel) return job.record;  // stopping already
-  if (checkpoint && !a.cancel_requested() && job.record.state != JobState::kRunning) {
-    jobs_->AddEvent(job, absl::StrCat("cancel --checkpoint of a ", JobStateName(job.record.state),
-                                      " job: no step of this attempt has run, so there is nothing new to save; "
-                                      "stopping without a checkpoint (`trainctl resume` starts from its latest "
-                                      "checkpoint, or from the beginning if it has none)"));
-  }
-  a.RequestStop(Attempt::Stop::kCancel);
-  spdlog::info("job {}: cancel requested; stopping {} ranks", job.record.id, job.record.num_processes);
-  a.Broadcast({WorkerCommand::Kind::kStop, "cancelled by user"});
-  StopGroup(job);
-  return job.record;
-}
-
-bool JobLifecycle::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t request_id) {
-  Attempt& a = *job.attempt;
-  switch (mode) {
-    case ShutdownMode::kDetach:
-      // The streams end; the workers go on and reconnect to the next coordinator.
-      a.CloseChannels();
-      for (auto& w : job.watchers) w->Close();
-      return false;
-    case ShutdownMode::kStop:
-      StopGroup(job);
-      End(job, JobState::kFailed, "the coordinator shut down while the job was running");
-      return true;
-    case ShutdownMode::kCheckpoint: break;
-  }
-  if (a.cancel_requested()) return true;  // it stops anyway, and ends CANCELLED
-  a.RequestStop(Attempt::Stop::kForRestart);
-  WorkerChannel* rank0 = a.channel(a.lead_rank());
-  if (job.record.state == JobState::kRunning && rank0 != nullptr && !a.failed()) {
-    WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "the coordinator is stopping"};
-    cmd.request_id = request_id;
-    cmd.stop_after = true;
-    rank0->Push(cmd);
-    jobs_->AddEvent(job, absl::StrCat("the coordinator is stopping: checkpoint (request ", request_id,
-                                      "), then stop; the job resumes when it starts again"));
-  } else {
-    StopGroup(job);
-    jobs_->AddEvent(job,
-                    "the coordinator is stopping: the job resumes from its latest checkpoint when it starts again");
-  }
-  return true;
-}
-
-absl::Status JobLifecycle::RequestCheckpoint(ActiveJob& job, CheckpointType type, int64_t request_id) {
-  WorkerChannel* rank0 = job.attempt ? job.attempt->channel(job.attempt->lead_rank()) : nullptr;
-  const bool cancelling = job.attempt && job.attempt->cancel_requested();
-  if (job.record.state != JobState::kRunning || rank0 == nullptr || cancelling) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job.record.id, " is ", JobStateName(job.record.state), cancelling ? " and being cancelled" : "",
-        "; only a running job can checkpoint", cancelling ? "" : " (--wait waits until it runs)"));
-  }
-  WorkerCommand cmd{WorkerCommand::Kind::kCheckpoint, "requested"};
-  cmd.request_id = request_id;
-  cmd.type = type;
-  rank0->Push(cmd);
-  spdlog::info("job {}: checkpoint requested (request {})", job.record.id, request_id);
-  return absl::OkStatus();
-}
-
-std::vector<std::string> JobLifecycle::Shutdown(ShutdownMode mode, PendingRequests* requests) {
-  shut_down_ = true;
-  scheduler_->Pause();
-  std::vector<std::string> stopping;
-  for (const std::string& id : jobs_->ids()) {
-    ActiveJob& job = *jobs_->Find(id);
-    if (job.attempt && job.record.state != JobState::kQueued && StopForShutdown(job, mode, requests->NextId())) {
-      stopping.push_back(id);
-    }
-  }
-  return stopping;
-}
-
-void JobLifecycle::StopGroups(const std::vector<std::string>& ids) {
-  for (const std::string& id : ids) {
-    ActiveJob* job = jobs_->Find(id);
-    if (job != nullptr && job->attempt && job->record.state != JobState::kQueued) StopGroup(*job);
-  }
 }
 
 std::string JobLifecycle::LogDir(const std::string& job_id, int32_t attempt) const {
@@ -603,40 +433,9 @@ bool JobLifecycle::Act(ActiveJob& job, const RankActions& d, int32_t rank) {
   return true;
 }
 
-bool JobLifecycle::LookForStraggler(ActiveJob& job, SteadyTime now) {
-  Attempt& a = *job.attempt;
-  // DDP ranks only: their forward passes hold no collective (FSDP's gather
-  // parameters in them, so a fast rank would wait there too).
-  if (job.record.state != JobState::kRunning || a.stopping() || a.stop_requested() || shut_down_ ||
-      job.spec.distributed_type != DistributedType::kDdp) {
-    return true;
-  }
-  const std::vector<int32_t> ranks = a.supervisor().TrainingRanks(a.world_size());
-  if (ranks.empty()) return true;
-  StragglerWatch& watch = job.progress.stragglers();
-  const std::optional<StragglerWatch::Verdict> slow = watch.Look(ranks, now);
-  if (!slow) return true;
-  const std::string why = absl::StrCat(slow->Describe(), " for ",
-                                       std::chrono::duration_cast<std::chrono::seconds>(watch.window()).count(), " s");
-  if (!a.supervisor().Evictable(slow->rank)) {  // a whole group cannot drop a rank: it is named
-    jobs_->AddEvent(job, absl::StrCat("rank ", slow->rank, " is slow: ", why));
-    return true;
-  }
-  watch.Forget(slow->rank);  // its replacement is another process
-  return Evict(job, slow->rank, absl::StrCat("evicted as slow: ", why));
-}
-
-bool JobLifecycle::Evict(ActiveJob& job, int32_t rank, const std::string& why) {
-  RankSupervisor& sup = job.attempt->supervisor();
-  if (!sup.Evictable(rank)) return true;
-  jobs_->AddEvent(job, absl::StrCat("rank ", rank, " ", why));
-  const bool on = Act(job, sup.Evict(rank, why), rank);
-  // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
-  if (Launcher* l = launchers_->Get(launchers_->KindOf(job.spec))) l->KillRank(job.record.id, job.record.attempt, rank);
-  // On another host, a rank that cannot be killed (its node dead or cut
-  // off) ends after the node-loss grace (WorkerSessions::EndRanksOnLostNodes).
-  if (job.attempt) job.attempt->Evicted(rank, clock_->SteadyNow());
-  return on;
+void JobLifecycle::BeginShutdown() {
+  shut_down_ = true;
+  scheduler_->Pause();
 }
 
 }  // namespace trainyard

@@ -4,7 +4,8 @@
 // (queued again to resume, with a backoff after repeated failures, or
 // ended), an ended job let go, the jobs a restart finds taken up again,
 // and the periodic look at attempts that must end (workers that did not
-// reattach, ranks gone, preemptions past their grace, hung groups). What
+// reattach, ranks gone, preemptions past their grace, hung groups: the
+// AttemptWatch finds them, the lifecycle acts). What
 // follows a rank's loss is the fault-tolerance mode's to decide (each
 // attempt's RankSupervisor); the lifecycle applies its RankActions. It
 // works on the parts the JobManager owns: the JobTable, the Scheduler and
@@ -64,14 +65,6 @@ class JobLifecycle {
   // Queues an ended job again (`stored`: its record) to run with `spec`
   // (resuming from `from`, "" for its latest checkpoint); returns its record.
   JobRecord Resume(const JobRecord& stored, const JobSpec& spec, const std::string& from);
-  // One look at every job (call periodically): updates the estimates,
-  // starts what may start now (back-offs over), ends attempts whose
-  // workers did not reattach in time or whose joined ranks are gone, stops
-  // groups preempted past their grace, takes replica members whose stream
-  // stayed lost out (and ends them), and fails hung groups (the hang
-  // watchdog, asking their ranks through `requests` for at most
-  // `diagnose_wait`; a replica job's members it blames are evicted instead).
-  void Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait);
   // Starts the waiting jobs the scheduler lets start now and preempts the
   // running jobs it picks for them.
   void TrySchedule();
@@ -92,15 +85,6 @@ class JobLifecycle {
   // cannot be launched) fails the attempt. Returns false when the attempt
   // failed by it.
   bool Act(ActiveJob& job, const RankActions& actions, int32_t rank);
-  // Takes `rank` out of its group and kills its process (its end launches
-  // the replacement) where the mode allows it; `why` names it in the job's
-  // events. Returns false when the attempt failed by it.
-  bool Evict(ActiveJob& job, int32_t rank, const std::string& why);
-  // A DDP rank whose own work stays far slower than the others' (the job's
-  // StragglerWatch): evicted and replaced where the mode allows it, else
-  // named in an event.
-  // Returns false when the attempt failed by it.
-  bool LookForStraggler(ActiveJob& job, SteadyTime now);
   // A running elastic job runs `n` ranks from now on (`trainctl scale` by
   // `by`): the scheduler takes or marks the slots, the membership launches
   // or lets go of ranks. InvalidArgument out of the spec's bounds;
@@ -109,36 +93,18 @@ class JobLifecycle {
   absl::Status Scale(ActiveJob& job, int32_t n, const std::string& by);
   // Stops the attempt's workers.
   void StopGroup(ActiveJob& job);
-  // Cancels a job: a queued one ends CANCELLED at once. With `checkpoint`,
-  // a running job's rank 0 saves a checkpoint (request `request_id`) at its
-  // next step boundary and every rank stops; a later plain cancel stops it
-  // at once. Returns its record.
-  JobRecord Cancel(ActiveJob& job, bool checkpoint, int64_t request_id);
-  // The coordinator stops: treats a job whose attempt runs as `mode` says
-  // (REQUIRES: job.attempt). Returns whether its workers are stopping.
-  bool StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t request_id);
   // Ends the job in `state`: its resources, streams and series go.
   void End(ActiveJob& job, JobState state, const std::string& reason);
-  // Rank 0 of a running job saves a checkpoint of `type` (request
-  // `request_id`); FailedPrecondition when the job is not running.
-  absl::Status RequestCheckpoint(ActiveJob& job, CheckpointType type, int64_t request_id);
-  // The coordinator stops: starts nothing from now on (attempts that end
-  // are not requeued but for jobs stopped to resume after the restart), and
-  // treats every job whose attempt runs as `mode` says. Returns the ids of
-  // the jobs whose workers are stopping.
-  std::vector<std::string> Shutdown(ShutdownMode mode, PendingRequests* requests);
-  // Stops the groups of these jobs that have not ended.
-  void StopGroups(const std::vector<std::string>& ids);
+  // The coordinator stops (JobStops::Shutdown): nothing starts from now
+  // on, and attempts that end are not requeued but for jobs stopped to
+  // resume after the restart.
+  void BeginShutdown();
   bool shut_down() const { return shut_down_; }
 
   std::string LogDir(const std::string& job_id, int32_t attempt) const;
   // The log of `rank` in attempt `attempt` (0: the latest) of the job of
   // `record`, and that attempt; InvalidArgument out of range.
   absl::StatusOr<std::pair<std::string, int32_t>> LogPath(const JobRecord& record, int32_t rank, int32_t attempt) const;
-
-  // The node `rank` of the current attempt ran on is presumed lost (an
-  // event; the job's later launches and replacements exclude it).
-  void NoteLostNode(ActiveJob& job, int32_t rank);
 
  private:
   Demand DemandOf(const JobSpec& spec) const;

@@ -31,7 +31,9 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
           {options_.master_addr, admission_.options().state_dir, options_.restart_backoff, options_.coordinator_addr,
            options_.remote_coordinator_addr.empty() ? options_.coordinator_addr : options_.remote_coordinator_addr,
            options_.node_loss_grace}),
-      workers_(&jobs_, &lifecycle_, &launchers_, &requests_, clock) {
+      workers_(&jobs_, &lifecycle_, &launchers_, &requests_, clock),
+      watch_(&jobs_, &lifecycle_, &launchers_, clock),
+      stops_(&jobs_, &lifecycle_) {
   absl::MutexLock lock(&mu_);
   launchers_.Register(LauncherKind::kLocal, launcher);
   launchers_.Register(LauncherKind::kExternal, &external_);
@@ -83,12 +85,8 @@ absl::Status JobManager::Authorize(const Caller& by, const std::string& id, cons
   const std::string refusal = absl::StrCat(by.Describe(), " may not ", action, " job ", id, ": it is not theirs");
   spdlog::warn("{}", refusal);
   metrics_->CountDenied(by.user);
-  Refusals& refusals = refused_[{id, by.user}];
-  if (refusals.count++ == 0) {
-    refusals.event = absl::StrCat("refused: ", refusal);
-    refusals.who = by.Describe();
-    refusals.since_unix_millis = clock_->UnixMillis();
-    jobs_.AddEvent(id, refusals.event);
+  if (auto event = refused_.Refused(id, by.user, by.Describe(), refusal, clock_->UnixMillis())) {
+    jobs_.AddEvent(id, *event);
   }
   if (!MayAccess(*policy_, by, *r, /*read_only=*/true)) {
     return absl::NotFoundError(absl::StrCat("job ", id, " not found"));  // as for a job that does not exist
@@ -109,49 +107,7 @@ absl::StatusOr<std::vector<QuotaUse>> JobManager::Usage(const Caller& by, bool a
   absl::MutexLock lock(&mu_);
   absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
   if (!scope.ok()) return scope.status();
-  const QuotaLedger& ledger = scheduler_.quotas();
-  auto shown = [&](const std::string& name, bool group) {
-    if (name.empty()) return false;
-    if (scope->owners.empty() && scope->groups.empty()) return true;
-    const auto& names = group ? scope->groups : scope->owners;
-    return std::find(names.begin(), names.end(), name) != names.end() ||
-           (group && std::find(by.groups.begin(), by.groups.end(), name) != by.groups.end());
-  };
-  std::map<std::pair<bool, std::string>, QuotaUse> rows;
-  auto row = [&](const std::string& name, bool group) -> QuotaUse& {
-    QuotaUse& u = rows[{group, name}];
-    u.name = name;
-    u.group = group;
-    return u;
-  };
-  for (const auto& [name, in_use] : ledger.users()) {
-    if (!shown(name, false)) continue;
-    row(name, false).slots = in_use.slots;
-    row(name, false).gpus = in_use.gpus;
-  }
-  for (const auto& [name, in_use] : ledger.groups()) {
-    if (!shown(name, true)) continue;
-    row(name, true).slots = in_use.slots;
-    row(name, true).gpus = in_use.gpus;
-  }
-  auto quotas = [&](const std::map<std::string, Quota>& of, bool group) {
-    for (const auto& [name, q] : of) {
-      if (!shown(name, group)) continue;
-      QuotaUse& u = row(name, group);
-      u.slots_quota = q.slots.value_or(-1);
-      u.gpus_quota = q.gpus.value_or(-1);
-      u.queued_jobs_quota = q.queued_jobs.value_or(-1);
-    }
-  };
-  quotas(policy_->user_quotas, false);
-  quotas(policy_->group_quotas, true);
-  if (!by.user.empty()) row(by.user, false);
-  for (auto& [key, u] : rows) {
-    if (!u.group) u.queued_jobs = scheduler_.queued_of(u.name);
-  }
-  std::vector<QuotaUse> out;
-  for (auto& [key, u] : rows) out.push_back(std::move(u));
-  return out;
+  return UsageView(scheduler_, *policy_, *scope, by);
 }
 
 absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config,
@@ -200,17 +156,7 @@ absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) 
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::vector<JobEvent>> events = jobs_.Events(id);
   if (!events.ok()) return events;
-  // A user's refusals are one line: the first, and how many followed.
-  for (auto it = refused_.lower_bound({id, ""}); it != refused_.end() && it->first.first == id; ++it) {
-    const Refusals& r = it->second;
-    for (JobEvent& e : *events) {
-      if (e.reason != r.event) continue;
-      e.reason = absl::StrCat(
-          r.event, " (refused ", r.count, r.count == 1 ? " request" : " requests", " of ", r.who, " since ",
-          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(r.since_unix_millis), absl::UTCTimeZone()), ")");
-      break;
-    }
-  }
+  refused_.Annotate(id, &*events);  // a user's refusals are one line
   return events;
 }
 
@@ -224,7 +170,7 @@ std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::s
   absl::MutexLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
   if (job == nullptr || !job->attempt) return std::nullopt;
-  return Placement{job->attempt->nodes(), job->attempt->external_id()};
+  return Placement{job->attempt->place().nodes, job->attempt->place().external_id};
 }
 
 std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::string& id) {
@@ -257,7 +203,7 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpo
   absl::MutexLock lock(&mu_);
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "");
   if (!found.ok()) return found.status();
-  return lifecycle_.Cancel(**found, checkpoint, requests_.NextId());
+  return stops_.Cancel(**found, checkpoint, requests_.NextId());
 }
 
 absl::Status JobManager::AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) {
@@ -276,7 +222,7 @@ absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, Che
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can checkpoint");
   if (!found.ok()) return found.status();
   const int64_t request_id = requests_.NextId();
-  if (auto s = lifecycle_.RequestCheckpoint(**found, type, request_id); !s.ok()) return s;
+  if (auto s = stops_.RequestCheckpoint(**found, type, request_id); !s.ok()) return s;
   return request_id;
 }
 
@@ -380,7 +326,7 @@ absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
 void JobManager::CheckProgress() {
   absl::MutexLock lock(&mu_);
   workers_.EndRanksOnLostNodes();
-  lifecycle_.Supervise(&requests_, kWatchdogDiagnoseWait);
+  watch_.Supervise(&requests_, kWatchdogDiagnoseWait);
   metrics_->SetSchedulerUsage(scheduler_.UserUsage(clock_->SteadyNow()), scheduler_.GroupUsage());
   if (!policy_->priority_classes.empty()) metrics_->SetClassCounts(ClassCounts(*policy_, jobs_));
 }
@@ -390,12 +336,12 @@ void JobManager::CheckProgress() {
 std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
   absl::MutexLock lock(&mu_);
   jobs_.SaveHistories();
-  return lifecycle_.Shutdown(mode, &requests_);
+  return stops_.Shutdown(mode, &requests_);
 }
 
 void JobManager::StopGroups(const std::vector<std::string>& ids) {
   absl::MutexLock lock(&mu_);
-  lifecycle_.StopGroups(ids);
+  stops_.StopGroups(ids);
 }
 
 }  // namespace trainyard

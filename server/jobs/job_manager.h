@@ -32,12 +32,15 @@
 #include "common/policy.h"
 #include "server/auth/caller.h"
 #include "server/jobs/admission.h"
+#include "server/jobs/attempt_watch.h"
 #include "server/jobs/job_handlers.h"
 #include "server/jobs/job_lifecycle.h"
 #include "server/jobs/job_manager_options.h"
+#include "server/jobs/job_stops.h"
 #include "server/jobs/job_table.h"
 #include "server/jobs/launchers.h"
 #include "server/jobs/pending_requests.h"
+#include "server/jobs/refusal_log.h"
 #include "server/jobs/shutdown_mode.h"
 #include "server/jobs/worker_sessions.h"
 #include "server/launch/external_launcher.h"
@@ -164,7 +167,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   }
 
   // Call periodically: ranks on lost nodes ended
-  // (WorkerSessions::EndRanksOnLostNodes), JobLifecycle::Supervise (back-offs over, reattach
+  // (WorkerSessions::EndRanksOnLostNodes), AttemptWatch::Supervise (back-offs over, reattach
   // deadlines, ranks gone, preemption grace, and the hang watchdog, whose
   // ranks answer within kWatchdogDiagnoseWait), then the usage metrics.
   static constexpr std::chrono::seconds kWatchdogDiagnoseWait{5};
@@ -196,16 +199,10 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   ExternalLauncher external_;                                // called by launchers_, under mu_
   JobLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   WorkerSessions workers_ ABSL_GUARDED_BY(mu_);
+  AttemptWatch watch_ ABSL_GUARDED_BY(mu_);
+  JobStops stops_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
-  // Refusals by (job, user) since this server started: the first is an
-  // event of the job (Authorize); Events adds the count to it.
-  struct Refusals {
-    std::string event;  // the stored event's reason
-    std::string who;
-    int64_t count = 0;
-    int64_t since_unix_millis = 0;
-  };
-  std::map<std::pair<std::string, std::string>, Refusals> refused_ ABSL_GUARDED_BY(mu_);
+  RefusalLog refused_ ABSL_GUARDED_BY(mu_);  // since this server started
 };
 
 }  // namespace trainyard

@@ -173,7 +173,7 @@ void JobTable::Transition(ActiveJob& job, JobState state, const std::string& rea
 
 void JobTable::PlaceRank(ActiveJob& job, int32_t rank, const std::string& node) {
   if (!job.attempt) return;
-  job.attempt->SetNode(rank, node);
+  job.attempt->place().nodes[rank] = node;
   metrics_->SetRankNode(job.record.id, rank, node);
 }
 

@@ -23,8 +23,8 @@ LaunchRequest Launchers::RequestFor(const ActiveJob& job, const Launcher::Traits
   req.job_id = r.id;
   req.attempt = r.attempt;
   req.world_size = r.num_processes;
-  req.master_addr = job.attempt->master_addr();
-  req.master_port = job.attempt->master_port();
+  req.master_addr = job.attempt->place().master_addr;
+  req.master_port = job.attempt->place().master_port;
   req.coordinator_addr = traits.on_this_host ? context.coordinator_addr : context.remote_coordinator_addr;
   req.token = r.worker_token;
   req.log_dir = context.log_dir;

@@ -1,5 +1,7 @@
 #include "server/jobs/queue_view.h"
 
+#include <algorithm>
+
 namespace trainyard {
 
 std::vector<QueuedJob> QueueView(const Scheduler& scheduler, JobTable& jobs, const Policy& policy,
@@ -45,6 +47,53 @@ std::map<std::string, std::pair<int, int>> ClassCounts(const Policy& policy, Job
     }
   });
   return classes;
+}
+
+std::vector<QuotaUse> UsageView(const Scheduler& scheduler, const Policy& policy, const ListScope& scope,
+                                const Caller& by) {
+  const QuotaLedger& ledger = scheduler.quotas();
+  auto shown = [&](const std::string& name, bool group) {
+    if (name.empty()) return false;
+    if (scope.owners.empty() && scope.groups.empty()) return true;
+    const auto& names = group ? scope.groups : scope.owners;
+    return std::find(names.begin(), names.end(), name) != names.end() ||
+           (group && std::find(by.groups.begin(), by.groups.end(), name) != by.groups.end());
+  };
+  std::map<std::pair<bool, std::string>, QuotaUse> rows;
+  auto row = [&](const std::string& name, bool group) -> QuotaUse& {
+    QuotaUse& u = rows[{group, name}];
+    u.name = name;
+    u.group = group;
+    return u;
+  };
+  for (const auto& [name, in_use] : ledger.users()) {
+    if (!shown(name, false)) continue;
+    row(name, false).slots = in_use.slots;
+    row(name, false).gpus = in_use.gpus;
+  }
+  for (const auto& [name, in_use] : ledger.groups()) {
+    if (!shown(name, true)) continue;
+    row(name, true).slots = in_use.slots;
+    row(name, true).gpus = in_use.gpus;
+  }
+  auto quotas = [&](const std::map<std::string, Quota>& of, bool group) {
+    for (const auto& [name, q] : of) {
+      if (!shown(name, group)) continue;
+      QuotaUse& u = row(name, group);
+      u.slots_quota = q.slots.value_or(-1);
+      u.gpus_quota = q.gpus.value_or(-1);
+      u.queued_jobs_quota = q.queued_jobs.value_or(-1);
+    }
+  };
+  quotas(policy.user_quotas, false);
+  quotas(policy.group_quotas, true);
+  if (!by.user.empty()) row(by.user, false);
+  for (auto& [key, u] : rows) {
+    if (!u.group) u.queued_jobs = scheduler.queued_of(u.name);
+  }
+  std::vector<QuotaUse> out;
+  for (auto& [key, u] : rows) out.push_back(std::move(u));
+  return out;
 }
 
 }  // namespace trainyard

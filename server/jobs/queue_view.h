@@ -1,5 +1,5 @@
-// The queue as people see it (trainctl queue) and as the per-class metrics
-// count it: the scheduler's order, reasons and estimates joined with the
+// The queue as people see it (trainctl queue, trainctl usage) and as the
+// per-class metrics count it: the scheduler's order, reasons and estimates joined with the
 // jobs' records. Not thread-safe: the JobManager calls these under its mutex.
 #ifndef TRAINYARD_SERVER_JOBS_QUEUE_VIEW_H_
 #define TRAINYARD_SERVER_JOBS_QUEUE_VIEW_H_
@@ -23,6 +23,11 @@ namespace trainyard {
 std::vector<QueuedJob> QueueView(const Scheduler& scheduler, JobTable& jobs, const Policy& policy,
                                  const ListScope& scope, std::chrono::steady_clock::time_point now,
                                  std::chrono::system_clock::time_point wall);
+
+// What each user and group in `scope` has in use, queued and may use (its
+// quotas), with `by`'s own row and the groups `by` belongs to.
+std::vector<QuotaUse> UsageView(const Scheduler& scheduler, const Policy& policy, const ListScope& scope,
+                                const Caller& by);
 
 // Queued jobs and running ranks per priority class: every class of
 // `policy`, and the value of a job's priority no class has any more.

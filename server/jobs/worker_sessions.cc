@@ -41,12 +41,12 @@ absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_i
   if (!node.empty()) jobs_->PlaceRank(job, rank, node);
   if (a.cancel_requested()) channel->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
   RunningOnceAllAttached(job);
-  WorkerAttachment attachment{job.record.spec_json, job.record.num_processes, a.number(),
-                              a.master_addr(),      a.master_port(),          channel};
+  WorkerAttachment attachment{job.record.spec_json,  job.record.num_processes, a.number(),
+                              a.place().master_addr, a.place().master_port,    channel};
   // A membership goes down after the welcome (the stream writes the
   // welcome before it takes commands).
   if (!a.stopping()) {
-    const std::string store = advertise_addr.empty() ? a.master_addr() : advertise_addr;
+    const std::string store = advertise_addr.empty() ? a.place().master_addr : advertise_addr;
     lifecycle_->Act(job, a.supervisor().OnHello(rank, store, replica_store_port, held), rank);
   }
   return attachment;
@@ -67,7 +67,7 @@ void WorkerSessions::RunningOnceAllAttached(ActiveJob& job) {
                     job.record.state == JobState::kRecovering
                         ? absl::StrCat(ranks, " reattached after a coordinator restart")
                         : absl::StrCat(ranks, " connected"));
-  if (std::string groups = ShardGroupsEvent(job.spec, a.nodes()); !groups.empty()) jobs_->AddEvent(job, groups);
+  if (std::string groups = ShardGroupsEvent(job.spec, a.place().nodes); !groups.empty()) jobs_->AddEvent(job, groups);
 }
 
 absl::StatusOr<JoinInfo> WorkerSessions::JoinInfoOf(const std::string& job_id,
@@ -131,10 +131,11 @@ void WorkerSessions::Checkpoint(const std::string& job_id, int32_t attempt, cons
 
 void WorkerSessions::Note(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) {
   ActiveJob* job = jobs_->FindAttempt(job_id, attempt);
-  if (job == nullptr || !job->attempt->TakeNote(WorkerHandler::kMaxNotesPerAttempt)) return;
+  const int taken = job == nullptr ? 0 : job->attempt->TakeNote(WorkerHandler::kMaxNotesPerAttempt);
+  if (taken == 0) return;
   // Events travel in proto strings: valid UTF-8 only.
   const std::string clean = AsValidUtf8(text.substr(0, 2000));
-  const bool last = job->attempt->notes() == WorkerHandler::kMaxNotesPerAttempt;
+  const bool last = taken == WorkerHandler::kMaxNotesPerAttempt;
   jobs_->AddEvent(
       *job, absl::StrCat("rank ", rank, ": ", clean, last ? " (later notes of this attempt: see the rank logs)" : ""));
 }
@@ -149,7 +150,7 @@ void WorkerSessions::LauncherNote(const std::string& job_id, int32_t attempt, co
     jobs_->AddEvent(job_id, clean);
     return;
   }
-  if (!job->attempt->TakeNote(WorkerHandler::kMaxNotesPerAttempt)) return;
+  if (job->attempt->TakeNote(WorkerHandler::kMaxNotesPerAttempt) == 0) return;
   jobs_->AddEvent(*job, clean);
 }
 
@@ -209,6 +210,16 @@ void WorkerSessions::Exit(const RankExit& exit) {
   lifecycle_->Apply(*job, job->attempt->OnExit(exit, job->record.state == JobState::kRecovering));
 }
 
+void WorkerSessions::NoteLostNode(ActiveJob& job, int32_t rank) {
+  if (launchers_->TraitsOf(job.spec).ranks_join) return;  // joined ranks come back by themselves
+  auto node = job.attempt->place().nodes.find(rank);
+  if (node == job.attempt->place().nodes.end() || node->second.empty()) return;
+  if (!job.lost_nodes.insert(node->second).second) return;
+  jobs_->AddEvent(job, absl::StrCat("node ", node->second, " presumed lost (rank ", rank,
+                                    " lost its stream and no end was reported): later attempts and replacements "
+                                    "leave it out"));
+}
+
 void WorkerSessions::EndRanksOnLostNodes() {
   const SteadyTime now = clock_->SteadyNow();
   for (const std::string& id : jobs_->ids()) {
@@ -218,7 +229,7 @@ void WorkerSessions::EndRanksOnLostNodes() {
     for (const RankExit& e : job->attempt->RanksOnLostNodes(id, now)) {
       ActiveJob* current = jobs_->FindAttempt(id, attempt);
       if (current == nullptr) break;  // the attempt ended meanwhile
-      lifecycle_->NoteLostNode(*current, e.rank);
+      NoteLostNode(*current, e.rank);
       Exit(e);
     }
   }

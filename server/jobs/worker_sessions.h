@@ -63,13 +63,16 @@ class WorkerSessions {
   // Call periodically: ranks on other hosts whose stream was lost without
   // a result and whose end no launcher reported in time
   // (Attempt::RanksOnLostNodes) end as if their launcher said so (Exit),
-  // their nodes presumed lost (JobLifecycle::NoteLostNode).
+  // their nodes presumed lost (NoteLostNode).
   void EndRanksOnLostNodes();
 
  private:
   // The attempt runs, is not stopping, and the coordinator is not shutting
   // down: a rank's loss is the fault-tolerance mode's to decide.
   bool Live(const ActiveJob& job) const;
+  // The node `rank` of the current attempt ran on is presumed lost (an
+  // event; the job's later launches and replacements exclude it).
+  void NoteLostNode(ActiveJob& job, int32_t rank);
   // A starting or recovering job whose ranks have all attached (or are
   // parked) runs.
   void RunningOnceAllAttached(ActiveJob& job);

@@ -29,8 +29,8 @@ TEST(Attempt, TheFirstFailureIsTheRootCause) {
   Attempt a(3, 2, false);
   Attempt::Update first = a.OnExit(RankExit::Exited("j", 3, 1, 1), false);
   EXPECT_TRUE(first.failed_now);
-  EXPECT_EQ(a.failed_rank(), 1);
-  EXPECT_EQ(a.failure(), "rank 1 exited with code 1");
+  EXPECT_EQ(a.failure().rank, 1);
+  EXPECT_EQ(a.failure().reason, "rank 1 exited with code 1");
   // Rank 0 is killed by the stop that followed: no second failure.
   Attempt::Update second = a.OnExit(RankExit::Killed("j", 3, 0, 9), false);
   EXPECT_FALSE(second.failed_now);
@@ -48,22 +48,22 @@ TEST(Attempt, APeerLostIsNotTheRootCauseOfThePeersDeath) {
   Attempt::Update first =
       a.OnResult(0, WorkerOutcome::kFailed, "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:17623");
   EXPECT_TRUE(first.failed_now);
-  EXPECT_EQ(a.failed_rank(), 0);
+  EXPECT_EQ(a.failure().rank, 0);
   Attempt::Update second = a.OnExit(RankExit::Killed("j", 1, 1, 9), false);
   EXPECT_FALSE(second.failed_now) << "one failure: the group is stopped once";
-  EXPECT_EQ(a.failed_rank(), 1);
-  EXPECT_NE(a.failure().find("killed by signal 9"), std::string::npos) << a.failure();
+  EXPECT_EQ(a.failure().rank, 1);
+  EXPECT_NE(a.failure().reason.find("killed by signal 9"), std::string::npos) << a.failure().reason;
   // A third, itself a symptom, changes nothing.
   a.OnResult(1, WorkerOutcome::kFailed, "Connection reset by peer");
-  EXPECT_EQ(a.failed_rank(), 1);
+  EXPECT_EQ(a.failure().rank, 1);
 }
 
 TEST(Attempt, AReportedErrorFailsBeforeTheExitDoes) {
   Attempt a(1, 2, false);
   EXPECT_TRUE(a.OnResult(0, WorkerOutcome::kFailed, "CUDA out of memory").failed_now);
-  EXPECT_EQ(a.failure(), "rank 0: CUDA out of memory");
+  EXPECT_EQ(a.failure().reason, "rank 0: CUDA out of memory");
   EXPECT_FALSE(a.OnExit(RankExit::Exited("j", 1, 0, 1), false).failed_now);
-  EXPECT_EQ(a.failure(), "rank 0: CUDA out of memory");
+  EXPECT_EQ(a.failure().reason, "rank 0: CUDA out of memory");
 }
 
 TEST(Attempt, PreemptionIsNoFailure) {
@@ -145,8 +145,8 @@ TEST(Attempt, ExternalRanksJoinAfterRankZeroSaysWhereTheRendezvousIs) {
   EXPECT_EQ(a.Join("j", 0, "10.0.0.1", 70000, &event).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(a.Join("j", 0, "10.0.0.1", 29500, &event).ok());
   EXPECT_EQ(event, "rank 0 joined; rendezvous at 10.0.0.1:29500");
-  EXPECT_EQ(a.master_addr(), "10.0.0.1");
-  EXPECT_EQ(a.master_port(), 29500);
+  EXPECT_EQ(a.place().master_addr, "10.0.0.1");
+  EXPECT_EQ(a.place().master_port, 29500);
   event.clear();
   EXPECT_TRUE(a.Join("j", 1, "", 0, &event).ok());
   EXPECT_EQ(event, "");
@@ -207,7 +207,7 @@ TEST(Attempt, ALaunchedRankOnAnotherHostLostWithoutAnEndIsEndedAfterTheGraceItsN
   for (int32_t r = 0; r < 3; ++r) {
     ch.push_back(std::make_shared<WorkerChannel>());
     a.Attach(r, ch[r]);
-    a.SetNode(r, r < 2 ? "n1" : "n2");
+    a.place().nodes[r] = r < 2 ? "n1" : "n2";
   }
   // Rank 0 reported its end before its stream closed: the launcher's exit
   // is awaited as usual. Rank 2's stream ended without a word.
@@ -233,7 +233,7 @@ TEST(Attempt, ALaunchedRankOnAnotherHostLostWithoutAnEndIsEndedAfterTheGraceItsN
   auto c0 = std::make_shared<WorkerChannel>(), c1 = std::make_shared<WorkerChannel>();
   b.Attach(0, c0);
   b.Attach(1, c1);
-  b.SetNode(1, "n3");
+  b.place().nodes[1] = "n3";
   b.Evicted(1, kT0);
   EXPECT_TRUE(b.RanksOnLostNodes("j", kT0 + seconds(5)).empty());
   const std::vector<RankExit> cut = b.RanksOnLostNodes("j", kT0 + seconds(6));

@@ -15,7 +15,9 @@
 
 #include "common/clock.h"
 #include "common/job_spec.h"
+#include "server/jobs/attempt_watch.h"
 #include "server/jobs/job_lifecycle.h"
+#include "server/jobs/job_stops.h"
 #include "server/jobs/job_table.h"
 #include "server/jobs/launchers.h"
 #include "server/jobs/pending_requests.h"
@@ -160,6 +162,8 @@ struct CoordinatorParts {
       &jobs,    &scheduler, &launchers,
       &metrics, &clock,     {"127.0.0.1", dir.path(), std::chrono::milliseconds(1000), "127.0.0.1:1", "remote:1"}};
   WorkerSessions workers{&jobs, &lifecycle, &launchers, &requests, &clock};
+  AttemptWatch watch{&jobs, &lifecycle, &launchers, &clock};
+  JobStops stops{&jobs, &lifecycle};
 };
 
 }  // namespace trainyard

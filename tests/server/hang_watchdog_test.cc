@@ -64,7 +64,7 @@ TEST_F(HangWatchdogTest, ProgressWhileAskingCallsItOff) {
   job_->progress.Touch(p_.clock.SteadyNow());  // a step came
   EXPECT_FALSE(Look().hung);
   EXPECT_EQ(p_.requests.diagnosis(request), nullptr);  // the request is dropped
-  EXPECT_EQ(job_->attempt->hang_diagnosis(), 0);
+  EXPECT_EQ(job_->attempt->watch().hang_diagnosis, 0);
 }
 
 TEST_F(HangWatchdogTest, OnlyARunningJobCanBeDiagnosed) {

@@ -44,10 +44,10 @@ TEST_F(JobLifecycleTest, FailuresStopTheGroupAndRestartWithABackoff) {
   EXPECT_EQ(p_.jobs.Find(id)->record.attempt, 2);  // restart 1: at once
   p_.ExitAll(id, 1);
   EXPECT_EQ(p_.StateOf(id), JobState::kQueued);
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_EQ(p_.StateOf(id), JobState::kQueued);
   p_.clock.Advance(std::chrono::seconds(1));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_EQ(p_.StateOf(id), JobState::kStarting);
   EXPECT_EQ(p_.jobs.Find(id)->record.attempt, 3);
 }
@@ -56,7 +56,7 @@ TEST_F(JobLifecycleTest, CancellingAQueuedJobEndsItAtOnce) {
   p_.Submit("max_steps: 10\nnum_processes: 4\n");
   ActiveJob& waiting = p_.Submit("max_steps: 10\nnum_processes: 4\n");
   const std::string id = waiting.record.id;
-  const JobRecord r = p_.lifecycle.Cancel(waiting, /*checkpoint=*/false, 1);
+  const JobRecord r = p_.stops.Cancel(waiting, /*checkpoint=*/false, 1);
   EXPECT_EQ(r.state, JobState::kCancelled);
   EXPECT_EQ(p_.jobs.Find(id), nullptr);
   EXPECT_FALSE(p_.scheduler.queued(id));
@@ -73,10 +73,10 @@ TEST_F(JobLifecycleTest, AnAdoptedGroupThatDoesNotReattachIsStopped) {
   EXPECT_EQ(job.record.state, JobState::kRecovering);
   EXPECT_EQ(p_.local.adopted().size(), 1u);
   p_.clock.Advance(std::chrono::seconds(29));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_TRUE(p_.local.stopped().empty());
   p_.clock.Advance(std::chrono::seconds(2));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_EQ(p_.local.stopped(), std::vector<std::string>{id + "#1"});
 }
 
@@ -96,7 +96,7 @@ TEST_F(JobLifecycleTest, LogPathsAreCheckedAgainstTheRecord) {
 TEST_F(JobLifecycleTest, ShutdownStopEndsRunningJobsAndStartsNothing) {
   ActiveJob& running = p_.Submit("max_steps: 10\nnum_processes: 4\n");
   const std::string id = running.record.id;
-  const std::vector<std::string> stopping = p_.lifecycle.Shutdown(ShutdownMode::kStop, &p_.requests);
+  const std::vector<std::string> stopping = p_.stops.Shutdown(ShutdownMode::kStop, &p_.requests);
   EXPECT_EQ(stopping, std::vector<std::string>{id});
   EXPECT_EQ(p_.StateOf(id), JobState::kFailed);
   EXPECT_TRUE(p_.lifecycle.shut_down());

@@ -37,7 +37,8 @@ TEST_F(LaunchersTest, WorkersElsewhereAreToldTheRemoteAddress) {
   job.record.num_processes = 3;
   job.spec.threads_per_process = 4;
   job.attempt = std::make_unique<Attempt>(2, 3, false);
-  job.attempt->SetRendezvous("127.0.0.1", 29500);
+  job.attempt->place().master_addr = "127.0.0.1";
+  job.attempt->place().master_port = 29500;
   const LaunchContext context{"127.0.0.1:1", "host:1", "/logs", {0, 1, 2}};
   LaunchRequest here = Launchers::RequestFor(job, {.on_this_host = true}, context);
   EXPECT_EQ(here.coordinator_addr, "127.0.0.1:1");

@@ -167,7 +167,7 @@ TEST_F(ReplicasTest, BelowMinReplicasTheGroupRestartsAsAWhole) {
   EXPECT_FALSE(job.attempt->failed());
   p_.workers.Exit(RankExit::Exited(id, 1, 0, 1));
   EXPECT_TRUE(job.attempt->failed());
-  EXPECT_EQ(job.attempt->failure(),
+  EXPECT_EQ(job.attempt->failure().reason,
             "rank 0 lost: exited with code 1; 1 live replica left, fewer than fault_tolerance.min_replicas (2)");
   EXPECT_EQ(p_.local.stopped(), (std::vector<std::string>{id + "#1"}));
   EXPECT_EQ(p_.local.relaunched().size(), 1u);  // rank 2's, before
@@ -188,7 +188,7 @@ TEST_F(ReplicasTest, WholeGroupModeIsUnchanged) {
   EXPECT_FALSE(job.attempt->supervisor().Status().has_value());  // whole_group: no membership
   p_.workers.Exit(RankExit::Killed(id, 1, 1, 9));
   EXPECT_TRUE(job.attempt->failed());
-  EXPECT_EQ(job.attempt->failure(), "rank 1 was killed by signal 9 (Killed)");
+  EXPECT_EQ(job.attempt->failure().reason, "rank 1 was killed by signal 9 (Killed)");
   EXPECT_EQ(p_.local.stopped(), (std::vector<std::string>{id + "#1"}));
   EXPECT_TRUE(p_.local.relaunched().empty());
   for (auto& [r, ch] : c) EXPECT_TRUE(Memberships(*ch).empty());
@@ -237,7 +237,7 @@ TEST_F(ReplicasTest, TheFirstLiveMemberStandsForTheGroup) {
   p_.workers.Metrics(id, 1, {m});
   EXPECT_EQ(job.record.step, 7);
   // Checkpoint requests go to it, and its reports count.
-  ASSERT_TRUE(p_.lifecycle.RequestCheckpoint(job, CheckpointType::kAuto, 5).ok());
+  ASSERT_TRUE(p_.stops.RequestCheckpoint(job, CheckpointType::kAuto, 5).ok());
   WorkerCommand cmd;
   ASSERT_TRUE(c[1]->Pop(&cmd, std::chrono::milliseconds(0)));
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kCheckpoint);
@@ -261,11 +261,11 @@ TEST_F(ReplicasTest, AMemberWhoseStreamStaysLostIsTakenOutAndEnded) {
   p_.workers.Detach(id, 1, 2, c[2]);
   // Its process's end would come within moments if it had died.
   p_.clock.Advance(std::chrono::milliseconds(500));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_TRUE(p_.local.killed().empty());
   EXPECT_TRUE(Memberships(*c[0]).empty());
   p_.clock.Advance(std::chrono::milliseconds(600));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_EQ(p_.local.killed(), (std::vector<std::string>{id + "#1/2"}));
   EXPECT_EQ(Memberships(*c[0]).at(0).ranks, (Ranks{0, 1}));
   EXPECT_TRUE(HasEvent(id, "membership 2: ranks 0,1 (rank 2 lost: lost its stream without a result)"));
@@ -279,7 +279,7 @@ TEST_F(ReplicasTest, AMemberWhoseStreamStaysLostIsTakenOutAndEnded) {
   p_.workers.Result(id, 1, 0, WorkerOutcome::kSucceeded, "");
   p_.workers.Detach(id, 1, 0, c[0]);
   p_.clock.Advance(std::chrono::seconds(2));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_EQ(p_.local.killed().size(), 1u);
 }
 
@@ -291,7 +291,7 @@ TEST_F(ReplicasTest, AStreamLostWithItsProcessIsNamedByTheProcesssEnd) {
   p_.workers.Exit(RankExit::Killed(id, 1, 1, 9));
   EXPECT_TRUE(HasEvent(id, "membership 2: ranks 0,2 (rank 1 lost: killed by signal 9 (Killed))"));
   p_.clock.Advance(std::chrono::seconds(2));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_TRUE(p_.local.killed().empty());
   EXPECT_EQ(job.attempt->supervisor().Status().value().membership.epoch, 2);
 }
@@ -307,7 +307,7 @@ TEST_F(ReplicasTest, AMemberThatReconnectsInTimeStays) {
   ASSERT_EQ(got.size(), 1u);  // the current membership again
   EXPECT_EQ(got[0].epoch, 1);
   p_.clock.Advance(std::chrono::seconds(2));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::seconds(5));
+  p_.watch.Supervise(&p_.requests, std::chrono::seconds(5));
   EXPECT_TRUE(p_.local.killed().empty());
   EXPECT_EQ(job.attempt->supervisor().Status().value().membership.epoch, 1);
 }
@@ -318,8 +318,8 @@ TEST_F(ReplicasTest, AHungReplicaIsEvictedAndReplaced) {
   auto c = AttachAll(job);
   for (auto& [r, ch] : c) Memberships(*ch);
   p_.clock.Advance(std::chrono::seconds(6));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::milliseconds(2000));  // asks the ranks
-  const int64_t request = job.attempt->hang_diagnosis();
+  p_.watch.Supervise(&p_.requests, std::chrono::milliseconds(2000));  // asks the ranks
+  const int64_t request = job.attempt->watch().hang_diagnosis;
   ASSERT_NE(request, 0);
   for (int32_t r : {0, 2}) {  // rank 1 does not answer
     FlightRecord record;
@@ -328,7 +328,7 @@ TEST_F(ReplicasTest, AHungReplicaIsEvictedAndReplaced) {
     p_.requests.AddFlightRecord(id, 1, request, record);
   }
   p_.clock.Advance(std::chrono::seconds(3));
-  p_.lifecycle.Supervise(&p_.requests, std::chrono::milliseconds(2000));
+  p_.watch.Supervise(&p_.requests, std::chrono::milliseconds(2000));
   EXPECT_FALSE(job.attempt->failed());
   EXPECT_EQ(p_.local.killed(), (std::vector<std::string>{id + "#1/1"}));
   EXPECT_TRUE(p_.local.stopped().empty());

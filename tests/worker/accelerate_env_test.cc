@@ -1,7 +1,7 @@
 // AccelerateLaunchEnvironment with the venv's Python and Accelerate: the
 // variables of a config, the cache (used on the second call, kept apart
 // per config), and the errors of a refused config and a missing Python.
-#include "worker/accelerate_env.h"
+#include "worker/script/accelerate_env.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 // held back until two more steps have run); a write that fails on one rank
 // leaves the previous checkpoint the latest; a process killed in the middle
 // of a background write leaves the previous checkpoint the one resumed from.
-#include "worker/background_checkpoint.h"
+#include "worker/checkpoint/background_checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -24,9 +24,9 @@
 #include "common/checkpoint_dir.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/checkpoint.h"
-#include "worker/safetensors.h"
-#include "worker/trainer.h"
+#include "worker/base/safetensors.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -4,7 +4,7 @@
 // resharding across world sizes and strategies; the FULL layout read by the
 // real Python `safetensors` library; write failures; requests through the
 // control word; periodic saves and total_limit.
-#include "worker/checkpoint.h"
+#include "worker/checkpoint/checkpoint.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
@@ -27,12 +27,12 @@
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/collectives.h"
-#include "worker/fsdp.h"
-#include "worker/models.h"
-#include "worker/process_group.h"
-#include "worker/safetensors.h"
-#include "worker/trainer.h"
+#include "worker/base/safetensors.h"
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/process_group.h"
+#include "worker/models/models.h"
+#include "worker/parallel/fsdp.h"
+#include "worker/train/trainer.h"
 #include "worker/worker_main.h"
 
 namespace trainyard {

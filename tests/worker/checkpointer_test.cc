@@ -6,7 +6,7 @@
 // reuses a FULL save of the same step, a newer in-memory snapshot wins
 // over the disk checkpoint, and step boundaries trigger the saves agreed on
 // and due.
-#include "worker/checkpointer.h"
+#include "worker/train/checkpointer.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -17,9 +17,9 @@
 #include "common/checkpoint_dir.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
-#include "worker/job_data.h"
-#include "worker/models.h"
-#include "worker/optimizer.h"
+#include "worker/data/job_data.h"
+#include "worker/models/models.h"
+#include "worker/models/optimizer.h"
 
 namespace trainyard {
 namespace {

@@ -1,5 +1,5 @@
 // Sharded collectives over real Gloo (ranks as threads) against references.
-#include "worker/collectives.h"
+#include "worker/collectives/collectives.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

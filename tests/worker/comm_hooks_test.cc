@@ -1,13 +1,13 @@
 // DDP communication hooks over real Gloo (ranks as threads), checked against
 // independent float64 references.
-#include "worker/comm_hooks.h"
+#include "worker/parallel/comm_hooks.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "tests/worker/dist_test_util.h"
-#include "worker/ddp.h"
-#include "worker/trainer.h"
+#include "worker/parallel/ddp.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -2,7 +2,7 @@
 // (a real gRPC server whose side of the conversation the test scripts):
 // the hello, the welcome, commands reaching TrainerControl, metrics and
 // checkpoint reports going up, and the final outcome.
-#include "worker/control_client.h"
+#include "worker/control/control_client.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // InstallCrashReport: a child process that calls through a null function
 // pointer dies of SIGSEGV, as without the report, after writing the signal,
 // the faulting instruction, its caller and its stack to stderr.
-#include "worker/crash_report.h"
+#include "worker/base/crash_report.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -14,14 +14,14 @@
 
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/data.h"
-#include "worker/data_loader.h"
-#include "worker/distributed_sampler.h"
-#include "worker/job_data.h"
-#include "worker/mnist_dataset.h"
-#include "worker/safetensors.h"
-#include "worker/synthetic_dataset.h"
-#include "worker/token_file.h"
+#include "worker/base/safetensors.h"
+#include "worker/data/data.h"
+#include "worker/data/data_loader.h"
+#include "worker/data/distributed_sampler.h"
+#include "worker/data/job_data.h"
+#include "worker/data/mnist_dataset.h"
+#include "worker/data/synthetic_dataset.h"
+#include "worker/data/token_file.h"
 
 namespace trainyard {
 namespace {

@@ -11,14 +11,14 @@
 
 #include "tests/worker/dist_test_util.h"
 #include "tests/worker/rank_processes.h"
-#include "worker/data.h"
-#include "worker/ddp.h"
-#include "worker/distributed_sampler.h"
-#include "worker/models.h"
-#include "worker/process_group.h"
-#include "worker/shm_collectives.h"
-#include "worker/synthetic_dataset.h"
-#include "worker/trainer.h"
+#include "worker/collectives/process_group.h"
+#include "worker/collectives/shm_collectives.h"
+#include "worker/data/data.h"
+#include "worker/data/distributed_sampler.h"
+#include "worker/data/synthetic_dataset.h"
+#include "worker/models/models.h"
+#include "worker/parallel/ddp.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "worker/process_group.h"
-#include "worker/shm_collectives.h"
+#include "worker/collectives/process_group.h"
+#include "worker/collectives/shm_collectives.h"
 
 namespace trainyard {
 

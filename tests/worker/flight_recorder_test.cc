@@ -1,7 +1,7 @@
 // The flight recorder: its ring, what RecordingBackend records from real
 // Gloo groups (ranks as threads), and the hang diagnosis the coordinator
 // makes of those records when one rank stalls.
-#include "worker/flight_recorder.h"
+#include "worker/base/flight_recorder.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -15,8 +15,8 @@
 #include "server/health/hang_diagnosis.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
-#include "worker/collectives.h"
-#include "worker/process_group.h"
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/process_group.h"
 
 namespace trainyard {
 namespace {

@@ -1,7 +1,7 @@
 // FSDP over real Gloo (ranks as threads): every strategy and wrap policy
 // trains to the same parameters as one process on the full batch, and
 // FULL_SHARD holds about 1/N of DDP's bytes.
-#include "worker/fsdp.h"
+#include "worker/parallel/fsdp.h"
 
 #include <c10/core/StorageImpl.h>
 #include <gtest/gtest.h>
@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "tests/worker/dist_test_util.h"
-#include "worker/data.h"
-#include "worker/process_group.h"
-#include "worker/synthetic_tokens.h"
+#include "worker/collectives/process_group.h"
+#include "worker/data/data.h"
+#include "worker/data/synthetic_tokens.h"
 
 namespace trainyard {
 namespace {

@@ -2,7 +2,7 @@
 // on LD_LIBRARY_PATH through ctest), and without any (the NoNvml case runs
 // in a ctest entry of its own with no library to find). The real driver is
 // exercised by gpu_test on a GPU machine.
-#include "worker/gpu_monitor.h"
+#include "worker/base/gpu_monitor.h"
 
 #include <gtest/gtest.h>
 

@@ -14,10 +14,10 @@
 
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
-#include "worker/image_decode.h"
-#include "worker/image_folder.h"
-#include "worker/image_transforms.h"
-#include "worker/safetensors.h"
+#include "worker/base/safetensors.h"
+#include "worker/data/image_decode.h"
+#include "worker/data/image_folder.h"
+#include "worker/data/image_transforms.h"
 
 namespace trainyard {
 namespace {

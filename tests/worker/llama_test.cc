@@ -18,13 +18,13 @@
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/activation_checkpoint.h"
-#include "worker/checkpoint.h"
-#include "worker/collectives.h"
-#include "worker/fsdp.h"
-#include "worker/models.h"
-#include "worker/process_group.h"
-#include "worker/safetensors.h"
+#include "worker/base/safetensors.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/process_group.h"
+#include "worker/models/activation_checkpoint.h"
+#include "worker/models/models.h"
+#include "worker/parallel/fsdp.h"
 
 namespace trainyard {
 namespace {

@@ -1,7 +1,7 @@
 // Model FLOPs (for MFU) as the trainer reports them, against PyTorch's own
 // FlopCounterMode on reimplementations of the same models in the venv's
 // torch (tests/fixtures/model_flops.py).
-#include "worker/model_flops.h"
+#include "worker/models/model_flops.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -12,8 +12,8 @@
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/device.h"
-#include "worker/trainer.h"
+#include "worker/base/device.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

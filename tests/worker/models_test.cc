@@ -13,9 +13,9 @@
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/fsdp.h"
-#include "worker/models.h"
-#include "worker/safetensors.h"
+#include "worker/base/safetensors.h"
+#include "worker/models/models.h"
+#include "worker/parallel/fsdp.h"
 
 namespace trainyard {
 namespace {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "tests/worker/dist_test_util.h"
-#include "worker/ddp.h"
-#include "worker/models.h"
-#include "worker/node_collectives.h"
-#include "worker/process_group.h"
+#include "worker/collectives/node_collectives.h"
+#include "worker/collectives/process_group.h"
+#include "worker/models/models.h"
+#include "worker/parallel/ddp.h"
 
 namespace trainyard {
 namespace {

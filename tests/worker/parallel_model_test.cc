@@ -4,16 +4,16 @@
 // only when asked; ReleaseGradients leaves no gradient behind. DDP and FSDP
 // behind the same seam are tested through the Trainer (trainer_test,
 // ddp_test, fsdp_test).
-#include "worker/parallel_model.h"
+#include "worker/parallel/parallel_model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
-#include "worker/local_model.h"
-#include "worker/models.h"
-#include "worker/optimizer.h"
+#include "worker/models/models.h"
+#include "worker/models/optimizer.h"
+#include "worker/parallel/local_model.h"
 
 namespace trainyard {
 namespace {

@@ -33,7 +33,7 @@
 
 #include "common/placement.h"
 #include "tests/test_util.h"
-#include "worker/process_group.h"
+#include "worker/collectives/process_group.h"
 
 extern char** environ;
 

@@ -18,20 +18,20 @@
 #include <vector>
 
 #include "tests/worker/trainer_test_util.h"
-#include "worker/checkpoint.h"
-#include "worker/data_loader.h"
-#include "worker/distributed_sampler.h"
-#include "worker/global_cursor.h"
-#include "worker/job_data.h"
-#include "worker/membership.h"
-#include "worker/model.h"
-#include "worker/models.h"
-#include "worker/optimizer.h"
-#include "worker/process_group.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/collectives/process_group.h"
+#include "worker/control/membership.h"
+#include "worker/data/data_loader.h"
+#include "worker/data/distributed_sampler.h"
+#include "worker/data/global_cursor.h"
+#include "worker/data/job_data.h"
+#include "worker/models/model.h"
+#include "worker/models/models.h"
+#include "worker/models/optimizer.h"
 #include "worker/replicas/replica_group.h"
 #include "worker/replicas/replica_membership.h"
 #include "worker/replicas/replica_session.h"
-#include "worker/trainer.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -1,6 +1,6 @@
 // safetensors writer/reader: round trips, the Hugging Face sharded layout,
 // and an independent Python reader of the files (tests/fixtures/safetensors_check.py).
-#include "worker/safetensors.h"
+#include "worker/base/safetensors.h"
 #include "common/job_spec.h"
 
 #include <gtest/gtest.h>

@@ -3,7 +3,7 @@
 // each message the script sends is read as its typed message and written
 // back byte for byte; each state the worker sends is written as the fixture's
 // line. Then the channel over a real socket pair.
-#include "worker/script_channel.h"
+#include "worker/script/script_channel.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

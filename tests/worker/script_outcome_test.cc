@@ -1,7 +1,7 @@
 // ScriptOutcome: how a script's end reads as its rank's outcome, for each
 // way it can end (exit code, signal) and what the worker did (a stop, a
 // preemption passed on) or heard (a checkpoint, the package's hello).
-#include "worker/script_outcome.h"
+#include "worker/script/script_outcome.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -4,7 +4,7 @@
 // preemption (should_stop, exit 0 -> preempted), a stop (the script is ended),
 // a Python error (the traceback's last line is the reason), a Python that
 // does not exist (a usage error naming it), a script that reports nothing.
-#include "worker/script_runner.h"
+#include "worker/script/script_runner.h"
 
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@
 #include "common/paths.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
-#include "worker/script_outcome.h"
+#include "worker/script/script_outcome.h"
 
 namespace trainyard {
 namespace {

@@ -1,7 +1,7 @@
 // SignedStore: ranks form a real Gloo group through it; a value written by
 // anyone without the attempt's secret (a stranger connected to the job's
 // store) is refused on reading, naming its key.
-#include "worker/signed_store.h"
+#include "worker/collectives/signed_store.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -19,8 +19,8 @@
 
 #include "common/placement.h"
 #include "common/secrets.h"
-#include "worker/membership.h"
-#include "worker/process_group.h"
+#include "worker/collectives/process_group.h"
+#include "worker/control/membership.h"
 #include "worker/replicas/replica_group.h"
 
 namespace trainyard {

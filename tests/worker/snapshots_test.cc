@@ -3,7 +3,7 @@
 // resumes from it and ends bitwise where an uninterrupted run ends; a
 // snapshot older than the disk checkpoint, or a torn one, is not used; the
 // snapshots are gone when the job ends.
-#include "worker/snapshots.h"
+#include "worker/checkpoint/snapshots.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -14,8 +14,8 @@
 #include "common/checkpoint_dir.h"
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/checkpoint.h"
-#include "worker/trainer.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 namespace {

@@ -2,7 +2,7 @@
 // peers, and within the grace once training, naming its phase and step; a
 // preemption while training (which saves first) and a rank that keeps
 // running without a stop are left alone.
-#include "worker/stop_watchdog.h"
+#include "worker/control/stop_watchdog.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <mutex>
 #include <string>
 
-#include "worker/control.h"
-#include "worker/flight_recorder.h"
+#include "worker/base/flight_recorder.h"
+#include "worker/control/control.h"
 
 namespace trainyard {
 namespace {

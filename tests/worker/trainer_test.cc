@@ -11,10 +11,10 @@
 
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
-#include "worker/ddp.h"
-#include "worker/fsdp.h"
-#include "worker/loss_scaler.h"
-#include "worker/optimizer.h"
+#include "worker/models/optimizer.h"
+#include "worker/parallel/ddp.h"
+#include "worker/parallel/fsdp.h"
+#include "worker/train/loss_scaler.h"
 
 namespace trainyard {
 namespace {

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "tests/worker/dist_test_util.h"
-#include "worker/collectives.h"
-#include "worker/device.h"
-#include "worker/dist_setup.h"
-#include "worker/process_group.h"
-#include "worker/shm_collectives.h"
-#include "worker/trainer.h"
+#include "worker/base/device.h"
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/collectives/process_group.h"
+#include "worker/collectives/shm_collectives.h"
+#include "worker/train/trainer.h"
 
 namespace trainyard {
 

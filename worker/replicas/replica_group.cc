@@ -12,11 +12,11 @@
 
 #include "common/listen_socket.h"
 #include "common/log.h"
-#include "worker/abortable_store.h"
-#include "worker/collectives.h"
-#include "worker/process_group.h"
-#include "worker/shm_collectives.h"
-#include "worker/signed_store.h"
+#include "worker/collectives/abortable_store.h"
+#include "worker/collectives/collectives.h"
+#include "worker/collectives/process_group.h"
+#include "worker/collectives/shm_collectives.h"
+#include "worker/collectives/signed_store.h"
 
 namespace trainyard {
 

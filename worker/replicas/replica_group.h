@@ -32,9 +32,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "worker/checkpoint.h"
-#include "worker/dist_context.h"
-#include "worker/membership.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/collectives/dist_context.h"
+#include "worker/control/membership.h"
 
 namespace trainyard {
 

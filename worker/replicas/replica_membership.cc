@@ -7,8 +7,8 @@
 #include <stdexcept>
 
 #include "common/log.h"
-#include "worker/abortable_store.h"
-#include "worker/shm_collectives.h"
+#include "worker/collectives/abortable_store.h"
+#include "worker/collectives/shm_collectives.h"
 
 namespace trainyard {
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "worker/membership.h"
+#include "worker/base/tensor_hash.h"
+#include "worker/control/membership.h"
 #include "worker/replicas/replica_group.h"
-#include "worker/tensor_hash.h"
 
 namespace trainyard {
 

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "common/log.h"
-#include "worker/dist_setup.h"
-#include "worker/flight_recorder.h"
-#include "worker/trainer_parts.h"
+#include "worker/base/flight_recorder.h"
+#include "worker/collectives/dist_setup.h"
+#include "worker/train/trainer_parts.h"
 
 namespace trainyard {
 namespace {

@@ -33,7 +33,7 @@
 
 #include "common/job_spec.h"
 #include "worker/replicas/replica_membership.h"
-#include "worker/step_guard.h"
+#include "worker/train/step_guard.h"
 
 namespace trainyard {
 

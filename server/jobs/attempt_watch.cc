@@ -1,0 +1,110 @@
+#include "server/jobs/attempt_watch.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/jobs/hang_watchdog.h"
+
+namespace trainyard {
+
+void AttemptWatch::Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait) {
+  const auto now = clock_->SteadyNow();
+  lifecycle_->UpdateEstimates();
+  lifecycle_->TrySchedule();  // restarts whose backoff is over, preemptions past the minimum run time
+  for (const std::string& id : jobs_->ids()) {
+    // Each step may end the attempt (and start or end other jobs): look again.
+    auto attempt_of = [&] {
+      ActiveJob* job = jobs_->Find(id);
+      return job == nullptr || job->record.state == JobState::kQueued ? nullptr : job;
+    };
+    ActiveJob* job = attempt_of();
+    if (job == nullptr || !job->attempt) continue;
+    Attempt* a = job->attempt.get();
+    // A group that did not reattach after a coordinator restart.
+    if (job->record.state == JobState::kRecovering && now > a->watch().reattach_deadline && !a->cancel_requested()) {
+      lifecycle_->Apply(*job, a->Fail(-1,
+                                      absl::StrCat("the workers did not reattach within reattach_timeout_s (",
+                                                   job->spec.reattach_timeout_s, " s) after a coordinator restart"),
+                                      /*reattach=*/true));
+    }
+    // Joined ranks that are gone.
+    for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
+      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) break;
+      lifecycle_->Apply(*job, a->OnExit(e, /*recovering=*/false));
+    }
+    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
+    // A job preempted for another that did not stop within its grace.
+    if (job->preempt_deadline && now > *job->preempt_deadline) {
+      job->preempt_deadline.reset();
+      jobs_->AddEvent(*job, absl::StrCat("did not stop within preemption_grace_s (", job->spec.preemption_grace_s,
+                                         " s) after its preemption: stopping its ranks"));
+      lifecycle_->StopGroup(*job);
+    }
+    // Ranks whose stream stayed lost (where the mode takes them out): out, and ended.
+    if (job->record.state == JobState::kRunning && !a->stopping() && !a->stop_requested() && !lifecycle_->shut_down()) {
+      for (int32_t rank : a->supervisor().StreamsLost()) {
+        if (!Evict(*job, rank, "lost its stream without a result")) break;
+      }
+      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
+    }
+    if (!LookForStraggler(*job, now)) continue;
+    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
+    const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
+    if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
+    if (!hang.hung) continue;
+    // The ranks the diagnosis blames are evicted and replaced where the
+    // mode allows it; the others go on. A hang nobody is blamed for fails
+    // the group.
+    std::vector<int32_t> evict;
+    for (int32_t r : hang.culprits) {
+      if (a->supervisor().Evictable(r)) evict.push_back(r);
+    }
+    if (evict.empty()) {
+      lifecycle_->Apply(*job, a->Fail(-1, hang.failure));
+      continue;
+    }
+    job->progress.Touch(now);  // the members left get step_timeout_s of their own
+    for (int32_t rank : evict) {
+      if (!Evict(*job, rank, absl::StrCat("evicted as hung: ", hang.failure))) break;
+    }
+  }
+  requests->ExpireDiagnoses(now);
+}
+
+bool AttemptWatch::LookForStraggler(ActiveJob& job, SteadyTime now) {
+  Attempt& a = *job.attempt;
+  // DDP ranks only: their forward passes hold no collective (FSDP's gather
+  // parameters in them, so a fast rank would wait there too).
+  if (job.record.state != JobState::kRunning || a.stopping() || a.stop_requested() || lifecycle_->shut_down() ||
+      job.spec.distributed_type != DistributedType::kDdp) {
+    return true;
+  }
+  const std::vector<int32_t> ranks = a.supervisor().TrainingRanks(a.world_size());
+  if (ranks.empty()) return true;
+  StragglerWatch& watch = job.progress.stragglers();
+  const std::optional<StragglerWatch::Verdict> slow = watch.Look(ranks, now);
+  if (!slow) return true;
+  const std::string why = absl::StrCat(slow->Describe(), " for ",
+                                       std::chrono::duration_cast<std::chrono::seconds>(watch.window()).count(), " s");
+  if (!a.supervisor().Evictable(slow->rank)) {  // a whole group cannot drop a rank: it is named
+    jobs_->AddEvent(job, absl::StrCat("rank ", slow->rank, " is slow: ", why));
+    return true;
+  }
+  watch.Forget(slow->rank);  // its replacement is another process
+  return Evict(job, slow->rank, absl::StrCat("evicted as slow: ", why));
+}
+
+bool AttemptWatch::Evict(ActiveJob& job, int32_t rank, const std::string& why) {
+  RankSupervisor& sup = job.attempt->supervisor();
+  if (!sup.Evictable(rank)) return true;
+  jobs_->AddEvent(job, absl::StrCat("rank ", rank, " ", why));
+  const bool on = lifecycle_->Act(job, sup.Evict(rank, why), rank);
+  // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
+  if (Launcher* l = launchers_->Get(launchers_->KindOf(job.spec))) l->KillRank(job.record.id, job.record.attempt, rank);
+  // On another host, a rank that cannot be killed (its node dead or cut
+  // off) ends after the node-loss grace (WorkerSessions::EndRanksOnLostNodes).
+  if (job.attempt) job.attempt->Evicted(rank, clock_->SteadyNow());
+  return on;
+}
+
+}  // namespace trainyard

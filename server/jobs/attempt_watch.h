@@ -1,0 +1,54 @@
+// AttemptWatch: the periodic look at every attempt (the JobManager's
+// watchdog, every 500 ms). It updates the scheduler's estimates and starts
+// what may start now (back-offs over), then for each attempt: fails one
+// whose workers did not reattach in time after a coordinator restart, ends
+// joined ranks that are gone, stops a group preempted past its grace, takes
+// out ranks whose stream stayed lost (where the fault-tolerance mode takes
+// ranks out), names or evicts a straggler, and fails a hung group (the
+// hang watchdog) or, where the mode allows, evicts the ranks it blames.
+// What follows each finding is the JobLifecycle's.
+//
+// Not thread-safe: the JobManager calls it under its mutex.
+#ifndef TRAINYARD_SERVER_JOBS_ATTEMPT_WATCH_H_
+#define TRAINYARD_SERVER_JOBS_ATTEMPT_WATCH_H_
+
+#include <chrono>
+#include <string>
+
+#include "common/clock.h"
+#include "server/jobs/job_lifecycle.h"
+#include "server/jobs/job_table.h"
+#include "server/jobs/launchers.h"
+#include "server/jobs/pending_requests.h"
+
+namespace trainyard {
+
+class AttemptWatch {
+ public:
+  // Every part must outlive the watch.
+  AttemptWatch(JobTable* jobs, JobLifecycle* lifecycle, const Launchers* launchers, const TimeSource* clock)
+      : jobs_(jobs), lifecycle_(lifecycle), launchers_(launchers), clock_(clock) {}
+
+  // One look at every job; the hang watchdog asks hung ranks through
+  // `requests` and waits for their answers at most `diagnose_wait`.
+  void Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait);
+
+ private:
+  // Takes `rank` out of its group and kills its process (its end launches
+  // the replacement) where the mode allows it; `why` names it in the job's
+  // events. Returns false when the attempt failed by it.
+  bool Evict(ActiveJob& job, int32_t rank, const std::string& why);
+  // A DDP rank whose own work stays far slower than the others' (the job's
+  // StragglerWatch): evicted where the mode allows it, else named in an
+  // event. Returns false when the attempt failed by it.
+  bool LookForStraggler(ActiveJob& job, SteadyTime now);
+
+  JobTable* const jobs_;
+  JobLifecycle* const lifecycle_;
+  const Launchers* const launchers_;
+  const TimeSource* const clock_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_JOBS_ATTEMPT_WATCH_H_

@@ -1,0 +1,400 @@
+#include "worker/control/control_client.h"
+
+#include "common/placement.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <deque>
+#include <future>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/credentials.h"
+#include "common/keepalive.h"
+#include "common/log.h"
+#include "common/wire_convert.h"
+#include "trainyard/v1/trainyard.grpc.pb.h"
+#include "worker/base/flight_recorder.h"
+
+namespace trainyard {
+
+// The longest gRPC waits between attempts to reach a coordinator that went
+// away (its backoff grows from 200 ms, with jitter).
+constexpr int kReconnectBackoffCapMs = 1000;
+
+// One stream to the coordinator; replaced after a reconnection.
+struct Conn {
+  bool finished = false;  // Finish() was called (guarded by the client's write_mu)
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
+};
+
+struct ControlClient::Impl {
+  ControlOptions options;
+  TrainerControl* control = nullptr;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::WorkerService::Stub> stub;
+  Welcome welcome;
+
+  // Waiters await conditions on `mu`; they wake when one holds.
+  absl::Mutex mu;
+  std::shared_ptr<Conn> conn ABSL_GUARDED_BY(mu);
+  std::deque<StepMetrics> pending ABSL_GUARDED_BY(mu);
+  // Checkpoint reports and notes, sent at once.
+  std::deque<v1::WorkerMessage> reports ABSL_GUARDED_BY(mu);
+  bool finishing ABSL_GUARDED_BY(mu) = false;
+  bool result_sent ABSL_GUARDED_BY(mu) = false;  // the stream's end is expected
+  bool stream_broken ABSL_GUARDED_BY(mu) = false;
+  bool gave_up ABSL_GUARDED_BY(mu) = false;  // no more reconnection attempts
+  absl::Mutex write_mu;                      // one writer on a stream at a time
+  std::atomic<int32_t> every_steps{10};
+
+  std::thread reader;
+  std::thread sender;
+  std::promise<void> reader_done;
+
+  // Opens a stream and says hello; the coordinator answers with a welcome,
+  // or ends the stream with the reason it refuses this worker.
+  absl::StatusOr<std::shared_ptr<Conn>> Open(v1::CoordinatorMessage* first) {
+    auto c = std::make_shared<Conn>();
+    c->stream = stub->Connect(&c->ctx);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_job_id(options.job_id);
+    hello.mutable_hello()->set_rank(options.rank);
+    hello.mutable_hello()->set_attempt(options.attempt);
+    hello.mutable_hello()->set_token(options.token);
+    hello.mutable_hello()->set_advertise_addr(options.advertise_addr);
+    hello.mutable_hello()->set_rendezvous_port(options.rendezvous_port);
+    hello.mutable_hello()->set_replica_store_port(options.replica_store_port);
+    hello.mutable_hello()->set_node(NodeName());
+    if (std::optional<MembershipView> m =
+            options.memberships == nullptr ? std::nullopt : options.memberships->Newest()) {
+      ToProto(*m, hello.mutable_hello()->mutable_membership());
+    }
+    if (!c->stream->Write(hello) || !c->stream->Read(first)) {
+      grpc::Status st = c->stream->Finish();
+      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                          absl::StrCat("the coordinator refused the worker: ", st.error_message()));
+    }
+    if (!first->has_welcome()) {
+      c->ctx.TryCancel();
+      c->stream->Finish();
+      return absl::InternalError("the coordinator's first message was not a welcome");
+    }
+    return c;
+  }
+
+  void Handle(const v1::CoordinatorMessage& msg) {
+    if (msg.has_stop()) {
+      log::Info("coordinator asked to stop: {}", msg.stop().reason());
+      control->RequestStop();
+    } else if (msg.has_checkpoint()) {
+      const auto& c = msg.checkpoint();
+      CheckpointRequest r;
+      r.type = FromProto(c.type()).value_or(CheckpointType::kAuto);
+      r.request_id = c.request_id();
+      r.stop_after = c.stop_after();
+      log::Info("coordinator asked for a checkpoint (request {}{})", r.request_id, r.stop_after ? ", then stop" : "");
+      control->RequestCheckpoint(r);
+    } else if (msg.has_membership()) {
+      MembershipView offered = FromProto(msg.membership());
+      log::Info("coordinator offered membership {}", offered.Describe());
+      if (options.memberships != nullptr) options.memberships->Offer(std::move(offered));
+    } else if (msg.has_diagnose()) {
+      // Answered here, on the reader thread: the training thread may be
+      // the one that is stuck.
+      FlightRecord record;
+      if (options.flight_recorder != nullptr) {
+        record = options.flight_recorder->Capture();
+      } else {
+        record.rank = options.rank;
+        record.phase = "unknown (no flight recorder)";
+      }
+      v1::WorkerMessage up;
+      ToProto(record, up.mutable_flight_record());
+      up.mutable_flight_record()->set_request_id(msg.diagnose().request_id());
+      Report(std::move(up));
+    }
+  }
+
+  // Reconnects as soon as the coordinator answers again (training goes on
+  // meanwhile): gRPC's channel paces the connection attempts (its reconnect
+  // backoff, capped at kReconnectBackoffCapMs), and the stream is opened the
+  // moment the channel is connected. Null when giving up: finishing, the
+  // coordinator refused this worker (a stale attempt is told to exit), or
+  // reconnect_timeout passed.
+  std::shared_ptr<Conn> Reconnect() {
+    const auto deadline = std::chrono::steady_clock::now() + options.reconnect_timeout;
+    auto finished = [this] {
+      absl::MutexLock lock(&mu);
+      return finishing && result_sent;
+    };
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (finished()) return nullptr;
+      // Bounded, so that a finished worker does not wait for a coordinator.
+      if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(250))) continue;
+      v1::CoordinatorMessage first;
+      auto c = Open(&first);
+      if (c.ok()) {
+        log::Info("reconnected to the coordinator at {}", options.server);
+        return *c;
+      }
+      const auto code = c.status().code();
+      if (code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kFailedPrecondition ||
+          code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
+        log::Error("{}; this worker stops", std::string(c.status().message()));
+        control->RequestStop();
+        return nullptr;
+      }
+      // Connected but not taken yet (the coordinator is starting): ask again shortly.
+      absl::MutexLock lock(&mu);
+      auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finishing && result_sent; };
+      if (mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(250))) return nullptr;
+    }
+    log::Error("no coordinator at {} for {} s; this worker stops", options.server,
+               std::chrono::duration_cast<std::chrono::seconds>(options.reconnect_timeout).count());
+    control->RequestStop();
+    return nullptr;
+  }
+
+  void ReadLoop() {
+    for (;;) {
+      std::shared_ptr<Conn> c;
+      {
+        absl::MutexLock lock(&mu);
+        c = conn;
+      }
+      v1::CoordinatorMessage msg;
+      while (c->stream->Read(&msg)) Handle(msg);
+      {
+        absl::MutexLock lock(&mu);
+        if (result_sent) break;  // the coordinator closes the stream after the result
+        stream_broken = true;
+      }
+      log::Warn("lost the stream to the coordinator at {}; training goes on, metrics are kept", options.server);
+      std::shared_ptr<Conn> fresh = Reconnect();
+      {
+        absl::MutexLock wlock(&write_mu);
+        c->ctx.TryCancel();
+        c->stream->Finish();
+        c->finished = true;
+      }
+      if (!fresh) {
+        absl::MutexLock lock(&mu);
+        gave_up = true;
+        break;
+      }
+      absl::MutexLock lock(&mu);
+      conn = fresh;
+      stream_broken = false;
+    }
+    reader_done.set_value();
+  }
+
+  // Writes what is pending (releasing `mu` while writing); on failure keeps
+  // it (bounded) for after a reconnection. False when the stream is gone.
+  bool Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if ((pending.empty() && reports.empty()) || stream_broken) return !stream_broken;
+    std::vector<v1::WorkerMessage> msgs;
+    std::deque<StepMetrics> batch;
+    batch.swap(pending);
+    std::deque<v1::WorkerMessage> sent;
+    sent.swap(reports);
+    if (!batch.empty()) {
+      msgs.emplace_back();
+      for (const StepMetrics& m : batch) ToProto(m, msgs.back().mutable_metrics()->add_samples());
+    }
+    msgs.insert(msgs.end(), sent.begin(), sent.end());
+    std::shared_ptr<Conn> c = conn;
+    mu.Unlock();
+    bool ok = true;
+    {
+      absl::MutexLock wlock(&write_mu);
+      for (const auto& msg : msgs) ok = ok && c->stream->Write(msg);
+    }
+    mu.Lock();
+    if (!ok) {
+      stream_broken = true;
+      // Put them back in front of what came meanwhile, within the bound.
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) pending.push_front(*it);
+      while (pending.size() > options.max_buffered_samples) pending.pop_front();
+      for (auto it = sent.rbegin(); it != sent.rend(); ++it) reports.push_front(*it);
+      while (reports.size() > 1000) reports.pop_front();
+    }
+    return ok;
+  }
+
+  void Report(v1::WorkerMessage msg) {
+    absl::MutexLock lock(&mu);
+    reports.push_back(std::move(msg));
+    while (reports.size() > 1000) reports.pop_front();
+  }
+
+  void SendLoop() {
+    absl::MutexLock lock(&mu);
+    auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return finishing ||
+             (!stream_broken && (!reports.empty() || static_cast<int32_t>(pending.size()) >= every_steps.load()));
+    };
+    while (!finishing) {
+      mu.AwaitWithTimeout(absl::Condition(&due), absl::Seconds(1));
+      Flush();
+    }
+  }
+};
+
+ControlClient::ControlClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const ControlOptions& options,
+                                                                      TrainerControl* control) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->control = control;
+  impl->every_steps = std::max(1, options.metrics_every_steps);
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kWorkerKeepaliveMs);  // the server's accepts them (common/keepalive.h)
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kWorkerKeepaliveTimeoutMs);
+  // A restarted coordinator is found within about a second (gRPC's
+  // reconnect backoff, with its jitter, capped), and Reconnect opens the
+  // stream as soon as the channel connects.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffCapMs);
+  impl->channel = grpc::CreateCustomChannel(options.server,
+                                            ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem), args);
+  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
+    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.server));
+  }
+  impl->stub = v1::WorkerService::NewStub(impl->channel);
+  v1::CoordinatorMessage first;
+  auto conn = impl->Open(&first);
+  // A joining worker may be early: the job is queued, or rank 0 has not
+  // joined yet. Ask again until join_timeout.
+  const auto join_deadline = std::chrono::steady_clock::now() + options.join_timeout;
+  auto backoff = std::chrono::milliseconds(200);
+  while (!conn.ok() && conn.status().code() == absl::StatusCode::kUnavailable && options.attempt == 0 &&
+         std::chrono::steady_clock::now() < join_deadline) {
+    log::Info("{}; asking again in {} ms", std::string(conn.status().message()), backoff.count());
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    conn = impl->Open(&first);
+  }
+  if (!conn.ok()) return conn.status();
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->conn = *conn;
+  }
+  impl->welcome.spec_json = first.welcome().spec_json();
+  impl->welcome.world_size = first.welcome().world_size();
+  impl->welcome.attempt = first.welcome().attempt();
+  impl->welcome.master_addr = first.welcome().master_addr();
+  impl->welcome.master_port = first.welcome().master_port();
+  // Reconnections speak for the attempt joined.
+  if (impl->options.attempt == 0) impl->options.attempt = impl->welcome.attempt;
+  Impl* raw = impl.get();
+  impl->reader = std::thread([raw] { raw->ReadLoop(); });
+  impl->sender = std::thread([raw] { raw->SendLoop(); });
+  return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
+}
+
+ControlClient::~ControlClient() {
+  Impl& s = *impl_;
+  std::shared_ptr<Conn> c;
+  {
+    absl::MutexLock lock(&s.mu);
+    s.finishing = true;
+    s.result_sent = true;  // nothing more to say: no reconnection either
+    c = s.conn;
+  }
+  if (s.sender.joinable()) s.sender.join();
+  if (s.reader.joinable()) {
+    if (c) c->ctx.TryCancel();
+    s.reader.join();
+  }
+}
+
+const Welcome& ControlClient::welcome() const { return impl_->welcome; }
+
+void ControlClient::set_metrics_every_steps(int32_t n) { impl_->every_steps = std::max(1, n); }
+
+void ControlClient::OnStep(const StepMetrics& metrics) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);  // the sender wakes once enough samples are pending
+  s.pending.push_back(metrics);
+  if (s.pending.size() > s.options.max_buffered_samples) s.pending.pop_front();
+}
+
+void ControlClient::OnCheckpoint(const CheckpointEvent& event) {
+  v1::WorkerMessage msg;
+  ToProto(event, msg.mutable_checkpoint());
+  impl_->Report(std::move(msg));
+}
+
+void ControlClient::OnNote(const std::string& text) {
+  v1::WorkerMessage msg;
+  msg.mutable_note()->set_text(text);
+  impl_->Report(std::move(msg));
+}
+
+void ControlClient::OnReplica(const ReplicaReport& report) {
+  v1::WorkerMessage msg;
+  ToProto(report, msg.mutable_replica());
+  impl_->Report(std::move(msg));
+}
+
+void ControlClient::Finish(WorkerOutcome outcome, const std::string& error, int64_t final_step) {
+  Impl& s = *impl_;
+  {
+    absl::MutexLock lock(&s.mu);
+    s.finishing = true;
+  }
+  if (s.sender.joinable()) s.sender.join();
+  bool broken = false;
+  std::shared_ptr<Conn> c;
+  {
+    absl::MutexLock lock(&s.mu);
+    // A coordinator that is away gets the reconnect window to come back,
+    // unless the rank is told to leave meanwhile (a signal: checked often).
+    auto back = [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return !s.stream_broken || s.gave_up; };
+    const auto deadline = std::chrono::steady_clock::now() + s.options.reconnect_timeout;
+    while (!back() && std::chrono::steady_clock::now() < deadline) {
+      if (s.options.leave_requested && s.options.leave_requested()) {
+        log::Warn("told to leave while the coordinator is away: not waiting for it to come back");
+        break;
+      }
+      s.mu.AwaitWithTimeout(absl::Condition(&back), absl::Milliseconds(200));
+    }
+    s.Flush();
+    broken = s.stream_broken;
+    c = s.conn;
+    s.result_sent = true;
+  }
+  if (!broken && !c->finished) {
+    v1::WorkerMessage msg;
+    msg.mutable_result()->set_outcome(ToProto(outcome));
+    msg.mutable_result()->set_error(error);
+    msg.mutable_result()->set_final_step(final_step);
+    absl::MutexLock wlock(&s.write_mu);
+    c->stream->Write(msg);
+    c->stream->WritesDone();
+  } else {
+    log::Warn("the coordinator is gone; the result (exit code {}) could not be delivered", ExitCodeOf(outcome));
+  }
+  // The coordinator closes the stream once it has the result; do not wait
+  // forever for a coordinator that is gone.
+  if (s.reader_done.get_future().wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    c->ctx.TryCancel();
+  }
+  s.reader.join();
+  absl::MutexLock wlock(&s.write_mu);
+  if (!c->finished) {
+    grpc::Status st = c->stream->Finish();
+    c->finished = true;
+    if (!st.ok() && !broken && st.error_code() != grpc::StatusCode::CANCELLED) {
+      log::Warn("closing the coordinator stream: {}", st.error_message());
+    }
+  }
+}
+
+}  // namespace trainyard
