@@ -224,6 +224,11 @@ int RunWorker(const WorkerArgs& args) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // A peer that closed its socket (a rank that died, a store client gone)
+  // is an error on the write (EPIPE), never this rank's end: as the
+  // coordinator does. The children it starts get every signal back at its
+  // default (ChildProcess).
+  signal(SIGPIPE, SIG_IGN);
 
   ControlOptions co;
   co.leave_requested = [] { return g_control.stop_requested() || g_control.preemption_requested(); };

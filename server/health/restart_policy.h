@@ -2,7 +2,7 @@
 // A pure function of how the attempt ended, so that the paths that see an
 // attempt end — a launcher's exit reports (adopted ranks' included),
 // external ranks' results, the watchdog — decide alike; unit-tested as
-// a table (tests/server/restart_policy_test.cc).
+// a table (tests/server/health/restart_policy_test.cc).
 #ifndef TRAINYARD_SERVER_HEALTH_RESTART_POLICY_H_
 #define TRAINYARD_SERVER_HEALTH_RESTART_POLICY_H_
 

@@ -1,7 +1,7 @@
 // The Prometheus families the coordinator exports, declared once: name,
 // type, help, labels and histogram buckets. ServerMetrics registers every
 // family from this table, and docs/reference/metrics.md is checked against it
-// (tests/server/metric_table_test.cc). The per-step families come from the
+// (tests/server/metrics/metric_table_test.cc). The per-step families come from the
 // list of step numbers (common/step_metrics.h): a number declared there with
 // a family is in this table without another line.
 #ifndef TRAINYARD_SERVER_METRICS_METRIC_TABLE_H_

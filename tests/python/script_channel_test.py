@@ -1,6 +1,6 @@
 """The `trainyard` package's end of the script channel against the same lines
 the worker's end is tested with (tests/fixtures/script_channel/,
-tests/worker/script_channel_test.cc): each message the script sends is
+tests/worker/script/script_channel_test.cc): each message the script sends is
 written as the fixture's line byte for byte, and each state the worker sends
 is read as the fixture says.
 
