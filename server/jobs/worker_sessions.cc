@@ -172,7 +172,7 @@ void WorkerSessions::Detach(const std::string& job_id, int32_t attempt, int32_t 
   if (job == nullptr) return;
   Attempt& a = *job->attempt;
   // A stream lost without a result: its process's end follows if it died;
-  // else (where the mode takes ranks out) JobLifecycle::Supervise evicts it
+  // else (where the mode takes ranks out) AttemptWatch::Supervise evicts it
   // after a grace.
   if (a.channel(rank) == channel.get() && !a.reported(rank)) a.supervisor().OnStreamLost(rank, Live(*job));
   lifecycle_->Apply(*job, a.Detach(job_id, rank, channel, clock_->SteadyNow()));
