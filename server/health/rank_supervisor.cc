@@ -20,6 +20,7 @@ std::vector<int32_t> RankSupervisor::TrainingRanks(int32_t world_size) const {
   return all;
 }
 
+int32_t RankSupervisor::training_size(int32_t world_size) const { return world_size; }
 int32_t RankSupervisor::lead() const { return 0; }
 bool RankSupervisor::elastic() const { return false; }
 int32_t RankSupervisor::running(int32_t world_size) const { return world_size; }

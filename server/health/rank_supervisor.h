@@ -100,6 +100,9 @@ class RankSupervisor {
   // The ranks that train together now (empty: not yet known), of
   // `world_size` launch ranks.
   virtual std::vector<int32_t> TrainingRanks(int32_t world_size) const;
+  // How many ranks train together now (`world_size` while not yet known):
+  // the size of TrainingRanks without building it (every step report asks).
+  virtual int32_t training_size(int32_t world_size) const;
   // The rank whose progress and checkpoints stand for the group.
   virtual int32_t lead() const;
   // Whether the attempt's size can change (an elastic job's group).

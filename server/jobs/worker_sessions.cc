@@ -93,8 +93,7 @@ void WorkerSessions::Metrics(const std::string& job_id, int32_t attempt, const s
   if (job == nullptr) return;
   const auto now = clock_->SteadyNow();
   // Replica and elastic jobs train with their membership's ranks.
-  const std::vector<int32_t> training = job->attempt->supervisor().TrainingRanks(job->attempt->world_size());
-  const int world_size = training.empty() ? job->attempt->world_size() : static_cast<int>(training.size());
+  const int world_size = job->attempt->supervisor().training_size(job->attempt->world_size());
   for (const StepMetrics& agg : job->progress.OnSamples(samples, &job->record, now, job->attempt->lead_rank())) {
     job->history.Add(agg, world_size);
     for (auto& w : job->watchers) w->Push({std::nullopt, agg});

@@ -98,6 +98,11 @@ std::vector<int32_t> ReplicaSupervisor::TrainingRanks(int32_t) const {
   return membership_.formed() ? membership_.view().ranks : std::vector<int32_t>{};
 }
 
+int32_t ReplicaSupervisor::training_size(int32_t world_size) const {
+  const size_t members = membership_.view().ranks.size();
+  return membership_.formed() && members > 0 ? static_cast<int32_t>(members) : world_size;
+}
+
 int32_t ReplicaSupervisor::lead() const { return membership_.lead(); }
 int32_t ReplicaSupervisor::running(int32_t) const { return membership_.running(); }
 int32_t ReplicaSupervisor::size(int32_t) const { return membership_.size(); }

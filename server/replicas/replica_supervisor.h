@@ -32,6 +32,7 @@ class ReplicaSupervisor final : public RankSupervisor {
   bool Evictable(int32_t rank) const override;
   RankActions Evict(int32_t rank, const std::string& why) override;
   std::vector<int32_t> TrainingRanks(int32_t world_size) const override;
+  int32_t training_size(int32_t world_size) const override;
   int32_t lead() const override;
   bool elastic() const override { return true; }
   int32_t running(int32_t world_size) const override;

@@ -79,6 +79,7 @@ TEST_P(RankSupervisorContract, ItsRanksAreTheAttemptsAndItsLeadOneOfThem) {
   EXPECT_FALSE(training.empty()) << "every rank said hello, yet nobody trains";
   EXPECT_TRUE(std::is_sorted(training.begin(), training.end()));
   for (int32_t r : training) EXPECT_TRUE(r >= 0 && r < kWorld) << r;
+  EXPECT_EQ(sup_->training_size(kWorld), static_cast<int32_t>(training.size()));
   EXPECT_TRUE(std::find(training.begin(), training.end(), sup_->lead()) != training.end())
       << "lead " << sup_->lead() << " does not train";
   if (std::optional<ReplicaStatus> s = sup_->Status()) {
