@@ -90,6 +90,34 @@ def commits(logs):
     return rows
 
 
+def forks(rows):
+    """The steps whose commits disagree other than by a fork a rank took to
+    its end: [(step, {(hash, cursor): [(log, rank, epoch)]})]. A rank whose
+    gradient allreduce completed while a peer's failed applies a step its
+    peers drop (docs/design/fault-tolerance.md, Commits); taken out of the
+    membership, it commits nothing more in that epoch, and the others commit
+    the step again, with their state, in a later one. Anything else — two
+    states of a step in one epoch, or a forked state its rank went on from —
+    is members disagreeing."""
+    top = {}
+    for path, rank, epoch, step, cursor, digest in rows:
+        key = (path, rank, epoch)
+        top[key] = max(top.get(key, 0), step)
+    by_step = collections.defaultdict(lambda: collections.defaultdict(list))
+    for path, rank, epoch, step, cursor, digest in rows:
+        by_step[step][(digest, cursor)].append((path, rank, epoch))
+    bad = []
+    for step, variants in sorted(by_step.items()):
+        if len(variants) == 1:
+            continue
+        first = {v: min(e for _, _, e in where) for v, where in variants.items()}
+        kept = max(first, key=first.get)
+        forked = [w for v, where in variants.items() if v != kept for w in where]
+        if not all(e < first[kept] and top[w] == step for w in forked for e in [w[2]]):
+            bad.append((step, {v: where for v, where in variants.items()}))
+    return bad
+
+
 def last_eval(logs):
     """The eval loss of the job's last evaluation, as its ranks logged it."""
     best = None
