@@ -161,14 +161,14 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   // the manager (Shutdown), so no callback outlives it.
   LocalLauncherOptions lo = options.local;
   lo.extra_worker_args = *tls_args;
-  launcher = MakeLocalLauncher(lo, [this](const RankExit& e) { manager->OnRankExit(e); });
+  launcher = MakeLocalLauncher(lo, [this](const RankExit& e) { manager->workers().OnRankExit(e); });
   manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), options.jobs);
   SlurmLauncherOptions so = options.slurm;
   so.extra_worker_args = *tls_args;
   slurm_launcher = MakeSlurmLauncher(
-      so, [this](const RankExit& e) { manager->OnRankExit(e); },
+      so, [this](const RankExit& e) { manager->workers().OnRankExit(e); },
       [this](const std::string& job, int32_t attempt, const std::string& text) {
-        manager->OnLauncherNote(job, attempt, text);
+        manager->workers().OnLauncherNote(job, attempt, text);
       });
   manager->RegisterLauncher(LauncherKind::kSlurm, slurm_launcher.get());
   if (options.jobs.default_launcher == LauncherKind::kSlurm) return slurm_launcher->Available();
@@ -197,7 +197,7 @@ absl::Status Server::Impl::StartGrpc() {
     return absl::InvalidArgumentError(absl::StrCat("--policy-file ", s.message()));
   manager->SetPolicy(identities->policy());
   job_service = std::make_unique<JobServiceImpl>(manager.get(), identities.get());
-  worker_service = std::make_unique<WorkerServiceImpl>(manager.get());
+  worker_service = std::make_unique<WorkerServiceImpl>(&manager->workers());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, *creds, &grpc_port);
   builder.RegisterService(job_service.get());

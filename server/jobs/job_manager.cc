@@ -33,7 +33,8 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
            options_.node_loss_grace}),
       workers_(&jobs_, &lifecycle_, &launchers_, &requests_, clock),
       watch_(&jobs_, &lifecycle_, &launchers_, clock),
-      stops_(&jobs_, &lifecycle_) {
+      stops_(&jobs_, &lifecycle_),
+      routes_(&mu_, &workers_, &requests_) {
   absl::MutexLock lock(&mu_);
   launchers_.Register(LauncherKind::kLocal, launcher);
   launchers_.Register(LauncherKind::kExternal, &external_);
@@ -74,8 +75,6 @@ absl::Status JobManager::Recover() {
   absl::MutexLock lock(&mu_);
   return lifecycle_.Recover(admission_.limits());
 }
-
-// ---- People's side ----------------------------------------------------------
 
 absl::Status JobManager::Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) {
   absl::MutexLock lock(&mu_);
@@ -253,21 +252,17 @@ absl::StatusOr<JobHistory> JobManager::History(const std::string& id) {
 
 absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::string& from, int32_t num_processes,
                                              const Caller& by) {
-  auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
-    if (const ActiveJob* live = jobs_.Find(id)) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", id, " has not ended (",
-                                                        JobStateName(live->record.state),
-                                                        "); cancel it first, or checkpoint it while it runs"));
-    }
-    if (lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
-    return absl::OkStatus();
+  // Not while it runs (or was resumed meanwhile), nor on a server stopping.
+  auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<JobRecord> {
+    absl::StatusOr<JobRecord> r = jobs_.Ended(id, "; cancel it first, or checkpoint it while it runs");
+    if (r.ok() && lifecycle_.shut_down()) return absl::UnavailableError("the server is shutting down");
+    return r;
   };
   absl::StatusOr<JobRecord> rec;
   std::optional<Launchers> launchers;  // a copy: the launchers themselves are thread-safe
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = ended(); !s.ok()) return s;
-    rec = jobs_.StoredRecord(id);
+    rec = ended();
     if (!rec.ok()) return rec.status();
     launchers.emplace(launchers_);
   }
@@ -276,8 +271,7 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
   auto spec = admission_.ForResume(rec->spec_json, id, from, num_processes, *launchers, by);
   if (!spec.ok()) return spec.status();
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = ended(); !s.ok()) return s;  // resumed meanwhile
-  rec = jobs_.StoredRecord(id);
+  rec = ended();
   if (!rec.ok()) return rec.status();
   return lifecycle_.Resume(*rec, *spec, from);
 }
@@ -299,8 +293,6 @@ absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {
   absl::MutexLock lock(&mu_);
   return workers_.JoinInfoOf(id, lifecycle_.options().remote_coordinator_addr);
 }
-
-// ---- Hang diagnosis and the watchdog -----------------------------------------
 
 absl::StatusOr<int64_t> JobManager::RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) {
   absl::MutexLock lock(&mu_);
@@ -330,8 +322,6 @@ void JobManager::CheckProgress() {
   metrics_->SetSchedulerUsage(scheduler_.UserUsage(clock_->SteadyNow()), scheduler_.GroupUsage());
   if (!policy_->priority_classes.empty()) metrics_->SetClassCounts(ClassCounts(*policy_, jobs_));
 }
-
-// ---- Shutdown ---------------------------------------------------------------
 
 std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
   absl::MutexLock lock(&mu_);

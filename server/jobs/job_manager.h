@@ -5,14 +5,15 @@
 //   JobTable        the jobs not ended, and the only door to the JobStore;
 //   Scheduler       the queue, this host's slots and GPUs, what starts next;
 //   JobLifecycle    launches, failures, restarts, ends, the periodic look;
-//   WorkerSessions  ranks attaching, their reports, exits;
+//   WorkerSessions  ranks attaching, their reports, exits (WorkerRoutes
+//                   routes the workers' calls to it);
 //   Launchers       one Launcher per kind (local, slurm, external);
 //   PendingRequests checkpoint and diagnose requests someone waits on.
 // The parts read the time from the TimeSource it is given.
 //
-// Thread-safe (JobRequestHandler, WorkerHandler). The store, launchers and
-// metrics are called with the mutex held and never call back into the
-// manager synchronously (launchers report exits from their own threads).
+// Thread-safe. The store, launchers and metrics are called with the mutex
+// held and never call back into the manager synchronously (launchers
+// report exits from their own threads).
 #ifndef TRAINYARD_SERVER_JOBS_JOB_MANAGER_H_
 #define TRAINYARD_SERVER_JOBS_JOB_MANAGER_H_
 
@@ -42,6 +43,7 @@
 #include "server/jobs/pending_requests.h"
 #include "server/jobs/refusal_log.h"
 #include "server/jobs/shutdown_mode.h"
+#include "server/jobs/worker_routes.h"
 #include "server/jobs/worker_sessions.h"
 #include "server/launch/external_launcher.h"
 #include "server/metrics/server_metrics.h"
@@ -50,7 +52,7 @@
 
 namespace trainyard {
 
-class JobManager final : public JobRequestHandler, public WorkerHandler {
+class JobManager final : public JobRequestHandler {
  public:
   // `launcher` starts local jobs; external jobs' ranks join; RegisterLauncher
   // adds others. Every part must outlive the manager.
@@ -113,58 +115,8 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   absl::StatusOr<int64_t> RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) override;
   absl::StatusOr<Diagnosis> WaitDiagnosis(int64_t request_id) override;
 
-  // WorkerHandler: each call routed to WorkerSessions under the mutex.
-  absl::StatusOr<WorkerAttachment> AttachWorker(const std::string& job_id, int32_t rank, int32_t attempt,
-                                                const std::string& token, const std::string& advertise_addr = "",
-                                                int32_t rendezvous_port = 0, int32_t replica_store_port = 0,
-                                                const MembershipView& held = {},
-                                                const std::string& node = "") override {
-    absl::MutexLock lock(&mu_);
-    return workers_.Attach(job_id, rank, attempt, token, advertise_addr, rendezvous_port, replica_store_port, held,
-                           node);
-  }
-  void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) override {
-    absl::MutexLock lock(&mu_);
-    workers_.Metrics(job_id, attempt, samples);
-  }
-  void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
-                    const std::string& error) override {
-    absl::MutexLock lock(&mu_);
-    workers_.Result(job_id, attempt, rank, outcome, error);
-  }
-  void ReportCheckpoint(const std::string& job_id, int32_t attempt, const CheckpointEvent& checkpoint,
-                        int32_t rank = 0) override {
-    absl::MutexLock lock(&mu_);
-    workers_.Checkpoint(job_id, attempt, checkpoint, rank);
-  }
-  void ReportReplica(const std::string& job_id, int32_t attempt, int32_t rank, const ReplicaReport& report) override {
-    absl::MutexLock lock(&mu_);
-    workers_.Replica(job_id, attempt, rank, report);
-  }
-  void ReportNote(const std::string& job_id, int32_t attempt, int32_t rank, const std::string& text) override {
-    absl::MutexLock lock(&mu_);
-    workers_.Note(job_id, attempt, rank, text);
-  }
-  void ReportFlightRecord(const std::string& job_id, int32_t attempt, int64_t request_id,
-                          FlightRecord record) override {
-    absl::MutexLock lock(&mu_);
-    requests_.AddFlightRecord(job_id, attempt, request_id, std::move(record));
-  }
-  void DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
-                    const std::shared_ptr<WorkerChannel>& channel) override {
-    absl::MutexLock lock(&mu_);
-    workers_.Detach(job_id, attempt, rank, channel);
-  }
-  // The launchers' exit callback.
-  void OnRankExit(const RankExit& exit) {
-    absl::MutexLock lock(&mu_);
-    workers_.Exit(exit);
-  }
-  // The launchers' note callback: what the cluster says of an attempt.
-  void OnLauncherNote(const std::string& job_id, int32_t attempt, const std::string& text) {
-    absl::MutexLock lock(&mu_);
-    workers_.LauncherNote(job_id, attempt, text);
-  }
+  // The workers' side and the launchers' callbacks (WorkerRoutes).
+  WorkerRoutes& workers() { return routes_; }
 
   // Call periodically: ranks on lost nodes ended
   // (WorkerSessions::EndRanksOnLostNodes), AttemptWatch::Supervise (back-offs over, reattach
@@ -203,6 +155,7 @@ class JobManager final : public JobRequestHandler, public WorkerHandler {
   JobStops stops_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
   RefusalLog refused_ ABSL_GUARDED_BY(mu_);  // since this server started
+  WorkerRoutes routes_;                      // over workers_ and requests_, under mu_
 };
 
 }  // namespace trainyard

@@ -92,6 +92,14 @@ absl::StatusOr<ActiveJob*> JobTable::FindActive(const std::string& id, const std
       absl::StrCat("job ", id, " has ended (", JobStateName(rec->state), ")", why_it_matters));
 }
 
+absl::StatusOr<JobRecord> JobTable::Ended(const std::string& id, const std::string& what_to_do) {
+  if (const ActiveJob* live = Find(id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has not ended (", JobStateName(live->record.state), ")", what_to_do));
+  }
+  return store_->Get(id);
+}
+
 absl::StatusOr<JobRecord> JobTable::Record(const std::string& id) {
   if (ActiveJob* job = Find(id)) return job->record;
   return store_->Get(id);

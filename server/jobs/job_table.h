@@ -56,6 +56,9 @@ class JobTable {
   // The job if it has not ended; else NotFound, or FailedPrecondition
   // "job <id> has ended (<STATE>)<why_it_matters>".
   absl::StatusOr<ActiveJob*> FindActive(const std::string& id, const std::string& why_it_matters);
+  // The stored record of a job that has ended; else NotFound, or
+  // FailedPrecondition "job <id> has not ended (<STATE>)<what_to_do>".
+  absl::StatusOr<JobRecord> Ended(const std::string& id, const std::string& what_to_do);
   // The live record, else the stored one.
   absl::StatusOr<JobRecord> Record(const std::string& id);
   std::vector<std::string> ids() const;

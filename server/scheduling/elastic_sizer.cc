@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace trainyard {
 
 int StartSize(int count, int minimum, const std::function<bool(int)>& fits) {
@@ -46,6 +48,24 @@ std::vector<ElasticResize> PlanGrowth(std::vector<ElasticJob> jobs, int free,
     out.push_back({j.id, j.size + more});
   }
   return out;
+}
+
+absl::Status CheckScale(const ElasticJob& job, int full, bool preempting, int to) {
+  const std::string& id = job.id;
+  if (job.min_size == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is not elastic (elastic.min_processes)"));
+  }
+  if (to < job.min_size || to > full) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", id, " runs with between ", job.min_size,
+                                                   " (elastic.min_processes) and ", full,
+                                                   " (num_processes) ranks; asked for ", to));
+  }
+  if (preempting) return absl::FailedPreconditionError(absl::StrCat("job ", id, " is being preempted"));
+  if (to > job.size && job.shrink_to >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is shrinking to ", job.shrink_to,
+                                                      " ranks; scale it again once its ranks have left"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace trainyard {
 
 // A running elastic job as the sizer sees it.
@@ -44,6 +46,12 @@ int StartSize(int count, int minimum, const std::function<bool(int)>& fits);
 // started last, each down to its minimum at most. Empty when shrinking all
 // of them frees too little.
 std::vector<ElasticResize> PlanShrinks(std::vector<ElasticJob> candidates, int need);
+
+// Whether running job `job` (`full`: its num_processes) may be asked to run
+// `to` ranks (`trainctl scale`): an error naming what stands in the way (it
+// is not elastic, `to` is out of its bounds, it is being preempted, or it
+// should grow while a shrink is under way).
+absl::Status CheckScale(const ElasticJob& job, int full, bool preempting, int to);
 
 // How far `jobs` (below the size they want, not shrinking) grow into `free`
 // ranks: the highest priority first, then the one that started first; each

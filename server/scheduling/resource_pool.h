@@ -16,6 +16,8 @@ namespace trainyard {
 class ResourcePool {
  public:
   enum class Kind { kSlots, kGpus };
+  // "slots" or "GPUs", for messages.
+  static const char* NameOf(Kind kind) { return kind == Kind::kGpus ? "GPUs" : "slots"; }
 
   // What one job holds; empty when it holds nothing.
   struct Held {
@@ -42,6 +44,7 @@ class ResourcePool {
 
   int free_slots() const { return free_slots_; }
   int free_gpus() const { return static_cast<int>(free_gpus_.size()); }
+  int free(Kind kind) const { return kind == Kind::kGpus ? free_gpus() : free_slots(); }
 
  private:
   int free_slots_;

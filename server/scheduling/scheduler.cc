@@ -5,13 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/scheduling/queue_report.h"
 
 namespace trainyard {
 namespace {
 
 using Kind = ResourcePool::Kind;
-
-const char* NameOf(Kind k) { return k == Kind::kGpus ? "GPUs" : "slots"; }
 
 }  // namespace
 
@@ -36,14 +35,12 @@ void Scheduler::SetPolicy(SchedulerPolicy policy) {
   quotas_.SetQuotas(policy_.user_quotas, policy_.group_quotas);
 }
 
-int Scheduler::FreeOf(Kind kind) const { return kind == Kind::kGpus ? pool_.free_gpus() : pool_.free_slots(); }
-
 QueueForecast Scheduler::ForecastOf(Kind kind, Time now, QueueForecast::Ends ends) const {
   std::vector<QueueForecast::Holder> holders;
   for (const auto& [id, r] : running_) {
     if (r.demand.local && r.demand.kind == kind) holders.push_back({r.demand.count, r.expected_end, r.preempting});
   }
-  return QueueForecast(now, FreeOf(kind), holders, ends);
+  return QueueForecast(now, pool_.free(kind), holders, ends);
 }
 
 void Scheduler::Enqueue(const std::string& id, Demand demand, JobClaim claim, Time not_before, bool ahead) {
@@ -175,7 +172,7 @@ void Scheduler::Grow(Kind kind, Time now, Decision* d) {
     while (more > 0 && quotas_.Check(c.owner, c.group, kind, more)) --more;
     return more;
   };
-  for (const ElasticResize& g : PlanGrowth(std::move(growing), FreeOf(kind), allowed)) {
+  for (const ElasticResize& g : PlanGrowth(std::move(growing), pool_.free(kind), allowed)) {
     SetSize(g.id, running_.at(g.id), g.to, now);
     d->grow.push_back({g.id, g.to, ""});
   }
@@ -185,31 +182,20 @@ absl::Status Scheduler::Scale(const std::string& id, int to, Time now) {
   auto it = running_.find(id);
   if (it == running_.end()) return absl::FailedPreconditionError(absl::StrCat("job ", id, " is not running"));
   Running& r = it->second;
-  if (r.demand.min_count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is not elastic (elastic.min_processes)"));
-  }
-  if (to < r.demand.min_count || to > r.full) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", id, " runs with between ", r.demand.min_count,
-                                                   " (elastic.min_processes) and ", r.full,
-                                                   " (num_processes) ranks; asked for ", to));
-  }
-  if (r.preempting) return absl::FailedPreconditionError(absl::StrCat("job ", id, " is being preempted"));
+  if (absl::Status ok = CheckScale(ElasticOf(id, r), r.full, r.preempting, to); !ok.ok()) return ok;
   const Kind k = r.demand.kind;
   if (to > r.demand.count) {
-    if (r.shrink_to >= 0) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", id, " is shrinking to ", r.shrink_to,
-                                                        " ranks; scale it again once its ranks have left"));
-    }
     const int more = to - r.demand.count;
     if (r.demand.local && !pool_.Fits(k, more)) {
       return absl::FailedPreconditionError(absl::StrCat("growing job ", id, " to ", to, " ranks needs ", more,
-                                                        " more of this host's ", NameOf(k), "; ", FreeOf(k), " free"));
+                                                        " more of this host's ", ResourcePool::NameOf(k), "; ",
+                                                        pool_.free(k), " free"));
     }
     if (auto over = quotas_.Check(r.claim.owner, r.claim.group, k, more)) {
       return absl::FailedPreconditionError(
           absl::StrCat("growing job ", id, " to ", to, " ranks goes over the quota of ",
                        over->group ? "group " + r.claim.group : "user " + r.claim.owner, " (", over->used, " of ",
-                       over->limit, " ", NameOf(k), " in use)"));
+                       over->limit, " ", ResourcePool::NameOf(k), " in use)"));
     }
     SetSize(id, r, to, now);
   } else if (to < r.size_after_shrink()) {
@@ -238,9 +224,8 @@ std::vector<Scheduler::Preemption> Scheduler::PickVictims(const Waiting& head, i
     if (lower || reclaim) candidates.push_back({id, r.demand.count, r.claim.priority, r.started, reclaim && !lower});
   }
   std::vector<Preemption> out;
-  for (VictimCandidate& c : trainyard::PickVictims(std::move(candidates), need)) {
-    out.push_back({std::move(c.id), head.id, c.reclaim});
-  }
+  for (VictimCandidate& c : trainyard::PickVictims(std::move(candidates), need))
+    out.push_back({c.id, head.id, c.reclaim});
   return out;
 }
 
@@ -305,7 +290,7 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
       } else if (!fits) {
         const int needs = w->demand.minimum();
         Head h{w};
-        const int free = FreeOf(k);
+        const int free = pool_.free(k);
         std::tie(h.shadow, h.extra) = ForecastOf(k, now, QueueForecast::Ends::kEarliest).Shadow(needs);
         heads[k] = h;
         // What running jobs being preempted or shrunk will free counts as coming.
@@ -347,7 +332,7 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
           if (!preempting.empty()) how.push_back(absl::StrCat("preempting ", absl::StrJoin(preempting, ", ")));
           if (!shrinking.empty()) how.push_back(absl::StrCat("shrinking ", absl::StrJoin(shrinking, ", ")));
           w->wait = Wait::kPreempting;
-          w->wait_detail = absl::StrCat(absl::StrJoin(how, " and "), " to free ", NameOf(k));
+          w->wait_detail = absl::StrCat(absl::StrJoin(how, " and "), " to free ", ResourcePool::NameOf(k));
         } else {
           w->wait = Wait::kResources;
           w->wait_detail = absl::StrCat(free, " of ", k == Kind::kGpus ? "this host's GPUs" : "this host's slots",
@@ -371,62 +356,9 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
   return d;
 }
 
-std::string Scheduler::WhyWaiting(const std::string& id) const {
-  auto it = waiting_.find(id);
-  if (it == waiting_.end()) return "";
-  Waiting w = it->second;
-  if (w.pass != pass_ && w.wait != Wait::kPaused) {
-    // Not looked at by the last decision (it stopped early): behind the
-    // head of its resource, or over its quota.
-    w.wait = Wait::kNone;
-    if (last_decision_ < w.not_before) {
-      w.wait = Wait::kBackoff;
-    } else if (!OverQuota(w) && w.demand.local && last_heads_.count(w.demand.kind)) {
-      w.wait = Wait::kBehindHead;
-    }
-  }
-  const char* what = NameOf(w.demand.kind);
-  switch (w.wait) {
-    case Wait::kNone:                // not looked at yet
-    case Wait::kBackoff: return "";  // the job's own reason says when it restarts
-    case Wait::kUserQuota:
-    case Wait::kGroupQuota:
-      return absl::StrCat("waiting: ", w.wait == Wait::kUserQuota ? "user " : "group ",
-                          w.wait == Wait::kUserQuota ? w.claim.owner : w.claim.group, " uses ", w.quota_used, " of ",
-                          w.quota_limit, " ", what, "; this job needs ", w.demand.minimum());
-    case Wait::kResources:
-    case Wait::kPreempting: return absl::StrCat("waiting: ", w.wait_detail);
-    case Wait::kBehindHead: {
-      auto head = last_heads_.find(w.demand.kind);
-      if (head == last_heads_.end()) return absl::StrCat("waiting: for free ", what);
-      return absl::StrCat("waiting: behind job ", head->second, ", which starts first");
-    }
-    case Wait::kPaused: return "waiting: the coordinator is stopping";
-  }
-  return "";
-}
+std::string Scheduler::WhyWaiting(const std::string& id) const { return QueueReport(*this).WhyWaiting(id); }
 
-std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const {
-  std::vector<QueueEntry> out;
-  // Estimated starts, per resource, in queue order (QueueForecast::Place).
-  // A job over its quota has none: it starts when its owner's jobs end,
-  // which no timeline here knows.
-  std::map<Kind, QueueForecast> lines;
-  for (Kind k : {Kind::kSlots, Kind::kGpus}) lines.emplace(k, ForecastOf(k, now, QueueForecast::Ends::kKnown));
-  int position = 0;
-  for (const Waiting* w : Order(now)) {
-    QueueEntry e{w->id, ++position, w->demand, w->claim, WhyWaiting(w->id)};
-    e.owner_usage = fair_share_.UsageAt(w->claim.owner, now);
-    Waiting quota_check = *w;
-    if (!OverQuota(quota_check)) {
-      e.estimated_start = w->demand.local
-                              ? lines.at(w->demand.kind).Place(w->demand.minimum(), w->not_before, w->claim.runtime)
-                              : std::max(now, w->not_before);
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
+std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const { return QueueReport(*this).Queue(now); }
 
 void Scheduler::SetExpectedEnd(const std::string& id, Time end) {
   auto it = running_.find(id);
@@ -460,26 +392,9 @@ void Scheduler::Release(const std::string& id, Time now) {
 }
 
 std::map<std::string, Scheduler::Usage> Scheduler::UserUsage(Time now) const {
-  std::map<std::string, Usage> out;
-  for (const auto& [owner, queued] : queued_by_owner_) out[owner].queued = queued;
-  for (const auto& [owner, usage] : fair_share_.Usage(now)) out[owner].rank_seconds = usage;
-  for (const auto& [owner, in_use] : quotas_.users()) {
-    out[owner].slots = in_use.slots;
-    out[owner].gpus = in_use.gpus;
-  }
-  return out;
+  return QueueReport(*this).UserUsage(now);
 }
 
-std::map<std::string, Scheduler::Usage> Scheduler::GroupUsage() const {
-  std::map<std::string, Usage> out;
-  for (const auto& [group, in_use] : quotas_.groups()) {
-    out[group].slots = in_use.slots;
-    out[group].gpus = in_use.gpus;
-  }
-  for (const auto& [id, w] : waiting_) {
-    if (!w.claim.group.empty()) ++out[w.claim.group].queued;
-  }
-  return out;
-}
+std::map<std::string, Scheduler::Usage> Scheduler::GroupUsage() const { return QueueReport(*this).GroupUsage(); }
 
 }  // namespace trainyard

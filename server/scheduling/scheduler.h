@@ -165,10 +165,8 @@ class Scheduler {
   // The waiting jobs that start at `now` and the running jobs to preempt.
   // Nothing starts or is preempted once Pause() was called.
   Decision Schedule(Time now);
-  // Why a waiting job waits, as of the last Schedule; "" when it is not
-  // queued, was not looked at yet, or backs off (its own reason says).
+  // Why a job waits and the queue in order (QueueReport).
   std::string WhyWaiting(const std::string& id) const;
-  // The queue in order, with reasons and estimated starts.
   std::vector<QueueEntry> Queue(Time now) const;
 
   // A running job's expected end (its remaining steps × step time).
@@ -197,11 +195,12 @@ class Scheduler {
 
   int free_slots() const { return pool_.free_slots(); }
   int free_gpus() const { return pool_.free_gpus(); }
-  // Every user and group with jobs running or waiting, or usage left.
+  // Every user and group with jobs running or waiting, or usage left (QueueReport).
   std::map<std::string, Usage> UserUsage(Time now) const;
   std::map<std::string, Usage> GroupUsage() const;
 
  private:
+  friend class QueueReport;  // reads the queue's state
   enum class Wait { kNone, kBackoff, kUserQuota, kGroupQuota, kResources, kBehindHead, kPreempting, kPaused };
   struct Waiting {
     std::string id;
@@ -248,7 +247,6 @@ class Scheduler {
   std::vector<Preemption> PickVictims(const Waiting& head, int need, Time now) const;
   // The timeline of `kind` on this host from now.
   QueueForecast ForecastOf(ResourcePool::Kind kind, Time now, QueueForecast::Ends ends) const;
-  int FreeOf(ResourcePool::Kind kind) const;
 
   SchedulerPolicy policy_;
   ResourcePool pool_;

@@ -188,7 +188,7 @@ class ReplicaStreamsTest : public ::testing::Test {
     manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
     ASSERT_TRUE(manager_->Recover().ok());
     jobs_ = std::make_unique<JobServiceImpl>(manager_.get());
-    workers_ = std::make_unique<WorkerServiceImpl>(manager_.get());
+    workers_ = std::make_unique<WorkerServiceImpl>(&manager_->workers());
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -284,7 +284,7 @@ TEST_F(ReplicaStreamsTest, MembershipsGoDownTheStreamsAndReportsComeUp) {
   EXPECT_EQ(got.replicas().min_replicas(), 1);
 
   // Rank 1 dies: rank 0 trains on alone, rank 1 is started again.
-  manager_->OnRankExit(RankExit::Killed(job.id, job.attempt, 1, 9));
+  manager_->workers().OnRankExit(RankExit::Killed(job.id, job.attempt, 1, 9));
   EXPECT_EQ(NextMembership(w0).epoch(), 2);
   got = Get(job.id);
   EXPECT_EQ(got.state(), v1::RUNNING);

@@ -52,7 +52,8 @@ class JobManagerTest : public ::testing::Test {
   void ExitAll(const std::string& id, int code) {
     auto job = manager_->Get(id);
     ASSERT_TRUE(job.ok());
-    for (int r = 0; r < job->num_processes; ++r) manager_->OnRankExit(RankExit::Exited(id, job->attempt, r, code));
+    for (int r = 0; r < job->num_processes; ++r)
+      manager_->workers().OnRankExit(RankExit::Exited(id, job->attempt, r, code));
   }
 
   TempDir dir_;
@@ -163,58 +164,58 @@ TEST_F(JobManagerTest, ExternalJobsWaitForJoiningWorkers) {
   EXPECT_EQ(info->world_size, 2);
   EXPECT_EQ(info->attempt, 1);
   // Rank 1 first: it waits for rank 0's rendezvous address.
-  EXPECT_EQ(manager_->AttachWorker(id, 1, 0, info->token).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(manager_->AttachWorker(id, 0, 0, "forged", "10.0.0.1", 29400).status().code(),
+  EXPECT_EQ(manager_->workers().AttachWorker(id, 1, 0, info->token).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(manager_->workers().AttachWorker(id, 0, 0, "forged", "10.0.0.1", 29400).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(manager_->AttachWorker(id, 0, 0, info->token).status().code(), absl::StatusCode::kInvalidArgument)
+  EXPECT_EQ(manager_->workers().AttachWorker(id, 0, 0, info->token).status().code(), absl::StatusCode::kInvalidArgument)
       << "rank 0 must say where its store listens";
-  auto w0 = manager_->AttachWorker(id, 0, 0, info->token, "10.0.0.1", 29400);
+  auto w0 = manager_->workers().AttachWorker(id, 0, 0, info->token, "10.0.0.1", 29400);
   ASSERT_TRUE(w0.ok()) << w0.status();
   EXPECT_EQ(w0->attempt, 1);
-  auto w1 = manager_->AttachWorker(id, 1, 0, info->token, "10.0.0.2", 0);
+  auto w1 = manager_->workers().AttachWorker(id, 1, 0, info->token, "10.0.0.2", 0);
   ASSERT_TRUE(w1.ok()) << w1.status();
   EXPECT_EQ(w1->master_addr, "10.0.0.1");
   EXPECT_EQ(w1->master_port, 29400);
   EXPECT_EQ(StateOf(id), JobState::kRunning);
 
   // Rank 1 fails: rank 0 is told to stop; both ends come from their streams.
-  manager_->ReportResult(id, 1, 1, WorkerOutcome::kFailed, "boom");
-  manager_->DetachWorker(id, 1, 1, w1->channel);
+  manager_->workers().ReportResult(id, 1, 1, WorkerOutcome::kFailed, "boom");
+  manager_->workers().DetachWorker(id, 1, 1, w1->channel);
   WorkerCommand cmd;
   ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kStop);
-  manager_->ReportResult(id, 1, 0, WorkerOutcome::kStopped, "stopped on request after step 3");
-  manager_->DetachWorker(id, 1, 0, w0->channel);
+  manager_->workers().ReportResult(id, 1, 0, WorkerOutcome::kStopped, "stopped on request after step 3");
+  manager_->workers().DetachWorker(id, 1, 0, w0->channel);
   // Restarted: attempt 2 waits for joins again, with the same token.
   EXPECT_EQ(StateOf(id), JobState::kStarting);
   auto info2 = manager_->GetJoinInfo(id);
   ASSERT_TRUE(info2.ok());
   EXPECT_EQ(info2->attempt, 2);
   EXPECT_EQ(info2->token, info->token);
-  EXPECT_EQ(manager_->AttachWorker(id, 0, 1, info->token, "10.0.0.1", 29400).status().code(),
+  EXPECT_EQ(manager_->workers().AttachWorker(id, 0, 1, info->token, "10.0.0.1", 29400).status().code(),
             absl::StatusCode::kFailedPrecondition);  // the old attempt is fenced
-  auto v0 = manager_->AttachWorker(id, 0, 0, info->token, "10.0.0.3", 29401);
-  auto v1 = manager_->AttachWorker(id, 1, 0, info->token);
+  auto v0 = manager_->workers().AttachWorker(id, 0, 0, info->token, "10.0.0.3", 29401);
+  auto v1 = manager_->workers().AttachWorker(id, 1, 0, info->token);
   ASSERT_TRUE(v0.ok() && v1.ok());
   EXPECT_EQ(v1->master_addr, "10.0.0.3");
   EXPECT_EQ(StateOf(id), JobState::kRunning);
-  for (int r = 0; r < 2; ++r) manager_->ReportResult(id, 2, r, WorkerOutcome::kSucceeded, "");
-  manager_->DetachWorker(id, 2, 0, v0->channel);
-  manager_->DetachWorker(id, 2, 1, v1->channel);
+  for (int r = 0; r < 2; ++r) manager_->workers().ReportResult(id, 2, r, WorkerOutcome::kSucceeded, "");
+  manager_->workers().DetachWorker(id, 2, 0, v0->channel);
+  manager_->workers().DetachWorker(id, 2, 1, v1->channel);
   EXPECT_EQ(StateOf(id), JobState::kSucceeded);
 }
 
 TEST_F(JobManagerTest, CancellingAnExternalJobNobodyJoinedEndsIt) {
   auto job = manager_->Submit("num_processes: 3\nlauncher: external\n");
   ASSERT_TRUE(job.ok());
-  auto w0 = manager_->AttachWorker(job->id, 0, 0, manager_->GetJoinInfo(job->id)->token, "10.0.0.1", 29400);
+  auto w0 = manager_->workers().AttachWorker(job->id, 0, 0, manager_->GetJoinInfo(job->id)->token, "10.0.0.1", 29400);
   ASSERT_TRUE(w0.ok());
   ASSERT_TRUE(manager_->Cancel(job->id).ok());
   WorkerCommand cmd;
   ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kStop);
-  manager_->ReportResult(job->id, 1, 0, WorkerOutcome::kStopped, "stopped on request after step 0");
-  manager_->DetachWorker(job->id, 1, 0, w0->channel);
+  manager_->workers().ReportResult(job->id, 1, 0, WorkerOutcome::kStopped, "stopped on request after step 0");
+  manager_->workers().DetachWorker(job->id, 1, 0, w0->channel);
   // Ranks 1 and 2 never came: the watchdog accounts for them.
   manager_->CheckProgress();
   EXPECT_EQ(StateOf(job->id), JobState::kCancelled);
@@ -232,10 +233,10 @@ TEST_F(JobManagerTest, FirstFailureIsTheRootCauseAndStopsTheGroup) {
   const std::string a = Submit(2);
   auto job = manager_->Get(a);
   ASSERT_TRUE(job.ok());
-  manager_->ReportResult(a, job->attempt, 1, WorkerOutcome::kFailed, "boom in forward");
-  manager_->OnRankExit(RankExit::Exited(a, job->attempt, 1, 1));
+  manager_->workers().ReportResult(a, job->attempt, 1, WorkerOutcome::kFailed, "boom in forward");
+  manager_->workers().OnRankExit(RankExit::Exited(a, job->attempt, 1, 1));
   EXPECT_EQ(launcher_.stopped().size(), 1u);
-  manager_->OnRankExit(RankExit::Killed(a, job->attempt, 0, 9));  // killed by the stop
+  manager_->workers().OnRankExit(RankExit::Killed(a, job->attempt, 0, 9));  // killed by the stop
   auto ended = manager_->Get(a);
   ASSERT_TRUE(ended.ok());
   EXPECT_EQ(ended->state, JobState::kFailed);
@@ -274,7 +275,7 @@ TEST_F(JobManagerTest, ShutdownModes) {
     const JobRecord r = *manager_->Get(id);
     Started out{id, nullptr, r.attempt};
     for (int rank = 0; rank < procs; ++rank) {
-      auto w = manager_->AttachWorker(id, rank, r.attempt, r.worker_token);
+      auto w = manager_->workers().AttachWorker(id, rank, r.attempt, r.worker_token);
       EXPECT_TRUE(w.ok()) << w.status();
       if (rank == 0 && w.ok()) out.rank0 = w->channel;
     }
@@ -307,7 +308,7 @@ TEST_F(JobManagerTest, ShutdownModes) {
   ASSERT_TRUE(b.rank0->Pop(&cmd, std::chrono::milliseconds(0)));
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kCheckpoint);
   EXPECT_TRUE(cmd.stop_after);
-  manager_->OnRankExit(RankExit::Exited(b.id, b.attempt, 0, /*code=*/3));  // stopped after its checkpoint
+  manager_->workers().OnRankExit(RankExit::Exited(b.id, b.attempt, 0, /*code=*/3));  // stopped after its checkpoint
   const JobRecord after = *store_->Get(b.id);
   EXPECT_EQ(after.state, JobState::kQueued);
   EXPECT_NE(after.reason.find("--on-shutdown checkpoint"), std::string::npos) << after.reason;
@@ -333,30 +334,30 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   const std::string id = job->id;
   const int64_t launched = clock_.UnixMillis();
   JobRecord r = *manager_->Get(id);
-  ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
+  ASSERT_TRUE(manager_->workers().AttachWorker(id, 0, r.attempt, r.worker_token).ok());
   StepMetrics m;
   m.step = 30;
   m.step_seconds = 0.1;
   m.data_seconds = 0.05;
   m.unix_millis = launched + 2000;  // its first report: 1.9 s after the launch began
-  manager_->ReportMetrics(id, r.attempt, {m});
+  manager_->workers().ReportMetrics(id, r.attempt, {m});
   CheckpointEvent c;
   c.ok = false;     // blocks training all the same
   c.seconds = 0.4;  // of which training waited 0.25 s (the rest was written in the background)
   c.blocking_seconds = 0.25;
-  manager_->ReportCheckpoint(id, r.attempt, c);
+  manager_->workers().ReportCheckpoint(id, r.attempt, c);
   const int64_t before = clock_.UnixMillis();
-  manager_->OnRankExit(RankExit::Exited(id, r.attempt, 0, /*code=*/1));  // fails at step 30
+  manager_->workers().OnRankExit(RankExit::Exited(id, r.attempt, 0, /*code=*/1));  // fails at step 30
   r = *manager_->Get(id);
   ASSERT_EQ(r.state, JobState::kStarting);  // restarted
-  ASSERT_TRUE(manager_->AttachWorker(id, 0, r.attempt, r.worker_token).ok());
+  ASSERT_TRUE(manager_->workers().AttachWorker(id, 0, r.attempt, r.worker_token).ok());
   m.step = 26;  // resumed from its checkpoint at step 25: steps 26..30 again
   m.step_seconds = 0.2;
   m.unix_millis = before + 1500;
-  manager_->ReportMetrics(id, r.attempt, {m});
+  manager_->workers().ReportMetrics(id, r.attempt, {m});
   m.step = 27;  // later steps close nothing more
   m.unix_millis = before + 9000;
-  manager_->ReportMetrics(id, r.attempt, {m});
+  manager_->workers().ReportMetrics(id, r.attempt, {m});
   const std::string text = prometheus::TextSerializer().Serialize(metrics_.registry().Collect());
   auto value = [&](const std::string& series) {
     const size_t at = text.find("\n" + series + " ");
@@ -405,11 +406,11 @@ TEST_F(JobManagerTest, RepeatedFailuresBackOff) {
   EXPECT_EQ(StateOf(a), JobState::kStarting);
   // An attempt that trains before it fails is no crash loop: at once again.
   JobRecord r = *manager_->Get(a);
-  ASSERT_TRUE(manager_->AttachWorker(a, 0, r.attempt, r.worker_token).ok());
+  ASSERT_TRUE(manager_->workers().AttachWorker(a, 0, r.attempt, r.worker_token).ok());
   StepMetrics m;
   m.step = 5;
   m.step_seconds = 0.1;
-  manager_->ReportMetrics(a, r.attempt, {m});
+  manager_->workers().ReportMetrics(a, r.attempt, {m});
   ExitAll(a, 1);
   EXPECT_EQ(StateOf(a), JobState::kStarting) << manager_->Get(a)->reason;
 }
@@ -417,18 +418,18 @@ TEST_F(JobManagerTest, RepeatedFailuresBackOff) {
 TEST_F(JobManagerTest, WorkerTokensAreChecked) {
   const std::string a = Submit(2);
   auto launch = launcher_.launched().at(0);
-  EXPECT_EQ(manager_->AttachWorker(a, 0, launch.attempt, "forged").status().code(),
+  EXPECT_EQ(manager_->workers().AttachWorker(a, 0, launch.attempt, "forged").status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(manager_->AttachWorker(a, 0, launch.attempt + 1, launch.token).status().code(),
+  EXPECT_EQ(manager_->workers().AttachWorker(a, 0, launch.attempt + 1, launch.token).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(manager_->AttachWorker(a, 2, launch.attempt, launch.token).status().code(),
+  EXPECT_EQ(manager_->workers().AttachWorker(a, 2, launch.attempt, launch.token).status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto w0 = manager_->AttachWorker(a, 0, launch.attempt, launch.token);
+  auto w0 = manager_->workers().AttachWorker(a, 0, launch.attempt, launch.token);
   ASSERT_TRUE(w0.ok()) << w0.status();
-  EXPECT_EQ(manager_->AttachWorker(a, 0, launch.attempt, launch.token).status().code(),
+  EXPECT_EQ(manager_->workers().AttachWorker(a, 0, launch.attempt, launch.token).status().code(),
             absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(StateOf(a), JobState::kStarting);
-  auto w1 = manager_->AttachWorker(a, 1, launch.attempt, launch.token);
+  auto w1 = manager_->workers().AttachWorker(a, 1, launch.attempt, launch.token);
   ASSERT_TRUE(w1.ok());
   EXPECT_EQ(StateOf(a), JobState::kRunning);
   EXPECT_EQ(w1->world_size, 2);
@@ -456,10 +457,11 @@ TEST_F(JobManagerTest, HistorySurvivesRestart) {
   EXPECT_EQ(StateOf(c), JobState::kQueued);
   // They reattach with their attempt and token: b runs again.
   const JobRecord rb = *manager_->Get(b);
-  EXPECT_EQ(manager_->AttachWorker(b, 0, rb.attempt, "forged").status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(manager_->AttachWorker(b, 0, rb.attempt - 1, rb.worker_token).status().code(),
+  EXPECT_EQ(manager_->workers().AttachWorker(b, 0, rb.attempt, "forged").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(manager_->workers().AttachWorker(b, 0, rb.attempt - 1, rb.worker_token).status().code(),
             absl::StatusCode::kFailedPrecondition);  // a stale attempt is told to go
-  for (int r = 0; r < 4; ++r) ASSERT_TRUE(manager_->AttachWorker(b, r, rb.attempt, rb.worker_token).ok());
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(manager_->workers().AttachWorker(b, r, rb.attempt, rb.worker_token).ok());
   EXPECT_EQ(StateOf(b), JobState::kRunning);
   auto events = manager_->Events(a);
   ASSERT_TRUE(events.ok());
@@ -477,11 +479,11 @@ TEST_F(JobManagerTest, AdoptedRanksEndAsTheyReported) {
   const JobRecord rb = *manager_->Get(b);
   EXPECT_EQ(launcher_.adopted()[0].attempt, rb.attempt);
   EXPECT_EQ(launcher_.adopted()[0].world_size, 2);
-  for (int r = 0; r < 2; ++r) ASSERT_TRUE(manager_->AttachWorker(b, r, rb.attempt, rb.worker_token).ok());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(manager_->workers().AttachWorker(b, r, rb.attempt, rb.worker_token).ok());
   ASSERT_EQ(StateOf(b), JobState::kRunning);
-  for (int r = 0; r < 2; ++r) manager_->ReportResult(b, rb.attempt, r, WorkerOutcome::kSucceeded, "");
+  for (int r = 0; r < 2; ++r) manager_->workers().ReportResult(b, rb.attempt, r, WorkerOutcome::kSucceeded, "");
   for (int r = 0; r < 2; ++r) {
-    manager_->OnRankExit(RankExit::Unknown(b, rb.attempt, r));
+    manager_->workers().OnRankExit(RankExit::Unknown(b, rb.attempt, r));
   }
   EXPECT_EQ(StateOf(b), JobState::kSucceeded);
 }
@@ -490,15 +492,15 @@ TEST_F(JobManagerTest, AdoptedRankGoneWithoutAReportStopsTheGroupAndRestartsItUn
   const std::string b = Submit(2);
   Open();
   const JobRecord rb = *manager_->Get(b);
-  ASSERT_TRUE(manager_->AttachWorker(b, 0, rb.attempt, rb.worker_token).ok());
+  ASSERT_TRUE(manager_->workers().AttachWorker(b, 0, rb.attempt, rb.worker_token).ok());
   ASSERT_EQ(StateOf(b), JobState::kRecovering);
   RankExit e = RankExit::Unknown(b, rb.attempt, 1);
-  manager_->OnRankExit(e);
+  manager_->workers().OnRankExit(e);
   // The rest of the group is stopped through the launcher.
   const std::vector<std::string> stopped = launcher_.stopped();
   EXPECT_NE(std::find(stopped.begin(), stopped.end(), b + "#" + std::to_string(rb.attempt)), stopped.end());
   e.rank = 0;
-  manager_->OnRankExit(e);
+  manager_->workers().OnRankExit(e);
   // Lost while the coordinator was away: started again from its latest
   // checkpoint, and no restart of the job's own is counted.
   const JobRecord after = *manager_->Get(b);
@@ -518,12 +520,12 @@ TEST_F(JobManagerTest, WatchSeesStatesAndMetricsUntilTheEnd) {
   auto watch = manager_->Watch(a);
   ASSERT_TRUE(watch.ok());
   auto launch = launcher_.launched().at(0);
-  ASSERT_TRUE(manager_->AttachWorker(a, 0, launch.attempt, launch.token).ok());
+  ASSERT_TRUE(manager_->workers().AttachWorker(a, 0, launch.attempt, launch.token).ok());
   StepMetrics m;
   m.step = 3;
   m.loss = 1.5;
   m.samples_per_second = 100;
-  manager_->ReportMetrics(a, launch.attempt, {m});
+  manager_->workers().ReportMetrics(a, launch.attempt, {m});
   ExitAll(a, 0);
   std::vector<JobUpdate> updates;
   JobUpdate u;
@@ -564,8 +566,8 @@ TEST_F(JobManagerTest, HangsAreDiagnosedFromTheRanksFlightRecords) {
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id;
   const JobRecord r = *manager_->Get(id);
-  auto w0 = manager_->AttachWorker(id, 0, r.attempt, r.worker_token);
-  auto w1 = manager_->AttachWorker(id, 1, r.attempt, r.worker_token);
+  auto w0 = manager_->workers().AttachWorker(id, 0, r.attempt, r.worker_token);
+  auto w1 = manager_->workers().AttachWorker(id, 1, r.attempt, r.worker_token);
   ASSERT_TRUE(w0.ok() && w1.ok());
   ASSERT_EQ(StateOf(id), JobState::kRunning);
   // Rank 0 waits in collective #2 since 3 s; rank 1 never started it.
@@ -580,9 +582,9 @@ TEST_F(JobManagerTest, HangsAreDiagnosedFromTheRanksFlightRecords) {
     EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kDiagnose);
     EXPECT_EQ(cmd.request_id, *request);
   }
-  manager_->ReportFlightRecord(id, r.attempt + 1, *request, r1);  // another attempt's: ignored
-  manager_->ReportFlightRecord(id, r.attempt, *request, r0);
-  manager_->ReportFlightRecord(id, r.attempt, *request, r1);
+  manager_->workers().ReportFlightRecord(id, r.attempt + 1, *request, r1);  // another attempt's: ignored
+  manager_->workers().ReportFlightRecord(id, r.attempt, *request, r0);
+  manager_->workers().ReportFlightRecord(id, r.attempt, *request, r1);
   const auto asked = std::chrono::steady_clock::now();
   auto d = manager_->WaitDiagnosis(*request);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -604,8 +606,8 @@ TEST_F(JobManagerTest, HangsAreDiagnosedFromTheRanksFlightRecords) {
   ASSERT_TRUE(w0->channel->Pop(&cmd, std::chrono::milliseconds(100)));
   ASSERT_EQ(cmd.kind, WorkerCommand::Kind::kDiagnose);
   EXPECT_EQ(StateOf(id), JobState::kRunning);  // still asking
-  manager_->ReportFlightRecord(id, r.attempt, cmd.request_id, r0);
-  manager_->ReportFlightRecord(id, r.attempt, cmd.request_id, r1);
+  manager_->workers().ReportFlightRecord(id, r.attempt, cmd.request_id, r0);
+  manager_->workers().ReportFlightRecord(id, r.attempt, cmd.request_id, r1);
   manager_->CheckProgress();
   EXPECT_EQ(launcher_.stopped(), std::vector<std::string>{id + "#" + std::to_string(r.attempt)});
   auto events = manager_->Events(id);
@@ -715,7 +717,7 @@ TEST_F(JobManagerTest, AHigherPriorityJobPreemptsALowerPreemptibleOneWhichResume
   ASSERT_TRUE(low.ok()) << low.status();
   std::shared_ptr<WorkerChannel> rank0;
   for (int rank = 0; rank < 4; ++rank) {
-    auto w = manager_->AttachWorker(low->id, rank, 1, manager_->Get(low->id)->worker_token);
+    auto w = manager_->workers().AttachWorker(low->id, rank, 1, manager_->Get(low->id)->worker_token);
     ASSERT_TRUE(w.ok()) << w.status();
     if (rank == 0) rank0 = w->channel;
   }
@@ -729,7 +731,7 @@ TEST_F(JobManagerTest, AHigherPriorityJobPreemptsALowerPreemptibleOneWhichResume
   EXPECT_EQ(cmd.kind, WorkerCommand::Kind::kCheckpoint);
   EXPECT_TRUE(cmd.stop_after) << "checkpoint, then stop";
   // The ranks checkpoint and stop (exit 3): low is queued again to resume; high starts.
-  for (int rank = 0; rank < 4; ++rank) manager_->OnRankExit(RankExit::Exited(low->id, 1, rank, 3));
+  for (int rank = 0; rank < 4; ++rank) manager_->workers().OnRankExit(RankExit::Exited(low->id, 1, rank, 3));
   EXPECT_EQ(StateOf(low->id), JobState::kQueued);
   EXPECT_EQ(StateOf(high->id), JobState::kStarting);
   const JobRecord requeued = *store_->Get(low->id);
