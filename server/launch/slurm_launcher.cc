@@ -251,6 +251,15 @@ class SlurmLauncher final : public Launcher {
     Track(r, name, id, AllRanks(r));
   }
 
+  // The coordinator leaves its jobs to the next one: every attempt is
+  // forgotten, so that neither the poller nor the destructor reports,
+  // cancels or kills anything of them.
+  void Detach() override {
+    absl::MutexLock lock(&mu_);
+    attempts_.clear();
+    kills_.clear();
+  }
+
   void Stop(const std::string& job_id, int32_t attempt) override {
     std::vector<std::string> ids, stopped;
     {
