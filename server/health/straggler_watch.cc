@@ -42,33 +42,37 @@ std::optional<double> StragglerWatch::MeanOf(int32_t rank, Time now) const {
 }
 
 std::optional<StragglerWatch::Verdict> StragglerWatch::Look(const std::vector<int32_t>& ranks, Time now) {
-  std::map<int32_t, double> means;
+  // Every rank's mean, and all of them sorted once: the median of the
+  // others' is the sorted list's without one copy of the rank's own
+  // (O(N log N) for N ranks, not a sort per rank).
+  std::vector<std::optional<double>> means;
+  means.reserve(ranks.size());
+  std::vector<double> sorted;
+  sorted.reserve(ranks.size());
   for (int32_t r : ranks) {
-    if (std::optional<double> m = MeanOf(r, now)) means[r] = *m;
+    means.push_back(MeanOf(r, now));
+    if (means.back()) sorted.push_back(*means.back());
   }
+  std::sort(sorted.begin(), sorted.end());
   std::optional<Verdict> out;
-  for (int32_t r : ranks) {
-    auto mine = means.find(r);
-    std::vector<double> others;
-    for (const auto& [other, mean] : means) {
-      if (other != r) others.push_back(mean);
-    }
-    if (mine == means.end() || others.empty() || named_.count(r)) {
+  for (size_t x = 0; x < ranks.size(); ++x) {
+    const int32_t r = ranks[x];
+    if (!means[x] || sorted.size() < 2 || named_.count(r)) {
       slow_since_.erase(r);  // nothing to compare: not slow now
       continue;
     }
-    std::sort(others.begin(), others.end());
-    const size_t mid = others.size() / 2;
-    const double median = others.size() % 2 == 1 ? others[mid] : (others[mid - 1] + others[mid]) / 2;
-    if (median <= 0 || mine->second < ratio_ * median) {
+    const double mine = *means[x];
+    const size_t i = static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), mine) - sorted.begin());
+    const auto other = [&](size_t j) { return sorted[j < i ? j : j + 1]; };  // the others, in order
+    const size_t k = sorted.size() - 1, mid = k / 2;
+    const double median = k % 2 == 1 ? other(mid) : (other(mid - 1) + other(mid)) / 2;
+    if (median <= 0 || mine < ratio_ * median) {
       slow_since_.erase(r);
       continue;
     }
     const Time since = slow_since_.emplace(r, now).first->second;
     if (now - since < window_) continue;
-    if (!out || mine->second / median > out->own_seconds / out->others_seconds) {
-      out = Verdict{r, mine->second, median};
-    }
+    if (!out || mine / median > out->own_seconds / out->others_seconds) out = Verdict{r, mine, median};
   }
   if (out) named_.insert(out->rank);
   return out;

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 namespace trainyard {
 namespace {
 
@@ -80,6 +83,28 @@ TEST(StragglerWatch, TwoRanksCompareWithEachOtherAndOneRankWithNobody) {
   StragglerWatch watch;
   for (int i = 1; i <= 120; ++i) watch.Observe(0, kT0 + milliseconds(100 * i), 0.01);
   EXPECT_FALSE(watch.Look({0, 1}, kT0 + milliseconds(12000)));
+}
+
+// The others' median against a sort of the others alone, over odd and even
+// counts with ties: the one sort of every rank's mean gives the same.
+TEST(StragglerWatch, TheOthersMedianIsTheirOwnWithTiesAndAnyCount) {
+  std::mt19937 rng(7);
+  for (int n : {2, 3, 4, 5, 8, 101, 1000}) {
+    std::vector<double> seconds(static_cast<size_t>(n));
+    for (double& s : seconds) s = 0.010 + 0.001 * static_cast<double>(rng() % 5);  // ties
+    const int32_t slow = static_cast<int32_t>(rng() % static_cast<uint32_t>(n));
+    seconds[static_cast<size_t>(slow)] = 0.2;
+    Steps run;
+    run.Take(11000, seconds);
+    ASSERT_TRUE(run.verdict) << n << " ranks";
+    EXPECT_EQ(run.verdict->rank, slow);
+    std::vector<double> others = seconds;
+    others.erase(others.begin() + slow);
+    std::sort(others.begin(), others.end());
+    const size_t mid = others.size() / 2;
+    const double median = others.size() % 2 == 1 ? others[mid] : (others[mid - 1] + others[mid]) / 2;
+    EXPECT_NEAR(run.verdict->others_seconds, median, 1e-12) << n << " ranks";
+  }
 }
 
 }  // namespace
