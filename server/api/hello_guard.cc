@@ -22,7 +22,7 @@ std::string HelloGuard::HostOf(const std::string& peer) {
   return peer.substr(0, colon);
 }
 
-bool HelloGuard::Start(grpc::ServerContext* ctx) {
+bool HelloGuard::Start(grpc::ServerContextBase* ctx) {
   const std::string host = HostOf(ctx->peer());
   std::lock_guard<std::mutex> lock(mu_);
   int& n = per_host_count_[host];
@@ -32,7 +32,7 @@ bool HelloGuard::Start(grpc::ServerContext* ctx) {
   return true;
 }
 
-void HelloGuard::Done(grpc::ServerContext* ctx) {
+void HelloGuard::Done(grpc::ServerContextBase* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = waiting_.find(ctx);
   if (it == waiting_.end()) return;

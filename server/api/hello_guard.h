@@ -1,7 +1,7 @@
 // HelloGuard: what a caller of WorkerService.Connect holds before it has
-// said who it is. Each stream gets a server thread at once, and its first
-// message (the hello, with the job's token) may never come: a stranger could
-// hold a thread per stream for as long as it likes. Here each stream waiting
+// said who it is. Each stream takes the server's memory at once, and its
+// first message (the hello, with the job's token) may never come: a stranger
+// could hold a stream open for as long as it likes. Here each stream waiting
 // for its hello is counted per peer host (at most `per_host` at once: more
 // are refused at once, RESOURCE_EXHAUSTED) and cancelled after `timeout`
 // (its Read returns false), by one reaper thread.
@@ -32,7 +32,7 @@ class HelloGuard {
   // count (call it once the hello came, or the stream ended).
   class Wait {
    public:
-    Wait(HelloGuard* guard, grpc::ServerContext* ctx) : guard_(guard), ctx_(ctx) {}
+    Wait(HelloGuard* guard, grpc::ServerContextBase* ctx) : guard_(guard), ctx_(ctx) {}
     ~Wait() {
       if (guard_ != nullptr) guard_->Done(ctx_);
     }
@@ -43,12 +43,12 @@ class HelloGuard {
 
    private:
     HelloGuard* guard_;
-    grpc::ServerContext* ctx_;
+    grpc::ServerContextBase* ctx_;
   };
 
   // A stream of `ctx` starts waiting for its hello; false when its host has
   // `per_host` streams waiting already (refuse it).
-  bool Start(grpc::ServerContext* ctx);
+  bool Start(grpc::ServerContextBase* ctx);
   // The host part of a gRPC peer string ("ipv4:10.0.0.7:5123" -> "ipv4:10.0.0.7").
   static std::string HostOf(const std::string& peer);
 
@@ -57,7 +57,7 @@ class HelloGuard {
     std::string host;
     std::chrono::steady_clock::time_point deadline;
   };
-  void Done(grpc::ServerContext* ctx);
+  void Done(grpc::ServerContextBase* ctx);
   void Reap();
 
   const int per_host_;
@@ -65,7 +65,7 @@ class HelloGuard {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::map<grpc::ServerContext*, Entry> waiting_;
+  std::map<grpc::ServerContextBase*, Entry> waiting_;
   std::map<std::string, int> per_host_count_;
   std::thread reaper_;
 };

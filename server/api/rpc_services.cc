@@ -13,6 +13,7 @@
 #include "common/paths.h"
 #include "common/secrets.h"
 #include "common/wire_convert.h"
+#include "server/api/worker_stream.h"
 #include "server/auth/access.h"
 #include "spdlog/spdlog.h"
 
@@ -405,104 +406,9 @@ grpc::Status JobServiceImpl::GetLogs(const Caller& caller, const v1::GetLogsRequ
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Connect(grpc::ServerContext* ctx,
-                                        grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
-  v1::WorkerMessage msg;
-  {
-    if (!hellos_.Start(ctx)) {
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "too many streams from this host have not said hello yet");
-    }
-    HelloGuard::Wait waiting(&hellos_, ctx);
-    if (!stream->Read(&msg) || !msg.has_hello()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "the first message must be a hello, within 5 s of the stream's start");
-    }
-  }
-  const v1::WorkerHello hello = msg.hello();
-  if (hello.advertise_addr().size() > 255) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'advertise_addr': at most 255 characters");
-  }
-  if (hello.node().size() > 255) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'node': at most 255 characters");
-  }
-  const MembershipView held = FromProto(hello.membership());
-  auto attached =
-      manager_->AttachWorker(hello.job_id(), hello.rank(), hello.attempt(), hello.token(), hello.advertise_addr(),
-                             hello.rendezvous_port(), hello.replica_store_port(), held, hello.node());
-  if (!attached.ok()) {
-    spdlog::warn("worker for job {} rank {} refused: {}", hello.job_id(), hello.rank(),
-                 std::string(attached.status().message()));
-    return ToGrpcStatus(attached.status());
-  }
-  auto channel = attached->channel;
-  const int32_t attempt = attached->attempt;  // a joining worker said 0
-  v1::CoordinatorMessage welcome;
-  welcome.mutable_welcome()->set_spec_json(attached->spec_json);
-  welcome.mutable_welcome()->set_world_size(attached->world_size);
-  welcome.mutable_welcome()->set_attempt(attempt);
-  welcome.mutable_welcome()->set_master_addr(attached->master_addr);
-  welcome.mutable_welcome()->set_master_port(attached->master_port);
-  if (!stream->Write(welcome)) {
-    manager_->DetachWorker(hello.job_id(), attempt, hello.rank(), channel);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker went away");
-  }
-  // Commands go down from their own thread while this one reads; the sync API
-  // allows one reader and one writer at a time.
-  std::thread writer([&] {
-    WorkerCommand cmd;
-    while (!channel->closed() && !ctx->IsCancelled()) {
-      if (!channel->Pop(&cmd, std::chrono::milliseconds(200))) continue;
-      v1::CoordinatorMessage down;
-      if (cmd.kind == WorkerCommand::Kind::kCheckpoint) {
-        auto* c = down.mutable_checkpoint();
-        c->set_request_id(cmd.request_id);
-        c->set_type(ToProto(cmd.type));
-        c->set_stop_after(cmd.stop_after);
-      } else if (cmd.kind == WorkerCommand::Kind::kDiagnose) {
-        down.mutable_diagnose()->set_request_id(cmd.request_id);
-      } else if (cmd.kind == WorkerCommand::Kind::kMembership) {
-        ToProto(cmd.membership, down.mutable_membership());
-      } else {
-        down.mutable_stop()->set_reason(cmd.reason);
-      }
-      if (!stream->Write(down)) break;
-    }
-  });
-  bool got_result = false;
-  while (stream->Read(&msg)) {
-    if (msg.has_metrics()) {
-      std::vector<StepMetrics> samples;
-      samples.reserve(msg.metrics().samples_size());
-      for (const auto& s : msg.metrics().samples()) {
-        StepMetrics m = FromProto(s);
-        m.rank = hello.rank();  // a worker speaks only for its own rank
-        samples.push_back(m);
-      }
-      manager_->ReportMetrics(hello.job_id(), attempt, samples);
-    } else if (msg.has_checkpoint()) {
-      manager_->ReportCheckpoint(hello.job_id(), attempt, FromProto(msg.checkpoint()), hello.rank());
-    } else if (msg.has_note()) {
-      manager_->ReportNote(hello.job_id(), attempt, hello.rank(), msg.note().text());
-    } else if (msg.has_flight_record()) {
-      FlightRecord record = FromProto(msg.flight_record());
-      record.rank = hello.rank();  // a worker speaks only for its own rank
-      manager_->ReportFlightRecord(hello.job_id(), attempt, msg.flight_record().request_id(), std::move(record));
-    } else if (msg.has_replica()) {
-      const std::optional<ReplicaReport> report = FromProto(msg.replica());
-      if (!report) continue;  // a kind this coordinator does not know
-      manager_->ReportReplica(hello.job_id(), attempt, hello.rank(), *report);
-    } else if (msg.has_result()) {
-      manager_->ReportResult(hello.job_id(), attempt, hello.rank(), FromProto(msg.result().outcome()),
-                             msg.result().error());
-      got_result = true;
-      break;
-    }
-  }
-  manager_->DetachWorker(hello.job_id(), attempt, hello.rank(), channel);
-  writer.join();
-  if (!got_result) spdlog::info("job {} rank {}: stream closed before a result", hello.job_id(), hello.rank());
-  return grpc::Status::OK;
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Connect(
+    grpc::CallbackServerContext* ctx) {
+  return new WorkerStream(ctx, manager_, &hellos_);
 }
 
 }  // namespace trainyard

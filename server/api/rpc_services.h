@@ -73,14 +73,15 @@ class JobServiceImpl final : public v1::JobService::Service {
   std::atomic<bool> shutting_down_{false};
 };
 
-class WorkerServiceImpl final : public v1::WorkerService::Service {
+class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
   // A stream must say hello within 5 s, and one host may have at most 256
   // streams waiting to (HelloGuard).
   explicit WorkerServiceImpl(WorkerHandler* manager) : manager_(manager), hellos_(256, std::chrono::seconds(5)) {}
 
-  grpc::Status Connect(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>*) override;
+  // Each stream is a WorkerStream (server/api/worker_stream.h).
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Connect(
+      grpc::CallbackServerContext* ctx) override;
 
  private:
   WorkerHandler* const manager_;

@@ -29,10 +29,30 @@ class BlockingQueue {
 
   // Ignored once closed.
   void Push(T item) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      if (queue_.size() >= capacity_ && droppable_ && droppable_(item)) return;
+      queue_.push_back(std::move(item));
+    }
+    Notify();
+  }
+
+  // The item first in line, if any, at once.
+  bool TryPop(T* out) {
     absl::MutexLock lock(&mu_);
-    if (closed_) return;
-    if (queue_.size() >= capacity_ && droppable_ && droppable_(item)) return;
-    queue_.push_back(std::move(item));
+    if (queue_.empty()) return false;
+    *out = std::move(queue_.front());
+    queue_.pop_front();
+    return true;
+  }
+
+  // `listener` is called (outside the queue's lock, on the pushing or
+  // closing thread) after each Push and Close, for a reader that waits on
+  // no thread of its own; null: none. It must not call SetListener.
+  void SetListener(std::function<void()> listener) {
+    absl::MutexLock lock(&listener_mu_);
+    listener_ = std::move(listener);
   }
 
   // Waits up to `timeout` for an item. False on timeout, or when closed and
@@ -49,8 +69,11 @@ class BlockingQueue {
 
   // Items pushed before stay readable.
   void Close() {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+    }
+    Notify();
   }
 
   bool closed() {
@@ -63,11 +86,18 @@ class BlockingQueue {
   }
 
  private:
+  void Notify() {
+    absl::MutexLock lock(&listener_mu_);
+    if (listener_) listener_();
+  }
+
   const size_t capacity_;
   const std::function<bool(const T&)> droppable_;
   absl::Mutex mu_;  // waiters wake when a condition they await holds
   std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex listener_mu_;  // held while the listener runs: SetListener waits for it
+  std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace trainyard

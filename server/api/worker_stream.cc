@@ -1,0 +1,177 @@
+#include "server/api/worker_stream.h"
+
+#include <utility>
+#include <vector>
+
+#include "common/wire_convert.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+namespace {
+
+void CommandToProto(const WorkerCommand& cmd, v1::CoordinatorMessage* down) {
+  if (cmd.kind == WorkerCommand::Kind::kCheckpoint) {
+    auto* c = down->mutable_checkpoint();
+    c->set_request_id(cmd.request_id);
+    c->set_type(ToProto(cmd.type));
+    c->set_stop_after(cmd.stop_after);
+  } else if (cmd.kind == WorkerCommand::Kind::kDiagnose) {
+    down->mutable_diagnose()->set_request_id(cmd.request_id);
+  } else if (cmd.kind == WorkerCommand::Kind::kMembership) {
+    ToProto(cmd.membership, down->mutable_membership());
+  } else {
+    down->mutable_stop()->set_reason(cmd.reason);
+  }
+}
+
+}  // namespace
+
+WorkerStream::WorkerStream(grpc::CallbackServerContext* ctx, WorkerHandler* manager, HelloGuard* hellos)
+    : ctx_(ctx), manager_(manager) {
+  if (!hellos->Start(ctx)) {
+    End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many streams from this host have not said hello yet"));
+    return;
+  }
+  waiting_.emplace(hellos, ctx);
+  StartRead(&in_);
+}
+
+void WorkerStream::OnReadDone(bool ok) {
+  if (!ok) {
+    // The worker closed its side, the stream broke, or the hello's time ran out.
+    if (!channel_) {
+      End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "the first message must be a hello, within 5 s of the stream's start"));
+    } else {
+      End(grpc::Status::OK);
+    }
+    return;
+  }
+  if (!channel_) {
+    Hello();
+    return;
+  }
+  if (Handle()) {
+    StartRead(&in_);
+  } else {
+    End(grpc::Status::OK);
+  }
+}
+
+void WorkerStream::Hello() {
+  waiting_.reset();
+  if (!in_.has_hello()) {
+    End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     "the first message must be a hello, within 5 s of the stream's start"));
+    return;
+  }
+  hello_ = in_.hello();
+  if (hello_.advertise_addr().size() > 255) {
+    End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'advertise_addr': at most 255 characters"));
+    return;
+  }
+  if (hello_.node().size() > 255) {
+    End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'node': at most 255 characters"));
+    return;
+  }
+  auto attached = manager_->AttachWorker(hello_.job_id(), hello_.rank(), hello_.attempt(), hello_.token(),
+                                         hello_.advertise_addr(), hello_.rendezvous_port(), hello_.replica_store_port(),
+                                         FromProto(hello_.membership()), hello_.node());
+  if (!attached.ok()) {
+    spdlog::warn("worker for job {} rank {} refused: {}", hello_.job_id(), hello_.rank(),
+                 std::string(attached.status().message()));
+    End(ToGrpcStatus(attached.status()));
+    return;
+  }
+  attempt_ = attached->attempt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channel_ = attached->channel;
+    // The welcome first; the commands pushed meanwhile wait in the channel.
+    auto* w = out_.mutable_welcome();
+    w->set_spec_json(attached->spec_json);
+    w->set_world_size(attached->world_size);
+    w->set_attempt(attempt_);
+    w->set_master_addr(attached->master_addr);
+    w->set_master_port(attached->master_port);
+    writing_ = true;
+    StartWrite(&out_);
+  }
+  channel_->SetListener([this] { Pump(); });
+  StartRead(&in_);
+}
+
+bool WorkerStream::Handle() {
+  const std::string& job = hello_.job_id();
+  const int32_t rank = hello_.rank();
+  if (in_.has_metrics()) {
+    std::vector<StepMetrics> samples;
+    samples.reserve(in_.metrics().samples_size());
+    for (const auto& s : in_.metrics().samples()) {
+      StepMetrics m = FromProto(s);
+      m.rank = rank;  // a worker speaks only for its own rank
+      samples.push_back(std::move(m));
+    }
+    manager_->ReportMetrics(job, attempt_, samples);
+  } else if (in_.has_checkpoint()) {
+    manager_->ReportCheckpoint(job, attempt_, FromProto(in_.checkpoint()), rank);
+  } else if (in_.has_note()) {
+    manager_->ReportNote(job, attempt_, rank, in_.note().text());
+  } else if (in_.has_flight_record()) {
+    FlightRecord record = FromProto(in_.flight_record());
+    record.rank = rank;  // a worker speaks only for its own rank
+    manager_->ReportFlightRecord(job, attempt_, in_.flight_record().request_id(), std::move(record));
+  } else if (in_.has_replica()) {
+    // A kind this coordinator does not know is passed over.
+    if (const std::optional<ReplicaReport> report = FromProto(in_.replica())) {
+      manager_->ReportReplica(job, attempt_, rank, *report);
+    }
+  } else if (in_.has_result()) {
+    manager_->ReportResult(job, attempt_, rank, FromProto(in_.result().outcome()), in_.result().error());
+    got_result_ = true;
+    return false;
+  }
+  return true;
+}
+
+void WorkerStream::Pump() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (writing_ || ended_ || !channel_) return;
+  WorkerCommand cmd;
+  if (!channel_->TryPop(&cmd)) return;
+  out_.Clear();
+  CommandToProto(cmd, &out_);
+  writing_ = true;
+  StartWrite(&out_);
+}
+
+void WorkerStream::OnWriteDone(bool ok) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) return;  // the stream broke: its read ends it
+  }
+  Pump();
+}
+
+void WorkerStream::End(const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return;
+    ended_ = true;
+  }
+  waiting_.reset();
+  if (channel_) {
+    channel_->SetListener(nullptr);
+    manager_->DetachWorker(hello_.job_id(), attempt_, hello_.rank(), channel_);
+    if (!got_result_) spdlog::info("job {} rank {}: stream closed before a result", hello_.job_id(), hello_.rank());
+  }
+  Finish(status);
+}
+
+void WorkerStream::OnDone() {
+  if (channel_) channel_->SetListener(nullptr);  // no command reaches a stream gone
+  delete this;
+}
+
+}  // namespace trainyard
