@@ -132,7 +132,7 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("--metrics-listen ", options.metrics_listen, ": ", e.what()));
   }
-  exposer->RegisterCollectable(registry);
+  exposer->RegisterCollectable(metrics->collectable());
   auto ports = exposer->GetListeningPorts();
   metrics_port = ports.empty() ? 0 : ports.front();
   return absl::OkStatus();

@@ -23,22 +23,39 @@ std::string Key(const std::string& family, const std::map<std::string, std::stri
   return key;
 }
 
-}  // namespace
+// What the Exposer scrapes: the ServerMetrics' Collect.
+class Exported final : public prometheus::Collectable {
+ public:
+  explicit Exported(const ServerMetrics* metrics) : metrics_(metrics) {}
+  std::vector<prometheus::MetricFamily> Collect() const override { return metrics_->Collect(); }
 
-ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry) : registry_(std::move(registry)) {
+ private:
+  const ServerMetrics* const metrics_;
+};
+
+// Registers every family of the table in `registry`, into the three maps.
+template <typename G, typename C, typename H>
+void RegisterTable(prometheus::Registry& registry, G* gauges, C* counters, H* histograms) {
   for (const MetricFamily& f : MetricTable()) {
     switch (f.type) {
       case MetricType::kGauge:
-        gauges_[f.name] = &prometheus::BuildGauge().Name(f.name).Help(f.help).Register(*registry_);
+        (*gauges)[f.name] = &prometheus::BuildGauge().Name(f.name).Help(f.help).Register(registry);
         break;
       case MetricType::kCounter:
-        counters_[f.name] = &prometheus::BuildCounter().Name(f.name).Help(f.help).Register(*registry_);
+        (*counters)[f.name] = &prometheus::BuildCounter().Name(f.name).Help(f.help).Register(registry);
         break;
       case MetricType::kHistogram:
-        histograms_[f.name] = &prometheus::BuildHistogram().Name(f.name).Help(f.help).Register(*registry_);
+        (*histograms)[f.name] = &prometheus::BuildHistogram().Name(f.name).Help(f.help).Register(registry);
         break;
     }
   }
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)), exported_(std::make_shared<Exported>(this)) {
+  RegisterTable(*registry_, &gauges_, &counters_, &histograms_);
   // Server-wide series, at 0 from the start.
   counters_.at("trainyard_restarts_total")->Add({});
   counters_.at("trainyard_lost_steps_total")->Add({});
@@ -80,37 +97,43 @@ void ServerMetrics::CountRejected() {
   counters_.at("trainyard_job_submissions_total")->Add({{"outcome", "rejected"}}).Increment();
 }
 
-template <typename T>
-T& ServerMetrics::JobSeriesOf(const std::string& job_id, prometheus::Family<T>& family, const std::string& name,
-                              const Labels& labels, const std::function<T&()>& add) {
+ServerMetrics::JobSeries& ServerMetrics::JobOf(const std::string& job_id) {
   JobSeries& js = jobs_[job_id];
-  void*& slot = js.by_key[Key(name, labels)];
-  if (slot == nullptr) {
-    T& series = add();
-    slot = &series;
-    js.removers.push_back([&family, &series] { family.Remove(&series); });
+  if (js.registry == nullptr) {
+    js.registry = std::make_shared<prometheus::Registry>();
+    RegisterTable(*js.registry, &js.gauges, &js.counters, &js.histograms);
   }
+  return js;
+}
+
+template <typename T>
+T& ServerMetrics::JobSeriesOf(JobSeries& js, prometheus::Family<T>& family, const std::string& name,
+                              const Labels& labels, const std::function<T&()>& add) {
+  void*& slot = js.by_key[Key(name, labels)];
+  if (slot == nullptr) slot = &add();
   return *static_cast<T*>(slot);
 }
 
 prometheus::Gauge& ServerMetrics::JobGauge(const std::string& job_id, const std::string& family, const Labels& labels) {
-  auto& f = *gauges_.at(family);
-  return JobSeriesOf<prometheus::Gauge>(job_id, f, family, labels,
-                                        [&]() -> prometheus::Gauge& { return f.Add(labels); });
+  JobSeries& js = JobOf(job_id);
+  auto& f = *js.gauges.at(family);
+  return JobSeriesOf<prometheus::Gauge>(js, f, family, labels, [&]() -> prometheus::Gauge& { return f.Add(labels); });
 }
 
 prometheus::Counter& ServerMetrics::JobCounter(const std::string& job_id, const std::string& family,
                                                const Labels& labels) {
-  auto& f = *counters_.at(family);
-  return JobSeriesOf<prometheus::Counter>(job_id, f, family, labels,
+  JobSeries& js = JobOf(job_id);
+  auto& f = *js.counters.at(family);
+  return JobSeriesOf<prometheus::Counter>(js, f, family, labels,
                                           [&]() -> prometheus::Counter& { return f.Add(labels); });
 }
 
 prometheus::Histogram& ServerMetrics::JobHistogram(const std::string& job_id, const std::string& family,
                                                    const Labels& labels) {
-  auto& f = *histograms_.at(family);
+  JobSeries& js = JobOf(job_id);
+  auto& f = *js.histograms.at(family);
   const std::vector<double>& buckets = MetricNamed(family).buckets;
-  return JobSeriesOf<prometheus::Histogram>(job_id, f, family, labels,
+  return JobSeriesOf<prometheus::Histogram>(js, f, family, labels,
                                             [&]() -> prometheus::Histogram& { return f.Add(labels, buckets); });
 }
 
@@ -255,34 +278,58 @@ void ServerMetrics::RecordHeal(const std::string& job_id, double seconds) {
 
 void ServerMetrics::SetRankNode(const std::string& job_id, int32_t rank, const std::string& node) {
   absl::MutexLock lock(&mu_);
-  rank_nodes_[{job_id, rank}] = node;
-  SetRankInfo();
-}
-
-void ServerMetrics::SetRankInfo() {
-  std::map<Labels, double> info;
-  for (const auto& [key, node] : rank_nodes_) {
-    info[{{"job_id", key.first}, {"rank", std::to_string(key.second)}, {"node", node}}] = 1;
-  }
-  SetGauges("trainyard_job_rank_info", info);
+  JobSeries& js = JobOf(job_id);
+  auto& family = *js.gauges.at("trainyard_job_rank_info");
+  auto& [had_node, series] = js.rank_info[rank];
+  if (series != nullptr && had_node == node) return;
+  if (series != nullptr) family.Remove(static_cast<prometheus::Gauge*>(series));  // the rank moved
+  prometheus::Gauge& g = family.Add({{"job_id", job_id}, {"rank", std::to_string(rank)}, {"node", node}});
+  g.Set(1);
+  had_node = node;
+  series = &g;
 }
 
 void ServerMetrics::RemoveJob(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
-  bool had_nodes = false;
-  for (auto n = rank_nodes_.lower_bound({job_id, INT32_MIN}); n != rank_nodes_.end() && n->first.first == job_id;) {
-    n = rank_nodes_.erase(n);
-    had_nodes = true;
+  std::shared_ptr<prometheus::Registry> gone;  // freed after the lock
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) {
+      gone = std::move(it->second.registry);
+      jobs_.erase(it);
+    }
+    for (auto r = ranks_.lower_bound({job_id, INT32_MIN}); r != ranks_.end() && r->first.first == job_id;) {
+      r = ranks_.erase(r);
+    }
   }
-  if (had_nodes) SetRankInfo();
-  auto it = jobs_.find(job_id);
-  if (it != jobs_.end()) {
-    for (auto& remove : it->second.removers) remove();
-    jobs_.erase(it);
+}
+
+std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
+  std::vector<std::shared_ptr<prometheus::Registry>> job_registries;
+  {
+    absl::MutexLock lock(&mu_);
+    job_registries.reserve(jobs_.size());
+    for (const auto& [id, js] : jobs_) job_registries.push_back(js.registry);
   }
-  for (auto r = ranks_.lower_bound({job_id, INT32_MIN}); r != ranks_.end() && r->first.first == job_id;) {
-    r = ranks_.erase(r);
+  // The server's families in the table's order, each job's series appended
+  // to its family: one family per name, as the text format needs.
+  std::vector<prometheus::MetricFamily> out = registry_->Collect();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < out.size(); ++i) index.emplace(out[i].name, i);
+  for (const auto& r : job_registries) {
+    for (prometheus::MetricFamily& f : r->Collect()) {
+      if (f.metric.empty()) continue;
+      auto it = index.find(f.name);
+      if (it == index.end()) {
+        index.emplace(f.name, out.size());
+        out.push_back(std::move(f));
+        continue;
+      }
+      auto& into = out[it->second].metric;
+      into.insert(into.end(), std::make_move_iterator(f.metric.begin()), std::make_move_iterator(f.metric.end()));
+    }
   }
+  return out;
 }
 
 void ServerMetrics::SetGauges(const std::string& family, const std::map<Labels, double>& values) {

@@ -83,15 +83,27 @@ class ServerMetrics {
   void CountPreemption(const std::string& user);
   void CountDenied(const std::string& user);
 
-  prometheus::Registry& registry() { return *registry_; }
+  // Every series: the server's and each job's, one family per name (what
+  // /metrics serves).
+  std::vector<prometheus::MetricFamily> Collect() const;
+  // The same for the Exposer; valid while this lives.
+  std::shared_ptr<prometheus::Collectable> collectable() { return exported_; }
 
  private:
   using Labels = std::map<std::string, std::string>;
-  // A job's series, each once, and how to remove each.
+  // A job's series live in a registry of the job's own, with every family
+  // of the table: a job's end drops it whole (prometheus-cpp removes one
+  // series by a search of its whole family), and Collect merges them into
+  // the server's families.
   struct JobSeries {
-    std::map<std::string, void*> by_key;  // family name + labels
-    std::vector<std::function<void()>> removers;
+    std::shared_ptr<prometheus::Registry> registry;
+    std::map<std::string, prometheus::Family<prometheus::Gauge>*> gauges;
+    std::map<std::string, prometheus::Family<prometheus::Counter>*> counters;
+    std::map<std::string, prometheus::Family<prometheus::Histogram>*> histograms;
+    std::map<std::string, void*> by_key;                         // family name + labels
+    std::map<int32_t, std::pair<std::string, void*>> rank_info;  // rank -> node and its series
   };
+  JobSeries& JobOf(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One rank's series of the step numbers, by their place in the list (null
   // until made), and the series derived from them.
   struct RankSeries {
@@ -111,8 +123,8 @@ class ServerMetrics {
   prometheus::Histogram& JobHistogram(const std::string& job_id, const std::string& family, const Labels& labels)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   template <typename T>
-  T& JobSeriesOf(const std::string& job_id, prometheus::Family<T>& family, const std::string& name,
-                 const Labels& labels, const std::function<T&()>& add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  T& JobSeriesOf(JobSeries& js, prometheus::Family<T>& family, const std::string& name, const Labels& labels,
+                 const std::function<T&()>& add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The per-job series that exist from a job's first step (at 0, so that
   // increase() sees the first event).
   void MakeJobSeries(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -132,9 +144,7 @@ class ServerMetrics {
   std::map<std::string, std::map<Labels, prometheus::Gauge*>> gauge_sets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int32_t>, RankSeries> ranks_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, int32_t>, std::string> rank_nodes_ ABSL_GUARDED_BY(mu_);
-  // trainyard_job_rank_info from rank_nodes_.
-  void SetRankInfo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<prometheus::Collectable> exported_;  // calls Collect
 };
 
 }  // namespace trainyard

@@ -358,7 +358,7 @@ TEST_F(JobManagerTest, RecoveryTimeAndLostStepsAreRecorded) {
   m.step = 27;  // later steps close nothing more
   m.unix_millis = before + 9000;
   manager_->workers().ReportMetrics(id, r.attempt, {m});
-  const std::string text = prometheus::TextSerializer().Serialize(metrics_.registry().Collect());
+  const std::string text = prometheus::TextSerializer().Serialize(metrics_.Collect());
   auto value = [&](const std::string& series) {
     const size_t at = text.find("\n" + series + " ");
     EXPECT_NE(at, std::string::npos) << series << " not in:\n" << text;

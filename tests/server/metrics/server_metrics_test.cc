@@ -15,7 +15,7 @@ namespace {
 
 class ServerMetricsTest : public ::testing::Test {
  protected:
-  std::string Scrape() { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
+  std::string Scrape() { return prometheus::TextSerializer().Serialize(metrics_.Collect()); }
   // The value of the one line that starts with `series` (a name and labels).
   double Value(const std::string& series) {
     const std::string text = Scrape();

@@ -58,7 +58,7 @@ class ReplicasTest : public ::testing::Test {
   }
   // The value of the scrape's line that starts with `series`; -1 when none.
   double Value(const std::string& series) {
-    const std::string text = prometheus::TextSerializer().Serialize(p_.metrics.registry().Collect());
+    const std::string text = prometheus::TextSerializer().Serialize(p_.metrics.Collect());
     const size_t at = text.find("\n" + series + " ");
     if (at == std::string::npos) return -1;
     return std::stod(text.substr(at + series.size() + 2));
