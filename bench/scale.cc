@@ -69,6 +69,11 @@ class ServerProcess {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     const std::string max_p = std::to_string(max_processes), max_q = std::to_string(max_queued);
+    // Local jobs run a stand-in that sleeps: the first holds the one slot,
+    // the others wait in the queue.
+    const std::string worker = dir_ + "/worker.sh";
+    std::ofstream(worker) << "#!/bin/sh\nexec sleep 1000000\n";
+    std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
     pid_ = fork();
     if (pid_ == 0) {
       if (FILE* log = std::fopen((dir_ + "/server.log").c_str(), "w")) {
@@ -78,7 +83,7 @@ class ServerProcess {
       execl(binary.c_str(), binary.c_str(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
             "--http-listen", "127.0.0.1:0", "--state-dir", dir_.c_str(), "--slots", "1", "--ready-file",
             (dir_ + "/ready.json").c_str(), "--max-num-processes", max_p.c_str(), "--max-queued-jobs", max_q.c_str(),
-            "--launcher", "external", nullptr);
+            "--launcher", "external", "--worker-binary", worker.c_str(), nullptr);
       _exit(127);
     }
     for (int i = 0; i < 600 && grpc_port_ == 0; ++i) {
@@ -529,9 +534,9 @@ struct QueueRow {
   int64_t failed = 0;
 };
 
-// Submissions from `clients` threads until `queued` are queued (the server
-// has one slot, taken by the first job); then the idle server's CPU and
-// GetQueue's p99 with that queue.
+// Submissions of local jobs from `clients` threads until `queued` are
+// queued (the server has one slot, held by the first job's stand-in
+// worker); then the idle server's CPU and GetQueue's p99 with that queue.
 QueueRow RunQueue(const std::string& binary, int queued, int clients, double idle_seconds) {
   QueueRow row;
   row.queued = queued;
@@ -548,7 +553,7 @@ QueueRow RunQueue(const std::string& binary, int queued, int clients, double idl
       std::vector<double> mine;
       while (next++ < queued) {
         v1::SubmitJobRequest req;
-        req.set_spec("name: queued\nlauncher: external\nmodel: {kind: mlp}\nmax_steps: 10\nnum_processes: 1\n");
+        req.set_spec("name: queued\nlauncher: local\nmodel: {kind: mlp}\nmax_steps: 10\nnum_processes: 1\n");
         v1::SubmitJobResponse resp;
         grpc::ClientContext ctx;
         const auto s0 = Clock::now();

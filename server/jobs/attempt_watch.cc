@@ -11,7 +11,7 @@ void AttemptWatch::Supervise(PendingRequests* requests, std::chrono::millisecond
   const auto now = clock_->SteadyNow();
   lifecycle_->UpdateEstimates();
   lifecycle_->TrySchedule();  // restarts whose backoff is over, preemptions past the minimum run time
-  for (const std::string& id : jobs_->ids()) {
+  for (const std::string& id : jobs_->started_ids()) {
     // Each step may end the attempt (and start or end other jobs): look again.
     auto attempt_of = [&] {
       ActiveJob* job = jobs_->Find(id);

@@ -123,12 +123,11 @@ void JobLifecycle::TrySchedule() {
 
 void JobLifecycle::UpdateEstimates() {
   const auto now = clock_->SteadyNow();
-  jobs_->ForEach([&](ActiveJob& job) {
-    if (!job.attempt || !scheduler_->running(job.record.id)) return;
-    if (std::optional<steady_clock::duration> left = ClaimOf(job).runtime) {
-      scheduler_->SetExpectedEnd(job.record.id, now + *left);
-    }
-  });
+  for (const std::string& id : jobs_->started_ids()) {
+    ActiveJob* job = jobs_->Find(id);
+    if (job == nullptr || !job->attempt || !scheduler_->running(id)) continue;
+    if (std::optional<steady_clock::duration> left = ClaimOf(*job).runtime) scheduler_->SetExpectedEnd(id, now + *left);
+  }
 }
 
 void JobLifecycle::Preempt(ActiveJob& job, const Scheduler::Preemption& why) {

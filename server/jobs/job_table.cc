@@ -52,6 +52,7 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
 
 ActiveJob& JobTable::Hold(const JobRecord& record, const JobSpec& spec) {
   counts_[record.state]++;
+  if (record.state != JobState::kQueued) started_.insert(record.id);
   auto [it, added] = jobs_.try_emplace(record.id, record, spec, metrics_, clock_);
   if (added) {
     // A job held again (a restart, a resume) goes on with its series.
@@ -166,6 +167,11 @@ void JobTable::Transition(ActiveJob& job, JobState state, const std::string& rea
   counts_[r.state]--;
   counts_[state]++;
   r.state = state;
+  if (state == JobState::kQueued) {
+    started_.erase(r.id);
+  } else {
+    started_.insert(r.id);
+  }
   r.reason = reason;
   const int64_t now = clock_->UnixMillis();
   if (state == JobState::kStarting && r.started_unix_millis == 0) r.started_unix_millis = now;
@@ -257,6 +263,7 @@ void JobTable::Remove(const std::string& id, bool local) {
   if (job.attempt) job.attempt->CloseChannels();
   for (auto& w : job.watchers) w->Close();
   metrics_->RemoveJob(id);
+  started_.erase(id);
   jobs_.erase(it);
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ class JobTable {
   // The live record, else the stored one.
   absl::StatusOr<JobRecord> Record(const std::string& id);
   std::vector<std::string> ids() const;
+  // The jobs out of the queue (starting, running, recovering, stopping):
+  // what the periodic look walks, however many wait.
+  std::vector<std::string> started_ids() const { return {started_.begin(), started_.end()}; }
   // Every job of the store, oldest first (the jobs a restart finds).
   absl::StatusOr<std::vector<JobRecord>> Stored();
   // The stored record (ended jobs; NotFound for an unknown id).
@@ -116,6 +120,7 @@ class JobTable {
   void SaveHistory(ActiveJob& job);
 
   std::map<JobState, int> counts_;
+  std::set<std::string> started_;  // ids of the jobs not QUEUED
 };
 
 }  // namespace trainyard

@@ -221,7 +221,7 @@ void WorkerSessions::NoteLostNode(ActiveJob& job, int32_t rank) {
 
 void WorkerSessions::EndRanksOnLostNodes() {
   const SteadyTime now = clock_->SteadyNow();
-  for (const std::string& id : jobs_->ids()) {
+  for (const std::string& id : jobs_->started_ids()) {
     const ActiveJob* job = jobs_->Find(id);
     if (job == nullptr || !job->attempt || job->record.state == JobState::kQueued) continue;
     const int32_t attempt = job->attempt->number();
