@@ -23,6 +23,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +77,7 @@ class ServerProcess {
     std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // the server ends with the benchmark, however it ends
       if (FILE* log = std::fopen((dir_ + "/server.log").c_str(), "w")) {
         dup2(fileno(log), STDOUT_FILENO);
         dup2(fileno(log), STDERR_FILENO);
