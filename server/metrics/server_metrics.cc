@@ -56,6 +56,7 @@ void RegisterTable(prometheus::Registry& registry, G* gauges, C* counters, H* hi
 ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
     : registry_(std::move(registry)), exported_(std::make_shared<Exported>(this)) {
   RegisterTable(*registry_, &gauges_, &counters_, &histograms_);
+  freer_ = std::thread([this] { FreeRetired(); });
   // Server-wide series, at 0 from the start.
   counters_.at("trainyard_restarts_total")->Add({});
   counters_.at("trainyard_lost_steps_total")->Add({});
@@ -68,6 +69,28 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
   for (JobState s : kAllJobStates) gauges_.at("trainyard_jobs")->Add({{"state", std::string(JobStateName(s))}});
   for (const char* outcome : {"accepted", "rejected"}) {
     counters_.at("trainyard_job_submissions_total")->Add({{"outcome", outcome}});
+  }
+}
+
+ServerMetrics::~ServerMetrics() {
+  {
+    absl::MutexLock lock(&retired_mu_);
+    stopping_ = true;
+  }
+  freer_.join();
+}
+
+void ServerMetrics::FreeRetired() {
+  absl::MutexLock lock(&retired_mu_);
+  for (;;) {
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retired_mu_) { return stopping_ || !retired_.empty(); };
+    retired_mu_.Await(absl::Condition(&ready));
+    std::vector<std::shared_ptr<prometheus::Registry>> batch;
+    batch.swap(retired_);
+    retired_mu_.Unlock();
+    batch.clear();  // the series go, outside every lock
+    retired_mu_.Lock();
+    if (stopping_ && retired_.empty()) return;
   }
 }
 
@@ -290,7 +313,7 @@ void ServerMetrics::SetRankNode(const std::string& job_id, int32_t rank, const s
 }
 
 void ServerMetrics::RemoveJob(const std::string& job_id) {
-  std::shared_ptr<prometheus::Registry> gone;  // freed after the lock
+  std::shared_ptr<prometheus::Registry> gone;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
@@ -302,6 +325,9 @@ void ServerMetrics::RemoveJob(const std::string& job_id) {
       r = ranks_.erase(r);
     }
   }
+  if (gone == nullptr) return;
+  absl::MutexLock lock(&retired_mu_);
+  retired_.push_back(std::move(gone));  // out of /metrics now; freed by freer_
 }
 
 std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
