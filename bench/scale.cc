@@ -374,6 +374,18 @@ std::unique_ptr<v1::JobService::Stub> JobStub(const std::string& addr) {
   return v1::JobService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
 }
 
+// GetJob of `id`, its round trip in milliseconds into `ms` (when given).
+v1::Job TimedGetJob(v1::JobService::Stub* stub, const std::string& id, double* ms) {
+  grpc::ClientContext ctx;
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::GetJobResponse resp;
+  const auto t0 = Clock::now();
+  stub->GetJob(&ctx, req, &resp);
+  if (ms != nullptr) *ms = Seconds(Clock::now() - t0) * 1e3;
+  return resp.job();
+}
+
 RankRow RunRanks(const std::string& binary, int ranks, double seconds, int channels) {
   RankRow row;
   row.ranks = ranks;
@@ -413,16 +425,7 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   std::vector<std::unique_ptr<SimRank>> sims;
   for (int r = 0; r < ranks; ++r) sims.push_back(std::make_unique<SimRank>(stubs[r % channels].get(), &shared, r));
 
-  auto get_job = [&](double* ms) -> v1::Job {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_id(id);
-    v1::GetJobResponse resp;
-    const auto t0 = Clock::now();
-    jobs->GetJob(&ctx, req, &resp);
-    if (ms != nullptr) *ms = Seconds(Clock::now() - t0) * 1e3;
-    return resp.job();
-  };
+  auto get_job = [&](double* ms) { return TimedGetJob(jobs.get(), id, ms); };
   const auto t_join = Clock::now();
   sims[0]->Start();
   for (int r = 1; r < ranks; ++r) sims[r]->Start();
@@ -500,13 +503,9 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   std::thread prober([&] {
     auto stub = JobStub(server.addr());
     while (!ended) {
-      grpc::ClientContext ctx;
-      v1::GetJobRequest req;
-      req.set_id(id);
-      v1::GetJobResponse resp;
-      const auto p0 = Clock::now();
-      stub->GetJob(&ctx, req, &resp);
-      hold = std::max(hold, Seconds(Clock::now() - p0) * 1e3);
+      double ms = 0;
+      TimedGetJob(stub.get(), id, &ms);
+      hold = std::max(hold, ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
