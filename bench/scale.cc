@@ -18,8 +18,10 @@
 //   scale [--ranks 1024,2048] [--seconds 20] [--server-binary build/bin/trainyard-server]
 //         [--channels 32] [--queued 0] [--clients 8] [--idle-seconds 10]
 //
-// It exits 1 when a stream failed, a job never ran or a submission failed:
-// the scale_smoke test runs it at 64 ranks and 1,000 submissions.
+// It exits 1 when a stream failed, a job never ran, a rank is missing from
+// GetJob's pages or from /metrics (per rank or in the aggregates), or a
+// submission failed: the scale_smoke test runs it at 64 ranks (aggregated
+// above 16) and 1,000 submissions.
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -65,11 +67,12 @@ double P99(std::vector<double> v) {
 // The server under test, started afresh in its own state directory.
 class ServerProcess {
  public:
-  ServerProcess(const std::string& binary, int max_processes, int max_queued) {
+  ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 64) {
     dir_ = std::filesystem::temp_directory_path() / ("trainyard-bench-scale-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    const std::string max_p = std::to_string(max_processes), max_q = std::to_string(max_queued);
+    const std::string max_p = std::to_string(max_processes), max_q = std::to_string(max_queued),
+                      per_rank = std::to_string(per_rank_max);
     // Local jobs run a stand-in that sleeps: the first holds the one slot,
     // the others wait in the queue.
     const std::string worker = dir_ + "/worker.sh";
@@ -85,7 +88,8 @@ class ServerProcess {
       execl(binary.c_str(), binary.c_str(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
             "--http-listen", "127.0.0.1:0", "--state-dir", dir_.c_str(), "--slots", "1", "--ready-file",
             (dir_ + "/ready.json").c_str(), "--max-num-processes", max_p.c_str(), "--max-queued-jobs", max_q.c_str(),
-            "--launcher", "external", "--worker-binary", worker.c_str(), nullptr);
+            "--launcher", "external", "--worker-binary", worker.c_str(), "--metrics-per-rank-max-ranks",
+            per_rank.c_str(), nullptr);
       _exit(127);
     }
     for (int i = 0; i < 600 && grpc_port_ == 0; ++i) {
@@ -137,10 +141,11 @@ class ServerProcess {
   int grpc_port_ = 0, metrics_port_ = 0;
 };
 
-// GET /metrics: (bytes, series, seconds).
+// GET /metrics: (bytes, series, seconds), and the body.
 struct Scrape {
   size_t bytes = 0, series = 0;
   double seconds = 0;
+  std::string body;
 };
 Scrape ScrapeMetrics(int port) {
   Scrape out;
@@ -170,6 +175,7 @@ Scrape ScrapeMetrics(int port) {
   for (absl::string_view line : absl::StrSplit(body, '\n')) {
     if (!line.empty() && line[0] != '#') ++out.series;
   }
+  out.body = std::move(body);
   return out;
 }
 
@@ -386,10 +392,58 @@ v1::Job TimedGetJob(v1::JobService::Stub* stub, const std::string& id, double* m
   return resp.job();
 }
 
-RankRow RunRanks(const std::string& binary, int ranks, double seconds, int channels) {
+// What is wrong with the job's ranks as GetJob's pages (five or more) and the
+// scrape show them ("" when nothing): every rank must have one sample and
+// one place, and /metrics cover every rank, per rank up to `per_rank_max`
+// ranks, else in the aggregates.
+std::string CheckRanks(v1::JobService::Stub* stub, const std::string& id, int ranks, int per_rank_max,
+                       const Scrape& scrape) {
+  std::vector<int> samples(ranks), places(ranks);
+  v1::GetJobRequest req;
+  req.set_id(id);
+  const int page = std::clamp(ranks / 5, 1, 1000);  // five pages or more
+  req.set_rank_page_size(page);
+  int pages = 0;
+  do {
+    grpc::ClientContext ctx;
+    v1::GetJobResponse resp;
+    if (auto st = stub->GetJob(&ctx, req, &resp); !st.ok()) return "GetJob page: " + st.error_message();
+    for (const v1::MetricsSample& m : resp.job().ranks()) {
+      if (m.rank() < 0 || m.rank() >= ranks) return "GetJob: rank " + std::to_string(m.rank()) + " out of range";
+      ++samples[m.rank()];
+    }
+    for (const v1::RankPlace& p : resp.job().places()) {
+      if (p.rank() >= 0 && p.rank() < ranks) ++places[p.rank()];
+    }
+    req.set_rank_page_token(resp.next_rank_page_token());
+    if (++pages > ranks / page + 2) return "GetJob: more pages than ranks";
+  } while (!req.rank_page_token().empty());
+  for (int r = 0; r < ranks; ++r) {
+    if (samples[r] != 1 || places[r] != 1) {
+      return "GetJob's pages show rank " + std::to_string(r) + " " + std::to_string(samples[r]) + " times, its place " +
+             std::to_string(places[r]) + " times";
+    }
+  }
+  const std::string job = "job_id=\"" + id + "\"";
+  if (ranks > per_rank_max) {
+    const std::string want = "trainyard_job_reporting_ranks{" + job + "} " + std::to_string(ranks) + "\n";
+    if (scrape.body.find(want) == std::string::npos) return "/metrics lacks " + want;
+    if (scrape.body.find(job + ",rank=") != std::string::npos) return "/metrics has per-rank series above the limit";
+  } else {
+    size_t n = 0;
+    for (size_t at = scrape.body.find("\ntrainyard_job_step{" + job + ",rank="); at != std::string::npos;
+         at = scrape.body.find("\ntrainyard_job_step{" + job + ",rank=", at + 1)) {
+      ++n;
+    }
+    if (n != static_cast<size_t>(ranks)) return "/metrics has trainyard_job_step of " + std::to_string(n) + " ranks";
+  }
+  return "";
+}
+
+RankRow RunRanks(const std::string& binary, int ranks, double seconds, int channels, int per_rank_max) {
   RankRow row;
   row.ranks = ranks;
-  ServerProcess server(binary, ranks, 1000);
+  ServerProcess server(binary, ranks, 1000, per_rank_max);
   auto jobs = JobStub(server.addr());
   v1::SubmitJobRequest submit;
   submit.set_spec("name: scale\nlauncher: external\nmodel: {kind: mlp}\nmax_steps: 1000000\nnum_processes: " +
@@ -496,6 +550,7 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   done = true;
   reporter.join();
   row.reports = shared.reports;
+  row.error = CheckRanks(jobs.get(), id, ranks, per_rank_max, row.scrape);  // the job ends all the same
 
   // The job's end: cancelled; the slowest GetJob until every stream ended.
   std::atomic<bool> ended{false};
@@ -525,7 +580,7 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   prober.join();
   row.end_hold_ms = hold;
   row.failed = shared.failed;
-  row.error = shared.first_error;
+  if (row.error.empty()) row.error = shared.first_error;
   return row;
 }
 
@@ -596,6 +651,7 @@ int main(int argc, char** argv) {
   double seconds = 20, idle_seconds = 10;
   int channels = 32, queued = 0, clients = 8;
   std::string server_binary = "build/bin/trainyard-server";
+  int per_rank_max = 64;
   app.add_option("--ranks", ranks, "Rank counts, one job each")->delimiter(',')->capture_default_str();
   app.add_option("--seconds", seconds, "How long the ranks report while measured")->capture_default_str();
   app.add_option("--channels", channels, "gRPC connections the ranks share")->capture_default_str();
@@ -603,6 +659,7 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "Threads submitting")->capture_default_str();
   app.add_option("--idle-seconds", idle_seconds, "How long the idle server's CPU is measured")->capture_default_str();
   app.add_option("--server-binary", server_binary)->capture_default_str();
+  app.add_option("--metrics-per-rank-max-ranks", per_rank_max, "The server's flag of that name")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   int status = 0;  // 1: a stream failed, a rank count never ran, or a submission failed
@@ -619,7 +676,7 @@ int main(int argc, char** argv) {
         " GetJob p99 ms | ListJobs p99 ms | report delay p99 ms | end holds ms | reports | failed |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int n : ranks) {
-      const trainyard::RankRow r = trainyard::RunRanks(server_binary, n, seconds, channels);
+      const trainyard::RankRow r = trainyard::RunRanks(server_binary, n, seconds, channels, per_rank_max);
       std::printf("| %d | %.1f | %.0f%% | %lld | %lld | %.1f | %zu | %.2f | %.0f | %.0f | %.0f | %.0f | %lld | %d |\n",
                   r.ranks, r.join_s, r.cpu * 100, static_cast<long long>(r.rss_mb), static_cast<long long>(r.threads),
                   static_cast<double>(r.scrape.bytes) / 1e6, r.scrape.series, r.scrape.seconds, r.get_p99_ms,

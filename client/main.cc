@@ -54,6 +54,14 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   auto* get = app.add_subcommand("get", "Show one job");
   get->add_option("ID", id, "Job id")->required();
+  int rank_page_size = 0;
+  std::string rank_page_token;
+  bool all_ranks = false;
+  get->add_option("--rank-page-size", rank_page_size,
+                  "Ranks of a running job to show (0: the server's 256; at most 1000 a page)")
+      ->check(CLI::NonNegativeNumber);
+  get->add_option("--rank-page-token", rank_page_token, "Show the ranks from this token on (printed after a page)");
+  get->add_flag("--all-ranks", all_ranks, "Show every rank of a running job (all pages)");
   auto* watch_cmd = app.add_subcommand("watch", "Follow a job's progress until it ends");
   watch_cmd->add_option("ID", id, "Job id")->required();
   auto* cancel = app.add_subcommand("cancel", "Cancel a job and wait until its workers stopped");
@@ -168,7 +176,7 @@ int main(int argc, char** argv) {
   if (*submit) return ctl.Submit(file, watch, accelerate_config, sets);
   if (*list) return ctl.List(state, list_limit, all_users);
   if (*queue) return ctl.Queue(all_users);
-  if (*get) return ctl.Get(id);
+  if (*get) return ctl.Get(id, rank_page_size, rank_page_token, all_ranks);
   if (*watch_cmd) return ctl.Watch(id);
   if (*cancel) return ctl.Cancel(id, !no_wait, with_checkpoint);
   if (*scale) return ctl.Scale(id, scale_to, !scale_no_wait, std::chrono::seconds(scale_wait_s));

@@ -187,14 +187,29 @@ int Trainctl::Queue(bool all_users) {
   return 0;
 }
 
-int Trainctl::Get(const std::string& id) {
+int Trainctl::Get(const std::string& id, int rank_page_size, const std::string& rank_page_token, bool all_ranks) {
   Impl& s = *impl_;
   v1::GetJobRequest req;
   req.set_id(id);
+  req.set_rank_page_size(all_ranks && rank_page_size == 0 ? 1000 : rank_page_size);
+  req.set_rank_page_token(rank_page_token);
   v1::GetJobResponse resp;
   grpc::Status st = s.Call(&v1::JobService::Stub::GetJob, req, &resp);
   if (!st.ok()) return s.Fail(st);
+  // --all-ranks: the other pages' ranks and places added to the first's.
+  while (all_ranks && !resp.next_rank_page_token().empty()) {
+    req.set_rank_page_token(resp.next_rank_page_token());
+    v1::GetJobResponse page;
+    if (st = s.Call(&v1::JobService::Stub::GetJob, req, &page); !st.ok()) return s.Fail(st);
+    for (auto& r : *page.mutable_job()->mutable_ranks()) *resp.mutable_job()->add_ranks() = std::move(r);
+    for (auto& p : *page.mutable_job()->mutable_places()) *resp.mutable_job()->add_places() = std::move(p);
+    resp.set_next_rank_page_token(page.next_rank_page_token());
+  }
   s.PrintJob(resp.job());
+  if (!resp.next_rank_page_token().empty()) {
+    s.err << "trainctl: more of its " << resp.job().num_processes() << " ranks: trainctl get " << id
+          << " --rank-page-token " << resp.next_rank_page_token() << " (or --all-ranks)\n";
+  }
   return 0;
 }
 

@@ -47,7 +47,10 @@ class Trainctl {
   // The waiting jobs in the order they start: position, owner, priority,
   // estimated start and why each waits.
   int Queue(bool all_users = false);
-  int Get(const std::string& id);
+  // A running job's ranks come a page at a time (`rank_page_size`, 0: the
+  // server's 256, from `rank_page_token`); `all_ranks`: every page.
+  int Get(const std::string& id, int rank_page_size = 0, const std::string& rank_page_token = "",
+          bool all_ranks = false);
   // `printed_state` (a v1::JobState; 0: none): the state the caller has
   // just printed, whose line the watch does not repeat.
   int Watch(const std::string& id, int printed_state = 0);

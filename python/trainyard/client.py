@@ -200,10 +200,19 @@ class Client:
                                                                accelerate_config=accelerate_config or ""))
         return _to_dict(r.job)
 
-    def get(self, job_id):
+    def get(self, job_id, all_ranks=False):
         """The job with its events (and, while it runs, its ranks' last
-        steps, where they run, its replicas)."""
-        return _to_dict(self._call("GetJob", self._pb.GetJobRequest(id=job_id)).job)
+        steps, where they run, its replicas). A running job's ranks come
+        256 at a time: the first page, or with `all_ranks` every page."""
+        req = self._pb.GetJobRequest(id=job_id, rank_page_size=1000 if all_ranks else 0)
+        resp = self._call("GetJob", req)
+        job = resp.job
+        while all_ranks and resp.next_rank_page_token:
+            req.rank_page_token = resp.next_rank_page_token
+            resp = self._call("GetJob", req)
+            job.ranks.extend(resp.job.ranks)
+            job.places.extend(resp.job.places)
+        return _to_dict(job)
 
     def list(self, states=None, all_users=False):
         """Every job (in `states`, names like "RUNNING", when given), oldest

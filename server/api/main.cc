@@ -110,6 +110,16 @@ int main(int argc, char** argv) {
          "reports from the worker's table (known GPUs), else no trainyard_job_mfu")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics-per-rank-max-ranks", o.metrics_per_rank_max_ranks,
+                 "Jobs of at most this many ranks export every rank's series on /metrics; larger jobs export "
+                 "each number's minimum, median and maximum over the ranks (label aggregate), counters and "
+                 "histograms summed over the ranks, and their slowest ranks")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics-slowest-ranks", o.metrics_slowest_ranks,
+                 "How many of a large job's slowest ranks (longest forward pass) /metrics names")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   int restart_backoff_ms = static_cast<int>(o.jobs.restart_backoff.count());
   app.add_option("--restart-backoff-ms", restart_backoff_ms,
                  "Wait before a job's restart after its second and later failures: this, doubling up to 30 s (0: "

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/paths.h"
@@ -78,14 +79,33 @@ grpc::Status JobServiceImpl::SubmitJob(const Caller& caller, const v1::SubmitJob
 grpc::Status JobServiceImpl::GetJob(const Caller& caller, const v1::GetJobRequest* req, v1::GetJobResponse* resp,
                                     const CallContext& call) {
   if (grpc::Status auth = Authorize(caller, req->id(), "see", true); !auth.ok()) return auth;
+  if (req->rank_page_size() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'rank_page_size': must be >= 0");
+  }
+  int32_t first = 0;
+  if (!req->rank_page_token().empty() && (!absl::SimpleAtoi(req->rank_page_token(), &first) || first < 0)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("field 'rank_page_token': '", req->rank_page_token(),
+                                     "' is not a token GetJob returned (the next page's first rank)"));
+  }
+  const int32_t count = req->rank_page_size() == 0
+                            ? JobRequestHandler::kDefaultRankPageSize
+                            : std::min(req->rank_page_size(), JobRequestHandler::kMaxRankPageSize);
   auto job = manager_->Get(req->id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   HideSecrets(caller, &*job);
   auto events = manager_->Events(req->id());
   if (!events.ok()) return ToGrpcStatus(events.status());
   ToProto(*job, *events, resp->mutable_job());
-  for (const StepMetrics& m : manager_->RankSamples(req->id())) ToProto(m, resp->mutable_job()->add_ranks());
-  if (std::optional<JobRequestHandler::Placement> p = manager_->PlacementOf(req->id())) {
+  std::vector<StepMetrics> samples = manager_->RankSamples(req->id(), first, count);
+  for (const StepMetrics& m : samples) ToProto(m, resp->mutable_job()->add_ranks());
+  std::optional<JobRequestHandler::Placement> p = manager_->PlacementOf(req->id(), first, count);
+  // More ranks after this page: the job has them, and it has not ended (an
+  // ended job has no ranks to page through).
+  if (!IsTerminal(job->state) && static_cast<int64_t>(first) + count < job->num_processes) {
+    resp->set_next_rank_page_token(std::to_string(first + count));
+  }
+  if (p) {
     for (const auto& [rank, node] : p->nodes) {
       v1::RankPlace* place = resp->mutable_job()->add_places();
       place->set_rank(rank);

@@ -123,6 +123,7 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
   registry = std::make_shared<prometheus::Registry>();
   metrics = std::make_unique<ServerMetrics>(registry);
   metrics->SetPeakFlops(options.peak_flops);
+  metrics->SetPerRankLimit(options.metrics_per_rank_max_ranks, options.metrics_slowest_ranks);
   try {
     // A connection that sends its request slowly holds one of these threads
     // for up to request_timeout_ms at a time: more threads than a scraper

@@ -47,6 +47,10 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_checkpoint_timeout{45000};
   // Peak FLOP/s of one device, for trainyard_job_mfu (0: no MFU).
   double peak_flops = 0;
+  // Jobs of more ranks export aggregates, naming their slowest ranks
+  // (server/metrics/server_metrics.h).
+  int32_t metrics_per_rank_max_ranks = 64;
+  int32_t metrics_slowest_ranks = 5;
   // The web UI and its JSON API (server/api/web_ui.h); empty: none. Port 0 = any.
   std::string http_listen;
   std::chrono::seconds web_session_ttl{12 * 3600};

@@ -83,6 +83,9 @@ class JobRequestHandler {
  public:
   static constexpr int kDefaultPageSize = 100;
   static constexpr int kMaxPageSize = 1000;
+  // GetJob's pages of ranks.
+  static constexpr int kDefaultRankPageSize = 256;
+  static constexpr int kMaxRankPageSize = 1000;
 
   virtual ~JobRequestHandler() = default;
   // Queues a job. `accelerate_config`, when not empty, is an Accelerate
@@ -117,14 +120,20 @@ class JobRequestHandler {
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   // Each rank's last step sample in the job's current attempt (its GPU
   // readings included), by rank; empty for a job that is not running.
-  virtual std::vector<StepMetrics> RankSamples(const std::string& /*id*/) { return {}; }
+  // The last sample of each of the job's ranks `first` .. `first + count - 1`.
+  virtual std::vector<StepMetrics> RankSamples(const std::string& /*id*/, int32_t /*first*/, int32_t /*count*/) {
+    return {};
+  }
   // Where a running job's attempt runs: each connected rank's node, and the
   // attempt's id in the cluster's scheduler (Slurm's job id; "" for none).
   struct Placement {
     std::map<int32_t, std::string> nodes;
     std::string external_id;
   };
-  virtual std::optional<Placement> PlacementOf(const std::string& /*id*/) { return std::nullopt; }
+  // (`nodes`: of ranks `first` .. `first + count - 1`.)
+  virtual std::optional<Placement> PlacementOf(const std::string& /*id*/, int32_t /*first*/, int32_t /*count*/) {
+    return std::nullopt;
+  }
   // The current membership of a running fault_tolerance.mode replica job
   // (common/replica_protocol.h); none for other jobs.
   using ReplicaStatus = trainyard::ReplicaStatus;

@@ -193,7 +193,7 @@ void JobLifecycle::StartJob(ActiveJob& job) {
   // A new token fences the previous attempt's workers. Joined workers are
   // fenced by the attempt number alone: their token is the job's.
   if (!traits.ranks_join || r.worker_token.empty()) r.worker_token = NewWorkerToken();
-  job.progress.Launched(clock_->SteadyNow());
+  job.progress.Launched(clock_->SteadyNow(), r.num_processes);
   if (traits.ranks_join) {
     return jobs_->Transition(
         job, JobState::kStarting,
@@ -324,7 +324,7 @@ void JobLifecycle::Adopt(ActiveJob& job) {
   const auto now = clock_->SteadyNow();
   job.attempt->watch().reattach_deadline = now + std::chrono::duration_cast<steady_clock::duration>(
                                                      std::chrono::duration<double>(job.spec.reattach_timeout_s));
-  job.progress.Adopted(now);
+  job.progress.Adopted(now, r.num_processes);
   jobs_->Transition(job, JobState::kRecovering,
                     absl::StrCat("the coordinator restarted; waiting up to ", job.spec.reattach_timeout_s,
                                  " s for the workers of attempt ", r.attempt, " to reattach"));

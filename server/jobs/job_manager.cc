@@ -159,17 +159,22 @@ absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) 
   return events;
 }
 
-std::vector<StepMetrics> JobManager::RankSamples(const std::string& id) {
+std::vector<StepMetrics> JobManager::RankSamples(const std::string& id, int32_t first, int32_t count) {
   absl::MutexLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
-  return job == nullptr ? std::vector<StepMetrics>{} : job->progress.RankSamples();
+  return job == nullptr ? std::vector<StepMetrics>{} : job->progress.RankSamples(first, count);
 }
 
-std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::string& id) {
+std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::string& id, int32_t first,
+                                                                    int32_t count) {
   absl::MutexLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
   if (job == nullptr || !job->attempt) return std::nullopt;
-  return Placement{job->attempt->place().nodes, job->attempt->place().external_id};
+  const std::map<int32_t, std::string>& nodes = job->attempt->place().nodes;
+  const int64_t end = static_cast<int64_t>(first) + count;
+  Placement p{{}, job->attempt->place().external_id};
+  for (auto it = nodes.lower_bound(first); it != nodes.end() && it->first < end; ++it) p.nodes.insert(*it);
+  return p;
 }
 
 std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::string& id) {

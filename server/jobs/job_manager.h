@@ -87,8 +87,8 @@ class JobManager final : public JobRequestHandler {
   absl::StatusOr<std::vector<QuotaUse>> Usage(const Caller& by, bool all_users) override;
   absl::StatusOr<JobRecord> Get(const std::string& id) override;
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override;
-  std::vector<StepMetrics> RankSamples(const std::string& id) override;
-  std::optional<Placement> PlacementOf(const std::string& id) override;
+  std::vector<StepMetrics> RankSamples(const std::string& id, int32_t first, int32_t count) override;
+  std::optional<Placement> PlacementOf(const std::string& id, int32_t first, int32_t count) override;
   std::optional<ReplicaStatus> Replicas(const std::string& id) override;
   absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t num_processes, const Caller& by) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,

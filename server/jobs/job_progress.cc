@@ -6,13 +6,15 @@
 
 namespace trainyard {
 
-void JobProgress::Launched(SteadyTime now) {
+void JobProgress::Launched(SteadyTime now, int32_t ranks) {
+  metrics_->SetJobRanks(job_id_, ranks);
   goodput_.StartOnce(now);
   last_progress_ = now;
   if (recovery_from_millis_ == 0) startup_from_millis_ = clock_->UnixMillis();
 }
 
-void JobProgress::Adopted(SteadyTime now) {
+void JobProgress::Adopted(SteadyTime now, int32_t ranks) {
+  metrics_->SetJobRanks(job_id_, ranks);
   goodput_.StartOnce(now);
   last_progress_ = now;
 }
@@ -91,10 +93,10 @@ void JobProgress::AttemptEnded() {
   stragglers_ = StragglerWatch();
 }
 
-std::vector<StepMetrics> JobProgress::RankSamples() const {
+std::vector<StepMetrics> JobProgress::RankSamples(int32_t first, int32_t count) const {
   std::vector<StepMetrics> out;
-  out.reserve(last_.size());
-  for (const auto& [rank, sample] : last_) out.push_back(sample);
+  const int64_t end = static_cast<int64_t>(first) + count;
+  for (auto it = last_.lower_bound(first); it != last_.end() && it->first < end; ++it) out.push_back(it->second);
   return out;
 }
 

@@ -77,11 +77,12 @@ class JobProgress {
   JobProgress(std::string job_id, ServerMetrics* metrics, const TimeSource* clock = TimeSource::Real())
       : job_id_(std::move(job_id)), metrics_(metrics), clock_(clock) {}
 
-  // An attempt was launched at `now`; the time until its first step is
-  // startup badput, unless a recovery is under way (that is restart badput).
-  void Launched(SteadyTime now);
-  // An attempt started by an earlier coordinator was found running.
-  void Adopted(SteadyTime now);
+  // An attempt of `ranks` ranks was launched at `now`; the time until its
+  // first step is startup badput, unless a recovery is under way (that is
+  // restart badput).
+  void Launched(SteadyTime now, int32_t ranks);
+  // An attempt of `ranks` ranks started by an earlier coordinator was found running.
+  void Adopted(SteadyTime now, int32_t ranks);
   // A failure or stop was detected while rank 0 was at `step`: the recovery
   // clock starts (once; the next attempt's first step stops it).
   void FailureDetected(int64_t step);
@@ -108,7 +109,7 @@ class JobProgress {
 
   // Each rank's last sample in this attempt, by rank (gpu_xid_errors: the
   // attempt's total).
-  std::vector<StepMetrics> RankSamples() const;
+  std::vector<StepMetrics> RankSamples(int32_t first = 0, int32_t count = INT32_MAX) const;
 
   // Rank 0's seconds per step (an average over its recent steps); 0 until
   // it reported one.

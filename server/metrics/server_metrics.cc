@@ -1,6 +1,8 @@
 #include "server/metrics/server_metrics.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,55 @@ std::string Key(const std::string& family, const std::map<std::string, std::stri
   std::string key = family;
   for (const auto& [k, v] : labels) key += "\x1f" + k + "=" + v;
   return key;
+}
+
+// How many numbers the step list has.
+#define TRAINYARD_STEP_COUNT(...) +1
+constexpr size_t kStepNumbers = 0 TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_COUNT);
+#undef TRAINYARD_STEP_COUNT
+
+// Calls f(index, family, kind, label, when, value) for each number of the
+// step list, in its order. (`f` may need a lock its caller holds: the
+// analysis sees it at the caller.)
+template <typename F>
+void ForEachNumber(const StepMetrics& m, F&& f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  size_t index = 0;
+#define TRAINYARD_STEP_EACH(type_, name_, init_, family_, kind_, label_, when_, help_) \
+  f(index++, family_, kind_, label_, (when_), static_cast<double>(m.name_));
+  TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_EACH)
+#undef TRAINYARD_STEP_EACH
+  (void)kNone;
+}
+
+// `labels` with the list's extra label ("phase=step"; "" for none).
+std::map<std::string, std::string> WithLabel(std::map<std::string, std::string> labels, const char* label) {
+  if (const std::string kv = label; !kv.empty()) labels[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  return labels;
+}
+
+void Update(void* series, MetricType kind, double value) {
+  switch (kind) {
+    case MetricType::kGauge: static_cast<prometheus::Gauge*>(series)->Set(value); break;
+    case MetricType::kCounter: static_cast<prometheus::Counter*>(series)->Increment(value); break;
+    case MetricType::kHistogram: static_cast<prometheus::Histogram*>(series)->Observe(value); break;
+  }
+}
+
+// What follows from a rank's sample, where it applies.
+struct Derived {
+  std::optional<double> comm_ratio, model_flops_per_second, mfu;
+};
+Derived DerivedOf(const StepMetrics& m, double peak_flops) {
+  Derived d;
+  if (m.comm_fp32_bytes > 0) {
+    d.comm_ratio = static_cast<double>(m.comm_wire_bytes) / static_cast<double>(m.comm_fp32_bytes);
+  }
+  if (m.model_flops > 0 && m.step_seconds > 0) {
+    d.model_flops_per_second = m.model_flops / m.step_seconds;
+    // --peak-flops wins over the worker's table of devices.
+    if (const double mfu = ModelFlopsUtilization(m, peak_flops); std::isfinite(mfu)) d.mfu = mfu;
+  }
+  return d;
 }
 
 // What the Exposer scrapes: the ServerMetrics' Collect.
@@ -171,44 +222,25 @@ void ServerMetrics::MakeJobSeries(const std::string& job_id) {
 
 void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) {
   absl::MutexLock lock(&mu_);
+  if (auto it = jobs_.find(job_id); it != jobs_.end() && it->second.aggregated) {
+    RecordAggregated(job_id, it->second, m);
+    return;
+  }
   RankSeries& r = ranks_[{job_id, m.rank}];
   if (r.numbers.empty()) {
     MakeJobSeries(job_id);
-#define TRAINYARD_STEP_COUNT(...) +1
-    r.numbers.assign(0 TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_COUNT), nullptr);
-#undef TRAINYARD_STEP_COUNT
+    r.numbers.assign(kStepNumbers, nullptr);
   }
   const Labels labels = {{"job_id", job_id}, {"rank", std::to_string(m.rank)}};
   // Each number of the list: made with its first sample where `when` holds,
   // then set, increased or observed at each such sample.
-  size_t index = 0;
-  auto export_number = [&](const char* family, MetricType kind, const char* label, bool when, double value)
-                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                             void*& slot = r.numbers[index++];
-                             if (*family == '\0' || !when) return;
-                             if (slot == nullptr) {
-                               Labels l = labels;
-                               if (const std::string kv = label; !kv.empty())
-                                 l[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
-                               slot = kind == kGauge     ? static_cast<void*>(&JobGauge(job_id, family, l))
-                                      : kind == kCounter ? static_cast<void*>(&JobCounter(job_id, family, l))
-                                                         : static_cast<void*>(&JobHistogram(job_id, family, l));
-                             }
-                             switch (kind) {
-                               case MetricType::kGauge: static_cast<prometheus::Gauge*>(slot)->Set(value); break;
-                               case MetricType::kCounter:
-                                 static_cast<prometheus::Counter*>(slot)->Increment(value);
-                                 break;
-                               case MetricType::kHistogram:
-                                 static_cast<prometheus::Histogram*>(slot)->Observe(value);
-                                 break;
-                             }
-                           };
-#define TRAINYARD_STEP_EXPORT(type_, name_, init_, family_, kind_, label_, when_, help_) \
-  export_number(family_, kind_, label_, (when_), static_cast<double>(m.name_));
-  TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_EXPORT)
-#undef TRAINYARD_STEP_EXPORT
-  (void)kNone;
+  ForEachNumber(m, [&](size_t index, const char* family, MetricType kind, const char* label, bool when, double value)
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                         void*& slot = r.numbers[index];
+                         if (*family == '\0' || !when) return;
+                         if (slot == nullptr) slot = MakeSeries(job_id, family, kind, WithLabel(labels, label));
+                         Update(slot, kind, value);
+                       });
   // A script's named numbers, at most kMaxValueNames per rank.
   for (const auto& [name, value] : m.values) {
     if (r.value_names.size() >= kMaxValueNames && !r.value_names.count(name)) continue;
@@ -217,22 +249,119 @@ void ServerMetrics::RecordStep(const std::string& job_id, const StepMetrics& m) 
         .Set(value);
   }
   // Derived from the numbers.
-  if (m.comm_fp32_bytes > 0) {
+  const Derived d = DerivedOf(m, peak_flops_);
+  if (d.comm_ratio) {
     if (r.comm_ratio == nullptr) r.comm_ratio = &JobGauge(job_id, "trainyard_job_comm_compression_ratio", labels);
-    r.comm_ratio->Set(static_cast<double>(m.comm_wire_bytes) / static_cast<double>(m.comm_fp32_bytes));
+    r.comm_ratio->Set(*d.comm_ratio);
   }
-  if (m.model_flops > 0 && m.step_seconds > 0) {
+  if (d.model_flops_per_second) {
     if (r.model_flops_per_second == nullptr) {
       r.model_flops_per_second = &JobGauge(job_id, "trainyard_job_model_flops_per_second", labels);
     }
-    r.model_flops_per_second->Set(m.model_flops / m.step_seconds);
-    // --peak-flops wins over the worker's table of devices.
-    const double mfu = ModelFlopsUtilization(m, peak_flops_);
-    if (std::isfinite(mfu)) {
-      if (r.mfu == nullptr) r.mfu = &JobGauge(job_id, "trainyard_job_mfu", labels);
-      r.mfu->Set(mfu);
+    r.model_flops_per_second->Set(*d.model_flops_per_second);
+  }
+  if (d.mfu) {
+    if (r.mfu == nullptr) r.mfu = &JobGauge(job_id, "trainyard_job_mfu", labels);
+    r.mfu->Set(*d.mfu);
+  }
+}
+
+void* ServerMetrics::MakeSeries(const std::string& job_id, const char* family, MetricType kind, const Labels& labels) {
+  switch (kind) {
+    case MetricType::kGauge: return &JobGauge(job_id, family, labels);
+    case MetricType::kCounter: return &JobCounter(job_id, family, labels);
+    case MetricType::kHistogram: return &JobHistogram(job_id, family, labels);
+  }
+  return nullptr;
+}
+
+void ServerMetrics::RecordAggregated(const std::string& job_id, JobSeries& js, const StepMetrics& m) {
+  if (js.numbers.empty()) {
+    MakeJobSeries(job_id);
+    js.numbers.assign(kStepNumbers, nullptr);
+  }
+  // Counters and histograms: one series for the job, fed by every rank.
+  const Labels labels = {{"job_id", job_id}};
+  ForEachNumber(m, [&](size_t index, const char* family, MetricType kind, const char* label, bool when, double value)
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                         if (*family == '\0' || !when || kind == MetricType::kGauge) return;
+                         void*& slot = js.numbers[index];
+                         if (slot == nullptr) slot = MakeSeries(job_id, family, kind, WithLabel(labels, label));
+                         Update(slot, kind, value);
+                       });
+  // Gauges: the last sample, aggregated at a scrape. A script's named
+  // numbers are capped as a rank's series are.
+  StepMetrics& last = js.last[m.rank];
+  std::map<std::string, double> values = std::move(last.values);
+  last = m;
+  for (const auto& [name, value] : m.values) {
+    if (values.size() >= kMaxValueNames && !values.count(name)) continue;
+    values[name] = value;
+  }
+  last.values = std::move(values);
+}
+
+std::vector<prometheus::MetricFamily> ServerMetrics::CollectAggregates(const std::string& job_id,
+                                                                       const JobSeries& js) const {
+  // Each exported gauge's values over the ranks, by (family, extra label).
+  std::map<std::pair<std::string, std::string>, std::vector<double>> columns;
+  std::vector<std::pair<double, int32_t>> forward;  // (seconds, rank)
+  for (const auto& [rank, m] : js.last) {
+    ForEachNumber(m, [&](size_t, const char* family, MetricType kind, const char* label, bool when, double value) {
+      if (*family == '\0' || !when || kind != MetricType::kGauge) return;
+      columns[{family, label}].push_back(value);
+    });
+    const Derived d = DerivedOf(m, peak_flops_);
+    if (d.comm_ratio) columns[{"trainyard_job_comm_compression_ratio", ""}].push_back(*d.comm_ratio);
+    if (d.model_flops_per_second) {
+      columns[{"trainyard_job_model_flops_per_second", ""}].push_back(*d.model_flops_per_second);
+    }
+    if (d.mfu) columns[{"trainyard_job_mfu", ""}].push_back(*d.mfu);
+    for (const auto& [name, value] : m.values) columns[{"trainyard_job_value", "name=" + name}].push_back(value);
+    forward.emplace_back(m.forward_seconds, rank);
+  }
+  std::map<std::string, prometheus::MetricFamily> families;
+  auto family_of = [&](const std::string& name) -> prometheus::MetricFamily& {
+    prometheus::MetricFamily& f = families[name];
+    if (f.name.empty()) {
+      f.name = name;
+      f.help = MetricNamed(name).help;
+      f.type = prometheus::MetricType::Gauge;
+    }
+    return f;
+  };
+  auto add = [&](const std::string& name, Labels labels, double value) {
+    prometheus::ClientMetric c;
+    labels["job_id"] = job_id;
+    for (const auto& [k, v] : labels) c.label.push_back({k, v});
+    c.gauge.value = value;
+    family_of(name).metric.push_back(std::move(c));
+  };
+  for (auto& [key, values] : columns) {
+    const Labels extra = WithLabel({}, key.second.c_str());
+    std::sort(values.begin(), values.end());
+    const size_t n = values.size();
+    const double median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+    for (auto [aggregate, value] : {std::pair{"min", values.front()}, {"median", median}, {"max", values.back()}}) {
+      Labels l = extra;
+      l["aggregate"] = aggregate;
+      add(key.first, l, value);
     }
   }
+  add("trainyard_job_reporting_ranks", {}, static_cast<double>(js.last.size()));
+  // The slowest first; among equals the lowest rank.
+  const size_t k = std::min(forward.size(), static_cast<size_t>(std::max(0, slowest_ranks_)));
+  std::partial_sort(
+      forward.begin(), forward.begin() + static_cast<std::ptrdiff_t>(k), forward.end(),
+      [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  for (size_t i = 0; i < k; ++i) {
+    const std::string place = std::to_string(i + 1);
+    add("trainyard_job_slowest_rank", {{"place", place}}, forward[i].second);
+    add("trainyard_job_slowest_rank_forward_seconds", {{"place", place}}, forward[i].first);
+  }
+  std::vector<prometheus::MetricFamily> out;
+  for (auto& [name, f] : families) out.push_back(std::move(f));
+  return out;
 }
 
 void ServerMetrics::RecordCheckpoint(const std::string& job_id, const CheckpointEvent& c) {
@@ -302,6 +431,7 @@ void ServerMetrics::RecordHeal(const std::string& job_id, double seconds) {
 void ServerMetrics::SetRankNode(const std::string& job_id, int32_t rank, const std::string& node) {
   absl::MutexLock lock(&mu_);
   JobSeries& js = JobOf(job_id);
+  if (js.aggregated) return;  // where each of thousands of ranks runs: GetJob's places
   auto& family = *js.gauges.at("trainyard_job_rank_info");
   auto& [had_node, series] = js.rank_info[rank];
   if (series != nullptr && had_node == node) return;
@@ -312,49 +442,77 @@ void ServerMetrics::SetRankNode(const std::string& job_id, int32_t rank, const s
   series = &g;
 }
 
-void ServerMetrics::RemoveJob(const std::string& job_id) {
-  std::shared_ptr<prometheus::Registry> gone;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) {
-      gone = std::move(it->second.registry);
-      jobs_.erase(it);
-    }
-    for (auto r = ranks_.lower_bound({job_id, INT32_MIN}); r != ranks_.end() && r->first.first == job_id;) {
-      r = ranks_.erase(r);
-    }
+void ServerMetrics::SetPerRankLimit(int32_t max_ranks, int32_t slowest) {
+  absl::MutexLock lock(&mu_);
+  per_rank_max_ranks_ = max_ranks;
+  slowest_ranks_ = slowest;
+}
+
+void ServerMetrics::SetJobRanks(const std::string& job_id, int32_t ranks) {
+  absl::MutexLock lock(&mu_);
+  const bool aggregated = ranks > per_rank_max_ranks_;
+  if (auto it = jobs_.find(job_id); it != jobs_.end() && it->second.aggregated != aggregated) {
+    // Across the limit: the series of the other kind go (counters start
+    // again at 0, which Prometheus reads as a reset).
+    DropJob(job_id);
   }
-  if (gone == nullptr) return;
-  absl::MutexLock lock(&retired_mu_);
-  retired_.push_back(std::move(gone));  // out of /metrics now; freed by freer_
+  JobSeries& js = JobOf(job_id);
+  js.aggregated = aggregated;
+  // Ranks beyond a smaller attempt's size no longer count.
+  js.last.erase(js.last.lower_bound(ranks), js.last.end());
+}
+
+void ServerMetrics::DropJob(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) {
+    {
+      absl::MutexLock retired(&retired_mu_);
+      retired_.push_back(std::move(it->second.registry));  // out of /metrics now; freed by freer_
+    }
+    jobs_.erase(it);
+  }
+  for (auto r = ranks_.lower_bound({job_id, INT32_MIN}); r != ranks_.end() && r->first.first == job_id;) {
+    r = ranks_.erase(r);
+  }
+}
+
+void ServerMetrics::RemoveJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  DropJob(job_id);
 }
 
 std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
   std::vector<std::shared_ptr<prometheus::Registry>> job_registries;
+  std::vector<prometheus::MetricFamily> aggregates;
   {
     absl::MutexLock lock(&mu_);
     job_registries.reserve(jobs_.size());
-    for (const auto& [id, js] : jobs_) job_registries.push_back(js.registry);
+    for (const auto& [id, js] : jobs_) {
+      job_registries.push_back(js.registry);
+      if (!js.aggregated || js.last.empty()) continue;  // from the first step on
+      for (prometheus::MetricFamily& f : CollectAggregates(id, js)) aggregates.push_back(std::move(f));
+    }
   }
   // The server's families in the table's order, each job's series appended
   // to its family: one family per name, as the text format needs.
   std::vector<prometheus::MetricFamily> out = registry_->Collect();
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < out.size(); ++i) index.emplace(out[i].name, i);
-  for (const auto& r : job_registries) {
-    for (prometheus::MetricFamily& f : r->Collect()) {
-      if (f.metric.empty()) continue;
-      auto it = index.find(f.name);
-      if (it == index.end()) {
-        index.emplace(f.name, out.size());
-        out.push_back(std::move(f));
-        continue;
-      }
-      auto& into = out[it->second].metric;
-      into.insert(into.end(), std::make_move_iterator(f.metric.begin()), std::make_move_iterator(f.metric.end()));
+  auto merge = [&](prometheus::MetricFamily& f) {
+    if (f.metric.empty()) return;
+    auto it = index.find(f.name);
+    if (it == index.end()) {
+      index.emplace(f.name, out.size());
+      out.push_back(std::move(f));
+      return;
     }
+    auto& into = out[it->second].metric;
+    into.insert(into.end(), std::make_move_iterator(f.metric.begin()), std::make_move_iterator(f.metric.end()));
+  };
+  for (const auto& r : job_registries) {
+    for (prometheus::MetricFamily& f : r->Collect()) merge(f);
   }
+  for (prometheus::MetricFamily& f : aggregates) merge(f);
   return out;
 }
 

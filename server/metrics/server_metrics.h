@@ -7,6 +7,14 @@
 // follows from them (compression ratio, model FLOP/s, MFU). Per job: the
 // last checkpoint, restarts, recoveries, badput, goodput. A job's series are
 // removed when it ends (RemoveJob). Thread-safe.
+//
+// A job with more ranks than the per-rank limit (SetPerRankLimit) exports
+// its step numbers as aggregates instead, so that /metrics stays small at
+// thousands of ranks: each gauge as its minimum, median and maximum over
+// the ranks' last samples (label `aggregate`), each counter summed and each
+// histogram observed over every rank (no `rank` label), the k ranks with
+// the longest forward pass (trainyard_job_slowest_rank*), and the number of
+// ranks reporting. The gauges' aggregates are computed at each scrape.
 #ifndef TRAINYARD_SERVER_METRICS_SERVER_METRICS_H_
 #define TRAINYARD_SERVER_METRICS_SERVER_METRICS_H_
 
@@ -29,6 +37,7 @@
 #include "common/job_state.h"
 #include "common/policy.h"
 #include "common/step_metrics.h"
+#include "server/metrics/metric_table.h"
 #include "server/scheduling/scheduler.h"
 
 namespace trainyard {
@@ -45,6 +54,13 @@ class ServerMetrics {
   // The peak FLOP/s MFU divides by for a rank's sample: --peak-flops when
   // set, else what the rank reported.
   double PeakFlopsOf(const StepMetrics& m) const;
+  // Jobs of more than `max_ranks` ranks export aggregates, with the
+  // `slowest` ranks named (see above).
+  void SetPerRankLimit(int32_t max_ranks, int32_t slowest);
+  // The job's attempt runs `ranks` ranks: per-rank series or aggregates
+  // from now on (a job that crosses the limit loses the series of the
+  // other kind). A job never sized has per-rank series.
+  void SetJobRanks(const std::string& job_id, int32_t ranks);
 
   void SetJobCounts(const std::map<JobState, int>& counts);
   void RecordStep(const std::string& job_id, const StepMetrics& m);
@@ -106,6 +122,12 @@ class ServerMetrics {
     std::map<std::string, prometheus::Family<prometheus::Histogram>*> histograms;
     std::map<std::string, void*> by_key;                         // family name + labels
     std::map<int32_t, std::pair<std::string, void*>> rank_info;  // rank -> node and its series
+    // Above the per-rank limit: each rank's last sample (the gauges'
+    // aggregates are computed from them at a scrape), and the job's series
+    // of the counters and histograms, by their place in the step list.
+    bool aggregated = false;
+    std::map<int32_t, StepMetrics> last;
+    std::vector<void*> numbers;
   };
   JobSeries& JobOf(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One rank's series of the step numbers, by their place in the list (null
@@ -132,6 +154,17 @@ class ServerMetrics {
   // The per-job series that exist from a job's first step (at 0, so that
   // increase() sees the first event).
   void MakeJobSeries(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's series of `family` (of `kind`) with `labels`, made.
+  void* MakeSeries(const std::string& job_id, const char* family, MetricType kind, const Labels& labels)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A step of a job above the per-rank limit.
+  void RecordAggregated(const std::string& job_id, JobSeries& js, const StepMetrics& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The aggregated job's gauges and slowest ranks, as families to merge.
+  std::vector<prometheus::MetricFamily> CollectAggregates(const std::string& job_id, const JobSeries& js) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the job's series (to the freer) and its ranks' state.
+  void DropJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
   // Every family of the table, by name (set up once in the constructor).
@@ -145,6 +178,8 @@ class ServerMetrics {
 
   mutable absl::Mutex mu_;
   double peak_flops_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t per_rank_max_ranks_ ABSL_GUARDED_BY(mu_) = 64;
+  int32_t slowest_ranks_ ABSL_GUARDED_BY(mu_) = 5;
   std::map<std::string, std::map<Labels, prometheus::Gauge*>> gauge_sets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobSeries> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int32_t>, RankSeries> ranks_ ABSL_GUARDED_BY(mu_);

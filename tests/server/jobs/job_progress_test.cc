@@ -51,7 +51,7 @@ class JobProgressTest : public ::testing::Test {
 // throughput adds up.
 TEST_F(JobProgressTest, RankZerosStepsMoveTheRecordAndTheWatchdogClock) {
   JobRecord record;
-  progress_.Launched(clock_.SteadyNow());
+  progress_.Launched(clock_.SteadyNow(), 2);
   const SteadyTime launched = progress_.last_progress();
   clock_.Advance(std::chrono::seconds(2));
   auto updates = progress_.OnSamples({Sample(1, 1, 10)}, &record, clock_.SteadyNow());
@@ -109,7 +109,7 @@ TEST_F(JobProgressTest, ACheckpointIsProgressAndAnEvent) {
 // server has it, else the rank's own.
 TEST_F(JobProgressTest, TheHistorysMfuIsMetricsMfu) {
   JobRecord record;
-  progress_.Launched(clock_.SteadyNow());
+  progress_.Launched(clock_.SteadyNow(), 2);
   StepMetrics m = Sample(0, 1, 20);
   m.model_flops = 1e12;
   m.step_seconds = 0.5;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <string>
@@ -120,6 +121,104 @@ TEST_F(ServerMetricsTest, AJobsSeriesGoAwayWhenItEnds) {
   EXPECT_EQ(Value("trainyard_restarts_total"), 1);
   EXPECT_EQ(Value("trainyard_recovery_seconds_count"), 1);
   EXPECT_EQ(Value("trainyard_lost_steps_total"), 7);
+}
+
+// Above the per-rank limit a job's gauges are their minimum, median and
+// maximum over the ranks' last samples, its counters and histograms one
+// series for all ranks, and its slowest ranks are named.
+TEST_F(ServerMetricsTest, AJobAboveThePerRankLimitExportsAggregates) {
+  metrics_.SetPerRankLimit(3, 2);
+  metrics_.SetJobRanks("job-big", 4);
+  metrics_.SetJobRanks("job-small", 3);
+  const double losses[] = {4.0, 1.0, 3.0, 2.0};
+  const double forward[] = {0.2, 0.5, 0.1, 0.5};
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    for (int64_t step = 1; step <= 2; ++step) {
+      StepMetrics m = Step(rank, step);
+      m.loss = losses[rank] + (step == 1 ? 100 : 0);  // the last sample counts
+      m.forward_seconds = forward[rank];
+      m.model_flops = 1e9 * (rank + 1);
+      m.values["accuracy"] = 0.1 * rank;
+      metrics_.RecordStep("job-big", m);
+    }
+    metrics_.SetRankNode("job-big", rank, "node-" + std::to_string(rank));
+  }
+  metrics_.RecordStep("job-small", Step(0, 1));
+  EXPECT_EQ(Value("trainyard_job_loss{aggregate=\"min\",job_id=\"job-big\"}"), 1.0);
+  EXPECT_EQ(Value("trainyard_job_loss{aggregate=\"median\",job_id=\"job-big\"}"), 2.5);  // (2 + 3) / 2
+  EXPECT_EQ(Value("trainyard_job_loss{aggregate=\"max\",job_id=\"job-big\"}"), 4.0);
+  EXPECT_EQ(Value("trainyard_job_step{aggregate=\"median\",job_id=\"job-big\"}"), 2);
+  EXPECT_EQ(Value("trainyard_job_memory_bytes{aggregate=\"max\",job_id=\"job-big\",kind=\"parameters\"}"), 0);
+  // Derived gauges and a script's values too: model FLOP/s = flops / 0.1 s.
+  EXPECT_EQ(Value("trainyard_job_model_flops_per_second{aggregate=\"max\",job_id=\"job-big\"}"), 4e10);
+  EXPECT_EQ(Value("trainyard_job_model_flops_per_second{aggregate=\"min\",job_id=\"job-big\"}"), 1e10);
+  EXPECT_NEAR(Value("trainyard_job_value{aggregate=\"max\",job_id=\"job-big\",name=\"accuracy\"}"), 0.3, 1e-12);
+  EXPECT_EQ(Value("trainyard_job_comm_compression_ratio{aggregate=\"median\",job_id=\"job-big\"}"), 0.5);
+  // Counters summed and histograms observed over every rank's steps.
+  EXPECT_EQ(Value("trainyard_job_samples_total{job_id=\"job-big\"}"), 4 * 2 * 64);
+  EXPECT_EQ(Value("trainyard_job_step_duration_seconds_count{job_id=\"job-big\",phase=\"step\"}"), 8);
+  EXPECT_EQ(Value("trainyard_job_reporting_ranks{job_id=\"job-big\"}"), 4);
+  // The slowest by forward pass; of equals the lower rank first.
+  EXPECT_EQ(Value("trainyard_job_slowest_rank{job_id=\"job-big\",place=\"1\"}"), 1);
+  EXPECT_EQ(Value("trainyard_job_slowest_rank{job_id=\"job-big\",place=\"2\"}"), 3);
+  EXPECT_EQ(Value("trainyard_job_slowest_rank_forward_seconds{job_id=\"job-big\",place=\"2\"}"), 0.5);
+  EXPECT_FALSE(Has("place=\"3\""));
+  // No series names a rank of the big job; the small job keeps its own.
+  EXPECT_FALSE(std::regex_search(Scrape(), std::regex("job_id=\"job-big\"[^}]*rank=")));
+  EXPECT_FALSE(Has("node=\"node-0\""));
+  EXPECT_EQ(Value("trainyard_job_loss{job_id=\"job-small\",rank=\"0\"}"), 1.5);
+  EXPECT_FALSE(Has("trainyard_job_reporting_ranks{job_id=\"job-small\"}"));
+  // The server-wide families list each name once (the text format's rule).
+  const std::string text = Scrape();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '#') % 2, 0);
+  size_t types = 0;
+  for (size_t at = text.find("# TYPE trainyard_job_loss "); at != std::string::npos;
+       at = text.find("# TYPE trainyard_job_loss ", at + 1)) {
+    ++types;
+  }
+  EXPECT_EQ(types, 1u);
+  metrics_.RemoveJob("job-big");
+  EXPECT_FALSE(Has("job_id=\"job-big\""));
+}
+
+// A job that grows past the limit (or shrinks within it) drops the series
+// of the other kind; a smaller attempt's aggregates leave out the ranks it
+// no longer has.
+TEST_F(ServerMetricsTest, AJobCrossingThePerRankLimitChangesItsSeries) {
+  metrics_.SetPerRankLimit(2, 5);
+  metrics_.SetJobRanks("job-a", 2);
+  metrics_.RecordStep("job-a", Step(0, 1));
+  metrics_.RecordStep("job-a", Step(1, 1));
+  EXPECT_TRUE(Has("trainyard_job_step{job_id=\"job-a\",rank=\"1\"}"));
+  metrics_.SetJobRanks("job-a", 4);
+  EXPECT_FALSE(Has("job_id=\"job-a\""));
+  for (int32_t rank = 0; rank < 4; ++rank) metrics_.RecordStep("job-a", Step(rank, 2));
+  EXPECT_EQ(Value("trainyard_job_reporting_ranks{job_id=\"job-a\"}"), 4);
+  EXPECT_FALSE(Has("rank=\"1\""));
+  metrics_.SetJobRanks("job-a", 3);  // still aggregated, rank 3 gone
+  EXPECT_EQ(Value("trainyard_job_reporting_ranks{job_id=\"job-a\"}"), 3);
+  metrics_.SetJobRanks("job-a", 1);
+  EXPECT_FALSE(Has("job_id=\"job-a\""));
+  metrics_.RecordStep("job-a", Step(0, 3));
+  EXPECT_EQ(Value("trainyard_job_step{job_id=\"job-a\",rank=\"0\"}"), 3);
+}
+
+// The point of the aggregates: a 10,000-rank job's scrape stays under 1 MB
+// (per rank it would be about 90 MB).
+TEST_F(ServerMetricsTest, A10000RankJobsScrapeStaysUnderOneMegabyte) {
+  metrics_.SetJobRanks("job-huge", 10000);  // the default limit: 64
+  for (int32_t rank = 0; rank < 10000; ++rank) {
+    StepMetrics m = Step(rank, 7);
+    m.forward_seconds = 0.01 * (rank % 97);
+    m.model_flops = 1e12;
+    metrics_.RecordStep("job-huge", m);
+    metrics_.SetRankNode("job-huge", rank, "node-" + std::to_string(rank / 8));
+  }
+  const std::string text = Scrape();
+  EXPECT_LT(text.size(), 1000000u);
+  EXPECT_EQ(Value("trainyard_job_reporting_ranks{job_id=\"job-huge\"}"), 10000);
+  EXPECT_EQ(Value("trainyard_job_samples_total{job_id=\"job-huge\"}"), 640000);
+  EXPECT_EQ(Value("trainyard_job_slowest_rank_forward_seconds{job_id=\"job-huge\",place=\"5\"}"), 0.96);
 }
 
 TEST_F(ServerMetricsTest, CheckpointsByTypeAndResult) {
