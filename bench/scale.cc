@@ -10,8 +10,9 @@
 // (of one core) while the ranks report, its RSS and threads, /metrics'
 // size, series and scrape time, GetJob and ListJobs p99 under the load, the
 // report delay (a step reported by rank 0 → GetJob shows it) p99, the
-// streams that failed, and how long the job's end held the server (the
-// slowest GetJob while it ended). Then submissions per second from
+// streams that failed, and what the job's end does to the server: the
+// slowest GetJob while it ends, and the longest hold of the coordinator's
+// lock meanwhile (trainyard_coordinator_lock_hold_seconds' bucket). Then submissions per second from
 // `--clients` threads into a queue that grows to `--queued`, and the idle
 // server's CPU with that queue.
 //
@@ -39,6 +40,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -46,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
@@ -370,11 +373,40 @@ void Stream::Retry() { owner_->Retry(); }
 struct RankRow {
   int ranks = 0;
   double join_s = 0, cpu = 0, get_p99_ms = 0, list_p99_ms = 0, delay_p99_s = 0, end_hold_ms = 0;
+  double end_lock_ms = 0;  // the longest hold of the coordinator's lock during the end (its bucket's bound)
   int64_t rss_mb = 0, threads = 0, reports = 0;
   Scrape scrape;
   int failed = 0, retries = 0;
   std::string error;
 };
+
+// trainyard_coordinator_lock_hold_seconds' buckets: upper bound → count.
+std::map<double, double> LockHoldBuckets(const std::string& body) {
+  std::map<double, double> out;
+  const std::string prefix = "trainyard_coordinator_lock_hold_seconds_bucket{le=\"";
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (!absl::StartsWith(line, prefix)) continue;
+    line.remove_prefix(prefix.size());
+    const size_t quote = line.find('"');
+    const size_t space = line.rfind(' ');
+    double le = 0, count = 0;
+    if (quote == absl::string_view::npos || space == absl::string_view::npos) continue;
+    const std::string bound(line.substr(0, quote));
+    le = bound == "+Inf" ? 1e9 : std::stod(bound);
+    if (absl::SimpleAtod(line.substr(space + 1), &count)) out[le] = count;
+  }
+  return out;
+}
+
+// The smallest bound under which every hold between two scrapes fell (ms).
+double LongestHoldMs(const std::map<double, double>& before, const std::map<double, double>& after) {
+  const double total = after.empty() ? 0 : after.rbegin()->second - before.rbegin()->second;
+  for (const auto& [le, count] : after) {
+    auto b = before.find(le);
+    if (count - (b == before.end() ? 0 : b->second) >= total) return le * 1e3;
+  }
+  return -1;
+}
 
 std::unique_ptr<v1::JobService::Stub> JobStub(const std::string& addr) {
   return v1::JobService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
@@ -552,7 +584,9 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   row.reports = shared.reports;
   row.error = CheckRanks(jobs.get(), id, ranks, per_rank_max, row.scrape);  // the job ends all the same
 
-  // The job's end: cancelled; the slowest GetJob until every stream ended.
+  // The job's end: cancelled; the slowest GetJob until every stream ended,
+  // and the longest hold of the coordinator's lock meanwhile.
+  const std::map<double, double> holds_before = LockHoldBuckets(ScrapeMetrics(server.metrics_port()).body);
   std::atomic<bool> ended{false};
   double hold = 0;
   std::thread prober([&] {
@@ -579,6 +613,7 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   ended = true;
   prober.join();
   row.end_hold_ms = hold;
+  row.end_lock_ms = LongestHoldMs(holds_before, LockHoldBuckets(ScrapeMetrics(server.metrics_port()).body));
   row.failed = shared.failed;
   if (row.error.empty()) row.error = shared.first_error;
   return row;
@@ -673,14 +708,16 @@ int main(int argc, char** argv) {
   if (!ranks.empty() && ranks.front() > 0) {
     std::printf(
         "| ranks | join → RUNNING s | server CPU | RSS MB | threads | /metrics MB | series | scrape s |"
-        " GetJob p99 ms | ListJobs p99 ms | report delay p99 ms | end holds ms | reports | failed |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        " GetJob p99 ms | ListJobs p99 ms | report delay p99 ms | end: GetJob max ms | end: lock held ≤ ms |"
+        " reports | failed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int n : ranks) {
       const trainyard::RankRow r = trainyard::RunRanks(server_binary, n, seconds, channels, per_rank_max);
-      std::printf("| %d | %.1f | %.0f%% | %lld | %lld | %.1f | %zu | %.2f | %.0f | %.0f | %.0f | %.0f | %lld | %d |\n",
-                  r.ranks, r.join_s, r.cpu * 100, static_cast<long long>(r.rss_mb), static_cast<long long>(r.threads),
-                  static_cast<double>(r.scrape.bytes) / 1e6, r.scrape.series, r.scrape.seconds, r.get_p99_ms,
-                  r.list_p99_ms, r.delay_p99_s * 1e3, r.end_hold_ms, static_cast<long long>(r.reports), r.failed);
+      std::printf(
+          "| %d | %.1f | %.0f%% | %lld | %lld | %.2f | %zu | %.2f | %.0f | %.0f | %.0f | %.0f | %g | %lld | %d |\n",
+          r.ranks, r.join_s, r.cpu * 100, static_cast<long long>(r.rss_mb), static_cast<long long>(r.threads),
+          static_cast<double>(r.scrape.bytes) / 1e6, r.scrape.series, r.scrape.seconds, r.get_p99_ms, r.list_p99_ms,
+          r.delay_p99_s * 1e3, r.end_hold_ms, r.end_lock_ms, static_cast<long long>(r.reports), r.failed);
       if (!r.error.empty()) std::printf("  (%d ranks: %s)\n", n, r.error.c_str());
       // A test runs this at small N: the protocol's path must hold.
       if (r.failed > 0 || !r.error.empty() || r.reports == 0 || r.join_s >= 300) status = 1;

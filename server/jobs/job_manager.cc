@@ -6,6 +6,7 @@
 #include "absl/time/time.h"
 #include "server/auth/access.h"
 #include "server/jobs/hang_watchdog.h"
+#include "server/jobs/manager_lock.h"
 #include "server/jobs/queue_view.h"
 #include "spdlog/spdlog.h"
 
@@ -35,7 +36,7 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
       watch_(&jobs_, &lifecycle_, &launchers_, clock),
       stops_(&jobs_, &lifecycle_),
       routes_(&mu_, &workers_, &requests_) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   launchers_.Register(LauncherKind::kLocal, launcher);
   launchers_.Register(LauncherKind::kExternal, &external_);
   policy_ = std::make_shared<const Policy>();
@@ -44,7 +45,7 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
 JobManager::~JobManager() = default;
 
 void JobManager::SetPolicy(std::shared_ptr<const Policy> policy) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   policy_ = std::move(policy);
   scheduler_.SetPolicy(SchedulingOf(*policy_, options_.fair_share_half_life, options_.preemption_min_run_time));
   metrics_->SetPolicy(*policy_);
@@ -52,32 +53,32 @@ void JobManager::SetPolicy(std::shared_ptr<const Policy> policy) {
 }
 
 void JobManager::set_coordinator_addr(const std::string& addr, const std::string& remote_addr) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   lifecycle_.set_coordinator_addr(addr, remote_addr);
 }
 
 void JobManager::RegisterLauncher(LauncherKind kind, Launcher* launcher) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   launchers_.Register(kind, launcher);
 }
 
 int JobManager::free_slots() {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   return scheduler_.free_slots();
 }
 
 int JobManager::free_gpus() {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   return scheduler_.free_gpus();
 }
 
 absl::Status JobManager::Recover() {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   return lifecycle_.Recover(admission_.limits());
 }
 
 absl::Status JobManager::Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<JobRecord> r = jobs_.Record(id);
   if (!r.ok()) return r.status();
   if (MayAccess(*policy_, by, *r, read_only)) return absl::OkStatus();
@@ -94,7 +95,7 @@ absl::Status JobManager::Authorize(const Caller& by, const std::string& id, cons
 }
 
 absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool all_users) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
   if (!scope.ok()) return scope.status();
   const int64_t wall_ms = clock_->UnixMillis();
@@ -103,7 +104,7 @@ absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool 
 }
 
 absl::StatusOr<std::vector<QuotaUse>> JobManager::Usage(const Caller& by, bool all_users) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
   if (!scope.ok()) return scope.status();
   return UsageView(scheduler_, *policy_, *scope, by);
@@ -117,14 +118,14 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
   std::string id;
   std::optional<Launchers> launchers;  // a copy: the launchers themselves are thread-safe
   {
-    absl::MutexLock lock(&mu_);
+    ManagerLock lock(&mu_);
     do {
       id = jobs_.NewId();
     } while (!reserved_ids_.insert(id).second);
     launchers.emplace(launchers_);
   }
   const AdmissionFiles files = admission_.ReadFiles(spec_text, accelerate_config, by, id, &*launchers);
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   reserved_ids_.erase(id);
   const AdmissionState now{*policy_, launchers_, static_cast<int>(scheduler_.size()), scheduler_.queued_of(by.user),
                            lifecycle_.shut_down()};
@@ -142,7 +143,7 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
 }
 
 absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<JobRecord> r = jobs_.Record(id);
   // A queued job says why it waits, as of the scheduler's last decision.
   if (r.ok() && r->state == JobState::kQueued) {
@@ -152,7 +153,7 @@ absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<std::vector<JobEvent>> events = jobs_.Events(id);
   if (!events.ok()) return events;
   refused_.Annotate(id, &*events);  // a user's refusals are one line
@@ -160,14 +161,14 @@ absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& id) 
 }
 
 std::vector<StepMetrics> JobManager::RankSamples(const std::string& id, int32_t first, int32_t count) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
   return job == nullptr ? std::vector<StepMetrics>{} : job->progress.RankSamples(first, count);
 }
 
 std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::string& id, int32_t first,
                                                                     int32_t count) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
   if (job == nullptr || !job->attempt) return std::nullopt;
   const std::map<int32_t, std::string>& nodes = job->attempt->place().nodes;
@@ -178,14 +179,14 @@ std::optional<JobRequestHandler::Placement> JobManager::PlacementOf(const std::s
 }
 
 std::optional<JobRequestHandler::ReplicaStatus> JobManager::Replicas(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   const ActiveJob* job = jobs_.Find(id);
   if (job == nullptr || !job->attempt) return std::nullopt;
   return job->attempt->supervisor().Status();
 }
 
 absl::StatusOr<JobRecord> JobManager::Scale(const std::string& id, int32_t num_processes, const Caller& by) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can be scaled");
   if (!found.ok()) return found.status();
   if (auto s = lifecycle_.Scale(**found, num_processes, by.user); !s.ok()) return s;
@@ -197,21 +198,21 @@ absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int p
   auto after = JobPageAfter(page_token);
   if (!after.ok()) return after.status();
   const int size = page_size <= 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
   if (!scope.ok()) return scope.status();
   return jobs_.Page(std::vector<JobState>(states.begin(), states.end()), *after, size, scope->owners, scope->groups);
 }
 
 absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpoint) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "");
   if (!found.ok()) return found.status();
   return stops_.Cancel(**found, checkpoint, requests_.NextId());
 }
 
 absl::Status JobManager::AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   auto running_or_ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const ActiveJob* job = jobs_.Find(id);
     return job == nullptr || job->record.state == JobState::kRunning;
@@ -222,7 +223,7 @@ absl::Status JobManager::AwaitRunning(const std::string& id, std::chrono::system
 }
 
 absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, CheckpointType type) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can checkpoint");
   if (!found.ok()) return found.status();
   const int64_t request_id = requests_.NextId();
@@ -232,7 +233,7 @@ absl::StatusOr<int64_t> JobManager::RequestCheckpoint(const std::string& id, Che
 
 absl::StatusOr<CheckpointEvent> JobManager::WaitCheckpoint(const std::string& id, int64_t request_id,
                                                            std::chrono::system_clock::time_point deadline) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   auto answered_or_ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return requests_.has_checkpoint(request_id) || jobs_.Find(id) == nullptr;
   };
@@ -246,12 +247,12 @@ absl::StatusOr<CheckpointEvent> JobManager::WaitCheckpoint(const std::string& id
 }
 
 absl::StatusOr<std::vector<CheckpointRecord>> JobManager::Checkpoints(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   return jobs_.Checkpoints(id);
 }
 
 absl::StatusOr<JobHistory> JobManager::History(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   return jobs_.History(id);
 }
 
@@ -266,7 +267,7 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
   absl::StatusOr<JobRecord> rec;
   std::optional<Launchers> launchers;  // a copy: the launchers themselves are thread-safe
   {
-    absl::MutexLock lock(&mu_);
+    ManagerLock lock(&mu_);
     rec = ended();
     if (!rec.ok()) return rec.status();
     launchers.emplace(launchers_);
@@ -275,39 +276,39 @@ absl::StatusOr<JobRecord> JobManager::Resume(const std::string& id, const std::s
   // lock: a slow or hostile one stalls this request alone.
   auto spec = admission_.ForResume(rec->spec_json, id, from, num_processes, *launchers, by);
   if (!spec.ok()) return spec.status();
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   rec = ended();
   if (!rec.ok()) return rec.status();
   return lifecycle_.Resume(*rec, *spec, from);
 }
 
 absl::StatusOr<std::shared_ptr<JobWatch>> JobManager::Watch(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   return jobs_.Watch(id);
 }
 
 absl::StatusOr<std::pair<std::string, int32_t>> JobManager::LogPath(const std::string& id, int32_t rank,
                                                                     int32_t attempt) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   auto rec = jobs_.Record(id);
   if (!rec.ok()) return rec.status();
   return lifecycle_.LogPath(*rec, rank, attempt);
 }
 
 absl::StatusOr<JoinInfo> JobManager::GetJoinInfo(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   return workers_.JoinInfoOf(id, lifecycle_.options().remote_coordinator_addr);
 }
 
 absl::StatusOr<int64_t> JobManager::RequestDiagnosis(const std::string& id, std::chrono::milliseconds wait) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "; only a running job can be diagnosed");
   if (!found.ok()) return found.status();
   return trainyard::RequestDiagnosis(**found, *clock_, &requests_, wait);
 }
 
 absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   const PendingDiagnosis* p = requests_.diagnosis(request_id);
   if (p == nullptr) return absl::NotFoundError(absl::StrCat("no diagnose request ", request_id));
   auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -321,7 +322,7 @@ absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
 }
 
 void JobManager::CheckProgress() {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   workers_.EndRanksOnLostNodes();
   watch_.Supervise(&requests_, kWatchdogDiagnoseWait);
   metrics_->SetSchedulerUsage(scheduler_.UserUsage(clock_->SteadyNow()), scheduler_.GroupUsage());
@@ -329,13 +330,13 @@ void JobManager::CheckProgress() {
 }
 
 std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   jobs_.SaveHistories();
   return stops_.Shutdown(mode, &requests_);
 }
 
 void JobManager::StopGroups(const std::vector<std::string>& ids) {
-  absl::MutexLock lock(&mu_);
+  ManagerLock lock(&mu_);
   stops_.StopGroups(ids);
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/step_metrics.h"
+#include "server/metrics/lock_times.h"
 
 namespace trainyard {
 
@@ -161,6 +162,16 @@ std::vector<MetricFamily> Build() {
        "Ranks that train together now: the members of a replica job's membership",
        {"job_id"},
        {}},
+      {"trainyard_coordinator_lock_wait_seconds",
+       T::kHistogram,
+       "How long a request, worker message or watchdog pass waited for the coordinator's lock",
+       {},
+       std::vector<double>(LockTimes::kBuckets.begin(), LockTimes::kBuckets.end())},
+      {"trainyard_coordinator_lock_hold_seconds",
+       T::kHistogram,
+       "How long one request, worker message or watchdog pass held the coordinator's lock (the others wait)",
+       {},
+       std::vector<double>(LockTimes::kBuckets.begin(), LockTimes::kBuckets.end())},
       {"trainyard_job_rank_info",
        T::kGauge,
        "1 for each rank of the job's current attempt, labelled with the node it runs on (as it said when it "

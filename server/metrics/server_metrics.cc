@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "server/metrics/lock_times.h"
 #include "server/metrics/metric_table.h"
 
 namespace trainyard {
@@ -513,6 +515,20 @@ std::vector<prometheus::MetricFamily> ServerMetrics::Collect() const {
     for (prometheus::MetricFamily& f : r->Collect()) merge(f);
   }
   for (prometheus::MetricFamily& f : aggregates) merge(f);
+  // The coordinator's lock.
+  for (auto [name, h] : {std::pair{"trainyard_coordinator_lock_wait_seconds", CoordinatorLockTimes().waited()},
+                         std::pair{"trainyard_coordinator_lock_hold_seconds", CoordinatorLockTimes().held()}}) {
+    prometheus::MetricFamily f{name, MetricNamed(name).help, prometheus::MetricType::Histogram, {}};
+    prometheus::ClientMetric c;
+    c.histogram.sample_count = h.cumulative.back();
+    c.histogram.sample_sum = h.sum;
+    for (size_t i = 0; i < LockTimes::kBuckets.size(); ++i) {
+      c.histogram.bucket.push_back({h.cumulative[i], LockTimes::kBuckets[i]});
+    }
+    c.histogram.bucket.push_back({h.cumulative.back(), std::numeric_limits<double>::infinity()});
+    f.metric.push_back(std::move(c));
+    merge(f);
+  }
   return out;
 }
 
