@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -623,6 +624,7 @@ struct QueueRow {
   int queued = 0;
   double per_second = 0, p99_ms = 0, idle_cpu = 0, queue_p99_ms = 0;
   int64_t failed = 0;
+  std::string error;  // what GetQueue's pages got wrong
 };
 
 // Submissions of local jobs from `clients` threads until `queued` are
@@ -674,6 +676,29 @@ QueueRow RunQueue(const std::string& binary, int queued, int clients, double idl
     q.push_back(Seconds(Clock::now() - s0) * 1e3);
   }
   row.queue_p99_ms = P99(q);
+  // Every waiting job once in GetQueue's pages (five or more; the queue
+  // stands still meanwhile), as many as the first page's total_size.
+  std::set<std::string> seen;
+  v1::GetQueueRequest req;
+  req.set_page_size(std::max(1, queued / 5));
+  int32_t total = -1;
+  do {
+    grpc::ClientContext ctx;
+    v1::GetQueueResponse resp;
+    if (auto st = stub->GetQueue(&ctx, req, &resp); !st.ok()) {
+      row.error = "GetQueue: " + st.error_message();
+      return row;
+    }
+    if (total < 0) total = resp.total_size();
+    for (const v1::QueueEntry& e : resp.entries()) {
+      if (!seen.insert(e.id()).second) row.error = "GetQueue's pages show " + e.id() + " twice";
+    }
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty() && seen.size() <= static_cast<size_t>(queued));
+  if (row.error.empty() && (seen.size() != static_cast<size_t>(total) || total < queued - 1)) {
+    row.error = "GetQueue's pages show " + std::to_string(seen.size()) + " jobs of " + std::to_string(total) +
+                " (submitted " + std::to_string(queued) + ")";
+  }
   return row;
 }
 
@@ -730,7 +755,8 @@ int main(int argc, char** argv) {
     std::printf("|---|---|---|---|---|---|\n");
     std::printf("| %d | %.0f | %.0f | %lld | %.1f%% | %.0f |\n", q.queued, q.per_second, q.p99_ms,
                 static_cast<long long>(q.failed), q.idle_cpu * 100, q.queue_p99_ms);
-    if (q.failed > 0) status = 1;
+    if (!q.error.empty()) std::printf("  (%s)\n", q.error.c_str());
+    if (q.failed > 0 || !q.error.empty()) status = 1;
   }
   return status;
 }

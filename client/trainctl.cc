@@ -179,6 +179,14 @@ int Trainctl::Queue(bool all_users) {
   v1::GetQueueResponse resp;
   grpc::Status st = s.Call(&v1::JobService::Stub::GetQueue, req, &resp);
   if (!st.ok()) return s.Fail(st);
+  // Every page, as kubectl lists in chunks; the first page's usage.
+  while (!resp.next_page_token().empty()) {
+    req.set_page_token(resp.next_page_token());
+    v1::GetQueueResponse page;
+    if (st = s.Call(&v1::JobService::Stub::GetQueue, req, &page); !st.ok()) return s.Fail(st);
+    for (auto& e : *page.mutable_entries()) *resp.add_entries() = std::move(e);
+    resp.set_next_page_token(page.next_page_token());
+  }
   if (s.options.output == OutputFormat::kJson) {
     s.out << QueueJson(resp).dump(2) << "\n";
   } else {

@@ -234,7 +234,14 @@ class Client:
         """The waiting jobs in the order they start, with why each waits
         ("entries"), and what users and groups use against their quotas
         ("usage")."""
-        return _to_dict(self._call("GetQueue", self._pb.GetQueueRequest(all_users=all_users)))
+        req = self._pb.GetQueueRequest(all_users=all_users)
+        resp = self._call("GetQueue", req)
+        while resp.next_page_token:  # every page; the first one's usage
+            req.page_token = resp.next_page_token
+            page = self._call("GetQueue", req)
+            resp.entries.extend(page.entries)
+            resp.next_page_token = page.next_page_token
+        return _to_dict(resp)
 
     def watch(self, job_id):
         """Yields the job's updates until it ends: {"job": ...} on every state

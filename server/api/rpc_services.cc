@@ -146,9 +146,20 @@ grpc::Status JobServiceImpl::ListJobs(const Caller& caller, const v1::ListJobsRe
 
 grpc::Status JobServiceImpl::GetQueue(const Caller& caller, const v1::GetQueueRequest* req, v1::GetQueueResponse* resp,
                                       const CallContext& call) {
-  auto queue = manager_->Queue(caller, req->all_users());
+  if (req->page_size() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'page_size': must be >= 0");
+  }
+  int32_t skip = 0;
+  if (!req->page_token().empty() && (!absl::SimpleAtoi(req->page_token(), &skip) || skip < 0)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("field 'page_token': '", req->page_token(), "' is not a token GetQueue returned"));
+  }
+  const int32_t count = req->page_size() == 0 ? 1000 : std::min(req->page_size(), 10000);
+  auto queue = manager_->Queue(caller, req->all_users(), skip, count);
   if (!queue.ok()) return ToGrpcStatus(queue.status());
-  for (const QueuedJob& q : *queue) {
+  resp->set_total_size(queue->total);
+  if (static_cast<int64_t>(skip) + count < queue->total) resp->set_next_page_token(std::to_string(skip + count));
+  for (const QueuedJob& q : queue->jobs) {
     v1::QueueEntry* e = resp->add_entries();
     e->set_id(q.job.id);
     e->set_name(q.job.name);

@@ -46,6 +46,10 @@ struct QueuedJob {
   double owner_usage = 0;                   // fair share: its owner's decayed rank-seconds
   bool preemptible = false;
 };
+struct QueuePage {
+  std::vector<QueuedJob> jobs;
+  int32_t total = 0;  // waiting jobs in the scope asked for, on this page or not
+};
 
 // What a user or group has in use and waiting, against its quotas (-1: no
 // limit).
@@ -109,7 +113,10 @@ class JobRequestHandler {
                                  bool read_only) = 0;
   // The waiting jobs in the order they start (the caller's own unless
   // `all_users`, as List), with why each waits and when it may start.
-  virtual absl::StatusOr<std::vector<QueuedJob>> Queue(const Caller& by, bool all_users) = 0;
+  // A page: the `count` after the first `skip` (in that order), and how
+  // many wait in all.
+  virtual absl::StatusOr<QueuePage> Queue(const Caller& by, bool all_users, int32_t skip = 0,
+                                          int32_t count = INT32_MAX) = 0;
   // What users and groups have in use against their quotas: `by`'s own and
   // their groups' (admins, and `all_users` where Queue allows it: everyone's).
   virtual absl::StatusOr<std::vector<QuotaUse>> Usage(const Caller& by, bool all_users) = 0;

@@ -94,13 +94,13 @@ absl::Status JobManager::Authorize(const Caller& by, const std::string& id, cons
   return absl::PermissionDeniedError(refusal);
 }
 
-absl::StatusOr<std::vector<QueuedJob>> JobManager::Queue(const Caller& by, bool all_users) {
+absl::StatusOr<QueuePage> JobManager::Queue(const Caller& by, bool all_users, int32_t skip, int32_t count) {
   ManagerLock lock(&mu_);
   absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
   if (!scope.ok()) return scope.status();
   const int64_t wall_ms = clock_->UnixMillis();
   return QueueView(scheduler_, jobs_, *policy_, *scope, clock_->SteadyNow(),
-                   std::chrono::system_clock::time_point(std::chrono::milliseconds(wall_ms)));
+                   std::chrono::system_clock::time_point(std::chrono::milliseconds(wall_ms)), skip, count);
 }
 
 absl::StatusOr<std::vector<QuotaUse>> JobManager::Usage(const Caller& by, bool all_users) {

@@ -83,7 +83,7 @@ class JobManager final : public JobRequestHandler {
     return Submit(spec_text, accelerate_config, Caller{});
   }
   absl::Status Authorize(const Caller& by, const std::string& id, const std::string& action, bool read_only) override;
-  absl::StatusOr<std::vector<QueuedJob>> Queue(const Caller& by, bool all_users) override;
+  absl::StatusOr<QueuePage> Queue(const Caller& by, bool all_users, int32_t skip, int32_t count) override;
   absl::StatusOr<std::vector<QuotaUse>> Usage(const Caller& by, bool all_users) override;
   absl::StatusOr<JobRecord> Get(const std::string& id) override;
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override;

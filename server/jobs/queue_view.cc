@@ -4,13 +4,20 @@
 
 namespace trainyard {
 
-std::vector<QueuedJob> QueueView(const Scheduler& scheduler, JobTable& jobs, const Policy& policy,
-                                 const ListScope& scope, std::chrono::steady_clock::time_point now,
-                                 std::chrono::system_clock::time_point wall) {
-  std::vector<QueuedJob> out;
-  for (Scheduler::QueueEntry& e : scheduler.Queue(now)) {
+QueuePage QueueView(const Scheduler& scheduler, JobTable& jobs, const Policy& policy, const ListScope& scope,
+                    std::chrono::steady_clock::time_point now, std::chrono::system_clock::time_point wall, int32_t skip,
+                    int32_t count) {
+  QueuePage page;
+  // In scope: counted; on the page: shown (only those cost an entry).
+  auto shown = [&](const std::string& id) {
+    const ActiveJob* job = jobs.Find(id);
+    if (job == nullptr || !InScope(scope, job->record)) return false;
+    const int64_t index = page.total++;
+    return index >= skip && index - skip < count;
+  };
+  std::vector<QueuedJob>& out = page.jobs;
+  for (Scheduler::QueueEntry& e : scheduler.Queue(now, shown)) {
     const ActiveJob* job = jobs.Find(e.id);
-    if (job == nullptr || !InScope(scope, job->record)) continue;
     QueuedJob q;
     q.job = job->record;
     q.position = e.position;
@@ -27,7 +34,7 @@ std::vector<QueuedJob> QueueView(const Scheduler& scheduler, JobTable& jobs, con
     q.preemptible = job->spec.preemptible;
     out.push_back(std::move(q));
   }
-  return out;
+  return page;
 }
 
 std::map<std::string, std::pair<int, int>> ClassCounts(const Policy& policy, JobTable& jobs) {

@@ -19,10 +19,11 @@
 namespace trainyard {
 
 // The waiting jobs in `scope`, in the order they start, at `now` (`wall`:
-// the same moment on the system clock, for estimated starts).
-std::vector<QueuedJob> QueueView(const Scheduler& scheduler, JobTable& jobs, const Policy& policy,
-                                 const ListScope& scope, std::chrono::steady_clock::time_point now,
-                                 std::chrono::system_clock::time_point wall);
+// the same moment on the system clock, for estimated starts): the `count`
+// after the first `skip` of them, and how many there are in all.
+QueuePage QueueView(const Scheduler& scheduler, JobTable& jobs, const Policy& policy, const ListScope& scope,
+                    std::chrono::steady_clock::time_point now, std::chrono::system_clock::time_point wall,
+                    int32_t skip = 0, int32_t count = INT32_MAX);
 
 // What each user and group in `scope` has in use, queued and may use (its
 // quotas), with `by`'s own row and the groups `by` belongs to.

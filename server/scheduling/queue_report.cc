@@ -46,7 +46,8 @@ std::string QueueReport::WhyWaiting(const std::string& id) const {
   return "";
 }
 
-std::vector<Scheduler::QueueEntry> QueueReport::Queue(Time now) const {
+std::vector<Scheduler::QueueEntry> QueueReport::Queue(Time now,
+                                                      const std::function<bool(const std::string& id)>& shown) const {
   std::vector<Scheduler::QueueEntry> out;
   // Estimated starts, per resource, in queue order (QueueForecast::Place).
   // A job over its quota has none: it starts when its owner's jobs end,
@@ -55,14 +56,16 @@ std::vector<Scheduler::QueueEntry> QueueReport::Queue(Time now) const {
   for (Kind k : {Kind::kSlots, Kind::kGpus}) lines.emplace(k, s_.ForecastOf(k, now, QueueForecast::Ends::kKnown));
   int position = 0;
   for (const Scheduler::Waiting* w : s_.Order(now)) {
-    Scheduler::QueueEntry e{w->id, ++position, w->demand, w->claim, WhyWaiting(w->id)};
-    e.owner_usage = s_.fair_share_.UsageAt(w->claim.owner, now);
-    Scheduler::Waiting quota_check = *w;
-    if (!s_.OverQuota(quota_check)) {
-      e.estimated_start = w->demand.local
-                              ? lines.at(w->demand.kind).Place(w->demand.minimum(), w->not_before, w->claim.runtime)
+    ++position;
+    std::optional<Time> start;
+    if (!s_.quotas_.Check(w->claim.owner, w->claim.group, w->demand.kind, w->demand.minimum())) {
+      start = w->demand.local ? lines.at(w->demand.kind).Place(w->demand.minimum(), w->not_before, w->claim.runtime)
                               : std::max(now, w->not_before);
     }
+    if (shown && !shown(w->id)) continue;
+    Scheduler::QueueEntry e{w->id, position, w->demand, w->claim, WhyWaiting(w->id)};
+    e.owner_usage = s_.fair_share_.UsageAt(w->claim.owner, now);
+    e.estimated_start = start;
     out.push_back(std::move(e));
   }
   return out;

@@ -25,8 +25,11 @@ class QueueReport {
   // Why a waiting job waits, as of the last Schedule; "" when it is not
   // queued, was not looked at yet, or backs off (its own reason says).
   std::string WhyWaiting(const std::string& id) const;
-  // The queue in order, with reasons and estimated starts.
-  std::vector<Scheduler::QueueEntry> Queue(Time now) const;
+  // The queue in order, with reasons and estimated starts: the entries of
+  // the jobs `shown` accepts (asked in queue order; all when null). Every
+  // job counts in the positions and estimates, shown or not.
+  std::vector<Scheduler::QueueEntry> Queue(Time now,
+                                           const std::function<bool(const std::string& id)>& shown = nullptr) const;
   // Every user and group with jobs running or waiting, or usage left.
   std::map<std::string, Scheduler::Usage> UserUsage(Time now) const;
   std::map<std::string, Scheduler::Usage> GroupUsage() const;

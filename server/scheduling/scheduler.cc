@@ -358,7 +358,10 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
 
 std::string Scheduler::WhyWaiting(const std::string& id) const { return QueueReport(*this).WhyWaiting(id); }
 
-std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now) const { return QueueReport(*this).Queue(now); }
+std::vector<Scheduler::QueueEntry> Scheduler::Queue(Time now,
+                                                    const std::function<bool(const std::string& id)>& shown) const {
+  return QueueReport(*this).Queue(now, shown);
+}
 
 void Scheduler::SetExpectedEnd(const std::string& id, Time end) {
   auto it = running_.find(id);

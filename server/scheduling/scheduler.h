@@ -42,6 +42,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -165,9 +166,10 @@ class Scheduler {
   // The waiting jobs that start at `now` and the running jobs to preempt.
   // Nothing starts or is preempted once Pause() was called.
   Decision Schedule(Time now);
-  // Why a job waits and the queue in order (QueueReport).
+  // Why a job waits and the queue in order (QueueReport); `shown`: the
+  // entries wanted (all when null).
   std::string WhyWaiting(const std::string& id) const;
-  std::vector<QueueEntry> Queue(Time now) const;
+  std::vector<QueueEntry> Queue(Time now, const std::function<bool(const std::string& id)>& shown = nullptr) const;
 
   // A running job's expected end (its remaining steps × step time).
   void SetExpectedEnd(const std::string& id, Time end);

@@ -351,6 +351,25 @@ function jobPage(id) {
         onclick: () => act("resume", "ResumeJob", {id})}, "Resume"));
   }
 
+  // The pages of the queue up to the one with job `id` (everyone's where
+  // the user may see them, else their own), as one.
+  async function queueWith(id) {
+    let all_users = true, page_token = "", entries = [];
+    for (;;) {
+      let q;
+      try {
+        q = await api("GetQueue", {all_users, page_size: 10000, page_token});
+      } catch (e) {
+        if (!all_users || page_token) throw e;
+        all_users = false;
+        continue;
+      }
+      entries = entries.concat(q.entries || []);
+      if (!q.next_page_token || (q.entries || []).some((e) => e.id === id)) return {...q, entries};
+      page_token = q.next_page_token;
+    }
+  }
+
   function drawSummary(queue) {
     const spec = (() => { try { return JSON.parse(job.spec_json || "{}"); } catch (e) { return {}; } })();
     const item = (k, v) => h("div", {}, h("span", {}, k), v);
@@ -465,7 +484,7 @@ function jobPage(id) {
     put(title, job.name + " ", h("span", {class: "muted"}, job.id));
     put(status, stateBadge(job.state), " ", h("span", {id: "job-reason"}, job.reason || ""));
     drawActions();
-    const queue = job.state === "QUEUED" ? await api("GetQueue", {all_users: true}).catch(() => api("GetQueue", {})) : null;
+    const queue = job.state === "QUEUED" ? await queueWith(id) : null;
     drawSummary(queue);
     try {
       specText.textContent = JSON.stringify(JSON.parse(job.spec_json || "{}"), null, 2);
@@ -490,6 +509,7 @@ function queuePage() {
   const everyone = h("input", {type: "checkbox", id: "queue-all", checked: session.admin});
   const holder = h("div", {id: "queue"});
   const usage = h("div", {id: "usage"});
+  const more = h("p", {id: "queue-more", class: "muted"});
   const bar = (used, quota) => {
     if (num(quota) < 0) return `${used} (no limit)`;
     const w = Math.min(100, (100 * used) / Math.max(1, num(quota)));
@@ -510,6 +530,8 @@ function queuePage() {
         {key: "start", title: "Expected start", value: (e) => num(e.estimated_start_unix_millis), cell: (e) => fmtTime(e.estimated_start_unix_millis)},
         {key: "reason", title: "Why it waits", value: (e) => e.reason, wrap: true},
       ], entries, {id: "queue-table", sortKey: "pos"}) : h("p", {class: "muted"}, "Nothing waits."));
+      if (q.next_page_token) put(more, `The first ${entries.length} of ${num(q.total_size)} waiting jobs.`);
+      else put(more);
       const rows = q.usage || [];
       put(usage, rows.length ? sortableTable([
         {key: "name", title: "User or group", value: (u) => (u.group ? "group " : "") + u.name},
@@ -523,7 +545,7 @@ function queuePage() {
     }
   }
   everyone.addEventListener("change", refresh);
-  setMain(h("h1", {}, "Queue"), h("div", {class: "filters"}, h("label", {}, everyone, " everyone's jobs")), holder,
+  setMain(h("h1", {}, "Queue"), h("div", {class: "filters"}, h("label", {}, everyone, " everyone's jobs")), holder, more,
     h("h2", {}, "In use against quotas"), usage);
   refresh();
   every(POLL_MS * 2, refresh);

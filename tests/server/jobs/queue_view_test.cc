@@ -33,7 +33,7 @@ TEST_F(QueueViewTest, TheWaitingJobsInOrderWithReasonsAndClasses) {
   const auto wall = std::chrono::system_clock::now();
   // The running job ends in 60 s: a (first in order) can start then.
   p_.scheduler.SetExpectedEnd(running.record.id, p_.clock.SteadyNow() + std::chrono::seconds(60));
-  std::vector<QueuedJob> q = QueueView(p_.scheduler, p_.jobs, policy_, ListScope{}, p_.clock.SteadyNow(), wall);
+  std::vector<QueuedJob> q = QueueView(p_.scheduler, p_.jobs, policy_, ListScope{}, p_.clock.SteadyNow(), wall).jobs;
   ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(q[0].job.id, a.record.id);
   EXPECT_EQ(q[0].position, 1);
@@ -45,9 +45,44 @@ TEST_F(QueueViewTest, TheWaitingJobsInOrderWithReasonsAndClasses) {
                 .count());
   EXPECT_EQ(q[1].job.id, b.record.id);
   // A scope shows only the jobs it covers.
-  q = QueueView(p_.scheduler, p_.jobs, policy_, ListScope{{"bob"}, {}}, p_.clock.SteadyNow(), wall);
+  q = QueueView(p_.scheduler, p_.jobs, policy_, ListScope{{"bob"}, {}}, p_.clock.SteadyNow(), wall).jobs;
   ASSERT_EQ(q.size(), 1u);
   EXPECT_EQ(q[0].job.id, b.record.id);
+}
+
+// A page: the jobs after the first `skip` in scope, with their places and
+// estimates in the whole queue, and how many are in scope.
+TEST_F(QueueViewTest, APageOfTheQueueKeepsPositionsAndCountsTheScope) {
+  Submit("max_steps: 10\nnum_processes: 4\n", 0, "alice");  // runs
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(Submit("max_steps: 10\nnum_processes: 1\n", 0, i % 2 == 0 ? "bob" : "alice").record.id);
+  }
+  p_.lifecycle.TrySchedule();
+  const auto wall = std::chrono::system_clock::now();
+  const QueuePage all = QueueView(p_.scheduler, p_.jobs, policy_, ListScope{}, p_.clock.SteadyNow(), wall);
+  ASSERT_EQ(all.jobs.size(), 5u);
+  EXPECT_EQ(all.total, 5);
+  const QueuePage page = QueueView(p_.scheduler, p_.jobs, policy_, ListScope{}, p_.clock.SteadyNow(), wall, 2, 2);
+  EXPECT_EQ(page.total, 5);
+  ASSERT_EQ(page.jobs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(page.jobs[i].job.id, all.jobs[2 + i].job.id);
+    EXPECT_EQ(page.jobs[i].position, all.jobs[2 + i].position);
+    EXPECT_EQ(page.jobs[i].reason, all.jobs[2 + i].reason);
+    EXPECT_EQ(page.jobs[i].estimated_start_unix_millis, all.jobs[2 + i].estimated_start_unix_millis);
+  }
+  // Bob's second page of one: his third job, at its place in everyone's queue.
+  const QueuePage bobs =
+      QueueView(p_.scheduler, p_.jobs, policy_, ListScope{{"bob"}, {}}, p_.clock.SteadyNow(), wall, 2, 1);
+  EXPECT_EQ(bobs.total, 3);
+  ASSERT_EQ(bobs.jobs.size(), 1u);
+  EXPECT_EQ(bobs.jobs[0].job.owner, "bob");
+  int bob_seen = 0;
+  for (const QueuedJob& q : all.jobs) {
+    if (q.job.owner == "bob" && ++bob_seen == 3) EXPECT_EQ(bobs.jobs[0].position, q.position);
+  }
+  EXPECT_TRUE(QueueView(p_.scheduler, p_.jobs, policy_, ListScope{}, p_.clock.SteadyNow(), wall, 5, 10).jobs.empty());
 }
 
 TEST_F(QueueViewTest, ClassCountsCountQueuedJobsAndRunningRanks) {
