@@ -73,23 +73,48 @@ int Scheduler::queued_of(const std::string& owner) const {
   return it == queued_by_owner_.end() ? 0 : it->second;
 }
 
-std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
-  std::vector<Waiting*> out;
-  out.reserve(waiting_.size());
+Scheduler::OrderCursor::OrderCursor(const Scheduler& s, Time now) : s_(s) {
   std::vector<std::pair<double, const std::string*>> owners;
-  for (const auto& level : levels_) {
+  for (const auto& level : s.levels_) {
     const auto& by_owner = level.second;  // a named reference: clang before 16 cannot capture a structured binding
     owners.clear();
-    for (const auto& [owner, jobs] : by_owner) owners.emplace_back(fair_share_.UsageAt(owner, now), &owner);
+    for (const auto& [owner, jobs] : by_owner) owners.emplace_back(s.fair_share_.UsageAt(owner, now), &owner);
     // Less usage first; at equal usage, whoever's first waiting job came first.
     std::sort(owners.begin(), owners.end(), [&by_owner](const auto& a, const auto& b) {
       if (a.first != b.first) return a.first < b.first;
       return by_owner.at(*a.second).begin()->first < by_owner.at(*b.second).begin()->first;
     });
-    for (const auto& [usage, owner] : owners) {
-      for (const auto& [order, w] : by_owner.at(*owner)) out.push_back(w);
+    std::vector<std::string> names;
+    names.reserve(owners.size());
+    for (const auto& [usage, owner] : owners) names.push_back(*owner);
+    levels_.emplace_back(level.first, std::move(names));
+  }
+}
+
+Scheduler::Waiting* Scheduler::OrderCursor::Next() {
+  // Found again by key at each step: the job returned last may be gone,
+  // and with it its owner's and level's entries.
+  for (; level_ < levels_.size(); ++level_, owner_ = 0, after_.reset()) {
+    auto level = s_.levels_.find(levels_[level_].first);
+    if (level == s_.levels_.end()) continue;
+    for (const std::vector<std::string>& owners = levels_[level_].second; owner_ < owners.size();
+         ++owner_, after_.reset()) {
+      auto jobs = level->second.find(owners[owner_]);
+      if (jobs == level->second.end()) continue;
+      auto it = after_ ? jobs->second.upper_bound(*after_) : jobs->second.begin();
+      if (it == jobs->second.end()) continue;
+      after_ = it->first;
+      return it->second;
     }
   }
+  return nullptr;
+}
+
+std::vector<Scheduler::Waiting*> Scheduler::Order(Time now) const {
+  std::vector<Waiting*> out;
+  out.reserve(waiting_.size());
+  OrderCursor cursor(*this, now);
+  while (Waiting* w = cursor.Next()) out.push_back(w);
   return out;
 }
 
@@ -244,7 +269,8 @@ Scheduler::Decision Scheduler::Schedule(Time now) {
   ++pass_;
   last_decision_ = now;
   int behind_heads = 0;
-  for (Waiting* w : Order(now)) {
+  OrderCursor order(*this, now);
+  for (Waiting* w = order.Next(); w != nullptr; w = order.Next()) {
     if (!heads.empty()) {
       // Past the heads only backfill and jobs elsewhere can start: stop
       // once neither can (the jobs not looked at keep waiting as they were).

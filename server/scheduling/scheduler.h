@@ -229,7 +229,22 @@ class Scheduler {
     int full = 0, want = 0, shrink_to = -1;
     int size_after_shrink() const { return shrink_to >= 0 ? shrink_to : demand.count; }
   };
-  // The waiting jobs in queue order at `now`.
+  // The waiting jobs in queue order at `now`, one at a time (Next; null
+  // after the last), as ordered when it was made: a pass that stops early
+  // costs the jobs it looked at, not the queue. Removing the job Next just
+  // returned is allowed (Schedule starts it).
+  class OrderCursor {
+   public:
+    OrderCursor(const Scheduler& s, Time now);
+    Waiting* Next();
+
+   private:
+    const Scheduler& s_;
+    std::vector<std::pair<int64_t, std::vector<std::string>>> levels_;  // priority → owners in order
+    size_t level_ = 0, owner_ = 0;
+    std::optional<int64_t> after_;  // the order of the owner's job returned last
+  };
+  // All of them (OrderCursor to the end).
   std::vector<Waiting*> Order(Time now) const;
   // Whether `w` is over its owner's or group's quota: its wait then says which.
   bool OverQuota(Waiting& w) const;
