@@ -39,6 +39,7 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
   r.run_as = ownership.run_as;
   if (auto s = store_->Insert(r, {r.created_unix_millis, JobState::kQueued, "submitted"}); !s.ok()) return s;
   counts_[JobState::kQueued]++;
+  CountQueued(r, 1);
   metrics_->SetJobCounts(counts_);
   ActiveJob& job = jobs_.try_emplace(id, r, spec, metrics_, clock_).first->second;
   for (const std::string& note : notes) AddEvent(job, note);
@@ -52,6 +53,7 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
 
 ActiveJob& JobTable::Hold(const JobRecord& record, const JobSpec& spec) {
   counts_[record.state]++;
+  if (record.state == JobState::kQueued) CountQueued(record, 1);
   if (record.state != JobState::kQueued) started_.insert(record.id);
   auto [it, added] = jobs_.try_emplace(record.id, record, spec, metrics_, clock_);
   if (added) {
@@ -166,6 +168,8 @@ void JobTable::Transition(ActiveJob& job, JobState state, const std::string& rea
   JobRecord& r = job.record;
   counts_[r.state]--;
   counts_[state]++;
+  if (r.state == JobState::kQueued) CountQueued(r, -1);
+  if (state == JobState::kQueued) CountQueued(r, 1);
   r.state = state;
   if (state == JobState::kQueued) {
     started_.erase(r.id);
@@ -245,6 +249,7 @@ void JobTable::Remove(const std::string& id, bool local) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   ActiveJob& job = it->second;
+  if (job.record.state == JobState::kQueued) CountQueued(job.record, -1);
   SaveHistory(job);
   if (local && job.spec.checkpoint.snapshot_every_steps > 0) {
     // The job's in-memory snapshots on this host (its workers remove them
@@ -265,6 +270,11 @@ void JobTable::Remove(const std::string& id, bool local) {
   metrics_->RemoveJob(id);
   started_.erase(id);
   jobs_.erase(it);
+}
+
+void JobTable::CountQueued(const JobRecord& r, int delta) {
+  auto it = queued_by_priority_.try_emplace(r.priority, 0).first;
+  if ((it->second += delta) <= 0) queued_by_priority_.erase(it);
 }
 
 }  // namespace trainyard

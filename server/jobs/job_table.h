@@ -66,6 +66,8 @@ class JobTable {
   // The jobs out of the queue (starting, running, recovering, stopping):
   // what the periodic look walks, however many wait.
   std::vector<std::string> started_ids() const { return {started_.begin(), started_.end()}; }
+  // QUEUED jobs by priority value (kept as jobs come, change state and go).
+  const std::map<int64_t, int>& queued_by_priority() const { return queued_by_priority_; }
   // Every job of the store, oldest first (the jobs a restart finds).
   absl::StatusOr<std::vector<JobRecord>> Stored();
   // The stored record (ended jobs; NotFound for an unknown id).
@@ -121,6 +123,8 @@ class JobTable {
 
   std::map<JobState, int> counts_;
   std::set<std::string> started_;  // ids of the jobs not QUEUED
+  std::map<int64_t, int> queued_by_priority_;
+  void CountQueued(const JobRecord& r, int delta);
 };
 
 }  // namespace trainyard

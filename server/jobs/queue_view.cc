@@ -44,15 +44,19 @@ std::map<std::string, std::pair<int, int>> ClassCounts(const Policy& policy, Job
     classes[name];
     names.emplace(value, name);
   }
-  jobs.ForEach([&](ActiveJob& job) {
-    auto name = names.find(job.record.priority);
-    auto& [queued, running] = classes[name == names.end() ? std::to_string(job.record.priority) : name->second];
-    if (job.record.state == JobState::kQueued) {
-      ++queued;
-    } else if (job.attempt) {
-      running += job.record.num_processes;
+  auto class_of = [&](int64_t priority) -> std::pair<int, int>& {
+    auto name = names.find(priority);
+    return classes[name == names.end() ? std::to_string(priority) : name->second];
+  };
+  // Counted as they change, and the jobs out of the queue: not a walk of
+  // every job held (the watchdog asks twice a second).
+  for (const auto& [priority, queued] : jobs.queued_by_priority()) class_of(priority).first += queued;
+  for (const std::string& id : jobs.started_ids()) {
+    const ActiveJob* job = jobs.Find(id);
+    if (job != nullptr && job->record.state != JobState::kQueued && job->attempt) {
+      class_of(job->record.priority).second += job->record.num_processes;
     }
-  });
+  }
   return classes;
 }
 

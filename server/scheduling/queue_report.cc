@@ -88,9 +88,7 @@ std::map<std::string, Scheduler::Usage> QueueReport::GroupUsage() const {
     out[group].slots = in_use.slots;
     out[group].gpus = in_use.gpus;
   }
-  for (const auto& [id, w] : s_.waiting_) {
-    if (!w.claim.group.empty()) ++out[w.claim.group].queued;
-  }
+  for (const auto& [group, queued] : s_.queued_by_group_) out[group].queued = queued;
   return out;
 }
 

@@ -48,6 +48,7 @@ void Scheduler::Enqueue(const std::string& id, Demand demand, JobClaim claim, Ti
   Waiting w{id, demand, std::move(claim), not_before};
   w.order = ahead ? --next_front_ : ++next_back_;
   ++queued_by_owner_[w.claim.owner];
+  if (!w.claim.group.empty()) ++queued_by_group_[w.claim.group];
   ++(w.demand.local ? waiting_local_[w.demand.kind] : waiting_elsewhere_);
   Waiting& stored = waiting_.emplace(id, std::move(w)).first->second;
   levels_[stored.claim.priority][stored.claim.owner][stored.order] = &stored;
@@ -63,6 +64,9 @@ bool Scheduler::Remove(const std::string& id) {
   if (owner->second.empty()) level->second.erase(owner);
   if (level->second.empty()) levels_.erase(level);
   --queued_by_owner_[w.claim.owner];
+  if (auto g = queued_by_group_.find(w.claim.group); g != queued_by_group_.end() && --g->second == 0) {
+    queued_by_group_.erase(g);
+  }
   --(w.demand.local ? waiting_local_[w.demand.kind] : waiting_elsewhere_);
   waiting_.erase(it);
   return true;

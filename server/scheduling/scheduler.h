@@ -275,6 +275,7 @@ class Scheduler {
   std::unordered_map<std::string, Running> running_;
   std::map<std::string, ResourcePool::Held> held_;
   std::map<std::string, int> queued_by_owner_;  // every owner that queued a job
+  std::map<std::string, int> queued_by_group_;  // groups with jobs waiting
   int64_t next_back_ = 0, next_front_ = 0;
   int64_t pass_ = 0;  // decisions made
   Time last_decision_{};

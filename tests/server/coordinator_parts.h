@@ -122,12 +122,12 @@ struct CoordinatorParts {
 
   // Stores a job of `spec_text` (its checkpoints under the temporary
   // directory) and queues it: it starts if it can.
-  ActiveJob& Submit(const std::string& spec_text) {
+  ActiveJob& Submit(const std::string& spec_text, const Ownership& ownership = {}) {
     auto spec = ParseJobSpec(spec_text);
     EXPECT_TRUE(spec.ok()) << spec.status();
     const std::string id = jobs.NewId();
     spec->checkpoint.project_dir = dir.path() + "/jobs/" + id;
-    auto job = jobs.Submit(id, *spec, {});
+    auto job = jobs.Submit(id, *spec, {}, ownership);
     EXPECT_TRUE(job.ok()) << job.status();
     lifecycle.Enqueue(**job);
     return **job;

@@ -16,10 +16,7 @@ class QueueViewTest : public ::testing::Test {
     policy_.default_priority_class = "low";
   }
   ActiveJob& Submit(const std::string& spec, int64_t priority, const std::string& owner) {
-    ActiveJob& job = p_.Submit(spec);
-    job.record.priority = priority;
-    job.record.owner = owner;
-    return job;
+    return p_.Submit(spec, Ownership{owner, "", priority, ""});
   }
   CoordinatorParts p_;
   Policy policy_;
