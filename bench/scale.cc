@@ -12,17 +12,23 @@
 // report delay (a step reported by rank 0 → GetJob shows it) p99, the
 // streams that failed, and what the job's end does to the server: the
 // slowest GetJob while it ends, and the longest hold of the coordinator's
-// lock meanwhile (trainyard_coordinator_lock_hold_seconds' bucket). Then submissions per second from
-// `--clients` threads into a queue that grows to `--queued`, and the idle
-// server's CPU with that queue.
+// lock meanwhile (trainyard_coordinator_lock_hold_seconds' bucket), and
+// the reports lost, report by report (each carries one sample; the server's
+// trainyard_job_samples_total counts them). Then submissions per second
+// from `--clients` threads into a queue that grows to `--queued`, the idle
+// server's CPU with that queue, and GetQueue's pages; then, with
+// `--kill-burst N`, a burst of N submissions with a kill -9 of the server
+// in its middle: every acknowledged job must be there after the restart.
 //
 //   scale [--ranks 1024,2048] [--seconds 20] [--server-binary build/bin/trainyard-server]
-//         [--channels 32] [--queued 0] [--clients 8] [--idle-seconds 10]
+//         [--channels 32] [--queued 0] [--clients 8] [--idle-seconds 10] [--kill-burst 0]
 //
-// It exits 1 when a stream failed, a job never ran, a rank is missing from
-// GetJob's pages or from /metrics (per rank or in the aggregates), or a
-// submission failed: the scale_smoke test runs it at 64 ranks (aggregated
-// above 16) and 1,000 submissions.
+// It exits 1 when a stream failed, a report was lost, a job never ran, a
+// rank is missing from GetJob's pages or from /metrics (per rank or in the
+// aggregates), a submission failed, a waiting job is missing from
+// GetQueue's pages, or an acknowledged submission was lost to the kill: the
+// scale_smoke test runs it at 16 and 64 ranks (aggregated above 16), 1,000
+// submissions and a burst of 1,000 killed in the middle.
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -71,29 +77,65 @@ double P99(std::vector<double> v) {
 // The server under test, started afresh in its own state directory.
 class ServerProcess {
  public:
-  ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 64) {
+  ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 64) : binary_(binary) {
     dir_ = std::filesystem::temp_directory_path() / ("trainyard-bench-scale-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    const std::string max_p = std::to_string(max_processes), max_q = std::to_string(max_queued),
-                      per_rank = std::to_string(per_rank_max);
     // Local jobs run a stand-in that sleeps: the first holds the one slot,
-    // the others wait in the queue.
+    // the others wait in the queue. Its pid is kept, to end it with the
+    // benchmark (a killed server leaves it).
     const std::string worker = dir_ + "/worker.sh";
-    std::ofstream(worker) << "#!/bin/sh\nexec sleep 1000000\n";
+    std::ofstream(worker) << "#!/bin/sh\necho $$ >> " << dir_ << "/workers.pid\nexec sleep 1000000\n";
     std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+    args_ = {"--listen",
+             "127.0.0.1:0",
+             "--metrics-listen",
+             "127.0.0.1:0",
+             "--http-listen",
+             "127.0.0.1:0",
+             "--state-dir",
+             dir_,
+             "--slots",
+             "1",
+             "--ready-file",
+             dir_ + "/ready.json",
+             "--max-num-processes",
+             std::to_string(max_processes),
+             "--max-queued-jobs",
+             std::to_string(max_queued),
+             "--launcher",
+             "external",
+             "--worker-binary",
+             worker,
+             "--metrics-per-rank-max-ranks",
+             std::to_string(per_rank_max)};
+    Start();
+  }
+  // kill -9, and the server started again on the same state directory.
+  void Restart() {
+    Kill();
+    std::filesystem::remove(dir_ + "/ready.json");
+    grpc_port_ = metrics_port_ = 0;
+    Start();
+  }
+
+ private:
+  void Kill() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  void Start() {
     pid_ = fork();
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // the server ends with the benchmark, however it ends
-      if (FILE* log = std::fopen((dir_ + "/server.log").c_str(), "w")) {
+      if (FILE* log = std::fopen((dir_ + "/server.log").c_str(), "a")) {
         dup2(fileno(log), STDOUT_FILENO);
         dup2(fileno(log), STDERR_FILENO);
       }
-      execl(binary.c_str(), binary.c_str(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-            "--http-listen", "127.0.0.1:0", "--state-dir", dir_.c_str(), "--slots", "1", "--ready-file",
-            (dir_ + "/ready.json").c_str(), "--max-num-processes", max_p.c_str(), "--max-queued-jobs", max_q.c_str(),
-            "--launcher", "external", "--worker-binary", worker.c_str(), "--metrics-per-rank-max-ranks",
-            per_rank.c_str(), nullptr);
+      std::vector<char*> argv = {const_cast<char*>(binary_.c_str())};
+      for (std::string& a : args_) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(binary_.c_str(), argv.data());
       _exit(127);
     }
     for (int i = 0; i < 600 && grpc_port_ == 0; ++i) {
@@ -108,9 +150,12 @@ class ServerProcess {
     }
     if (grpc_port_ == 0) throw std::runtime_error("the server did not start; see " + dir_ + "/server.log");
   }
+
+ public:
   ~ServerProcess() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    Kill();
+    std::ifstream pids(dir_ + "/workers.pid");
+    for (pid_t p = 0; pids >> p;) kill(p, SIGKILL);
     std::filesystem::remove_all(dir_);
   }
   std::string addr() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
@@ -140,6 +185,8 @@ class ServerProcess {
   }
 
  private:
+  const std::string binary_;
+  std::vector<std::string> args_;
   std::string dir_;
   pid_t pid_ = -1;
   int grpc_port_ = 0, metrics_port_ = 0;
@@ -244,6 +291,7 @@ class Stream final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coord
     s->set_loss(2.0 / static_cast<double>(step + 1));
     s->set_step_seconds(1.0);
     s->set_samples_per_second(32);
+    s->set_samples(1);  // the server's samples_total counts the reports it took
     s->set_learning_rate(1e-3);
     s->set_unix_millis(
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -376,6 +424,7 @@ struct RankRow {
   double join_s = 0, cpu = 0, get_p99_ms = 0, list_p99_ms = 0, delay_p99_s = 0, end_hold_ms = 0;
   double end_lock_ms = 0;  // the longest hold of the coordinator's lock during the end (its bucket's bound)
   int64_t rss_mb = 0, threads = 0, reports = 0;
+  int64_t lost = -1;  // reports written that the server did not count (its trainyard_job_samples_total)
   Scrape scrape;
   int failed = 0, retries = 0;
   std::string error;
@@ -397,6 +446,19 @@ std::map<double, double> LockHoldBuckets(const std::string& body) {
     if (absl::SimpleAtod(line.substr(space + 1), &count)) out[le] = count;
   }
   return out;
+}
+
+// The job's trainyard_job_samples_total, summed over its series (per rank,
+// or the one of a job above the per-rank limit).
+int64_t SamplesCounted(const std::string& body, const std::string& id) {
+  double total = 0;
+  const std::string prefix = "trainyard_job_samples_total{job_id=\"" + id + "\"";
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (!absl::StartsWith(line, prefix)) continue;
+    double v = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) total += v;
+  }
+  return static_cast<int64_t>(total);
 }
 
 // The smallest bound under which every hold between two scrapes fell (ms).
@@ -583,6 +645,13 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   done = true;
   reporter.join();
   row.reports = shared.reports;
+  // Lost reports, report by report: each carried one sample; wait (up to
+  // 10 s) for the server to have counted every one written.
+  for (const auto give_up = Clock::now() + std::chrono::seconds(10);;) {
+    row.lost = row.reports - SamplesCounted(ScrapeMetrics(server.metrics_port()).body, id);
+    if (row.lost <= 0 || Clock::now() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   row.error = CheckRanks(jobs.get(), id, ranks, per_rank_max, row.scrape);  // the job ends all the same
 
   // The job's end: cancelled; the slowest GetJob until every stream ended,
@@ -702,6 +771,80 @@ QueueRow RunQueue(const std::string& binary, int queued, int clients, double idl
   return row;
 }
 
+struct KillRow {
+  int acknowledged = 0, found = 0, unacknowledged_found = 0;
+  double restart_s = 0;
+  std::string error;
+};
+
+// Submissions from `clients` threads until half of `submissions` were
+// acknowledged, then kill -9 of the server in the middle of the burst; the
+// server started again on its state directory must have every job it
+// acknowledged, each with its "submitted" event.
+KillRow RunBurstKill(const std::string& binary, int submissions, int clients) {
+  KillRow row;
+  ServerProcess server(binary, 16, submissions + 16);
+  std::mutex mu;
+  std::vector<std::string> acked;
+  std::atomic<int> next{0};
+  std::atomic<bool> down{false};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      auto stub = JobStub(server.addr());
+      while (!down && next++ < submissions) {
+        v1::SubmitJobRequest req;
+        req.set_spec("name: burst\nlauncher: local\nmodel: {kind: mlp}\nmax_steps: 10\nnum_processes: 1\n");
+        v1::SubmitJobResponse resp;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        if (!stub->SubmitJob(&ctx, req, &resp).ok()) break;  // the server is gone
+        std::lock_guard<std::mutex> lock(mu);
+        acked.push_back(resp.job().id());
+      }
+    });
+  }
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (static_cast<int>(acked.size()) >= submissions / 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto t0 = Clock::now();
+  server.Restart();  // kill -9 while the clients submit, then start again
+  row.restart_s = Seconds(Clock::now() - t0);
+  down = true;
+  for (auto& t : threads) t.join();
+  row.acknowledged = static_cast<int>(acked.size());
+  auto stub = JobStub(server.addr());
+  const std::set<std::string> ack_set(acked.begin(), acked.end());
+  for (const std::string& id : acked) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::GetJobResponse resp;
+    if (!stub->GetJob(&ctx, req, &resp).ok()) continue;
+    bool submitted = false;
+    for (const v1::JobEvent& e : resp.job().events()) submitted |= e.reason() == "submitted";
+    if (submitted) ++row.found;
+  }
+  // Jobs stored but not acknowledged (the reply lost with the server).
+  v1::ListJobsRequest list;
+  list.set_page_size(1000);
+  do {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse page;
+    if (!stub->ListJobs(&ctx, list, &page).ok()) break;
+    for (const v1::Job& j : page.jobs()) row.unacknowledged_found += ack_set.count(j.id()) ? 0 : 1;
+    list.set_page_token(page.next_page_token());
+  } while (!list.page_token().empty());
+  if (row.found != row.acknowledged) {
+    row.error = std::to_string(row.acknowledged - row.found) + " acknowledged submissions lost to kill -9";
+  }
+  return row;
+}
+
 }  // namespace
 }  // namespace trainyard
 
@@ -711,7 +854,7 @@ int main(int argc, char** argv) {
   double seconds = 20, idle_seconds = 10;
   int channels = 32, queued = 0, clients = 8;
   std::string server_binary = "build/bin/trainyard-server";
-  int per_rank_max = 64;
+  int per_rank_max = 64, kill_burst = 0;
   app.add_option("--ranks", ranks, "Rank counts, one job each")->delimiter(',')->capture_default_str();
   app.add_option("--seconds", seconds, "How long the ranks report while measured")->capture_default_str();
   app.add_option("--channels", channels, "gRPC connections the ranks share")->capture_default_str();
@@ -720,6 +863,9 @@ int main(int argc, char** argv) {
   app.add_option("--idle-seconds", idle_seconds, "How long the idle server's CPU is measured")->capture_default_str();
   app.add_option("--server-binary", server_binary)->capture_default_str();
   app.add_option("--metrics-per-rank-max-ranks", per_rank_max, "The server's flag of that name")->capture_default_str();
+  app.add_option("--kill-burst", kill_burst,
+                 "Submissions of a burst the server is killed (kill -9) in the middle of (0: none)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   int status = 0;  // 1: a stream failed, a rank count never ran, or a submission failed
@@ -734,18 +880,20 @@ int main(int argc, char** argv) {
     std::printf(
         "| ranks | join → RUNNING s | server CPU | RSS MB | threads | /metrics MB | series | scrape s |"
         " GetJob p99 ms | ListJobs p99 ms | report delay p99 ms | end: GetJob max ms | end: lock held ≤ ms |"
-        " reports | failed |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        " reports | lost | failed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int n : ranks) {
       const trainyard::RankRow r = trainyard::RunRanks(server_binary, n, seconds, channels, per_rank_max);
       std::printf(
-          "| %d | %.1f | %.0f%% | %lld | %lld | %.2f | %zu | %.2f | %.0f | %.0f | %.0f | %.0f | %g | %lld | %d |\n",
+          "| %d | %.1f | %.0f%% | %lld | %lld | %.2f | %zu | %.2f | %.0f | %.0f | %.0f | %.0f | %g | %lld | %lld | %d "
+          "|\n",
           r.ranks, r.join_s, r.cpu * 100, static_cast<long long>(r.rss_mb), static_cast<long long>(r.threads),
           static_cast<double>(r.scrape.bytes) / 1e6, r.scrape.series, r.scrape.seconds, r.get_p99_ms, r.list_p99_ms,
-          r.delay_p99_s * 1e3, r.end_hold_ms, r.end_lock_ms, static_cast<long long>(r.reports), r.failed);
+          r.delay_p99_s * 1e3, r.end_hold_ms, r.end_lock_ms, static_cast<long long>(r.reports),
+          static_cast<long long>(r.lost), r.failed);
       if (!r.error.empty()) std::printf("  (%d ranks: %s)\n", n, r.error.c_str());
       // A test runs this at small N: the protocol's path must hold.
-      if (r.failed > 0 || !r.error.empty() || r.reports == 0 || r.join_s >= 300) status = 1;
+      if (r.failed > 0 || r.lost != 0 || !r.error.empty() || r.reports == 0 || r.join_s >= 300) status = 1;
       std::fflush(stdout);
     }
   }
@@ -757,6 +905,16 @@ int main(int argc, char** argv) {
                 static_cast<long long>(q.failed), q.idle_cpu * 100, q.queue_p99_ms);
     if (!q.error.empty()) std::printf("  (%s)\n", q.error.c_str());
     if (q.failed > 0 || !q.error.empty()) status = 1;
+  }
+  if (kill_burst > 0) {
+    const trainyard::KillRow k = trainyard::RunBurstKill(server_binary, kill_burst, clients);
+    std::printf(
+        "\n| burst | acknowledged before kill -9 | found after restart | stored, not acknowledged | restart s |\n");
+    std::printf("|---|---|---|---|---|\n");
+    std::printf("| %d | %d | %d | %d | %.1f |\n", kill_burst, k.acknowledged, k.found, k.unacknowledged_found,
+                k.restart_s);
+    if (!k.error.empty()) std::printf("  (%s)\n", k.error.c_str());
+    if (!k.error.empty() || k.acknowledged == 0) status = 1;
   }
   return status;
 }
