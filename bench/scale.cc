@@ -77,7 +77,8 @@ double P99(std::vector<double> v) {
 // The server under test, started afresh in its own state directory.
 class ServerProcess {
  public:
-  ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 64) : binary_(binary) {
+  // `per_rank_max` 0: the server's default (not passed, for servers older than the flag).
+  ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 0) : binary_(binary) {
     dir_ = std::filesystem::temp_directory_path() / ("trainyard-bench-scale-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
@@ -106,9 +107,11 @@ class ServerProcess {
              "--launcher",
              "external",
              "--worker-binary",
-             worker,
-             "--metrics-per-rank-max-ranks",
-             std::to_string(per_rank_max)};
+             worker};
+    if (per_rank_max > 0) {
+      args_.push_back("--metrics-per-rank-max-ranks");
+      args_.push_back(std::to_string(per_rank_max));
+    }
     Start();
   }
   // kill -9, and the server started again on the same state directory.
@@ -463,7 +466,8 @@ int64_t SamplesCounted(const std::string& body, const std::string& id) {
 
 // The smallest bound under which every hold between two scrapes fell (ms).
 double LongestHoldMs(const std::map<double, double>& before, const std::map<double, double>& after) {
-  const double total = after.empty() ? 0 : after.rbegin()->second - before.rbegin()->second;
+  if (before.empty() || after.empty()) return -1;  // a server without the metric
+  const double total = after.rbegin()->second - before.rbegin()->second;
   for (const auto& [le, count] : after) {
     auto b = before.find(le);
     if (count - (b == before.end() ? 0 : b->second) >= total) return le * 1e3;
@@ -520,7 +524,7 @@ std::string CheckRanks(v1::JobService::Stub* stub, const std::string& id, int ra
     }
   }
   const std::string job = "job_id=\"" + id + "\"";
-  if (ranks > per_rank_max) {
+  if (ranks > (per_rank_max > 0 ? per_rank_max : 64)) {  // the server's default: 64
     const std::string want = "trainyard_job_reporting_ranks{" + job + "} " + std::to_string(ranks) + "\n";
     if (scrape.body.find(want) == std::string::npos) return "/metrics lacks " + want;
     if (scrape.body.find(job + ",rank=") != std::string::npos) return "/metrics has per-rank series above the limit";
@@ -854,7 +858,7 @@ int main(int argc, char** argv) {
   double seconds = 20, idle_seconds = 10;
   int channels = 32, queued = 0, clients = 8;
   std::string server_binary = "build/bin/trainyard-server";
-  int per_rank_max = 64, kill_burst = 0;
+  int per_rank_max = 0, kill_burst = 0;
   app.add_option("--ranks", ranks, "Rank counts, one job each")->delimiter(',')->capture_default_str();
   app.add_option("--seconds", seconds, "How long the ranks report while measured")->capture_default_str();
   app.add_option("--channels", channels, "gRPC connections the ranks share")->capture_default_str();
@@ -862,7 +866,8 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "Threads submitting")->capture_default_str();
   app.add_option("--idle-seconds", idle_seconds, "How long the idle server's CPU is measured")->capture_default_str();
   app.add_option("--server-binary", server_binary)->capture_default_str();
-  app.add_option("--metrics-per-rank-max-ranks", per_rank_max, "The server's flag of that name")->capture_default_str();
+  app.add_option("--metrics-per-rank-max-ranks", per_rank_max, "The server's flag of that name (0: its default, 64)")
+      ->capture_default_str();
   app.add_option("--kill-burst", kill_burst,
                  "Submissions of a burst the server is killed (kill -9) in the middle of (0: none)")
       ->capture_default_str();
