@@ -526,7 +526,7 @@ std::string CheckRanks(v1::JobService::Stub* stub, const std::string& id, int ra
   const std::string job = "job_id=\"" + id + "\"";
   if (ranks > (per_rank_max > 0 ? per_rank_max : 64)) {  // the server's default: 64
     const std::string want = "trainyard_job_reporting_ranks{" + job + "} " + std::to_string(ranks) + "\n";
-    if (scrape.body.find(want) == std::string::npos) return "/metrics lacks " + want;
+    if (scrape.body.find(want) == std::string::npos) return "/metrics lacks " + want.substr(0, want.size() - 1);
     if (scrape.body.find(job + ",rank=") != std::string::npos) return "/metrics has per-rank series above the limit";
   } else {
     size_t n = 0;

@@ -388,7 +388,7 @@ inline constexpr int32_t kMaxNumProcessesCeiling = 1 << 16;
 // A coordinator's policy caps on specs (its --max-num-processes and request
 // size). Workers do not apply them: see AcceptedSpecLimits.
 struct SpecLimits {
-  int32_t max_num_processes = 1024;
+  int32_t max_num_processes = 10000;  // what bench/scale runs on one coordinator
   size_t max_spec_bytes = 1 << 20;
 };
 

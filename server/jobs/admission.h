@@ -41,7 +41,7 @@ struct AdmissionOptions {
   std::string script_python = "python3";
   SpecLimits limits;
   // Jobs waiting in the queue at most.
-  int max_queued_jobs = 1000;
+  int max_queued_jobs = 50000;
 };
 
 // The admission options of a JobManager's (paths made absolute; default

@@ -27,7 +27,7 @@ struct JobManagerOptions {
   std::string master_addr = "127.0.0.1";
   SpecLimits limits;
   // Jobs waiting in the queue at most; further submissions are refused.
-  int max_queued_jobs = 1000;
+  int max_queued_jobs = 50000;  // what bench/scale queues (docs/BENCHMARKS.md)
   // Paths a job may name (checkpoint.project_dir, resume sources) must lie
   // under one of these; empty: the state directory and the working directory.
   std::vector<std::string> allowed_roots;

@@ -577,14 +577,14 @@ TEST(JobSpecTest, RespectsProcessLimit) {
 // worker's limits are the ceiling of every coordinator's, not the default.
 TEST(JobSpecTest, AWorkerAcceptsWhatItsCoordinatorAccepted) {
   SpecLimits coordinator;
-  coordinator.max_num_processes = 2048;  // trainyard-server --max-num-processes 2048
-  const std::string text = "num_processes: 1100\nlauncher: external\n";
+  coordinator.max_num_processes = 16384;  // trainyard-server --max-num-processes 16384
+  const std::string text = "num_processes: 12000\nlauncher: external\n";
   auto accepted = ParseJobSpec(text, coordinator);
   ASSERT_TRUE(accepted.ok()) << accepted.status();
-  EXPECT_FALSE(ParseJobSpec(JobSpecToJson(*accepted)).ok()) << "the default limit refuses 1,100 ranks";
+  EXPECT_FALSE(ParseJobSpec(JobSpecToJson(*accepted)).ok()) << "the default limit refuses 12,000 ranks";
   auto in_worker = ParseJobSpec(JobSpecToJson(*accepted), AcceptedSpecLimits());
   ASSERT_TRUE(in_worker.ok()) << in_worker.status();
-  EXPECT_EQ(in_worker->num_processes, 1100);
+  EXPECT_EQ(in_worker->num_processes, 12000);
 }
 
 }  // namespace

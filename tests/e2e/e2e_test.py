@@ -653,17 +653,17 @@ max_steps: 5
         self.assertIn("bad.bin: token 70", job["reason"], job)
 
     def test_2j_a_rank_accepts_the_spec_of_a_job_its_coordinator_accepted(self):
-        # 1,100 ranks: over the default limit (1,024) a spec parser applies,
+        # 12,000 ranks: over the default limit (10,000) a spec parser applies,
         # under this coordinator's --max-num-processes. The rank must get past
         # the spec (to the rendezvous, where it would wait for the others).
         state = os.path.join(self.tmp.name, "large-world")
         os.makedirs(state)
-        server = Server(state, extra=("--max-num-processes", "2048"))
+        server = Server(state, extra=("--max-num-processes", "16384"))
         worker = None
         try:
             job_id, info = submit_external(self, server, state, "large", "name: large\nmax_steps: 1\n"
-                                           "num_processes: 1100\nlauncher: external\nreattach_timeout_s: 600\n")
-            self.assertEqual(info["world_size"], 1100)
+                                           "num_processes: 12000\nlauncher: external\nreattach_timeout_s: 600\n")
+            self.assertEqual(info["world_size"], 12000)
             log_path = os.path.join(state, "rank-0.log")
             worker = join_worker(server, job_id, info["token"], 0, log_path)
 
@@ -672,17 +672,17 @@ max_steps: 5
                     raise AssertionError(f"rank 0 exited with {worker.returncode}:\n{read(log_path)[-3000:]}")
                 return "spec accepted" in read(log_path)
             wait_for(past_the_spec, 120, "rank 0 to accept the spec")
-            self.assertIn("1100 processes", read(log_path))
+            self.assertIn("12000 processes", read(log_path))
             self.assertNotIn("invalid here", read(log_path))
             self.assertEqual(server.job(job_id)["state"], "STARTING")
-            # Waiting in the rendezvous for 1,099 ranks that never come, it
+            # Waiting in the rendezvous for 11,999 ranks that never come, it
             # still hears SIGTERM (a cluster's grace period, Ctrl-C) ...
             wait_for(lambda: "rendezvous at" in read(log_path), 60, "rank 0 in the rendezvous")
             t0 = time.monotonic()
             worker.send_signal(signal.SIGTERM)
             self.assertEqual(worker.wait(timeout=30), 3, read(log_path)[-2000:])  # kExitStopped
             self.assertLess(time.monotonic() - t0, 5)
-            self.assertIn("rank 0: stopped while waiting in the rendezvous for the other 1099 ranks", read(log_path))
+            self.assertIn("rank 0: stopped while waiting in the rendezvous for the other 11999 ranks", read(log_path))
             # ... and the coordinator's stop: a cancel of the STARTING job ends it.
             worker = join_worker(server, job_id, info["token"], 0, log_path)
             wait_for(lambda: "rendezvous at" in read(log_path), 120, "rank 0 in the rendezvous again")
