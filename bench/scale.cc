@@ -528,6 +528,11 @@ std::string CheckRanks(v1::JobService::Stub* stub, const std::string& id, int ra
     const std::string want = "trainyard_job_reporting_ranks{" + job + "} " + std::to_string(ranks) + "\n";
     if (scrape.body.find(want) == std::string::npos) return "/metrics lacks " + want.substr(0, want.size() - 1);
     if (scrape.body.find(job + ",rank=") != std::string::npos) return "/metrics has per-rank series above the limit";
+    for (const char* family : {"trainyard_job_slowest_rank", "trainyard_job_slowest_rank_forward_seconds"}) {
+      if (scrape.body.find(std::string(family) + "{" + job + ",place=\"1\"} ") == std::string::npos) {
+        return "/metrics lacks " + std::string(family) + " of place 1";
+      }
+    }
   } else {
     size_t n = 0;
     for (size_t at = scrape.body.find("\ntrainyard_job_step{" + job + ",rank="); at != std::string::npos;

@@ -451,7 +451,7 @@ const Section<JobSpec>& JobSpecTable() {
     name.random = [](Rng& g, J* s) { s->name = g.Word(1, 20, kWordChars); };
     Field<J> processes =
         Int("num_processes", &J::num_processes, 1, kMaxNumProcessesCeiling, "World size: one worker process per rank.");
-    processes.accepted = "1 … the server's --max-num-processes (default 1024)";
+    processes.accepted = "1 … the server's --max-num-processes (default 10000)";
     processes.read = [](MapReader& r, J* s, const ReadContext& ctx) {
       r.Int("num_processes", &s->num_processes, 1, ctx.limits.max_num_processes);
     };
