@@ -3,21 +3,21 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "server/metrics/lock_times.h"
 #include "server/metrics/metric_table.h"
+#include "server/metrics/step_series.h"
 
 namespace trainyard {
 namespace {
 
-// The kinds the step list names (common/step_metrics.h).
-constexpr MetricType kGauge = MetricType::kGauge;
-constexpr MetricType kCounter = MetricType::kCounter;
-constexpr MetricType kHistogram = MetricType::kHistogram;
-constexpr MetricType kNone = MetricType::kGauge;  // with family "": not exported
+using step_series::Derived;
+using step_series::DerivedOf;
+using step_series::ForEachNumber;
+using step_series::kStepNumbers;
+using step_series::WithLabel;
 
 constexpr const char* kBadputCauses[] = {"restart", "lost_work", "checkpoint_blocking", "startup", "data_wait"};
 
@@ -27,53 +27,12 @@ std::string Key(const std::string& family, const std::map<std::string, std::stri
   return key;
 }
 
-// How many numbers the step list has.
-#define TRAINYARD_STEP_COUNT(...) +1
-constexpr size_t kStepNumbers = 0 TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_COUNT);
-#undef TRAINYARD_STEP_COUNT
-
-// Calls f(index, family, kind, label, when, value) for each number of the
-// step list, in its order. (`f` may need a lock its caller holds: the
-// analysis sees it at the caller.)
-template <typename F>
-void ForEachNumber(const StepMetrics& m, F&& f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  size_t index = 0;
-#define TRAINYARD_STEP_EACH(type_, name_, init_, family_, kind_, label_, when_, help_) \
-  f(index++, family_, kind_, label_, (when_), static_cast<double>(m.name_));
-  TRAINYARD_STEP_NUMBERS(TRAINYARD_STEP_EACH)
-#undef TRAINYARD_STEP_EACH
-  (void)kNone;
-}
-
-// `labels` with the list's extra label ("phase=step"; "" for none).
-std::map<std::string, std::string> WithLabel(std::map<std::string, std::string> labels, const char* label) {
-  if (const std::string kv = label; !kv.empty()) labels[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
-  return labels;
-}
-
 void Update(void* series, MetricType kind, double value) {
   switch (kind) {
     case MetricType::kGauge: static_cast<prometheus::Gauge*>(series)->Set(value); break;
     case MetricType::kCounter: static_cast<prometheus::Counter*>(series)->Increment(value); break;
     case MetricType::kHistogram: static_cast<prometheus::Histogram*>(series)->Observe(value); break;
   }
-}
-
-// What follows from a rank's sample, where it applies.
-struct Derived {
-  std::optional<double> comm_ratio, model_flops_per_second, mfu;
-};
-Derived DerivedOf(const StepMetrics& m, double peak_flops) {
-  Derived d;
-  if (m.comm_fp32_bytes > 0) {
-    d.comm_ratio = static_cast<double>(m.comm_wire_bytes) / static_cast<double>(m.comm_fp32_bytes);
-  }
-  if (m.model_flops > 0 && m.step_seconds > 0) {
-    d.model_flops_per_second = m.model_flops / m.step_seconds;
-    // --peak-flops wins over the worker's table of devices.
-    if (const double mfu = ModelFlopsUtilization(m, peak_flops); std::isfinite(mfu)) d.mfu = mfu;
-  }
-  return d;
 }
 
 // What the Exposer scrapes: the ServerMetrics' Collect.
