@@ -12,6 +12,10 @@
 
 namespace trainyard {
 
+// Ranks as people read them in events and logs: runs of three or more as
+// ranges, in the given order ({0,1,2,3,7,9,10} -> "0-3,7,9,10").
+std::string RankRanges(const std::vector<int32_t>& ranks);
+
 // One epoch of a replica job: its members' launch ranks in group order (a
 // member's group rank is its index), and where the epoch's groups meet (the
 // first member's own store, under the key prefix "m<epoch>/").
@@ -27,7 +31,7 @@ struct MembershipView {
   int32_t IndexOf(int32_t rank) const;
   // The key prefix of this epoch's groups: "m<epoch>/".
   std::string StorePrefix() const;
-  // "epoch 3: ranks [0, 1, 2] (rank 2 joined)", for logs.
+  // "epoch 3: ranks [0-2] (rank 2 joined)", for logs (RankRanges).
   std::string Describe() const;
 };
 

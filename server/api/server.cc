@@ -162,12 +162,12 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   // the manager (Shutdown), so no callback outlives it.
   LocalLauncherOptions lo = options.local;
   lo.extra_worker_args = *tls_args;
-  launcher = MakeLocalLauncher(lo, [this](const RankExit& e) { manager->workers().OnRankExit(e); });
+  launcher = MakeLocalLauncher(lo, [this](const std::vector<RankExit>& e) { manager->workers().OnRankExits(e); });
   manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), options.jobs);
   SlurmLauncherOptions so = options.slurm;
   so.extra_worker_args = *tls_args;
   slurm_launcher = MakeSlurmLauncher(
-      so, [this](const RankExit& e) { manager->workers().OnRankExit(e); },
+      so, [this](const std::vector<RankExit>& e) { manager->workers().OnRankExits(e); },
       [this](const std::string& job, int32_t attempt, const std::string& text) {
         manager->workers().OnLauncherNote(job, attempt, text);
       });

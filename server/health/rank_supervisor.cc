@@ -11,6 +11,9 @@ std::optional<ExitDecision> RankSupervisor::OnExit(int32_t, bool, const std::str
   return std::nullopt;
 }
 std::vector<int32_t> RankSupervisor::StreamsLost() const { return {}; }
+void RankSupervisor::BeginBatch() {}
+RankActions RankSupervisor::EndBatch() { return {}; }
+RankActions RankSupervisor::OnPass() { return {}; }
 bool RankSupervisor::Evictable(int32_t) const { return false; }
 RankActions RankSupervisor::Evict(int32_t, const std::string&) { return {}; }
 

@@ -47,6 +47,11 @@ struct RankActions {
   // A rank that left on purpose ended (-1: none): it is parked, and what it
   // held is free for waiting jobs.
   int32_t parked = -1;
+
+  // Nothing to do.
+  bool empty() const {
+    return event.empty() && !fail && !command && healed_rank < 0 && kill.empty() && launch.empty() && parked < 0;
+  }
 };
 
 // How a rank's end is taken (RankSupervisor::OnExit).
@@ -93,6 +98,15 @@ class RankSupervisor {
                                              const AttemptCondition& attempt);
   // Ranks to take out now (their streams stayed lost).
   virtual std::vector<int32_t> StreamsLost() const;
+  // A batch of changes the group takes as one (the losses one pass of the
+  // watchdog finds, the exits a launcher reaps together): the calls between
+  // BeginBatch and EndBatch decide as usual, but the group's new shape is
+  // sent once, by EndBatch's actions. Nested batches are one.
+  virtual void BeginBatch();
+  virtual RankActions EndBatch();
+  // The watchdog's pass over a running attempt: what is due by now (e.g.
+  // replacements that waited for the others being replaced).
+  virtual RankActions OnPass();
   // Whether `rank` can be taken out of the group and replaced (a hang's
   // culprit, a straggler) instead of failing or naming it; and doing so.
   virtual bool Evictable(int32_t rank) const;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/replica_protocol.h"
 #include "server/jobs/hang_watchdog.h"
 
 namespace trainyard {
@@ -12,63 +13,75 @@ void AttemptWatch::Supervise(PendingRequests* requests, std::chrono::millisecond
   lifecycle_->UpdateEstimates();
   lifecycle_->TrySchedule();  // restarts whose backoff is over, preemptions past the minimum run time
   for (const std::string& id : jobs_->started_ids()) {
-    // Each step may end the attempt (and start or end other jobs): look again.
-    auto attempt_of = [&] {
-      ActiveJob* job = jobs_->Find(id);
-      return job == nullptr || job->record.state == JobState::kQueued ? nullptr : job;
-    };
-    ActiveJob* job = attempt_of();
+    ActiveJob* job = AttemptOf(id);
     if (job == nullptr || !job->attempt) continue;
     Attempt* a = job->attempt.get();
-    // A group that did not reattach after a coordinator restart.
-    if (job->record.state == JobState::kRecovering && now > a->watch().reattach_deadline && !a->cancel_requested()) {
-      lifecycle_->Apply(*job, a->Fail(-1,
-                                      absl::StrCat("the workers did not reattach within reattach_timeout_s (",
-                                                   job->spec.reattach_timeout_s, " s) after a coordinator restart"),
-                                      /*reattach=*/true));
-    }
-    // Joined ranks that are gone.
-    for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
-      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) break;
-      lifecycle_->Apply(*job, a->OnExit(e, /*recovering=*/false));
-    }
-    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
-    // A job preempted for another that did not stop within its grace.
-    if (job->preempt_deadline && now > *job->preempt_deadline) {
-      job->preempt_deadline.reset();
-      jobs_->AddEvent(*job, absl::StrCat("did not stop within preemption_grace_s (", job->spec.preemption_grace_s,
-                                         " s) after its preemption: stopping its ranks"));
-      lifecycle_->StopGroup(*job);
-    }
-    // Ranks whose stream stayed lost (where the mode takes them out): out, and ended.
-    if (job->record.state == JobState::kRunning && !a->stopping() && !a->stop_requested() && !lifecycle_->shut_down()) {
-      for (int32_t rank : a->supervisor().StreamsLost()) {
-        if (!Evict(*job, rank, "lost its stream without a result")) break;
-      }
-      if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
-    }
-    if (!LookForStraggler(*job, now)) continue;
-    if ((job = attempt_of()) == nullptr || job->attempt.get() != a) continue;
-    const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
-    if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
-    if (!hang.hung) continue;
-    // The ranks the diagnosis blames are evicted and replaced where the
-    // mode allows it; the others go on. A hang nobody is blamed for fails
-    // the group.
-    std::vector<int32_t> evict;
-    for (int32_t r : hang.culprits) {
-      if (a->supervisor().Evictable(r)) evict.push_back(r);
-    }
-    if (evict.empty()) {
-      lifecycle_->Apply(*job, a->Fail(-1, hang.failure));
-      continue;
-    }
-    job->progress.Touch(now);  // the members left get step_timeout_s of their own
-    for (int32_t rank : evict) {
-      if (!Evict(*job, rank, absl::StrCat("evicted as hung: ", hang.failure))) break;
-    }
+    // What this pass finds changes the group once (one membership for
+    // every rank it takes out), with what fell due meanwhile.
+    a->supervisor().BeginBatch();
+    SuperviseAttempt(id, a, now, requests, diagnose_wait);
+    if ((job = AttemptOf(id)) == nullptr || job->attempt.get() != a) continue;
+    if (const RankActions due = a->supervisor().OnPass(); !due.empty() && !lifecycle_->Act(*job, due, -1)) continue;
+    if ((job = AttemptOf(id)) == nullptr || job->attempt.get() != a) continue;
+    if (const RankActions batch = a->supervisor().EndBatch(); !batch.empty()) lifecycle_->Act(*job, batch, -1);
   }
   requests->ExpireDiagnoses(now);
+}
+
+ActiveJob* AttemptWatch::AttemptOf(const std::string& id) {
+  ActiveJob* job = jobs_->Find(id);
+  return job == nullptr || job->record.state == JobState::kQueued ? nullptr : job;
+}
+
+void AttemptWatch::SuperviseAttempt(const std::string& id, Attempt* a, SteadyTime now, PendingRequests* requests,
+                                    std::chrono::milliseconds diagnose_wait) {
+  // Each step may end the attempt (and start or end other jobs): look again.
+  ActiveJob* job = AttemptOf(id);
+  auto same = [&] { return (job = AttemptOf(id)) != nullptr && job->attempt.get() == a; };
+  // A group that did not reattach after a coordinator restart.
+  if (job->record.state == JobState::kRecovering && now > a->watch().reattach_deadline && !a->cancel_requested()) {
+    lifecycle_->Apply(*job, a->Fail(-1,
+                                    absl::StrCat("the workers did not reattach within reattach_timeout_s (",
+                                                 job->spec.reattach_timeout_s, " s) after a coordinator restart"),
+                                    /*reattach=*/true));
+  }
+  // Joined ranks that are gone.
+  for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
+    if (!same()) return;
+    lifecycle_->Apply(*job, a->OnExit(e, /*recovering=*/false));
+  }
+  if (!same()) return;
+  // A job preempted for another that did not stop within its grace.
+  if (job->preempt_deadline && now > *job->preempt_deadline) {
+    job->preempt_deadline.reset();
+    jobs_->AddEvent(*job, absl::StrCat("did not stop within preemption_grace_s (", job->spec.preemption_grace_s,
+                                       " s) after its preemption: stopping its ranks"));
+    lifecycle_->StopGroup(*job);
+  }
+  // Ranks whose stream stayed lost (where the mode takes them out): out, and ended.
+  if (job->record.state == JobState::kRunning && !a->stopping() && !a->stop_requested() && !lifecycle_->shut_down()) {
+    if (const std::vector<int32_t> lost = a->supervisor().StreamsLost(); !lost.empty()) {
+      Evict(*job, lost, "lost its stream without a result");
+    }
+    if (!same()) return;
+  }
+  if (!LookForStraggler(*job, now) || !same()) return;
+  const HangVerdict hang = CheckForHang(*job, *clock_, requests, diagnose_wait);
+  if (!hang.diagnosis.empty()) jobs_->AddEvent(*job, absl::StrCat("hang diagnosis: ", hang.diagnosis));
+  if (!hang.hung) return;
+  // The ranks the diagnosis blames are evicted and replaced where the
+  // mode allows it; the others go on. A hang nobody is blamed for fails
+  // the group.
+  std::vector<int32_t> evict;
+  for (int32_t r : hang.culprits) {
+    if (a->supervisor().Evictable(r)) evict.push_back(r);
+  }
+  if (evict.empty()) {
+    lifecycle_->Apply(*job, a->Fail(-1, hang.failure));
+    return;
+  }
+  job->progress.Touch(now);  // the members left get step_timeout_s of their own
+  Evict(*job, evict, absl::StrCat("evicted as hung: ", hang.failure));
 }
 
 bool AttemptWatch::LookForStraggler(ActiveJob& job, SteadyTime now) {
@@ -91,20 +104,32 @@ bool AttemptWatch::LookForStraggler(ActiveJob& job, SteadyTime now) {
     return true;
   }
   watch.Forget(slow->rank);  // its replacement is another process
-  return Evict(job, slow->rank, absl::StrCat("evicted as slow: ", why));
+  return Evict(job, {slow->rank}, absl::StrCat("evicted as slow: ", why));
 }
 
-bool AttemptWatch::Evict(ActiveJob& job, int32_t rank, const std::string& why) {
-  RankSupervisor& sup = job.attempt->supervisor();
-  if (!sup.Evictable(rank)) return true;
-  jobs_->AddEvent(job, absl::StrCat("rank ", rank, " ", why));
-  const bool on = lifecycle_->Act(job, sup.Evict(rank, why), rank);
-  // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
-  if (Launcher* l = launchers_->Get(launchers_->KindOf(job.spec))) l->KillRank(job.record.id, job.record.attempt, rank);
-  // On another host, a rank that cannot be killed (its node dead or cut
-  // off) ends after the node-loss grace (WorkerSessions::EndRanksOnLostNodes).
-  if (job.attempt) job.attempt->Evicted(rank, clock_->SteadyNow());
-  return on;
+bool AttemptWatch::Evict(ActiveJob& job, const std::vector<int32_t>& ranks, const std::string& why) {
+  const std::string id = job.record.id;
+  const int32_t attempt = job.record.attempt;
+  std::vector<int32_t> out;
+  for (int32_t r : ranks) {
+    if (job.attempt->supervisor().Evictable(r)) out.push_back(r);
+  }
+  if (out.empty()) return true;
+  jobs_->AddEvent(job, out.size() == 1 ? absl::StrCat("rank ", out[0], " ", why)
+                                       : absl::StrCat("ranks ", RankRanges(out), " each ", why));
+  for (int32_t rank : out) {
+    ActiveJob* current = jobs_->FindAttempt(id, attempt);
+    if (current == nullptr || !current->attempt) return false;
+    RankSupervisor& sup = current->attempt->supervisor();
+    if (!sup.Evictable(rank)) continue;  // left with a shard-mate evicted before it
+    if (!lifecycle_->Act(*current, sup.Evict(rank, why), rank)) return false;
+    // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
+    if (Launcher* l = launchers_->Get(launchers_->KindOf(current->spec))) l->KillRank(id, attempt, rank);
+    // On another host, a rank that cannot be killed (its node dead or cut
+    // off) ends after the node-loss grace (WorkerSessions::EndRanksOnLostNodes).
+    if (current->attempt) current->attempt->Evicted(rank, clock_->SteadyNow());
+  }
+  return true;
 }
 
 }  // namespace trainyard

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "server/jobs/job_lifecycle.h"
@@ -34,10 +35,16 @@ class AttemptWatch {
   void Supervise(PendingRequests* requests, std::chrono::milliseconds diagnose_wait);
 
  private:
-  // Takes `rank` out of its group and kills its process (its end launches
-  // the replacement) where the mode allows it; `why` names it in the job's
-  // events. Returns false when the attempt failed by it.
-  bool Evict(ActiveJob& job, int32_t rank, const std::string& why);
+  // The job `id` if it has an attempt (not queued), else null.
+  ActiveJob* AttemptOf(const std::string& id);
+  // One look at attempt `a` of job `id`, inside the batch Supervise opens.
+  void SuperviseAttempt(const std::string& id, Attempt* a, SteadyTime now, PendingRequests* requests,
+                        std::chrono::milliseconds diagnose_wait);
+  // Takes `ranks` out of their group and kills their processes (their ends
+  // launch the replacements) where the mode allows it; `why` names them in
+  // the job's events (one event for all). Returns false when the attempt
+  // failed by it.
+  bool Evict(ActiveJob& job, const std::vector<int32_t>& ranks, const std::string& why);
   // A DDP rank whose own work stays far slower than the others' (the job's
   // StragglerWatch): evicted where the mode allows it, else named in an
   // event. Returns false when the attempt failed by it.

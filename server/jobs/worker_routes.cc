@@ -55,9 +55,9 @@ void WorkerRoutes::DetachWorker(const std::string& job_id, int32_t attempt, int3
   sessions_->Detach(job_id, attempt, rank, channel);
 }
 
-void WorkerRoutes::OnRankExit(const RankExit& exit) {
+void WorkerRoutes::OnRankExits(const std::vector<RankExit>& exits) {
   ManagerLock lock(mu_);
-  sessions_->Exit(exit);
+  sessions_->Exits(exits);
 }
 
 void WorkerRoutes::OnLauncherNote(const std::string& job_id, int32_t attempt, const std::string& text) {

@@ -39,8 +39,9 @@ class WorkerRoutes final : public WorkerHandler {
   void ReportFlightRecord(const std::string& job_id, int32_t attempt, int64_t request_id, FlightRecord record) override;
   void DetachWorker(const std::string& job_id, int32_t attempt, int32_t rank,
                     const std::shared_ptr<WorkerChannel>& channel) override;
-  // The launchers' exit callback.
-  void OnRankExit(const RankExit& exit);
+  // The launchers' exit callback: the ends one pass found.
+  void OnRankExits(const std::vector<RankExit>& exits);
+  void OnRankExit(const RankExit& exit) { OnRankExits({exit}); }
   // The launchers' note callback: what the cluster says of an attempt.
   void OnLauncherNote(const std::string& job_id, int32_t attempt, const std::string& text);
 

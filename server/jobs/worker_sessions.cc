@@ -1,5 +1,7 @@
 #include "server/jobs/worker_sessions.h"
 
+#include <algorithm>
+
 #include "server/replicas/shard_groups.h"
 
 #include "absl/strings/str_cat.h"
@@ -209,6 +211,30 @@ void WorkerSessions::Exit(const RankExit& exit) {
   lifecycle_->Apply(*job, job->attempt->OnExit(exit, job->record.state == JobState::kRecovering));
 }
 
+void WorkerSessions::Exits(const std::vector<RankExit>& exits) {
+  std::vector<std::pair<std::string, int32_t>> batched;
+  for (const RankExit& e : exits) {
+    const std::pair<std::string, int32_t> key{e.job_id, e.attempt};
+    ActiveJob* job = jobs_->FindAttempt(e.job_id, e.attempt);
+    if (job != nullptr && std::find(batched.begin(), batched.end(), key) == batched.end()) {
+      job->attempt->supervisor().BeginBatch();
+      batched.push_back(key);
+    }
+    Exit(e);
+  }
+  EndBatches(batched);
+}
+
+void WorkerSessions::EndBatches(const std::vector<std::pair<std::string, int32_t>>& attempts) {
+  for (const auto& [id, number] : attempts) {
+    ActiveJob* job = jobs_->FindAttempt(id, number);
+    if (job == nullptr || !job->attempt) continue;
+    Attempt& a = *job->attempt;
+    const RankActions end = a.supervisor().EndBatch();
+    if (!end.empty() && !a.stopping() && !a.stop_requested()) lifecycle_->Act(*job, end, -1);
+  }
+}
+
 void WorkerSessions::NoteLostNode(ActiveJob& job, int32_t rank) {
   if (launchers_->TraitsOf(job.spec).ranks_join) return;  // joined ranks come back by themselves
   auto node = job.attempt->place().nodes.find(rank);
@@ -225,12 +251,16 @@ void WorkerSessions::EndRanksOnLostNodes() {
     const ActiveJob* job = jobs_->Find(id);
     if (job == nullptr || !job->attempt || job->record.state == JobState::kQueued) continue;
     const int32_t attempt = job->attempt->number();
-    for (const RankExit& e : job->attempt->RanksOnLostNodes(id, now)) {
+    const std::vector<RankExit> ends = job->attempt->RanksOnLostNodes(id, now);
+    if (ends.empty()) continue;
+    job->attempt->supervisor().BeginBatch();  // a node's ranks leave the group together
+    for (const RankExit& e : ends) {
       ActiveJob* current = jobs_->FindAttempt(id, attempt);
       if (current == nullptr) break;  // the attempt ended meanwhile
       NoteLostNode(*current, e.rank);
       Exit(e);
     }
+    EndBatches({{id, attempt}});
   }
 }
 

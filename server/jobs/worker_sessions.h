@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,13 +61,18 @@ class WorkerSessions {
   // (a replica that ended before the job did is replaced while enough
   // replicas are left: JobLifecycle::Act); else the attempt's own rules.
   void Exit(const RankExit& exit);
+  // Ends found together (one reaping pass of a launcher): each group they
+  // change changes once (RankSupervisor::BeginBatch).
+  void Exits(const std::vector<RankExit>& exits);
   // Call periodically: ranks on other hosts whose stream was lost without
   // a result and whose end no launcher reported in time
-  // (Attempt::RanksOnLostNodes) end as if their launcher said so (Exit),
+  // (Attempt::RanksOnLostNodes) end as if their launcher said so (Exits),
   // their nodes presumed lost (NoteLostNode).
   void EndRanksOnLostNodes();
 
  private:
+  // Closes the batches Exits opened (attempts by job id and number) and acts on them.
+  void EndBatches(const std::vector<std::pair<std::string, int32_t>>& attempts);
   // The attempt runs, is not stopping, and the coordinator is not shutting
   // down: a rank's loss is the fault-tolerance mode's to decide.
   bool Live(const ActiveJob& job) const;

@@ -2,7 +2,7 @@
 //
 // Implementations: LocalLauncher (fork/exec on this host), SlurmLauncher
 // (sbatch + srun; state from squeue/scontrol), ExternalLauncher (starts
-// nothing: the ranks join by themselves). Launchers report each rank's end
+// nothing: the ranks join by themselves). Launchers report the ranks' ends
 // through the ExitCallback given at construction, from their own thread;
 // implementations are safe to call from several threads.
 #ifndef TRAINYARD_SERVER_LAUNCH_LAUNCHER_H_
@@ -87,7 +87,9 @@ struct RankExit {
 
 class Launcher {
  public:
-  using ExitCallback = std::function<void(const RankExit&)>;
+  // The ends one look found (at least one), so that the ends of ranks that
+  // died together are taken together.
+  using ExitCallback = std::function<void(const std::vector<RankExit>&)>;
   // What the cluster's scheduler says of an attempt (Slurm's state changes
   // and reasons), for the job's events.
   using NoteCallback = std::function<void(const std::string& job_id, int32_t attempt, const std::string& text)>;

@@ -393,7 +393,7 @@ class LocalLauncher final : public Launcher {
       }
       if (!exits.empty()) {
         mu_.Unlock();
-        for (const auto& e : exits) on_exit_(e);
+        on_exit_(exits);
         mu_.Lock();
         continue;
       }

@@ -549,7 +549,7 @@ class SlurmLauncher final : public Launcher {
       if (on_note_) {
         for (const auto& [job, attempt, text] : notes) on_note_(job, attempt, text);
       }
-      for (const auto& e : exits) on_exit_(e);
+      if (!exits.empty()) on_exit_(exits);
       mu_.Lock();
       preempted_noted_.insert(preempted.begin(), preempted.end());
     }

@@ -63,10 +63,18 @@ int32_t Membership::running() const {
 }
 
 std::string Membership::Describe(const MembershipView& v) const {
-  return absl::StrCat("membership ", v.epoch, ": ranks ", absl::StrJoin(v.ranks, ","), " (", v.reason, ")");
+  return absl::StrCat("membership ", v.epoch, ": ranks ", RankRanges(v.ranks), " (", v.reason, ")");
 }
 
-Membership::Decision Membership::Advance(std::vector<int32_t> ranks, const std::string& reason) {
+Membership::Decision Membership::Advance(std::vector<int32_t> ranks, const std::string& reason,
+                                         const std::vector<int32_t>& told) {
+  if (batching()) {
+    view_.ranks = std::move(ranks);
+    batch_.changed = true;
+    if (!reason.empty()) batch_.other.push_back(reason);
+    batch_.told.insert(batch_.told.end(), told.begin(), told.end());
+    return {};
+  }
   MembershipView next;
   next.epoch = view_.epoch + 1;
   next.ranks = std::move(ranks);
@@ -79,8 +87,38 @@ Membership::Decision Membership::Advance(std::vector<int32_t> ranks, const std::
   Decision d;
   d.send = view_;
   d.to = view_.ranks;
+  d.to.insert(d.to.end(), told.begin(), told.end());
   d.event = Describe(view_);
   return d;
+}
+
+void Membership::BeginBatch() { ++batch_.depth; }
+
+Membership::Decision Membership::EndBatch() {
+  if (batch_.depth == 0 || --batch_.depth > 0) return {};
+  Batch b = std::move(batch_);
+  batch_ = Batch{};
+  if (!b.changed || b.failed || !formed()) return {};
+  std::vector<std::string> parts;
+  if (!b.losses.empty()) parts.push_back(LossReason(b.losses));
+  parts.insert(parts.end(), b.other.begin(), b.other.end());
+  return Advance(view_.ranks, absl::StrJoin(parts, "; "), b.told);
+}
+
+std::string Membership::LossReason(const std::vector<Loss>& losses) {
+  std::vector<std::string> parts;
+  for (const Loss& l : losses) {
+    const bool one = l.ranks.size() == 1;
+    std::string part = absl::StrCat(one ? "rank " : "ranks ", RankRanges(l.ranks), " lost: ", l.why);
+    if (!l.with.empty()) {
+      const bool one_with = l.with.size() == 1;
+      absl::StrAppend(&part, "; ", one_with ? "rank " : "ranks ", RankRanges(l.with), " of ",
+                      one ? "its shard group" : "their shard groups", one_with ? " leaves" : " leave", " with ",
+                      one ? "it" : "them");
+    }
+    parts.push_back(std::move(part));
+  }
+  return absl::StrJoin(parts, "; ");
 }
 
 void Membership::OnStreamLost(int32_t rank) {
@@ -115,7 +153,7 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
       d.to = {rank};
       return d;
     }
-    case State::kHealing: ready_.insert(rank); return JoinReady();
+    case State::kHealing: ready_.insert(rank); return JoinWhenReady();
     case State::kLost:  // the old process, about to end: it is not taken back
     case State::kLaunched:
     case State::kConnected:
@@ -123,6 +161,25 @@ Membership::Decision Membership::OnHello(int32_t rank, const std::string& store_
     case State::kParked: return {};
   }
   return {};
+}
+
+Membership::Decision Membership::JoinWhenReady() {
+  for (int32_t r = 0; r < world_size_; ++r) {
+    if (states_[r] == State::kHealing && !ready_.count(r)) {  // another replacement is on its way
+      if (!first_ready_at_) first_ready_at_ = clock_->SteadyNow();
+      return {};
+    }
+  }
+  first_ready_at_.reset();
+  return JoinReady();
+}
+
+Membership::Decision Membership::OnPass() {
+  if (!first_ready_at_ || clock_->SteadyNow() - *first_ready_at_ < kJoinWait) return {};
+  first_ready_at_.reset();
+  Decision d = JoinReady();
+  if (!ready_.empty()) first_ready_at_ = clock_->SteadyNow();  // waiting for their shard-mates
+  return d;
 }
 
 Membership::Decision Membership::JoinReady() {
@@ -145,7 +202,7 @@ Membership::Decision Membership::JoinReady() {
   std::vector<int32_t> ranks = view_.ranks;
   ranks.insert(ranks.end(), joined.begin(), joined.end());
   const bool one = joined.size() == 1;
-  return Advance(std::move(ranks), absl::StrCat(one ? "rank " : "ranks ", absl::StrJoin(joined, ","), " joined: ",
+  return Advance(std::move(ranks), absl::StrCat(one ? "rank " : "ranks ", RankRanges(joined), " joined: ",
                                                 grown ? "the job grows"
                                                 : one ? "its replacement connected"
                                                       : "their replacements connected"));
@@ -172,22 +229,30 @@ Membership::Decision Membership::OnLost(int32_t rank, const std::string& why) {
   for (int32_t r : out) {
     if (r != rank) with.push_back(r);
   }
-  const std::string reason =
-      absl::StrCat("rank ", rank, " lost: ", why,
-                   with.empty() ? ""
-                                : absl::StrCat("; ", with.size() == 1 ? "rank " : "ranks ", absl::StrJoin(with, ","),
-                                               " of its shard group leave", with.size() == 1 ? "s" : "", " with it"));
+  // In a batch, the losses so far with the same reason are one.
+  std::vector<Loss> losses = batching() ? batch_.losses : std::vector<Loss>{};
+  auto same = std::find_if(losses.begin(), losses.end(), [&](const Loss& l) { return l.why == why; });
+  if (same == losses.end()) {
+    losses.push_back(Loss{why, {rank}, with});
+  } else {
+    same->ranks.push_back(rank);
+    same->with.insert(same->with.end(), with.begin(), with.end());
+  }
+  const std::string reason = LossReason(losses);
   const size_t replicas = left.size() / unit_;
   if (static_cast<int32_t>(replicas) < min_replicas_) {
     Decision d;
     d.fail = true;
     d.failure = absl::StrCat(reason, "; ", replicas, " live replica", replicas == 1 ? "" : "s",
                              " left, fewer than fault_tolerance.min_replicas (", min_replicas_, ")");
+    batch_.failed = batching();
     return d;
   }
-  Decision d = Advance(std::move(left), reason);
-  d.to.insert(d.to.end(), with.begin(), with.end());  // told, they end
-  return d;
+  if (batching()) {
+    batch_.losses = std::move(losses);
+    return Advance(std::move(left), "", with);  // told, they end
+  }
+  return Advance(std::move(left), reason, with);  // told, they end
 }
 
 Membership::Decision Membership::Form() {
@@ -238,9 +303,10 @@ Membership::Decision Membership::TakeOn() {
   }
   // What the launcher saw of a rank gone meanwhile says little more than
   // that it is not running: the event names the ranks.
-  const std::string while_away = gone_.empty() ? ""
-                                               : absl::StrCat(gone_.size() == 1 ? "; rank " : "; ranks ",
-                                                              absl::StrJoin(gone_, ","), " ended while it was away");
+  const std::string while_away =
+      gone_.empty() ? ""
+                    : absl::StrCat(gone_.size() == 1 ? "; rank " : "; ranks ", RankRanges({gone_.begin(), gone_.end()}),
+                                   " ended while it was away");
   Decision d;
   if (newest == nullptr) {  // the group had not formed
     if (gone_.empty()) return Form();
@@ -293,8 +359,8 @@ Membership::Decision Membership::TakeOn() {
   } else {
     std::vector<int32_t> ranks = members;
     ranks.insert(ranks.end(), joining.begin(), joining.end());
-    d = Advance(std::move(ranks), absl::StrCat("the coordinator restarted", while_away));
-    d.to.insert(d.to.end(), out.begin(), out.end());  // told, they end (their shard group lost a rank)
+    // Told, they end (their shard group lost a rank).
+    d = Advance(std::move(ranks), absl::StrCat("the coordinator restarted", while_away), out);
   }
   for (int32_t rank : gone_) {
     states_[rank] = State::kHealing;
@@ -338,15 +404,16 @@ Membership::Decision Membership::Resize(int32_t n, const std::string& why) {
     for (int32_t r : view_.ranks) {
       if (states_[r] == State::kMember) ranks.push_back(r);
     }
-    d = Advance(std::move(ranks), absl::StrCat(leave.size() == 1 ? "rank " : "ranks ", absl::StrJoin(leave, ","),
-                                               leave.size() == 1 ? " leaves: " : " leave: ", why));
-    d.to.insert(d.to.end(), leave.begin(), leave.end());  // told, they end
+    d = Advance(std::move(ranks),
+                absl::StrCat(leave.size() == 1 ? "rank " : "ranks ", RankRanges(leave),
+                             leave.size() == 1 ? " leaves: " : " leave: ", why),
+                leave);  // told, they end
   } else if (!formed()) {
     d = Form();  // the ranks left out may be all it waited for
   }
   if (!launch.empty()) {
     d.event = absl::StrCat(d.event.empty() ? "" : d.event + "; ", "growing to ", n, " ranks (", why,
-                           "): launching rank", launch.size() == 1 ? " " : "s ", absl::StrJoin(launch, ","));
+                           "): launching rank", launch.size() == 1 ? " " : "s ", RankRanges(launch));
   }
   d.launch = std::move(launch);
   d.kill = std::move(kill);
@@ -386,6 +453,7 @@ Membership::Decision Membership::OnExit(int32_t rank, const std::string& why) {
     d.to.clear();
     d.event.clear();
     d.fail = true;
+    batch_.failed = batching();
     d.failure = absl::StrCat("rank ", rank, ": ", kMaxFailedReplacements,
                              " replacements in a row ended before they committed a step (the last: ", why, ")");
     return d;

@@ -27,7 +27,11 @@
 //   - a lost rank's process gone: a replacement is launched (same rank),
 //     unless its replacements failed kMaxFailedReplacements times in a row
 //     before one committed a step (then the attempt fails);
-//   - a replacement's hello: epoch + 1 = the members and it, sent to all;
+//   - several members lost together (a batch: BeginBatch..EndBatch, e.g.
+//     one pass of the watchdog): one epoch for all of them;
+//   - a replacement's hello: epoch + 1 = the members and it, sent to all,
+//     once every replacement on its way said hello (or kJoinWait after the
+//     first did: the others join later);
 //   - a member saying hello again (a reconnection) or reporting a broken
 //     group of an older epoch: the current membership, to it alone;
 //   - Resize(n): ranks from n up leave (members get a membership without
@@ -121,6 +125,23 @@ class Membership {
   Decision OnExit(int32_t rank, const std::string& why);
   // A member's report.
   Decision OnReport(int32_t rank, const ReplicaReport& report);
+
+  // A batch: what changes between BeginBatch and EndBatch (the losses one
+  // pass of the watchdog finds, the exits a launcher reaps together) makes
+  // one membership, one epoch, instead of one each, and its reason names
+  // the ranks as ranges ("ranks 3-12 lost: ..."). The decisions meanwhile
+  // launch, kill and fail as usual but send nothing; EndBatch's sends the
+  // membership to its members and tells the ranks that leave with a lost
+  // shard-mate (nothing when nothing changed or the attempt failed).
+  // Nested batches are one.
+  void BeginBatch();
+  Decision EndBatch();
+
+  // Replacements that said hello join together: at once when every rank
+  // being replaced (or grown) has, else at the first OnPass (the watchdog's
+  // pass) kJoinWait after the first of them did.
+  static constexpr std::chrono::seconds kJoinWait{1};
+  Decision OnPass();
   // A member's stream ended without a result. Its process's end, seen
   // within moments when it died, names the loss better; a member whose
   // stream stays lost for kStreamLossGrace (StreamsLost) is taken out, and
@@ -157,8 +178,18 @@ class Membership {
   int32_t min_replicas() const { return min_replicas_; }
 
  private:
-  // The next epoch with `ranks` for `reason`, sent to `ranks`.
-  Decision Advance(std::vector<int32_t> ranks, const std::string& reason);
+  // The next epoch with `ranks` for `reason`, sent to `ranks` and to
+  // `told` (ranks that leave by it). In a batch: the members change, the
+  // epoch waits for EndBatch.
+  Decision Advance(std::vector<int32_t> ranks, const std::string& reason, const std::vector<int32_t>& told = {});
+  // Ranks lost for one reason, and their shard-mates that leave with them.
+  struct Loss {
+    std::string why;
+    std::vector<int32_t> ranks, with;
+  };
+  static std::string LossReason(const std::vector<Loss>& losses);
+  // A healing rank said hello: its batch joins when every one has (JoinReady).
+  Decision JoinWhenReady();
   // Before epoch 1: the first membership once every rank started has
   // connected (nothing yet otherwise).
   Decision Form();
@@ -181,6 +212,17 @@ class Membership {
   std::map<int32_t, int> failed_replacements_;                 // in a row, by rank
   std::set<int32_t> growing_;                                  // launched by Resize, not joined yet
   std::set<int32_t> ready_;  // healing ranks that said hello, waiting for the rest of their replica
+  // The open batch (BeginBatch): what it changed, for EndBatch.
+  struct Batch {
+    int depth = 0;
+    bool changed = false, failed = false;
+    std::vector<Loss> losses;
+    std::vector<std::string> other;  // reasons of other changes (joins, leaves)
+    std::vector<int32_t> told;
+  };
+  Batch batch_;
+  bool batching() const { return batch_.depth > 0 && formed(); }
+  std::optional<TimeSource::Steady> first_ready_at_;  // the first of the ready_ ranks said hello
   bool adopting_ = false;
   std::map<int32_t, MembershipView> held_;  // adopting: what each reattached rank holds
   std::set<int32_t> gone_;                  // adopting: ranks that ended while the coordinator was away

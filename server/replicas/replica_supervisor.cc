@@ -85,6 +85,9 @@ std::optional<ExitDecision> ReplicaSupervisor::OnExit(int32_t rank, bool finishe
 }
 
 std::vector<int32_t> ReplicaSupervisor::StreamsLost() const { return membership_.StreamsLost(); }
+void ReplicaSupervisor::BeginBatch() { membership_.BeginBatch(); }
+RankActions ReplicaSupervisor::EndBatch() { return Actions(membership_.EndBatch()); }
+RankActions ReplicaSupervisor::OnPass() { return Actions(membership_.OnPass()); }
 
 bool ReplicaSupervisor::Evictable(int32_t rank) const {
   return membership_.formed() && InRange(rank) && membership_.state(rank) == Membership::State::kMember;

@@ -29,6 +29,9 @@ class ReplicaSupervisor final : public RankSupervisor {
   std::optional<ExitDecision> OnExit(int32_t rank, bool finished, const std::string& why,
                                      const AttemptCondition& attempt) override;
   std::vector<int32_t> StreamsLost() const override;
+  void BeginBatch() override;
+  RankActions EndBatch() override;
+  RankActions OnPass() override;
   bool Evictable(int32_t rank) const override;
   RankActions Evict(int32_t rank, const std::string& why) override;
   std::vector<int32_t> TrainingRanks(int32_t world_size) const override;

@@ -134,7 +134,11 @@ TEST(WireConvert, ReplicaMessagesRoundTrip) {
   EXPECT_EQ(m.IndexOf(3), 2);
   EXPECT_EQ(m.IndexOf(1), -1);
   EXPECT_EQ(m.StorePrefix(), "m7/");
-  EXPECT_EQ(m.Describe(), "epoch 7: ranks [0, 2, 3] (rank 1 lost)");
+  EXPECT_EQ(m.Describe(), "epoch 7: ranks [0,2,3] (rank 1 lost)");
+  EXPECT_EQ(RankRanges({0, 1, 2, 3, 7, 9, 10}), "0-3,7,9,10");
+  EXPECT_EQ(RankRanges({5, 6, 7, 0, 1, 2}), "5-7,0-2");
+  EXPECT_EQ(RankRanges({}), "");
+  EXPECT_EQ(RankRanges({4}), "4");
 
   for (auto kind : {ReplicaReport::Kind::kGroupBroken, ReplicaReport::Kind::kCommitted, ReplicaReport::Kind::kLeft}) {
     const ReplicaReport r{kind, 7, 120, std::string(3000, 'x'), 1.5, true, 4096};

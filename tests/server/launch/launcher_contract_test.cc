@@ -152,9 +152,9 @@ template <typename R>
 class LauncherContract : public ::testing::Test {
  protected:
   void SetUp() override {
-    launcher_ = rig_.Make([this](const RankExit& e) {
+    launcher_ = rig_.Make([this](const std::vector<RankExit>& e) {
       std::lock_guard<std::mutex> lock(mu_);
-      exits_.push_back(e);
+      exits_.insert(exits_.end(), e.begin(), e.end());
     });
   }
 

@@ -41,9 +41,9 @@ class LocalLauncherTest : public ::testing::Test {
     LocalLauncherOptions o;
     o.worker_binary = script_;
     o.stop_grace = grace;
-    return MakeLocalLauncher(o, [this](const RankExit& e) {
+    return MakeLocalLauncher(o, [this](const std::vector<RankExit>& e) {
       std::lock_guard<std::mutex> lock(mu_);
-      exits_.push_back(e);
+      exits_.insert(exits_.end(), e.begin(), e.end());
     });
   }
 
@@ -213,7 +213,7 @@ TEST_F(LocalLauncherTest, KillRankAndLaunchRankReplaceOneRankAlone) {
 TEST_F(LocalLauncherTest, AdoptFollowsAndStopsAnEarlierLaunchersWorkers) {
   LocalLauncherOptions o;
   o.worker_binary = script_;
-  auto earlier = MakeLocalLauncher(o, [](const RankExit&) {});
+  auto earlier = MakeLocalLauncher(o, [](const std::vector<RankExit>&) {});
   ASSERT_TRUE(earlier->Launch(Request("waiter", 2)).ok());
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -258,7 +258,7 @@ TEST_F(LocalLauncherTest, AdoptFollowsAndStopsAnEarlierLaunchersWorkers) {
 TEST_F(LocalLauncherTest, MissingBinaryIsAClearError) {
   LocalLauncherOptions o;
   o.worker_binary = dir_.path() + "/no-such-worker";
-  auto launcher = MakeLocalLauncher(o, [](const RankExit&) {});
+  auto launcher = MakeLocalLauncher(o, [](const std::vector<RankExit>&) {});
   absl::Status s = launcher->Launch(Request("x", 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(std::string(s.message()).find("no-such-worker"), std::string::npos);

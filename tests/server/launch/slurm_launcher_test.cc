@@ -65,9 +65,9 @@ class SlurmLauncherTest : public ::testing::Test {
     o.drain = drain;
     return MakeSlurmLauncher(
         o,
-        [this](const RankExit& e) {
+        [this](const std::vector<RankExit>& e) {
           std::lock_guard<std::mutex> lock(mu_);
-          exits_.push_back(e);
+          exits_.insert(exits_.end(), e.begin(), e.end());
         },
         [this](const std::string& job, int32_t attempt, const std::string& text) {
           std::lock_guard<std::mutex> lock(mu_);

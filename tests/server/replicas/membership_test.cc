@@ -37,7 +37,7 @@ TEST_F(MembershipTest, TheFirstMembershipIsEveryRankOnceAllHaveConnected) {
   EXPECT_EQ(d.to, (Ranks{0, 1, 2}));
   EXPECT_EQ(d.send->store_addr, "10.0.0.0");  // the first member's own store
   EXPECT_EQ(d.send->store_port, 29500);
-  EXPECT_EQ(d.event, "membership 1: ranks 0,1,2 (all 3 ranks connected)");
+  EXPECT_EQ(d.event, "membership 1: ranks 0-2 (all 3 ranks connected)");
   EXPECT_EQ(m.live(), 3);
   EXPECT_EQ(m.healing(), 0);
   EXPECT_EQ(m.lead(), 0);
@@ -207,7 +207,7 @@ TEST_F(MembershipTest, AnElasticJobStartsSmallGrowsAndShrinksFromTheTop) {
   d = m.OnHello(2, "10.0.0.2", 29502);
   ASSERT_TRUE(d.send);
   EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2}));
-  EXPECT_EQ(d.event, "membership 2: ranks 0,1,2 (rank 2 joined: the job grows)");
+  EXPECT_EQ(d.event, "membership 2: ranks 0-2 (rank 2 joined: the job grows)");
   EXPECT_EQ(m.OnReport(2, {ReplicaReport::Kind::kCommitted, 2, 9, "", 0.1, true, 100}).healed_rank, -1);
 
   d = m.Resize(1, "trainctl scale");
@@ -402,7 +402,7 @@ TEST_F(MembershipTest, AnElasticJobOfShardGroupsResizesByWholeGroups) {
   d = m.OnHello(3, "10.0.0.3", 29503);
   ASSERT_TRUE(d.send);
   EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2, 3}));
-  EXPECT_EQ(d.event, "membership 2: ranks 0,1,2,3 (ranks 2,3 joined: the job grows)");
+  EXPECT_EQ(d.event, "membership 2: ranks 0-3 (ranks 2,3 joined: the job grows)");
   d = m.Resize(1, "shrunk");
   ASSERT_TRUE(d.send);
   EXPECT_EQ(d.send->ranks, (Ranks{0, 1})) << "at least one shard group";
@@ -441,6 +441,88 @@ TEST_F(MembershipTest, AnAdoptedShardGroupThatLostARankLeavesAndComesBack) {
   d = w.OnHello(3, "10.0.0.3", 29603);
   ASSERT_TRUE(d.send);
   EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2, 3}));
+}
+
+TEST_F(MembershipTest, LossesInOneBatchAreOneEpochNamedByRanges) {
+  Membership m(16, 1, &clock_);
+  HelloAll(m);
+  m.BeginBatch();
+  for (int32_t r = 3; r <= 12; ++r) {
+    const Membership::Decision d = m.OnLost(r, "lost its stream without a result");
+    EXPECT_FALSE(d.send) << "rank " << r << ": the batch sends once";
+    EXPECT_FALSE(d.fail);
+  }
+  Membership::Decision d = m.OnExit(14, "killed by signal 9");
+  EXPECT_FALSE(d.send);
+  EXPECT_EQ(d.launch, Ranks{14}) << "a replacement starts at once, batch or not";
+  EXPECT_EQ(m.epoch(), 1);
+  d = m.EndBatch();
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 2) << "eleven losses, one epoch";
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 1, 2, 13, 15}));
+  EXPECT_EQ(d.to, (Ranks{0, 1, 2, 13, 15}));
+  EXPECT_EQ(d.event,
+            "membership 2: ranks 0-2,13,15 (ranks 3-12 lost: lost its stream without a result; rank 14 lost: killed "
+            "by signal 9)");
+  EXPECT_FALSE(m.EndBatch().send) << "the batch is closed";
+  m.BeginBatch();
+  EXPECT_FALSE(m.EndBatch().send) << "a batch that changed nothing sends nothing";
+  EXPECT_EQ(m.epoch(), 2);
+}
+
+TEST_F(MembershipTest, ABatchTellsTheShardMatesAndFailsBelowMinReplicasNamingEveryLoss) {
+  Membership m(8, 1, &clock_, 0, 2);
+  HelloAll(m);
+  m.BeginBatch();
+  m.OnLost(1, "evicted as hung");
+  m.OnLost(2, "evicted as hung");
+  Membership::Decision d = m.EndBatch();
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{4, 5, 6, 7}));
+  EXPECT_EQ(d.to, (Ranks{4, 5, 6, 7, 0, 3})) << "the shard-mates are told they leave";
+  EXPECT_EQ(d.send->reason, "ranks 1,2 lost: evicted as hung; ranks 0,3 of their shard groups leave with them");
+
+  m.BeginBatch();
+  EXPECT_FALSE(m.OnLost(4, "killed by signal 9").fail);
+  d = m.OnLost(7, "killed by signal 9");
+  EXPECT_TRUE(d.fail);
+  EXPECT_EQ(d.failure,
+            "ranks 4,7 lost: killed by signal 9; ranks 5,6 of their shard groups leave with them; 0 live replicas "
+            "left, fewer than fault_tolerance.min_replicas (1)");
+  EXPECT_FALSE(m.EndBatch().send) << "a failed attempt gets no membership";
+}
+
+TEST_F(MembershipTest, ReplacementsJoinTogetherOrAfterTheWait) {
+  Membership m(4, 1, &clock_);
+  HelloAll(m);
+  m.BeginBatch();
+  m.OnExit(1, "killed by signal 9");
+  m.OnExit(2, "killed by signal 9");
+  ASSERT_EQ(m.EndBatch().send->epoch, 2);
+  EXPECT_FALSE(m.OnHello(1, "10.0.0.1", 29601).send) << "rank 2's replacement is on its way";
+  clock_.Advance(std::chrono::milliseconds(500));
+  EXPECT_FALSE(m.OnPass().send) << "within kJoinWait";
+  Membership::Decision d = m.OnHello(2, "10.0.0.2", 29602);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->epoch, 3) << "two replacements, one epoch";
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 3, 1, 2}));
+  EXPECT_EQ(d.send->reason, "ranks 1,2 joined: their replacements connected");
+  EXPECT_FALSE(m.OnPass().send);
+
+  // One that waits too long for the other: the first joins at the pass
+  // after kJoinWait, the other when it comes.
+  m.OnExit(1, "killed by signal 9");
+  m.OnExit(2, "killed by signal 9");
+  ASSERT_EQ(m.epoch(), 5);
+  EXPECT_FALSE(m.OnHello(2, "10.0.0.2", 29702).send);
+  clock_.Advance(Membership::kJoinWait);
+  d = m.OnPass();
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 3, 2}));
+  d = m.OnHello(1, "10.0.0.1", 29701);
+  ASSERT_TRUE(d.send);
+  EXPECT_EQ(d.send->ranks, (Ranks{0, 3, 2, 1}));
+  EXPECT_EQ(d.send->epoch, 7);
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ TEST_F(ReplicasTest, TheFirstMembershipGoesToEveryRankOnceAllHaveConnected) {
     EXPECT_EQ(got[0].store_addr, "10.0.0.0");
     EXPECT_EQ(got[0].store_port, 29500);
   }
-  EXPECT_TRUE(HasEvent(job.record.id, "membership 1: ranks 0,1,2 (all 3 ranks connected)"));
+  EXPECT_TRUE(HasEvent(job.record.id, "membership 1: ranks 0-2 (all 3 ranks connected)"));
   const std::string id = job.record.id;
   EXPECT_EQ(Value("trainyard_job_replicas{job_id=\"" + id + "\",state=\"live\"}"), 3);
   EXPECT_EQ(Value("trainyard_job_replicas{job_id=\"" + id + "\",state=\"healing\"}"), 0);
