@@ -106,8 +106,8 @@ absl::Status Admission::CheckResources(const JobSpec& spec, const Launchers& lau
   }
   if (spec.replicas() && !launcher->traits().replaces_ranks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "spec field 'fault_tolerance.mode': replica fault tolerance runs under the local and slurm launchers; "
-        "launcher ",
+        "spec field 'fault_tolerance.mode': replica fault tolerance runs under the local, slurm and external "
+        "launchers; launcher ",
         LauncherKindName(kind), " cannot replace one rank alone (use fault_tolerance.mode whole_group)"));
   }
   if (spec.elastic.enabled() && !launcher->traits().on_this_host) {

@@ -46,28 +46,27 @@ void Attempt::Attach(int32_t rank, std::shared_ptr<WorkerChannel> channel) {
   detached_at_.erase(rank);
 }
 
-Attempt::Update Attempt::Detach(const std::string& job_id, int32_t rank, const std::shared_ptr<WorkerChannel>& channel,
-                                SteadyTime now) {
+std::optional<RankExit> Attempt::Detach(const std::string& job_id, int32_t rank,
+                                        const std::shared_ptr<WorkerChannel>& channel, SteadyTime now) {
   auto ch = channels_.find(rank);
-  if (ch == channels_.end() || ch->second != channel) return {};
+  if (ch == channels_.end() || ch->second != channel) return std::nullopt;
   channels_.erase(ch);
-  if (exited_.count(rank)) return {};
+  if (exited_.count(rank)) return std::nullopt;
   auto result = results_.find(rank);
   // A launcher reports the ends of the ranks it started; on another host
   // its report may come late (LostRanks).
   if (!external_) {
     if (node_loss_grace_ && result == results_.end()) detached_at_[rank] = now;
-    return {};
+    return std::nullopt;
   }
   if (result == results_.end()) {
     // Lost without a result: it may reconnect (a network blip); LostRanks
     // gives up on it after the reattach timeout.
     detached_at_[rank] = now;
-    return {};
+    return std::nullopt;
   }
-  return OnExit(RankExit::Ended(job_id, number_, rank, result->second,
-                                absl::StrCat("rank ", rank, " ended (", WorkerOutcomeName(result->second), ")")),
-                /*recovering=*/false);
+  return RankExit::Ended(job_id, number_, rank, result->second,
+                         absl::StrCat("rank ", rank, " ended (", WorkerOutcomeName(result->second), ")"));
 }
 
 void Attempt::Replace(int32_t rank) {

@@ -107,10 +107,12 @@ class Attempt {
   bool all_attached() const;  // every rank connected at least once, or parked
   int32_t parked() const { return static_cast<int32_t>(parked_.size()); }
   // `rank`'s stream ended (the channel it attached with; another is
-  // ignored). An external rank that reported its result has ended; one
-  // without a result is lost and may reconnect within the reattach timeout
-  // (LostRanks).
-  Update Detach(const std::string& job_id, int32_t rank, const std::shared_ptr<WorkerChannel>& channel, SteadyTime now);
+  // ignored). An external rank that reported its result has ended: its end
+  // is returned, to be taken as a launcher's report is (OnExit, or the
+  // fault-tolerance mode's); one without a result is lost and may
+  // reconnect within the reattach timeout (LostRanks).
+  std::optional<RankExit> Detach(const std::string& job_id, int32_t rank, const std::shared_ptr<WorkerChannel>& channel,
+                                 SteadyTime now);
   // The connected rank's channel, or null.
   WorkerChannel* channel(int32_t rank) const;
   const std::map<int32_t, std::shared_ptr<WorkerChannel>>& channels() const { return channels_; }

@@ -45,12 +45,6 @@ void AttemptWatch::SuperviseAttempt(const std::string& id, Attempt* a, SteadyTim
                                                  job->spec.reattach_timeout_s, " s) after a coordinator restart"),
                                     /*reattach=*/true));
   }
-  // Joined ranks that are gone.
-  for (const RankExit& e : a->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s))) {
-    if (!same()) return;
-    lifecycle_->Apply(*job, a->OnExit(e, /*recovering=*/false));
-  }
-  if (!same()) return;
   // A job preempted for another that did not stop within its grace.
   if (job->preempt_deadline && now > *job->preempt_deadline) {
     job->preempt_deadline.reset();
@@ -117,6 +111,10 @@ bool AttemptWatch::Evict(ActiveJob& job, const std::vector<int32_t>& ranks, cons
   if (out.empty()) return true;
   jobs_->AddEvent(job, out.size() == 1 ? absl::StrCat("rank ", out[0], " ", why)
                                        : absl::StrCat("ranks ", RankRanges(out), " each ", why));
+  // A joined rank's process is not the coordinator's to end or see end:
+  // its eviction is its end (its next hello is its replacement's).
+  const bool joined = launchers_->TraitsOf(job.spec).ranks_join;
+  std::vector<RankExit> ends;
   for (int32_t rank : out) {
     ActiveJob* current = jobs_->FindAttempt(id, attempt);
     if (current == nullptr || !current->attempt) return false;
@@ -126,10 +124,15 @@ bool AttemptWatch::Evict(ActiveJob& job, const std::vector<int32_t>& ranks, cons
     // Its end launches the replacement (or, once the attempt failed, counts as one of the group's).
     if (Launcher* l = launchers_->Get(launchers_->KindOf(current->spec))) l->KillRank(id, attempt, rank);
     // On another host, a rank that cannot be killed (its node dead or cut
-    // off) ends after the node-loss grace (WorkerSessions::EndRanksOnLostNodes).
+    // off) ends after the node-loss grace (WorkerSessions::EndLostRanks).
     if (current->attempt) current->attempt->Evicted(rank, clock_->SteadyNow());
+    if (joined) {
+      ends.push_back(RankExit::Ended(id, attempt, rank, WorkerOutcome::kFailed, absl::StrCat("rank ", rank, " ", why)));
+    }
   }
-  return true;
+  if (!ends.empty()) sessions_->Exits(ends);
+  const ActiveJob* after = jobs_->FindAttempt(id, attempt);
+  return after != nullptr && after->attempt && !after->attempt->stopping();
 }
 
 }  // namespace trainyard

@@ -1,12 +1,13 @@
 // AttemptWatch: the periodic look at every attempt (the JobManager's
 // watchdog, every 500 ms). It updates the scheduler's estimates and starts
 // what may start now (back-offs over), then for each attempt: fails one
-// whose workers did not reattach in time after a coordinator restart, ends
-// joined ranks that are gone, stops a group preempted past its grace, takes
+// whose workers did not reattach in time after a coordinator restart,
+// stops a group preempted past its grace, takes
 // out ranks whose stream stayed lost (where the fault-tolerance mode takes
 // ranks out), names or evicts a straggler, and fails a hung group (the
 // hang watchdog) or, where the mode allows, evicts the ranks it blames.
-// What follows each finding is the JobLifecycle's.
+// What follows each finding is the JobLifecycle's; what one pass finds of an
+// attempt changes its group once (RankSupervisor::BeginBatch).
 //
 // Not thread-safe: the JobManager calls it under its mutex.
 #ifndef TRAINYARD_SERVER_JOBS_ATTEMPT_WATCH_H_
@@ -21,14 +22,16 @@
 #include "server/jobs/job_table.h"
 #include "server/jobs/launchers.h"
 #include "server/jobs/pending_requests.h"
+#include "server/jobs/worker_sessions.h"
 
 namespace trainyard {
 
 class AttemptWatch {
  public:
   // Every part must outlive the watch.
-  AttemptWatch(JobTable* jobs, JobLifecycle* lifecycle, const Launchers* launchers, const TimeSource* clock)
-      : jobs_(jobs), lifecycle_(lifecycle), launchers_(launchers), clock_(clock) {}
+  AttemptWatch(JobTable* jobs, JobLifecycle* lifecycle, const Launchers* launchers, WorkerSessions* sessions,
+               const TimeSource* clock)
+      : jobs_(jobs), lifecycle_(lifecycle), launchers_(launchers), sessions_(sessions), clock_(clock) {}
 
   // One look at every job; the hang watchdog asks hung ranks through
   // `requests` and waits for their answers at most `diagnose_wait`.
@@ -53,6 +56,7 @@ class AttemptWatch {
   JobTable* const jobs_;
   JobLifecycle* const lifecycle_;
   const Launchers* const launchers_;
+  WorkerSessions* const sessions_;
   const TimeSource* const clock_;
 };
 

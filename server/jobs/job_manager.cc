@@ -33,7 +33,7 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
            options_.remote_coordinator_addr.empty() ? options_.coordinator_addr : options_.remote_coordinator_addr,
            options_.node_loss_grace}),
       workers_(&jobs_, &lifecycle_, &launchers_, &requests_, clock),
-      watch_(&jobs_, &lifecycle_, &launchers_, clock),
+      watch_(&jobs_, &lifecycle_, &launchers_, &workers_, clock),
       stops_(&jobs_, &lifecycle_),
       routes_(&mu_, &workers_, &requests_) {
   ManagerLock lock(&mu_);
@@ -323,7 +323,7 @@ absl::StatusOr<Diagnosis> JobManager::WaitDiagnosis(int64_t request_id) {
 
 void JobManager::CheckProgress() {
   ManagerLock lock(&mu_);
-  workers_.EndRanksOnLostNodes();
+  workers_.EndLostRanks();
   watch_.Supervise(&requests_, kWatchdogDiagnoseWait);
   metrics_->SetSchedulerUsage(scheduler_.UserUsage(clock_->SteadyNow()), scheduler_.GroupUsage());
   if (!policy_->priority_classes.empty()) metrics_->SetClassCounts(ClassCounts(*policy_, jobs_));

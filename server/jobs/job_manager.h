@@ -119,7 +119,7 @@ class JobManager final : public JobRequestHandler {
   WorkerRoutes& workers() { return routes_; }
 
   // Call periodically: ranks on lost nodes ended
-  // (WorkerSessions::EndRanksOnLostNodes), AttemptWatch::Supervise (back-offs over, reattach
+  // (WorkerSessions::EndLostRanks), AttemptWatch::Supervise (back-offs over, reattach
   // deadlines, ranks gone, preemption grace, and the hang watchdog, whose
   // ranks answer within kWatchdogDiagnoseWait), then the usage metrics.
   static constexpr std::chrono::seconds kWatchdogDiagnoseWait{5};

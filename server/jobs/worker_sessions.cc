@@ -176,7 +176,7 @@ void WorkerSessions::Detach(const std::string& job_id, int32_t attempt, int32_t 
   // else (where the mode takes ranks out) AttemptWatch::Supervise evicts it
   // after a grace.
   if (a.channel(rank) == channel.get() && !a.reported(rank)) a.supervisor().OnStreamLost(rank, Live(*job));
-  lifecycle_->Apply(*job, a.Detach(job_id, rank, channel, clock_->SteadyNow()));
+  if (std::optional<RankExit> end = a.Detach(job_id, rank, channel, clock_->SteadyNow())) Exit(*end);
 }
 
 namespace {
@@ -245,20 +245,23 @@ void WorkerSessions::NoteLostNode(ActiveJob& job, int32_t rank) {
                                     "leave it out"));
 }
 
-void WorkerSessions::EndRanksOnLostNodes() {
+void WorkerSessions::EndLostRanks() {
   const SteadyTime now = clock_->SteadyNow();
   for (const std::string& id : jobs_->started_ids()) {
     const ActiveJob* job = jobs_->Find(id);
     if (job == nullptr || !job->attempt || job->record.state == JobState::kQueued) continue;
     const int32_t attempt = job->attempt->number();
-    const std::vector<RankExit> ends = job->attempt->RanksOnLostNodes(id, now);
+    std::vector<RankExit> ends =
+        job->attempt->LostRanks(id, now, std::chrono::duration<double>(job->spec.reattach_timeout_s));
+    const size_t joined = ends.size();
+    for (RankExit& e : job->attempt->RanksOnLostNodes(id, now)) ends.push_back(std::move(e));
     if (ends.empty()) continue;
     job->attempt->supervisor().BeginBatch();  // a node's ranks leave the group together
-    for (const RankExit& e : ends) {
+    for (size_t i = 0; i < ends.size(); ++i) {
       ActiveJob* current = jobs_->FindAttempt(id, attempt);
       if (current == nullptr) break;  // the attempt ended meanwhile
-      NoteLostNode(*current, e.rank);
-      Exit(e);
+      if (i >= joined) NoteLostNode(*current, ends[i].rank);
+      Exit(ends[i]);
     }
     EndBatches({{id, attempt}});
   }

@@ -64,11 +64,13 @@ class WorkerSessions {
   // Ends found together (one reaping pass of a launcher): each group they
   // change changes once (RankSupervisor::BeginBatch).
   void Exits(const std::vector<RankExit>& exits);
-  // Call periodically: ranks on other hosts whose stream was lost without
-  // a result and whose end no launcher reported in time
-  // (Attempt::RanksOnLostNodes) end as if their launcher said so (Exits),
-  // their nodes presumed lost (NoteLostNode).
-  void EndRanksOnLostNodes();
+  // Call periodically: ranks whose end no launcher reports end as if their
+  // launcher said so (one batch per attempt): joined ranks lost past the
+  // reattach timeout (Attempt::LostRanks), and ranks on other hosts whose
+  // stream was lost without a result and whose end was not reported in
+  // time (Attempt::RanksOnLostNodes), their nodes presumed lost
+  // (NoteLostNode).
+  void EndLostRanks();
 
  private:
   // Closes the batches Exits opened (attempts by job id and number) and acts on them.

@@ -25,8 +25,12 @@ class ExternalLauncher final : public Launcher {
   using Broadcast = std::function<void(const std::string& job_id, int32_t attempt, const WorkerCommand& command)>;
   explicit ExternalLauncher(Broadcast broadcast) : broadcast_(std::move(broadcast)) {}
 
-  Traits traits() const override { return {.on_this_host = false, .ranks_join = true}; }
+  // A replacement (fault_tolerance.mode replica) joins by itself too: the
+  // rank's next hello, from whatever runs it (an elastic agent, a pod's
+  // restart policy).
+  Traits traits() const override { return {.on_this_host = false, .ranks_join = true, .replaces_ranks = true}; }
   absl::Status Launch(const LaunchRequest&) override { return absl::OkStatus(); }
+  absl::Status LaunchRank(const LaunchRequest&, int32_t) override { return absl::OkStatus(); }
   void Stop(const std::string& job_id, int32_t attempt) override {
     broadcast_(job_id, attempt, {WorkerCommand::Kind::kStop, "the attempt is stopping"});
   }

@@ -108,6 +108,7 @@ class Launcher {
     bool ranks_join = false;
     // It can start one rank of a running attempt again and kill one alone
     // (LaunchRank, KillRank): what fault_tolerance.mode replica needs.
+    // Where ranks join, the replacement is the rank's next hello.
     bool replaces_ranks = false;
   };
   virtual Traits traits() const { return {}; }

@@ -162,7 +162,7 @@ struct CoordinatorParts {
       &jobs,    &scheduler, &launchers,
       &metrics, &clock,     {"127.0.0.1", dir.path(), std::chrono::milliseconds(1000), "127.0.0.1:1", "remote:1"}};
   WorkerSessions workers{&jobs, &lifecycle, &launchers, &requests, &clock};
-  AttemptWatch watch{&jobs, &lifecycle, &launchers, &clock};
+  AttemptWatch watch{&jobs, &lifecycle, &launchers, &workers, &clock};
   JobStops stops{&jobs, &lifecycle};
 };
 

@@ -18,11 +18,15 @@ namespace {
 // Slurm's does).
 class ElsewhereLauncher final : public Launcher {
  public:
-  Traits traits() const override { return {.on_this_host = false, .replaces_ranks = true}; }
+  explicit ElsewhereLauncher(bool replaces_ranks = true) : replaces_ranks_(replaces_ranks) {}
+  Traits traits() const override { return {.on_this_host = false, .replaces_ranks = replaces_ranks_}; }
   absl::Status Launch(const LaunchRequest&) override { return absl::OkStatus(); }
   void Stop(const std::string&, int32_t) override {}
   int LiveProcesses(const std::string&) override { return 0; }
   void Adopt(const LaunchRequest&) override {}
+
+ private:
+  const bool replaces_ranks_;
 };
 
 class AdmissionTest : public ::testing::Test {
@@ -45,6 +49,7 @@ class AdmissionTest : public ::testing::Test {
   RecordingLauncher local_;
   ExternalLauncher external_{[](const std::string&, int32_t, const WorkerCommand&) {}};
   ElsewhereLauncher elsewhere_;
+  ElsewhereLauncher whole_only_{/*replaces_ranks=*/false};
   Launchers launchers_;
 };
 
@@ -150,12 +155,14 @@ TEST_F(AdmissionTest, ReplicaFaultToleranceNeedsALauncherThatReplacesOneRank) {
   auto local = admission.Admit(replica, "", Caller{}, "job-1", Now());
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_TRUE(local->spec.replicas());
-  absl::Status s = admission.Admit(replica + "launcher: external\n", "", Caller{}, "job-2", Now()).status();
+  // Ranks that join are replaced by their next hello.
+  EXPECT_TRUE(admission.Admit(replica + "launcher: external\n", "", Caller{}, "job-2", Now()).ok());
+  // A launcher that cannot start one rank alone refuses it.
+  launchers_.Register(LauncherKind::kSlurm, &whole_only_);
+  absl::Status s = admission.Admit(replica + "launcher: slurm\n", "", Caller{}, "job-6", Now()).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(s.message()).find("fault_tolerance.mode"), std::string::npos) << s;
-  EXPECT_NE(std::string(s.message()).find("runs under the local and slurm launchers; launcher external"),
-            std::string::npos)
-      << s;
+  EXPECT_NE(std::string(s.message()).find("launcher slurm cannot replace one rank alone"), std::string::npos) << s;
   // Ranks elsewhere are replaced too (Slurm), but elastic jobs need a
   // launcher whose slots the scheduler holds.
   launchers_.Register(LauncherKind::kSlurm, &elsewhere_);

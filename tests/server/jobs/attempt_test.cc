@@ -158,8 +158,11 @@ TEST(Attempt, AnExternalRankThatReportedAndLeftHasEnded) {
   a.Attach(0, ch);
   a.OnResult(0, WorkerOutcome::kSucceeded, "");
   // Another channel of the same rank (an old stream) is ignored.
-  EXPECT_FALSE(a.Detach("j", 0, std::make_shared<WorkerChannel>(), kT0).ended);
-  EXPECT_TRUE(a.Detach("j", 0, ch, kT0).ended);
+  EXPECT_FALSE(a.Detach("j", 0, std::make_shared<WorkerChannel>(), kT0));
+  const std::optional<RankExit> end = a.Detach("j", 0, ch, kT0);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->outcome, WorkerOutcome::kSucceeded);
+  EXPECT_TRUE(a.OnExit(*end, false).ended);
   EXPECT_TRUE(a.End().all_succeeded);
 }
 
@@ -168,7 +171,7 @@ TEST(Attempt, AnExternalRankLostWithoutAResultHasTheReattachTimeToComeBack) {
   auto ch0 = std::make_shared<WorkerChannel>(), ch1 = std::make_shared<WorkerChannel>();
   a.Attach(0, ch0);
   a.Attach(1, ch1);
-  EXPECT_FALSE(a.Detach("j", 1, ch1, kT0).ended);
+  EXPECT_FALSE(a.Detach("j", 1, ch1, kT0));
   EXPECT_TRUE(a.LostRanks("j", kT0 + seconds(5), seconds(10)).empty());
   // It came back in time: nothing is lost.
   a.Attach(1, std::make_shared<WorkerChannel>());
@@ -212,8 +215,8 @@ TEST(Attempt, ALaunchedRankOnAnotherHostLostWithoutAnEndIsEndedAfterTheGraceItsN
   // Rank 0 reported its end before its stream closed: the launcher's exit
   // is awaited as usual. Rank 2's stream ended without a word.
   a.OnResult(0, WorkerOutcome::kSucceeded, "");
-  EXPECT_FALSE(a.Detach("j", 0, ch[0], kT0).ended);
-  EXPECT_FALSE(a.Detach("j", 2, ch[2], kT0).ended);
+  EXPECT_FALSE(a.Detach("j", 0, ch[0], kT0));
+  EXPECT_FALSE(a.Detach("j", 2, ch[2], kT0));
   EXPECT_TRUE(a.RanksOnLostNodes("j", kT0 + seconds(4)).empty()) << "within the grace";
   const std::vector<RankExit> lost = a.RanksOnLostNodes("j", kT0 + seconds(6));
   ASSERT_EQ(lost.size(), 1u);

@@ -88,10 +88,10 @@ TEST_F(WorkerSessionsTest, ARankOnALostNodeEndsAfterTheGraceAndTheRestartExclude
   ASSERT_EQ(job.record.state, JobState::kRunning);
   p_.workers.Detach(id, 1, 1, w1->channel);
   p_.clock.Advance(std::chrono::seconds(4));
-  p_.workers.EndRanksOnLostNodes();
+  p_.workers.EndLostRanks();
   EXPECT_FALSE(job.attempt->failed()) << "within the grace";
   p_.clock.Advance(std::chrono::seconds(2));
-  p_.workers.EndRanksOnLostNodes();
+  p_.workers.EndLostRanks();
   EXPECT_TRUE(job.attempt->failed());
   const std::vector<JobEvent> events = *p_.jobs.Events(id);
   EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const JobEvent& e) {
@@ -109,7 +109,7 @@ TEST_F(WorkerSessionsTest, ARankOnALostNodeEndsAfterTheGraceAndTheRestartExclude
   ASSERT_TRUE(l0.ok()) << l0.status();
   p_.workers.Detach(local.record.id, 1, 0, l0->channel);
   p_.clock.Advance(std::chrono::seconds(600));
-  p_.workers.EndRanksOnLostNodes();
+  p_.workers.EndLostRanks();
   EXPECT_EQ(local.record.state, JobState::kRunning);
 }
 

@@ -1,0 +1,179 @@
+#include "bench/scale/sim_rank.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+namespace trainyard::scale {
+
+void Stream::Start() {
+  ctx_ = std::make_unique<grpc::ClientContext>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    welcomed_ = false;
+    stopping_ = false;
+    writing_ = false;
+    pending_.clear();
+    v1::WorkerMessage hello;
+    v1::WorkerHello* h = hello.mutable_hello();
+    h->set_job_id(shared_->job_id);
+    h->set_rank(rank_);
+    h->set_attempt(0);
+    h->set_token(shared_->token);
+    h->set_node("sim" + std::to_string(rank_ / 8));
+    // Every rank says where its own store would listen (a replica job's
+    // memberships meet at their first member's); rank 0 its rendezvous.
+    h->set_advertise_addr("127.0.0.1");
+    h->set_replica_store_port(20000 + rank_ % 40000);
+    if (rank_ == 0) h->set_rendezvous_port(29500);
+    pending_.push_back(std::move(hello));
+  }
+  stub_->async()->Connect(ctx_.get(), this);
+  StartRead(&in_);
+  WriteNext();
+  StartCall();
+}
+
+bool Stream::Report(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!welcomed_ || stopping_) return false;
+  if (pending_.size() > 4) return true;  // the server is behind: the report waits with the others
+  v1::WorkerMessage m;
+  v1::MetricsSample* s = m.mutable_metrics()->add_samples();
+  s->set_rank(rank_);
+  s->set_step(step);
+  s->set_loss(2.0 / static_cast<double>(step + 1));
+  s->set_step_seconds(1.0);
+  s->set_samples_per_second(32);
+  s->set_samples(1);  // the server's samples_total counts the reports it took
+  s->set_learning_rate(1e-3);
+  s->set_unix_millis(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  pending_.push_back(std::move(m));
+  WriteLocked();
+  return true;
+}
+
+void Stream::Lose() {
+  lost_ = true;
+  ctx_->TryCancel();
+}
+
+void Stream::TookMembership(const v1::Membership& m) {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  Shared::Seen& seen = shared_->memberships[rank_];
+  if (m.epoch() > seen.epoch) seen = {m.epoch(), m.ranks_size(), Clock::now()};
+  ++shared_->membership_messages;
+  shared_->membership_bytes += static_cast<int64_t>(m.ByteSizeLong());
+  shared_->cv.notify_all();
+}
+
+void Stream::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream ends: OnDone
+  if (in_.has_welcome()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    welcomed_ = true;
+    ++shared_->welcomed;
+  } else if (in_.has_membership()) {
+    TookMembership(in_.membership());
+  } else if (in_.has_stop()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {  // said again (a cancel and the attempt's stop): answered once
+      StartRead(&in_);
+      return;
+    }
+    stopping_ = true;
+    v1::WorkerMessage result;
+    result.mutable_result()->set_outcome(v1::WORKER_OUTCOME_STOPPED);
+    pending_.push_back(std::move(result));
+    closing_ = true;
+    WriteLocked();
+  }
+  StartRead(&in_);
+}
+
+void Stream::OnWriteDone(bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writing_ = false;
+  if (!ok) return;
+  if (counting_) ++shared_->reports;
+  WriteLocked();
+}
+
+void Stream::OnDone(const grpc::Status& s) {
+  if (lost_) return;  // as a dead process's: nothing follows
+  const bool retry = !stopping_ && (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                    s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  if (retry) {
+    ++shared_->retries;
+    owner_->Retry();
+    return;
+  }
+  if (!s.ok() && !stopping_) {
+    ++shared_->failed;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->first_error.empty()) shared_->first_error = s.error_message();
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    ++shared_->ended;
+  }
+  shared_->cv.notify_all();
+}
+
+void Stream::WriteNext() {
+  std::lock_guard<std::mutex> lock(mu_);
+  WriteLocked();
+}
+
+void Stream::WriteLocked() {
+  if (writing_ || pending_.empty()) {
+    if (!writing_ && pending_.empty() && closing_) {
+      closing_ = false;
+      StartWritesDone();
+    }
+    return;
+  }
+  out_ = std::move(pending_.front());
+  pending_.pop_front();
+  counting_ = out_.has_metrics();
+  writing_ = true;
+  StartWrite(&out_);
+}
+
+void SimRank::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_) done_.push_back(std::move(current_));
+  current_ = std::make_unique<Stream>(stub_, shared_, rank_, this);
+  current_->Start();
+}
+
+bool SimRank::Report(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ != nullptr && current_->Report(step);
+}
+
+void SimRank::Lose() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_) current_->Lose();
+}
+
+void SimRank::Retry() {
+  std::thread([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rank_ % 400));
+    Start();
+  }).detach();
+}
+
+SimRanks::SimRanks(const std::string& addr, Shared* shared, int n, int channels) {
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("trainyard.bench.channel", c);  // a connection each
+    connections.push_back(grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args));
+    stubs.push_back(v1::WorkerService::NewStub(connections.back()));
+  }
+  for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<SimRank>(stubs[r % channels].get(), shared, r));
+}
+
+}  // namespace trainyard::scale

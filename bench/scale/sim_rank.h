@@ -1,0 +1,117 @@
+// Simulated ranks: each speaks the worker protocol over a WorkerService
+// stream of its own (hello, welcome, one step report when asked, the stop's
+// answer and its result; in a replica job, the memberships it is sent),
+// all of them from one process on gRPC's callback API. They never train:
+// the server cannot tell them from real workers but by their timing.
+#ifndef TRAINYARD_BENCH_SCALE_SIM_RANK_H_
+#define TRAINYARD_BENCH_SCALE_SIM_RANK_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bench/scale/server_process.h"
+#include "trainyard/v1/trainyard.grpc.pb.h"
+
+namespace trainyard::scale {
+
+// What the simulated ranks of one job share.
+struct Shared {
+  explicit Shared(int ranks) : memberships(static_cast<size_t>(ranks)) {}
+  std::string job_id, token;
+  std::atomic<int> welcomed{0}, ended{0}, failed{0}, retries{0};
+  std::atomic<int64_t> reports{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string first_error;
+  // Replica jobs: each rank's newest membership (its epoch and size) and
+  // when it came; every membership's bytes on the wire. Under mu.
+  struct Seen {
+    int64_t epoch = 0;
+    int size = 0;
+    Clock::time_point at;
+  };
+  std::vector<Seen> memberships;
+  int64_t membership_messages = 0, membership_bytes = 0;
+};
+
+class SimRank;
+
+// One stream of a simulated rank: it says hello, then reports a step
+// whenever Report is called, and ends with its result when the server says
+// stop. A stream the server refuses for now (UNAVAILABLE: rank 0 not there
+// yet; RESOURCE_EXHAUSTED: too many hellos waiting) has its rank try again
+// with a new one; Lose ends it as a dead process's would (no result).
+class Stream final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  Stream(v1::WorkerService::Stub* stub, Shared* shared, int32_t rank, SimRank* owner)
+      : stub_(stub), shared_(shared), rank_(rank), owner_(owner) {}
+
+  void Start();
+  // Reports `step` (one sample) once welcomed; false when not (yet) running.
+  bool Report(int64_t step);
+  void Lose();
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone(const grpc::Status& s) override;
+
+ private:
+  void WriteNext();
+  void WriteLocked();
+  void TookMembership(const v1::Membership& m);
+
+  v1::WorkerService::Stub* const stub_;
+  Shared* const shared_;
+  const int32_t rank_;
+  SimRank* const owner_;
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  v1::CoordinatorMessage in_;
+  v1::WorkerMessage out_;
+  std::mutex mu_;
+  std::deque<v1::WorkerMessage> pending_;
+  bool welcomed_ = false, stopping_ = false, writing_ = false, closing_ = false, counting_ = false;
+  std::atomic<bool> lost_{false};
+};
+
+// A simulated rank: its streams in turn (an ended one is kept until the
+// end, since its reactor may not be freed from its own callback).
+class SimRank {
+ public:
+  SimRank(v1::WorkerService::Stub* stub, Shared* shared, int32_t rank) : stub_(stub), shared_(shared), rank_(rank) {}
+  // A new stream (the first, or a replacement's after Lose).
+  void Start();
+  bool Report(int64_t step);
+  // Its stream ends without a result, as a killed process's would.
+  void Lose();
+  // Starts a new stream after a pause, spread over the ranks.
+  void Retry();
+
+ private:
+  v1::WorkerService::Stub* const stub_;
+  Shared* const shared_;
+  const int32_t rank_;
+  std::mutex mu_;
+  std::unique_ptr<Stream> current_;
+  std::vector<std::unique_ptr<Stream>> done_;
+};
+
+// The simulated ranks 0..n-1 of one job, over `channels` connections to
+// the server at `addr` (rank r on connection r % channels).
+struct SimRanks {
+  SimRanks(const std::string& addr, Shared* shared, int n, int channels);
+  std::vector<std::shared_ptr<grpc::Channel>> connections;
+  std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs;
+  std::vector<std::unique_ptr<SimRank>> ranks;
+};
+
+}  // namespace trainyard::scale
+
+#endif  // TRAINYARD_BENCH_SCALE_SIM_RANK_H_
