@@ -7,6 +7,7 @@
 #define TRAINYARD_COMMON_REPLICA_PROTOCOL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,29 @@ struct MembershipView {
   // "epoch 3: ranks [0-2] (rank 2 joined)", for logs (RankRanges).
   std::string Describe() const;
 };
+
+// The change from the membership of `base_epoch` to a newer one, sent
+// instead of the whole list to a rank that holds that one (a 10,000-rank
+// group that loses ten ranks sends ten ranks, not 9,990): the new ranks are
+// the held ones without `removed`, then `added`, in order, and hash to
+// `digest` (MembershipDigest), so that a rank holding anything else finds
+// out and asks for the whole list.
+struct MembershipDelta {
+  int64_t base_epoch = 0;
+  std::vector<int32_t> removed, added;
+  uint64_t digest = 0;
+
+  bool operator==(const MembershipDelta&) const = default;
+  // The delta from `from` to `to`; nullopt when `to` is not `from` without
+  // some ranks and then others (a reordered group: sent whole).
+  static std::optional<MembershipDelta> Between(const MembershipView& from, const MembershipView& to);
+  // `held`'s ranks with the delta applied; nullopt when `held` is not of
+  // base_epoch or the result does not hash to digest.
+  std::optional<std::vector<int32_t>> ApplyTo(const MembershipView& held) const;
+};
+
+// A 64-bit hash (FNV-1a) of a membership's ranks in order.
+uint64_t MembershipDigest(const std::vector<int32_t>& ranks);
 
 // A rank's side of a membership: its group broke (detail: what the
 // collective raised), it committed its first step in the epoch (seconds:

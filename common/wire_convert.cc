@@ -192,6 +192,27 @@ void ToProto(const MembershipView& m, v1::Membership* out) {
   out->set_reason(m.reason);
 }
 
+void ToProto(const MembershipView& m, const MembershipDelta& delta, v1::Membership* out) {
+  out->set_epoch(m.epoch);
+  out->set_store_addr(m.store_addr);
+  out->set_store_port(m.store_port);
+  out->set_reason(m.reason);
+  out->set_base_epoch(delta.base_epoch);
+  for (int32_t r : delta.removed) out->add_removed(r);
+  for (int32_t r : delta.added) out->add_added(r);
+  out->set_digest(delta.digest);
+}
+
+std::optional<MembershipDelta> DeltaFromProto(const v1::Membership& m) {
+  if (m.base_epoch() <= 0) return std::nullopt;
+  MembershipDelta d;
+  d.base_epoch = m.base_epoch();
+  d.removed.assign(m.removed().begin(), m.removed().end());
+  d.added.assign(m.added().begin(), m.added().end());
+  d.digest = m.digest();
+  return d;
+}
+
 void ToProto(const ReplicaStatus& r, v1::Replicas* out) {
   out->set_epoch(r.membership.epoch);
   for (int32_t rank : r.membership.ranks) out->add_live(rank);

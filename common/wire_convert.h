@@ -49,6 +49,11 @@ v1::WorkerOutcome ToProto(WorkerOutcome outcome);
 WorkerOutcome FromProto(v1::WorkerOutcome outcome);
 
 void ToProto(const MembershipView& m, v1::Membership* out);
+// `m` as a delta from the membership a rank holds (no ranks: base_epoch,
+// removed, added, digest).
+void ToProto(const MembershipView& m, const MembershipDelta& delta, v1::Membership* out);
+// The delta a membership carries (base_epoch > 0), or nullopt: it is whole.
+std::optional<MembershipDelta> DeltaFromProto(const v1::Membership& m);
 void ToProto(const ReplicaStatus& r, v1::Replicas* out);
 MembershipView FromProto(const v1::Membership& m);
 // A report's detail is cut to 2,000 bytes on reading; a kind this build does

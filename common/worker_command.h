@@ -5,6 +5,7 @@
 #define TRAINYARD_COMMON_WORKER_COMMAND_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/checkpoint_type.h"
@@ -21,8 +22,12 @@ struct WorkerCommand {
   // kCheckpoint:
   CheckpointType type = CheckpointType::kAuto;
   bool stop_after = false;
-  // kMembership (fault_tolerance.mode replica): who trains together now.
-  MembershipView membership;
+  // kMembership (fault_tolerance.mode replica): who trains together now,
+  // shared by the command's copies (one per rank), and the change from the
+  // membership before it (null: none), which a stream that sent that one
+  // sends instead of the whole list.
+  std::shared_ptr<const MembershipView> membership;
+  std::shared_ptr<const MembershipDelta> delta;
 };
 
 }  // namespace trainyard

@@ -103,14 +103,15 @@ int main(int argc, char** argv) {
   if (!replica_ranks.empty() && replica_ranks.front() > 0) {
     std::printf(
         "\n| replica ranks | lost at once | group formed s | loss → membership at every survivor s | epochs for the "
-        "losses | replacements → membership at every rank s | epochs for the joins | memberships sent | "
-        "membership MB | failed |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        "losses | replacements → membership at every rank s | epochs for the joins | memberships sent | of them "
+        "deltas | membership MB | failed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int n : replica_ranks) {
       const trainyard::scale::ReplicaRow r = trainyard::scale::RunReplicaLoss(server_binary, n, losses, channels);
-      std::printf("| %d | %d | %.1f | %.2f | %lld | %.2f | %lld | %lld | %.1f | %d |\n", r.ranks, r.losses, r.formed_s,
-                  r.loss_s, static_cast<long long>(r.loss_epochs), r.rejoin_s, static_cast<long long>(r.rejoin_epochs),
-                  static_cast<long long>(r.membership_messages), r.membership_mb, r.failed);
+      std::printf("| %d | %d | %.1f | %.2f | %lld | %.2f | %lld | %lld | %lld | %.1f | %d |\n", r.ranks, r.losses,
+                  r.formed_s, r.loss_s, static_cast<long long>(r.loss_epochs), r.rejoin_s,
+                  static_cast<long long>(r.rejoin_epochs), static_cast<long long>(r.membership_messages),
+                  static_cast<long long>(r.membership_deltas), r.membership_mb, r.failed);
       if (!r.error.empty()) std::printf("  (%d replica ranks: %s)\n", n, r.error.c_str());
       if (r.failed > 0 || !r.error.empty() || r.loss_epochs < 1 || r.rejoin_epochs < 1) status = 1;
       if (max_epochs > 0 && (r.loss_epochs > max_epochs || r.rejoin_epochs > max_epochs)) status = 1;

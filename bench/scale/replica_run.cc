@@ -89,6 +89,7 @@ ReplicaRow RunReplicaLoss(const std::string& binary, int ranks, int losses, int 
   {
     std::lock_guard<std::mutex> lock(shared.mu);
     row.membership_messages = shared.membership_messages;
+    row.membership_deltas = shared.membership_deltas;
     row.membership_mb = static_cast<double>(shared.membership_bytes) / 1e6;
   }
   CancelJob(jobs.get(), id);

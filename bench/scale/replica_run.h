@@ -19,7 +19,7 @@ struct ReplicaRow {
   int64_t loss_epochs = 0;  // epochs the losses took (1: one membership for all)
   double rejoin_s = 0;      // the replacements' first hellos → the membership with them at every rank
   int64_t rejoin_epochs = 0;
-  int64_t membership_messages = 0;
+  int64_t membership_messages = 0, membership_deltas = 0;
   double membership_mb = 0;  // every membership sent to a rank over the run
   int failed = 0;
   std::string error;

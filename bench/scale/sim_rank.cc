@@ -1,8 +1,10 @@
 #include "bench/scale/sim_rank.h"
 
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <utility>
+#include "common/wire_convert.h"
 
 namespace trainyard::scale {
 
@@ -61,11 +63,38 @@ void Stream::Lose() {
 }
 
 void Stream::TookMembership(const v1::Membership& m) {
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  Shared::Seen& seen = shared_->memberships[rank_];
-  if (m.epoch() > seen.epoch) seen = {m.epoch(), m.ranks_size(), Clock::now()};
+  const auto now = Clock::now();
+  std::unique_lock<std::mutex> lock(shared_->mu);
   ++shared_->membership_messages;
   shared_->membership_bytes += static_cast<int64_t>(m.ByteSizeLong());
+  Shared::Seen& seen = shared_->memberships[rank_];
+  MembershipView view = FromProto(m);
+  std::string error;
+  if (const std::optional<MembershipDelta> delta = DeltaFromProto(m)) {
+    ++shared_->membership_deltas;
+    // As a worker does: applied to the membership it holds, checked by the digest.
+    auto base = shared_->views.find(seen.epoch);
+    std::optional<std::vector<int32_t>> ranks;
+    if (base != shared_->views.end()) ranks = delta->ApplyTo(base->second);
+    if (!ranks) {
+      error = "rank " + std::to_string(rank_) + " holding epoch " + std::to_string(seen.epoch) +
+              " got a delta it cannot apply (from epoch " + std::to_string(delta->base_epoch) + ")";
+    } else {
+      view.ranks = std::move(*ranks);
+    }
+  }
+  if (error.empty()) {
+    auto [known, added] = shared_->views.emplace(view.epoch, view);
+    if (!added && known->second.ranks != view.ranks) {
+      error = "rank " + std::to_string(rank_) + " got another membership " + std::to_string(view.epoch);
+    }
+  }
+  if (!error.empty()) {
+    ++shared_->failed;
+    if (shared_->first_error.empty()) shared_->first_error = error;
+  } else if (view.epoch > seen.epoch) {
+    seen = {view.epoch, static_cast<int>(view.ranks.size()), now};
+  }
   shared_->cv.notify_all();
 }
 

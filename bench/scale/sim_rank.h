@@ -12,12 +12,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "bench/scale/server_process.h"
+#include "common/replica_protocol.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard::scale {
@@ -32,14 +34,17 @@ struct Shared {
   std::condition_variable cv;
   std::string first_error;
   // Replica jobs: each rank's newest membership (its epoch and size) and
-  // when it came; every membership's bytes on the wire. Under mu.
+  // when it came; every membership's bytes on the wire, and how many came
+  // as deltas; each epoch's ranks (whole, or a delta applied to its base:
+  // every rank must end with the same). Under mu.
   struct Seen {
     int64_t epoch = 0;
     int size = 0;
     Clock::time_point at;
   };
   std::vector<Seen> memberships;
-  int64_t membership_messages = 0, membership_bytes = 0;
+  int64_t membership_messages = 0, membership_bytes = 0, membership_deltas = 0;
+  std::map<int64_t, MembershipView> views;
 };
 
 class SimRank;

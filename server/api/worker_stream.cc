@@ -9,7 +9,9 @@
 namespace trainyard {
 namespace {
 
-void CommandToProto(const WorkerCommand& cmd, v1::CoordinatorMessage* down) {
+// A membership goes as a delta where this stream sent its base
+// (`*sent_epoch`: the epoch of the last one it sent, updated).
+void CommandToProto(const WorkerCommand& cmd, v1::CoordinatorMessage* down, int64_t* sent_epoch) {
   if (cmd.kind == WorkerCommand::Kind::kCheckpoint) {
     auto* c = down->mutable_checkpoint();
     c->set_request_id(cmd.request_id);
@@ -17,8 +19,13 @@ void CommandToProto(const WorkerCommand& cmd, v1::CoordinatorMessage* down) {
     c->set_stop_after(cmd.stop_after);
   } else if (cmd.kind == WorkerCommand::Kind::kDiagnose) {
     down->mutable_diagnose()->set_request_id(cmd.request_id);
-  } else if (cmd.kind == WorkerCommand::Kind::kMembership) {
-    ToProto(cmd.membership, down->mutable_membership());
+  } else if (cmd.kind == WorkerCommand::Kind::kMembership && cmd.membership) {
+    if (cmd.delta && cmd.delta->base_epoch == *sent_epoch) {
+      ToProto(*cmd.membership, *cmd.delta, down->mutable_membership());
+    } else {
+      ToProto(*cmd.membership, down->mutable_membership());
+    }
+    *sent_epoch = cmd.membership->epoch;
   } else {
     down->mutable_stop()->set_reason(cmd.reason);
   }
@@ -140,7 +147,7 @@ void WorkerStream::Pump() {
   WorkerCommand cmd;
   if (!channel_->TryPop(&cmd)) return;
   out_.Clear();
-  CommandToProto(cmd, &out_);
+  CommandToProto(cmd, &out_, &membership_sent_);
   writing_ = true;
   StartWrite(&out_);
 }

@@ -54,6 +54,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1:
 
   std::mutex mu_;  // the writes; never held while the handler is called
   v1::CoordinatorMessage out_;
+  int64_t membership_sent_ = 0;  // the epoch of the last membership written (0: none)
   bool writing_ = false, ended_ = false;
 };
 

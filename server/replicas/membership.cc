@@ -69,6 +69,7 @@ std::string Membership::Describe(const MembershipView& v) const {
 Membership::Decision Membership::Advance(std::vector<int32_t> ranks, const std::string& reason,
                                          const std::vector<int32_t>& told) {
   if (batching()) {
+    if (!batch_.changed) batch_.base = view_.ranks;  // what the members hold
     view_.ranks = std::move(ranks);
     batch_.changed = true;
     if (!reason.empty()) batch_.other.push_back(reason);
@@ -83,8 +84,9 @@ Membership::Decision Membership::Advance(std::vector<int32_t> ranks, const std::
     next.store_addr = store->second.first;
     next.store_port = store->second.second;
   }
-  view_ = next;
   Decision d;
+  if (formed()) d.delta = MembershipDelta::Between(view_, next);
+  view_ = next;
   d.send = view_;
   d.to = view_.ranks;
   d.to.insert(d.to.end(), told.begin(), told.end());
@@ -102,7 +104,9 @@ Membership::Decision Membership::EndBatch() {
   std::vector<std::string> parts;
   if (!b.losses.empty()) parts.push_back(LossReason(b.losses));
   parts.insert(parts.end(), b.other.begin(), b.other.end());
-  return Advance(view_.ranks, absl::StrJoin(parts, "; "), b.told);
+  std::vector<int32_t> ranks = std::move(view_.ranks);
+  view_.ranks = std::move(b.base);  // the epoch the members hold, for the delta
+  return Advance(std::move(ranks), absl::StrJoin(parts, "; "), b.told);
 }
 
 std::string Membership::LossReason(const std::vector<Loss>& losses) {

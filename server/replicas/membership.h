@@ -75,6 +75,9 @@ class Membership {
     // Send `send` to each rank of `to` (a new membership, or the current one again).
     std::optional<MembershipView> send;
     std::vector<int32_t> to;
+    // `send` as a change from the membership before it (for the ranks that
+    // hold that one), when it is one.
+    std::optional<MembershipDelta> delta;
     // The attempt fails (whole-group restart) with this reason.
     bool fail = false;
     std::string failure;
@@ -219,6 +222,7 @@ class Membership {
     std::vector<Loss> losses;
     std::vector<std::string> other;  // reasons of other changes (joins, leaves)
     std::vector<int32_t> told;
+    std::vector<int32_t> base;  // the members before the batch's first change
   };
   Batch batch_;
   bool batching() const { return batch_.depth > 0 && formed(); }

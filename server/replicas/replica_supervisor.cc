@@ -17,7 +17,8 @@ RankActions ReplicaSupervisor::Actions(const Membership::Decision& d) {
   a.failure = d.failure;
   if (d.send) {
     WorkerCommand cmd{WorkerCommand::Kind::kMembership, d.send->reason};
-    cmd.membership = *d.send;
+    cmd.membership = std::make_shared<const MembershipView>(*d.send);
+    if (d.delta) cmd.delta = std::make_shared<const MembershipDelta>(*d.delta);
     a.command = std::move(cmd);
     a.to = d.to;
   }

@@ -140,6 +140,29 @@ TEST(WireConvert, ReplicaMessagesRoundTrip) {
   EXPECT_EQ(RankRanges({}), "");
   EXPECT_EQ(RankRanges({4}), "4");
 
+  // A delta: on the wire without the ranks, and applied to its base only.
+  const MembershipView next{8, {0, 3, 5, 6}, "10.0.0.5", 41234, "rank 2 lost; ranks 5,6 joined"};
+  const std::optional<MembershipDelta> delta = MembershipDelta::Between(m, next);
+  ASSERT_TRUE(delta);
+  EXPECT_EQ(delta->base_epoch, 7);
+  EXPECT_EQ(delta->removed, std::vector<int32_t>{2});
+  EXPECT_EQ(delta->added, (std::vector<int32_t>{5, 6}));
+  v1::Membership dw;
+  ToProto(next, *delta, &dw);
+  EXPECT_EQ(dw.ranks_size(), 0);
+  EXPECT_EQ(DeltaFromProto(dw), delta);
+  EXPECT_EQ(DeltaFromProto(wire), std::nullopt) << "a whole membership";
+  EXPECT_EQ(delta->ApplyTo(m), next.ranks);
+  MembershipView other = m;
+  other.epoch = 6;
+  EXPECT_EQ(delta->ApplyTo(other), std::nullopt) << "not its base";
+  other = m;
+  other.ranks = {3, 0, 2};
+  EXPECT_EQ(delta->ApplyTo(other), std::nullopt) << "the digest tells the order apart";
+  // A reordered group is sent whole.
+  EXPECT_EQ(MembershipDelta::Between(m, MembershipView{8, {3, 0}}), std::nullopt);
+  EXPECT_NE(MembershipDigest({0, 2}), MembershipDigest({2, 0}));
+
   for (auto kind : {ReplicaReport::Kind::kGroupBroken, ReplicaReport::Kind::kCommitted, ReplicaReport::Kind::kLeft}) {
     const ReplicaReport r{kind, 7, 120, std::string(3000, 'x'), 1.5, true, 4096};
     v1::ReplicaReport w;

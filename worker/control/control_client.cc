@@ -50,6 +50,8 @@ struct ControlClient::Impl {
   bool gave_up ABSL_GUARDED_BY(mu) = false;  // no more reconnection attempts
   absl::Mutex write_mu;                      // one writer on a stream at a time
   std::atomic<int32_t> every_steps{10};
+  // The newest membership taken whole (deltas apply to it); the reader's.
+  MembershipView held_membership_;
 
   std::thread reader;
   std::thread sender;
@@ -100,6 +102,25 @@ struct ControlClient::Impl {
       control->RequestCheckpoint(r);
     } else if (msg.has_membership()) {
       MembershipView offered = FromProto(msg.membership());
+      // A delta applies to the membership this rank holds; one that does not
+      // (it missed one, or the digest differs) asks for the whole list.
+      if (const std::optional<MembershipDelta> delta = DeltaFromProto(msg.membership())) {
+        std::optional<std::vector<int32_t>> ranks = delta->ApplyTo(held_membership_);
+        if (!ranks) {
+          log::Warn(
+              "membership {} came as a change from epoch {}, which does not apply to the epoch held ({}): "
+              "asking for the whole list",
+              offered.epoch, delta->base_epoch, held_membership_.epoch);
+          v1::WorkerMessage up;
+          ToProto(ReplicaReport{ReplicaReport::Kind::kGroupBroken, held_membership_.epoch, 0,
+                                "a membership delta did not apply"},
+                  up.mutable_replica());
+          Report(std::move(up));
+          return;
+        }
+        offered.ranks = std::move(*ranks);
+      }
+      held_membership_ = offered;
       log::Info("coordinator offered membership {}", offered.Describe());
       if (options.memberships != nullptr) options.memberships->Offer(std::move(offered));
     } else if (msg.has_diagnose()) {

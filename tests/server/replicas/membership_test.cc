@@ -38,6 +38,7 @@ TEST_F(MembershipTest, TheFirstMembershipIsEveryRankOnceAllHaveConnected) {
   EXPECT_EQ(d.send->store_addr, "10.0.0.0");  // the first member's own store
   EXPECT_EQ(d.send->store_port, 29500);
   EXPECT_EQ(d.event, "membership 1: ranks 0-2 (all 3 ranks connected)");
+  EXPECT_FALSE(d.delta) << "nobody holds a membership yet";
   EXPECT_EQ(m.live(), 3);
   EXPECT_EQ(m.healing(), 0);
   EXPECT_EQ(m.lead(), 0);
@@ -464,6 +465,11 @@ TEST_F(MembershipTest, LossesInOneBatchAreOneEpochNamedByRanges) {
   EXPECT_EQ(d.event,
             "membership 2: ranks 0-2,13,15 (ranks 3-12 lost: lost its stream without a result; rank 14 lost: killed "
             "by signal 9)");
+  ASSERT_TRUE(d.delta) << "the survivors hold epoch 1: they get the change";
+  EXPECT_EQ(d.delta->base_epoch, 1);
+  EXPECT_EQ(d.delta->removed, (Ranks{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14}));
+  EXPECT_TRUE(d.delta->added.empty());
+  EXPECT_EQ(d.delta->digest, MembershipDigest({0, 1, 2, 13, 15}));
   EXPECT_FALSE(m.EndBatch().send) << "the batch is closed";
   m.BeginBatch();
   EXPECT_FALSE(m.EndBatch().send) << "a batch that changed nothing sends nothing";
@@ -507,6 +513,10 @@ TEST_F(MembershipTest, ReplacementsJoinTogetherOrAfterTheWait) {
   EXPECT_EQ(d.send->epoch, 3) << "two replacements, one epoch";
   EXPECT_EQ(d.send->ranks, (Ranks{0, 3, 1, 2}));
   EXPECT_EQ(d.send->reason, "ranks 1,2 joined: their replacements connected");
+  ASSERT_TRUE(d.delta);
+  EXPECT_EQ(d.delta->base_epoch, 2);
+  EXPECT_TRUE(d.delta->removed.empty());
+  EXPECT_EQ(d.delta->added, (Ranks{1, 2}));
   EXPECT_FALSE(m.OnPass().send);
 
   // One that waits too long for the other: the first joins at the pass

@@ -38,7 +38,7 @@ class ReplicasTest : public ::testing::Test {
     std::vector<MembershipView> out;
     WorkerCommand cmd;
     while (channel.Pop(&cmd, std::chrono::milliseconds(0))) {
-      if (cmd.kind == WorkerCommand::Kind::kMembership) out.push_back(cmd.membership);
+      if (cmd.kind == WorkerCommand::Kind::kMembership) out.push_back(*cmd.membership);
     }
     return out;
   }

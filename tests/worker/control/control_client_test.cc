@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/wire_convert.h"
 #include "tests/test_util.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
@@ -54,6 +55,16 @@ class FakeWorkerService final : public v1::WorkerService::Service {
     members.mutable_membership()->set_store_port(4100);
     members.mutable_membership()->set_reason("rank 2 lost");
     stream->Write(members);
+    // Epoch 3 as a change from epoch 2 (rank 1 out, rank 2 in), then one
+    // from an epoch the rank does not hold: it asks for the whole list.
+    v1::CoordinatorMessage delta;
+    ToProto(MembershipView{3, {}, "10.1.2.4", 4100, "rank 1 lost; rank 2 joined"},
+            MembershipDelta{2, {1}, {2}, MembershipDigest({0, 2})}, delta.mutable_membership());
+    stream->Write(delta);
+    v1::CoordinatorMessage stale;
+    ToProto(MembershipView{4, {}, "10.1.2.4", 4100, "rank 0 lost"}, MembershipDelta{2, {0}, {}, MembershipDigest({1})},
+            stale.mutable_membership());
+    stream->Write(stale);
     while (stream->Read(&msg)) {
       std::lock_guard<std::mutex> lock(mu);
       if (msg.has_metrics()) {
@@ -187,6 +198,10 @@ TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
   EXPECT_EQ(m->store_addr, "10.1.2.4");
   EXPECT_EQ(m->store_port, 4100);
   EXPECT_EQ(m->reason, "rank 2 lost");
+  m = memberships.WaitNewer(2, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->epoch, 3);
+  EXPECT_EQ(m->ranks, (std::vector<int32_t>{0, 2})) << "the delta applied to epoch 2";
   ReplicaReport broken{ReplicaReport::Kind::kGroupBroken, 1, 7, "Connection closed by peer"};
   (*client)->OnReplica(broken);
   ReplicaReport committed{ReplicaReport::Kind::kCommitted, 2, 8};
@@ -198,6 +213,17 @@ TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
 
   std::unique_lock<std::mutex> lock(service_.mu);
   ASSERT_TRUE(service_.cv.wait_for(lock, std::chrono::seconds(10), [&] { return service_.got_result; }));
+  // The delta that did not apply: a report of the epoch held, to get it whole.
+  std::vector<v1::ReplicaReport> asked;
+  std::erase_if(service_.replicas, [&](const v1::ReplicaReport& r) {
+    if (r.detail() != "a membership delta did not apply") return false;
+    asked.push_back(r);
+    return true;
+  });
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].kind(), v1::ReplicaReport::GROUP_BROKEN);
+  EXPECT_EQ(asked[0].epoch(), 3);
+  EXPECT_EQ(memberships.WaitNewer(3, std::chrono::steady_clock::now()), std::nullopt) << "epoch 4 was not taken";
   ASSERT_EQ(service_.replicas.size(), 2u);
   EXPECT_EQ(service_.replicas[0].kind(), v1::ReplicaReport::GROUP_BROKEN);
   EXPECT_EQ(service_.replicas[0].epoch(), 1);
