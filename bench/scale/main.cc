@@ -102,14 +102,15 @@ int main(int argc, char** argv) {
   }
   if (!replica_ranks.empty() && replica_ranks.front() > 0) {
     std::printf(
-        "\n| replica ranks | lost at once | group formed s | loss → membership at every survivor s | epochs for the "
+        "\n| replica ranks | lost at once | group formed s | loss → membership at the first survivor s | at every "
+        "survivor s | epochs for the "
         "losses | replacements → membership at every rank s | epochs for the joins | memberships sent | of them "
         "deltas | membership MB | failed |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int n : replica_ranks) {
       const trainyard::scale::ReplicaRow r = trainyard::scale::RunReplicaLoss(server_binary, n, losses, channels);
-      std::printf("| %d | %d | %.1f | %.2f | %lld | %.2f | %lld | %lld | %lld | %.1f | %d |\n", r.ranks, r.losses,
-                  r.formed_s, r.loss_s, static_cast<long long>(r.loss_epochs), r.rejoin_s,
+      std::printf("| %d | %d | %.1f | %.2f | %.2f | %lld | %.2f | %lld | %lld | %lld | %.1f | %d |\n", r.ranks,
+                  r.losses, r.formed_s, r.loss_first_s, r.loss_s, static_cast<long long>(r.loss_epochs), r.rejoin_s,
                   static_cast<long long>(r.rejoin_epochs), static_cast<long long>(r.membership_messages),
                   static_cast<long long>(r.membership_deltas), r.membership_mb, r.failed);
       if (!r.error.empty()) std::printf("  (%d replica ranks: %s)\n", n, r.error.c_str());

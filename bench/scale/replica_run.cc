@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "bench/scale/server_process.h"
@@ -29,6 +30,7 @@ ReplicaRow RunReplicaLoss(const std::string& binary, int ranks, int losses, int 
   std::vector<bool> lost(static_cast<size_t>(ranks));
   // Waits until every rank (not lost) holds a membership `want` takes; the
   // latest arrival among them and the newest epoch, or false on timeout.
+  Clock::time_point first;  // the earliest arrival of the last await
   auto await = [&](auto want, bool survivors_only, Clock::time_point* last, int64_t* epoch) {
     std::unique_lock<std::mutex> lock(shared.mu);
     auto all = [&] {
@@ -37,12 +39,19 @@ ReplicaRow RunReplicaLoss(const std::string& binary, int ranks, int losses, int 
       }
       return true;
     };
-    if (!shared.cv.wait_for(lock, std::chrono::seconds(120), all)) return false;
+    for (const auto give_up = Clock::now() + std::chrono::seconds(120); !all();) {
+      if (Clock::now() > give_up) return false;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // `at` times each arrival, not this look
+      lock.lock();
+    }
     *last = Clock::time_point::min();
+    first = Clock::time_point::max();
     *epoch = 0;
     for (int r = 0; r < ranks; ++r) {
       if (survivors_only && lost[r]) continue;
       *last = std::max(*last, shared.memberships[r].at);
+      first = std::min(first, shared.memberships[r].at);
       *epoch = std::max(*epoch, shared.memberships[r].epoch);
     }
     return true;
@@ -68,6 +77,7 @@ ReplicaRow RunReplicaLoss(const std::string& binary, int ranks, int losses, int 
       row.error = "the survivors did not get a membership without the lost ranks within 120 s";
     } else {
       row.loss_s = Seconds(last - t_loss);
+      row.loss_first_s = Seconds(first - t_loss);
       row.loss_epochs = loss_epoch - formed_epoch;
       const auto t_rejoin = Clock::now();
       for (int r : gone) {

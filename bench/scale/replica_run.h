@@ -16,6 +16,7 @@ struct ReplicaRow {
   int ranks = 0, losses = 0;
   double formed_s = 0;      // the first hello → membership 1 at every rank
   double loss_s = 0;        // the streams lost → the membership without them at every survivor
+  double loss_first_s = 0;  // ... at the first survivor
   int64_t loss_epochs = 0;  // epochs the losses took (1: one membership for all)
   double rejoin_s = 0;      // the replacements' first hellos → the membership with them at every rank
   int64_t rejoin_epochs = 0;

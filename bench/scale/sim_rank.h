@@ -45,6 +45,7 @@ struct Shared {
   std::vector<Seen> memberships;
   int64_t membership_messages = 0, membership_bytes = 0, membership_deltas = 0;
   std::map<int64_t, MembershipView> views;
+  std::map<int64_t, MembershipDelta> deltas;  // the delta each epoch of views came as
 };
 
 class SimRank;
