@@ -14,23 +14,30 @@
 // slowest GetJob while it ends, and the longest hold of the coordinator's
 // lock meanwhile (trainyard_coordinator_lock_hold_seconds' bucket), and
 // the reports lost, report by report (each carries one sample; the server's
-// trainyard_job_samples_total counts them). Then submissions per second
-// from `--clients` threads into a queue that grows to `--queued`, the idle
-// server's CPU with that queue, and GetQueue's pages; then, with
-// `--kill-burst N`, a burst of N submissions with a kill -9 of the server
-// in its middle: every acknowledged job must be there after the restart.
+// trainyard_job_samples_total counts them). With `--replica-ranks`, a
+// fault_tolerance.mode replica job of each count loses `--losses` ranks at
+// once and takes their replacements back (bench/scale/replica_run.h); with
+// `--restart-ranks`, the server is killed (kill -9) during a job of each
+// count and started again (bench/scale/restart_run.h). Then submissions
+// per second from `--clients` threads into a queue that grows to
+// `--queued`, the idle server's CPU with that queue, and GetQueue's pages;
+// then, with `--kill-burst N`, a burst of N submissions with a kill -9 of
+// the server in its middle: every acknowledged job must be there after the
+// restart.
 //
 //   scale [--ranks 1024,2048] [--seconds 20] [--server-binary build/bin/trainyard-server]
 //         [--channels 32] [--queued 0] [--clients 8] [--idle-seconds 10] [--kill-burst 0]
-//         [--replica-ranks 0] [--losses 10]
+//         [--replica-ranks 0] [--losses 10] [--max-epochs 0] [--restart-ranks 0] [--restart-after 15]
 //
 // It exits 1 when a stream failed, a report was lost, a job never ran, a
 // rank is missing from GetJob's pages or from /metrics (per rank or in the
 // aggregates), a submission failed, a waiting job is missing from
-// GetQueue's pages, an acknowledged submission was lost to the kill, or a
-// replica group did not take its losses and replacements: the scale_smoke
-// test runs it at 16 and 64 ranks (aggregated above 16), 64 replica ranks
-// losing 10, 1,000 submissions and a burst of 1,000 killed in the middle.
+// GetQueue's pages, an acknowledged submission was lost to the kill, a
+// replica group did not take its losses and replacements (in at most
+// --max-epochs), or a restarted server lost a job's event or its ranks:
+// the scale_smoke test runs it at 16 and 64 ranks (aggregated above 16),
+// 64 replica ranks losing 10, a 64-rank job through a restart, 1,000
+// submissions and a burst of 1,000 killed in the middle.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -42,6 +49,7 @@
 #include "bench/scale/queue_run.h"
 #include "bench/scale/rank_run.h"
 #include "bench/scale/replica_run.h"
+#include "bench/scale/restart_run.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Simulated ranks and a deep queue against a real trainyard-server"};
@@ -50,7 +58,8 @@ int main(int argc, char** argv) {
   int channels = 32, queued = 0, clients = 8;
   std::string server_binary = "build/bin/trainyard-server";
   int per_rank_max = 0, kill_burst = 0, losses = 10, max_epochs = 0;
-  std::vector<int> replica_ranks;
+  std::vector<int> replica_ranks, restart_ranks;
+  double restart_after = 15;
   app.add_option("--ranks", ranks, "Rank counts, one job each")->delimiter(',')->capture_default_str();
   app.add_option("--seconds", seconds, "How long the ranks report while measured")->capture_default_str();
   app.add_option("--channels", channels, "gRPC connections the ranks share")->capture_default_str();
@@ -65,6 +74,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--replica-ranks", replica_ranks, "Rank counts of replica jobs that lose ranks (none: no run)")
       ->delimiter(',');
+  app.add_option("--restart-ranks", restart_ranks,
+                 "Rank counts of jobs during which the server is killed (kill -9) and started again (none: no run)")
+      ->delimiter(',');
+  app.add_option("--restart-after", restart_after, "Seconds of reports before that kill")->capture_default_str();
   app.add_option("--losses", losses, "Ranks a replica job loses at once")->capture_default_str();
   app.add_option("--max-epochs", max_epochs,
                  "Exit 1 when a replica job's losses or replacements take more epochs than this (0: any)")
@@ -116,6 +129,20 @@ int main(int argc, char** argv) {
       if (!r.error.empty()) std::printf("  (%d replica ranks: %s)\n", n, r.error.c_str());
       if (r.failed > 0 || !r.error.empty() || r.loss_epochs < 1 || r.rejoin_epochs < 1) status = 1;
       if (max_epochs > 0 && (r.loss_epochs > max_epochs || r.rejoin_epochs > max_epochs)) status = 1;
+      std::fflush(stdout);
+    }
+  }
+  if (!restart_ranks.empty() && restart_ranks.front() > 0) {
+    std::printf(
+        "\n| ranks | reports before kill -9 s | restart s | restarted → RUNNING (ranks reattached) s | events "
+        "before | lost | loss history points before | lost | failed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int n : restart_ranks) {
+      const trainyard::scale::RestartRow r = trainyard::scale::RunRestart(server_binary, n, restart_after, channels);
+      std::printf("| %d | %.0f | %.1f | %.1f | %d | %d | %d | %d | %d |\n", r.ranks, r.reported_s, r.restart_s,
+                  r.running_s, r.events_before, r.events_lost, r.points_before, r.points_lost, r.failed);
+      if (!r.error.empty()) std::printf("  (%d ranks restarted: %s)\n", n, r.error.c_str());
+      if (r.failed > 0 || !r.error.empty() || r.events_lost > 0) status = 1;
       std::fflush(stdout);
     }
   }

@@ -142,25 +142,12 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   row.retries = shared.retries;
 
   // Reports: every rank one step a second, spread over the second.
-  std::atomic<bool> done{false};
-  std::atomic<int64_t> step{0};
   std::mutex sent_mu;
   std::vector<std::pair<int64_t, Clock::time_point>> sent;  // rank 0's steps and when
-  std::thread reporter([&] {
-    const auto t0 = Clock::now();
-    for (int64_t s = 1; !done; ++s) {
-      const auto second = t0 + std::chrono::seconds(s);
-      for (int r = 0; r < ranks && !done; ++r) {
-        std::this_thread::sleep_until(second - std::chrono::seconds(1) +
-                                      std::chrono::microseconds(1000000LL * r / ranks));
-        if (sims[r]->Report(s) && r == 0) {
-          std::lock_guard<std::mutex> lock(sent_mu);
-          sent.emplace_back(s, Clock::now());
-        }
-      }
-      step = s;
-      std::this_thread::sleep_until(second);
-    }
+  StepReporter reporter(&sim, [&](int64_t s, int r) {
+    if (r != 0) return;
+    std::lock_guard<std::mutex> lock(sent_mu);
+    sent.emplace_back(s, Clock::now());
   });
   std::this_thread::sleep_for(std::chrono::seconds(3));  // past the first reports
   const double cpu0 = server.CpuSeconds();
@@ -199,8 +186,7 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   row.get_p99_ms = P99(gets);
   row.list_p99_ms = P99(lists);
   row.delay_p99_s = P99(delays);
-  done = true;
-  reporter.join();
+  reporter.Stop();
   row.reports = shared.reports;
   // Lost reports, report by report: each carried one sample; wait (up to
   // 10 s) for the server to have counted every one written.

@@ -70,6 +70,11 @@ ServerProcess::ServerProcess(const std::string& binary, int max_processes, int m
 void ServerProcess::Restart() {
   Kill();
   std::filesystem::remove(dir_ + "/ready.json");
+  // On the same ports, so that the ranks' channels find it again.
+  for (size_t i = 0; i + 1 < args_.size(); ++i) {
+    if (args_[i] == "--listen") args_[i + 1] = "127.0.0.1:" + std::to_string(grpc_port_);
+    if (args_[i] == "--metrics-listen") args_[i + 1] = "127.0.0.1:" + std::to_string(metrics_port_);
+  }
   grpc_port_ = metrics_port_ = 0;
   Start();
 }

@@ -28,7 +28,8 @@ class ServerProcess {
   // the one slot, the others wait in the queue.
   ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 0);
   ~ServerProcess();
-  // kill -9, and the server started again on the same state directory.
+  // kill -9, and the server started again on the same state directory and
+  // ports.
   void Restart();
 
   std::string addr() const { return "127.0.0.1:" + std::to_string(grpc_port_); }

@@ -11,6 +11,7 @@ namespace trainyard::scale {
 
 void Stream::Start() {
   ctx_ = std::make_unique<grpc::ClientContext>();
+  ctx_->set_wait_for_ready(true);  // a server restarting: the stream waits for it, as a worker's reconnection does
   {
     std::lock_guard<std::mutex> lock(mu_);
     welcomed_ = false;
@@ -99,8 +100,7 @@ void Stream::TookMembership(const v1::Membership& m) {
     }
   } else if (known == shared_->views.end()) {
     shared_->views.emplace(m.epoch(), FromProto(m));
-  } else if (!std::equal(known->second.ranks.begin(), known->second.ranks.end(), m.ranks().begin(),
-                         m.ranks().end())) {
+  } else if (!std::equal(known->second.ranks.begin(), known->second.ranks.end(), m.ranks().begin(), m.ranks().end())) {
     error = "rank " + std::to_string(rank_) + " got another membership " + std::to_string(m.epoch());
   }
   if (!error.empty()) {
@@ -209,6 +209,27 @@ void SimRank::Retry() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + rank_ % 400));
     Start();
   }).detach();
+}
+
+StepReporter::StepReporter(SimRanks* sim, std::function<void(int64_t, int)> on_sent) {
+  thread_ = std::thread([this, sim, on_sent = std::move(on_sent)] {
+    const int n = static_cast<int>(sim->ranks.size());
+    const auto t0 = Clock::now();
+    for (int64_t s = 1; !done_; ++s) {
+      const auto second = t0 + std::chrono::seconds(s);
+      for (int r = 0; r < n && !done_; ++r) {
+        std::this_thread::sleep_until(second - std::chrono::seconds(1) + std::chrono::microseconds(1000000LL * r / n));
+        if (sim->ranks[r]->Report(s) && on_sent) on_sent(s, r);
+      }
+      step_ = s;
+      std::this_thread::sleep_until(second);
+    }
+  });
+}
+
+void StepReporter::Stop() {
+  done_ = true;
+  if (thread_.joinable()) thread_.join();
 }
 
 SimRanks::SimRanks(const std::string& addr, Shared* shared, int n, int channels) {

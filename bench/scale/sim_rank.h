@@ -12,10 +12,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/scale/server_process.h"
@@ -116,6 +118,22 @@ struct SimRanks {
   std::vector<std::shared_ptr<grpc::Channel>> connections;
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs;
   std::vector<std::unique_ptr<SimRank>> ranks;
+};
+
+// Every rank of `sim` reports one step a second (step s in second s), the
+// ranks spread over the second, until Stop; `on_sent(step, rank)` after
+// each report a stream took.
+class StepReporter {
+ public:
+  StepReporter(SimRanks* sim, std::function<void(int64_t step, int rank)> on_sent = nullptr);
+  ~StepReporter() { Stop(); }
+  void Stop();
+  int64_t step() const { return step_; }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::atomic<int64_t> step_{0};
+  std::thread thread_;
 };
 
 }  // namespace trainyard::scale
