@@ -119,16 +119,12 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   row.ranks = ranks;
   ServerProcess server(binary, ranks, 1000, per_rank_max);
   auto jobs = JobStub(server.addr());
-  const std::string id =
-      Submit(jobs.get(),
-             "name: scale\nlauncher: external\nmodel: {kind: mlp}\nmax_steps: 1000000\nnum_processes: " +
-                 std::to_string(ranks) + "\nmetrics_every_steps: 1\n",
-             &row.error);
-  if (id.empty()) return row;
-  Shared shared(ranks);
-  shared.job_id = id;
-  shared.token = JoinToken(jobs.get(), id);
-  SimRanks sim(server.addr(), &shared, ranks, channels);
+  SimJob job(server.addr(), ExternalSpec("scale", ranks, "metrics_every_steps: 1\n"), ranks, channels);
+  row.error = job.error();
+  if (job.id().empty()) return row;
+  const std::string id = job.id();
+  Shared& shared = job.shared();
+  SimRanks& sim = job.sim();
   std::vector<std::unique_ptr<SimRank>>& sims = sim.ranks;
 
   auto get_job = [&](double* ms) { return TimedGetJob(jobs.get(), id, ms); };
@@ -211,18 +207,12 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
-  CancelJob(jobs.get(), id);
-  {
-    std::unique_lock<std::mutex> lock(shared.mu);
-    shared.cv.wait_for(lock, std::chrono::seconds(120), [&] { return shared.ended >= ranks; });
-  }
+  row.failed = job.End(jobs.get(), &row.error);
   while (get_job(nullptr).state() == v1::RUNNING) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ended = true;
   prober.join();
   row.end_hold_ms = hold;
   row.end_lock_ms = LongestHoldMs(holds_before, LockHoldBuckets(ScrapeMetrics(server.metrics_port()).body));
-  row.failed = shared.failed;
-  if (row.error.empty()) row.error = shared.first_error;
   return row;
 }
 

@@ -17,16 +17,13 @@ ReplicaRow RunReplicaLoss(const std::string& binary, int ranks, int losses, int 
   row.losses = losses = std::clamp(losses, 1, ranks - 1);
   ServerProcess server(binary, ranks, 1000);
   auto jobs = JobStub(server.addr());
-  const std::string id = Submit(jobs.get(),
-                                "name: scale-replicas\nlauncher: external\nmodel: {kind: mlp}\nmax_steps: 1000000\n"
-                                "num_processes: " +
-                                    std::to_string(ranks) + "\nfault_tolerance: {mode: replica, min_replicas: 1}\n",
-                                &row.error);
-  if (id.empty()) return row;
-  Shared shared(ranks);
-  shared.job_id = id;
-  shared.token = JoinToken(jobs.get(), id);
-  SimRanks sim(server.addr(), &shared, ranks, channels);
+  SimJob job(server.addr(),
+             ExternalSpec("scale-replicas", ranks, "fault_tolerance: {mode: replica, min_replicas: 1}\n"), ranks,
+             channels);
+  row.error = job.error();
+  if (job.id().empty()) return row;
+  Shared& shared = job.shared();
+  SimRanks& sim = job.sim();
   std::vector<bool> lost(static_cast<size_t>(ranks));
   // Waits until every rank (not lost) holds a membership `want` takes; the
   // latest arrival among them and the newest epoch, or false on timeout.
@@ -102,13 +99,7 @@ ReplicaRow RunReplicaLoss(const std::string& binary, int ranks, int losses, int 
     row.membership_deltas = shared.membership_deltas;
     row.membership_mb = static_cast<double>(shared.membership_bytes) / 1e6;
   }
-  CancelJob(jobs.get(), id);
-  {
-    std::unique_lock<std::mutex> lock(shared.mu);
-    shared.cv.wait_for(lock, std::chrono::seconds(120), [&] { return shared.ended >= ranks; });
-  }
-  row.failed = shared.failed;
-  if (row.error.empty()) row.error = shared.first_error;
+  row.failed = job.End(jobs.get(), &row.error);
   return row;
 }
 

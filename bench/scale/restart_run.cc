@@ -42,16 +42,11 @@ RestartRow RunRestart(const std::string& binary, int ranks, double report_second
   row.reported_s = report_seconds;
   ServerProcess server(binary, ranks, 1000);
   auto jobs = JobStub(server.addr());
-  const std::string id =
-      Submit(jobs.get(),
-             "name: scale-restart\nlauncher: external\nmodel: {kind: mlp}\nmax_steps: 1000000\nnum_processes: " +
-                 std::to_string(ranks) + "\nmetrics_every_steps: 1\n",
-             &row.error);
-  if (id.empty()) return row;
-  Shared shared(ranks);
-  shared.job_id = id;
-  shared.token = JoinToken(jobs.get(), id);
-  SimRanks sim(server.addr(), &shared, ranks, channels);
+  SimJob job(server.addr(), ExternalSpec("scale-restart", ranks, "metrics_every_steps: 1\n"), ranks, channels);
+  row.error = job.error();
+  if (job.id().empty()) return row;
+  const std::string id = job.id();
+  SimRanks& sim = job.sim();
   auto running = [&](v1::JobService::Stub* stub, double timeout_s) {
     for (const auto give_up = Clock::now() + std::chrono::duration<double>(timeout_s); Clock::now() < give_up;) {
       if (TimedGetJob(stub, id, nullptr).state() == v1::RUNNING) return true;
@@ -90,13 +85,7 @@ RestartRow RunRestart(const std::string& binary, int ranks, double report_second
     for (const auto& [step, ms] : points) row.points_lost += steps_after.count(step) ? 0 : 1;
   }
   reporter.Stop();
-  CancelJob(jobs.get(), id);
-  {
-    std::unique_lock<std::mutex> lock(shared.mu);
-    shared.cv.wait_for(lock, std::chrono::seconds(120), [&] { return shared.ended >= ranks; });
-  }
-  row.failed = shared.failed;
-  if (row.error.empty()) row.error = shared.first_error;
+  row.failed = job.End(jobs.get(), &row.error);
   return row;
 }
 

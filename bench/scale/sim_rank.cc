@@ -211,6 +211,29 @@ void SimRank::Retry() {
   }).detach();
 }
 
+std::string ExternalSpec(const std::string& name, int ranks, const std::string& more) {
+  return "name: " + name +
+         "\nlauncher: external\nmodel: {kind: mlp}\nmax_steps: 1000000\nnum_processes: " + std::to_string(ranks) +
+         "\n" + more;
+}
+
+SimJob::SimJob(const std::string& addr, const std::string& spec, int ranks, int channels)
+    : shared_(std::make_unique<Shared>(ranks)) {
+  auto stub = JobStub(addr);
+  shared_->job_id = Submit(stub.get(), spec, &error_);
+  if (!shared_->job_id.empty()) shared_->token = JoinToken(stub.get(), shared_->job_id);
+  sim_ = std::make_unique<SimRanks>(addr, shared_.get(), ranks, channels);
+}
+
+int SimJob::End(v1::JobService::Stub* stub, std::string* error) {
+  CancelJob(stub, id());
+  const int ranks = static_cast<int>(sim_->ranks.size());
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  shared_->cv.wait_for(lock, std::chrono::seconds(120), [&] { return shared_->ended >= ranks; });
+  if (error->empty()) *error = shared_->first_error;
+  return shared_->failed;
+}
+
 StepReporter::StepReporter(SimRanks* sim, std::function<void(int64_t, int)> on_sent) {
   thread_ = std::thread([this, sim, on_sent = std::move(on_sent)] {
     const int n = static_cast<int>(sim->ranks.size());

@@ -120,6 +120,31 @@ struct SimRanks {
   std::vector<std::unique_ptr<SimRank>> ranks;
 };
 
+// The spec of a `launcher: external` job named `name` of `ranks` ranks,
+// with `more` (YAML lines) after it.
+std::string ExternalSpec(const std::string& name, int ranks, const std::string& more = "");
+
+// A job of simulated ranks on the server at `addr`: `spec` submitted, its
+// worker token fetched, its ranks made (Start each to connect).
+class SimJob {
+ public:
+  SimJob(const std::string& addr, const std::string& spec, int ranks, int channels);
+  // Empty when the submission failed (error says why).
+  const std::string& id() const { return shared_->job_id; }
+  const std::string& error() const { return error_; }
+  Shared& shared() { return *shared_; }
+  SimRanks& sim() { return *sim_; }
+  // Cancels the job through `stub` and waits (up to 120 s) for every rank's
+  // stream to end. Returns the streams that failed; the first error goes
+  // into *error when it is empty.
+  int End(v1::JobService::Stub* stub, std::string* error);
+
+ private:
+  std::unique_ptr<Shared> shared_;
+  std::unique_ptr<SimRanks> sim_;
+  std::string error_;
+};
+
 // Every rank of `sim` reports one step a second (step s in second s), the
 // ranks spread over the second, until Stop; `on_sent(step, rank)` after
 // each report a stream took.
