@@ -34,10 +34,11 @@
 // aggregates), a submission failed, a waiting job is missing from
 // GetQueue's pages, an acknowledged submission was lost to the kill, a
 // replica group did not take its losses and replacements (in at most
-// --max-epochs), or a restarted server lost a job's event or its ranks:
-// the scale_smoke test runs it at 16 and 64 ranks (aggregated above 16),
-// 64 replica ranks losing 10, a 64-rank job through a restart, 1,000
-// submissions and a burst of 1,000 killed in the middle.
+// --max-epochs), or a restarted server lost a job's event, a history
+// point older than 2.5 s or its ranks: the scale_smoke test runs it at 16
+// and 64 ranks (aggregated above 16), 64 replica ranks losing 10, a 64-rank
+// job through a restart, 1,000 submissions and a burst of 1,000 killed in
+// the middle.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -135,14 +136,15 @@ int main(int argc, char** argv) {
   if (!restart_ranks.empty() && restart_ranks.front() > 0) {
     std::printf(
         "\n| ranks | reports before kill -9 s | restart s | restarted → RUNNING (ranks reattached) s | events "
-        "before | lost | loss history points before | lost | failed |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+        "before | lost | loss history points before | lost | of them older than 2.5 s | failed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (int n : restart_ranks) {
       const trainyard::scale::RestartRow r = trainyard::scale::RunRestart(server_binary, n, restart_after, channels);
-      std::printf("| %d | %.0f | %.1f | %.1f | %d | %d | %d | %d | %d |\n", r.ranks, r.reported_s, r.restart_s,
-                  r.running_s, r.events_before, r.events_lost, r.points_before, r.points_lost, r.failed);
+      std::printf("| %d | %.0f | %.1f | %.1f | %d | %d | %d | %d | %d | %d |\n", r.ranks, r.reported_s, r.restart_s,
+                  r.running_s, r.events_before, r.events_lost, r.points_before, r.points_lost, r.old_points_lost,
+                  r.failed);
       if (!r.error.empty()) std::printf("  (%d ranks restarted: %s)\n", n, r.error.c_str());
-      if (r.failed > 0 || !r.error.empty() || r.events_lost > 0) status = 1;
+      if (r.failed > 0 || !r.error.empty() || r.events_lost > 0 || r.old_points_lost > 0) status = 1;
       std::fflush(stdout);
     }
   }

@@ -82,7 +82,15 @@ RestartRow RunRestart(const std::string& binary, int ranks, double report_second
     // when its step is still there.
     std::set<int64_t> steps_after;
     for (const auto& [step, ms] : points_after) steps_after.insert(step);
-    for (const auto& [step, ms] : points) row.points_lost += steps_after.count(step) ? 0 : 1;
+    const int64_t kill_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count() -
+        static_cast<int64_t>(Seconds(Clock::now() - t_kill) * 1e3);
+    for (const auto& [step, ms] : points) {
+      if (steps_after.count(step)) continue;
+      ++row.points_lost;
+      if (ms < kill_ms - 2500) ++row.old_points_lost;
+    }
   }
   reporter.Stop();
   row.failed = job.End(jobs.get(), &row.error);

@@ -3,7 +3,8 @@
 // started again on its state directory and ports; the ranks reconnect and
 // reattach. Measured: the restart, the ranks reattached → RUNNING again,
 // and what the job's owner saw before that is gone after: events and
-// history points.
+// history points (the progress and the history's points are written once
+// a second: only the last seconds' may go).
 #ifndef TRAINYARD_BENCH_SCALE_RESTART_RUN_H_
 #define TRAINYARD_BENCH_SCALE_RESTART_RUN_H_
 
@@ -19,6 +20,7 @@ struct RestartRow {
   double running_s = 0;   // the server ready → the job RUNNING again (every rank reattached)
   int events_before = 0, events_lost = 0;
   int points_before = 0, points_lost = 0;  // the loss series' history points
+  int old_points_lost = 0;                 // of them, points of steps reported over 2.5 s before the kill
   int failed = 0;
   std::string error;
 };

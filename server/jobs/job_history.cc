@@ -224,7 +224,10 @@ const std::vector<std::string>& JobHistory::SeriesNames() {
 void JobHistory::Add(const StepMetrics& m, int world_size) {
   for (const SeriesDef& d : kSeries) {
     const double v = d.value(m, world_size);
-    if (std::isfinite(v)) series_[d.name].Add({m.step, m.unix_millis, v});
+    if (!std::isfinite(v)) continue;
+    const HistoryPoint p{m.step, m.unix_millis, v};
+    series_[d.name].Add(p);
+    tail_.emplace_back(d.name, p);
   }
   dirty_ = true;
 }
@@ -238,6 +241,48 @@ std::string JobHistory::Encode() const {
     s.EncodeTo(&out);
   }
   return out;
+}
+
+// A tail: "TYT1", the number of points, then each point's series name,
+// step and time (zigzag varints) and value (8 raw bytes).
+constexpr char kTailMagic[] = "TYT1";
+
+std::string JobHistory::TakeTail() {
+  if (tail_.empty()) return "";
+  std::string out(kTailMagic);
+  PutVarint(&out, static_cast<int64_t>(tail_.size()));
+  for (const auto& [name, p] : tail_) {
+    PutVarint(&out, static_cast<int64_t>(name.size()));
+    out += name;
+    PutVarint(&out, p.step);
+    PutVarint(&out, p.unix_millis);
+    PutDouble(&out, p.value);
+  }
+  tail_.clear();
+  return out;
+}
+
+absl::Status JobHistory::AddTail(const std::string& bytes) {
+  if (bytes.compare(0, 4, kTailMagic) != 0) return absl::InvalidArgumentError("history tail: not one (magic)");
+  size_t pos = 4;
+  Reader r{bytes, &pos};
+  const int64_t n = r.Varint();
+  if (!r.ok || n < 0) return absl::InvalidArgumentError("history tail: point count is not valid");
+  std::vector<std::pair<std::string, HistoryPoint>> points;
+  for (int64_t i = 0; i < n; ++i) {
+    std::string name = r.Bytes(r.Varint());
+    HistoryPoint p;
+    p.step = r.Varint();
+    p.unix_millis = r.Varint();
+    p.value = r.Double();
+    if (!r.ok || name.empty())
+      return absl::InvalidArgumentError(absl::StrCat("history tail: point ", i, " is not valid"));
+    points.emplace_back(std::move(name), p);
+  }
+  if (pos != bytes.size()) return absl::InvalidArgumentError("history tail: bytes after the last point");
+  for (auto& [name, p] : points) series_[name].Add(p);
+  dirty_ = true;  // saved whole at the next save, which drops the tails
+  return absl::OkStatus();
 }
 
 absl::StatusOr<JobHistory> JobHistory::Decode(const std::string& bytes) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -83,14 +84,28 @@ class JobHistory {
   const std::map<std::string, SeriesHistory>& series() const { return series_; }
   // Whether samples came since the last MarkPersisted.
   bool dirty() const { return dirty_; }
-  void MarkPersisted() { dirty_ = false; }
+  // The whole history was saved (Encode): the tail is in it too.
+  void MarkPersisted() {
+    dirty_ = false;
+    tail_.clear();
+  }
 
   std::string Encode() const;
   // InvalidArgument naming what is wrong with `bytes`.
   static absl::StatusOr<JobHistory> Decode(const std::string& bytes);
 
+  // The points added since the last TakeTail or MarkPersisted, in a form
+  // of their own ("" when none): what the store appends between two saves
+  // of the whole history, so that a coordinator killed between them loses
+  // at most the points since the last append.
+  std::string TakeTail();
+  // Adds a tail's points as they came (after Decode of the save before
+  // it); InvalidArgument naming what is wrong with `bytes`.
+  absl::Status AddTail(const std::string& bytes);
+
  private:
   std::map<std::string, SeriesHistory> series_;
+  std::vector<std::pair<std::string, HistoryPoint>> tail_;  // series name, point
   bool dirty_ = false;
 };
 

@@ -58,15 +58,12 @@ ActiveJob& JobTable::Hold(const JobRecord& record, const JobSpec& spec) {
   auto [it, added] = jobs_.try_emplace(record.id, record, spec, metrics_, clock_);
   if (added) {
     // A job held again (a restart, a resume) goes on with its series.
-    absl::StatusOr<std::string> saved = store_->History(record.id);
-    if (saved.ok() && !saved->empty()) {
-      absl::StatusOr<JobHistory> h = JobHistory::Decode(*saved);
-      if (h.ok()) {
-        it->second.history = *std::move(h);
-      } else {
-        spdlog::warn("job {}: its stored history is not readable ({}); it starts anew", record.id,
-                     std::string(h.status().message()));
-      }
+    absl::StatusOr<JobHistory> h = StoredHistory(record.id);
+    if (h.ok()) {
+      it->second.history = *std::move(h);
+    } else {
+      spdlog::warn("job {}: its stored history is not readable ({}); it starts anew", record.id,
+                   std::string(h.status().message()));
     }
   }
   return it->second;
@@ -217,6 +214,13 @@ void JobTable::PersistProgress(ActiveJob& job, std::chrono::steady_clock::time_p
     SaveHistory(job);
   }
   if (!job.progress.PersistDue(now)) return;
+  // The points since the last save, with the progress: a kill -9 loses at
+  // most the last second of the job's series.
+  if (const std::string tail = job.history.TakeTail(); !tail.empty()) {
+    if (auto s = store_->AppendHistory(job.record.id, tail); !s.ok()) {
+      spdlog::warn("job {}: cannot append to its history: {}", job.record.id, std::string(s.message()));
+    }
+  }
   if (auto s = store_->Update(job.record, nullptr); !s.ok()) {
     spdlog::warn("job {}: cannot persist progress: {}", job.record.id, std::string(s.message()));
   }
@@ -239,10 +243,24 @@ absl::StatusOr<JobHistory> JobTable::History(const std::string& id) {
   if (ActiveJob* job = Find(id)) return job->history;
   absl::StatusOr<JobRecord> record = store_->Get(id);
   if (!record.ok()) return record.status();
+  return StoredHistory(id);
+}
+
+absl::StatusOr<JobHistory> JobTable::StoredHistory(const std::string& id) {
   absl::StatusOr<std::string> saved = store_->History(id);
   if (!saved.ok()) return saved.status();
-  if (saved->empty()) return JobHistory();
-  return JobHistory::Decode(*saved);
+  JobHistory h;
+  if (!saved->empty()) {
+    absl::StatusOr<JobHistory> whole = JobHistory::Decode(*saved);
+    if (!whole.ok()) return whole.status();
+    h = *std::move(whole);
+  }
+  absl::StatusOr<std::vector<std::string>> tails = store_->HistoryTails(id);
+  if (!tails.ok()) return tails.status();
+  for (const std::string& tail : *tails) {
+    if (auto s = h.AddTail(tail); !s.ok()) return s;
+  }
+  return h;
 }
 
 void JobTable::Remove(const std::string& id, bool local) {

@@ -101,8 +101,9 @@ class JobTable {
   void PlaceRank(ActiveJob& job, int32_t rank, const std::string& node);
   // Records an event of job `id`, held or ended (unknown: nothing).
   void AddEvent(const std::string& id, const std::string& reason);
-  // Writes the record's progress (step, loss...) at most once a second,
-  // and its history at most every kHistorySaveInterval.
+  // Writes the record's progress (step, loss...) and the history's points
+  // since (a tail) at most once a second, and the whole history at most
+  // every kHistorySaveInterval.
   static constexpr std::chrono::seconds kHistorySaveInterval{10};
   void PersistProgress(ActiveJob& job, std::chrono::steady_clock::time_point now);
   // Writes the history of every job held that has new samples (shutdown).
@@ -120,6 +121,8 @@ class JobTable {
   const TimeSource* const clock_;
   std::map<std::string, ActiveJob> jobs_;
   void SaveHistory(ActiveJob& job);
+  // The stored history of job `id`: the last whole save and the tails after it.
+  absl::StatusOr<JobHistory> StoredHistory(const std::string& id);
 
   std::map<JobState, int> counts_;
   std::set<std::string> started_;  // ids of the jobs not QUEUED

@@ -48,9 +48,14 @@ class JobStore {
   // In the order reported.
   virtual absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) = 0;
   // The job's series (server/jobs/job_history.h's Encode), replacing what was
-  // saved; History: "" when none was.
+  // saved and the tails appended since; History: "" when none was.
   virtual absl::Status SaveHistory(const std::string& id, const std::string& data) = 0;
   virtual absl::StatusOr<std::string> History(const std::string& id) = 0;
+  // The points that came after the last SaveHistory (JobHistory::TakeTail),
+  // appended one tail at a time; HistoryTails: those appended since the last
+  // SaveHistory, in order.
+  virtual absl::Status AppendHistory(const std::string& id, const std::string& tail) = 0;
+  virtual absl::StatusOr<std::vector<std::string>> HistoryTails(const std::string& id) = 0;
 };
 
 // The page token of a listing that goes on after insertion number `last`,

@@ -69,6 +69,12 @@ CREATE TABLE IF NOT EXISTS job_history (
   job_id TEXT PRIMARY KEY REFERENCES jobs(id),
   data BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS job_history_tails (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL REFERENCES jobs(id),
+  data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_history_tails_by_job ON job_history_tails(job_id, seq);
 )sql";
 
 // The jobs table's columns: the statements name them, and bind and read
@@ -324,14 +330,41 @@ class SqliteJobStore final : public JobStore {
 
   absl::Status SaveHistory(const std::string& id, const std::string& data) override {
     absl::MutexLock lock(&mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
     Stmt st(
         db_,
         "INSERT INTO job_history (job_id, data) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET data=excluded.data;");
-    if (!st.ok()) return Error("prepare history");
+    if (!st.ok()) return Rollback(Error("prepare history"));
     st.Bind(1, id);
     st.BindBlob(2, data);
-    if (sqlite3_step(st.get()) != SQLITE_DONE) return Error("save history of " + id);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("save history of " + id));
+    Stmt drop(db_, "DELETE FROM job_history_tails WHERE job_id=?;");  // in the whole history now
+    if (!drop.ok()) return Rollback(Error("prepare history tails"));
+    drop.Bind(1, id);
+    if (sqlite3_step(drop.get()) != SQLITE_DONE) return Rollback(Error("drop history tails of " + id));
+    return Exec("COMMIT;");
+  }
+
+  absl::Status AppendHistory(const std::string& id, const std::string& tail) override {
+    absl::MutexLock lock(&mu_);
+    Stmt st(db_, "INSERT INTO job_history_tails (job_id, data) VALUES (?, ?);");
+    if (!st.ok()) return Error("prepare history tail");
+    st.Bind(1, id);
+    st.BindBlob(2, tail);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Error("append history of " + id);
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> HistoryTails(const std::string& id) override {
+    absl::MutexLock lock(&mu_);
+    Stmt st(db_, "SELECT data FROM job_history_tails WHERE job_id=? ORDER BY seq;");
+    if (!st.ok()) return Error("prepare history tails");
+    st.Bind(1, id);
+    std::vector<std::string> out;
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) out.push_back(st.Blob(0));
+    if (rc != SQLITE_DONE) return Error("read history tails of " + id);
+    return out;
   }
 
   absl::StatusOr<std::string> History(const std::string& id) override {

@@ -146,5 +146,58 @@ TEST(JobHistory, DecodeRefusesWhatIsNotAHistory) {
   EXPECT_TRUE(JobHistory::Decode(good).ok());
 }
 
+TEST(JobHistory, ASaveAndTheTailsAfterItAreTheLiveHistory) {
+  JobHistory live;
+  StepMetrics m;
+  const auto raw = Curve(4600, 9);  // whole saves at 999 .. 3999, tails at every 37th after
+  std::string saved;
+  std::vector<std::string> tails;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    m.step = raw[i].step;
+    m.unix_millis = raw[i].unix_millis;
+    m.loss = raw[i].value;
+    m.samples_per_second = 100;
+    m.eval_loss = i % 50 == 0 ? raw[i].value : std::nan("");
+    live.Add(m, 4);
+    if (i % 1000 == 999) {  // a whole save: the tails so far are in it
+      saved = live.Encode();
+      live.MarkPersisted();
+      tails.clear();
+    } else if (i % 37 == 0) {
+      tails.push_back(live.TakeTail());
+    }
+  }
+  EXPECT_EQ(live.TakeTail().empty(), false) << "points since the last take";
+  EXPECT_EQ(live.TakeTail(), "") << "taken once";
+  // The points of the last tail taken above are not in `tails`: replayed
+  // without them, the history ends where the last stored tail did.
+  auto back = JobHistory::Decode(saved);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (const std::string& t : tails) ASSERT_TRUE(back->AddTail(t).ok());
+  JobHistory upto;  // the live history fed up to the last stored tail
+  const size_t last = (raw.size() - 1) / 37 * 37;
+  for (size_t i = 0; i <= last; ++i) {
+    m.step = raw[i].step;
+    m.unix_millis = raw[i].unix_millis;
+    m.loss = raw[i].value;
+    m.eval_loss = i % 50 == 0 ? raw[i].value : std::nan("");
+    upto.Add(m, 4);
+  }
+  ASSERT_EQ(back->series().size(), upto.series().size());
+  for (const auto& [name, s] : upto.series()) {
+    EXPECT_EQ(back->series().at(name).points(), s.points()) << name;
+    EXPECT_EQ(back->series().at(name).added(), s.added()) << name;
+  }
+  EXPECT_TRUE(back->dirty()) << "the next whole save includes the tails";
+  EXPECT_FALSE(back->AddTail("TYH1").ok());
+  const std::string one = [&] {
+    JobHistory h;
+    h.Add(m, 1);
+    return h.TakeTail();
+  }();
+  for (size_t cut = 4; cut < one.size(); cut += 3) EXPECT_FALSE(back->AddTail(one.substr(0, cut)).ok()) << cut;
+  EXPECT_FALSE(back->AddTail(one + "x").ok());
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -223,5 +223,30 @@ TEST(JobStoreTest, AStoreWithoutOwnersGetsThemAndKeepsItsJobs) {
   EXPECT_EQ((*again)->Get("mine")->owner, "alice");
 }
 
+TEST(JobStoreTest, HistoryTailsComeInOrderUntilTheNextWholeSave) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Insert(MakeJob("a"), {1000, JobState::kQueued, "submitted"}).ok());
+    ASSERT_TRUE((*store)->Insert(MakeJob("b"), {1000, JobState::kQueued, "submitted"}).ok());
+    ASSERT_TRUE((*store)->AppendHistory("a", "t1").ok());
+    ASSERT_TRUE((*store)->AppendHistory("b", "other").ok());
+    ASSERT_TRUE((*store)->AppendHistory("a", "t2").ok());
+  }
+  auto store = JobStore::Open(path);  // the tails outlive the process
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->History("a").value(), "");
+  EXPECT_EQ((*store)->HistoryTails("a").value(), (std::vector<std::string>{"t1", "t2"}));
+  ASSERT_TRUE((*store)->SaveHistory("a", "whole").ok());
+  EXPECT_EQ((*store)->History("a").value(), "whole");
+  EXPECT_TRUE((*store)->HistoryTails("a").value().empty()) << "the whole save has them";
+  EXPECT_EQ((*store)->HistoryTails("b").value(), std::vector<std::string>{"other"}) << "another job's stay";
+  ASSERT_TRUE((*store)->AppendHistory("a", "t3").ok());
+  EXPECT_EQ((*store)->HistoryTails("a").value(), std::vector<std::string>{"t3"});
+  EXPECT_FALSE((*store)->AppendHistory("nosuch", "t").ok()) << "a tail of no job";
+}
+
 }  // namespace
 }  // namespace trainyard
