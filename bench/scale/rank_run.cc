@@ -148,8 +148,21 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   std::this_thread::sleep_for(std::chrono::seconds(3));  // past the first reports
   const double cpu0 = server.CpuSeconds();
   const auto t0 = Clock::now();
-  std::vector<double> gets, lists, delays;
+  std::vector<double> gets, lists, delays, pages;
+  // The web UI's job page: each refresh calls GetJob, GetJobHistory and
+  // GetLogs (a joined rank has no log here: 404).
+  WebUi web(server.http_port());
+  const std::string job_json = "{\"id\": \"" + id + "\"}";
   while (Seconds(Clock::now() - t0) < seconds) {
+    if (web.signed_in()) {
+      const auto p0 = Clock::now();
+      const int got = web.Call("GetJob", job_json), history = web.Call("GetJobHistory", job_json);
+      web.Call("GetLogs", "{\"id\": \"" + id + "\", \"rank\": 0, \"tail_bytes\": 32768}");
+      pages.push_back(Seconds(Clock::now() - p0) * 1e3);
+      if ((got != 200 || history != 200) && row.error.empty()) {
+        row.error = "the web UI's GetJob/GetJobHistory answered " + std::to_string(got) + "/" + std::to_string(history);
+      }
+    }
     double ms = 0;
     const v1::Job j = get_job(&ms);
     gets.push_back(ms);
@@ -181,6 +194,7 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   row.scrape = ScrapeMetrics(server.metrics_port());
   row.get_p99_ms = P99(gets);
   row.list_p99_ms = P99(lists);
+  row.page_p99_ms = pages.empty() ? -1 : P99(pages);
   row.delay_p99_s = P99(delays);
   reporter.Stop();
   row.reports = shared.reports;
@@ -191,7 +205,7 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
     if (row.lost <= 0 || Clock::now() > give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  row.error = CheckRanks(jobs.get(), id, ranks, per_rank_max, row.scrape);  // the job ends all the same
+  if (row.error.empty()) row.error = CheckRanks(jobs.get(), id, ranks, per_rank_max, row.scrape);
 
   // The job's end: cancelled; the slowest GetJob until every stream ended,
   // and the longest hold of the coordinator's lock meanwhile.

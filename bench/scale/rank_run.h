@@ -17,6 +17,7 @@ namespace trainyard::scale {
 struct RankRow {
   int ranks = 0;
   double join_s = 0, cpu = 0, get_p99_ms = 0, list_p99_ms = 0, delay_p99_s = 0, end_hold_ms = 0;
+  double page_p99_ms = 0;  // the web UI's job page (its three API calls); -1: not signed in
   double end_lock_ms = 0;  // the longest hold of the coordinator's lock during the end (its bucket's bound)
   int64_t rss_mb = 0, threads = 0, reports = 0;
   int64_t lost = -1;  // reports written that the server did not count (its trainyard_job_samples_total)

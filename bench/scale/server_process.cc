@@ -104,6 +104,7 @@ void ServerProcess::Start() {
     if (!j.is_discarded() && j.contains("grpc_port")) {
       grpc_port_ = j["grpc_port"].get<int>();
       metrics_port_ = j["metrics_port"].get<int>();
+      http_port_ = j.value("http_port", 0);
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -140,9 +141,9 @@ int64_t ServerProcess::Status(const std::string& key) const {
   return 0;
 }
 
-Scrape ScrapeMetrics(int port) {
-  Scrape out;
-  const auto t0 = Clock::now();
+HttpReply Http(int port, const std::string& method, const std::string& path, const std::string& headers,
+               const std::string& body) {
+  HttpReply out;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -152,24 +153,53 @@ Scrape ScrapeMetrics(int port) {
     close(fd);
     return out;
   }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  const std::string req = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1:" + std::to_string(port) + "\r\n" +
+                          headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
     return out;
   }
-  std::string body;
+  std::string text;
   char buf[1 << 16];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) text.append(buf, static_cast<size_t>(n));
   close(fd);
+  const size_t end = text.find("\r\n\r\n");
+  if (end == std::string::npos || text.size() < 12) return out;
+  absl::SimpleAtoi(text.substr(9, 3), &out.status);
+  out.headers = text.substr(0, end);
+  out.body = text.substr(end + 4);
+  return out;
+}
+
+Scrape ScrapeMetrics(int port) {
+  Scrape out;
+  const auto t0 = Clock::now();
+  HttpReply r = Http(port, "GET", "/metrics");
   out.seconds = Seconds(Clock::now() - t0);
-  const size_t start = body.find("\r\n\r\n");
-  if (start != std::string::npos) body.erase(0, start + 4);
-  out.bytes = body.size();
-  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+  if (r.status != 200) return out;
+  out.bytes = r.body.size();
+  for (absl::string_view line : absl::StrSplit(r.body, '\n')) {
     if (!line.empty() && line[0] != '#') ++out.series;
   }
-  out.body = std::move(body);
+  out.body = std::move(r.body);
   return out;
+}
+
+WebUi::WebUi(int port) : port_(port) {
+  const HttpReply r =
+      Http(port, "POST", "/ui/api/login", "Content-Type: application/json\r\n", R"({"token": "bench"})");
+  if (r.status != 200) return;
+  const size_t at = r.headers.find("Set-Cookie: ");
+  if (at == std::string::npos) return;
+  cookie_ = r.headers.substr(at + 12, r.headers.find(';', at) - at - 12);
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (!j.is_discarded() && j.contains("csrf")) csrf_ = j["csrf"].get<std::string>();
+}
+
+int WebUi::Call(const std::string& method, const std::string& json) {
+  return Http(port_, "POST", "/ui/api/v1/" + method,
+              "Content-Type: application/json\r\nCookie: " + cookie_ + "\r\nX-CSRF-Token: " + csrf_ + "\r\n", json)
+      .status;
 }
 
 std::unique_ptr<v1::JobService::Stub> JobStub(const std::string& addr) {

@@ -34,6 +34,7 @@ class ServerProcess {
 
   std::string addr() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
   int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_port_; }
   // CPU seconds (user + system) the server has used so far.
   double CpuSeconds() const;
   // A line of /proc/<pid>/status ("VmRSS", "Threads") as a number.
@@ -47,7 +48,7 @@ class ServerProcess {
   std::vector<std::string> args_;
   std::string dir_;
   pid_t pid_ = -1;
-  int grpc_port_ = 0, metrics_port_ = 0;
+  int grpc_port_ = 0, metrics_port_ = 0, http_port_ = 0;
 };
 
 // GET /metrics: its size, series, seconds, and the body.
@@ -57,6 +58,29 @@ struct Scrape {
   std::string body;
 };
 Scrape ScrapeMetrics(int port);
+
+// One HTTP/1.0 request to 127.0.0.1:`port`: the status line's code, the
+// response's headers and body (status 0: no connection).
+struct HttpReply {
+  int status = 0;
+  std::string headers, body;
+};
+HttpReply Http(int port, const std::string& method, const std::string& path, const std::string& headers = "",
+               const std::string& body = "");
+
+// The web UI's JSON API as a signed-in browser calls it (on a server
+// without tokens any token signs in).
+class WebUi {
+ public:
+  explicit WebUi(int port);
+  bool signed_in() const { return !csrf_.empty(); }
+  // POST /ui/api/v1/<method> with `json`: the HTTP status.
+  int Call(const std::string& method, const std::string& json);
+
+ private:
+  const int port_;
+  std::string cookie_, csrf_;
+};
 
 std::unique_ptr<v1::JobService::Stub> JobStub(const std::string& addr);
 // GetJob of `id`, its round trip in milliseconds into `ms` (when given).
