@@ -24,10 +24,11 @@ LAYERS = {
     "server/launch": [],
     "server/health": [],
     "server/replicas": ["server/health", "server/metrics", "server/scheduling"],
+    "server/sweeps": [],
     "server/jobs": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
-                    "server/health", "server/replicas"],
+                    "server/health", "server/replicas", "server/sweeps"],
     "server/api": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
-                   "server/health", "server/replicas", "server/jobs"],
+                   "server/health", "server/replicas", "server/sweeps", "server/jobs"],
     # The worker: a rank's libraries in layers; the binary (worker/main.cc,
     # worker/worker_main.*) composes them all.
     "worker/base": [],

@@ -1,0 +1,218 @@
+#include "common/spec/sweep_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace trainyard {
+namespace {
+
+absl::Status Bad(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("spec field '", field, "': ", why));
+}
+
+// Refuses keys of `node` not in `known`.
+absl::Status OnlyKeys(const YAML::Node& node, const std::string& field, const std::set<std::string>& known) {
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    if (!known.count(key)) {
+      std::string names;
+      for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+      return Bad(absl::StrCat(field, ".", key), absl::StrCat("unknown key (known: ", names, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& field) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    return Bad(field, "not a value of the right type");
+  }
+}
+
+absl::StatusOr<SweepParameter> ParseParameter(const std::string& path, const YAML::Node& node) {
+  const std::string field = "sweep.parameters." + path;
+  if (!node.IsMap() || node.size() != 1) {
+    return Bad(field, "one of {choice: [...]}, {uniform: [low, high]}, {log_uniform: [low, high]}, {int: [low, high]}");
+  }
+  SweepParameter p;
+  p.path = path;
+  const std::string kind = node.begin()->first.as<std::string>();
+  const YAML::Node values = node.begin()->second;
+  if (kind == "choice") {
+    if (!values.IsSequence() || values.size() == 0) return Bad(field + ".choice", "a non-empty list of values");
+    for (const auto& v : values) {
+      YAML::Emitter out;
+      out << YAML::Flow << v;
+      p.choices.push_back(out.c_str());
+    }
+    return p;
+  }
+  if (kind == "uniform") {
+    p.kind = SweepParameter::Kind::kUniform;
+  } else if (kind == "log_uniform") {
+    p.kind = SweepParameter::Kind::kLogUniform;
+  } else if (kind == "int") {
+    p.kind = SweepParameter::Kind::kInt;
+  } else {
+    return Bad(absl::StrCat(field, ".", kind), "unknown kind (choice, uniform, log_uniform, int)");
+  }
+  const std::string range = absl::StrCat(field, ".", kind);
+  if (!values.IsSequence() || values.size() != 2) return Bad(range, "[low, high]");
+  if (p.kind == SweepParameter::Kind::kInt) {
+    auto lo = Scalar<int64_t>(values[0], range), hi = Scalar<int64_t>(values[1], range);
+    if (!lo.ok()) return lo.status();
+    if (!hi.ok()) return hi.status();
+    p.low = static_cast<double>(*lo);
+    p.high = static_cast<double>(*hi);
+  } else {
+    auto lo = Scalar<double>(values[0], range), hi = Scalar<double>(values[1], range);
+    if (!lo.ok()) return lo.status();
+    if (!hi.ok()) return hi.status();
+    p.low = *lo;
+    p.high = *hi;
+  }
+  if (!std::isfinite(p.low) || !std::isfinite(p.high) || p.low > p.high) {
+    return Bad(range, absl::StrCat("low (", p.low, ") must not be above high (", p.high, ")"));
+  }
+  if (p.kind == SweepParameter::Kind::kLogUniform && p.low <= 0) {
+    return Bad(range, absl::StrCat("a log-uniform range starts above 0 (low is ", p.low, ")"));
+  }
+  return p;
+}
+
+}  // namespace
+
+int64_t GridSize(const std::vector<SweepParameter>& parameters) {
+  int64_t n = 1;
+  for (const SweepParameter& p : parameters) {
+    int64_t k = 0;
+    if (p.kind == SweepParameter::Kind::kChoice) k = static_cast<int64_t>(p.choices.size());
+    if (p.kind == SweepParameter::Kind::kInt) k = static_cast<int64_t>(p.high - p.low) + 1;
+    if (k == 0 || n > 1'000'000 / k) return 0;
+    n *= k;
+  }
+  return n;
+}
+
+absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("the sweep is not valid YAML or JSON: ", e.msg));
+  }
+  if (!root.IsMap()) return absl::InvalidArgumentError("a sweep is a job spec (a mapping) with a 'sweep' section");
+  const YAML::Node sweep = root["sweep"];
+  if (!sweep.IsDefined() || !sweep.IsMap()) return Bad("sweep", "a mapping is required (parameters, metric, ...)");
+  if (auto s = OnlyKeys(sweep, "sweep", {"parameters", "metric", "searcher", "max_trials", "concurrency", "seed"});
+      !s.ok()) {
+    return s;
+  }
+  SweepSpec out;
+  // The base spec: the document without its sweep section.
+  YAML::Node base = YAML::Clone(root);
+  base.remove("sweep");
+  YAML::Emitter emitted;
+  emitted << base;
+  out.base_spec = emitted.c_str();
+  if (root["name"].IsDefined()) out.name = root["name"].as<std::string>("");
+  out.max_steps = root["max_steps"].IsDefined() ? root["max_steps"].as<int64_t>(0) : 0;
+
+  const YAML::Node params = sweep["parameters"];
+  if (!params.IsDefined() || !params.IsMap() || params.size() == 0) {
+    return Bad("sweep.parameters", "a mapping of dotted spec fields to their values is required");
+  }
+  for (const auto& kv : params) {
+    const std::string path = kv.first.as<std::string>();
+    if (path.empty() || path.front() == '.' || path.back() == '.' || path.find("..") != std::string::npos) {
+      return Bad("sweep.parameters." + path, "a dotted path into the spec (optimizer.lr)");
+    }
+    if (path == "sweep" || path.rfind("sweep.", 0) == 0) return Bad("sweep.parameters." + path, "not a job field");
+    absl::StatusOr<SweepParameter> p = ParseParameter(path, kv.second);
+    if (!p.ok()) return p.status();
+    out.parameters.push_back(*std::move(p));
+  }
+
+  if (const YAML::Node metric = sweep["metric"]; metric.IsDefined()) {
+    if (!metric.IsMap()) return Bad("sweep.metric", "{name: loss, goal: minimize}");
+    if (auto s = OnlyKeys(metric, "sweep.metric", {"name", "goal"}); !s.ok()) return s;
+    if (metric["name"].IsDefined()) out.metric = metric["name"].as<std::string>("");
+    if (out.metric.empty()) return Bad("sweep.metric.name", "a metric name is required (loss, eval_loss, ...)");
+    const std::string goal = metric["goal"].IsDefined() ? metric["goal"].as<std::string>("") : "minimize";
+    if (goal != "minimize" && goal != "maximize") return Bad("sweep.metric.goal", "minimize or maximize");
+    out.maximize = goal == "maximize";
+  }
+
+  if (const YAML::Node searcher = sweep["searcher"]; searcher.IsDefined()) {
+    if (!searcher.IsMap()) return Bad("sweep.searcher", "{kind: grid | random | asha, ...}");
+    if (auto s = OnlyKeys(searcher, "sweep.searcher", {"kind", "reduction_factor", "min_steps"}); !s.ok()) return s;
+    const std::string kind = searcher["kind"].IsDefined() ? searcher["kind"].as<std::string>("") : "random";
+    if (kind == "grid") {
+      out.searcher.kind = SweepSearcher::Kind::kGrid;
+    } else if (kind == "random") {
+      out.searcher.kind = SweepSearcher::Kind::kRandom;
+    } else if (kind == "asha") {
+      out.searcher.kind = SweepSearcher::Kind::kAsha;
+    } else {
+      return Bad("sweep.searcher.kind", absl::StrCat("'", kind, "' is not grid, random or asha"));
+    }
+    if (searcher["reduction_factor"].IsDefined()) {
+      auto v = Scalar<int>(searcher["reduction_factor"], "sweep.searcher.reduction_factor");
+      if (!v.ok()) return v.status();
+      out.searcher.reduction_factor = *v;
+    }
+    if (searcher["min_steps"].IsDefined()) {
+      auto v = Scalar<int64_t>(searcher["min_steps"], "sweep.searcher.min_steps");
+      if (!v.ok()) return v.status();
+      out.searcher.min_steps = *v;
+    }
+  }
+  auto int_field = [&](const char* key, int* into) -> absl::Status {
+    if (!sweep[key].IsDefined()) return absl::OkStatus();
+    auto v = Scalar<int>(sweep[key], absl::StrCat("sweep.", key));
+    if (!v.ok()) return v.status();
+    *into = *v;
+    return absl::OkStatus();
+  };
+  if (auto s = int_field("max_trials", &out.max_trials); !s.ok()) return s;
+  if (auto s = int_field("concurrency", &out.concurrency); !s.ok()) return s;
+  if (sweep["seed"].IsDefined()) {
+    auto v = Scalar<uint64_t>(sweep["seed"], "sweep.seed");
+    if (!v.ok()) return v.status();
+    out.seed = *v;
+  }
+
+  if (out.max_trials < 0 || out.max_trials > 10000) return Bad("sweep.max_trials", "0 … 10000");
+  if (out.concurrency < 1 || out.concurrency > 1000) return Bad("sweep.concurrency", "1 … 1000");
+  const bool grid = out.searcher.kind == SweepSearcher::Kind::kGrid;
+  if (grid) {
+    for (const SweepParameter& p : out.parameters) {
+      if (p.kind == SweepParameter::Kind::kUniform || p.kind == SweepParameter::Kind::kLogUniform) {
+        return Bad("sweep.parameters." + p.path, "a grid takes choice lists and int ranges, not real ranges");
+      }
+    }
+    if (GridSize(out.parameters) == 0) return Bad("sweep.parameters", "a grid of over 1,000,000 trials");
+  } else if (out.max_trials == 0) {
+    return Bad("sweep.max_trials", "random and ASHA searches need a number of trials (1 … 10000)");
+  }
+  if (out.searcher.kind == SweepSearcher::Kind::kAsha) {
+    if (out.searcher.reduction_factor < 2 || out.searcher.reduction_factor > 100) {
+      return Bad("sweep.searcher.reduction_factor", "2 … 100");
+    }
+    if (out.max_steps <= 0) return Bad("max_steps", "an ASHA sweep needs the trials' full length (max_steps)");
+    if (out.searcher.min_steps <= 0 || out.searcher.min_steps >= out.max_steps) {
+      return Bad("sweep.searcher.min_steps",
+                 absl::StrCat("the first rung, above 0 and below max_steps (", out.max_steps, ")"));
+    }
+  }
+  return out;
+}
+
+}  // namespace trainyard

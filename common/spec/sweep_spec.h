@@ -1,0 +1,84 @@
+// SweepSpec: a hyperparameter sweep as its owner writes it, a job spec with
+// a `sweep:` section:
+//
+//   name: lr-sweep
+//   model: {kind: mlp}
+//   max_steps: 450
+//   sweep:
+//     parameters:
+//       optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}
+//       data.batch_size: {choice: [16, 32, 64]}
+//       model.hidden: {choice: [[64], [128, 64]]}
+//       optimizer.weight_decay: {uniform: [0, 0.1]}
+//       seed: {int: [1, 4]}
+//     metric: {name: loss, goal: minimize}
+//     searcher: {kind: asha, reduction_factor: 3, min_steps: 50}
+//     max_trials: 12
+//     concurrency: 4
+//     seed: 7
+//
+// Everything outside `sweep:` is the base spec of every trial; a trial is
+// that spec with one value per parameter set at its dotted path (as
+// `trainctl submit --set` sets it), so any numeric or enum field, a script's
+// `args` or `env`, can be searched. The trial's own spec is checked as any
+// job's when it is submitted. Plain data and its parser.
+#ifndef TRAINYARD_COMMON_SPEC_SWEEP_SPEC_H_
+#define TRAINYARD_COMMON_SPEC_SWEEP_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace trainyard {
+
+// One searched field: its values are `choices` (YAML text each), or a
+// range: uniform or log-uniform reals in [low, high], or the integers
+// low..high.
+struct SweepParameter {
+  enum class Kind { kChoice, kUniform, kLogUniform, kInt };
+  std::string path;  // the dotted spec field: "optimizer.lr"
+  Kind kind = Kind::kChoice;
+  std::vector<std::string> choices;
+  double low = 0, high = 0;
+};
+
+struct SweepSearcher {
+  enum class Kind { kGrid, kRandom, kAsha };
+  Kind kind = Kind::kRandom;
+  // ASHA: rungs at min_steps * reduction_factor^k steps, up to the base
+  // spec's max_steps; at each rung a trial goes on only when its metric is
+  // among the best 1/reduction_factor of the trials that reached the rung.
+  int reduction_factor = 3;
+  int64_t min_steps = 0;
+};
+
+struct SweepSpec {
+  std::string name;
+  std::string base_spec;  // the spec without `sweep:`, as YAML text
+  int64_t max_steps = 0;  // the base spec's: a trial's full length
+  std::vector<SweepParameter> parameters;
+  std::string metric = "loss";  // loss, eval_loss, or a name a script reports
+  bool maximize = false;
+  SweepSearcher searcher;
+  int max_trials = 0;   // grid: 0 is every combination
+  int concurrency = 1;  // trials running at once
+  uint64_t seed = 0;    // random and ASHA draws
+};
+
+// The sweep in `text` (YAML or JSON); InvalidArgument naming the field
+// ("sweep.parameters.optimizer.lr: ...") for a missing section, an unknown
+// key, a range with low > high (or low <= 0 for log_uniform), an empty
+// choice list, a grid over a real range, a searcher or goal not known, or
+// limits out of range (max_trials 0 … 10,000, concurrency 1 … 1,000,
+// reduction_factor 2 … 100, 0 < min_steps < max_steps for ASHA).
+absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text);
+
+// The number of trials a grid over `parameters` has (every parameter a
+// choice list or an integer range); 0 past 1,000,000.
+int64_t GridSize(const std::vector<SweepParameter>& parameters);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_SPEC_SWEEP_SPEC_H_

@@ -1,0 +1,103 @@
+// The sweep section of a job spec: what is read, and every refusal naming
+// its field.
+#include "common/spec/sweep_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "common/spec/spec_overrides.h"
+
+namespace trainyard {
+namespace {
+
+constexpr char kAsha[] = R"(name: lr-sweep
+model: {kind: mlp}
+max_steps: 450
+sweep:
+  parameters:
+    optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}
+    data.batch_size: {choice: [16, 32, 64]}
+    model.hidden: {choice: [[64], [128, 64]]}
+    optimizer.weight_decay: {uniform: [0, 0.1]}
+    seed: {int: [1, 4]}
+  metric: {name: eval_loss, goal: minimize}
+  searcher: {kind: asha, reduction_factor: 3, min_steps: 50}
+  max_trials: 12
+  concurrency: 4
+  seed: 7
+)";
+
+TEST(SweepSpec, ReadsEveryPartAndKeepsTheRestAsTheBaseSpec) {
+  absl::StatusOr<SweepSpec> s = ParseSweepSpec(kAsha);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name, "lr-sweep");
+  EXPECT_EQ(s->max_steps, 450);
+  ASSERT_EQ(s->parameters.size(), 5u);
+  EXPECT_EQ(s->parameters[0].path, "optimizer.lr");
+  EXPECT_EQ(s->parameters[0].kind, SweepParameter::Kind::kLogUniform);
+  EXPECT_DOUBLE_EQ(s->parameters[0].low, 1e-4);
+  EXPECT_EQ(s->parameters[1].choices, (std::vector<std::string>{"16", "32", "64"}));
+  EXPECT_EQ(s->parameters[2].choices, (std::vector<std::string>{"[64]", "[128, 64]"}));
+  EXPECT_EQ(s->parameters[4].kind, SweepParameter::Kind::kInt);
+  EXPECT_EQ(s->metric, "eval_loss");
+  EXPECT_FALSE(s->maximize);
+  EXPECT_EQ(s->searcher.kind, SweepSearcher::Kind::kAsha);
+  EXPECT_EQ(s->searcher.reduction_factor, 3);
+  EXPECT_EQ(s->searcher.min_steps, 50);
+  EXPECT_EQ(s->max_trials, 12);
+  EXPECT_EQ(s->concurrency, 4);
+  EXPECT_EQ(s->seed, 7u);
+  EXPECT_EQ(s->base_spec.find("sweep:"), std::string::npos) << s->base_spec;
+  EXPECT_NE(s->base_spec.find("max_steps: 450"), std::string::npos) << s->base_spec;
+  // A trial is the base spec with a value per parameter, as --set sets it.
+  absl::StatusOr<std::string> trial =
+      ApplySpecOverrides(s->base_spec, {"optimizer.lr=0.003", "model.hidden=" + s->parameters[2].choices[1]});
+  ASSERT_TRUE(trial.ok()) << trial.status();
+  EXPECT_NE(trial->find("lr: 0.003"), std::string::npos) << *trial;
+  EXPECT_NE(trial->find("hidden: [128, 64]"), std::string::npos) << *trial;
+}
+
+TEST(SweepSpec, AGridNeedsNoTrialCountAndCountsItsCombinations) {
+  absl::StatusOr<SweepSpec> s = ParseSweepSpec(
+      "max_steps: 10\nsweep:\n  parameters:\n    seed: {int: [1, 3]}\n    data.batch_size: {choice: [8, 16]}\n"
+      "  searcher: {kind: grid}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->max_trials, 0);
+  EXPECT_EQ(GridSize(s->parameters), 6);
+  EXPECT_EQ(s->concurrency, 1);
+  EXPECT_EQ(s->metric, "loss");
+}
+
+TEST(SweepSpec, RefusalsNameTheField) {
+  const std::string base = "max_steps: 100\n";
+  const std::string lr = "sweep:\n  max_trials: 4\n  parameters:\n    optimizer.lr: ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {base, "'sweep'"},
+      {base + "sweep: {max_trials: 2}\n", "'sweep.parameters'"},
+      {base + lr + "{uniform: [1, 0]}\n", "'sweep.parameters.optimizer.lr.uniform': low (1) must not be above"},
+      {base + lr + "{log_uniform: [0, 1]}\n", "'sweep.parameters.optimizer.lr.log_uniform': a log-uniform range"},
+      {base + lr + "{choice: []}\n", "'sweep.parameters.optimizer.lr.choice'"},
+      {base + lr + "{normal: [0, 1]}\n", "'sweep.parameters.optimizer.lr.normal': unknown kind"},
+      {base + lr + "{uniform: [0, x]}\n", "'sweep.parameters.optimizer.lr.uniform': not a value"},
+      {base + lr + "{uniform: [0, 1]}\n  searcher: {kind: grid}\n", "a grid takes choice lists and int ranges"},
+      {base + lr + "{uniform: [0, 1]}\n  searcher: {kind: bayes}\n", "'sweep.searcher.kind': 'bayes'"},
+      {base + lr + "{uniform: [0, 1]}\n  searcher: {kind: asha, min_steps: 100}\n", "'sweep.searcher.min_steps'"},
+      {base + lr + "{uniform: [0, 1]}\n  searcher: {kind: asha, min_steps: 5, reduction_factor: 1}\n",
+       "'sweep.searcher.reduction_factor': 2 … 100"},
+      {base + lr + "{uniform: [0, 1]}\n  metric: {name: loss, goal: lowest}\n", "'sweep.metric.goal'"},
+      {base + lr + "{uniform: [0, 1]}\n  concurrency: 0\n", "'sweep.concurrency'"},
+      {base + lr + "{uniform: [0, 1]}\n  budget: 3\n", "'sweep.budget': unknown key"},
+      {base + "sweep:\n  parameters:\n    optimizer.lr: {uniform: [0, 1]}\n", "'sweep.max_trials': random and ASHA"},
+      {base + "sweep:\n  max_trials: 2\n  parameters:\n    sweep.seed: {int: [1, 2]}\n", "not a job field"},
+      {"[1, 2]", "a sweep is a job spec"},
+      {"max_steps: [", "not valid YAML"},
+  };
+  for (const auto& [text, want] : cases) {
+    absl::StatusOr<SweepSpec> s = ParseSweepSpec(text);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(std::string(s.status().message()).find(want), std::string::npos) << text << "\n" << s.status();
+  }
+}
+
+}  // namespace
+}  // namespace trainyard
