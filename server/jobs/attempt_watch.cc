@@ -20,10 +20,15 @@ void AttemptWatch::Supervise(PendingRequests* requests, std::chrono::millisecond
     // every rank it takes out), with what fell due meanwhile.
     a->supervisor().BeginBatch();
     SuperviseAttempt(id, a, now, requests, diagnose_wait);
+    if ((job = AttemptOf(id)) == nullptr || job->attempt.get() != a) continue;  // gone, and its batch with it
+    // An attempt that is stopping (it failed in this pass) gets no new
+    // group, but its batch is closed all the same.
+    auto live = [&] { return !a->stopping() && !a->stop_requested(); };
+    if (const RankActions due = a->supervisor().OnPass(); !due.empty() && live()) lifecycle_->Act(*job, due, -1);
     if ((job = AttemptOf(id)) == nullptr || job->attempt.get() != a) continue;
-    if (const RankActions due = a->supervisor().OnPass(); !due.empty() && !lifecycle_->Act(*job, due, -1)) continue;
-    if ((job = AttemptOf(id)) == nullptr || job->attempt.get() != a) continue;
-    if (const RankActions batch = a->supervisor().EndBatch(); !batch.empty()) lifecycle_->Act(*job, batch, -1);
+    if (const RankActions batch = a->supervisor().EndBatch(); !batch.empty() && live()) {
+      lifecycle_->Act(*job, batch, -1);
+    }
   }
   requests->ExpireDiagnoses(now);
 }
