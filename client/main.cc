@@ -137,6 +137,23 @@ int main(int argc, char** argv) {
   history->add_option("--series", history_series, "These series only (loss, eval_loss, samples_per_second, ...)")
       ->delimiter(',');
 
+  auto* sweep = app.add_subcommand("sweep", "Hyperparameter sweeps: submit, get, list, cancel");
+  sweep->require_subcommand(1);
+  std::string sweep_file, sweep_id;
+  bool sweep_watch = false, keep_best = false;
+  auto* sweep_submit = sweep->add_subcommand("submit", "Submit a job spec with a sweep: section");
+  sweep_submit->add_option("FILE", sweep_file, "Sweep spec file")->required();
+  sweep_submit->add_flag("-w,--watch", sweep_watch, "Follow the sweep until it ends");
+  auto* sweep_get = sweep->add_subcommand("get", "Show a sweep and its trials");
+  sweep_get->add_option("ID", sweep_id, "Sweep id")->required();
+  auto* sweep_watch_cmd = sweep->add_subcommand("watch", "Follow a sweep until it ends");
+  sweep_watch_cmd->add_option("ID", sweep_id, "Sweep id")->required();
+  auto* sweep_list = sweep->add_subcommand("list", "List sweeps");
+  sweep_list->add_flag("-A,--all-users", all_users, "Everyone's sweeps (admins)");
+  auto* sweep_cancel = sweep->add_subcommand("cancel", "Cancel a sweep: every trial still queued or running");
+  sweep_cancel->add_option("ID", sweep_id, "Sweep id")->required();
+  sweep_cancel->add_flag("--keep-best", keep_best, "Leave the best trial so far running");
+
   std::string token_file, ca_file;
   app.add_option("--token-file", token_file, "File with the server's bearer token (env TRAINYARD_TOKEN)");
   app.add_option("--ca", ca_file, "CA certificate (PEM) of a TLS server");
@@ -186,6 +203,11 @@ int main(int argc, char** argv) {
   if (*logs) return ctl.Logs(id, logs_options);
   if (*join_info) return ctl.JoinInfo(id);
   if (*history) return ctl.History(id, history_series);
+  if (*sweep_submit) return ctl.SweepSubmit(sweep_file, sweep_watch);
+  if (*sweep_get) return ctl.SweepGet(sweep_id);
+  if (*sweep_watch_cmd) return ctl.SweepWatch(sweep_id);
+  if (*sweep_list) return ctl.SweepList(all_users);
+  if (*sweep_cancel) return ctl.SweepCancel(sweep_id, keep_best);
   if (*diagnose) {
     return ctl.Diagnose(id, std::chrono::milliseconds(static_cast<int64_t>(diagnose_wait_s * 1000)), last_collectives);
   }

@@ -93,6 +93,15 @@ class Trainctl {
   // point as series,step,unix_millis,value (csv), or all of it (json).
   int History(const std::string& id, const std::vector<std::string>& series);
 
+  // Sweeps (client/trainctl_sweep.cc). Submit prints the sweep's id, or
+  // with `watch` follows it until it ends (0: SUCCEEDED). Cancel stops
+  // every trial (all but the best so far with `keep_best`).
+  int SweepSubmit(const std::string& file, bool watch);
+  int SweepWatch(const std::string& id);
+  int SweepGet(const std::string& id);
+  int SweepList(bool all_users);
+  int SweepCancel(const std::string& id, bool keep_best);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -11,6 +11,7 @@
 #include "server/api/hello_guard.h"
 #include "server/auth/identities.h"
 #include "server/jobs/job_handlers.h"
+#include "server/sweeps/sweep_manager.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
@@ -27,8 +28,10 @@ class JobServiceImpl final : public v1::JobService::Service {
   // `identities` (null: anyone may do anything) say who a call comes from:
   // a call they refuse fails with UNAUTHENTICATED; a job that is not the
   // caller's, with PERMISSION_DENIED. Must outlive the service.
-  explicit JobServiceImpl(JobRequestHandler* manager, const Identities* identities = nullptr)
-      : manager_(manager), identities_(identities) {}
+  // `sweeps` (null: the sweep calls are UNIMPLEMENTED) runs sweeps.
+  explicit JobServiceImpl(JobRequestHandler* manager, const Identities* identities = nullptr,
+                          SweepManager* sweeps = nullptr)
+      : manager_(manager), identities_(identities), sweeps_(sweeps) {}
 
   // Each unary method twice: as gRPC calls it (the caller authenticated
   // from the call's metadata and certificate), and for a caller already
@@ -54,6 +57,10 @@ class JobServiceImpl final : public v1::JobService::Service {
   TRAINYARD_UNARY_RPC(GetJoinInfo)
   TRAINYARD_UNARY_RPC(DiagnoseJob)
   TRAINYARD_UNARY_RPC(GetJobHistory)
+  TRAINYARD_UNARY_RPC(SubmitSweep)  // server/api/sweep_rpcs.cc
+  TRAINYARD_UNARY_RPC(GetSweep)
+  TRAINYARD_UNARY_RPC(ListSweeps)
+  TRAINYARD_UNARY_RPC(CancelSweep)
 #undef TRAINYARD_UNARY_RPC
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::WatchJobResponse>*) override;
@@ -70,6 +77,7 @@ class JobServiceImpl final : public v1::JobService::Service {
                          const absl::Status& fields = absl::OkStatus()) const;
   JobRequestHandler* const manager_;
   const Identities* const identities_;
+  SweepManager* const sweeps_;
   std::atomic<bool> shutting_down_{false};
 };
 
@@ -88,6 +96,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   HelloGuard hellos_;
 };
 
+void SweepToProto(const SweepStatus& sweep, v1::Sweep* out);
 void JobToProto(const JobRecord& job, const std::vector<JobEvent>& events, v1::Job* out);
 
 }  // namespace trainyard

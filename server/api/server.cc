@@ -64,6 +64,8 @@ struct Server::Impl {
   std::unique_ptr<ServerMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<JobManager> manager;
+  std::unique_ptr<SweepStore> sweep_store;
+  std::unique_ptr<SweepManager> sweeps;
   std::unique_ptr<Launcher> launcher;
   std::unique_ptr<Launcher> slurm_launcher;
   std::unique_ptr<Identities> identities;
@@ -164,6 +166,10 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   lo.extra_worker_args = *tls_args;
   launcher = MakeLocalLauncher(lo, [this](const std::vector<RankExit>& e) { manager->workers().OnRankExits(e); });
   manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), options.jobs);
+  auto opened = SweepStore::Open(options.jobs.state_dir + "/trainyard.db");
+  if (!opened.ok()) return opened.status();
+  sweep_store = std::move(*opened);
+  sweeps = std::make_unique<SweepManager>(manager.get(), sweep_store.get());
   SlurmLauncherOptions so = options.slurm;
   so.extra_worker_args = *tls_args;
   slurm_launcher = MakeSlurmLauncher(
@@ -197,7 +203,7 @@ absl::Status Server::Impl::StartGrpc() {
   if (auto s = identities->Reload(); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("--policy-file ", s.message()));
   manager->SetPolicy(identities->policy());
-  job_service = std::make_unique<JobServiceImpl>(manager.get(), identities.get());
+  job_service = std::make_unique<JobServiceImpl>(manager.get(), identities.get(), sweeps.get());
   worker_service = std::make_unique<WorkerServiceImpl>(&manager->workers());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, *creds, &grpc_port);
@@ -271,6 +277,9 @@ absl::Status Server::Start() {
   // Jobs of an earlier coordinator: requeued, or followed until their
   // workers reattach.
   if (absl::Status st = s.manager->Recover(); !st.ok()) return st;
+  // Sweeps resume over them: their searchers replay what they decided.
+  if (absl::Status st = s.sweeps->Recover(); !st.ok()) return st;
+  s.sweeps->Start();
   s.StartWatchdog();
   const ServerOptions& o = s.options;
   spdlog::info(
@@ -294,6 +303,7 @@ void Server::Shutdown() {
   s.shut_down = true;
   if (s.job_service) s.job_service->Shutdown();
   if (s.web_ui) s.web_ui->Stop();
+  if (s.sweeps) s.sweeps->Stop();  // submits and cancels no more trials
   if (s.watchdog.joinable()) {
     {
       absl::MutexLock stop(&s.watchdog_mu);

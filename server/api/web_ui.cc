@@ -108,6 +108,10 @@ std::map<std::string, ApiMethod> Methods(JobServiceImpl* s) {
       {"ScaleJob", Method(s, &JobServiceImpl::ScaleJob)},
       {"SubmitJob", Method(s, &JobServiceImpl::SubmitJob)},
       {"DiagnoseJob", Method(s, &JobServiceImpl::DiagnoseJob)},
+      {"SubmitSweep", Method(s, &JobServiceImpl::SubmitSweep)},
+      {"GetSweep", Method(s, &JobServiceImpl::GetSweep)},
+      {"ListSweeps", Method(s, &JobServiceImpl::ListSweeps)},
+      {"CancelSweep", Method(s, &JobServiceImpl::CancelSweep)},
   };
 }
 

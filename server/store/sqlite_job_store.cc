@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/store/job_store.h"
+#include "server/store/sqlite_stmt.h"
 
 namespace trainyard {
 namespace {
@@ -93,55 +94,6 @@ std::string JobColumns(F format) {
   return out;
 }
 const std::string kJobColumns = JobColumns([](const std::string& c) { return c; });
-
-// Owns one prepared statement.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const std::string& sql) { rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr); }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  bool ok() const { return rc_ == SQLITE_OK; }
-  sqlite3_stmt* get() { return stmt_; }
-  void Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
-  void BindBlob(int i, const std::string& v) {
-    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  std::string Blob(int i) {
-    const void* b = sqlite3_column_blob(stmt_, i);
-    return b ? std::string(static_cast<const char*>(b), sqlite3_column_bytes(stmt_, i)) : std::string();
-  }
-  // Binds the parameter `:name`.
-  template <typename T>
-  void Bind(const std::string& name, const T& v) {
-    Bind(sqlite3_bind_parameter_index(stmt_, (":" + name).c_str()), v);
-  }
-  std::string Text(int i) {
-    const unsigned char* t = sqlite3_column_text(stmt_, i);
-    return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(stmt_, i)) : std::string();
-  }
-  int64_t Int(int i) { return sqlite3_column_int64(stmt_, i); }
-  double Real(int i) { return sqlite3_column_double(stmt_, i); }
-  // The result's column `name` (-1, read as NULL, when there is none).
-  int Column(std::string_view name) {
-    for (int i = 0; i < sqlite3_column_count(stmt_); ++i) {
-      if (name == sqlite3_column_name(stmt_, i)) return i;
-    }
-    return -1;
-  }
-  std::string Text(std::string_view name) { return Text(Column(name)); }
-  int64_t Int(std::string_view name) { return Int(Column(name)); }
-  double Real(std::string_view name) { return Real(Column(name)); }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_ = SQLITE_ERROR;
-};
 
 class SqliteJobStore final : public JobStore {
  public:

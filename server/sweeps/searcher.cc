@@ -37,6 +37,7 @@ class GridSearcher final : public Searcher {
     ++started_;
     return t;
   }
+  bool exhausted() const override { return started_ >= limit_; }
 
  private:
   std::vector<SweepParameter> parameters_;
@@ -55,6 +56,7 @@ class RandomSearcher : public Searcher {
     ++started_;
     return t;
   }
+  bool exhausted() const override { return started_ >= limit_; }
 
  private:
   std::vector<SweepParameter> parameters_;

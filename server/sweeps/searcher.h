@@ -48,8 +48,13 @@ class Searcher {
   // (smaller is better: a maximized metric comes negated). kPromote: it
   // passed a rung and goes on; kStop: it is to be stopped now.
   virtual Verdict OnMetric(int number, int64_t step, double value);
+  // Whether Next has no trial left to start.
+  virtual bool exhausted() const = 0;
   // Trials asked for so far.
   int started() const { return started_; }
+  // A restarted sweep: trials 0..started-1 were asked for already (their
+  // OnMetric decisions are replayed by calling OnMetric again, in order).
+  void Resume(int started) { started_ = started; }
 
  protected:
   int started_ = 0;

@@ -1,0 +1,383 @@
+#include "server/sweeps/sweep_manager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/spec/job_spec.h"
+#include "common/spec/spec_overrides.h"
+#include "nlohmann/json.hpp"
+#include "server/jobs/job_history.h"
+
+namespace trainyard {
+
+struct SweepManager::Live {
+  SweepRecord record;
+  SweepSpec spec;
+  Caller caller;
+  std::unique_ptr<Searcher> searcher;
+  std::map<int, int64_t> seen;  // trial -> the last step its metric was given to the searcher
+  bool cancelled = false;       // starts no more trials
+};
+
+namespace {
+
+bool Ended(JobState s) { return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled; }
+
+std::string NewSweepId() {
+  static std::mt19937_64 gen{std::random_device{}()};
+  static absl::Mutex mu;
+  absl::MutexLock lock(&mu);
+  return absl::StrFormat("sweep-%08x", static_cast<uint32_t>(gen()));
+}
+
+bool Better(const SweepSpec& spec, double a, double b) { return spec.maximize ? a > b : a < b; }
+
+int BestTrial(const SweepSpec& spec, const SweepRecord& r) {
+  int best = -1;
+  for (const SweepTrialRecord& t : r.trials) {
+    if (!t.best_metric) continue;
+    if (best < 0 || Better(spec, *t.best_metric, *r.trials[best].best_metric)) best = t.number;
+  }
+  return best;
+}
+
+// The spec of one trial: the base spec with the trial's values set.
+absl::StatusOr<std::string> TrialSpec(const SweepSpec& spec, const std::string& sweep_name, const TrialPlan& plan) {
+  std::vector<std::string> sets;
+  for (size_t i = 0; i < spec.parameters.size(); ++i) {
+    sets.push_back(absl::StrCat(spec.parameters[i].path, "=", plan.values[i]));
+  }
+  sets.push_back(absl::StrCat("name=", sweep_name, "-t", plan.number));
+  return ApplySpecOverrides(spec.base_spec, sets);
+}
+
+}  // namespace
+
+std::string EncodeCaller(const Caller& c) {
+  return nlohmann::json{
+      {"user", c.user}, {"groups", c.groups}, {"admin", c.admin}, {"roots", c.roots}, {"unix_user", c.unix_user}}
+      .dump();
+}
+
+Caller DecodeCaller(const std::string& text) {
+  Caller c;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    c.user = j.value("user", "");
+    c.groups = j.value("groups", std::vector<std::string>{});
+    c.admin = j.value("admin", false);
+    c.roots = j.value("roots", std::vector<std::string>{});
+    c.unix_user = j.value("unix_user", "");
+  } catch (const std::exception&) {
+    // A caller the store cannot read submits as nobody: the job manager refuses it on a server with users.
+  }
+  return c;
+}
+
+SweepManager::SweepManager(JobRequestHandler* jobs, SweepStore* store, const TimeSource* clock)
+    : jobs_(jobs), store_(store), clock_(clock) {}
+
+SweepManager::~SweepManager() { Stop(); }
+
+absl::Status SweepManager::Recover() {
+  auto all = store_->List();
+  if (!all.ok()) return all.status();
+  absl::MutexLock lock(&mu_);
+  for (SweepRecord& r : *all) {
+    auto live = std::make_unique<Live>();
+    auto spec = ParseSweepSpec(r.spec_text);
+    if (!spec.ok()) {
+      log::Warn("sweep {}: its stored spec no longer parses ({})", r.id, spec.status().message());
+      continue;
+    }
+    live->spec = std::move(*spec);
+    live->caller = DecodeCaller(r.caller);
+    live->searcher = MakeSearcher(live->spec);
+    live->searcher->Resume(static_cast<int>(r.trials.size()));
+    auto results = store_->RungResults(r.id);
+    if (!results.ok()) return results.status();
+    for (const RungResult& x : *results) {
+      live->searcher->OnMetric(x.trial, x.step, x.value);
+      int64_t& seen = live->seen[x.trial];
+      seen = std::max(seen, x.step);
+    }
+    live->cancelled = r.state == JobState::kCancelled;
+    live->record = std::move(r);
+    order_.push_back(live->record.id);
+    sweeps_[live->record.id] = std::move(live);
+  }
+  return absl::OkStatus();
+}
+
+void SweepManager::Start() {
+  thread_ = std::thread([this] {
+    absl::MutexLock lock(&thread_mu_);
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(thread_mu_) { return stop_; };
+    while (!thread_mu_.AwaitWithTimeout(absl::Condition(&stop), absl::FromChrono(kTick))) {
+      thread_mu_.Unlock();
+      Tick();
+      thread_mu_.Lock();
+    }
+  });
+}
+
+void SweepManager::Stop() {
+  {
+    absl::MutexLock lock(&thread_mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<SweepStatus> SweepManager::Submit(const std::string& spec_text, const Caller& by) {
+  auto spec = ParseSweepSpec(spec_text);
+  if (!spec.ok()) return spec.status();
+  const auto& series = JobHistory::SeriesNames();
+  if (std::find(series.begin(), series.end(), spec->metric) == series.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("sweep.metric.name: ", spec->metric,
+                                                   " is not a series jobs report (one of ", absl::StrJoin(series, ", "),
+                                                   ")"));
+  }
+  // The first trial's spec is checked as a job's would be, so that a search
+  // space that cannot make a job is refused here, not trial by trial.
+  auto probe = MakeSearcher(*spec);
+  if (auto plan = probe->Next(); plan.has_value()) {
+    auto text = TrialSpec(*spec, spec->name.empty() ? "sweep" : spec->name, *plan);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("sweep trial 0: ", text.status().message()));
+    if (auto job = ParseJobSpec(*text); !job.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("sweep trial 0: ", job.status().message()));
+    }
+  } else {
+    return absl::InvalidArgumentError("sweep: the search space has no trial");
+  }
+
+  auto live = std::make_unique<Live>();
+  live->spec = std::move(*spec);
+  live->caller = by;
+  live->searcher = MakeSearcher(live->spec);
+  SweepRecord& r = live->record;
+  r.id = NewSweepId();
+  r.name = live->spec.name.empty() ? "sweep" : live->spec.name;
+  r.owner = by.user;
+  r.state = JobState::kRunning;
+  r.reason = "started";
+  r.spec_text = spec_text;
+  r.caller = EncodeCaller(by);
+  r.created_unix_millis = clock_->UnixMillis();
+  if (auto s = store_->Insert(r); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Live& s = *live;
+  order_.push_back(r.id);
+  sweeps_[r.id] = std::move(live);
+  StartTrials(s);
+  return StatusOf(s);
+}
+
+absl::StatusOr<SweepManager::Live*> SweepManager::Find(const std::string& id, const Caller& by) {
+  auto it = sweeps_.find(id);
+  if (it == sweeps_.end() || (!by.admin && !by.user.empty() && it->second->record.owner != by.user)) {
+    return absl::NotFoundError(absl::StrCat("sweep ", id, " not found"));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<SweepStatus> SweepManager::Get(const std::string& id, const Caller& by) {
+  absl::MutexLock lock(&mu_);
+  auto s = Find(id, by);
+  if (!s.ok()) return s.status();
+  return StatusOf(**s);
+}
+
+absl::StatusOr<std::vector<SweepStatus>> SweepManager::List(const Caller& by, bool all_users) {
+  if (all_users && !by.admin && !by.user.empty()) {
+    return absl::PermissionDeniedError("all_users: only admins list everyone's sweeps");
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<SweepStatus> out;
+  for (const std::string& id : order_) {
+    const Live& s = *sweeps_.at(id);
+    if (!all_users && !by.user.empty() && s.record.owner != by.user) continue;
+    out.push_back(StatusOf(s));
+  }
+  return out;
+}
+
+absl::StatusOr<SweepStatus> SweepManager::Cancel(const std::string& id, bool keep_best, const Caller& by) {
+  absl::MutexLock lock(&mu_);
+  auto found = Find(id, by);
+  if (!found.ok()) return found.status();
+  Live& s = **found;
+  const int best = keep_best ? BestTrial(s.spec, s.record) : -1;
+  s.cancelled = true;
+  for (SweepTrialRecord& t : s.record.trials) {
+    if (t.job_id.empty() || Ended(t.state) || t.number == best) continue;
+    auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false);
+    if (job.ok()) t.state = job->state;
+    t.reason = absl::StrCat("the sweep was cancelled by ", by.Describe());
+    SaveTrial(s, t);
+  }
+  if (!Ended(s.record.state)) {
+    s.record.state = JobState::kCancelled;
+    s.record.reason = absl::StrCat("cancelled by ", by.Describe(),
+                                   best >= 0 ? absl::StrCat("; trial ", best, " (the best so far) runs on") : "");
+    s.record.ended_unix_millis = clock_->UnixMillis();
+    Save(s);
+  }
+  return StatusOf(s);
+}
+
+void SweepManager::Tick() {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : order_) {
+    Live& s = *sweeps_.at(id);
+    bool live_trials = false, freed = false;
+    for (SweepTrialRecord& t : s.record.trials) {
+      if (t.job_id.empty() || Ended(t.state)) continue;
+      Follow(s, t);
+      live_trials = true;
+      freed |= Ended(t.state);
+    }
+    if (Ended(s.record.state) && !live_trials) continue;
+    if (freed) GrowSurvivors(s);
+    StartTrials(s);
+    MaybeEnd(s);
+  }
+}
+
+void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
+  const SweepTrialRecord before = t;
+  auto job = jobs_->Get(t.job_id);
+  if (!job.ok()) {
+    t.state = JobState::kFailed;
+    t.reason = absl::StrCat("its job: ", job.status().message());
+    SaveTrial(s, t);
+    return;
+  }
+  t.state = job->state;
+  t.step = job->step;
+  if (job->started_unix_millis > 0) {
+    const int64_t end = job->ended_unix_millis > 0 ? job->ended_unix_millis : clock_->UnixMillis();
+    t.rank_seconds =
+        static_cast<double>(std::max<int64_t>(0, end - job->started_unix_millis)) / 1000.0 * job->num_processes;
+  }
+  if (!t.early_stopped) {
+    auto history = jobs_->History(t.job_id);
+    const SeriesHistory* series = nullptr;
+    if (history.ok()) {
+      auto it = history->series().find(s.spec.metric);
+      if (it != history->series().end()) series = &it->second;
+    }
+    if (series != nullptr) {
+      int64_t& seen = s.seen[t.number];
+      for (const HistoryPoint& p : series->points()) {
+        if (!std::isfinite(p.value)) continue;
+        if (!t.best_metric || Better(s.spec, p.value, *t.best_metric)) t.best_metric = p.value;
+        if (p.step <= seen) continue;
+        seen = p.step;
+        const double value = s.spec.maximize ? -p.value : p.value;
+        const Searcher::Verdict v = s.searcher->OnMetric(t.number, p.step, value);
+        if (v == Searcher::Verdict::kContinue) continue;
+        if (auto st = store_->AddRungResult(s.record.id, RungResult{t.number, p.step, value}); !st.ok()) {
+          log::Warn("sweep {}: {}", s.record.id, st.message());
+        }
+        if (v == Searcher::Verdict::kPromote) {
+          ++t.rungs_passed;
+          continue;
+        }
+        // A trial that ended before the look that found it at the rung keeps its end.
+        if (!Ended(t.state)) {
+          auto cancelled = jobs_->Cancel(t.job_id, /*checkpoint=*/false);
+          if (cancelled.ok()) t.state = cancelled->state;
+          t.early_stopped = true;
+          t.reason = absl::StrFormat("stopped at step %d: %s %g not among the best 1/%d at the rung", p.step,
+                                     s.spec.metric, p.value, s.spec.searcher.reduction_factor);
+        }
+        break;
+      }
+    }
+  }
+  if (Ended(t.state) && t.reason.empty()) t.reason = job->reason;
+  if (!(t == before)) SaveTrial(s, t);
+}
+
+void SweepManager::GrowSurvivors(Live& s) {
+  for (const SweepTrialRecord& t : s.record.trials) {
+    if (t.job_id.empty() || Ended(t.state)) continue;
+    const std::optional<ReplicaStatus> replicas = jobs_->Replicas(t.job_id);
+    if (!replicas || replicas->size <= 0) continue;  // not elastic, or not running yet
+    auto job = jobs_->Get(t.job_id);
+    if (!job.ok() || replicas->size >= job->num_processes) continue;
+    // What is not free now stays for the scheduler to grow it into later.
+    if (auto grown = jobs_->Scale(t.job_id, job->num_processes, s.caller); grown.ok()) {
+      log::Info("sweep {}: trial {} ({}) grows from {} to {} ranks into the slots a trial freed", s.record.id, t.number,
+                t.job_id, replicas->size, job->num_processes);
+    }
+  }
+}
+
+void SweepManager::StartTrials(Live& s) {
+  if (s.cancelled || Ended(s.record.state)) return;
+  int live = 0;
+  for (const SweepTrialRecord& t : s.record.trials) live += !t.job_id.empty() && !Ended(t.state);
+  while (live < s.spec.concurrency) {
+    auto plan = s.searcher->Next();
+    if (!plan) return;
+    SweepTrialRecord t;
+    t.number = plan->number;
+    t.values = plan->values;
+    auto text = TrialSpec(s.spec, s.record.name, *plan);
+    auto job = text.ok() ? jobs_->Submit(*text, "", s.caller) : absl::StatusOr<JobRecord>(text.status());
+    if (job.ok()) {
+      t.job_id = job->id;
+      t.state = job->state;
+      ++live;
+    } else {
+      t.state = JobState::kFailed;
+      t.reason = absl::StrCat("refused: ", job.status().message());
+    }
+    s.record.trials.push_back(t);
+    SaveTrial(s, t);
+  }
+}
+
+void SweepManager::MaybeEnd(Live& s) {
+  if (Ended(s.record.state)) return;
+  for (const SweepTrialRecord& t : s.record.trials) {
+    if (!t.job_id.empty() && !Ended(t.state)) return;
+  }
+  if (!s.searcher->exhausted()) return;
+  const int best = BestTrial(s.spec, s.record);
+  s.record.ended_unix_millis = clock_->UnixMillis();
+  if (best < 0) {
+    s.record.state = JobState::kFailed;
+    s.record.reason = absl::StrCat("no trial reported ", s.spec.metric);
+  } else {
+    const SweepTrialRecord& b = s.record.trials[best];
+    s.record.state = JobState::kSucceeded;
+    s.record.reason = absl::StrFormat("best: trial %d (%s), %s %g", best, b.job_id, s.spec.metric, *b.best_metric);
+  }
+  Save(s);
+}
+
+SweepStatus SweepManager::StatusOf(const Live& s) const {
+  SweepStatus out{s.record, s.spec, {}, BestTrial(s.spec, s.record)};
+  if (s.spec.searcher.kind == SweepSearcher::Kind::kAsha) {
+    out.rungs = AshaRungs(s.spec.searcher.min_steps, s.spec.searcher.reduction_factor, s.spec.max_steps);
+  }
+  return out;
+}
+
+void SweepManager::Save(const Live& s) {
+  if (auto st = store_->Update(s.record); !st.ok()) log::Warn("sweep {}: {}", s.record.id, st.message());
+}
+
+void SweepManager::SaveTrial(const Live& s, const SweepTrialRecord& t) {
+  if (auto st = store_->SaveTrial(s.record.id, t); !st.ok()) log::Warn("sweep {}: {}", s.record.id, st.message());
+}
+
+}  // namespace trainyard

@@ -1,0 +1,115 @@
+// SweepManager: runs hyperparameter sweeps (common/spec/sweep_spec.h) over
+// the job manager. A sweep's trials are ordinary jobs of its owner — queued,
+// counted against their quota and run at their priority like any other —
+// submitted through the same JobRequestHandler as people's jobs, so the
+// core knows nothing of sweeps.
+//
+// Every tick (kTick) it reads each live trial's job and history: the
+// sweep's metric goes to the searcher, which may stop the trial (ASHA: not
+// among the best at a rung; the job is cancelled and its slots are free at
+// once), and while fewer than `concurrency` trials are live it submits the
+// searcher's next. A sweep ends when its searcher has no trial left and
+// none is live: SUCCEEDED with its best trial, or FAILED when no trial
+// reported the metric.
+//
+// Everything is kept in the SweepStore as it happens: a restarted
+// coordinator (Recover) resumes each sweep where it was — the searcher
+// replays the decisions it made, trials already submitted are not
+// submitted again, and live trials are followed as their jobs reattach.
+//
+// Thread-safe. Its lock is taken before the job manager's, never after.
+#ifndef TRAINYARD_SERVER_SWEEPS_SWEEP_MANAGER_H_
+#define TRAINYARD_SERVER_SWEEPS_SWEEP_MANAGER_H_
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "common/spec/sweep_spec.h"
+#include "server/auth/caller.h"
+#include "server/jobs/job_handlers.h"
+#include "server/store/sweep_store.h"
+#include "server/sweeps/searcher.h"
+
+namespace trainyard {
+
+// A sweep as callers see it: its record and what its spec says.
+struct SweepStatus {
+  SweepRecord record;
+  SweepSpec spec;
+  std::vector<int64_t> rungs;  // ASHA's (steps)
+  int best_trial = -1;         // -1 until a trial reported the metric
+};
+
+class SweepManager {
+ public:
+  static constexpr std::chrono::milliseconds kTick{250};
+
+  // `jobs` and `store` must outlive the manager.
+  SweepManager(JobRequestHandler* jobs, SweepStore* store, const TimeSource* clock = TimeSource::Real());
+  ~SweepManager();
+
+  // Loads every sweep from the store; those still running resume. Call
+  // once, after the job manager's Recover, before Start.
+  absl::Status Recover();
+  // Ticks on a thread of its own until Stop (or destruction).
+  void Start();
+  void Stop();
+
+  // InvalidArgument naming the field for a spec that is not a sweep, or
+  // whose first trial's spec is not a valid job spec; the sweep is
+  // RUNNING, its first trials submitted, when this returns.
+  absl::StatusOr<SweepStatus> Submit(const std::string& spec_text, const Caller& by);
+  // NotFound for a sweep `by` may not see (not theirs, and not an admin).
+  absl::StatusOr<SweepStatus> Get(const std::string& id, const Caller& by);
+  // Oldest first: `by`'s own, or everyone's (`all_users`, admins only).
+  absl::StatusOr<std::vector<SweepStatus>> List(const Caller& by, bool all_users);
+  // Cancels every trial still queued or running (all but the best so far
+  // with `keep_best`); the sweep is CANCELLED and starts no more trials.
+  absl::StatusOr<SweepStatus> Cancel(const std::string& id, bool keep_best, const Caller& by);
+
+  // One look at every live sweep (the thread calls it every kTick; tests
+  // may call it directly).
+  void Tick();
+
+ private:
+  struct Live;  // a sweep and its searcher
+  SweepStatus StatusOf(const Live& s) const;
+  absl::StatusOr<Live*> Find(const std::string& id, const Caller& by) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Follow(Live& s, SweepTrialRecord& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Slots a trial freed go first to the sweep's live elastic trials below
+  // their size (grown to num_processes where the slots are free), then to
+  // its next trials (StartTrials).
+  void GrowSurvivors(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartTrials(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeEnd(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Save(const Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SaveTrial(const Live& s, const SweepTrialRecord& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  JobRequestHandler* const jobs_;
+  SweepStore* const store_;
+  const TimeSource* const clock_;
+
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Live>> sweeps_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first
+
+  absl::Mutex thread_mu_;
+  bool stop_ ABSL_GUARDED_BY(thread_mu_) = false;
+  std::thread thread_;
+};
+
+// A caller as the store keeps it (SweepRecord::caller), and back.
+std::string EncodeCaller(const Caller& c);
+Caller DecodeCaller(const std::string& text);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_SWEEPS_SWEEP_MANAGER_H_

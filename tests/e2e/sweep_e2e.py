@@ -1,0 +1,238 @@
+"""Hyperparameter sweeps end to end: a real server, real MLP jobs, trainctl.
+
+- A 12-trial ASHA sweep on a 4-slot server: every trial is an ordinary job
+  (its own history); each trial stopped at a rung was not the best of the
+  trials that had reached that rung before it, and the best at each rung
+  went on (from the trials' histories); the best trial's final loss equals that of the
+  same hyperparameters run alone (same seed); the sweep used fewer
+  rank-seconds than running all 12 to the end (measured from the jobs).
+- A kill -9 of the coordinator mid-sweep: the restarted one finishes the
+  sweep with every trial started once (one job per trial number).
+- `trainctl sweep cancel --keep-best` stops every trial but the best.
+- Specs that are not sweeps are refused, naming the field.
+
+Run by ctest with the build's bin directory as the first argument.
+"""
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402
+from e2e_test import Server, wait_for, write_spec  # noqa: E402
+import test_clock  # noqa: E402
+
+SWEEP = """
+name: %(name)s
+model: {kind: mlp, hidden: [256, 256]}
+data: {kind: synthetic, batch_size: 64, num_samples: 4096}
+optimizer: {kind: adamw, lr: 0.001}
+max_steps: %(steps)d
+num_processes: 1
+seed: 5
+metrics_every_steps: 1
+sweep:
+  parameters:
+    optimizer.lr: {log_uniform: [1.0e-6, 3.0e-3]}
+  metric: {name: loss, goal: minimize}
+  searcher: %(searcher)s
+  max_trials: %(trials)d
+  concurrency: %(concurrency)d
+  seed: 11
+"""
+
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def sweep_json(server, sweep_id):
+    r = server.ctl("-o", "json", "sweep", "get", sweep_id)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def submit_sweep(test, server, path):
+    r = server.ctl("sweep", "submit", path)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    return r.stdout.strip()
+
+
+def history(server, job_id):
+    r = server.ctl("-o", "json", "history", job_id, "--series", "loss")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["series"]["loss"]["points"]
+
+
+def at_step(points, step):
+    """The first point at or past `step`: (value, unix_millis), or None."""
+    for p in points:
+        if p["step"] >= step:
+            return p["value"], p["unix_millis"]
+    return None
+
+
+class Sweeps(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-sweep-")
+        cls.server = Server(cls.tmp.name, slots=4)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def wait_ended(self, sweep_id, timeout):
+        def ended():
+            w = sweep_json(self.server, sweep_id)
+            return w if w["state"] in ENDED and all(t["state"] in ENDED for t in w["trials"]) else None
+        return wait_for(ended, timeout, f"sweep {sweep_id} to end",
+                        lambda: json.dumps(sweep_json(self.server, sweep_id), indent=1)[-3000:])
+
+    def test_1_asha_stops_the_poor_trials_and_keeps_the_best(self):
+        s = self.server
+        steps = 900
+        path = write_spec(self.tmp.name, "asha.yaml", SWEEP % dict(
+            name="asha", steps=steps, trials=12, concurrency=4,
+            searcher="{kind: asha, reduction_factor: 3, min_steps: 100}"))
+        sweep_id = submit_sweep(self, s, path)
+        w = self.wait_ended(sweep_id, 240)
+        self.assertEqual(w["state"], "SUCCEEDED", w["reason"])
+        self.assertEqual(w["rungs"], [100, 300])
+        trials = w["trials"]
+        self.assertEqual([t["number"] for t in trials], list(range(12)))
+        self.assertEqual(len({t["job_id"] for t in trials}), 12, "one job per trial")
+        stopped = [t for t in trials if t["early_stopped"]]
+        self.assertTrue(stopped, "ASHA stopped no trial")
+        self.assertTrue(any(not t["early_stopped"] for t in trials), "ASHA stopped every trial")
+
+        # Each trial's value at each rung, from its own history.
+        hist = {t["number"]: history(s, t["job_id"]) for t in trials}
+        for t in trials:
+            self.assertEqual(s.job(t["job_id"])["name"], f"asha-t{t['number']}")
+        for t in stopped:
+            self.assertEqual(t["state"], "CANCELLED")
+            rung = w["rungs"][t["rungs_passed"]]
+            mine = at_step(hist[t["number"]], rung)
+            self.assertIsNotNone(mine, f"trial {t['number']} never reached rung {rung}")
+            self.assertLess(t["step"], steps, f"trial {t['number']} was stopped, yet trained to the end")
+            # Those that reached the rung before it: it was not the best of them.
+            before = [at_step(hist[n], rung) for n in hist if n != t["number"]]
+            # (A second of slack: trials that reach a rung in the same look
+            # are decided in their numbers' order.)
+            before = [v for v, ms in filter(None, before) if ms <= mine[1] + 1000]
+            self.assertTrue(before, f"trial {t['number']} was the first at rung {rung}, which always goes on")
+            self.assertGreater(mine[0], min(before),
+                               f"trial {t['number']} was stopped at rung {rung} as the best there so far")
+        # The best value at a rung goes on whenever it comes (it is within
+        # the best third of any set it is in).
+        for k, rung in enumerate(w["rungs"]):
+            reached = {n: at_step(hist[n], rung) for n in hist}
+            reached = {n: v for n, v in reached.items() if v is not None}
+            if reached:
+                first = min(reached, key=lambda n: reached[n][0])
+                self.assertGreater(trials[first]["rungs_passed"], k,
+                                   f"trial {first}, the best at rung {rung}, did not go on")
+        best = trials[w["best_trial"]]
+        self.assertFalse(best["early_stopped"])
+        self.assertEqual(best["state"], "SUCCEEDED")
+        # The same hyperparameters alone (same seed) reach the same loss.
+        base = SWEEP.split("sweep:")[0] % dict(name="alone", steps=steps)
+        alone_path = write_spec(self.tmp.name, "alone.yaml", base)
+        r = s.ctl("submit", alone_path, "--set", f"optimizer.lr={best['values']['optimizer.lr']}", "--watch",
+                  timeout=240)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        alone_id = r.stdout.split()[1]
+        self.assertEqual(s.job(alone_id)["step"], steps)
+        self.assertAlmostEqual(history(s, alone_id)[-1]["value"], hist[best["number"]][-1]["value"], places=6)
+
+        # Rank-seconds: ASHA against all 12 trials run to the end, at the
+        # rank-seconds per step of the trials that did.
+        full = [t for t in trials if t["state"] == "SUCCEEDED" and t["step"] == steps]
+        per_step = sum(t["rank_seconds"] for t in full) / sum(t["step"] for t in full)
+        used = sum(t["rank_seconds"] for t in trials)
+        grid = 12 * steps * per_step
+        print(f"\nASHA: {len(stopped)} of 12 stopped early; {used:.1f} rank-s against {grid:.1f} for all 12 "
+              f"to the end ({used / grid:.0%}); best lr {best['values']['optimizer.lr']}", flush=True)
+        self.assertLess(used, grid)
+
+    def test_2_a_coordinator_killed_mid_sweep_finishes_it_starting_each_trial_once(self):
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-sweep-restart-")
+        self.addCleanup(tmp.cleanup)
+        s = Server(tmp.name, slots=2)
+        try:
+            path = write_spec(tmp.name, "random.yaml", SWEEP % dict(
+                name="restart", steps=600, trials=6, concurrency=2, searcher="{kind: random}"))
+            sweep_id = submit_sweep(self, s, path)
+            wait_for(lambda: len(sweep_json(s, sweep_id)["trials"]) >= 3, 120, "a third trial to start")
+            s.proc.send_signal(signal.SIGKILL)
+            s.proc.wait(timeout=30)
+            s.log.close()
+            s = Server(tmp.name, slots=2)
+            w = wait_for(lambda: (lambda w: w if w["state"] in ENDED else None)(sweep_json(s, sweep_id)), 240,
+                         "the sweep to end after the restart")
+            self.assertEqual(w["state"], "SUCCEEDED", w["reason"])
+            self.assertEqual([t["number"] for t in w["trials"]], list(range(6)))
+            jobs = json.loads(s.ctl("-o", "json", "list").stdout)
+            names = sorted(j["name"] for j in jobs if j["name"].startswith("restart-t"))
+            self.assertEqual(names, [f"restart-t{n}" for n in range(6)], "a trial started twice or never")
+        finally:
+            s.stop()
+
+    def test_3_cancel_keep_best_stops_every_other_trial(self):
+        s = self.server
+        path = write_spec(self.tmp.name, "cancel.yaml", SWEEP % dict(
+            name="cancel", steps=100000, trials=20, concurrency=3, searcher="{kind: random}"))
+        sweep_id = submit_sweep(self, s, path)
+
+        def three_reporting():
+            w = sweep_json(s, sweep_id)
+            return w if sum(1 for t in w["trials"] if t["best_metric"] is not None) >= 3 else None
+        wait_for(three_reporting, 120, "three trials reporting loss")
+        cancelled_at = time.monotonic()
+        r = s.ctl("sweep", "cancel", sweep_id, "--keep-best")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+        def others_ended():
+            w = sweep_json(s, sweep_id)
+            others = [t for t in w["trials"] if t["number"] != w["best_trial"]]
+            return w if all(t["state"] in ENDED for t in others) else None
+        w = wait_for(others_ended, 30, "every trial but the best to end")
+        print(f"\ncancel --keep-best: {len(w['trials']) - 1} trials ended "
+              f"{time.monotonic() - cancelled_at:.1f} s after the cancel", flush=True)
+        self.assertEqual(w["state"], "CANCELLED")
+        self.assertEqual(len(w["trials"]), 3, "a trial started after the cancel")
+        best = w["trials"][w["best_trial"]]
+        self.assertEqual(s.job(best["job_id"])["state"], "RUNNING", "the best trial was stopped too")
+        for t in w["trials"]:
+            if t["number"] != w["best_trial"]:
+                self.assertEqual(s.job(t["job_id"])["state"], "CANCELLED")
+        s.ctl("cancel", best["job_id"])
+        listed = s.ctl("sweep", "list")
+        self.assertIn(sweep_id, listed.stdout)
+
+    def test_4_bad_sweeps_are_refused_naming_the_field(self):
+        s = self.server
+        base = SWEEP % dict(name="bad", steps=100, trials=2, concurrency=1, searcher="{kind: random}")
+        cases = [
+            (base.split("sweep:")[0], "sweep"),
+            (base.replace("{name: loss,", "{name: accuracy,"), "sweep.metric.name"),
+            (base.replace("[1.0e-6, 3.0e-3]", "[3.0e-3, 1.0e-6]"), "sweep.parameters.optimizer.lr"),
+            (base.replace("optimizer.lr:", "optimizer.nonsense:"), "optimizer.nonsense"),
+        ]
+        for i, (text, field) in enumerate(cases):
+            r = s.ctl("sweep", "submit", write_spec(self.tmp.name, f"bad{i}.yaml", text))
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn("INVALID_ARGUMENT", r.stderr)
+            self.assertIn(field, r.stderr)
+        r = s.ctl("sweep", "get", "sweep-nothere")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("NOT_FOUND", r.stderr)
+
+
+if __name__ == "__main__":
+    e2e_test.BIN = sys.argv.pop(1)
+    test_clock.main()
