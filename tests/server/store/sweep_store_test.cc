@@ -1,0 +1,118 @@
+// The sweep store on a real SQLite file: a sweep, its trials and its
+// searcher's decisions read back as written, across a reopen (what a
+// restarted coordinator sees); and an ASHA searcher resumed from them
+// decides as the one that made them would have.
+#include "server/store/sweep_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "server/sweeps/searcher.h"
+#include "server/sweeps/sweep_manager.h"
+
+namespace trainyard {
+namespace {
+
+std::string TempDb() {
+  const std::string dir = std::filesystem::temp_directory_path() / ("sweep-store-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir + "/trainyard.db";
+}
+
+TEST(SweepStore, ASweepItsTrialsAndDecisionsSurviveAReopen) {
+  const std::string path = TempDb();
+  SweepRecord w;
+  w.id = "sweep-1";
+  w.name = "lr";
+  w.owner = "alice";
+  w.spec_text = "name: lr\nsweep: {}\n";
+  Caller alice{"alice", {"ml"}, false, {"/data/alice"}, "alice"};
+  w.caller = EncodeCaller(alice);
+  w.created_unix_millis = 1000;
+  SweepTrialRecord t0{0, "job-a", {"0.001", "[64, 32]"}, JobState::kRunning, false, 1, 0.25, 300, 12.5, ""};
+  SweepTrialRecord t1{1, "", {"0.1", "[64]"}, JobState::kFailed, false, 0, std::nullopt, 0, 0, "refused: bad"};
+  {
+    auto store = SweepStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Insert(w).ok());
+    EXPECT_FALSE((*store)->Insert(w).ok()) << "the same id twice";
+    ASSERT_TRUE((*store)->SaveTrial(w.id, t0).ok());
+    ASSERT_TRUE((*store)->SaveTrial(w.id, t1).ok());
+    t0.state = JobState::kCancelled;
+    t0.early_stopped = true;
+    ASSERT_TRUE((*store)->SaveTrial(w.id, t0).ok()) << "a trial saved again replaces its row";
+    ASSERT_TRUE((*store)->AddRungResult(w.id, {0, 100, 0.5}).ok());
+    ASSERT_TRUE((*store)->AddRungResult(w.id, {1, 120, 0.25}).ok());
+    w.state = JobState::kSucceeded;
+    w.ended_unix_millis = 2000;
+    ASSERT_TRUE((*store)->Update(w).ok());
+    SweepRecord missing = w;
+    missing.id = "sweep-none";
+    EXPECT_EQ((*store)->Update(missing).code(), absl::StatusCode::kNotFound);
+  }
+  auto store = SweepStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  auto all = (*store)->List();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 1u);
+  const SweepRecord& got = all->front();
+  EXPECT_EQ(got.id, "sweep-1");
+  EXPECT_EQ(got.owner, "alice");
+  EXPECT_EQ(got.state, JobState::kSucceeded);
+  EXPECT_EQ(got.spec_text, w.spec_text);
+  EXPECT_EQ(got.ended_unix_millis, 2000);
+  ASSERT_EQ(got.trials.size(), 2u);
+  EXPECT_EQ(got.trials[0], t0);
+  EXPECT_EQ(got.trials[1], t1);
+  const Caller back = DecodeCaller(got.caller);
+  EXPECT_EQ(back.user, "alice");
+  EXPECT_EQ(back.groups, alice.groups);
+  EXPECT_EQ(back.roots, alice.roots);
+  EXPECT_EQ(back.unix_user, "alice");
+  auto results = (*store)->RungResults("sweep-1");
+  ASSERT_TRUE(results.ok());
+  EXPECT_EQ(*results, (std::vector<RungResult>{{0, 100, 0.5}, {1, 120, 0.25}}));
+}
+
+TEST(SweepStore, AnAshaSearcherResumedFromItsDecisionsDecidesAsTheOriginal) {
+  SweepSpec spec;
+  spec.max_steps = 900;
+  spec.searcher.kind = SweepSearcher::Kind::kAsha;
+  spec.searcher.reduction_factor = 3;
+  spec.searcher.min_steps = 100;
+  spec.max_trials = 12;
+  spec.seed = 3;
+  spec.parameters = {{"optimizer.lr", SweepParameter::Kind::kLogUniform, {}, 1e-5, 1e-1}};
+  auto original = MakeSearcher(spec);
+  std::vector<RungResult> decided;
+  // Seven trials reach the first rung, in this order, with these losses.
+  const double losses[] = {0.9, 0.5, 0.7, 0.2, 0.8, 0.4, 0.6};
+  for (int n = 0; n < 7; ++n) {
+    ASSERT_TRUE(original->Next().has_value());
+    if (original->OnMetric(n, 100, losses[n]) != Searcher::Verdict::kContinue) decided.push_back({n, 100, losses[n]});
+  }
+  auto resumed = MakeSearcher(spec);
+  resumed->Resume(original->started());
+  for (const RungResult& r : decided) resumed->OnMetric(r.trial, r.step, r.value);
+  // The next trial drawn and every next decision are the same.
+  auto a = original->Next(), b = resumed->Next();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->number, 7);
+  EXPECT_EQ(a->number, b->number);
+  EXPECT_EQ(a->values, b->values);
+  for (double loss : {0.3, 0.55, 0.95, 0.1}) {
+    EXPECT_EQ(original->OnMetric(7, 100, loss), resumed->OnMetric(7, 100, loss));
+    EXPECT_EQ(original->OnMetric(1, 300, loss), resumed->OnMetric(1, 300, loss));
+  }
+  // Without the replay the resumed searcher would promote what the original stops.
+  auto forgetful = MakeSearcher(spec);
+  forgetful->Resume(8);
+  EXPECT_EQ(forgetful->OnMetric(8, 100, 0.85), Searcher::Verdict::kPromote);
+  EXPECT_EQ(original->OnMetric(8, 100, 0.85), Searcher::Verdict::kStop);
+}
+
+}  // namespace
+}  // namespace trainyard
