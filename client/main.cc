@@ -132,7 +132,10 @@ int main(int argc, char** argv) {
 
   auto* history = app.add_subcommand(
       "history", "A job's series (loss, throughput, ...) across its attempts, with its events; -o csv or json");
-  history->add_option("ID", id, "Job id")->required();
+  history->add_option("ID", id, "Job id");
+  std::vector<std::string> history_jobs;
+  history->add_option("--jobs", history_jobs, "Several jobs, side by side (A,B,C); -o csv adds a job column")
+      ->delimiter(',');
   std::vector<std::string> history_series;
   history->add_option("--series", history_series, "These series only (loss, eval_loss, samples_per_second, ...)")
       ->delimiter(',');
@@ -202,7 +205,14 @@ int main(int argc, char** argv) {
   if (*resume) return ctl.Resume(id, from, nproc, watch);
   if (*logs) return ctl.Logs(id, logs_options);
   if (*join_info) return ctl.JoinInfo(id);
-  if (*history) return ctl.History(id, history_series);
+  if (*history) {
+    if (!id.empty()) history_jobs.insert(history_jobs.begin(), id);
+    if (history_jobs.empty()) {
+      std::cerr << "trainctl: history needs a job id (or --jobs A,B,C)\n";
+      return 2;
+    }
+    return ctl.History(history_jobs, history_series);
+  }
   if (*sweep_submit) return ctl.SweepSubmit(sweep_file, sweep_watch);
   if (*sweep_get) return ctl.SweepGet(sweep_id);
   if (*sweep_watch_cmd) return ctl.SweepWatch(sweep_id);

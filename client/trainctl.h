@@ -91,7 +91,9 @@ class Trainctl {
   // A job's series (`series`: these only; empty: all) across its attempts,
   // with its events: a summary per series and the events (table), every
   // point as series,step,unix_millis,value (csv), or all of it (json).
-  int History(const std::string& id, const std::vector<std::string>& series);
+  // Several jobs: csv gains a first column, job; json is a list; the
+  // table prints each job's under a "==> ID <==" line.
+  int History(const std::vector<std::string>& ids, const std::vector<std::string>& series);
 
   // Sweeps (client/trainctl_sweep.cc). Submit prints the sweep's id, or
   // with `watch` follows it until it ends (0: SUCCEEDED). Cancel stops

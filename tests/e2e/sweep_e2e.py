@@ -1,7 +1,7 @@
 """Hyperparameter sweeps end to end: a real server, real MLP jobs, trainctl.
 
 - A 12-trial ASHA sweep on a 4-slot server: every trial is an ordinary job
-  (its own history); each trial stopped at a rung was not the best of the
+  (its own history; `trainctl history --jobs` puts them side by side); each trial stopped at a rung was not the best of the
   trials that had reached that rung before it, and the best at each rung
   went on (from the trials' histories); the best trial's final loss equals that of the
   same hyperparameters run alone (same seed); the sweep used fewer
@@ -113,6 +113,18 @@ class Sweeps(unittest.TestCase):
         hist = {t["number"]: history(s, t["job_id"]) for t in trials}
         for t in trials:
             self.assertEqual(s.job(t["job_id"])["name"], f"asha-t{t['number']}")
+        # The trials side by side, as a notebook reads them.
+        ids = [t["job_id"] for t in trials[:3]]
+        r = s.ctl("-o", "csv", "history", "--jobs", ",".join(ids), "--series", "loss")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "job,series,step,unix_millis,value")
+        for t in trials[:3]:
+            rows = [ln.split(",") for ln in lines[1:] if ln.startswith(t["job_id"] + ",")]
+            want = hist[t["number"]]
+            self.assertEqual([int(x[2]) for x in rows], [p["step"] for p in want])
+            for x, p in zip(rows, want):  # csv has 9 significant digits
+                self.assertAlmostEqual(float(x[4]), p["value"], delta=1e-8 * max(1.0, abs(p["value"])))
         for t in stopped:
             self.assertEqual(t["state"], "CANCELLED")
             rung = w["rungs"][t["rungs_passed"]]
