@@ -362,7 +362,8 @@ int WebUi::Serve(mg_connection* conn) {
   }
 
   if (!get) return finish(Error(405, "INVALID_ARGUMENT", "pages take GET"));
-  const bool page = path == "/ui/" || path == "/ui/queue" || absl::StartsWith(path, "/ui/jobs/");
+  const bool page = path == "/ui/" || path == "/ui/queue" || absl::StartsWith(path, "/ui/jobs/") ||
+                    path == "/ui/sweeps" || absl::StartsWith(path, "/ui/sweeps/") || path == "/ui/compare";
   if (!page) return finish({404, "text/html; charset=utf-8", "<h1>404</h1><p>No such page.</p>"});
   std::optional<WebAsset> index = FindWebAsset("index.html");
   Reply r{200, "text/html; charset=utf-8", index ? std::string(index->body) : ""};

@@ -9,6 +9,10 @@ against a real trainyard-server (with two users) running a real job.
 - A cancel forged without the session's CSRF token (or with a wrong one,
   or as a form post) is refused and the job keeps running.
 - The job's history survives a coordinator restart (the API's, read again).
+- alice's sweep: its page lists the trials (sortable), draws one line per
+  trial by step and the trials on the hyperparameter plot; two trials
+  selected open the comparison (two curves by step, the spec differences,
+  the final metrics); bob cannot see it; Cancel sweep ends every trial.
 - Screenshots of the job page are left in the build's test-artifacts/.
 
     python tests/e2e/web_ui_e2e.py BUILD/bin ARTIFACT_DIR
@@ -21,6 +25,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -43,6 +48,20 @@ max_steps: 1000000
 num_processes: 2
 max_restarts: 2
 checkpoint: {every_steps: 200, total_limit: 2}
+"""
+
+SWEEP = """
+name: web-sweep
+model: {kind: mlp, hidden: [64]}
+data: {kind: synthetic, batch_size: 16, num_samples: 4096}
+max_steps: 1000000
+sweep:
+  parameters:
+    optimizer.lr: {log_uniform: [1.0e-5, 1.0e-2]}
+  metric: {name: loss}
+  searcher: {kind: random}
+  max_trials: 4
+  concurrency: 2
 """
 
 
@@ -273,6 +292,68 @@ class WebUi(unittest.TestCase):
         wait_for(lambda: d.find_elements(By.ID, "chart-loss") and self.points(d) == len(loss["points"]), 30,
                  "the chart drawn from the kept history")
         d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_job_page_after_restart.png"))
+
+    def test_5b_a_sweep_page_compares_its_trials_and_cancels_them_all(self):
+        from selenium.webdriver.common.by import By
+        d = self.alice
+        r = self.server.ctl("--token-file", self.alice_token, "sweep", "submit", write_spec(self.tmp.name, "sweep.yaml", SWEEP))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sweep_id = r.stdout.strip()
+        d.get(self.url("sweeps"))
+        wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#sweeps-table a"), 30, "the sweep in the sweeps table")
+        self.assertEqual(d.find_element(By.CSS_SELECTOR, "#sweeps-table a").text, sweep_id)
+        d.get(self.url("sweeps/" + sweep_id))
+
+        def lines():
+            c = d.find_elements(By.ID, "sweep-chart")
+            return int(c[0].get_attribute("data-lines") or 0) if c else 0
+        wait_for(lambda: lines() == 2, 60, "one line per live trial on the sweep's chart",
+                 lambda: d.find_element(By.ID, "main").text[-2000:])
+        rows = d.find_elements(By.CSS_SELECTOR, "#trials-table tbody tr")
+        self.assertEqual(len(rows), 2)
+        self.assertIn("optimizer.lr", d.find_element(By.ID, "trials-table").text)
+        wait_for(lambda: int(d.find_element(By.ID, "sweep-scatter").get_attribute("data-points") or 0) == 2, 30,
+                 "both trials on the hyperparameter plot")
+        d.find_element(By.CSS_SELECTOR, "#trials-table th[data-key=best]").click()
+        best = [c.text for c in d.find_elements(By.CSS_SELECTOR, "#trials-table tbody tr td:nth-child(6)")]
+        self.assertEqual(best, sorted(best, key=float), "sorted by the best metric")
+        d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_sweep_page.png"))
+
+        # Both trials side by side.
+        jobs = [b.get_attribute("data-job") for b in d.find_elements(By.CSS_SELECTOR, ".trial-select")]
+        for b in d.find_elements(By.CSS_SELECTOR, ".trial-select"):
+            b.click()
+        d.find_element(By.ID, "compare-trials").click()
+        wait_for(lambda: "/ui/compare" in d.current_url and d.find_elements(By.ID, "compare-chart") and
+                 d.find_element(By.ID, "compare-chart").get_attribute("data-lines") == "2", 30, "two curves by step")
+        self.assertEqual(sorted(d.current_url.split("jobs=")[1].split(",")), sorted(jobs))
+        diffs = d.find_element(By.ID, "diff-table").text
+        self.assertIn("optimizer.lr", diffs)
+        self.assertIn("name", diffs)
+        self.assertNotIn("max_steps", diffs, "a field the trials share is not a difference")
+        self.assertEqual(len(d.find_elements(By.CSS_SELECTOR, "#finals-table tbody tr")), 2)
+        d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_compare.png"))
+
+        # Bob cannot see it.
+        bob = Http(self.server.http_port)
+        bob.login(self.token["bob"])
+        status, body = bob.api("GetSweep", {"id": sweep_id})
+        self.assertEqual(status, 404, body)
+
+        # Bulk cancel from the page: every trial ends.
+        d.get(self.url("sweeps/" + sweep_id))
+        wait_for(lambda: lines() == 2, 60, "the sweep page again")
+        d.find_element(By.ID, "cancel-sweep").click()
+        clicked = time.monotonic()
+
+        def all_ended():
+            r = self.server.ctl("--token-file", self.alice_token, "-o", "json", "sweep", "get", sweep_id)
+            w = json.loads(r.stdout)
+            return w if w["state"] == "CANCELLED" and all(t["state"] == "CANCELLED" for t in w["trials"]) else None
+        w = wait_for(all_ended, 30, "every trial cancelled")
+        print(f"\nbulk cancel: {len(w['trials'])} trials ended {time.monotonic() - clicked:.1f} s after the click",
+              flush=True)
+        wait_for(lambda: "CANCELLED" in d.find_element(By.ID, "sweep-status").text, 30, "the page saying so")
 
     def test_6_guessing_tokens_is_slowed_down(self):
         # Last: it blocks this address's sign-ins for a minute.

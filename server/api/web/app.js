@@ -1,6 +1,8 @@
 // Trainyard's web UI: one script over the coordinator's JSON API
 // (/ui/api/v1/<JobService method>, server/web_ui.h). Pages: the jobs
-// (/ui/), a job (/ui/jobs/<id>) and the queue with quotas (/ui/queue).
+// (/ui/), a job (/ui/jobs/<id>) and the queue with quotas (/ui/queue);
+// sweeps.js has the sweeps (/ui/sweeps, /ui/sweeps/<id>) and the
+// comparison of jobs (/ui/compare?jobs=a,b).
 // Everything shown is set as text (no HTML from data).
 "use strict";
 
@@ -189,7 +191,17 @@ function jobsPage() {
   const everyone = h("input", {type: "checkbox", id: "filter-all", checked: session.admin || params.get("all") === "1"});
   const holder = h("div", {id: "jobs"}, h("p", {class: "muted"}, "Loading…"));
   let sort = {sortKey: "created", sortDir: -1};
+  const selected = new Set();
+  const compare = h("button", {id: "compare-jobs", type: "button", disabled: true}, "Compare selected");
+  compare.addEventListener("click", () => {
+    location.href = "/ui/compare?jobs=" + [...selected].map(encodeURIComponent).join(",");
+  });
   const columns = [
+    {key: "sel", title: "", value: (j) => (selected.has(j.id) ? 0 : 1), cell: (j) => h("input", {type: "checkbox",
+      class: "job-select", "data-job": j.id, checked: selected.has(j.id), onchange: (ev) => {
+        if (ev.target.checked) selected.add(j.id); else selected.delete(j.id);
+        compare.disabled = selected.size < 2;
+      }})},
     {key: "id", title: "ID", value: (j) => j.id, cell: (j) => h("a", {href: "/ui/jobs/" + encodeURIComponent(j.id)}, j.id)},
     {key: "name", title: "Name", value: (j) => j.name},
     {key: "owner", title: "User", value: (j) => j.owner || "-"},
@@ -220,7 +232,7 @@ function jobsPage() {
   for (const el of [state, everyone]) el.addEventListener("change", refresh);
   for (const el of [user, name]) el.addEventListener("input", refresh);
   setMain(h("h1", {}, "Jobs"), h("div", {class: "filters"}, state, user, name,
-    h("label", {}, everyone, " everyone's jobs")), holder);
+    h("label", {}, everyone, " everyone's jobs"), compare), holder);
   refresh();
   every(POLL_MS * 2, refresh);
 }
@@ -559,6 +571,12 @@ function route() {
   const path = location.pathname;
   if (path.startsWith("/ui/jobs/")) return jobPage(decodeURIComponent(path.slice(9)));
   if (path === "/ui/queue") return queuePage();
+  if (path === "/ui/sweeps") return sweepsPage();
+  if (path.startsWith("/ui/sweeps/")) return sweepPage(decodeURIComponent(path.slice(11)));
+  if (path === "/ui/compare") {
+    const ids = (new URLSearchParams(location.search).get("jobs") || "").split(",").filter(Boolean);
+    return comparePage(ids);
+  }
   return jobsPage();
 }
 
