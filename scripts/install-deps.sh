@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates curl procps iproute2 python3 openssl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  grpc-proto prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev libssl-dev
+  grpc-proto prometheus-cpp-dev libsqlite3-dev libcurl4-openssl-dev libyaml-cpp-dev libssl-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgtest-dev libgmock-dev libxxhash-dev zlib1g-dev
   libjpeg62-turbo-dev libpng-dev
   clang clang-format libclang-rt-dev libgloo-dev python3-grpcio python3-numpy python3-venv

@@ -28,8 +28,9 @@ LAYERS = {
                     "server/health", "server/replicas"],
     "server/sweeps": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
                       "server/health", "server/replicas", "server/jobs"],
+    "server/notify": ["server/store"],
     "server/api": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
-                   "server/health", "server/replicas", "server/jobs", "server/sweeps"],
+                   "server/health", "server/replicas", "server/jobs", "server/sweeps", "server/notify"],
     # The worker: a rank's libraries in layers; the binary (worker/main.cc,
     # worker/worker_main.*) composes them all.
     "worker/base": [],

@@ -257,6 +257,16 @@ struct ElasticSpec {
   bool operator==(const ElasticSpec&) const = default;
 };
 
+// Webhooks (docs/reference/notifications.md): the coordinator POSTs the
+// job to each of `urls` when it reaches one of `on`.
+struct NotifySpec {
+  std::vector<std::string> urls;  // http:// or https:// (common/webhook_url.h), at most 8
+  // SUCCEEDED, FAILED, CANCELLED, RUNNING, PREEMPTED (queued again by a
+  // preemption).
+  std::vector<std::string> on = {"SUCCEEDED", "FAILED", "CANCELLED"};
+  bool operator==(const NotifySpec&) const = default;
+};
+
 // A script job (`script:` in the spec): each rank runs the user's Python
 // script as the child of its trainyard-worker, with the environment
 // `accelerate launch` (and torchrun) gives a rank. The native engine's
@@ -366,6 +376,7 @@ struct JobSpec {
   SlurmSpec slurm;
   FaultToleranceSpec fault_tolerance;
   ElasticSpec elastic;
+  NotifySpec notify;
   // mode replica: each DDP rank is a replica, or each FSDP shard group
   // (docs/design/fault-tolerance.md).
   bool replicas() const { return fault_tolerance.mode == FaultToleranceMode::kReplica; }

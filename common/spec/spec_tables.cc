@@ -8,6 +8,7 @@
 #include "common/progress_pattern.h"
 #include "common/spec/spec_rules.h"
 #include "common/spec/table_helpers.h"
+#include "common/webhook_url.h"
 
 namespace trainyard::spec {
 
@@ -390,6 +391,47 @@ const Section<ElasticSpec>& ElasticTable() {
   return sec;
 }
 
+const Section<NotifySpec>& NotifyTable() {
+  using N = NotifySpec;
+  static const Section<N> sec = [] {
+    Section<N> s;
+    Field<N> urls =
+        Own("urls", &N::urls, "list of strings", "at most 8 http:// or https:// URLs, no credentials",
+            "Where the coordinator POSTs the job (JSON, signed).", [](MapReader& r, N* s, const ReadContext&) {
+              YAML::Node n = r.Child("urls");
+              if (!n) return;
+              const std::string p = r.PathOf("urls");
+              s->urls = StringList(n, p, 8, 2048, "each entry must be a URL string, got ");
+              for (size_t i = 0; i < s->urls.size(); ++i) {
+                if (auto u = ParseWebhookUrl(s->urls[i]); !u.ok()) {
+                  Fail(absl::StrCat(p, "[", i, "]"), std::string(u.status().message()));
+                }
+              }
+            });
+    urls.random = [](Rng& g, N* s) {
+      s->urls.clear();
+      if (g.Coin(0.2)) s->urls.push_back("https://" + g.Word(1, 10, "abcdefghij") + ".example/hook");
+    };
+    Field<N> on =
+        Own("on", &N::on, "list of strings", "`SUCCEEDED`, `FAILED`, `CANCELLED`, `RUNNING`, `PREEMPTED`",
+            "The states that call the URLs.", [](MapReader& r, N* s, const ReadContext&) {
+              YAML::Node n = r.Child("on");
+              if (!n) return;
+              const std::string p = r.PathOf("on");
+              s->on = StringList(n, p, 5, 16, "each entry must be a state name, got ");
+              for (std::string& v : s->on) {
+                for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+                if (v != "SUCCEEDED" && v != "FAILED" && v != "CANCELLED" && v != "RUNNING" && v != "PREEMPTED") {
+                  Fail(p, "'" + v + "': one of SUCCEEDED, FAILED, CANCELLED, RUNNING, PREEMPTED");
+                }
+              }
+            });
+    s.fields = {std::move(urls), std::move(on)};
+    return s;
+  }();
+  return sec;
+}
+
 // ---- top level ----
 
 Field<JobSpec> ScriptRow() {
@@ -496,6 +538,7 @@ const Section<JobSpec>& JobSpecTable() {
         Sub("slurm", &J::slurm, SlurmTable(), "The Slurm batch job's options."),
         Sub("fault_tolerance", &J::fault_tolerance, FaultToleranceTable(), "What a lost rank does to the job."),
         Sub("elastic", &J::elastic, ElasticTable(), "A job that grows and shrinks between bounds."),
+        Sub("notify", &J::notify, NotifyTable(), "Webhooks called when the job reaches the states of `on`."),
     };
     s.before_unknown = [](MapReader& r, J*, const ReadContext&) {
       for (const char* key : {"owner", "group", "user"}) {

@@ -59,6 +59,13 @@ int main(int argc, char** argv) {
   app.add_option("--script-python", o.jobs.script_python,
                  "Python that runs script jobs whose spec names no script.python")
       ->capture_default_str();
+  app.add_option("--notify-allowed-host", o.jobs.notify_allowed_hosts,
+                 "A host a spec's notify.urls may name (repeat for several; *.example.com for a domain's); "
+                 "default: any")
+      ->take_all();
+  app.add_option("--notify-secret-file", o.notify_secret_file,
+                 "File with the key webhooks are signed with (X-Trainyard-Signature-256: sha256=HMAC-SHA256 of the "
+                 "body); default: unsigned");
   app.add_option("--auth-token-file", o.policy.auth_token_file,
                  "File with the bearer token every client call must carry (authorization: Bearer <token>)");
   app.add_option("--policy-file", o.policy.policy_file,

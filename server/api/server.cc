@@ -23,6 +23,8 @@
 #include "server/api/rpc_services.h"
 #include "server/api/web_ui.h"
 #include "server/jobs/job_manager.h"
+#include "server/notify/notifier.h"
+#include "server/notify/notifying_job_store.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -60,6 +62,8 @@ int DetectGpus() {
 struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<JobStore> store;
+  std::unique_ptr<Notifier> notifier;         // the jobs' webhooks
+  std::unique_ptr<JobStore> notifying_store;  // `store`, announcing changes of state to `notifier`
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<ServerMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -122,6 +126,22 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
   auto opened = JobStore::Open(options.jobs.state_dir + "/trainyard.db");
   if (!opened.ok()) return opened.status();
   store = std::move(*opened);
+  NotifierOptions no;
+  no.allowed_hosts = options.jobs.notify_allowed_hosts;
+  if (!options.notify_secret_file.empty()) {
+    auto key = ReadTokenFile(options.notify_secret_file, "--notify-secret-file");
+    if (!key.ok()) return key.status();
+    no.secret = *key;
+  }
+  notifier = std::make_unique<Notifier>(no, [this](const std::string& job_id, const std::string& text) {
+    if (job_id.empty()) return;
+    auto job = store->Get(job_id);
+    if (!job.ok()) return;
+    store->AddEvent(job_id, JobEvent{NowMillis(), job->state, text}).IgnoreError();
+    spdlog::info("job {}: {}", job_id, text);
+  });
+  notifier->Start();
+  notifying_store = std::make_unique<NotifyingJobStore>(store.get(), notifier.get());
   registry = std::make_shared<prometheus::Registry>();
   metrics = std::make_unique<ServerMetrics>(registry);
   metrics->SetPeakFlops(options.peak_flops);
@@ -165,7 +185,7 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   LocalLauncherOptions lo = options.local;
   lo.extra_worker_args = *tls_args;
   launcher = MakeLocalLauncher(lo, [this](const std::vector<RankExit>& e) { manager->workers().OnRankExits(e); });
-  manager = std::make_unique<JobManager>(store.get(), launcher.get(), metrics.get(), options.jobs);
+  manager = std::make_unique<JobManager>(notifying_store.get(), launcher.get(), metrics.get(), options.jobs);
   auto opened = SweepStore::Open(options.jobs.state_dir + "/trainyard.db");
   if (!opened.ok()) return opened.status();
   sweep_store = std::move(*opened);
@@ -349,6 +369,7 @@ void Server::Shutdown() {
   if (s.grpc_server) s.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
   s.launcher.reset();  // kills and reaps what is left; no callback after this
   s.slurm_launcher.reset();
+  if (s.notifier) s.notifier->Stop();  // what is still waiting is recorded as not delivered
 }
 
 absl::Status Server::ReloadPolicy() {

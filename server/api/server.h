@@ -55,6 +55,7 @@ struct ServerOptions {
   std::string http_listen;
   std::chrono::seconds web_session_ttl{12 * 3600};
   std::vector<std::string> http_allowed_hosts;  // --http-allowed-host
+  std::string notify_secret_file;               // webhooks' signing key (--notify-secret-file)
   std::string ready_file;  // written once serving: {"grpc_port":..,"metrics_port":..,"http_port":..}
   // HOST[:PORT] workers on other hosts (Slurm, external) reach the gRPC
   // service at; default: the --listen host, or this host's name when that

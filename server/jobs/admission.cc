@@ -1,5 +1,7 @@
 #include "server/jobs/admission.h"
 
+#include "common/webhook_url.h"
+
 #include <filesystem>
 
 #include <utility>
@@ -23,7 +25,8 @@ AdmissionOptions AdmissionOptionsOf(const JobManagerOptions& o) {
                                   : o.allowed_roots,
           o.script_python,
           o.limits,
-          o.max_queued_jobs};
+          o.max_queued_jobs,
+          o.notify_allowed_hosts};
 }
 
 absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const std::string& accelerate_config,
@@ -40,6 +43,13 @@ absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const st
   if (!spec.ok()) return spec.status();
   if (spec->launcher == LauncherKind::kDefault) spec->launcher = now.launchers.default_kind();
   if (auto s = CheckResources(*spec, now.launchers); !s.ok()) return s;
+  for (size_t i = 0; i < spec->notify.urls.size(); ++i) {
+    auto url = ParseWebhookUrl(spec->notify.urls[i]);
+    if (url.ok() && !WebhookHostAllowed(url->host, options_.notify_allowed_hosts)) {
+      return absl::InvalidArgumentError(absl::StrCat("notify.urls[", i, "]: host ", url->host,
+                                                     " is not one this server calls (its --notify-allowed-host)"));
+    }
+  }
   if (now.queued >= options_.max_queued_jobs) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the queue already holds ", now.queued, " jobs (the limit); try again later"));

@@ -42,6 +42,8 @@ struct AdmissionOptions {
   SpecLimits limits;
   // Jobs waiting in the queue at most.
   int max_queued_jobs = 50000;
+  // Hosts notify.urls may name; empty: any.
+  std::vector<std::string> notify_allowed_hosts;
 };
 
 // The admission options of a JobManager's (paths made absolute; default

@@ -51,6 +51,9 @@ struct JobManagerOptions {
   // A job is not preempted for another before it ran this long since it
   // started (--preemption-min-run-time).
   std::chrono::seconds preemption_min_run_time{600};
+  // Hosts a spec's notify.urls may name (--notify-allowed-host; "*.x.org"
+  // for a domain's); empty: any.
+  std::vector<std::string> notify_allowed_hosts;
 };
 
 }  // namespace trainyard

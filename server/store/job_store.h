@@ -28,6 +28,9 @@ class JobStore {
   virtual absl::Status Insert(const JobRecord& job, const JobEvent& event) = 0;
   // Overwrites the job's row; with `event`, also appends it, atomically.
   virtual absl::Status Update(const JobRecord& job, const JobEvent* event) = 0;
+  // Appends `event` to the job's events alone (its row as it is): what
+  // happens outside the job manager (a webhook's delivery).
+  virtual absl::Status AddEvent(const std::string& id, const JobEvent& event) = 0;
   virtual absl::StatusOr<JobRecord> Get(const std::string& id) = 0;
   // Jobs in creation order, oldest first; at most `limit` (the newest ones).
   virtual absl::StatusOr<std::vector<JobRecord>> List(int limit) = 0;

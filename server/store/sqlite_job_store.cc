@@ -145,6 +145,11 @@ class SqliteJobStore final : public JobStore {
     return Exec("COMMIT;");
   }
 
+  absl::Status AddEvent(const std::string& id, const JobEvent& event) override {
+    absl::MutexLock lock(&mu_);
+    return AppendEvent(id, event);
+  }
+
   absl::StatusOr<JobRecord> Get(const std::string& id) override {
     absl::MutexLock lock(&mu_);
     Stmt st(db_, absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id=?;"));

@@ -1,7 +1,8 @@
 """Hyperparameter sweeps end to end: a real server, real MLP jobs, trainctl.
 
 - A 12-trial ASHA sweep on a 4-slot server: every trial is an ordinary job
-  (its own history; `trainctl history --jobs` puts them side by side); each trial stopped at a rung was not the best of the
+  (its own history; `trainctl history --jobs` puts them side by side);
+  each trial stopped at a rung was not the best of the
   trials that had reached that rung before it, and the best at each rung
   went on (from the trials' histories); the best trial's final loss equals that of the
   same hyperparameters run alone (same seed); the sweep used fewer

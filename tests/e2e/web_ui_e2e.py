@@ -296,7 +296,8 @@ class WebUi(unittest.TestCase):
     def test_5b_a_sweep_page_compares_its_trials_and_cancels_them_all(self):
         from selenium.webdriver.common.by import By
         d = self.alice
-        r = self.server.ctl("--token-file", self.alice_token, "sweep", "submit", write_spec(self.tmp.name, "sweep.yaml", SWEEP))
+        spec = write_spec(self.tmp.name, "sweep.yaml", SWEEP)
+        r = self.server.ctl("--token-file", self.alice_token, "sweep", "submit", spec)
         self.assertEqual(r.returncode, 0, r.stderr)
         sweep_id = r.stdout.strip()
         d.get(self.url("sweeps"))

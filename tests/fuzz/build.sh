@@ -12,7 +12,8 @@ objs=$(dirname "$out")/spec_fuzzer_objs
 mkdir -p "$objs"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address -I"$src")
 files=("$src/tests/fuzz/spec_fuzzer.cc" "$src"/common/spec/*.cc "$src/common/accelerate_config.cc"
-  "$src/common/accelerate_keys.cc" "$src/common/job_state.cc" "$src/common/progress_pattern.cc")
+  "$src/common/accelerate_keys.cc" "$src/common/job_state.cc" "$src/common/progress_pattern.cc"
+  "$src/common/webhook_url.cc")
 linked=()
 for f in "${files[@]}"; do
   o=$objs/$(basename "${f%.cc}").o

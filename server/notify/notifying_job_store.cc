@@ -1,0 +1,77 @@
+#include "server/notify/notifying_job_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace trainyard {
+namespace {
+
+// The spec's notify section, when it names URLs.
+struct Wanted {
+  std::vector<std::string> urls, on;
+};
+
+std::optional<Wanted> WantedOf(const std::string& spec_json) {
+  if (spec_json.find("http") == std::string::npos) return std::nullopt;  // no URL: most jobs
+  try {
+    const nlohmann::json j = nlohmann::json::parse(spec_json);
+    auto n = j.find("notify");
+    if (n == j.end() || !n->contains("urls") || (*n)["urls"].empty()) return std::nullopt;
+    return Wanted{(*n)["urls"].get<std::vector<std::string>>(), n->value("on", std::vector<std::string>{})};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// What a change from `before` to `event` announces ("" for nothing).
+std::string EventName(JobState before, const JobEvent& event) {
+  if (event.state == before) return "";
+  if (event.state == JobState::kQueued) return absl::StartsWith(event.reason, "preempted") ? "PREEMPTED" : "";
+  return JobStateName(event.state);
+}
+
+}  // namespace
+
+std::string WebhookBody(const JobRecord& job, const std::string& event, int64_t unix_millis) {
+  nlohmann::ordered_json j = {{"event", event},
+                              {"unix_millis", unix_millis},
+                              {"job",
+                               {{"id", job.id},
+                                {"name", job.name},
+                                {"owner", job.owner},
+                                {"state", JobStateName(job.state)},
+                                {"reason", job.reason},
+                                {"attempt", job.attempt},
+                                {"num_processes", job.num_processes},
+                                {"step", job.step},
+                                {"max_steps", job.max_steps},
+                                {"loss", job.loss},
+                                {"first_loss", job.first_loss},
+                                {"created_unix_millis", job.created_unix_millis},
+                                {"started_unix_millis", job.started_unix_millis},
+                                {"ended_unix_millis", job.ended_unix_millis}}}};
+  return j.dump();
+}
+
+absl::Status NotifyingJobStore::Update(const JobRecord& job, const JobEvent* event) {
+  std::optional<Wanted> wanted = event != nullptr ? WantedOf(job.spec_json) : std::nullopt;
+  if (!wanted) return store_->Update(job, event);
+  // The state before this change, as committed (after a coordinator restart
+  // too).
+  absl::StatusOr<JobRecord> before = store_->Get(job.id);
+  absl::Status s = store_->Update(job, event);
+  if (!s.ok() || !before.ok()) return s;
+  const std::string name = EventName(before->state, *event);
+  if (name.empty() || std::find(wanted->on.begin(), wanted->on.end(), name) == wanted->on.end()) return s;
+  const std::string body = WebhookBody(job, name, event->unix_millis);
+  for (const std::string& url : wanted->urls) {
+    notifier_->Enqueue(
+        {job.id, url, name, absl::StrFormat("%s-%d-%d", job.id, event->unix_millis, ++deliveries_), body});
+  }
+  return s;
+}
+
+}  // namespace trainyard

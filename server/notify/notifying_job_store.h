@@ -1,0 +1,66 @@
+// NotifyingJobStore: the job store as the job manager sees it, with the
+// jobs' webhooks behind it. Every call goes to the real store; a job's
+// change of state whose new state its spec's `notify.on` names (PREEMPTED:
+// queued again with a "preempted" reason) hands one delivery per URL to the
+// Notifier, after the change is committed. So the core learns nothing of
+// webhooks: what it persists is what they announce.
+//
+// Thread-safe as the store and the notifier are.
+#ifndef TRAINYARD_SERVER_NOTIFY_NOTIFYING_JOB_STORE_H_
+#define TRAINYARD_SERVER_NOTIFY_NOTIFYING_JOB_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/notify/notifier.h"
+#include "server/store/job_store.h"
+
+namespace trainyard {
+
+class NotifyingJobStore final : public JobStore {
+ public:
+  // Both must outlive it.
+  NotifyingJobStore(JobStore* store, Notifier* notifier) : store_(store), notifier_(notifier) {}
+
+  absl::Status Insert(const JobRecord& job, const JobEvent& event) override { return store_->Insert(job, event); }
+  absl::Status Update(const JobRecord& job, const JobEvent* event) override;
+  absl::Status AddEvent(const std::string& id, const JobEvent& event) override { return store_->AddEvent(id, event); }
+  absl::StatusOr<JobRecord> Get(const std::string& id) override { return store_->Get(id); }
+  absl::StatusOr<std::vector<JobRecord>> List(int limit) override { return store_->List(limit); }
+  absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit,
+                                const std::vector<std::string>& owners,
+                                const std::vector<std::string>& groups) override {
+    return store_->ListPage(states, after, limit, owners, groups);
+  }
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override { return store_->Events(id); }
+  absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) override {
+    return store_->AddCheckpoint(id, c);
+  }
+  absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) override {
+    return store_->Checkpoints(id);
+  }
+  absl::Status SaveHistory(const std::string& id, const std::string& data) override {
+    return store_->SaveHistory(id, data);
+  }
+  absl::StatusOr<std::string> History(const std::string& id) override { return store_->History(id); }
+  absl::Status AppendHistory(const std::string& id, const std::string& tail) override {
+    return store_->AppendHistory(id, tail);
+  }
+  absl::StatusOr<std::vector<std::string>> HistoryTails(const std::string& id) override {
+    return store_->HistoryTails(id);
+  }
+
+ private:
+  JobStore* const store_;
+  Notifier* const notifier_;
+  std::atomic<uint64_t> deliveries_{0};
+};
+
+// The JSON a webhook receives for `job` reaching `event` (SUCCEEDED, ...).
+std::string WebhookBody(const JobRecord& job, const std::string& event, int64_t unix_millis);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_SERVER_NOTIFY_NOTIFYING_JOB_STORE_H_

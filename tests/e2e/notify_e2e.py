@@ -1,0 +1,186 @@
+"""Webhooks end to end: a real server calling a real local HTTP receiver.
+
+- A job with notify.urls: the receiver gets a POST when it runs and when it
+  succeeds, its JSON body names the job and the state, its
+  X-Trainyard-Signature-256 verifies with the server's secret (HMAC-SHA256),
+  and each delivery is in the job's events.
+- A receiver answering 500 twice: the third try is delivered (the events
+  say so; the same delivery id each time).
+- A receiver that hangs: other calls are answered while it holds the
+  request, and the delivery goes through once it answers again.
+- URLs that are not http(s), that hold credentials or whose host the
+  operator did not allow are refused at submit, naming the field.
+
+Run by ctest with the build's bin directory as the first argument.
+"""
+import hashlib
+import hmac
+import http.server
+import json
+import os
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402
+from e2e_test import Server, wait_for, write_spec  # noqa: E402
+import test_clock  # noqa: E402
+
+SECRET = "a-webhook-secret-of-the-operator"
+
+JOB = """
+name: %(name)s
+model: {kind: mlp, hidden: [32]}
+data: {kind: synthetic, batch_size: 16, num_samples: 480}
+max_steps: %(steps)d
+notify:
+  urls: [%(urls)s]
+  on: [%(on)s]
+"""
+
+
+class Receiver(http.server.ThreadingHTTPServer):
+    """Records every POST; /flaky answers 500 to its first two; /hang holds
+    the request until `release` is set."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.requests = []
+        self.lock = threading.Lock()
+        self.flaky_left = 2
+        self.release = threading.Event()
+        self.holding = threading.Event()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+    def got(self, path):
+        with self.lock:
+            return [r for r in self.requests if r["path"] == path]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        s = self.server
+        with s.lock:
+            s.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            status = 200
+            if self.path == "/flaky" and s.flaky_left > 0:
+                s.flaky_left -= 1
+                status = 500
+        if self.path == "/hang" and not s.release.is_set():
+            s.holding.set()
+            s.release.wait(60)
+            s.holding.clear()
+            return  # no answer: the connection closes
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class Webhooks(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-notify-")
+        cls.receiver = Receiver()
+        secret = write_spec(cls.tmp.name, "notify.secret", SECRET + "\n")
+        cls.server = Server(cls.tmp.name, slots=2, extra=("--notify-secret-file", secret,
+                                                           "--notify-allowed-host", "127.0.0.1"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.receiver.release.set()
+        cls.server.stop()
+        cls.receiver.shutdown()
+        cls.tmp.cleanup()
+
+    def submit(self, name, steps, urls, on):
+        text = JOB % dict(name=name, steps=steps, urls=", ".join(urls), on=", ".join(on))
+        r = self.server.ctl("-o", "json", "submit", write_spec(self.tmp.name, name + ".yaml", text))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["id"]
+
+    def events(self, job_id):
+        return [e["reason"] for e in self.server.job(job_id)["events"]]
+
+    def test_1_running_and_succeeded_are_posted_signed_and_recorded(self):
+        url = self.receiver.url("/ok")
+        job = self.submit("hooked", 200, [url], ["RUNNING", "SUCCEEDED"])
+        wait_for(lambda: len(self.receiver.got("/ok")) >= 2, 60, "two deliveries")
+        got = self.receiver.got("/ok")
+        self.assertEqual(len(got), 2)
+        bodies = [json.loads(r["body"]) for r in got]
+        self.assertEqual([b["event"] for b in bodies], ["RUNNING", "SUCCEEDED"])
+        for r, b in zip(got, bodies):
+            self.assertEqual(b["job"]["id"], job)
+            self.assertEqual(b["job"]["state"], b["event"])
+            self.assertEqual(r["headers"]["X-Trainyard-Event"], b["event"])
+            self.assertEqual(r["headers"]["Content-Type"], "application/json")
+            want = "sha256=" + hmac.new(SECRET.encode(), r["body"], hashlib.sha256).hexdigest()
+            self.assertTrue(hmac.compare_digest(r["headers"]["X-Trainyard-Signature-256"], want))
+            forged = "sha256=" + hmac.new(b"another-key", r["body"], hashlib.sha256).hexdigest()
+            self.assertNotEqual(r["headers"]["X-Trainyard-Signature-256"], forged)
+        self.assertEqual(bodies[1]["job"]["step"], 200)
+        self.assertNotEqual(got[0]["headers"]["X-Trainyard-Delivery"], got[1]["headers"]["X-Trainyard-Delivery"])
+        wait_for(lambda: sum("webhook " + url in e for e in self.events(job)) == 2, 30, "both in the job's events")
+        ev = self.events(job)
+        self.assertIn(f"webhook {url} (RUNNING): delivered, HTTP 200", ev)
+        self.assertIn(f"webhook {url} (SUCCEEDED): delivered, HTTP 200", ev)
+
+    def test_2_a_receiver_answering_500_gets_the_delivery_again(self):
+        url = self.receiver.url("/flaky")
+        job = self.submit("flaky", 50, [url], ["SUCCEEDED"])
+        wait_for(lambda: any("(SUCCEEDED): delivered" in e for e in self.events(job)), 60,
+                 "the delivery after two 500s", lambda: "\n".join(self.events(job)))
+        got = self.receiver.got("/flaky")
+        self.assertEqual(len(got), 3)
+        self.assertEqual(len({r["headers"]["X-Trainyard-Delivery"] for r in got}), 1, "one delivery, three tries")
+        self.assertEqual(len({r["body"] for r in got}), 1)
+        self.assertIn(f"webhook {url} (SUCCEEDED): delivered, HTTP 200 at try 3", self.events(job))
+
+    def test_3_a_hanging_receiver_delays_no_call(self):
+        url = self.receiver.url("/hang")
+        job = self.submit("hang", 50, [url], ["SUCCEEDED"])
+        wait_for(self.receiver.holding.is_set, 60, "the receiver holding the delivery")
+        # While it holds the request: the server answers, and runs jobs.
+        other = self.submit("meanwhile", 30, [], ["SUCCEEDED"])
+        r = self.server.ctl("watch", other, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.server.job(job)["state"], "SUCCEEDED")
+        self.assertTrue(self.receiver.holding.is_set(), "the receiver let go before the calls were answered")
+        self.receiver.release.set()
+        wait_for(lambda: any("(SUCCEEDED): delivered" in e for e in self.events(job)), 60,
+                 "the delivery once the receiver answers", lambda: "\n".join(self.events(job)))
+
+    def test_4_bad_urls_are_refused_naming_the_field(self):
+        cases = [
+            ("file:///etc/passwd", "notify.urls[0]", "only http and https"),
+            ("127.0.0.1/hook", "notify.urls[0]", "must start with http"),
+            ("gopher://127.0.0.1/", "notify.urls[0]", "only http and https"),
+            ("https://user:secret@127.0.0.1/hook", "notify.urls[0]", "credentials"),
+            ("https://evil.example/hook", "notify.urls[0]", "not one this server calls"),
+        ]
+        for i, (url, field, why) in enumerate(cases):
+            text = JOB % dict(name=f"bad{i}", steps=10, urls=url, on="SUCCEEDED")
+            r = self.server.ctl("submit", write_spec(self.tmp.name, f"bad{i}.yaml", text))
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn("INVALID_ARGUMENT", r.stderr)
+            self.assertIn(field, r.stderr)
+            self.assertIn(why, r.stderr)
+            self.assertNotIn("secret@", r.stderr)
+        text = JOB % dict(name="badon", steps=10, urls=self.receiver.url("/ok"), on="EXPLODED")
+        r = self.server.ctl("submit", write_spec(self.tmp.name, "badon.yaml", text))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("notify.on", r.stderr)
+
+
+if __name__ == "__main__":
+    e2e_test.BIN = sys.argv.pop(1)
+    test_clock.main()
