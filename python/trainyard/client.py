@@ -305,6 +305,32 @@ class Client:
                        timeout=timeout_ms / 1000 + self._timeout)
         return _to_dict(r)
 
+    def submit_sweep(self, spec):
+        """Starts a hyperparameter sweep: a job spec with a `sweep:` section
+        (docs/reference/sweeps.md), as a dict, text or a path. Returns the
+        sweep: its id, state, searcher, metric, parameters and trials."""
+        if isinstance(spec, dict):
+            spec = json.dumps(spec)
+        elif os.path.isfile(spec):
+            spec = open(spec).read()
+        return _to_dict(self._call("SubmitSweep", self._pb.SubmitSweepRequest(spec=spec)).sweep)
+
+    def get_sweep(self, sweep_id):
+        """The sweep and its trials (each: number, job_id, values in the
+        order of `parameters`, state, early_stopped, rungs_passed,
+        best_metric, step, rank_seconds, reason); best_trial is -1 until a
+        trial reported the metric."""
+        return _to_dict(self._call("GetSweep", self._pb.GetSweepRequest(id=sweep_id)).sweep)
+
+    def list_sweeps(self, all_users=False):
+        return [_to_dict(w) for w in self._call("ListSweeps", self._pb.ListSweepsRequest(all_users=all_users)).sweeps]
+
+    def cancel_sweep(self, sweep_id, keep_best=False):
+        """Cancels every trial still queued or running (all but the best so
+        far with `keep_best`); the sweep starts no more."""
+        req = self._pb.CancelSweepRequest(id=sweep_id, keep_best=keep_best)
+        return _to_dict(self._call("CancelSweep", req).sweep)
+
     def history(self, job_id, series=None, dataframe=False):
         """The job's series across its attempts (loss, eval_loss,
         samples_per_second, step_seconds, learning_rate, grad_norm,

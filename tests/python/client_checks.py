@@ -98,6 +98,22 @@ with Client() as c:
     ended = c.cancel(long["id"], wait=True)
     assert ended["state"] == "CANCELLED", ended
 
+    # A sweep: two trials, one at a time; its best trial is the lower loss.
+    sweep = c.submit_sweep(dict(SMALL, name="client-sweep", num_processes=1, max_steps=40, checkpoint={},
+                                sweep={"parameters": {"optimizer.lr": {"choice": [0.01, 0.0001]}},
+                                       "searcher": {"kind": "grid"}, "concurrency": 1}))
+    assert sweep["state"] == "RUNNING" and sweep["parameters"] == ["optimizer.lr"], sweep
+    done = wait("the sweep to end", lambda: (lambda w: w if w["state"] == "SUCCEEDED" else None)(
+        c.get_sweep(sweep["id"])))
+    assert [t["values"] for t in done["trials"]] == [["0.01"], ["0.0001"]], done["trials"]
+    assert all(t["state"] == "SUCCEEDED" and t["step"] == 40 for t in done["trials"]), done["trials"]
+    best = min(done["trials"], key=lambda t: t["best_metric"])
+    assert done["best_trial"] == best["number"], done
+    assert sweep["id"] in [w["id"] for w in c.list_sweeps()]
+    assert c.get(done["trials"][0]["job_id"])["name"] == "client-sweep-t0"
+    e = expect(InvalidArgument, lambda: c.submit_sweep(SMALL))
+    assert "sweep" in e.message, e.message
+
     # Refused calls raise the error of their code.
     expect(NotFound, lambda: c.get("job-does-not-exist"))
     e = expect(InvalidArgument, lambda: c.submit(dict(SMALL, max_steps=-1)))
@@ -113,6 +129,8 @@ with Client(token="not-a-token") as nobody:
     expect(Unauthenticated, lambda: nobody.list())
 with Client(token=os.environ["TRAINYARD_TOKEN"].replace("alice", "bob")) as bob:
     expect(NotFound, lambda: bob.history(job["id"]))  # not his: as if it did not exist
+    expect(NotFound, lambda: bob.get_sweep(sweep["id"]))
+    assert bob.list_sweeps() == []
     assert bob.list() == []
 
 assert trainyard.Client is Client
