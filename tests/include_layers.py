@@ -27,7 +27,7 @@ LAYERS = {
     "server/jobs": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
                     "server/health", "server/replicas"],
     "server/sweeps": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
-                      "server/health", "server/replicas", "server/jobs"],
+                      "server/health", "server/replicas", "server/jobs", "server/notify"],
     "server/notify": ["server/store"],
     "server/api": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
                    "server/health", "server/replicas", "server/jobs", "server/sweeps", "server/notify"],

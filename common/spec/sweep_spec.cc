@@ -5,7 +5,9 @@
 #include <cmath>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/webhook_url.h"
 
 namespace trainyard {
 namespace {
@@ -111,7 +113,9 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
   if (!root.IsMap()) return absl::InvalidArgumentError("a sweep is a job spec (a mapping) with a 'sweep' section");
   const YAML::Node sweep = root["sweep"];
   if (!sweep.IsDefined() || !sweep.IsMap()) return Bad("sweep", "a mapping is required (parameters, metric, ...)");
-  if (auto s = OnlyKeys(sweep, "sweep", {"parameters", "metric", "searcher", "max_trials", "concurrency", "seed"});
+  if (auto s = OnlyKeys(
+          sweep, "sweep",
+          {"parameters", "metric", "searcher", "max_trials", "concurrency", "seed", "max_rank_hours", "notify"});
       !s.ok()) {
     return s;
   }
@@ -189,6 +193,47 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     out.seed = *v;
   }
 
+  if (sweep["max_rank_hours"].IsDefined()) {
+    auto v = Scalar<double>(sweep["max_rank_hours"], "sweep.max_rank_hours");
+    if (!v.ok()) return v.status();
+    if (!(*v >= 0 && *v <= 1e7)) return Bad("sweep.max_rank_hours", "0 (none) … 10,000,000");
+    out.max_rank_hours = *v;
+  }
+  if (const YAML::Node notify = sweep["notify"]; notify.IsDefined()) {
+    if (!notify.IsMap()) return Bad("sweep.notify", "{urls: [...], on: [SUCCEEDED, FAILED, CANCELLED, BEST]}");
+    if (auto s = OnlyKeys(notify, "sweep.notify", {"urls", "on"}); !s.ok()) return s;
+    auto strings = [](const YAML::Node& n, const std::string& p,
+                      size_t max) -> absl::StatusOr<std::vector<std::string>> {
+      if (!n.IsSequence() || n.size() > max) return Bad(p, absl::StrCat("a list of at most ", max, " strings"));
+      std::vector<std::string> v;
+      for (const auto& e : n) {
+        if (!e.IsScalar()) return Bad(p, "a list of strings");
+        v.push_back(e.Scalar());
+      }
+      return v;
+    };
+    if (notify["urls"].IsDefined()) {
+      auto urls = strings(notify["urls"], "sweep.notify.urls", 8);
+      if (!urls.ok()) return urls.status();
+      for (size_t i = 0; i < urls->size(); ++i) {
+        if (auto u = ParseWebhookUrl((*urls)[i]); !u.ok()) {
+          return Bad(absl::StrCat("sweep.notify.urls[", i, "]"), std::string(u.status().message()));
+        }
+      }
+      out.notify_urls = *urls;
+    }
+    if (notify["on"].IsDefined()) {
+      auto on = strings(notify["on"], "sweep.notify.on", 4);
+      if (!on.ok()) return on.status();
+      for (std::string& e : *on) {
+        e = absl::AsciiStrToUpper(e);
+        if (e != "SUCCEEDED" && e != "FAILED" && e != "CANCELLED" && e != "BEST") {
+          return Bad("sweep.notify.on", absl::StrCat("'", e, "': one of SUCCEEDED, FAILED, CANCELLED, BEST"));
+        }
+      }
+      out.notify_on = *on;
+    }
+  }
   if (out.max_trials < 0 || out.max_trials > 10000) return Bad("sweep.max_trials", "0 … 10000");
   if (out.concurrency < 1 || out.concurrency > 1000) return Bad("sweep.concurrency", "1 … 1000");
   const bool grid = out.searcher.kind == SweepSearcher::Kind::kGrid;

@@ -65,6 +65,14 @@ struct SweepSpec {
   int max_trials = 0;   // grid: 0 is every combination
   int concurrency = 1;  // trials running at once
   uint64_t seed = 0;    // random and ASHA draws
+  // The budget: once the trials used this many rank-hours (ranks x hours
+  // they ran), the sweep starts no more and stops those still running
+  // (0: none).
+  double max_rank_hours = 0;
+  // Webhooks (docs/reference/notifications.md): the sweep's end
+  // (SUCCEEDED, FAILED, CANCELLED) and each new best trial (BEST).
+  std::vector<std::string> notify_urls;
+  std::vector<std::string> notify_on = {"SUCCEEDED", "FAILED", "CANCELLED"};
 };
 
 // The sweep in `text` (YAML or JSON); InvalidArgument naming the field

@@ -189,7 +189,7 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   auto opened = SweepStore::Open(options.jobs.state_dir + "/trainyard.db");
   if (!opened.ok()) return opened.status();
   sweep_store = std::move(*opened);
-  sweeps = std::make_unique<SweepManager>(manager.get(), sweep_store.get());
+  sweeps = std::make_unique<SweepManager>(manager.get(), sweep_store.get(), notifier.get());
   SlurmLauncherOptions so = options.slurm;
   so.extra_worker_args = *tls_args;
   slurm_launcher = MakeSlurmLauncher(

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/spec_overrides.h"
+#include "common/webhook_url.h"
 #include "nlohmann/json.hpp"
 #include "server/jobs/job_history.h"
 
@@ -22,6 +23,9 @@ struct SweepManager::Live {
   std::unique_ptr<Searcher> searcher;
   std::map<int, int64_t> seen;  // trial -> the last step its metric was given to the searcher
   bool cancelled = false;       // starts no more trials
+  bool budget_spent = false;    // max_rank_hours used: starts no more trials
+  int announced_best = -1;      // the best trial the last BEST webhook named
+  uint64_t deliveries = 0;
 };
 
 namespace {
@@ -79,8 +83,8 @@ Caller DecodeCaller(const std::string& text) {
   return c;
 }
 
-SweepManager::SweepManager(JobRequestHandler* jobs, SweepStore* store, const TimeSource* clock)
-    : jobs_(jobs), store_(store), clock_(clock) {}
+SweepManager::SweepManager(JobRequestHandler* jobs, SweepStore* store, Notifier* notifier, const TimeSource* clock)
+    : jobs_(jobs), store_(store), notifier_(notifier), clock_(clock) {}
 
 SweepManager::~SweepManager() { Stop(); }
 
@@ -107,6 +111,7 @@ absl::Status SweepManager::Recover() {
       seen = std::max(seen, x.step);
     }
     live->cancelled = r.state == JobState::kCancelled;
+    live->announced_best = BestTrial(live->spec, r);
     live->record = std::move(r);
     order_.push_back(live->record.id);
     sweeps_[live->record.id] = std::move(live);
@@ -142,6 +147,13 @@ absl::StatusOr<SweepStatus> SweepManager::Submit(const std::string& spec_text, c
     return absl::InvalidArgumentError(absl::StrCat("sweep.metric.name: ", spec->metric,
                                                    " is not a series jobs report (one of ", absl::StrJoin(series, ", "),
                                                    ")"));
+  }
+  for (size_t i = 0; i < spec->notify_urls.size(); ++i) {
+    auto url = ParseWebhookUrl(spec->notify_urls[i]);
+    if (url.ok() && notifier_ != nullptr && !WebhookHostAllowed(url->host, notifier_->options().allowed_hosts)) {
+      return absl::InvalidArgumentError(absl::StrCat("sweep.notify.urls[", i, "]: host ", url->host,
+                                                     " is not one this server calls (its --notify-allowed-host)"));
+    }
   }
   // The first trial's spec is checked as a job's would be, so that a search
   // space that cannot make a job is refused here, not trial by trial.
@@ -227,6 +239,7 @@ absl::StatusOr<SweepStatus> SweepManager::Cancel(const std::string& id, bool kee
                                    best >= 0 ? absl::StrCat("; trial ", best, " (the best so far) runs on") : "");
     s.record.ended_unix_millis = clock_->UnixMillis();
     Save(s);
+    Notify(s, "CANCELLED");
   }
   return StatusOf(s);
 }
@@ -243,6 +256,11 @@ void SweepManager::Tick() {
       freed |= Ended(t.state);
     }
     if (Ended(s.record.state) && !live_trials) continue;
+    if (const int best = BestTrial(s.spec, s.record); best >= 0 && best != s.announced_best) {
+      s.announced_best = best;
+      Notify(s, "BEST");
+    }
+    if (SpendBudget(s)) freed = false;
     if (freed) GrowSurvivors(s);
     StartTrials(s);
     MaybeEnd(s);
@@ -320,8 +338,53 @@ void SweepManager::GrowSurvivors(Live& s) {
   }
 }
 
+bool SweepManager::SpendBudget(Live& s) {
+  if (s.spec.max_rank_hours <= 0 || Ended(s.record.state)) return s.budget_spent;
+  double used = 0;
+  for (const SweepTrialRecord& t : s.record.trials) used += t.rank_seconds;
+  if (used < s.spec.max_rank_hours * 3600) return false;
+  if (!s.budget_spent) {
+    log::Info("sweep {}: {} rank-hours used of its {}: its live trials stop", s.record.id, used / 3600,
+              s.spec.max_rank_hours);
+  }
+  s.budget_spent = true;
+  for (SweepTrialRecord& t : s.record.trials) {
+    if (t.job_id.empty() || Ended(t.state)) continue;
+    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false); job.ok()) t.state = job->state;
+    t.reason = absl::StrFormat("the sweep's budget of %g rank-hours was spent", s.spec.max_rank_hours);
+    SaveTrial(s, t);
+  }
+  return true;
+}
+
+void SweepManager::Notify(Live& s, const std::string& event) {
+  if (notifier_ == nullptr || s.spec.notify_urls.empty()) return;
+  if (std::find(s.spec.notify_on.begin(), s.spec.notify_on.end(), event) == s.spec.notify_on.end()) return;
+  const SweepRecord& r = s.record;
+  const int best = BestTrial(s.spec, r);
+  nlohmann::ordered_json sweep = {
+      {"id", r.id},         {"name", r.name},          {"owner", r.owner},          {"state", JobStateName(r.state)},
+      {"reason", r.reason}, {"metric", s.spec.metric}, {"trials", r.trials.size()}, {"best_trial", best}};
+  if (best >= 0) {
+    const SweepTrialRecord& b = r.trials[best];
+    sweep["best_job_id"] = b.job_id;
+    sweep["best_metric"] = *b.best_metric;
+    nlohmann::ordered_json values = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < s.spec.parameters.size() && i < b.values.size(); ++i) {
+      values[s.spec.parameters[i].path] = b.values[i];
+    }
+    sweep["best_values"] = std::move(values);
+  }
+  const int64_t now = clock_->UnixMillis();
+  const std::string body =
+      nlohmann::ordered_json{{"event", event}, {"unix_millis", now}, {"sweep", std::move(sweep)}}.dump();
+  for (const std::string& url : s.spec.notify_urls) {
+    notifier_->Enqueue({"", url, event, absl::StrFormat("%s-%d-%d", r.id, now, ++s.deliveries), body});
+  }
+}
+
 void SweepManager::StartTrials(Live& s) {
-  if (s.cancelled || Ended(s.record.state)) return;
+  if (s.cancelled || s.budget_spent || Ended(s.record.state)) return;
   int live = 0;
   for (const SweepTrialRecord& t : s.record.trials) live += !t.job_id.empty() && !Ended(t.state);
   while (live < s.spec.concurrency) {
@@ -350,7 +413,7 @@ void SweepManager::MaybeEnd(Live& s) {
   for (const SweepTrialRecord& t : s.record.trials) {
     if (!t.job_id.empty() && !Ended(t.state)) return;
   }
-  if (!s.searcher->exhausted()) return;
+  if (!s.searcher->exhausted() && !s.budget_spent) return;
   const int best = BestTrial(s.spec, s.record);
   s.record.ended_unix_millis = clock_->UnixMillis();
   if (best < 0) {
@@ -359,9 +422,11 @@ void SweepManager::MaybeEnd(Live& s) {
   } else {
     const SweepTrialRecord& b = s.record.trials[best];
     s.record.state = JobState::kSucceeded;
-    s.record.reason = absl::StrFormat("best: trial %d (%s), %s %g", best, b.job_id, s.spec.metric, *b.best_metric);
+    s.record.reason = absl::StrFormat("best: trial %d (%s), %s %g%s", best, b.job_id, s.spec.metric, *b.best_metric,
+                                      s.budget_spent ? "; its rank-hour budget was spent" : "");
   }
   Save(s);
+  Notify(s, JobStateName(s.record.state));
 }
 
 SweepStatus SweepManager::StatusOf(const Live& s) const {

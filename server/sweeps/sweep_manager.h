@@ -17,6 +17,9 @@
 // replays the decisions it made, trials already submitted are not
 // submitted again, and live trials are followed as their jobs reattach.
 //
+// A budget (max_rank_hours) spent stops the live trials and starts no
+// more. Webhooks (sweep.notify) announce its end and each new best trial.
+//
 // Thread-safe. Its lock is taken before the job manager's, never after.
 #ifndef TRAINYARD_SERVER_SWEEPS_SWEEP_MANAGER_H_
 #define TRAINYARD_SERVER_SWEEPS_SWEEP_MANAGER_H_
@@ -35,6 +38,7 @@
 #include "common/spec/sweep_spec.h"
 #include "server/auth/caller.h"
 #include "server/jobs/job_handlers.h"
+#include "server/notify/notifier.h"
 #include "server/store/sweep_store.h"
 #include "server/sweeps/searcher.h"
 
@@ -52,8 +56,10 @@ class SweepManager {
  public:
   static constexpr std::chrono::milliseconds kTick{250};
 
-  // `jobs` and `store` must outlive the manager.
-  SweepManager(JobRequestHandler* jobs, SweepStore* store, const TimeSource* clock = TimeSource::Real());
+  // `jobs`, `store` and `notifier` (null: sweeps call no webhook) must
+  // outlive the manager.
+  SweepManager(JobRequestHandler* jobs, SweepStore* store, Notifier* notifier = nullptr,
+               const TimeSource* clock = TimeSource::Real());
   ~SweepManager();
 
   // Loads every sweep from the store; those still running resume. Call
@@ -90,11 +96,16 @@ class SweepManager {
   void GrowSurvivors(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartTrials(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeEnd(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Past sweep.max_rank_hours: its live trials stopped; whether it is.
+  bool SpendBudget(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sweep's webhooks for `event` (SUCCEEDED, ..., BEST), when it asks.
+  void Notify(Live& s, const std::string& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Save(const Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveTrial(const Live& s, const SweepTrialRecord& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobRequestHandler* const jobs_;
   SweepStore* const store_;
+  Notifier* const notifier_;
   const TimeSource* const clock_;
 
   absl::Mutex mu_;

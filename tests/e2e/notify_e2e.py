@@ -8,6 +8,8 @@
   say so; the same delivery id each time).
 - A receiver that hangs: other calls are answered while it holds the
   request, and the delivery goes through once it answers again.
+- A sweep with a budget of rank-hours and webhooks: it stops its trials
+  once the budget is spent, and announces each new best trial and its end.
 - URLs that are not http(s), that hold credentials or whose host the
   operator did not allow are refused at submit, naming the field.
 
@@ -158,6 +160,46 @@ class Webhooks(unittest.TestCase):
         self.receiver.release.set()
         wait_for(lambda: any("(SUCCEEDED): delivered" in e for e in self.events(job)), 60,
                  "the delivery once the receiver answers", lambda: "\n".join(self.events(job)))
+
+    def test_5_a_sweep_announces_its_bests_and_its_end_and_keeps_to_its_budget(self):
+        url = self.receiver.url("/sweep")
+        text = (JOB % dict(name="budget", steps=100000, urls="", on="SUCCEEDED")).replace(
+            "notify:\n  urls: []\n  on: [SUCCEEDED]\n", "") + f"""
+sweep:
+  parameters:
+    optimizer.lr: {{log_uniform: [1.0e-5, 1.0e-2]}}
+  searcher: {{kind: random}}
+  max_trials: 10
+  concurrency: 2
+  max_rank_hours: 0.002
+  notify: {{urls: [{url}], on: [BEST, SUCCEEDED]}}
+"""
+        r = self.server.ctl("sweep", "submit", write_spec(self.tmp.name, "budget.yaml", text))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sweep_id = r.stdout.strip()
+
+        def ended():
+            w = json.loads(self.server.ctl("-o", "json", "sweep", "get", sweep_id).stdout)
+            return w if w["state"] == "SUCCEEDED" and all(t["state"] == "CANCELLED" for t in w["trials"]) else None
+        w = wait_for(ended, 60, "the sweep to spend its budget")
+        self.assertLess(len(w["trials"]), 10, "trials started past the budget")
+        used = sum(t["rank_seconds"] for t in w["trials"])
+        self.assertGreaterEqual(used, 0.002 * 3600)
+        self.assertIn("budget", w["reason"])
+        self.assertTrue(all("budget of 0.002 rank-hours" in t["reason"] for t in w["trials"]), w["trials"])
+        wait_for(lambda: any(json.loads(x["body"])["event"] == "SUCCEEDED" for x in self.receiver.got("/sweep")), 30,
+                 "the sweep's end announced")
+        got = self.receiver.got("/sweep")
+        events = [json.loads(x["body"])["event"] for x in got]
+        self.assertEqual(events.count("SUCCEEDED"), 1, events)
+        self.assertGreaterEqual(events.count("BEST"), 1, events)
+        last = json.loads(got[-1]["body"])
+        self.assertEqual(last["sweep"]["id"], sweep_id)
+        self.assertEqual(last["sweep"]["best_trial"], w["best_trial"])
+        self.assertEqual(last["sweep"]["best_job_id"], w["trials"][w["best_trial"]]["job_id"])
+        for x in got:
+            want = "sha256=" + hmac.new(SECRET.encode(), x["body"], hashlib.sha256).hexdigest()
+            self.assertTrue(hmac.compare_digest(x["headers"]["X-Trainyard-Signature-256"], want))
 
     def test_4_bad_urls_are_refused_naming_the_field(self):
         cases = [
