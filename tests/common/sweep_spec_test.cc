@@ -101,3 +101,32 @@ TEST(SweepSpec, RefusalsNameTheField) {
 
 }  // namespace
 }  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+TEST(SweepSpec, ReadsItsBudgetAndWebhooksAndRefusesBadOnes) {
+  const std::string base = std::string(kAsha);
+  auto with = [&](const std::string& extra) { return ParseSweepSpec(base + extra); };
+  auto s = with("  max_rank_hours: 2.5\n  notify: {urls: [https://hooks.example.com/x], on: [best, SUCCEEDED]}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->max_rank_hours, 2.5);
+  EXPECT_EQ(s->notify_urls, (std::vector<std::string>{"https://hooks.example.com/x"}));
+  EXPECT_EQ(s->notify_on, (std::vector<std::string>{"BEST", "SUCCEEDED"}));
+  const std::pair<const char*, const char*> bad[] = {
+      {"  max_rank_hours: -1\n", "sweep.max_rank_hours"},
+      {"  notify: {urls: [file:///etc/passwd]}\n", "sweep.notify.urls[0]"},
+      {"  notify: {urls: ['https://u:p@h/x']}\n", "sweep.notify.urls[0]"},
+      {"  notify: {urls: [https://h/x], on: [EXPLODED]}\n", "sweep.notify.on"},
+      {"  notify: {url: https://h/x}\n", "sweep.notify.url"},
+  };
+  for (const auto& [extra, field] : bad) {
+    auto r = with(extra);
+    ASSERT_FALSE(r.ok()) << extra;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(r.status().message()).find(field), std::string::npos) << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace trainyard
