@@ -27,7 +27,9 @@ ordered_json SweepJson(const v1::Sweep& w) {
                       {"best_metric", t.has_metric() ? ordered_json(t.best_metric()) : ordered_json()},
                       {"step", t.step()},
                       {"rank_seconds", t.rank_seconds()},
-                      {"reason", t.reason()}});
+                      {"reason", t.reason()},
+                      {"parent", t.parent()},
+                      {"resumed_from_step", t.resumed_from_step()}});
   }
   return {{"id", w.id()},
           {"name", w.name()},
@@ -60,7 +62,9 @@ void PrintSweep(const v1::Sweep& w, OutputFormat format, std::ostream& out) {
       << "reason:       " << Shown(w.reason()) << "\n"
       << "searcher:     " << w.searcher() << (rungs.empty() ? "" : " (rungs at steps " + rungs + ")") << "\n"
       << "metric:       " << w.metric() << " (" << (w.maximize() ? "maximize" : "minimize") << ")\n"
-      << "trials:       " << w.trials_size() << " of " << (w.max_trials() > 0 ? std::to_string(w.max_trials()) : "all")
+      << "trials:       " << w.trials_size()
+      << (w.searcher() == "pbt" ? " (a population of " + std::to_string(w.max_trials()) + ")"
+                                : " of " + (w.max_trials() > 0 ? std::to_string(w.max_trials()) : std::string("all")))
       << ", " << w.concurrency() << " at once\n";
   if (!w.owner().empty()) out << "owner:        " << w.owner() << "\n";
   out << "created:      " << FormatTime(w.created_unix_millis()) << "\n"

@@ -156,7 +156,12 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
 
   if (const YAML::Node searcher = sweep["searcher"]; searcher.IsDefined()) {
     if (!searcher.IsMap()) return Bad("sweep.searcher", "{kind: grid | random | asha, ...}");
-    if (auto s = OnlyKeys(searcher, "sweep.searcher", {"kind", "reduction_factor", "min_steps"}); !s.ok()) return s;
+    if (auto s = OnlyKeys(
+            searcher, "sweep.searcher",
+            {"kind", "reduction_factor", "min_steps", "perturbation_interval", "quantile", "resample_probability"});
+        !s.ok()) {
+      return s;
+    }
     const std::string kind = searcher["kind"].IsDefined() ? searcher["kind"].as<std::string>("") : "random";
     if (kind == "grid") {
       out.searcher.kind = SweepSearcher::Kind::kGrid;
@@ -164,8 +169,22 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
       out.searcher.kind = SweepSearcher::Kind::kRandom;
     } else if (kind == "asha") {
       out.searcher.kind = SweepSearcher::Kind::kAsha;
+    } else if (kind == "pbt") {
+      out.searcher.kind = SweepSearcher::Kind::kPbt;
     } else {
-      return Bad("sweep.searcher.kind", absl::StrCat("'", kind, "' is not grid, random or asha"));
+      return Bad("sweep.searcher.kind", absl::StrCat("'", kind, "' is not grid, random, asha or pbt"));
+    }
+    if (searcher["perturbation_interval"].IsDefined()) {
+      auto v = Scalar<int64_t>(searcher["perturbation_interval"], "sweep.searcher.perturbation_interval");
+      if (!v.ok()) return v.status();
+      out.searcher.perturbation_interval = *v;
+    }
+    for (auto [key, into] : {std::pair{"quantile", &out.searcher.quantile},
+                             std::pair{"resample_probability", &out.searcher.resample_probability}}) {
+      if (!searcher[key].IsDefined()) continue;
+      auto v = Scalar<double>(searcher[key], absl::StrCat("sweep.searcher.", key));
+      if (!v.ok()) return v.status();
+      *into = *v;
     }
     if (searcher["reduction_factor"].IsDefined()) {
       auto v = Scalar<int>(searcher["reduction_factor"], "sweep.searcher.reduction_factor");
@@ -246,6 +265,24 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     if (GridSize(out.parameters) == 0) return Bad("sweep.parameters", "a grid of over 1,000,000 trials");
   } else if (out.max_trials == 0) {
     return Bad("sweep.max_trials", "random and ASHA searches need a number of trials (1 … 10000)");
+  }
+  if (out.searcher.kind == SweepSearcher::Kind::kPbt) {
+    if (out.max_steps <= 0) return Bad("max_steps", "a PBT sweep needs the trials' full length (max_steps)");
+    if (out.searcher.perturbation_interval <= 0 || out.searcher.perturbation_interval >= out.max_steps) {
+      return Bad("sweep.searcher.perturbation_interval",
+                 absl::StrCat("steps between exploits, above 0 and below max_steps (", out.max_steps, ")"));
+    }
+    if (!(out.searcher.quantile > 0 && out.searcher.quantile <= 0.5)) {
+      return Bad("sweep.searcher.quantile", "the share of the population replaced and copied, in (0, 0.5]");
+    }
+    if (!(out.searcher.resample_probability >= 0 && out.searcher.resample_probability <= 1)) {
+      return Bad("sweep.searcher.resample_probability", "0 … 1");
+    }
+    if (out.max_trials < 2) return Bad("sweep.max_trials", "a PBT population of at least 2");
+    if (out.concurrency < out.max_trials) {
+      return Bad("sweep.concurrency",
+                 absl::StrCat("a PBT population trains together: at least max_trials (", out.max_trials, ")"));
+    }
   }
   if (out.searcher.kind == SweepSearcher::Kind::kAsha) {
     if (out.searcher.reduction_factor < 2 || out.searcher.reduction_factor > 100) {

@@ -45,13 +45,21 @@ struct SweepParameter {
 };
 
 struct SweepSearcher {
-  enum class Kind { kGrid, kRandom, kAsha };
+  enum class Kind { kGrid, kRandom, kAsha, kPbt };
   Kind kind = Kind::kRandom;
   // ASHA: rungs at min_steps * reduction_factor^k steps, up to the base
   // spec's max_steps; at each rung a trial goes on only when its metric is
   // among the best 1/reduction_factor of the trials that reached the rung.
   int reduction_factor = 3;
   int64_t min_steps = 0;
+  // PBT: a population of max_trials trials; every perturbation_interval
+  // steps a trial in the bottom `quantile` of the population (by its latest
+  // metric) is replaced by a copy of one in the top `quantile` — a new trial
+  // that resumes from a checkpoint of it, its values perturbed (x0.8 or
+  // x1.2, a neighbouring choice) or, with resample_probability, drawn anew.
+  int64_t perturbation_interval = 0;
+  double quantile = 0.25;
+  double resample_probability = 0.25;
 };
 
 struct SweepSpec {

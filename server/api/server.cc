@@ -87,6 +87,15 @@ struct Server::Impl {
   bool watchdog_stop ABSL_GUARDED_BY(watchdog_mu) = false;
   std::string remote_addr;  // where workers on other hosts reach the server
 
+  // An event on a job from outside the job manager (a webhook's delivery,
+  // a sweep's exploit), in the store its events are read from.
+  void NoteOnJob(const std::string& job_id, const std::string& text) {
+    if (job_id.empty()) return;
+    auto job = store->Get(job_id);
+    if (!job.ok()) return;
+    store->AddEvent(job_id, JobEvent{NowMillis(), job->state, text}).IgnoreError();
+    spdlog::info("job {}: {}", job_id, text);
+  }
   absl::Status PrepareStateDir();
   absl::Status OpenStoreAndMetrics();
   absl::StatusOr<std::vector<std::string>> WorkerTlsArgs() const;
@@ -133,13 +142,8 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
     if (!key.ok()) return key.status();
     no.secret = *key;
   }
-  notifier = std::make_unique<Notifier>(no, [this](const std::string& job_id, const std::string& text) {
-    if (job_id.empty()) return;
-    auto job = store->Get(job_id);
-    if (!job.ok()) return;
-    store->AddEvent(job_id, JobEvent{NowMillis(), job->state, text}).IgnoreError();
-    spdlog::info("job {}: {}", job_id, text);
-  });
+  notifier = std::make_unique<Notifier>(
+      no, [this](const std::string& job_id, const std::string& text) { NoteOnJob(job_id, text); });
   notifier->Start();
   notifying_store = std::make_unique<NotifyingJobStore>(store.get(), notifier.get());
   registry = std::make_shared<prometheus::Registry>();
@@ -190,6 +194,7 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   if (!opened.ok()) return opened.status();
   sweep_store = std::move(*opened);
   sweeps = std::make_unique<SweepManager>(manager.get(), sweep_store.get(), notifier.get());
+  sweeps->set_job_note([this](const std::string& job_id, const std::string& text) { NoteOnJob(job_id, text); });
   SlurmLauncherOptions so = options.slurm;
   so.extra_worker_args = *tls_args;
   slurm_launcher = MakeSlurmLauncher(

@@ -14,6 +14,7 @@ const char* SearcherName(SweepSearcher::Kind k) {
     case SweepSearcher::Kind::kGrid: return "grid";
     case SweepSearcher::Kind::kRandom: return "random";
     case SweepSearcher::Kind::kAsha: return "asha";
+    case SweepSearcher::Kind::kPbt: return "pbt";
   }
   return "";
 }
@@ -49,6 +50,8 @@ void SweepToProto(const SweepStatus& sweep, v1::Sweep* out) {
     p->set_step(t.step);
     p->set_rank_seconds(t.rank_seconds);
     p->set_reason(t.reason);
+    p->set_parent(t.parent);
+    p->set_resumed_from_step(t.from_step);
   }
   out->set_best_trial(sweep.best_trial);
   out->set_created_unix_millis(r.created_unix_millis);

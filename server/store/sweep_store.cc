@@ -49,7 +49,9 @@ std::string TrialJson(const SweepTrialRecord& t) {
                       {"rungs_passed", t.rungs_passed},
                       {"step", t.step},
                       {"rank_seconds", t.rank_seconds},
-                      {"reason", t.reason}};
+                      {"reason", t.reason},
+                      {"parent", t.parent},
+                      {"from_step", t.from_step}};
   if (t.best_metric) j["best_metric"] = *t.best_metric;
   return j.dump();
 }
@@ -68,6 +70,8 @@ absl::StatusOr<SweepTrialRecord> TrialFromJson(int32_t number, const std::string
     t.rank_seconds = j.at("rank_seconds").get<double>();
     t.reason = j.at("reason").get<std::string>();
     if (j.contains("best_metric")) t.best_metric = j["best_metric"].get<double>();
+    t.parent = j.value("parent", -1);
+    t.from_step = j.value("from_step", int64_t{0});
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("sweep trial ", number, ": ", e.what()));
   }

@@ -31,6 +31,10 @@ struct SweepTrialRecord {
   int64_t step = 0;
   double rank_seconds = 0;
   std::string reason;
+  // PBT: the trial whose checkpoint (at step from_step) this one resumed;
+  // -1 for none.
+  int32_t parent = -1;
+  int64_t from_step = 0;
   bool operator==(const SweepTrialRecord&) const = default;
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/splitmix.h"
+#include "server/sweeps/pbt.h"
 
 namespace trainyard {
 namespace {
@@ -95,6 +96,7 @@ class AshaSearcher final : public RandomSearcher {
 }  // namespace
 
 Searcher::Verdict Searcher::OnMetric(int, int64_t, double) { return Verdict::kContinue; }
+std::optional<TrialPlan> Searcher::Exploited(int, int, const std::vector<std::string>&) { return std::nullopt; }
 
 std::string DrawValue(const SweepParameter& p, uint64_t seed, int number, int index) {
   const uint64_t bits =
@@ -138,6 +140,7 @@ std::unique_ptr<Searcher> MakeSearcher(const SweepSpec& sweep) {
     case SweepSearcher::Kind::kGrid: return std::make_unique<GridSearcher>(sweep);
     case SweepSearcher::Kind::kRandom: return std::make_unique<RandomSearcher>(sweep);
     case SweepSearcher::Kind::kAsha: return std::make_unique<AshaSearcher>(sweep);
+    case SweepSearcher::Kind::kPbt: return MakePbtSearcher(sweep);
   }
   return nullptr;
 }

@@ -17,6 +17,7 @@
 //           interpolated; the first at a rung always goes on), else it is
 //           stopped. Li et al., "A System for Massively Parallel
 //           Hyperparameter Tuning" (2020); Ray Tune's AsyncHyperBand rule.
+//   pbt     population-based training (server/sweeps/pbt.h).
 // Pure logic; not thread-safe.
 #ifndef TRAINYARD_SERVER_SWEEPS_SEARCHER_H_
 #define TRAINYARD_SERVER_SWEEPS_SEARCHER_H_
@@ -39,7 +40,9 @@ struct TrialPlan {
 
 class Searcher {
  public:
-  enum class Verdict { kContinue, kPromote, kStop };
+  // kExploit (PBT): the trial is to be replaced by a copy of
+  // exploit_source() (Exploited makes the copy's plan).
+  enum class Verdict { kContinue, kPromote, kStop, kExploit };
 
   virtual ~Searcher() = default;
   // The next trial, or nullopt when the search has none left to start.
@@ -48,6 +51,11 @@ class Searcher {
   // (smaller is better: a maximized metric comes negated). kPromote: it
   // passed a rung and goes on; kStop: it is to be stopped now.
   virtual Verdict OnMetric(int number, int64_t step, double value);
+  // After kExploit: the trial whose state the poor one takes.
+  int exploit_source() const { return exploit_source_; }
+  // The trial that replaces `poor`: the next number, `source_values`
+  // perturbed; nullopt for searchers that never exploit.
+  virtual std::optional<TrialPlan> Exploited(int poor, int source, const std::vector<std::string>& source_values);
   // Whether Next has no trial left to start.
   virtual bool exhausted() const = 0;
   // Trials asked for so far.
@@ -58,6 +66,7 @@ class Searcher {
 
  protected:
   int started_ = 0;
+  int exploit_source_ = -1;
 };
 
 // The searcher of `sweep` (its parameters, kind, seed and limits).

@@ -26,6 +26,14 @@ struct SweepManager::Live {
   bool budget_spent = false;    // max_rank_hours used: starts no more trials
   int announced_best = -1;      // the best trial the last BEST webhook named
   uint64_t deliveries = 0;
+  // PBT: poor trials waiting for their source's checkpoint.
+  struct Exploit {
+    int poor = 0, source = 0;
+    int64_t step = 0;        // the poor trial's, when it was found poor
+    int64_t request_id = 0;  // of the source's checkpoint
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Exploit> exploits;
 };
 
 namespace {
@@ -50,9 +58,11 @@ int BestTrial(const SweepSpec& spec, const SweepRecord& r) {
   return best;
 }
 
-// The spec of one trial: the base spec with the trial's values set.
-absl::StatusOr<std::string> TrialSpec(const SweepSpec& spec, const std::string& sweep_name, const TrialPlan& plan) {
-  std::vector<std::string> sets;
+// The spec of one trial: the base spec with the trial's values set (and
+// `more`).
+absl::StatusOr<std::string> TrialSpec(const SweepSpec& spec, const std::string& sweep_name, const TrialPlan& plan,
+                                      std::vector<std::string> more = {}) {
+  std::vector<std::string> sets = std::move(more);
   for (size_t i = 0; i < spec.parameters.size(); ++i) {
     sets.push_back(absl::StrCat(spec.parameters[i].path, "=", plan.values[i]));
   }
@@ -109,6 +119,10 @@ absl::Status SweepManager::Recover() {
       live->searcher->OnMetric(x.trial, x.step, x.value);
       int64_t& seen = live->seen[x.trial];
       seen = std::max(seen, x.step);
+    }
+    if (live->spec.searcher.kind == SweepSearcher::Kind::kPbt) {
+      // PBT decides from reports alone: a live trial is checked again from its step now on.
+      for (const SweepTrialRecord& t : r.trials) live->seen[t.number] = std::max(live->seen[t.number], t.step);
     }
     live->cancelled = r.state == JobState::kCancelled;
     live->announced_best = BestTrial(live->spec, r);
@@ -261,6 +275,7 @@ void SweepManager::Tick() {
       Notify(s, "BEST");
     }
     if (SpendBudget(s)) freed = false;
+    FinishExploits(s);
     if (freed) GrowSurvivors(s);
     StartTrials(s);
     MaybeEnd(s);
@@ -300,6 +315,22 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
         const double value = s.spec.maximize ? -p.value : p.value;
         const Searcher::Verdict v = s.searcher->OnMetric(t.number, p.step, value);
         if (v == Searcher::Verdict::kContinue) continue;
+        if (v == Searcher::Verdict::kExploit) {
+          const int source = s.searcher->exploit_source();
+          const SweepTrialRecord& from = s.record.trials[source];
+          auto request = jobs_->RequestCheckpoint(from.job_id, CheckpointType::kAuto);
+          if (!request.ok()) {
+            log::Warn("sweep {}: trial {} cannot copy trial {} ({}): {}", s.record.id, t.number, source, from.job_id,
+                      request.status().message());
+            break;
+          }
+          s.exploits.push_back({t.number, source, p.step, *request, clock_->SteadyNow()});
+          t.reason = absl::StrFormat(
+              "in the bottom of the population at step %d (%s %g): to be replaced by a copy of "
+              "trial %d",
+              p.step, s.spec.metric, p.value, source);
+          break;
+        }
         if (auto st = store_->AddRungResult(s.record.id, RungResult{t.number, p.step, value}); !st.ok()) {
           log::Warn("sweep {}: {}", s.record.id, st.message());
         }
@@ -321,6 +352,64 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
   }
   if (Ended(t.state) && t.reason.empty()) t.reason = job->reason;
   if (!(t == before)) SaveTrial(s, t);
+}
+
+void SweepManager::FinishExploits(Live& s) {
+  std::vector<Live::Exploit> waiting;
+  for (const Live::Exploit& x : s.exploits) {
+    SweepTrialRecord& poor = s.record.trials[x.poor];
+    const SweepTrialRecord source = s.record.trials[x.source];
+    auto checkpoints = jobs_->Checkpoints(source.job_id);
+    std::optional<CheckpointEvent> ck;
+    if (checkpoints.ok()) {
+      for (const CheckpointRecord& c : *checkpoints) {
+        if (c.checkpoint.request_id == x.request_id) ck = c.checkpoint;
+      }
+    }
+    const bool given_up = Ended(poor.state) || clock_->SteadyNow() - x.since > std::chrono::seconds(120);
+    if (!ck) {
+      if (!given_up && !Ended(source.state)) waiting.push_back(x);
+      continue;
+    }
+    if (!ck->ok || Ended(poor.state)) {
+      log::Warn("sweep {}: trial {} goes on as it is: trial {}'s checkpoint {}", s.record.id, x.poor, x.source,
+                ck->ok ? "came after it ended" : "failed: " + ck->error);
+      continue;
+    }
+    std::optional<TrialPlan> plan = s.searcher->Exploited(x.poor, x.source, source.values);
+    if (!plan) continue;
+    if (auto cancelled = jobs_->Cancel(poor.job_id, /*checkpoint=*/false); cancelled.ok()) {
+      poor.state = cancelled->state;
+    }
+    SweepTrialRecord t;
+    t.number = plan->number;
+    t.values = plan->values;
+    t.parent = x.source;
+    t.from_step = ck->step;
+    auto text = TrialSpec(s.spec, s.record.name, *plan, {"checkpoint.resume_from=" + ck->path});
+    auto job = text.ok() ? jobs_->Submit(*text, "", s.caller) : absl::StatusOr<JobRecord>(text.status());
+    if (job.ok()) {
+      t.job_id = job->id;
+      t.state = job->state;
+    } else {
+      t.state = JobState::kFailed;
+      t.reason = absl::StrCat("refused: ", job.status().message());
+    }
+    poor.reason = absl::StrFormat(
+        "exploited at step %d: replaced by trial %d (%s), which resumes trial %d's "
+        "checkpoint of step %d with values explored",
+        x.step, t.number, t.job_id.empty() ? "refused" : t.job_id, x.source, ck->step);
+    const std::string lineage = absl::StrFormat(
+        "sweep %s: trial %d (%s) takes trial %d's state (%s, step %d) in "
+        "place of trial %d (%s)",
+        s.record.id, t.number, t.job_id, x.source, ck->path, ck->step, x.poor, poor.job_id);
+    note_(poor.job_id, lineage);
+    note_(source.job_id, lineage);
+    s.record.trials.push_back(t);
+    SaveTrial(s, poor);
+    SaveTrial(s, t);
+  }
+  s.exploits = std::move(waiting);
 }
 
 void SweepManager::GrowSurvivors(Live& s) {
@@ -413,7 +502,7 @@ void SweepManager::MaybeEnd(Live& s) {
   for (const SweepTrialRecord& t : s.record.trials) {
     if (!t.job_id.empty() && !Ended(t.state)) return;
   }
-  if (!s.searcher->exhausted() && !s.budget_spent) return;
+  if ((!s.searcher->exhausted() && !s.budget_spent) || !s.exploits.empty()) return;
   const int best = BestTrial(s.spec, s.record);
   s.record.ended_unix_millis = clock_->UnixMillis();
   if (best < 0) {

@@ -25,6 +25,7 @@
 #define TRAINYARD_SERVER_SWEEPS_SWEEP_MANAGER_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,6 +86,11 @@ class SweepManager {
   // may call it directly).
   void Tick();
 
+  // Where events about a trial's job go (a PBT exploit, on both trials);
+  // set before Start.
+  using JobNote = std::function<void(const std::string& job_id, const std::string& text)>;
+  void set_job_note(JobNote note) { note_ = std::move(note); }
+
  private:
   struct Live;  // a sweep and its searcher
   SweepStatus StatusOf(const Live& s) const;
@@ -95,6 +101,9 @@ class SweepManager {
   // its next trials (StartTrials).
   void GrowSurvivors(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartTrials(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PBT: a poor trial whose source's checkpoint is committed is replaced
+  // by a new trial resuming from it (see pbt.h).
+  void FinishExploits(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeEnd(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Past sweep.max_rank_hours: its live trials stopped; whether it is.
   bool SpendBudget(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -107,6 +116,7 @@ class SweepManager {
   SweepStore* const store_;
   Notifier* const notifier_;
   const TimeSource* const clock_;
+  JobNote note_ = [](const std::string&, const std::string&) {};
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Live>> sweeps_ ABSL_GUARDED_BY(mu_);

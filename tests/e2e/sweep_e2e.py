@@ -10,6 +10,10 @@
 - A kill -9 of the coordinator mid-sweep: the restarted one finishes the
   sweep with every trial started once (one job per trial number).
 - `trainctl sweep cancel --keep-best` stops every trial but the best.
+- PBT with a population of 2: the poorer trial is replaced by a new one
+  that resumes the better one's checkpoint (its spec and events name it)
+  and whose first loss is the better one's at that step; the exploit is
+  an event of both trials.
 - Specs that are not sweeps are refused, naming the field.
 
 Run by ctest with the build's bin directory as the first argument.
@@ -226,6 +230,51 @@ class Sweeps(unittest.TestCase):
         s.ctl("cancel", best["job_id"])
         listed = s.ctl("sweep", "list")
         self.assertIn(sweep_id, listed.stdout)
+
+    def test_5_pbt_replaces_the_poor_trial_by_a_copy_of_the_good_one(self):
+        s = self.server
+        # 1,800 steps: every step's loss is in the histories (2,000 points).
+        text = (SWEEP % dict(name="pbt", steps=1800, trials=2, concurrency=2,
+                             searcher="{kind: pbt, perturbation_interval: 600, quantile: 0.5}")).replace(
+            "num_samples: 4096", "num_samples: 65536")
+        sweep_id = submit_sweep(self, s, write_spec(self.tmp.name, "pbt.yaml", text))
+        w = self.wait_ended(sweep_id, 240)
+        self.assertEqual(w["state"], "SUCCEEDED", w["reason"])
+        trials = w["trials"]
+        copies = [t for t in trials if t["parent"] >= 0]
+        self.assertTrue(copies, "no exploit: " + json.dumps(trials, indent=1))
+        for t in copies:
+            parent = trials[t["parent"]]
+            poor = [p for p in trials if f"replaced by trial {t['number']} " in p["reason"]]
+            self.assertEqual(len(poor), 1, [p["reason"] for p in trials])
+            poor = poor[0]
+            self.assertEqual(poor["state"], "CANCELLED")
+            # It resumed the parent's checkpoint of that step...
+            cks = json.loads(s.ctl("-o", "json", "checkpoints", parent["job_id"]).stdout)
+            ck = [c for c in cks if c["step"] == t["resumed_from_step"] and c["ok"]]
+            self.assertEqual(len(ck), 1, cks)
+            spec = s.job(t["job_id"])["spec"]
+            self.assertEqual(spec["checkpoint"]["resume_from"], ck[0]["path"])
+            events = " | ".join(e["reason"] for e in s.job(t["job_id"])["events"])
+            self.assertIn(f"resumed at step {t['resumed_from_step']} from {ck[0]['path']}", events)
+            # ...so its first loss is the parent's at that step: the same
+            # parameters on the same batch (its learning rate acts after).
+            mine, theirs = history(s, t["job_id"]), history(s, parent["job_id"])
+            first = mine[0]
+            self.assertEqual(first["step"], t["resumed_from_step"] + 1)
+            at = [p for p in theirs if p["step"] == first["step"]]
+            self.assertTrue(at, f"the parent has no point at step {first['step']}: its steps "
+                                f"{theirs[0]['step']}..{theirs[-1]['step']}; trials {json.dumps(trials)}")
+            self.assertAlmostEqual(first["value"], at[0]["value"], delta=1e-6 * abs(at[0]["value"]))
+            # The exploit is an event of both trials.
+            for job in (poor["job_id"], parent["job_id"]):
+                reasons = [e["reason"] for e in s.job(job)["events"]]
+                self.assertTrue(any(f"trial {t['number']} ({t['job_id']}) takes trial {parent['number']}'s state" in r
+                                    for r in reasons), reasons)
+            # Its values are the parent's, explored.
+            self.assertNotEqual(t["values"], parent["values"])
+        print(f"\nPBT: {len(copies)} exploits; best trial {w['best_trial']}, loss {trials[w['best_trial']]['best_metric']}",
+              flush=True)
 
     def test_4_bad_sweeps_are_refused_naming_the_field(self):
         s = self.server

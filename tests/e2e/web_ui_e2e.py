@@ -316,7 +316,7 @@ class WebUi(unittest.TestCase):
         wait_for(lambda: int(d.find_element(By.ID, "sweep-scatter").get_attribute("data-points") or 0) == 2, 30,
                  "both trials on the hyperparameter plot")
         d.find_element(By.CSS_SELECTOR, "#trials-table th[data-key=best]").click()
-        best = [c.text for c in d.find_elements(By.CSS_SELECTOR, "#trials-table tbody tr td:nth-child(6)")]
+        best = [c.text for c in d.find_elements(By.CSS_SELECTOR, "#trials-table tbody tr td:nth-child(7)")]
         self.assertEqual(best, sorted(best, key=float), "sorted by the best metric")
         d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_sweep_page.png"))
 

@@ -114,6 +114,8 @@ function sweepPage(id) {
         cell: (t) => (t.job_id ? h("a", {href: "/ui/jobs/" + encodeURIComponent(t.job_id)}, t.job_id) : "-")},
       {key: "state", title: "State", value: trialState, cell: (t) => stateBadge(trialState(t))},
       {key: "rungs", title: "Rungs", value: (t) => num(t.rungs_passed)},
+      {key: "parent", title: "Copy of", value: (t) => num(t.parent),
+        cell: (t) => (num(t.parent) >= 0 ? `trial ${t.parent} @ ${num(t.resumed_from_step)}` : "-")},
       {key: "best", title: "Best " + sweep.metric, value: (t) => (t.has_metric ? Number(t.best_metric) : Infinity),
         cell: (t) => (t.has_metric ? fmtNum(t.best_metric, 6) : "-")},
       {key: "step", title: "Step", value: (t) => num(t.step)},
@@ -177,7 +179,8 @@ function sweepPage(id) {
       h("dt", {}, "Searcher"), h("dd", {}, sweep.searcher + ((sweep.rungs || []).length ? ` (rungs at steps ${sweep.rungs.join(", ")})` : "")),
       h("dt", {}, "Metric"), h("dd", {}, `${sweep.metric} (${sweep.maximize ? "maximize" : "minimize"})`),
       h("dt", {}, "Trials"), h("dd", {id: "sweep-trials"}, `${ts.length} started of ${num(sweep.max_trials) || "all"}, ` +
-        `${ts.filter((t) => t.job_id && !TERMINAL.has(t.state)).length} live, ${num(sweep.concurrency)} at once`),
+        `${ts.filter((t) => t.job_id && !TERMINAL.has(t.state)).length} live, ${num(sweep.concurrency)} at once` +
+        (sweep.searcher === "pbt" ? ` (a population of ${num(sweep.max_trials)})` : "")),
       h("dt", {}, "Best"), h("dd", {id: "sweep-best"}, best ? `trial ${best.number} (${best.job_id}): ${fmtNum(best.best_metric, 6)}` : "-")));
     const over = TERMINAL.has(sweep.state) && ts.every((t) => !t.job_id || TERMINAL.has(t.state));
     cancel.disabled = TERMINAL.has(sweep.state);
