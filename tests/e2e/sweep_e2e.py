@@ -273,8 +273,8 @@ class Sweeps(unittest.TestCase):
                                     for r in reasons), reasons)
             # Its values are the parent's, explored.
             self.assertNotEqual(t["values"], parent["values"])
-        print(f"\nPBT: {len(copies)} exploits; best trial {w['best_trial']}, loss {trials[w['best_trial']]['best_metric']}",
-              flush=True)
+        best = trials[w["best_trial"]]
+        print(f"\nPBT: {len(copies)} exploits; best trial {best['number']}, loss {best['best_metric']}", flush=True)
 
     def test_4_bad_sweeps_are_refused_naming_the_field(self):
         s = self.server
