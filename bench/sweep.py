@@ -58,10 +58,25 @@ def run(server, tmp, name, searcher, a):
     w = wait_for(ended, 3600, name)
     wall = time.monotonic() - start
     best = w["trials"][w["best_trial"]]
+    # A freed slot: from a trial's end to the first step of the next trial
+    # to start after it (the jobs' own timestamps).
+    ends, firsts = [], []
+    for t in w["trials"]:
+        h = json.loads(server.ctl("-o", "json", "history", t["job_id"], "--series", "loss").stdout)
+        at = lambda states: [e["unix_millis"] for e in h["events"] if e["state"] in states]  # noqa: E731
+        ends.append(max(at(("SUCCEEDED", "FAILED", "CANCELLED"))))
+        pts = h["series"].get("loss", {}).get("points", [])
+        firsts.append((min(at(("STARTING",))), pts[0]["unix_millis"] if pts else None))
+    gaps = []
+    for end in ends:
+        later = [first for started, first in firsts if first is not None and started >= end]
+        if later:
+            gaps.append((min(later) - end) / 1000)
     return {"sweep": name, "rank_s": sum(t["rank_seconds"] for t in w["trials"]), "wall_s": wall,
             "best": best["best_metric"], "best_trial": best["number"],
             "stopped": sum(t["early_stopped"] for t in w["trials"]),
-            "steps": sum(t["step"] for t in w["trials"]), "lr": best["values"]["optimizer.lr"]}
+            "steps": sum(t["step"] for t in w["trials"]), "lr": best["values"]["optimizer.lr"],
+            "gaps": sorted(gaps)}
 
 
 def main():
@@ -88,6 +103,11 @@ def main():
     for r in (full, asha):
         print(f"| {r['sweep']} | {r['stopped']} of {a.trials} | {r['steps']} | {r['rank_s']:.1f} | {r['wall_s']:.1f} | "
               f"{r['best']:.6g} (trial {r['best_trial']}, {r['lr']}) |")
+    for r in (full, asha):
+        g = r["gaps"]
+        if g:
+            print(f"{r['sweep']}: a freed slot trains again (a trial's end -> the next trial's first step) "
+                  f"p50 {g[len(g) // 2]:.2f} s, max {g[-1]:.2f} s over {len(g)} (target <= 2 s)")
     ratio = asha["rank_s"] / full["rank_s"]
     gap = 0.0 if asha["best"] == full["best"] else (asha["best"] - full["best"]) / max(abs(full["best"]), 1e-12)
     print(f"\nASHA: {ratio:.0%} of the rank-seconds (target <= 40%), {asha['steps'] / full['steps']:.0%} of the steps; "
