@@ -76,14 +76,9 @@ Trainctl::~Trainctl() = default;
 int Trainctl::Submit(const std::string& file, bool watch, const std::string& accelerate_config_file,
                      const std::vector<std::string>& sets) {
   Impl& s = *impl_;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    s.err << "trainctl: cannot read " << file << "\n";
-    return 2;
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  absl::StatusOr<std::string> spec = ApplySpecOverrides(buf.str(), sets);
+  std::optional<std::string> text = s.ReadSpecFile(file);
+  if (!text) return 2;
+  absl::StatusOr<std::string> spec = ApplySpecOverrides(*text, sets);
   if (!spec.ok()) {
     s.err << "trainctl: " << file << ": " << spec.status().message() << "\n";
     return 2;

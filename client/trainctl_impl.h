@@ -7,9 +7,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 
 #include "client/job_format.h"
@@ -55,6 +57,18 @@ struct Trainctl::Impl {
     Authorize(&ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + timeout.value_or(options.rpc_timeout));
     return (stub.get()->*rpc)(&ctx, req, resp);
+  }
+
+  // The text of a spec file; nullopt (said on err) when it cannot be read.
+  std::optional<std::string> ReadSpecFile(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      err << "trainctl: cannot read " << file << "\n";
+      return std::nullopt;
+    }
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return buf.str();
   }
 
   // Prints an RPC failure the way a person needs it; returns the exit code.

@@ -99,15 +99,10 @@ void PrintSweep(const v1::Sweep& w, OutputFormat format, std::ostream& out) {
 
 int Trainctl::SweepSubmit(const std::string& file, bool watch) {
   Impl& s = *impl_;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    s.err << "trainctl: cannot read " << file << "\n";
-    return 2;
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
+  std::optional<std::string> text = s.ReadSpecFile(file);
+  if (!text) return 2;
   v1::SubmitSweepRequest req;
-  req.set_spec(buf.str());
+  req.set_spec(*text);
   v1::SubmitSweepResponse resp;
   if (grpc::Status st = s.Call(&v1::JobService::Stub::SubmitSweep, req, &resp); !st.ok()) return s.Fail(st);
   if (!watch) {

@@ -336,19 +336,8 @@ class SqliteJobStore final : public JobStore {
   }
 
  private:
-  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-      std::string msg = err ? err : "unknown error";
-      sqlite3_free(err);
-      return absl::InternalError(absl::StrCat("sqlite: ", msg));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Error(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db_)));
-  }
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return SqliteExec(db_, sql); }
+  absl::Status Error(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return SqliteError(db_, what); }
 
   absl::Status Rollback(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Exec("ROLLBACK;").IgnoreError();  // `s`, the first error, is the one to report

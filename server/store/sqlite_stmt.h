@@ -9,7 +9,26 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace trainyard {
+
+// Runs `sql` (statements without results) on `db`.
+inline absl::Status SqliteExec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("sqlite: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+// The error of the last call on `db`, with what was being done.
+inline absl::Status SqliteError(sqlite3* db, const std::string& what) {
+  return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+}
 
 // Owns one prepared statement.
 class Stmt {

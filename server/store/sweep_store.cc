@@ -205,18 +205,8 @@ class SqliteSweepStore final : public SweepStore {
     st.Bind("created_ms", w.created_unix_millis);
     st.Bind("ended_ms", w.ended_unix_millis);
   }
-  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-      std::string msg = err ? err : "unknown error";
-      sqlite3_free(err);
-      return absl::InternalError(absl::StrCat("sqlite: ", msg));
-    }
-    return absl::OkStatus();
-  }
-  absl::Status Error(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db_)));
-  }
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return SqliteExec(db_, sql); }
+  absl::Status Error(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return SqliteError(db_, what); }
 
   absl::Mutex mu_;
   sqlite3* const db_;
