@@ -262,21 +262,19 @@ void SweepManager::Tick() {
   absl::MutexLock lock(&mu_);
   for (const std::string& id : order_) {
     Live& s = *sweeps_.at(id);
-    bool live_trials = false, freed = false;
+    bool live_trials = false;
     for (SweepTrialRecord& t : s.record.trials) {
       if (t.job_id.empty() || Ended(t.state)) continue;
       Follow(s, t);
       live_trials = true;
-      freed |= Ended(t.state);
     }
     if (Ended(s.record.state) && !live_trials) continue;
     if (const int best = BestTrial(s.spec, s.record); best >= 0 && best != s.announced_best) {
       s.announced_best = best;
       Notify(s, "BEST");
     }
-    if (SpendBudget(s)) freed = false;
+    SpendBudget(s);
     FinishExploits(s);
-    if (freed) GrowSurvivors(s);
     StartTrials(s);
     MaybeEnd(s);
   }
@@ -410,21 +408,6 @@ void SweepManager::FinishExploits(Live& s) {
     SaveTrial(s, t);
   }
   s.exploits = std::move(waiting);
-}
-
-void SweepManager::GrowSurvivors(Live& s) {
-  for (const SweepTrialRecord& t : s.record.trials) {
-    if (t.job_id.empty() || Ended(t.state)) continue;
-    const std::optional<ReplicaStatus> replicas = jobs_->Replicas(t.job_id);
-    if (!replicas || replicas->size <= 0) continue;  // not elastic, or not running yet
-    auto job = jobs_->Get(t.job_id);
-    if (!job.ok() || replicas->size >= job->num_processes) continue;
-    // What is not free now stays for the scheduler to grow it into later.
-    if (auto grown = jobs_->Scale(t.job_id, job->num_processes, s.caller); grown.ok()) {
-      log::Info("sweep {}: trial {} ({}) grows from {} to {} ranks into the slots a trial freed", s.record.id, t.number,
-                t.job_id, replicas->size, job->num_processes);
-    }
-  }
 }
 
 bool SweepManager::SpendBudget(Live& s) {

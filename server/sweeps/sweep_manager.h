@@ -8,7 +8,10 @@
 // sweep's metric goes to the searcher, which may stop the trial (ASHA: not
 // among the best at a rung; the job is cancelled and its slots are free at
 // once), and while fewer than `concurrency` trials are live it submits the
-// searcher's next. A sweep ends when its searcher has no trial left and
+// searcher's next. What a stopped trial frees goes first to the running
+// elastic jobs below their size — the sweep's survivors among them — as
+// the scheduler grows those before it starts a waiting job, then to the
+// next trial. A sweep ends when its searcher has no trial left and
 // none is live: SUCCEEDED with its best trial, or FAILED when no trial
 // reported the metric.
 //
@@ -96,10 +99,6 @@ class SweepManager {
   SweepStatus StatusOf(const Live& s) const;
   absl::StatusOr<Live*> Find(const std::string& id, const Caller& by) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Follow(Live& s, SweepTrialRecord& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Slots a trial freed go first to the sweep's live elastic trials below
-  // their size (grown to num_processes where the slots are free), then to
-  // its next trials (StartTrials).
-  void GrowSurvivors(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartTrials(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PBT: a poor trial whose source's checkpoint is committed is replaced
   // by a new trial resuming from it (see pbt.h).

@@ -10,6 +10,8 @@
 - A kill -9 of the coordinator mid-sweep: the restarted one finishes the
   sweep with every trial started once (one job per trial number).
 - `trainctl sweep cancel --keep-best` stops every trial but the best.
+- A trial's freed slots go to a live elastic trial of the sweep (grown to
+  its size) before its next trial starts on what is left.
 - PBT with a population of 2: the poorer trial is replaced by a new one
   that resumes the better one's checkpoint (its spec and events name it)
   and whose first loss is the better one's at that step; the exploit is
@@ -280,6 +282,46 @@ class Sweeps(unittest.TestCase):
             self.assertNotEqual(t["values"], parent["values"])
         best = trials[w["best_trial"]]
         print(f"\nPBT: {len(copies)} exploits; best trial {best['number']}, loss {best['best_metric']}", flush=True)
+
+    def test_6_a_freed_slot_grows_a_live_elastic_trial_before_a_new_trial_takes_it(self):
+        tmp = tempfile.TemporaryDirectory(prefix="trainyard-sweep-grow-")
+        self.addCleanup(tmp.cleanup)
+        s = Server(tmp.name, slots=3)
+        try:
+            # Elastic trials of 2 ranks on 3 slots: trial 0 (short) takes 2,
+            # trial 1 starts on the 1 left; when trial 0 ends, trial 1 grows
+            # into its slots (the scheduler grows a running elastic job
+            # before it starts a waiting one) before trial 2 (next) starts
+            # on what is left.
+            text = (SWEEP % dict(name="grow", steps=100000, trials=3, concurrency=2, searcher="{kind: grid}")).replace(
+                "num_processes: 1\n", "num_processes: 2\nfault_tolerance: {mode: replica, min_replicas: 1}\n"
+                "elastic: {min_processes: 1}\n").replace(
+                "optimizer.lr: {log_uniform: [1.0e-6, 3.0e-3]}", "max_steps: {choice: [1500, 100000, 100001]}")
+            sweep_id = submit_sweep(self, s, write_spec(tmp.name, "grow.yaml", text))
+
+            def size(job_id):
+                r = (s.job(job_id).get("replicas") or {})
+                return int(r.get("size", 0)) if s.job(job_id)["state"] == "RUNNING" else 0
+            w = wait_for(lambda: (lambda w: w if len(w["trials"]) == 2 and size(w["trials"][1]["job_id"]) == 1
+                                  and size(w["trials"][0]["job_id"]) == 2 else None)(sweep_json(s, sweep_id)),
+                         120, "trial 0 on 2 ranks, trial 1 on 1")
+            one = w["trials"][1]["job_id"]
+            w = wait_for(lambda: (lambda w: w if len(w["trials"]) == 3 else None)(sweep_json(s, sweep_id)), 120,
+                         "trial 0 to end and trial 2 to be submitted")
+            ended = time.monotonic()
+            wait_for(lambda: size(one) == 2, 60, "trial 1 grown to 2 ranks",
+                     lambda: json.dumps(s.job(one), indent=1)[-2000:])
+            print(f"\nelastic trial 1 back on 2 ranks {time.monotonic() - ended:.1f} s after trial 0 ended "
+                  f"(target <= 2 s)", flush=True)
+            two = w["trials"][2]["job_id"]
+            wait_for(lambda: size(two) > 0, 60, "trial 2 running")
+            self.assertEqual(size(two), 1, "the new trial took the slot the live trial should have grown into")
+            events = " | ".join(e["reason"] for e in s.job(one)["events"])
+            self.assertIn("growing to 2 ranks (slots came free)", events)
+            self.assertEqual(w["trials"][0]["state"], "SUCCEEDED")
+            s.ctl("sweep", "cancel", sweep_id)
+        finally:
+            s.stop()
 
     def test_4_bad_sweeps_are_refused_naming_the_field(self):
         s = self.server
