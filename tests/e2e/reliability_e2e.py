@@ -326,12 +326,12 @@ class CoordinatorRestarts(unittest.TestCase):
 UPGRADE_JOB = JOB.replace("hidden: [64]", "hidden: [512, 512]").replace("batch_size: 16", "batch_size: 64")
 # Long enough that 5 server restarts (the workers train on while it is away)
 # leave more than 1500 steps each time. The test prints the steps its
-# restarts used: about 1,700 under detach (5 restarts, ~4.5 s each: the
+# restarts used: about 1,330 under detach (5 restarts, ~4 s each: the
 # server's stop, its start, the workers' reattachment within a second, 20
-# steps) and about 1,300 under checkpoint (3), so 4,500 leaves ~2,800
-# at the last SIGTERM. (At 10,000 steps, when workers took ~10 s to find a
+# steps) and about 300 under checkpoint (3), so 3,600 leaves ~2,300 at the
+# last SIGTERM. (At 10,000 steps, when workers took ~10 s to find a
 # restarted coordinator, the restarts used ~4,200.)
-UPGRADE_STEPS = 4500
+UPGRADE_STEPS = 3600
 
 
 class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
