@@ -296,7 +296,11 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
     t.rank_seconds =
         static_cast<double>(std::max<int64_t>(0, end - job->started_unix_millis)) / 1000.0 * job->num_processes;
   }
-  if (!t.early_stopped) {
+  // The history is read only when the job reported a step the searcher
+  // has not seen (it copies every series of the job).
+  const auto seen_step = s.seen.find(t.number);
+  const bool news = seen_step == s.seen.end() || job->step > seen_step->second || Ended(t.state);
+  if (!t.early_stopped && news) {
     auto history = jobs_->History(t.job_id);
     const SeriesHistory* series = nullptr;
     if (history.ok()) {
