@@ -149,6 +149,11 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     if (auto s = OnlyKeys(metric, "sweep.metric", {"name", "goal"}); !s.ok()) return s;
     if (metric["name"].IsDefined()) out.metric = metric["name"].as<std::string>("");
     if (out.metric.empty()) return Bad("sweep.metric.name", "a metric name is required (loss, eval_loss, ...)");
+    for (unsigned char c : out.metric) {
+      if (c <= ' ' || c == 0x7f) {
+        return Bad("sweep.metric.name", "a series' name: loss, eval_loss, ... or one a script reports (no spaces)");
+      }
+    }
     const std::string goal = metric["goal"].IsDefined() ? metric["goal"].as<std::string>("") : "minimize";
     if (goal != "minimize" && goal != "maximize") return Bad("sweep.metric.goal", "minimize or maximize");
     out.maximize = goal == "maximize";

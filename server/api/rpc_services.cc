@@ -323,9 +323,10 @@ grpc::Status JobServiceImpl::GetJobHistory(const Caller& caller, const v1::GetJo
       req->series_size() > 64 ? absl::InvalidArgumentError("field 'series': at most 64 names") : absl::OkStatus();
   const std::vector<std::string>& known = JobHistory::SeriesNames();
   for (const std::string& name : req->series()) {
-    if (fields.ok() && std::find(known.begin(), known.end(), name) == known.end()) {
-      fields = absl::InvalidArgumentError(absl::StrCat("field 'series': unknown series '", name.substr(0, 64),
-                                                       "' (known: ", absl::StrJoin(known, ", "), ")"));
+    if (fields.ok() && (name.empty() || name.size() > JobHistory::kMaxValueNameBytes)) {
+      fields = absl::InvalidArgumentError(
+          absl::StrCat("field 'series': '", name.substr(0, 64), "' is no series' name (", absl::StrJoin(known, ", "),
+                       ", or a name of at most ", JobHistory::kMaxValueNameBytes, " bytes the job's script reports)"));
     }
   }
   if (grpc::Status auth = Authorize(caller, req->id(), "see the history of", true, fields); !auth.ok()) return auth;
@@ -334,7 +335,12 @@ grpc::Status JobServiceImpl::GetJobHistory(const Caller& caller, const v1::GetJo
   auto wanted = [&](const std::string& name) {
     return req->series().empty() || std::find(req->series().begin(), req->series().end(), name) != req->series().end();
   };
-  for (const std::string& name : known) {
+  // The built-in series in their order, then the script's own by name.
+  std::vector<std::string> names = known;
+  for (const auto& [name, s] : history->series()) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) names.push_back(name);
+  }
+  for (const std::string& name : names) {
     auto it = history->series().find(name);
     if (it == history->series().end() || !wanted(name)) continue;
     v1::HistorySeries* out = resp->add_series();

@@ -1,5 +1,6 @@
 #include "server/jobs/job_history.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -228,6 +229,24 @@ void JobHistory::Add(const StepMetrics& m, int world_size) {
     const HistoryPoint p{m.step, m.unix_millis, v};
     series_[d.name].Add(p);
     tail_.emplace_back(d.name, p);
+  }
+  // A script's own numbers under their names; a name of the list above is
+  // the list's, and past kMaxValueSeries of them a new name is not kept.
+  const std::vector<std::string>& builtin = SeriesNames();
+  for (const auto& [name, v] : m.values) {
+    if (!std::isfinite(v) || name.empty() || name.size() > kMaxValueNameBytes) continue;
+    if (std::find(builtin.begin(), builtin.end(), name) != builtin.end()) continue;
+    auto it = series_.find(name);
+    if (it == series_.end()) {
+      const auto own = std::count_if(series_.begin(), series_.end(), [&](const auto& kv) {
+        return std::find(builtin.begin(), builtin.end(), kv.first) == builtin.end();
+      });
+      if (static_cast<size_t>(own) >= kMaxValueSeries) continue;
+      it = series_.emplace(name, SeriesHistory()).first;
+    }
+    const HistoryPoint p{m.step, m.unix_millis, v};
+    it->second.Add(p);
+    tail_.emplace_back(name, p);
   }
   dirty_ = true;
 }

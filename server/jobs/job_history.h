@@ -1,5 +1,6 @@
 // JobHistory: a job's per-step series (loss, eval loss, samples/s, step
-// time, learning rate, grad norm, memory, MFU, world size), kept for the
+// time, learning rate, grad norm, memory, MFU, world size, and the numbers a
+// script names itself), kept for the
 // whole run in bounded space, so that a chart of a 100,000-step job costs
 // what one of 2,000 steps does.
 //
@@ -75,6 +76,12 @@ class JobHistory {
  public:
   // The series every job may have, in the order they are shown.
   static const std::vector<std::string>& SeriesNames();
+  // Beside them, the named numbers a script reports with a step
+  // (trainyard.report(step, accuracy=...): StepMetrics::values), each a
+  // series of its own name: at most kMaxValueSeries names a job, each of at
+  // most kMaxValueNameBytes; a name of SeriesNames() stays the built-in one.
+  static constexpr size_t kMaxValueSeries = 16;
+  static constexpr size_t kMaxValueNameBytes = 64;
 
   // The lead rank's sample of a step as watchers see it (samples/s summed
   // over the ranks), and how many ranks trained it. Series whose number

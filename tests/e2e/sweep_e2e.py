@@ -16,6 +16,8 @@
   that resumes the better one's checkpoint (its spec and events name it)
   and whose first loss is the better one's at that step; the exploit is
   an event of both trials.
+- A metric a script reports under a name of its own (not one of the
+  coordinator's series) ranks script trials; their histories keep it.
 - Specs that are not sweeps are refused, naming the field.
 
 Run by ctest with the build's bin directory as the first argument.
@@ -32,6 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
 from e2e_test import Server, wait_for, write_spec  # noqa: E402
 import test_clock  # noqa: E402
+
+PYTHON = os.environ.get("TRAINYARD_PYTHON", "")
 
 SWEEP = """
 name: %(name)s
@@ -323,12 +327,46 @@ class Sweeps(unittest.TestCase):
         finally:
             s.stop()
 
+    def test_7_a_metric_a_script_names_itself(self):
+        # Three script trials report `accuracy` (not a series of the
+        # coordinator's) as SCALE * step / steps: the sweep ranks them by it.
+        script = os.path.join(self.tmp.name, "scored.py")
+        with open(script, "w") as f:
+            f.write("import os, sys, time\nimport trainyard\n"
+                    "scale, steps = float(os.environ['SCALE']), int(sys.argv[1])\n"
+                    "for step in range(1, steps + 1):\n"
+                    "    time.sleep(0.01)\n"
+                    "    trainyard.report(step, samples=4, loss=1.0 / step, accuracy=scale * step / steps)\n")
+        spec = (f"name: scored\nscript: {{path: {script}, python: {PYTHON}, args: ['40'], env: {{SCALE: '1'}}}}\n"
+                "num_processes: 1\nmetrics_every_steps: 1\nsweep:\n"
+                "  parameters:\n    script.env.SCALE: {choice: ['2', '5', '3']}\n"
+                "  metric: {name: accuracy, goal: maximize}\n  searcher: {kind: grid}\n"
+                "  max_trials: 3\n  concurrency: 3\n")
+        sweep_id = submit_sweep(self, self.server, write_spec(self.tmp.name, "scored.yaml", spec))
+        w = self.wait_ended(sweep_id, 120)
+        self.assertEqual(w["state"], "SUCCEEDED", w.get("reason"))
+        self.assertEqual([t["state"] for t in w["trials"]], ["SUCCEEDED"] * 3, w["trials"])
+        best = w["trials"][w["best_trial"]]
+        self.assertEqual(best["values"], {"script.env.SCALE": "5"}, w["trials"])
+        for t in w["trials"]:
+            r = self.server.ctl("-o", "json", "history", t["job_id"], "--series", "accuracy")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            points = json.loads(r.stdout)["series"]["accuracy"]["points"]
+            scale = float(t["values"]["script.env.SCALE"])
+            # The history keeps the script's own series; the trial's metric is its best point.
+            self.assertEqual(points[-1]["step"], 40)
+            self.assertAlmostEqual(points[-1]["value"], scale)
+            self.assertAlmostEqual(t["best_metric"], max(p["value"] for p in points))
+        r = self.server.ctl("history", w["trials"][0]["job_id"], "--series", "x" * 65)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("INVALID_ARGUMENT: field 'series'", r.stderr)
+
     def test_4_bad_sweeps_are_refused_naming_the_field(self):
         s = self.server
         base = SWEEP % dict(name="bad", steps=100, trials=2, concurrency=1, searcher="{kind: random}")
         cases = [
             (base.split("sweep:")[0], "sweep"),
-            (base.replace("{name: loss,", "{name: accuracy,"), "sweep.metric.name"),
+            (base.replace("{name: loss,", "{name: 'two words',"), "sweep.metric.name"),
             (base.replace("[1.0e-6, 3.0e-3]", "[3.0e-3, 1.0e-6]"), "sweep.parameters.optimizer.lr"),
             (base.replace("optimizer.lr:", "optimizer.nonsense:"), "optimizer.nonsense"),
         ]

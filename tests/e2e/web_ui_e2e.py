@@ -106,8 +106,8 @@ class WebUi(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="trainyard-web-")
         d = cls.tmp.name
         cls.token = {u: f"token-of-{u}-{os.getpid()}" for u in ("alice", "bob")}
-        users = {u: (t, [], "user", []) for u, t in cls.token.items()}
-        cls.policy = write_spec(d, "policy.yaml", policy(users, {"alice": 4}))
+        users = {u: (t, [], "user", [d] if u == "alice" else []) for u, t in cls.token.items()}
+        cls.policy = write_spec(d, "policy.yaml", policy(users, {"alice": 4}, extra="shared_account: true\n"))
         cls.state_dir = os.path.join(d, "state")
         os.makedirs(cls.state_dir)
         cls.extra = ("--policy-file", cls.policy, "--http-listen", f"127.0.0.1:{e2e_test.free_port()}")
@@ -355,6 +355,40 @@ class WebUi(unittest.TestCase):
         print(f"\nbulk cancel: {len(w['trials'])} trials ended {time.monotonic() - clicked:.1f} s after the click",
               flush=True)
         wait_for(lambda: "CANCELLED" in d.find_element(By.ID, "sweep-status").text, 30, "the page saying so")
+
+    def test_5c_a_scripts_own_numbers_are_charted_and_compared(self):
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+        d = self.alice
+        script = write_spec(self.tmp.name, "scored.py",
+                            "import trainyard\nfor step in range(1, 31):\n"
+                            "    trainyard.report(step, samples=4, loss=1.0 / step, accuracy=step / 30)\n")
+        spec = write_spec(self.tmp.name, "scored.yaml",
+                          f"name: scored\nscript: {{path: {script}, python: {sys.executable}}}\n"
+                          "num_processes: 1\nmetrics_every_steps: 1\n")
+        r = self.server.ctl("--token-file", self.alice_token, "-o", "json", "submit", spec)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = json.loads(r.stdout)["id"]
+
+        def ended():
+            g = self.server.ctl("--token-file", self.alice_token, "-o", "json", "get", job)
+            state = json.loads(g.stdout)["state"]
+            return state if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+        self.assertEqual(wait_for(ended, 60, "the script job to end"), "SUCCEEDED")
+        d.get(self.url("jobs/" + job))
+
+        def chart_points():
+            c = d.find_elements(By.ID, "chart-accuracy")
+            return int(c[0].get_attribute("data-points") or 0) if c else 0
+        wait_for(lambda: chart_points() == 30, 30, "a chart of the script's accuracy, 30 points",
+                 lambda: d.find_element(By.ID, "main").text[-2000:])
+        self.assertIn("accuracy (reported by the script)", d.find_element(By.ID, "charts").text)
+        d.get(self.url(f"compare?jobs={job},{self.job}"))
+        wait_for(lambda: [o for o in d.find_elements(By.CSS_SELECTOR, "#compare-series option")
+                          if o.get_attribute("value") == "accuracy"], 30, "accuracy among the series to compare")
+        Select(d.find_element(By.ID, "compare-series")).select_by_value("accuracy")
+        wait_for(lambda: d.find_element(By.ID, "compare-chart").get_attribute("data-lines") == "1", 30,
+                 "one job's accuracy by step (the other reports none)")
 
     def test_6_guessing_tokens_is_slowed_down(self):
         # Last: it blocks this address's sign-ins for a minute.

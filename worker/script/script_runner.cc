@@ -312,6 +312,12 @@ void ScriptSession::OnMessage(const ScriptMessage& message, ScriptResult& result
     for (const auto& [name, v] : r->values) {
       if (s.values.size() < 64 && name.size() <= 128) s.values[name] = v;
     }
+    // The numbers the coordinator has series of by these names are those series'.
+    for (auto [name, field] : {std::pair{"eval_loss", &StepMetrics::eval_loss},
+                               {"learning_rate", &StepMetrics::learning_rate},
+                               {"grad_norm", &StepMetrics::grad_norm}}) {
+      if (auto it = r->values.find(name); it != r->values.end()) s.*field = it->second;
+    }
     s.unix_millis = NowMillis();
     result.reported = true;
     Step(s, result);

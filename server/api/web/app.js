@@ -323,13 +323,16 @@ function jobPage(id) {
   const logs = h("pre", {class: "logs", id: "logs"}, "");
   const message = h("p", {class: "error", id: "action-message"});
   const charts = {};
-  for (const s of SERIES) {
+  const addChart = (s) => {
     const canvas = h("canvas", {id: "chart-" + s.name, "data-points": "0"});
     const box = h("div", {class: "chart", id: "chart-box-" + s.name, hidden: true}, h("h3", {}, s.title),
       h("div", {class: "box"}, canvas));
     chartsBox.append(box);
     charts[s.name] = {spec: s, canvas, box, chart: makeChart(canvas, s)};
-  }
+  };
+  SERIES.forEach(addChart);
+  // The numbers a script reports by names of its own: a chart each, as they come.
+  const builtIn = new Set(SERIES.flatMap((s) => [s.name].concat(s.with ? [s.with] : [])));
   setMain(title, status, actions, message, summary, spec, h("h2", {}, "Charts"), chartsBox, h("h2", {}, "Ranks"), ranks,
     h("h2", {}, "Events"), events, h("h2", {}, "Checkpoints"), checkpoints,
     h("h2", {}, "Logs ", rankSel), logs);
@@ -432,6 +435,9 @@ function jobPage(id) {
       .map((e) => ({x: x(e.unix_millis), color: eventKind(e)}))
       .concat((hist.checkpoints || []).filter((c) => c.ok).map((c) => ({x: x(c.unix_millis), color: "#27ae60"})));
     const byName = new Map((hist.series || []).map((s) => [s.name, s]));
+    for (const name of byName.keys()) {
+      if (!builtIn.has(name) && !charts[name]) addChart({name, title: name + " (reported by the script)"});
+    }
     for (const c of Object.values(charts)) {
       const names = [c.spec.name].concat(c.spec.with ? [c.spec.with] : []);
       const datasets = names.filter((n) => byName.has(n)).map((n, i) => ({

@@ -252,6 +252,14 @@ function comparePage(ids) {
     }));
     put(message, missing.length ? `Not shown: ${missing.join("; ")}` : "");
     const shown = ids.filter((id) => jobs.has(id));
+    // Series the jobs' scripts reported under names of their own.
+    const listed = new Set([...series.options].map((o) => o.value));
+    for (const id of shown) {
+      for (const s of hists.get(id).series || []) {
+        if (!listed.has(s.name)) series.append(h("option", {value: s.name}, s.name));
+        listed.add(s.name);
+      }
+    }
     const flat = new Map(shown.map((id) => {
       let spec = {};
       try { spec = JSON.parse(jobs.get(id).spec_json || "{}"); } catch (e) { /* shown as empty */ }

@@ -132,6 +132,41 @@ TEST(JobHistory, EncodeDecodeKeepsEverySeriesAndGoesOnTheSameWay) {
   EXPECT_LT(a.Encode().size(), 7000u * 9 * 40);
 }
 
+TEST(JobHistory, AScriptsNamedNumbersAreSeriesOfTheirOwnBoundedInNumber) {
+  JobHistory a;
+  StepMetrics m;
+  for (int step = 1; step <= 50; ++step) {
+    m.step = step;
+    m.unix_millis = 1'700'000'000'000 + step;
+    m.loss = 1.0 / step;
+    m.values = {{"accuracy", step / 50.0}, {"loss", 99}, {"train/ppl", std::nan("")}};
+    for (int k = 0; k < 30; ++k) m.values["extra" + std::to_string(k)] = k;
+    m.values[std::string(JobHistory::kMaxValueNameBytes + 1, 'x')] = 1;
+    a.Add(m, 1);
+  }
+  ASSERT_TRUE(a.series().count("accuracy"));
+  EXPECT_EQ(a.series().at("accuracy").added(), 50);
+  EXPECT_DOUBLE_EQ(a.series().at("accuracy").points().back().value, 1.0);
+  // A name of the built-in list stays the built-in series.
+  EXPECT_DOUBLE_EQ(a.series().at("loss").points().back().value, 1.0 / 50);
+  EXPECT_EQ(a.series().count("train/ppl"), 0u);  // never a finite number
+  EXPECT_EQ(a.series().count(std::string(JobHistory::kMaxValueNameBytes + 1, 'x')), 0u);
+  // At most kMaxValueSeries names of a script's own, the same ones after a restart.
+  size_t own = 0;
+  for (const auto& [name, s] : a.series()) {
+    const auto& builtin = JobHistory::SeriesNames();
+    own += std::find(builtin.begin(), builtin.end(), name) == builtin.end() ? 1 : 0;
+  }
+  EXPECT_EQ(own, JobHistory::kMaxValueSeries);
+  auto b = JobHistory::Decode(a.Encode());
+  ASSERT_TRUE(b.ok()) << b.status();
+  m.step = 51;
+  m.values["late"] = 1;
+  b->Add(m, 1);
+  EXPECT_EQ(b->series().count("late"), 0u);
+  EXPECT_EQ(b->series().at("accuracy").added(), 51);
+}
+
 TEST(JobHistory, DecodeRefusesWhatIsNotAHistory) {
   EXPECT_FALSE(JobHistory::Decode("").ok());
   EXPECT_FALSE(JobHistory::Decode("TYH2xxxx").ok());
