@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/paths.h"
 #include "common/spec/spec_reader.h"
+#include "common/spec/spec_tables.h"
 
 namespace trainyard {
 namespace {
@@ -98,6 +99,7 @@ Policy ParseRoot(const YAML::Node& root) {
       if (!user.unix_user.empty() && user.unix_user.find_first_of("/:\n ") != std::string::npos) {
         Fail(u.PathOf("unix_user"), "must be an account name, got '" + user.unix_user + "'");
       }
+      if (YAML::Node n = u.Child("notify")) spec::ReadNotify(n, u.PathOf("notify"), &user.notify);
       u.String("tls_subject", &user.tls_subject, 1024);
       if (!user.tls_subject.empty() && user.tls_subject.find('=') == std::string::npos) {
         Fail(u.PathOf("tls_subject"),
@@ -168,6 +170,7 @@ Policy ParseRoot(const YAML::Node& root) {
       }
     }
   }
+  if (YAML::Node n = r.Child("notify")) spec::ReadNotify(n, "notify", &p.notify);
   r.Bool("group_visibility", &p.group_visibility);
   r.Bool("shared_account", &p.shared_account);
   r.String("default_unix_user", &p.default_unix_user, 32);

@@ -12,6 +12,9 @@
 //     users: {alice: {slots: 8, gpus: 0, queued_jobs: 100, max_priority_class: normal}}
 //     groups: {vision: {slots: 16}}
 //   group_visibility: true                  # members see each other's jobs
+//   notify: {urls: ["https://hooks.example/ops"], on: [FAILED]}  # every job's
+// A user may also have `notify: {urls, on}`: webhooks of all their jobs,
+// beside those of the policy's `notify` and of each job's spec.
 // A user may also list `roots: [DIR...]`: where their jobs read and write;
 // `unix_user: NAME`: the local account their jobs run as (each rank, its
 // script, the files they write); `tls_subject: "CN=..."`: the client
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/spec/job_spec.h"
 #include "common/unix_account.h"
 
 namespace trainyard {
@@ -51,6 +55,8 @@ struct PolicyUser {
   // The subject of a client certificate that is this user, as OpenSSL's
   // one-line form with RFC 2253 order ("CN=alice,O=Example"); "": none.
   std::string tls_subject;
+  // Webhooks called for every job of this user (as a spec's `notify`).
+  NotifySpec notify;
 };
 
 // Limits on what is in use or waiting at once; unset: no limit.
@@ -73,6 +79,8 @@ struct Policy {
   // The account the jobs of users without a unix_user run as (not admins):
   // an unprivileged one of the operator's choosing. "": none.
   std::string default_unix_user;
+  // Webhooks called for every job.
+  NotifySpec notify;
 
   // Whether any user runs as an account of their own.
   bool SwitchesAccounts() const;

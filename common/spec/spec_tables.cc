@@ -550,4 +550,8 @@ const Section<JobSpec>& JobSpecTable() {
   return sec;
 }
 
+void ReadNotify(const YAML::Node& node, const std::string& path, NotifySpec* out) {
+  ReadSection(NotifyTable(), node, path, out, ReadContext{});
+}
+
 }  // namespace trainyard::spec

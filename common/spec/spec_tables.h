@@ -19,6 +19,9 @@ const Section<ScriptSpec>& ScriptTable();  // spec_tables_launch.cc
 
 // The top level, whose rows hold the sections.
 const Section<JobSpec>& JobSpecTable();
+// A `notify:` section at `path` (a spec's, or the policy file's defaults);
+// throws spec_reader::SpecError naming the field.
+void ReadNotify(const YAML::Node& node, const std::string& path, NotifySpec* out);
 
 }  // namespace trainyard::spec
 

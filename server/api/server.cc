@@ -62,8 +62,8 @@ int DetectGpus() {
 struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<JobStore> store;
-  std::unique_ptr<Notifier> notifier;         // the jobs' webhooks
-  std::unique_ptr<JobStore> notifying_store;  // `store`, announcing changes of state to `notifier`
+  std::unique_ptr<Notifier> notifier;                  // the jobs' webhooks
+  std::unique_ptr<NotifyingJobStore> notifying_store;  // `store`, announcing changes of state to `notifier`
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<ServerMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -228,6 +228,7 @@ absl::Status Server::Impl::StartGrpc() {
   if (auto s = identities->Reload(); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("--policy-file ", s.message()));
   manager->SetPolicy(identities->policy());
+  notifying_store->SetPolicy(identities->policy());
   job_service = std::make_unique<JobServiceImpl>(manager.get(), identities.get(), sweeps.get());
   worker_service = std::make_unique<WorkerServiceImpl>(&manager->workers());
   grpc::ServerBuilder builder;
@@ -383,6 +384,7 @@ absl::Status Server::ReloadPolicy() {
   if (s.options.policy.policy_file.empty()) return absl::FailedPreconditionError("no --policy-file to reload");
   if (auto st = s.identities->Reload(); !st.ok()) return st;
   s.manager->SetPolicy(s.identities->policy());
+  s.notifying_store->SetPolicy(s.identities->policy());
   const auto policy = s.identities->policy();
   spdlog::info("policy {} reloaded: {} users, {} priority classes", s.options.policy.policy_file, policy->users.size(),
                policy->priority_classes.size());

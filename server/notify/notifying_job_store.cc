@@ -56,18 +56,41 @@ std::string WebhookBody(const JobRecord& job, const std::string& event, int64_t 
   return j.dump();
 }
 
+void NotifyingJobStore::SetPolicy(std::shared_ptr<const Policy> policy) {
+  absl::MutexLock lock(&mu_);
+  policy_ = std::move(policy);
+}
+
 absl::Status NotifyingJobStore::Update(const JobRecord& job, const JobEvent* event) {
-  std::optional<Wanted> wanted = event != nullptr ? WantedOf(job.spec_json) : std::nullopt;
-  if (!wanted) return store_->Update(job, event);
+  if (event == nullptr) return store_->Update(job, event);
+  std::vector<Wanted> wanted;
+  if (std::optional<Wanted> w = WantedOf(job.spec_json)) wanted.push_back(*std::move(w));
+  {
+    absl::MutexLock lock(&mu_);
+    if (policy_ != nullptr) {
+      if (!policy_->notify.urls.empty()) wanted.push_back({policy_->notify.urls, policy_->notify.on});
+      const PolicyUser* user = policy_->User(job.owner);
+      if (user != nullptr && !user->notify.urls.empty()) wanted.push_back({user->notify.urls, user->notify.on});
+    }
+  }
+  if (wanted.empty()) return store_->Update(job, event);
   // The state before this change, as committed (after a coordinator restart
   // too).
   absl::StatusOr<JobRecord> before = store_->Get(job.id);
   absl::Status s = store_->Update(job, event);
   if (!s.ok() || !before.ok()) return s;
   const std::string name = EventName(before->state, *event);
-  if (name.empty() || std::find(wanted->on.begin(), wanted->on.end(), name) == wanted->on.end()) return s;
+  if (name.empty()) return s;
+  std::vector<std::string> urls;
+  for (const Wanted& w : wanted) {
+    if (std::find(w.on.begin(), w.on.end(), name) == w.on.end()) continue;
+    for (const std::string& url : w.urls) {
+      if (std::find(urls.begin(), urls.end(), url) == urls.end()) urls.push_back(url);
+    }
+  }
+  if (urls.empty()) return s;
   const std::string body = WebhookBody(job, name, event->unix_millis);
-  for (const std::string& url : wanted->urls) {
+  for (const std::string& url : urls) {
     notifier_->Enqueue(
         {job.id, url, name, absl::StrFormat("%s-%d-%d", job.id, event->unix_millis, ++deliveries_), body});
   }

@@ -3,7 +3,9 @@
 // change of state whose new state its spec's `notify.on` names (PREEMPTED:
 // queued again with a "preempted" reason) hands one delivery per URL to the
 // Notifier, after the change is committed. So the core learns nothing of
-// webhooks: what it persists is what they announce.
+// webhooks: what it persists is what they announce. The policy's `notify`
+// (every job's) and its user's (that user's jobs') are called the same way;
+// a URL named by several is called once per change.
 //
 // Thread-safe as the store and the notifier are.
 #ifndef TRAINYARD_SERVER_NOTIFY_NOTIFYING_JOB_STORE_H_
@@ -11,9 +13,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/policy.h"
 #include "server/notify/notifier.h"
 #include "server/store/job_store.h"
 
@@ -23,6 +29,10 @@ class NotifyingJobStore final : public JobStore {
  public:
   // Both must outlive it.
   NotifyingJobStore(JobStore* store, Notifier* notifier) : store_(store), notifier_(notifier) {}
+
+  // The policy whose webhooks are called beside the specs' (null: none);
+  // set again when the policy is reloaded.
+  void SetPolicy(std::shared_ptr<const Policy> policy) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Status Insert(const JobRecord& job, const JobEvent& event) override { return store_->Insert(job, event); }
   absl::Status Update(const JobRecord& job, const JobEvent* event) override;
@@ -56,6 +66,8 @@ class NotifyingJobStore final : public JobStore {
   JobStore* const store_;
   Notifier* const notifier_;
   std::atomic<uint64_t> deliveries_{0};
+  absl::Mutex mu_;
+  std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
 };
 
 // The JSON a webhook receives for `job` reaching `event` (SUCCEEDED, ...).

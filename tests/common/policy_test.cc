@@ -119,6 +119,18 @@ struct Bad {
   std::vector<std::string> expected;
 };
 
+TEST(Policy, WebhooksForEveryJobAndForAUsersJobs) {
+  auto p = ParsePolicy("users:\n  - {name: alice, token_sha256: \"" + Sha256Hex("a") +
+                           "\", notify: {urls: [\"https://hooks.example/alice\"]}}\n"
+                           "notify: {urls: [\"http://127.0.0.1:8080/ops\"], on: [failed, PREEMPTED]}\n",
+                       "policy.yaml");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->notify.urls, std::vector<std::string>{"http://127.0.0.1:8080/ops"});
+  EXPECT_EQ(p->notify.on, (std::vector<std::string>{"FAILED", "PREEMPTED"}));
+  EXPECT_EQ(p->User("alice")->notify.urls, std::vector<std::string>{"https://hooks.example/alice"});
+  EXPECT_EQ(p->User("alice")->notify.on, (std::vector<std::string>{"SUCCEEDED", "FAILED", "CANCELLED"}));
+}
+
 TEST(Policy, RefusalsNameTheField) {
   const std::string h = Sha256Hex("t");
   const std::vector<Bad> cases = {
@@ -144,6 +156,11 @@ TEST(Policy, RefusalsNameTheField) {
        {"'quotas.users.a.cpus'", "unknown key"}},
       {"users: {a: 1}\n", {"'users'", "list"}},
       {"users: [{name: a, token_sha256: \"" + h + "\", roots: [data]}]\n", {"'users[0].roots[0]'", "absolute"}},
+      {"notify: {urls: [\"ftp://x.example/\"]}\n", {"'notify.urls[0]'", "http"}},
+      {"notify: {urls: [\"https://x.example/\"], on: [DONE]}\n", {"'notify.on'", "SUCCEEDED"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\", notify: {urls: [\"https://u:p@x.example/\"]}}]\n",
+       {"'users[0].notify.urls[0]'"}},
+      {"users: [{name: a, token_sha256: \"" + h + "\", notify: {url: x}}]\n", {"'users[0].notify.url'", "unknown"}},
       {"users: [{name: a, token_sha256: \"" + h +
            "\"}]\npriority_classes: {normal: 1}\n"
            "quotas: {users: {a: {max_priority_class: top}}}\n",

@@ -10,6 +10,8 @@
   request, and the delivery goes through once it answers again.
 - A sweep with a budget of rank-hours and webhooks: it stops its trials
   once the budget is spent, and announces each new best trial and its end.
+- The policy's webhooks (every job's, and a user's for that user's jobs)
+  are called for jobs that name none, and again as reloaded on SIGHUP.
 - URLs that are not http(s), that hold credentials or whose host the
   operator did not allow are refused at submit, naming the field.
 
@@ -20,6 +22,7 @@ import hmac
 import http.server
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -200,6 +203,54 @@ sweep:
         for x in got:
             want = "sha256=" + hmac.new(SECRET.encode(), x["body"], hashlib.sha256).hexdigest()
             self.assertTrue(hmac.compare_digest(x["headers"]["X-Trainyard-Signature-256"], want))
+
+    def test_6_the_policys_webhooks_are_called_for_every_job_and_its_users(self):
+        # The operator's policy: /ops for every job's failure or success,
+        # /alice for alice's successes; then, reloaded (SIGHUP), /alice2.
+        d = os.path.join(self.tmp.name, "policy-server")
+        os.makedirs(d)
+        tokens = {u: write_spec(d, u + ".token", f"token-of-{u}\n") for u in ("alice", "bob")}
+
+        def policy(alice_url):
+            users = "".join(f"  - {{name: {u}, token_sha256: \"{hashlib.sha256(f'token-of-{u}'.encode()).hexdigest()}\""
+                            + (f", notify: {{urls: [{alice_url}], on: [SUCCEEDED]}}" if u == "alice" else "")
+                            + "}\n" for u in tokens)
+            return (f"users:\n{users}notify: {{urls: [{self.receiver.url('/ops')}], on: [FAILED, SUCCEEDED]}}\n")
+        policy_file = write_spec(d, "policy.yaml", policy(self.receiver.url("/alice")))
+        server = Server(d, slots=2, extra=("--policy-file", policy_file))
+        try:
+            def run(user, name):
+                text = "name: %s\nmodel: {kind: mlp, hidden: [32]}\n" % name + \
+                       "data: {kind: synthetic, batch_size: 16, num_samples: 480}\nmax_steps: 60\n"
+                path = write_spec(d, name + ".yaml", text)
+                r = server.ctl("--token-file", tokens[user], "-o", "json", "submit", path)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                return json.loads(r.stdout)["id"]
+
+            def bodies(path):
+                return [json.loads(r["body"]) for r in self.receiver.got(path)]
+            a, b = run("alice", "alices"), run("bob", "bobs")
+            wait_for(lambda: {x["job"]["id"] for x in bodies("/ops")} == {a, b} and bodies("/alice"), 60,
+                     "the policy's deliveries", lambda: str(self.receiver.requests[-4:]))
+            self.assertEqual([(x["job"]["id"], x["event"]) for x in bodies("/alice")], [(a, "SUCCEEDED")])
+            self.assertEqual(sorted((x["job"]["owner"], x["event"]) for x in bodies("/ops")),
+                             [("alice", "SUCCEEDED"), ("bob", "SUCCEEDED")])
+            def delivered():
+                r = server.ctl("--token-file", tokens["alice"], "-o", "json", "history", a)
+                return any(f"webhook {self.receiver.url('/ops')} (SUCCEEDED): delivered" in e["reason"]
+                           for e in json.loads(r.stdout)["events"])
+            wait_for(delivered, 30, "the policy's delivery in the job's events")
+            # Reloaded: alice's webhook is another.
+            write_spec(d, "policy.yaml", policy(self.receiver.url("/alice2")))
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: b"reloaded: 2 users" in open(os.path.join(d, "server.log"), "rb").read(), 30,
+                     "the policy reloaded")
+            c = run("alice", "alices-second")
+            wait_for(lambda: bodies("/alice2"), 60, "the reloaded policy's delivery")
+            self.assertEqual([(x["job"]["id"], x["event"]) for x in bodies("/alice2")], [(c, "SUCCEEDED")])
+            self.assertEqual(len(bodies("/alice")), 1)
+        finally:
+            server.stop()
 
     def test_4_bad_urls_are_refused_naming_the_field(self):
         cases = [
