@@ -32,7 +32,7 @@ namespace trainyard {
 namespace {
 namespace fs = std::filesystem;
 
-JobSpec BaseSpec(const std::string& project_dir) {
+JobSpec BackgroundSpec(const std::string& project_dir) {
   JobSpec s;
   s.model.hidden = {64, 48, 32};
   s.data.num_samples = 48;
@@ -49,7 +49,7 @@ JobSpec BaseSpec(const std::string& project_dir) {
 }
 
 // Rank 0's steps and checkpoint reports, with the step each report came at.
-struct Recorder : MetricsSink {
+struct StepRecorder : MetricsSink {
   std::atomic<int64_t> step{0};
   std::mutex mu;
   std::vector<CheckpointEvent> events;
@@ -113,7 +113,7 @@ TEST_P(SameAsSynchronous, WhileTrainingGoesOn) {
   const Case& c = GetParam();
   HookReset reset;
   TempDir async_dir, sync_dir;
-  JobSpec spec = BaseSpec(async_dir.path());
+  JobSpec spec = BackgroundSpec(async_dir.path());
   // Large enough (1.3M parameters, 16 MB with AdamW's state) that writing a
   // save takes clearly longer than copying it into host memory.
   spec.model.hidden = {1024, 512};
@@ -123,7 +123,7 @@ TEST_P(SameAsSynchronous, WhileTrainingGoesOn) {
     spec.fsdp.sharding_strategy = ShardingStrategy::kFullShard;
     spec.num_processes = 2;
   }
-  Recorder async_rec;
+  StepRecorder async_rec;
   // Each background write waits until rank 0 has run two more steps: the
   // parameters and optimizer state it copied have changed by then.
   SetBackgroundWriteHookForTesting([&](int32_t, const std::string&) {
@@ -137,7 +137,7 @@ TEST_P(SameAsSynchronous, WhileTrainingGoesOn) {
   JobSpec sync_spec = spec;
   sync_spec.checkpoint.project_dir = sync_dir.path();
   sync_spec.checkpoint.async = false;
-  Recorder sync_rec;
+  StepRecorder sync_rec;
   RunTrainers(
       sync_spec, 2, [](int, Trainer& t) { t.Run(); }, &sync_rec);
 
@@ -189,7 +189,7 @@ class AsyncFailures : public ::testing::TestWithParam<DistributedType> {};
 TEST_P(AsyncFailures, AWriteFailingOnOneRankLeavesThePreviousCheckpointLatest) {
   HookReset reset;
   TempDir dir;
-  JobSpec spec = BaseSpec(dir.path());
+  JobSpec spec = BackgroundSpec(dir.path());
   spec.distributed_type = GetParam();
   spec.checkpoint.every_steps = 2;
   spec.max_steps = 6;
@@ -198,7 +198,7 @@ TEST_P(AsyncFailures, AWriteFailingOnOneRankLeavesThePreviousCheckpointLatest) {
       fs::create_directories(fs::path(staging) / "rank_state-00001.safetensors");
     }
   });
-  Recorder rec;
+  StepRecorder rec;
   RunTrainers(
       spec, 2, [](int, Trainer& t) { t.Run(); }, &rec);
   ASSERT_EQ(rec.events.size(), 3u);
@@ -224,7 +224,7 @@ INSTANTIATE_TEST_SUITE_P(Parallelism, AsyncFailures, ::testing::Values(Distribut
 // is under way: the first checkpoint is what "latest" resumes from.
 TEST(AsyncKilled, KilledDuringABackgroundWriteResumesFromThePreviousCheckpoint) {
   TempDir dir;
-  JobSpec spec = BaseSpec(dir.path());
+  JobSpec spec = BackgroundSpec(dir.path());
   spec.checkpoint.every_steps = 2;
   spec.max_steps = 50;
   spec.model.hidden = {512, 512};  // a model file large enough to be caught half written

@@ -26,6 +26,7 @@
 #include "common/checkpoint_dir.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
+#include "tests/worker/test_python.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/base/safetensors.h"
 #include "worker/collectives/collectives.h"
@@ -396,11 +397,6 @@ TEST(Reshard, ShardedAtTwoLoadsAtOneThreeFourAndUnderDdp) {
   }
 }
 
-std::string PythonWithSafetensors() {
-  const char* p = std::getenv("TRAINYARD_TEST_PYTHON");
-  return p != nullptr ? p : TRAINYARD_TEST_PYTHON;
-}
-
 TEST(FullLayout, ReadByPythonSafetensorsIntoAnEquivalentModule) {
   TempDir dir, ref;
   JobSpec spec = Fsdp(BaseSpec(dir.path()), ShardingStrategy::kFullShard, 2);
@@ -426,8 +422,8 @@ TEST(FullLayout, ReadByPythonSafetensorsIntoAnEquivalentModule) {
     }
     std::ofstream(ref.path() + "/reference.json") << table.dump();
   });
-  const std::string cmd = PythonWithSafetensors() + " " + TRAINYARD_SOURCE_DIR +
-                          "/tests/fixtures/checkpoint_check.py " + full + " " + sharded + " " + ref.path();
+  const std::string cmd = TestPython() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/checkpoint_check.py " + full +
+                          " " + sharded + " " + ref.path();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -17,6 +17,7 @@
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "tests/worker/dist_test_util.h"
+#include "tests/worker/test_python.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/base/safetensors.h"
 #include "worker/checkpoint/checkpoint.h"
@@ -28,11 +29,6 @@
 
 namespace trainyard {
 namespace {
-
-std::string Python() {
-  const char* p = std::getenv("TRAINYARD_TEST_PYTHON");
-  return p != nullptr ? p : TRAINYARD_TEST_PYTHON;
-}
 
 struct Reference {
   std::string model_dir;
@@ -52,7 +48,7 @@ const Reference& ReferenceOf(const std::string& variant, int batch = 2) {
   Reference ref;
   ref.model_dir = dir->path() + "/" + key;
   const std::string file = dir->path() + "/" + key + ".safetensors";
-  const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/llama_reference.py " + variant +
+  const std::string cmd = TestPython() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/llama_reference.py " + variant +
                           " " + ref.model_dir + " " + file + " --batch " + std::to_string(batch);
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
   const SafetensorsHeader header = ReadSafetensorsHeader(file);

@@ -11,6 +11,7 @@
 
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
+#include "tests/worker/test_python.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/base/device.h"
 #include "worker/train/trainer.h"
@@ -18,14 +19,9 @@
 namespace trainyard {
 namespace {
 
-std::string Python() {
-  const char* p = std::getenv("TRAINYARD_TEST_PYTHON");
-  return p != nullptr ? p : TRAINYARD_TEST_PYTHON;
-}
-
 // `llama_dir`: where the fixture writes the config.json of its llama model.
 nlohmann::json Reference(const std::string& llama_dir) {
-  const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/model_flops.py " + llama_dir;
+  const std::string cmd = TestPython() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/model_flops.py " + llama_dir;
   FILE* f = ::popen(cmd.c_str(), "r");
   if (f == nullptr) throw std::runtime_error("cannot run " + cmd);
   std::string out;

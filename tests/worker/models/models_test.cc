@@ -12,6 +12,7 @@
 #include "common/model_layers.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
+#include "tests/worker/test_python.h"
 #include "tests/worker/trainer_test_util.h"
 #include "worker/base/safetensors.h"
 #include "worker/models/models.h"
@@ -67,11 +68,6 @@ TEST(Models, EachTrainsUnderDdp) {
   }
 }
 
-std::string Python() {
-  const char* p = std::getenv("TRAINYARD_TEST_PYTHON");
-  return p != nullptr ? p : TRAINYARD_TEST_PYTHON;
-}
-
 // Initial weights made by PyTorch (tests/fixtures/init_weights.py) load through
 // model.init_from: the loss of the loaded model on a fixed batch equals
 // PyTorch's loss of the same module on the same batch — for a plain file, a
@@ -82,8 +78,8 @@ class InitFrom : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    const std::string cmd = Python() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/init_weights.py " + dir_->path() +
-                            " 2> " + dir_->path() + "/python.log";
+    const std::string cmd = TestPython() + " " + TRAINYARD_SOURCE_DIR + "/tests/fixtures/init_weights.py " +
+                            dir_->path() + " 2> " + dir_->path() + "/python.log";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -313,7 +309,7 @@ TEST_P(TorchScriptModels, TrainAndTheirWeightsLoadBackInPython) {
   TempDir dir;
   const std::string pt = dir.path() + "/net.pt";
   const std::string script = std::string(TRAINYARD_SOURCE_DIR) + "/examples/" + GetParam();
-  ASSERT_EQ(std::system((Python() + " " + script + " " + pt).c_str()), 0);
+  ASSERT_EQ(std::system((TestPython() + " " + script + " " + pt).c_str()), 0);
   JobSpec spec;
   spec.model.kind = ModelKind::kTorchScript;
   spec.model.path = pt;
@@ -349,7 +345,7 @@ TEST_P(TorchScriptModels, TrainAndTheirWeightsLoadBackInPython) {
   // Python loads the checkpoint into the scripted module (strict: every
   // parameter and buffer by name) and computes the same output (fp32; the
   // same kernels, so far below the 1e-5 allowed).
-  const std::string check = Python() +
+  const std::string check = TestPython() +
                             " -c \"import sys, torch; from safetensors.torch import load_file; "
                             "m = torch.jit.load(sys.argv[1]); sd = load_file(sys.argv[2] + '/model.safetensors'); "
                             "m.load_state_dict(sd, strict=True); m.eval(); "

@@ -20,10 +20,10 @@
 namespace trainyard {
 namespace {
 
-constexpr int kSteps = 4;
+constexpr int kFsdpSteps = 4;
 constexpr int64_t kPerRank = 8;
 
-ModelSpec Mlp() {
+ModelSpec FsdpMlp() {
   ModelSpec m;
   m.hidden = {64, 48, 32};
   return m;
@@ -60,7 +60,7 @@ Groups MakeGroups(ShardingStrategy strategy, const c10::intrusive_ptr<c10d::Stor
   return g;
 }
 
-struct Case {
+struct FsdpCase {
   ShardingStrategy strategy;
   WrapPolicy policy;
   int world;
@@ -68,22 +68,22 @@ struct Case {
   bool offload = false;
   bool forward_prefetch = false;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kNoPrefetch;
-  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+  friend void PrintTo(const FsdpCase& c, std::ostream* os) { *os << c.name; }
 };
 
-class FsdpEquivalence : public ::testing::TestWithParam<Case> {};
+class FsdpEquivalence : public ::testing::TestWithParam<FsdpCase> {};
 
 TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
   at::set_num_threads(1);
-  const Case c = GetParam();
+  const FsdpCase c = GetParam();
   const uint64_t seed = 5;
   torch::manual_seed(17);
-  at::Tensor inputs = torch::randn({kSteps, c.world * kPerRank, 784});
-  at::Tensor targets = torch::randint(0, 10, {kSteps, c.world * kPerRank}, torch::kLong);
+  at::Tensor inputs = torch::randn({kFsdpSteps, c.world * kPerRank, 784});
+  at::Tensor targets = torch::randint(0, 10, {kFsdpSteps, c.world * kPerRank}, torch::kLong);
 
-  auto ref = BuildModel(Mlp(), seed);
+  auto ref = BuildModel(FsdpMlp(), seed);
   auto ref_opt = AdamW(ref->parameters());
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < kFsdpSteps; ++s) {
     ref_opt->zero_grad();
     torch::nn::functional::cross_entropy(ref->forward(inputs[s]), targets[s]).backward();
     ref_opt->step();
@@ -109,9 +109,9 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
         Groups g = MakeGroups(c.strategy, store, r, c.world, 2);
         // Every rank starts from different weights: sync_module_states must
         // give everyone rank 0's.
-        FullyShardedModel fsdp(BuildModel(Mlp(), seed + 1000 * r), o, g.shard.get(), g.replicate.get(), c.world);
+        FullyShardedModel fsdp(BuildModel(FsdpMlp(), seed + 1000 * r), o, g.shard.get(), g.replicate.get(), c.world);
         auto opt = AdamW(fsdp.ShardParameters());
-        for (int s = 0; s < kSteps; ++s) {
+        for (int s = 0; s < kFsdpSteps; ++s) {
           opt->zero_grad();
           at::Tensor x = inputs[s].narrow(0, r * kPerRank, kPerRank);
           at::Tensor y = targets[s].narrow(0, r * kPerRank, kPerRank);
@@ -161,22 +161,22 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
 INSTANTIATE_TEST_SUITE_P(
     Strategies, FsdpEquivalence,
     ::testing::Values(
-        Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2"},
-        Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2, "FULL_SHARD/layer/2"},
-        Case{ShardingStrategy::kFullShard, WrapPolicy::kNoWrap, 2, "FULL_SHARD/no_wrap/2"},
-        Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 4, "FULL_SHARD/size/4"},
-        Case{ShardingStrategy::kShardGradOp, WrapPolicy::kSizeBased, 2, "SHARD_GRAD_OP/size/2"},
-        Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2"},
-        Case{ShardingStrategy::kHybridShard, WrapPolicy::kSizeBased, 4, "HYBRID_SHARD/size/2x2"},
-        Case{ShardingStrategy::kHybridShardZero2, WrapPolicy::kTransformerBased, 4, "HYBRID_SHARD_ZERO2/layer/2x2"},
-        Case{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2/offload", true},
-        Case{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2/offload", true},
-        Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2,
-             "FULL_SHARD/layer/2/forward_prefetch+BACKWARD_PRE", false, true, BackwardPrefetch::kBackwardPre},
-        Case{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2, "FULL_SHARD/layer/2/BACKWARD_POST", false,
-             false, BackwardPrefetch::kBackwardPost},
-        Case{ShardingStrategy::kHybridShard, WrapPolicy::kTransformerBased, 4,
-             "HYBRID_SHARD/layer/2x2/forward_prefetch+BACKWARD_PRE", false, true, BackwardPrefetch::kBackwardPre}),
+        FsdpCase{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2"},
+        FsdpCase{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2, "FULL_SHARD/layer/2"},
+        FsdpCase{ShardingStrategy::kFullShard, WrapPolicy::kNoWrap, 2, "FULL_SHARD/no_wrap/2"},
+        FsdpCase{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 4, "FULL_SHARD/size/4"},
+        FsdpCase{ShardingStrategy::kShardGradOp, WrapPolicy::kSizeBased, 2, "SHARD_GRAD_OP/size/2"},
+        FsdpCase{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2"},
+        FsdpCase{ShardingStrategy::kHybridShard, WrapPolicy::kSizeBased, 4, "HYBRID_SHARD/size/2x2"},
+        FsdpCase{ShardingStrategy::kHybridShardZero2, WrapPolicy::kTransformerBased, 4, "HYBRID_SHARD_ZERO2/layer/2x2"},
+        FsdpCase{ShardingStrategy::kFullShard, WrapPolicy::kSizeBased, 2, "FULL_SHARD/size/2/offload", true},
+        FsdpCase{ShardingStrategy::kNoShard, WrapPolicy::kSizeBased, 2, "NO_SHARD/size/2/offload", true},
+        FsdpCase{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2,
+                 "FULL_SHARD/layer/2/forward_prefetch+BACKWARD_PRE", false, true, BackwardPrefetch::kBackwardPre},
+        FsdpCase{ShardingStrategy::kFullShard, WrapPolicy::kTransformerBased, 2, "FULL_SHARD/layer/2/BACKWARD_POST",
+                 false, false, BackwardPrefetch::kBackwardPost},
+        FsdpCase{ShardingStrategy::kHybridShard, WrapPolicy::kTransformerBased, 4,
+                 "HYBRID_SHARD/layer/2x2/forward_prefetch+BACKWARD_PRE", false, true, BackwardPrefetch::kBackwardPre}),
     [](const auto& info) {
       std::string n = info.param.name;
       for (char& ch : n) {
@@ -210,7 +210,7 @@ FsdpRun RunFsdp(FsdpOptions o, int world, int steps = 3) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   RunThreads(world, [&](int r) {
     Groups g = MakeGroups(o.strategy, store, r, world, 2);
-    FullyShardedModel fsdp(BuildModel(Mlp(), 5), o, g.shard.get(), g.replicate.get(), world);
+    FullyShardedModel fsdp(BuildModel(FsdpMlp(), 5), o, g.shard.get(), g.replicate.get(), world);
     auto opt = AdamW(fsdp.ShardParameters());
     const auto model_params = fsdp.model().parameters();
     for (int s = 0; s < steps; ++s) {
@@ -393,7 +393,7 @@ TEST(FsdpClipping, GlobalNormOverShardsMatchesUnshardedClipping) {
   auto Sgd = [](const std::vector<at::Tensor>& p) {
     return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.5));
   };
-  auto ref = BuildModel(Mlp(), 2);
+  auto ref = BuildModel(FsdpMlp(), 2);
   auto ref_opt = Sgd(ref->parameters());
   std::vector<double> ref_norms;
   for (int s = 0; s < 3; ++s) {
@@ -415,7 +415,7 @@ TEST(FsdpClipping, GlobalNormOverShardsMatchesUnshardedClipping) {
         o.strategy = strategy;
         o.wrap_policy = WrapPolicy::kTransformerBased;
         o.layer_types = {"Linear"};
-        FullyShardedModel fsdp(BuildModel(Mlp(), 2), o, g.shard.get(), g.replicate.get(), kWorld);
+        FullyShardedModel fsdp(BuildModel(FsdpMlp(), 2), o, g.shard.get(), g.replicate.get(), kWorld);
         auto opt = Sgd(fsdp.ShardParameters());
         for (int s = 0; s < 3; ++s) {
           opt->zero_grad();
@@ -459,8 +459,8 @@ TEST(FsdpMixedPrecision, Bf16UpdatesTrackFp32) {
   auto Sgd = [](const std::vector<at::Tensor>& p) {
     return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1));
   };
-  auto init = BuildModel(Mlp(), 4)->parameters();
-  auto ref = BuildModel(Mlp(), 4);
+  auto init = BuildModel(FsdpMlp(), 4)->parameters();
+  auto ref = BuildModel(FsdpMlp(), 4);
   auto ref_opt = Sgd(ref->parameters());
   for (int s = 0; s < kMpSteps; ++s) {
     ref_opt->zero_grad();
@@ -481,7 +481,7 @@ TEST(FsdpMixedPrecision, Bf16UpdatesTrackFp32) {
         o.wrap_policy = WrapPolicy::kTransformerBased;
         o.layer_types = {"Linear"};
         o.param_dtype = dtype;
-        FullyShardedModel fsdp(BuildModel(Mlp(), 4), o, g.shard.get(), nullptr, kWorld);
+        FullyShardedModel fsdp(BuildModel(FsdpMlp(), 4), o, g.shard.get(), nullptr, kWorld);
         auto opt = Sgd(fsdp.ShardParameters());
         for (int s = 0; s < kMpSteps; ++s) {
           opt->zero_grad();
