@@ -31,6 +31,10 @@ ordered_json SweepJson(const v1::Sweep& w) {
                       {"parent", t.parent()},
                       {"resumed_from_step", t.resumed_from_step()}});
   }
+  ordered_json events = ordered_json::array();
+  for (const auto& e : w.events()) {
+    events.push_back({{"unix_millis", e.unix_millis()}, {"state", StateName(e.state())}, {"reason", e.reason()}});
+  }
   return {{"id", w.id()},
           {"name", w.name()},
           {"owner", w.owner()},
@@ -46,7 +50,8 @@ ordered_json SweepJson(const v1::Sweep& w) {
           {"best_trial", w.best_trial()},
           {"created_unix_millis", w.created_unix_millis()},
           {"ended_unix_millis", w.ended_unix_millis()},
-          {"trials", std::move(trials)}};
+          {"trials", std::move(trials)},
+          {"events", std::move(events)}};
 }
 
 void PrintSweep(const v1::Sweep& w, OutputFormat format, std::ostream& out) {
@@ -93,6 +98,8 @@ void PrintSweep(const v1::Sweep& w, OutputFormat format, std::ostream& out) {
     out << Shown(t.reason()) << "\n";
   }
   out << std::right;
+  if (!w.events().empty()) out << "\nevents:\n";
+  for (const auto& e : w.events()) out << "  " << FormatTime(e.unix_millis()) << "  " << Shown(e.reason()) << "\n";
 }
 
 }  // namespace

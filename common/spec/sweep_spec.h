@@ -46,6 +46,16 @@ struct SweepParameter {
 
 struct SweepSearcher {
   enum class Kind { kGrid, kRandom, kAsha, kPbt };
+  // grid, random, asha, pbt: as the spec names them.
+  static const char* Name(Kind k) {
+    switch (k) {
+      case Kind::kGrid: return "grid";
+      case Kind::kRandom: return "random";
+      case Kind::kAsha: return "asha";
+      case Kind::kPbt: return "pbt";
+    }
+    return "";
+  }
   Kind kind = Kind::kRandom;
   // ASHA: rungs at min_steps * reduction_factor^k steps, up to the base
   // spec's max_steps; at each rung a trial goes on only when its metric is

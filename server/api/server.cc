@@ -142,8 +142,14 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
     if (!key.ok()) return key.status();
     no.secret = *key;
   }
-  notifier = std::make_unique<Notifier>(
-      no, [this](const std::string& job_id, const std::string& text) { NoteOnJob(job_id, text); });
+  notifier = std::make_unique<Notifier>(no, [this](const std::string& id, const std::string& text) {
+    // A delivery of a sweep's webhook is one of the sweep's events.
+    if (id.rfind("sweep-", 0) == 0) {
+      if (sweeps) sweeps->Note(id, text);
+      return;
+    }
+    NoteOnJob(id, text);
+  });
   notifier->Start();
   notifying_store = std::make_unique<NotifyingJobStore>(store.get(), notifier.get());
   registry = std::make_shared<prometheus::Registry>();

@@ -9,16 +9,6 @@ namespace {
 
 constexpr size_t kMaxSweepSpec = 1 << 20;
 
-const char* SearcherName(SweepSearcher::Kind k) {
-  switch (k) {
-    case SweepSearcher::Kind::kGrid: return "grid";
-    case SweepSearcher::Kind::kRandom: return "random";
-    case SweepSearcher::Kind::kAsha: return "asha";
-    case SweepSearcher::Kind::kPbt: return "pbt";
-  }
-  return "";
-}
-
 grpc::Status NoSweeps() { return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this server runs no sweeps"); }
 
 }  // namespace
@@ -34,7 +24,7 @@ void SweepToProto(const SweepStatus& sweep, v1::Sweep* out) {
   for (const SweepParameter& p : sweep.spec.parameters) out->add_parameters(p.path);
   out->set_metric(sweep.spec.metric);
   out->set_maximize(sweep.spec.maximize);
-  out->set_searcher(SearcherName(sweep.spec.searcher.kind));
+  out->set_searcher(SweepSearcher::Name(sweep.spec.searcher.kind));
   out->set_max_trials(sweep.spec.max_trials);
   out->set_concurrency(sweep.spec.concurrency);
   for (const SweepTrialRecord& t : r.trials) {
@@ -57,6 +47,12 @@ void SweepToProto(const SweepStatus& sweep, v1::Sweep* out) {
   out->set_created_unix_millis(r.created_unix_millis);
   out->set_ended_unix_millis(r.ended_unix_millis);
   for (int64_t rung : sweep.rungs) out->add_rungs(rung);
+  for (const JobEvent& e : sweep.events) {
+    v1::JobEvent* p = out->add_events();
+    p->set_unix_millis(e.unix_millis);
+    p->set_state(ToProto(e.state));
+    p->set_reason(e.reason);
+  }
 }
 
 grpc::Status JobServiceImpl::SubmitSweep(const Caller& caller, const v1::SubmitSweepRequest* req,

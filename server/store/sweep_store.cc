@@ -39,6 +39,14 @@ CREATE TABLE IF NOT EXISTS sweep_rung_results (
   step INTEGER NOT NULL,
   value REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sweep_events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  sweep_id TEXT NOT NULL REFERENCES sweeps(id),
+  unix_ms INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sweep_events_by_sweep ON sweep_events (sweep_id, seq);
 )sql";
 
 std::string TrialJson(const SweepTrialRecord& t) {
@@ -190,6 +198,41 @@ class SqliteSweepStore final : public SweepStore {
       out.push_back(RungResult{static_cast<int32_t>(st.Int(0)), st.Int(1), st.Real(2)});
     }
     if (rc != SQLITE_DONE) return Error("rung results of " + sweep_id);
+    return out;
+  }
+
+  absl::Status AddEvent(const std::string& sweep_id, const JobEvent& e) override {
+    absl::MutexLock lock(&mu_);
+    Stmt st(db_, "INSERT INTO sweep_events (sweep_id, unix_ms, state, reason) VALUES (?,?,?,?);");
+    if (!st.ok()) return Error("prepare sweep event");
+    st.Bind(1, sweep_id);
+    st.Bind(2, e.unix_millis);
+    st.Bind(3, std::string(JobStateName(e.state)));
+    st.Bind(4, e.reason);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Error("insert event of " + sweep_id);
+    // Only the newest kMaxEvents stay: a long sweep's oldest go first.
+    Stmt trim(db_,
+              "DELETE FROM sweep_events WHERE sweep_id=?1 AND seq <= (SELECT seq FROM sweep_events WHERE sweep_id=?1 "
+              "ORDER BY seq DESC LIMIT 1 OFFSET ?2);");
+    if (!trim.ok()) return Error("prepare trim sweep events");
+    trim.Bind(1, sweep_id);
+    trim.Bind(2, int64_t{kMaxEvents});
+    if (sqlite3_step(trim.get()) != SQLITE_DONE) return Error("trim events of " + sweep_id);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& sweep_id) override {
+    absl::MutexLock lock(&mu_);
+    Stmt st(db_, "SELECT unix_ms, state, reason FROM sweep_events WHERE sweep_id=? ORDER BY seq;");
+    if (!st.ok()) return Error("prepare sweep events");
+    st.Bind(1, sweep_id);
+    std::vector<JobEvent> out;
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      out.push_back(
+          JobEvent{st.Int(0), ParseJobState(st.Text(1)).value_or(JobState::kRunning), std::string(st.Text(2))});
+    }
+    if (rc != SQLITE_DONE) return Error("events of " + sweep_id);
     return out;
   }
 

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job_record.h"
 #include "common/job_state.h"
 
 namespace trainyard {
@@ -73,6 +74,12 @@ class SweepStore {
   // Every sweep with its trials, oldest first.
   virtual absl::StatusOr<std::vector<SweepRecord>> List() = 0;
   virtual absl::StatusOr<std::vector<RungResult>> RungResults(const std::string& sweep_id) = 0;
+  // What happened to the sweep (a trial submitted, stopped or exploited,
+  // a webhook's delivery, its end), as a job's events are kept; the newest
+  // kMaxEvents of a sweep are kept, oldest first.
+  static constexpr int kMaxEvents = 2000;
+  virtual absl::Status AddEvent(const std::string& sweep_id, const JobEvent& event) = 0;
+  virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& sweep_id) = 0;
 };
 
 }  // namespace trainyard

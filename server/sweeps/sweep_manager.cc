@@ -128,6 +128,10 @@ absl::Status SweepManager::Recover() {
     live->announced_best = BestTrial(live->spec, r);
     live->record = std::move(r);
     order_.push_back(live->record.id);
+    {
+      absl::MutexLock states(&states_mu_);
+      states_[live->record.id] = live->record.state;
+    }
     sweeps_[live->record.id] = std::move(live);
   }
   return absl::OkStatus();
@@ -199,6 +203,8 @@ absl::StatusOr<SweepStatus> SweepManager::Submit(const std::string& spec_text, c
   Live& s = *live;
   order_.push_back(r.id);
   sweeps_[r.id] = std::move(live);
+  Event(s, absl::StrFormat("submitted by %s: searcher %s, up to %d trials, %d at once", by.Describe(),
+                           SweepSearcher::Name(s.spec.searcher.kind), s.spec.max_trials, s.spec.concurrency));
   StartTrials(s);
   return StatusOf(s);
 }
@@ -215,7 +221,9 @@ absl::StatusOr<SweepStatus> SweepManager::Get(const std::string& id, const Calle
   absl::MutexLock lock(&mu_);
   auto s = Find(id, by);
   if (!s.ok()) return s.status();
-  return StatusOf(**s);
+  SweepStatus out = StatusOf(**s);
+  if (auto events = store_->Events(id); events.ok()) out.events = *std::move(events);
+  return out;
 }
 
 absl::StatusOr<std::vector<SweepStatus>> SweepManager::List(const Caller& by, bool all_users) {
@@ -252,6 +260,7 @@ absl::StatusOr<SweepStatus> SweepManager::Cancel(const std::string& id, bool kee
                                    best >= 0 ? absl::StrCat("; trial ", best, " (the best so far) runs on") : "");
     s.record.ended_unix_millis = clock_->UnixMillis();
     Save(s);
+    Event(s, s.record.reason);
     Notify(s, "CANCELLED");
   }
   return StatusOf(s);
@@ -321,8 +330,8 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
           const SweepTrialRecord& from = s.record.trials[source];
           auto request = jobs_->RequestCheckpoint(from.job_id, CheckpointType::kAuto);
           if (!request.ok()) {
-            log::Warn("sweep {}: trial {} cannot copy trial {} ({}): {}", s.record.id, t.number, source, from.job_id,
-                      request.status().message());
+            Event(s, absl::StrFormat("trial %d cannot copy trial %d (%s): %s", t.number, source, from.job_id,
+                                     request.status().message()));
             break;
           }
           s.exploits.push_back({t.number, source, p.step, *request, clock_->SteadyNow()});
@@ -330,6 +339,7 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
               "in the bottom of the population at step %d (%s %g): to be replaced by a copy of "
               "trial %d",
               p.step, s.spec.metric, p.value, source);
+          Event(s, absl::StrFormat("trial %d (%s): %s", t.number, t.job_id, t.reason));
           break;
         }
         if (auto st = store_->AddRungResult(s.record.id, RungResult{t.number, p.step, value}); !st.ok()) {
@@ -337,6 +347,8 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
         }
         if (v == Searcher::Verdict::kPromote) {
           ++t.rungs_passed;
+          Event(s, absl::StrFormat("trial %d (%s) goes on at step %d: %s %g among the best 1/%d at the rung", t.number,
+                                   t.job_id, p.step, s.spec.metric, p.value, s.spec.searcher.reduction_factor));
           continue;
         }
         // A trial that ended before the look that found it at the rung keeps its end.
@@ -346,12 +358,17 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
           t.early_stopped = true;
           t.reason = absl::StrFormat("stopped at step %d: %s %g not among the best 1/%d at the rung", p.step,
                                      s.spec.metric, p.value, s.spec.searcher.reduction_factor);
+          Event(s, absl::StrFormat("trial %d (%s) %s", t.number, t.job_id, t.reason));
         }
         break;
       }
     }
   }
   if (Ended(t.state) && t.reason.empty()) t.reason = job->reason;
+  if (Ended(t.state) && !Ended(before.state) && !t.early_stopped) {
+    Event(s, absl::StrFormat("trial %d (%s) %s at step %d: %s", t.number, t.job_id, JobStateName(t.state), t.step,
+                             t.reason));
+  }
   if (!(t == before)) SaveTrial(s, t);
 }
 
@@ -373,8 +390,8 @@ void SweepManager::FinishExploits(Live& s) {
       continue;
     }
     if (!ck->ok || Ended(poor.state)) {
-      log::Warn("sweep {}: trial {} goes on as it is: trial {}'s checkpoint {}", s.record.id, x.poor, x.source,
-                ck->ok ? "came after it ended" : "failed: " + ck->error);
+      Event(s, absl::StrFormat("trial %d goes on as it is: trial %d's checkpoint %s", x.poor, x.source,
+                               ck->ok ? "came after it ended" : "failed: " + ck->error));
       continue;
     }
     std::optional<TrialPlan> plan = s.searcher->Exploited(x.poor, x.source, source.values);
@@ -406,6 +423,7 @@ void SweepManager::FinishExploits(Live& s) {
         s.record.id, t.number, t.job_id, x.source, ck->path, ck->step, x.poor, poor.job_id);
     note_(poor.job_id, lineage);
     note_(source.job_id, lineage);
+    Event(s, absl::StrFormat("trial %d (%s) %s", x.poor, poor.job_id, poor.reason));
     s.record.trials.push_back(t);
     SaveTrial(s, poor);
     SaveTrial(s, t);
@@ -419,8 +437,8 @@ bool SweepManager::SpendBudget(Live& s) {
   for (const SweepTrialRecord& t : s.record.trials) used += t.rank_seconds;
   if (used < s.spec.max_rank_hours * 3600) return false;
   if (!s.budget_spent) {
-    log::Info("sweep {}: {} rank-hours used of its {}: its live trials stop", s.record.id, used / 3600,
-              s.spec.max_rank_hours);
+    Event(s, absl::StrFormat("%.3g rank-hours used of its %g: its live trials stop, no more start", used / 3600,
+                             s.spec.max_rank_hours));
   }
   s.budget_spent = true;
   for (SweepTrialRecord& t : s.record.trials) {
@@ -454,7 +472,7 @@ void SweepManager::Notify(Live& s, const std::string& event) {
   const std::string body =
       nlohmann::ordered_json{{"event", event}, {"unix_millis", now}, {"sweep", std::move(sweep)}}.dump();
   for (const std::string& url : s.spec.notify_urls) {
-    notifier_->Enqueue({"", url, event, absl::StrFormat("%s-%d-%d", r.id, now, ++s.deliveries), body});
+    notifier_->Enqueue({r.id, url, event, absl::StrFormat("%s-%d-%d", r.id, now, ++s.deliveries), body});
   }
 }
 
@@ -478,6 +496,12 @@ void SweepManager::StartTrials(Live& s) {
       t.state = JobState::kFailed;
       t.reason = absl::StrCat("refused: ", job.status().message());
     }
+    std::string values;
+    for (size_t i = 0; i < s.spec.parameters.size() && i < t.values.size(); ++i) {
+      absl::StrAppend(&values, i ? ", " : "", s.spec.parameters[i].path, "=", t.values[i]);
+    }
+    Event(s, job.ok() ? absl::StrFormat("trial %d submitted as %s (%s)", t.number, t.job_id, values)
+                      : absl::StrFormat("trial %d (%s) %s", t.number, values, t.reason));
     s.record.trials.push_back(t);
     SaveTrial(s, t);
   }
@@ -501,6 +525,7 @@ void SweepManager::MaybeEnd(Live& s) {
                                       s.budget_spent ? "; its rank-hour budget was spent" : "");
   }
   Save(s);
+  Event(s, absl::StrCat(JobStateName(s.record.state), ": ", s.record.reason));
   Notify(s, JobStateName(s.record.state));
 }
 
@@ -512,7 +537,38 @@ SweepStatus SweepManager::StatusOf(const Live& s) const {
   return out;
 }
 
+void SweepManager::Note(const std::string& id, const std::string& text) {
+  // Not under mu_: the notifier records a dropped delivery on the thread
+  // that enqueued it, which may hold mu_ (Notify).
+  JobState state = JobState::kRunning;
+  {
+    absl::MutexLock lock(&states_mu_);
+    auto it = states_.find(id);
+    if (it == states_.end()) return;
+    state = it->second;
+  }
+  log::Info("sweep {}: {}", id, text);
+  if (auto st = store_->AddEvent(id, JobEvent{clock_->UnixMillis(), state, text}); !st.ok()) {
+    log::Warn("sweep {}: {}", id, st.message());
+  }
+}
+
+void SweepManager::Event(const Live& s, const std::string& text) {
+  {
+    absl::MutexLock lock(&states_mu_);
+    states_[s.record.id] = s.record.state;
+  }
+  log::Info("sweep {}: {}", s.record.id, text);
+  if (auto st = store_->AddEvent(s.record.id, JobEvent{clock_->UnixMillis(), s.record.state, text}); !st.ok()) {
+    log::Warn("sweep {}: {}", s.record.id, st.message());
+  }
+}
+
 void SweepManager::Save(const Live& s) {
+  {
+    absl::MutexLock lock(&states_mu_);
+    states_[s.record.id] = s.record.state;
+  }
   if (auto st = store_->Update(s.record); !st.ok()) log::Warn("sweep {}: {}", s.record.id, st.message());
 }
 

@@ -22,6 +22,7 @@
 //
 // A budget (max_rank_hours) spent stops the live trials and starts no
 // more. Webhooks (sweep.notify) announce its end and each new best trial.
+// What it decides and what happens to its trials are its events.
 //
 // Thread-safe. Its lock is taken before the job manager's, never after.
 #ifndef TRAINYARD_SERVER_SWEEPS_SWEEP_MANAGER_H_
@@ -52,8 +53,9 @@ namespace trainyard {
 struct SweepStatus {
   SweepRecord record;
   SweepSpec spec;
-  std::vector<int64_t> rungs;  // ASHA's (steps)
-  int best_trial = -1;         // -1 until a trial reported the metric
+  std::vector<int64_t> rungs;    // ASHA's (steps)
+  int best_trial = -1;           // -1 until a trial reported the metric
+  std::vector<JobEvent> events;  // Get only: what happened to it, oldest first
 };
 
 class SweepManager {
@@ -93,6 +95,8 @@ class SweepManager {
   // set before Start.
   using JobNote = std::function<void(const std::string& job_id, const std::string& text)>;
   void set_job_note(JobNote note) { note_ = std::move(note); }
+  // An event of sweep `id` from outside (its webhooks' deliveries).
+  void Note(const std::string& id, const std::string& text) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Live;  // a sweep and its searcher
@@ -109,6 +113,8 @@ class SweepManager {
   // The sweep's webhooks for `event` (SUCCEEDED, ..., BEST), when it asks.
   void Notify(Live& s, const std::string& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Save(const Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One of the sweep's events (kept in the store, and logged).
+  void Event(const Live& s, const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveTrial(const Live& s, const SweepTrialRecord& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobRequestHandler* const jobs_;
@@ -120,6 +126,9 @@ class SweepManager {
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Live>> sweeps_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first
+  // Each sweep's state as last saved, for Note (taken after mu_, never before).
+  absl::Mutex states_mu_;
+  std::map<std::string, JobState> states_ ABSL_GUARDED_BY(states_mu_);
 
   absl::Mutex thread_mu_;
   bool stop_ ABSL_GUARDED_BY(thread_mu_) = false;

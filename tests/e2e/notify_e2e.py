@@ -9,7 +9,8 @@
 - A receiver that hangs: other calls are answered while it holds the
   request, and the delivery goes through once it answers again.
 - A sweep with a budget of rank-hours and webhooks: it stops its trials
-  once the budget is spent, and announces each new best trial and its end.
+  once the budget is spent, and announces each new best trial and its end;
+  its events list its trials, the budget, its end and each delivery.
 - The policy's webhooks (every job's, and a user's for that user's jobs)
   are called for jobs that name none, and again as reloaded on SIGHUP.
 - URLs that are not http(s), that hold credentials or whose host the
@@ -203,6 +204,23 @@ sweep:
         for x in got:
             want = "sha256=" + hmac.new(SECRET.encode(), x["body"], hashlib.sha256).hexdigest()
             self.assertTrue(hmac.compare_digest(x["headers"]["X-Trainyard-Signature-256"], want))
+        # The sweep's events: its trials, the budget, its end, each delivery.
+        def reasons():
+            return [e["reason"] for e in json.loads(self.server.ctl("-o", "json", "sweep", "get", sweep_id).stdout)[
+                "events"]]
+        wait_for(lambda: f"webhook {url} (SUCCEEDED): delivered, HTTP 200" in reasons(), 30,
+                 "the end's delivery in the sweep's events", lambda: "\n".join(reasons()))
+        ev = reasons()
+        self.assertTrue(ev[0].startswith("submitted by "), ev)
+        for t in w["trials"]:
+            self.assertEqual(sum(e.startswith(f"trial {t['number']} submitted as {t['job_id']} (optimizer.lr=")
+                                 for e in ev), 1, ev)
+        self.assertTrue(any("rank-hours used of its 0.002" in e for e in ev), ev)
+        self.assertIn("SUCCEEDED: " + w["reason"], ev)
+        self.assertEqual(sum(e.startswith(f"webhook {url} (BEST): delivered") for e in ev), events.count("BEST"), ev)
+        table = self.server.ctl("sweep", "get", sweep_id).stdout
+        self.assertIn("events:", table)
+        self.assertIn(f"webhook {url} (SUCCEEDED): delivered", table)
 
     def test_6_the_policys_webhooks_are_called_for_every_job_and_its_users(self):
         # The operator's policy: /ops for every job's failure or success,

@@ -6,7 +6,8 @@
   trials that had reached that rung before it, and the best at each rung
   went on (from the trials' histories); the best trial's final loss equals that of the
   same hyperparameters run alone (same seed); the sweep used fewer
-  rank-seconds than running all 12 to the end (measured from the jobs).
+  rank-seconds than running all 12 to the end (measured from the jobs);
+  the sweep's events name each trial's submission, stop and promotion.
 - A kill -9 of the coordinator mid-sweep: the restarted one finishes the
   sweep with every trial started once (one job per trial number).
 - `trainctl sweep cancel --keep-best` stops every trial but the best.
@@ -119,6 +120,15 @@ class Sweeps(unittest.TestCase):
         stopped = [t for t in trials if t["early_stopped"]]
         self.assertTrue(stopped, "ASHA stopped no trial")
         self.assertTrue(any(not t["early_stopped"] for t in trials), "ASHA stopped every trial")
+        # The sweep's events say each decision: one stop per stopped trial,
+        # one "goes on" per rung a trial passed, each trial submitted once.
+        ev = [e["reason"] for e in w["events"]]
+        for t in trials:
+            mine = [e for e in ev if e.startswith(f"trial {t['number']} ")]
+            self.assertEqual(sum(e.startswith(f"trial {t['number']} submitted as {t['job_id']}") for e in mine), 1, ev)
+            self.assertEqual(sum(" stopped at step " in e for e in mine), int(t["early_stopped"]), mine)
+            self.assertEqual(sum(" goes on at step " in e for e in mine), t["rungs_passed"], mine)
+        self.assertEqual(ev[-1], "SUCCEEDED: " + w["reason"])
 
         # Each trial's value at each rung, from its own history.
         hist = {t["number"]: history(s, t["job_id"]) for t in trials}

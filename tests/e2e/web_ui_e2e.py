@@ -313,6 +313,7 @@ class WebUi(unittest.TestCase):
         rows = d.find_elements(By.CSS_SELECTOR, "#trials-table tbody tr")
         self.assertEqual(len(rows), 2)
         self.assertIn("optimizer.lr", d.find_element(By.ID, "trials-table").text)
+        self.assertIn("submitted by user alice", d.find_element(By.ID, "sweep-events-table").text)
         wait_for(lambda: int(d.find_element(By.ID, "sweep-scatter").get_attribute("data-points") or 0) == 2, 30,
                  "both trials on the hyperparameter plot")
         d.find_element(By.CSS_SELECTOR, "#trials-table th[data-key=best]").click()

@@ -79,6 +79,7 @@ function sweepPage(id) {
   const dots = h("canvas", {id: "sweep-scatter"});
   const param = h("select", {id: "scatter-parameter"});
   const trials = h("div", {id: "trials"});
+  const events = h("div", {id: "sweep-events"});
   const compare = h("a", {id: "compare-trials", href: "#"}, "Compare the selected trials");
   const selected = new Set();
   const histories = new Map();  // job id -> points of the metric (kept once the trial ended)
@@ -185,6 +186,10 @@ function sweepPage(id) {
     const over = TERMINAL.has(sweep.state) && ts.every((t) => !t.job_id || TERMINAL.has(t.state));
     cancel.disabled = TERMINAL.has(sweep.state);
     drawTrials();
+    put(events, sortableTable([
+      {key: "time", title: "Time", value: (e) => num(e.unix_millis), cell: (e) => fmtTime(e.unix_millis)},
+      {key: "reason", title: "Event", value: (e) => e.reason, wrap: true},
+    ], (sweep.events || []).slice().reverse(), {id: "sweep-events-table"}));
     await Promise.all(ts.filter((t) => t.job_id && (!histories.has(t.job_id) || !TERMINAL.has(t.state))).map(async (t) => {
       try {
         histories.set(t.job_id, byStep(await api("GetJobHistory", {id: t.job_id, series: [sweep.metric]}), sweep.metric));
@@ -200,7 +205,7 @@ function sweepPage(id) {
     h("h2", {}, "The metric of every trial, by step"), h("div", {class: "chartbox"}, lines),
     h("h2", {}, "Hyperparameters against the metric"), h("div", {class: "filters"}, "x: ", param),
     h("div", {class: "chartbox"}, dots),
-    h("h2", {}, "Trials"), h("p", {}, compare), trials);
+    h("h2", {}, "Trials"), h("p", {}, compare), trials, h("h2", {}, "Events"), events);
   let done = false;
   refresh().then((over) => {
     done = !!over;

@@ -77,6 +77,38 @@ TEST(SweepStore, ASweepItsTrialsAndDecisionsSurviveAReopen) {
   EXPECT_EQ(*results, (std::vector<RungResult>{{0, 100, 0.5}, {1, 120, 0.25}}));
 }
 
+TEST(SweepStore, ASweepsEventsSurviveAReopenAndOnlyTheNewestAreKept) {
+  const std::string path = TempDb();
+  SweepRecord w;
+  w.id = "sweep-ev";
+  w.spec_text = "sweep: {}\n";
+  SweepRecord other = w;
+  other.id = "sweep-other";
+  {
+    auto store = SweepStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Insert(w).ok());
+    ASSERT_TRUE((*store)->Insert(other).ok());
+    for (int i = 0; i < SweepStore::kMaxEvents + 5; ++i) {
+      ASSERT_TRUE((*store)->AddEvent(w.id, JobEvent{1000 + i, JobState::kRunning, "event " + std::to_string(i)}).ok());
+    }
+    ASSERT_TRUE((*store)->AddEvent(other.id, JobEvent{7, JobState::kSucceeded, "the other's"}).ok());
+  }
+  auto store = SweepStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto events = (*store)->Events(w.id);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), static_cast<size_t>(SweepStore::kMaxEvents));
+  EXPECT_EQ(events->front().reason, "event 5");  // the 5 oldest went
+  EXPECT_EQ(events->back().reason, "event " + std::to_string(SweepStore::kMaxEvents + 4));
+  EXPECT_EQ(events->back().unix_millis, 1000 + SweepStore::kMaxEvents + 4);
+  auto theirs = (*store)->Events(other.id);
+  ASSERT_TRUE(theirs.ok());
+  ASSERT_EQ(theirs->size(), 1u);
+  EXPECT_EQ(theirs->front().state, JobState::kSucceeded);
+  EXPECT_EQ(theirs->front().reason, "the other's");
+}
+
 TEST(SweepStore, AnAshaSearcherResumedFromItsDecisionsDecidesAsTheOriginal) {
   SweepSpec spec;
   spec.max_steps = 900;
