@@ -334,7 +334,8 @@ class Client:
     def history(self, job_id, series=None, dataframe=False):
         """The job's series across its attempts (loss, eval_loss,
         samples_per_second, step_seconds, learning_rate, grad_norm,
-        memory_bytes, mfu, world_size; `series`: these only), each at most
+        memory_bytes, mfu, world_size, and those its script reports under
+        names of its own; `series`: these only), each at most
         2,000 points of {"step", "unix_millis", "value"}, with its "events"
         and "checkpoints" on the same time axis. With `dataframe`, a pandas
         DataFrame instead: one row per (series, point), columns series,

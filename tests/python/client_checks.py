@@ -118,7 +118,8 @@ with Client() as c:
     expect(NotFound, lambda: c.get("job-does-not-exist"))
     e = expect(InvalidArgument, lambda: c.submit(dict(SMALL, max_steps=-1)))
     assert "max_steps" in e.message, e.message
-    expect(InvalidArgument, lambda: c.history(job["id"], series=["no-such-series"]))
+    expect(InvalidArgument, lambda: c.history(job["id"], series=["x" * 65]))  # no series' name
+    assert not c.history(job["id"], series=["no-such-series"])["series"], "a series the job never had"
     try:
         c.list(states=["DONE"])
         raise AssertionError("an unknown state was accepted")
