@@ -130,7 +130,8 @@ def should_stop():
 
 def checkpoint_requested():
     """None, or "full" / "sharded" when someone asked for a checkpoint
-    (`trainctl checkpoint`): save one at this step boundary."""
+    (`trainctl checkpoint`): save one at this step boundary. Once
+    checkpoint_saved registered it, None again until the next request."""
     return _agree()[1]
 
 
@@ -161,9 +162,16 @@ def checkpoint_saved(path, step=None):
     """Registers a checkpoint the script has saved (every rank calls it after
     its part): Trainyard lists it (`trainctl checkpoints`), restarts from the
     newest one, and keeps at most checkpoint.total_limit of them."""
+    global _agreed
     stop, kind, request_id = _agree()
     _saved[0] += 1
-    _channel.send(_channel.saved_message(os.path.abspath(str(path)), step, request_id if (kind or stop) else 0))
+    answers = request_id if (kind or stop) else 0
+    _channel.send(_channel.saved_message(os.path.abspath(str(path)), step, answers))
+    if kind:
+        # Answered: checkpoint_requested() is None from now on, in this step
+        # too, until the next request.
+        _channel.answered(request_id)
+        _agreed = (stop, None, request_id)
 
 
 def resume_dir():

@@ -12,8 +12,14 @@ tests/fixtures/script_channel/):
   worker -> script   parse_state()      {"checkpoint": "full"|"sharded"|null, "request_id": N, "stop": true|false}
 
 The worker sends its state whenever it changes (a checkpoint request, a stop
-after preemption or `cancel --checkpoint`); the script reads what is there
-without waiting. Without the variable (the script runs outside Trainyard)
+after preemption or `cancel --checkpoint`, a request answered); the script
+reads what is there without waiting.
+
+A request is answered once: after the script saved for request N
+(answered(N)), a state that still asks for N reads as no request until the
+worker's state moves on (it sends one without N once it has the script's
+"saved"); then a request numbered N again (a new coordinator numbers from
+1) is a new one. Without the variable (the script runs outside Trainyard)
 every call is a no-op.
 """
 import json
@@ -26,6 +32,7 @@ _sock = None
 _opened = False
 _buffer = b""
 _state = {"checkpoint": None, "request_id": 0, "stop": False}
+_answered = 0  # the request the script saved for, while the worker's state still names it
 
 
 def hello():
@@ -110,13 +117,31 @@ def send(message):
             s.setblocking(False)
 
 
+def answered(request_id):
+    """The script saved the checkpoint `request_id` asked for: from now on
+    the state asks for it no more."""
+    global _answered
+    with _lock:
+        if request_id:
+            _answered = int(request_id)
+
+
+def _seen():
+    # REQUIRES: _lock held.
+    st = dict(_state)
+    if _answered and st["request_id"] == _answered:
+        st["checkpoint"], st["request_id"] = None, 0
+    return st
+
+
 def state():
-    """The worker's latest state (what it sent last), without waiting."""
-    global _buffer
+    """The worker's latest state (what it sent last), without waiting; a
+    request the script answered reads as none."""
+    global _buffer, _answered
     with _lock:
         s = _open()
         if s is None:
-            return dict(_state)
+            return _seen()
         while True:
             try:
                 chunk = s.recv(65536)
@@ -132,7 +157,9 @@ def state():
             st = parse_state(line)
             if st is not None:
                 _state.update(st)
-        return dict(_state)
+                if st["request_id"] != _answered:
+                    _answered = 0  # the worker moved on: the next request is new, whatever its number
+        return _seen()
 
 
 def connected():

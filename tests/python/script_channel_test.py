@@ -6,7 +6,9 @@ is read as the fixture says.
 
     python3 tests/python/script_channel_test.py
 """
+import json
 import os
+import socket
 import sys
 import unittest
 
@@ -15,6 +17,7 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures", "script_channel")
 sys.path.insert(0, os.path.join(REPO, "python"))
 os.environ.pop("TRAINYARD_CHANNEL_FD", None)  # no worker here: importing opens nothing
 
+import trainyard  # noqa: E402
 from trainyard import _channel  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "e2e"))
 import test_clock  # noqa: E402
@@ -58,6 +61,89 @@ class ScriptChannel(unittest.TestCase):
         named = {"hello.json", "report.json", "report_first.json", "saved_on_request.json", "saved_by_script.json",
                  "state_idle.json", "state_checkpoint.json", "state_stop.json"}
         self.assertEqual({n for n in os.listdir(FIXTURES) if n.endswith(".json")}, named)
+
+
+class CheckpointRequests(unittest.TestCase):
+    """The package's answers over a real socket pair, this test playing the
+    worker: a request is saved for once, however often the script asks and
+    however long the worker's state still names it (issue 64)."""
+
+    def setUp(self):
+        self.worker, script = socket.socketpair()
+        script.setblocking(False)
+        # What _open() makes of TRAINYARD_CHANNEL_FD, without the hello.
+        _channel._sock, _channel._opened, _channel._buffer = script, True, b""
+        _channel._state = {"checkpoint": None, "request_id": 0, "stop": False}
+        _channel._answered = 0
+        trainyard._agreed = None
+        self.step = 0
+
+    def tearDown(self):
+        _channel._sock.close()
+        _channel._sock, _channel._opened = None, False
+        self.worker.close()
+
+    def tell(self, checkpoint, request_id, stop=False):
+        self.worker.sendall((json.dumps({"checkpoint": checkpoint, "request_id": request_id, "stop": stop}) +
+                             "\n").encode())
+
+    def saved(self):
+        """The request ids of the checkpoints the script registered since the last call."""
+        self.worker.setblocking(False)
+        data = b""
+        try:
+            while True:
+                data += self.worker.recv(65536)
+        except BlockingIOError:
+            pass
+        return [m["request_id"] for m in map(json.loads, data.splitlines()) if m["op"] == "saved"]
+
+    def run_steps(self, n):
+        """n steps of the examples' loop, asking twice a step; the steps it saved at."""
+        at = []
+        for _ in range(n):
+            self.step += 1
+            trainyard.report(self.step)
+            if trainyard.checkpoint_requested() or trainyard.should_stop():
+                self.assertEqual(trainyard.checkpoint_requested(), trainyard.checkpoint_requested())
+                trainyard.checkpoint_saved(f"/ckpt/{self.step}", self.step)
+                at.append(self.step)
+                self.assertIsNone(trainyard.checkpoint_requested(), "answered in this step")
+        return at
+
+    def test_one_request_one_checkpoint(self):
+        self.assertEqual(self.run_steps(3), [])
+        self.tell("full", 7)
+        self.assertEqual(self.run_steps(20), [4], "the worker still names request 7: it was answered")
+        self.assertEqual(self.saved(), [7])
+        self.tell(None, 0)  # the worker read the "saved"
+        self.assertEqual(self.run_steps(5), [])
+        self.tell("sharded", 9)
+        self.assertEqual(self.run_steps(1), [29])
+        self.assertEqual(self.run_steps(10), [])
+        self.assertEqual(self.saved(), [9])
+
+    def test_a_second_request_before_the_worker_moved_on(self):
+        self.tell("full", 3)
+        self.assertEqual(self.run_steps(2), [1])
+        self.tell("full", 4)  # no idle state between: an older worker never sends one
+        self.assertEqual(self.run_steps(5), [3])
+        self.assertEqual(self.saved(), [3, 4])
+
+    def test_a_number_used_again_after_the_worker_moved_on_is_a_new_request(self):
+        # A restarted coordinator numbers its requests from 1 again.
+        self.tell("full", 1)
+        self.assertEqual(self.run_steps(2), [1])
+        self.tell(None, 0)
+        self.tell("full", 1)
+        self.assertEqual(self.run_steps(3), [3])
+        self.assertEqual(self.saved(), [1, 1])
+
+    def test_a_stop_still_saves_and_stops(self):
+        self.tell("full", 5, stop=True)  # cancel --checkpoint
+        self.assertEqual(self.run_steps(1), [1])
+        self.assertTrue(trainyard.should_stop())
+        self.assertEqual(self.saved(), [5])
 
 
 if __name__ == "__main__":
