@@ -1,9 +1,16 @@
 #include "common/credentials.h"
 
+#include <grpcpp/client_context.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/paths.h"
 
 namespace trainyard {
+
+void AddWorkerCredentials(grpc::ClientContext* ctx, const std::string& job_id, const std::string& token) {
+  ctx->AddMetadata(kWorkerJobMetadata, job_id);
+  ctx->AddMetadata(kWorkerTokenMetadata, token);
+}
 
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& ca_pem, const std::string& cert_pem,
                                                             const std::string& key_pem) {

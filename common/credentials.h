@@ -1,6 +1,7 @@
 // gRPC transport credentials of the three programs: the server's (TLS,
 // optionally requiring client certificates) and a client's (trainctl and
-// trainyard-worker: plain text, TLS, or mutual TLS).
+// trainyard-worker: plain text, TLS, or mutual TLS); and the metadata a
+// worker's stream proves its job with.
 #ifndef TRAINYARD_COMMON_CREDENTIALS_H_
 #define TRAINYARD_COMMON_CREDENTIALS_H_
 
@@ -11,6 +12,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+
+namespace grpc {
+class ClientContext;
+}  // namespace grpc
 
 namespace trainyard {
 
@@ -25,6 +30,16 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const std::string& c
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const std::string& tls_cert_file,
                                                                            const std::string& tls_key_file,
                                                                            const std::string& tls_client_ca_file);
+
+// A worker's stream (WorkerService.Connect) names its job and presents the
+// job's worker token in its metadata as well as in its hello, so that the
+// coordinator knows whose it is when it opens, before any message is read:
+// it then counts the stream against that job's budget of streams waiting to
+// say hello, not its host's, which strangers on the host may fill
+// (server/api/hello_guard.h). Bench/scale's simulated ranks do the same.
+inline constexpr char kWorkerJobMetadata[] = "trainyard-job-id";
+inline constexpr char kWorkerTokenMetadata[] = "trainyard-worker-token";
+void AddWorkerCredentials(grpc::ClientContext* ctx, const std::string& job_id, const std::string& token);
 
 }  // namespace trainyard
 

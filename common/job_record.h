@@ -4,13 +4,31 @@
 #ifndef TRAINYARD_COMMON_JOB_RECORD_H_
 #define TRAINYARD_COMMON_JOB_RECORD_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/job_state.h"
 #include "common/step_metrics.h"
 
 namespace trainyard {
+
+// A job's id: "job-" and 8 lowercase hex digits (JobTable::NewId makes them).
+inline constexpr std::string_view kJobIdPrefix = "job-";
+inline constexpr size_t kJobIdHexDigits = 8;
+
+// Whether `id` has that form: what a peer names (a worker's hello) is
+// checked with it before it is looked up or logged.
+inline bool IsJobId(std::string_view id) {
+  if (id.size() != kJobIdPrefix.size() + kJobIdHexDigits || id.substr(0, kJobIdPrefix.size()) != kJobIdPrefix) {
+    return false;
+  }
+  for (const char c : id.substr(kJobIdPrefix.size())) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
 
 struct JobRecord {
   std::string id;

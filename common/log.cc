@@ -14,6 +14,31 @@ void Write(Level level, const std::string& line) {
   }
 }
 
+std::string Escaped(std::string_view text, size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::string_view shown = text.substr(0, max_bytes);
+  std::string out;
+  out.reserve(shown.size() + 32);
+  for (const char ch : shown) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out.push_back(ch);
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (shown.size() < text.size()) {
+    out += "... (";
+    out += std::to_string(text.size());
+    out += " bytes in all)";
+  }
+  return out;
+}
+
 namespace internal {
 
 std::string_view CopyToPlaceholder(std::ostringstream& out, std::string_view format, bool* found) {

@@ -19,6 +19,13 @@ enum class Level { kInfo, kWarn, kError };
 // Writes one line at `level` to the process log (spdlog's default logger).
 void Write(Level level, const std::string& line);
 
+// A string a peer sent (a hello's job id, a sign-in's address), made safe
+// for one log line: printable ASCII stays, a backslash becomes `\\`, every
+// other byte (newlines, escape sequences, anything not ASCII) `\xNN`; past
+// `max_bytes` of the input it is cut and says how long it was ("... (N
+// bytes in all)"). So a peer can neither forge a line nor fill the log.
+std::string Escaped(std::string_view text, size_t max_bytes = 200);
+
 namespace internal {
 
 // Copies `format` up to its next placeholder, applies the placeholder's

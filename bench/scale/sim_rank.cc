@@ -5,6 +5,9 @@
 #include <optional>
 #include <thread>
 #include <utility>
+
+#include "common/credentials.h"
+#include "common/splitmix.h"
 #include "common/wire_convert.h"
 
 namespace trainyard::scale {
@@ -12,6 +15,7 @@ namespace trainyard::scale {
 void Stream::Start() {
   ctx_ = std::make_unique<grpc::ClientContext>();
   ctx_->set_wait_for_ready(true);  // a server restarting: the stream waits for it, as a worker's reconnection does
+  AddWorkerCredentials(ctx_.get(), shared_->job_id, shared_->token);
   {
     std::lock_guard<std::mutex> lock(mu_);
     welcomed_ = false;
@@ -57,6 +61,11 @@ bool Stream::Report(int64_t step) {
   pending_.push_back(std::move(m));
   WriteLocked();
   return true;
+}
+
+bool Stream::welcomed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return welcomed_;
 }
 
 void Stream::Lose() {
@@ -148,12 +157,12 @@ void Stream::OnWriteDone(bool ok) {
 
 void Stream::OnDone(const grpc::Status& s) {
   if (lost_) return;  // as a dead process's: nothing follows
-  const bool retry = !stopping_ && (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                                    s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
-  if (retry) {
-    ++shared_->retries;
-    owner_->Retry();
-    return;
+  if (!stopping_) {
+    if (const std::optional<std::chrono::milliseconds> wait = owner_->RetryWait(s.error_code(), welcomed())) {
+      ++shared_->retries;
+      owner_->Retry(*wait);
+      return;
+    }
   }
   if (!s.ok() && !stopping_) {
     ++shared_->failed;
@@ -191,6 +200,7 @@ void SimRank::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (current_) done_.push_back(std::move(current_));
   current_ = std::make_unique<Stream>(stub_, shared_, rank_, this);
+  if (!join_) join_.emplace(JoinRetryOptions{}, std::chrono::steady_clock::now(), SplitMix64(rank_));
   current_->Start();
 }
 
@@ -204,9 +214,20 @@ void SimRank::Lose() {
   if (current_) current_->Lose();
 }
 
-void SimRank::Retry() {
-  std::thread([this] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rank_ % 400));
+std::optional<std::chrono::milliseconds> SimRank::RetryWait(grpc::StatusCode code, bool welcomed) {
+  const auto status = static_cast<absl::StatusCode>(code);
+  std::lock_guard<std::mutex> lock(mu_);
+  joined_ = joined_ || welcomed;
+  if (!joined_) return join_->NextWait(status, std::chrono::steady_clock::now());
+  // After its join (a stream broken by a server restarting): again
+  // shortly, while the server answers UNAVAILABLE or RESOURCE_EXHAUSTED.
+  if (!RetriesJoin(status)) return std::nullopt;
+  return std::chrono::milliseconds(100 + rank_ % 400);
+}
+
+void SimRank::Retry(std::chrono::milliseconds wait) {
+  std::thread([this, wait] {
+    std::this_thread::sleep_for(wait);
     Start();
   }).detach();
 }

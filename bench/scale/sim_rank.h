@@ -16,11 +16,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench/scale/server_process.h"
+#include "common/join_retry.h"
 #include "common/replica_protocol.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
@@ -52,11 +54,14 @@ struct Shared {
 
 class SimRank;
 
-// One stream of a simulated rank: it says hello, then reports a step
-// whenever Report is called, and ends with its result when the server says
-// stop. A stream the server refuses for now (UNAVAILABLE: rank 0 not there
-// yet; RESOURCE_EXHAUSTED: too many hellos waiting) has its rank try again
-// with a new one; Lose ends it as a dead process's would (no result).
+// One stream of a simulated rank: it says hello (its job and token in the
+// metadata too, as a worker's), then reports a step whenever Report is
+// called, and ends with its result when the server says stop. A stream the
+// server refuses before the rank has joined is asked again by the worker's
+// join rule (common/join_retry.h: UNAVAILABLE and RESOURCE_EXHAUSTED, with
+// backoff, until the join timeout); one that breaks after (a server
+// restarting) is opened again while the server answers UNAVAILABLE or
+// RESOURCE_EXHAUSTED. Lose ends it as a dead process's would (no result).
 class Stream final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
   Stream(v1::WorkerService::Stub* stub, Shared* shared, int32_t rank, SimRank* owner)
@@ -66,6 +71,8 @@ class Stream final : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coord
   // Reports `step` (one sample) once welcomed; false when not (yet) running.
   bool Report(int64_t step);
   void Lose();
+  // Whether the server welcomed this stream.
+  bool welcomed();
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -99,8 +106,12 @@ class SimRank {
   bool Report(int64_t step);
   // Its stream ends without a result, as a killed process's would.
   void Lose();
-  // Starts a new stream after a pause, spread over the ranks.
-  void Retry();
+  // How long to wait before a new stream, after the current one ended with
+  // `code` (`welcomed`: the server had taken it); nullopt: the rank gives
+  // up, as a worker would. Until the rank is first welcomed, the join rule.
+  std::optional<std::chrono::milliseconds> RetryWait(grpc::StatusCode code, bool welcomed);
+  // Starts a new stream after `wait`.
+  void Retry(std::chrono::milliseconds wait);
 
  private:
   v1::WorkerService::Stub* const stub_;
@@ -109,6 +120,8 @@ class SimRank {
   std::mutex mu_;
   std::unique_ptr<Stream> current_;
   std::vector<std::unique_ptr<Stream>> done_;
+  std::optional<JoinRetry> join_;  // from the first stream's start
+  bool joined_ = false;            // a stream of it was welcomed
 };
 
 // The simulated ranks 0..n-1 of one job, over `channels` connections to

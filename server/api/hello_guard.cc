@@ -1,8 +1,10 @@
 #include "server/api/hello_guard.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace trainyard {
 
-HelloGuard::HelloGuard(int per_host, std::chrono::milliseconds timeout) : per_host_(per_host), timeout_(timeout) {
+HelloGuard::HelloGuard(const HelloLimits& limits) : limits_(limits) {
   reaper_ = std::thread([this] { Reap(); });
 }
 
@@ -22,21 +24,41 @@ std::string HelloGuard::HostOf(const std::string& peer) {
   return peer.substr(0, colon);
 }
 
-bool HelloGuard::Start(grpc::ServerContextBase* ctx) {
-  const std::string host = HostOf(ctx->peer());
+absl::Status HelloGuard::Start(grpc::ServerContextBase* ctx, const std::optional<std::string>& proven_job) {
+  const bool unproven = !proven_job.has_value();
+  const std::string key = unproven ? absl::StrCat("host ", HostOf(ctx->peer())) : absl::StrCat("job ", *proven_job);
   std::lock_guard<std::mutex> lock(mu_);
-  int& n = per_host_count_[host];
-  if (n >= per_host_) return false;
+  int& n = per_key_count_[key];
+  if (!unproven && n >= limits_.per_job) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many streams of job ", *proven_job, " have not said hello yet (", limits_.per_job, ")"));
+  }
+  if (unproven && n >= limits_.per_host) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many streams from this host have not said hello yet (", limits_.per_host, ")"));
+  }
+  if (unproven && unproven_count_ >= limits_.all_hosts) {
+    if (n == 0) per_key_count_.erase(key);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many streams from all hosts together have not said hello yet (", limits_.all_hosts, ")"));
+  }
   ++n;
-  waiting_[ctx] = {host, std::chrono::steady_clock::now() + timeout_};
-  return true;
+  if (unproven) ++unproven_count_;
+  waiting_[ctx] = {key, unproven, std::chrono::steady_clock::now() + limits_.timeout};
+  return absl::OkStatus();
+}
+
+int HelloGuard::waiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size());
 }
 
 void HelloGuard::Done(grpc::ServerContextBase* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = waiting_.find(ctx);
   if (it == waiting_.end()) return;
-  if (--per_host_count_[it->second.host] == 0) per_host_count_.erase(it->second.host);
+  if (--per_key_count_[it->second.key] == 0) per_key_count_.erase(it->second.key);
+  if (it->second.unproven) --unproven_count_;
   waiting_.erase(it);
 }
 

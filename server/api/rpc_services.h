@@ -83,13 +83,17 @@ class JobServiceImpl final : public v1::JobService::Service {
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  // A stream must say hello within 5 s, and one host may have at most 256
-  // streams waiting to (HelloGuard).
-  explicit WorkerServiceImpl(WorkerHandler* manager) : manager_(manager), hellos_(256, std::chrono::seconds(5)) {}
+  // A stream must say hello within `hellos.timeout` (5 s); how many may
+  // wait to, per job, per host and from all hosts: HelloGuard.
+  explicit WorkerServiceImpl(WorkerHandler* manager, const HelloLimits& hellos = {})
+      : manager_(manager), hellos_(hellos) {}
 
   // Each stream is a WorkerStream (server/api/worker_stream.h).
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Connect(
       grpc::CallbackServerContext* ctx) override;
+
+  // The streams that have not said hello yet.
+  int waiting_for_hello() { return hellos_.waiting(); }
 
  private:
   WorkerHandler* const manager_;

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -61,33 +62,39 @@ void WebSessions::Close(const std::string& id) {
 }
 
 void WebSessions::ForgetOldFailures(TimeSource::Steady now) {
+  auto old = [&](TimeSource::Steady t) { return now - t >= std::chrono::minutes(1); };
   for (auto it = failures_.begin(); it != failures_.end();) {
     std::vector<TimeSource::Steady>& times = it->second;
-    std::erase_if(times, [&](TimeSource::Steady t) { return now - t >= std::chrono::minutes(1); });
+    std::erase_if(times, old);
     it = times.empty() ? failures_.erase(it) : std::next(it);
   }
+  while (!all_failures_.empty() && old(all_failures_.front())) all_failures_.pop_front();
 }
 
-std::chrono::seconds WebSessions::SignInWait(const std::string& address) {
+WebSessions::SignInFailure WebSessions::FailedSignIn(const std::string& address) {
   absl::MutexLock lock(&mu_);
   const TimeSource::Steady now = clock_->SteadyNow();
   ForgetOldFailures(now);
+  auto until_a_minute_after = [&](TimeSource::Steady t) {
+    return std::max(std::chrono::seconds(1),
+                    std::chrono::ceil<std::chrono::seconds>(t + std::chrono::minutes(1) - now));
+  };
+  SignInFailure out;
   auto it = failures_.find(address);
-  if (it == failures_.end() || static_cast<int>(it->second.size()) < kMaxFailedSignIns) {
-    return std::chrono::seconds(0);
+  out.from_address = it == failures_.end() ? 0 : static_cast<int>(it->second.size());
+  if (out.from_address >= kMaxFailedSignIns) out.wait = until_a_minute_after(it->second.front());
+  if (static_cast<int>(all_failures_.size()) >= kMaxFailedSignInsAll) {
+    const std::chrono::seconds everyone = until_a_minute_after(all_failures_.front());
+    if (everyone > out.wait) {
+      out.wait = everyone;
+      out.everyone = true;
+    }
   }
-  const auto wait = it->second.front() + std::chrono::minutes(1) - now;
-  return std::chrono::ceil<std::chrono::seconds>(wait);
-}
-
-int WebSessions::FailedSignIn(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  const TimeSource::Steady now = clock_->SteadyNow();
-  ForgetOldFailures(now);
-  if (failures_.size() >= kMaxSessions && !failures_.count(address)) failures_.erase(failures_.begin());
-  std::vector<TimeSource::Steady>& times = failures_[address];
-  times.push_back(now);
-  return static_cast<int>(times.size());
+  if (out.wait.count() > 0) return out;
+  failures_[address].push_back(now);
+  all_failures_.push_back(now);
+  ++out.from_address;
+  return out;
 }
 
 bool WebSessions::CsrfMatches(const Session& s, const std::string& given) {

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "nlohmann/json.hpp"
 #include "server/api/web_assets.h"
 #include "spdlog/spdlog.h"
@@ -314,21 +315,25 @@ int WebUi::Serve(mg_connection* conn) {
         return finish(Error(400, "INVALID_ARGUMENT", "field 'token': a string is required"));
       }
       const std::string token = j["token"].get<std::string>();
-      // Guessing tokens: a few tries a minute per address, each failure logged.
+      // The token first: a right one signs in, whatever others got wrong
+      // from this address (a shared host, the proxy in front) or any. Wrong
+      // ones may be guesses: a few a minute per address and from all
+      // together are answered and logged, the rest refused (429).
       const std::string address = ri->remote_addr;
-      if (const std::chrono::seconds wait = sessions_.SignInWait(address); wait.count() > 0) {
-        Reply r = Error(429, "RESOURCE_EXHAUSTED",
-                        absl::StrCat("too many failed sign-ins from ", address, " in the last minute; try again in ",
-                                     wait.count(), " s"));
-        r.headers.push_back(absl::StrCat("Retry-After: ", wait.count()));
-        return finish(r);
-      }
       WebSessions::Session candidate{"", "", token, {}};
       absl::StatusOr<Caller> who = caller_of(candidate);
       if (!who.ok()) {
-        const int failures = sessions_.FailedSignIn(address);
-        spdlog::warn("web UI: failed sign-in from {} ({} in the last minute): {}", address, failures,
-                     std::string(who.status().message()));
+        const WebSessions::SignInFailure failed = sessions_.FailedSignIn(address);
+        if (failed.wait.count() > 0) {
+          Reply r = Error(429, "RESOURCE_EXHAUSTED",
+                          absl::StrCat("too many failed sign-ins ",
+                                       failed.everyone ? std::string("from all addresses") : "from " + address,
+                                       " in the last minute; try again in ", failed.wait.count(), " s"));
+          r.headers.push_back(absl::StrCat("Retry-After: ", failed.wait.count()));
+          return finish(r);
+        }
+        spdlog::warn("web UI: failed sign-in from {} ({} in the last minute): {}", log::Escaped(address),
+                     failed.from_address, std::string(who.status().message()));
         return finish(Error(401, "UNAUTHENTICATED", std::string(who.status().message())));
       }
       if (session) sessions_.Close(session->id);

@@ -3,6 +3,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/credentials.h"
+#include "common/job_record.h"
+#include "common/log.h"
 #include "common/wire_convert.h"
 #include "spdlog/spdlog.h"
 
@@ -31,12 +35,80 @@ void CommandToProto(const WorkerCommand& cmd, v1::CoordinatorMessage* down, int6
   }
 }
 
+// Bounds on what a hello carries: a stranger sends it before anything is
+// known of them, and its strings reach the log, the job's events and
+// GetJob. Worker tokens are 32 hex digits; host and node names at most 255
+// characters (RFC 1123); a membership's reason is the coordinator's own text.
+constexpr size_t kMaxTokenBytes = 256;
+constexpr size_t kMaxHostBytes = 255;
+constexpr size_t kMaxReasonBytes = 1024;
+constexpr int kMaxMembershipRanks = 1 << 16;  // kMaxNumProcessesCeiling
+
+// Printable ASCII (no spaces when `spaces` is false).
+bool Printable(const std::string& s, bool spaces) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7f || (c == ' ' && !spaces)) return false;
+  }
+  return true;
+}
+
+// Every field of a hello within its bounds and of its form, before any of
+// it is looked up or logged: INVALID_ARGUMENT naming the first that is not.
+absl::Status CheckHello(const v1::WorkerHello& h) {
+  if (!IsJobId(h.job_id())) {
+    return absl::InvalidArgumentError(absl::StrCat("field 'job_id': not a job id (", std::string(kJobIdPrefix), " and ",
+                                                   kJobIdHexDigits, " hex digits)"));
+  }
+  if (h.token().size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("field 'token': at most ", kMaxTokenBytes, " bytes"));
+  }
+  if (h.advertise_addr().size() > kMaxHostBytes || !Printable(h.advertise_addr(), false)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field 'advertise_addr': at most ", kMaxHostBytes, " characters of printable ASCII, no spaces"));
+  }
+  if (h.node().size() > kMaxHostBytes || !Printable(h.node(), false)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field 'node': at most ", kMaxHostBytes, " characters of printable ASCII, no spaces"));
+  }
+  const v1::Membership& m = h.membership();
+  if (m.store_addr().size() > kMaxHostBytes || !Printable(m.store_addr(), false)) {
+    return absl::InvalidArgumentError(absl::StrCat("field 'membership.store_addr': at most ", kMaxHostBytes,
+                                                   " characters of printable ASCII, no spaces"));
+  }
+  if (m.reason().size() > kMaxReasonBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("field 'membership.reason': at most ", kMaxReasonBytes, " bytes"));
+  }
+  if (m.ranks_size() > kMaxMembershipRanks || m.removed_size() > kMaxMembershipRanks ||
+      m.added_size() > kMaxMembershipRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field 'membership': at most ", kMaxMembershipRanks, " ranks in each list"));
+  }
+  return absl::OkStatus();
+}
+
+std::string MetadataValue(const grpc::CallbackServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(key);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+// The job whose worker token the stream presented in its metadata
+// (common/credentials.h), if it holds it.
+std::optional<std::string> ProvenJob(const grpc::CallbackServerContext* ctx, WorkerHandler* manager) {
+  std::string job = MetadataValue(ctx, kWorkerJobMetadata);
+  const std::string token = MetadataValue(ctx, kWorkerTokenMetadata);
+  if (!IsJobId(job) || token.empty() || token.size() > kMaxTokenBytes) return std::nullopt;
+  if (!manager->HoldsWorkerToken(job, token)) return std::nullopt;
+  return job;
+}
+
 }  // namespace
 
 WorkerStream::WorkerStream(grpc::CallbackServerContext* ctx, WorkerHandler* manager, HelloGuard* hellos)
     : ctx_(ctx), manager_(manager) {
-  if (!hellos->Start(ctx)) {
-    End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many streams from this host have not said hello yet"));
+  if (absl::Status s = hellos->Start(ctx, ProvenJob(ctx, manager)); !s.ok()) {
+    End(ToGrpcStatus(s));
     return;
   }
   waiting_.emplace(hellos, ctx);
@@ -72,21 +144,19 @@ void WorkerStream::Hello() {
                      "the first message must be a hello, within 5 s of the stream's start"));
     return;
   }
+  if (absl::Status s = CheckHello(in_.hello()); !s.ok()) {
+    spdlog::warn("a worker stream from {} refused: {} (job_id \"{}\")", log::Escaped(ctx_->peer()),
+                 std::string(s.message()), log::Escaped(in_.hello().job_id(), 80));
+    End(ToGrpcStatus(s));
+    return;
+  }
   hello_ = in_.hello();
-  if (hello_.advertise_addr().size() > 255) {
-    End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'advertise_addr': at most 255 characters"));
-    return;
-  }
-  if (hello_.node().size() > 255) {
-    End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "field 'node': at most 255 characters"));
-    return;
-  }
   auto attached = manager_->AttachWorker(hello_.job_id(), hello_.rank(), hello_.attempt(), hello_.token(),
                                          hello_.advertise_addr(), hello_.rendezvous_port(), hello_.replica_store_port(),
                                          FromProto(hello_.membership()), hello_.node());
   if (!attached.ok()) {
     spdlog::warn("worker for job {} rank {} refused: {}", hello_.job_id(), hello_.rank(),
-                 std::string(attached.status().message()));
+                 log::Escaped(std::string(attached.status().message()), 400));
     End(ToGrpcStatus(attached.status()));
     return;
   }

@@ -223,6 +223,10 @@ class WorkerHandler {
                                                         const std::string& token, const std::string& advertise_addr,
                                                         int32_t rendezvous_port, int32_t replica_store_port,
                                                         const MembershipView& held, const std::string& node) = 0;
+  // Whether `token` is job `job_id`'s worker token: a stream that proves
+  // it when it opens is counted against its job's budget of streams that
+  // have not said hello yet, not its host's (server/api/hello_guard.h).
+  virtual bool HoldsWorkerToken(const std::string& job_id, const std::string& token) = 0;
   virtual void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) = 0;
   // How one rank ended, as it reports (external ranks: in place of an exit).
   virtual void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,

@@ -16,7 +16,7 @@ namespace trainyard {
 
 std::string JobTable::NewId() const {
   for (;;) {
-    std::string id = "job-" + RandomHex(4);
+    std::string id = std::string(kJobIdPrefix) + RandomHex(kJobIdHexDigits / 2);
     if (jobs_.count(id)) continue;
     if (store_->Get(id).status().code() == absl::StatusCode::kNotFound) return id;
   }

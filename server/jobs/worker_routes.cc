@@ -15,6 +15,11 @@ absl::StatusOr<WorkerAttachment> WorkerRoutes::AttachWorker(const std::string& j
                            node);
 }
 
+bool WorkerRoutes::HoldsWorkerToken(const std::string& job_id, const std::string& token) {
+  ManagerLock lock(mu_);
+  return sessions_->HoldsToken(job_id, token);
+}
+
 void WorkerRoutes::ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) {
   ManagerLock lock(mu_);
   sessions_->Metrics(job_id, attempt, samples);

@@ -29,6 +29,7 @@ class WorkerRoutes final : public WorkerHandler {
                                                 const std::string& token, const std::string& advertise_addr = "",
                                                 int32_t rendezvous_port = 0, int32_t replica_store_port = 0,
                                                 const MembershipView& held = {}, const std::string& node = "") override;
+  bool HoldsWorkerToken(const std::string& job_id, const std::string& token) override;
   void ReportMetrics(const std::string& job_id, int32_t attempt, const std::vector<StepMetrics>& samples) override;
   void ReportResult(const std::string& job_id, int32_t attempt, int32_t rank, WorkerOutcome outcome,
                     const std::string& error) override;

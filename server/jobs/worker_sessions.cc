@@ -54,6 +54,11 @@ absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_i
   return attachment;
 }
 
+bool WorkerSessions::HoldsToken(const std::string& job_id, const std::string& token) {
+  const ActiveJob* job = jobs_->Find(job_id);
+  return job != nullptr && !job->record.worker_token.empty() && ConstantTimeEquals(token, job->record.worker_token);
+}
+
 void WorkerSessions::RunningOnceAllAttached(ActiveJob& job) {
   const Attempt& a = *job.attempt;
   if (!a.all_attached() || (job.record.state != JobState::kRecovering && job.record.state != JobState::kStarting)) {

@@ -40,6 +40,9 @@ class WorkerSessions {
                                           const std::string& token, const std::string& advertise_addr,
                                           int32_t rendezvous_port, int32_t replica_store_port = 0,
                                           const MembershipView& held = {}, const std::string& node = "");
+  // Whether `token` is job `job_id`'s worker token (the job is in memory
+  // and has one); compared in constant time.
+  bool HoldsToken(const std::string& job_id, const std::string& token);
   // What a joining worker needs to join the job (jobs whose ranks join only).
   absl::StatusOr<JoinInfo> JoinInfoOf(const std::string& job_id, const std::string& remote_coordinator_addr);
 

@@ -655,6 +655,116 @@ class Security(unittest.TestCase):
                 c.close()
             s.stop()
 
+    def test_6_a_flood_of_silent_streams_keeps_no_job_from_starting(self):
+        """A local process without a token holds 300 streams open that never
+        say hello, renewing each as the server ends it: the host's budget
+        of streams waiting to say hello stays full. A job submitted
+        meanwhile starts and succeeds (its ranks prove their job when their
+        stream opens, and ask again while refused)."""
+        d = os.path.join(self.tmp.name, "flood")
+        os.makedirs(d)
+        s = Server(d)
+        ch = grpc.insecure_channel(s.addr)
+        connect = ch.stream_stream("/trainyard.v1.WorkerService/Connect", request_serializer=lambda m: m,
+                                   response_deserializer=lambda b: b)
+        stop = threading.Event()
+        refused = []
+
+        def nothing():
+            stop.wait(6)  # past the server's 5 s for a hello
+            return
+            yield
+
+        def flood():
+            calls = [connect(nothing()) for _ in range(300)]
+            while not stop.is_set():
+                for i, c in enumerate(calls):
+                    if c.done():
+                        if c.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                            refused.append(time.monotonic())
+                        calls[i] = connect(nothing())
+                stop.wait(0.2)
+            for c in calls:
+                c.cancel()
+        flooder = threading.Thread(target=flood)
+        flooder.start()
+        try:
+            wait_for(lambda: len(refused) >= 300 - 256, 30, "the flood over the host's budget refused")
+            spec = write_spec(d, "job.yaml", JOB % job_args(name="flooded", seed=3, steps=40, restarts=0))
+            job_id = submit(s, spec)
+            refused_before = len(refused)
+            wait_for(lambda: s.job(job_id)["state"] in ("SUCCEEDED", "FAILED"), 180, "the job to end")
+            job = s.job(job_id)
+            self.assertEqual(job["state"], "SUCCEEDED", [e["reason"] for e in job["events"]])
+            self.assertEqual(job["attempt"], 1)
+            # The budget was full all along: the flood's streams were refused meanwhile.
+            self.assertGreater(len(refused), refused_before, "the flood did not keep the budget full")
+        finally:
+            stop.set()
+            flooder.join(timeout=60)
+            ch.close()
+            s.stop()
+
+    def test_7_a_hostile_hello_is_refused_and_neither_forges_nor_fills_the_log(self):
+        """Five hellos with a 1 MiB job id, one whose id carries a newline
+        and a forged log line, one with an escape sequence in its node."""
+        d = os.path.join(self.tmp.name, "hostile-hello")
+        os.makedirs(d)
+        s = Server(d)
+        log = os.path.join(d, "server.log")
+        forged = b"\n[2099-01-01 00:00:00.000] [error] FORGED by a stranger"
+        hellos = [field_bytes(1, field_bytes(1, b"job-" + b"0" * (1 << 20)) + field_bytes(4, b"t"))] * 5
+        hellos.append(field_bytes(1, field_bytes(1, b"job-0123abcd" + forged) + field_bytes(4, b"t")))
+        hellos.append(field_bytes(1, field_bytes(1, b"job-0123abcd") + field_bytes(4, b"t") +
+                                  field_bytes(9, b"node\x1b]0;owned\x07")))
+        ch = grpc.insecure_channel(s.addr, options=[("grpc.max_send_message_length", 8 << 20)])
+        connect = ch.stream_stream("/trainyard.v1.WorkerService/Connect")
+        try:
+            size = os.path.getsize(log)
+            for hello in hellos:
+                with self.assertRaises(grpc.RpcError) as err:
+                    list(connect(iter([hello]), timeout=10))
+                self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, err.exception.details())
+                self.assertLess(len(err.exception.details()), 200)
+            self.assertIn("field 'node'", err.exception.details())
+            wait_for(lambda: read(log).count("refused") >= len(hellos), 10, "the refusals logged")
+            text = open(log, "rb").read()[size:]
+            self.assertLess(len(text), 4096, text[:400])
+            self.assertNotIn(forged, text)
+            self.assertNotIn(b"\x1b", text)
+        finally:
+            ch.close()
+            s.stop()
+
+    def test_8_wrong_tokens_from_an_address_do_not_lock_out_the_right_one(self):
+        """20 wrong tokens from 127.0.0.1 (every local user's address, and
+        that of the TLS proxy in front): the right token still signs in."""
+        d = os.path.join(self.tmp.name, "sign-in")
+        os.makedirs(d)
+        token_file = os.path.join(d, "token")
+        with open(token_file, "w") as f:
+            f.write("s3cret-token-0123456789\n")
+        s = Server(d, extra=["--auth-token-file", token_file])
+
+        def login(token):
+            req = urllib.request.Request(f"http://127.0.0.1:{s.http_port}/ui/api/login",
+                                         data=json.dumps({"token": token}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return resp.status, resp.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+        try:
+            codes = [login(f"guess-{i:04d}-0123456789")[0] for i in range(20)]
+            self.assertEqual(codes, [401] * 10 + [429] * 10)
+            status, body = login("s3cret-token-0123456789")
+            self.assertEqual(status, 200, body)
+            self.assertTrue(json.loads(body)["admin"], body)
+            self.assertEqual(login("guess-again-0123456789")[0], 429)  # wrong ones are still held back
+        finally:
+            s.stop()
+
     def test_2_tls(self):
         d = os.path.join(self.tmp.name, "tls")
         os.makedirs(d)

@@ -6,12 +6,14 @@
 
 #include <deque>
 #include <future>
+#include <random>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
+#include "common/join_retry.h"
 #include "common/keepalive.h"
 #include "common/log.h"
 #include "common/wire_convert.h"
@@ -61,6 +63,10 @@ struct ControlClient::Impl {
   // or ends the stream with the reason it refuses this worker.
   absl::StatusOr<std::shared_ptr<Conn>> Open(v1::CoordinatorMessage* first) {
     auto c = std::make_shared<Conn>();
+    // The job and token in the metadata too: the coordinator counts the
+    // stream against the job's budget of streams yet to say hello, which
+    // strangers on this host cannot fill.
+    AddWorkerCredentials(&c->ctx, options.job_id, options.token);
     c->stream = stub->Connect(&c->ctx);
     v1::WorkerMessage hello;
     hello.mutable_hello()->set_job_id(options.job_id);
@@ -288,17 +294,21 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
     return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.server));
   }
   impl->stub = v1::WorkerService::NewStub(impl->channel);
+  // Refused for now — a joining worker early (its job queued, rank 0 not
+  // joined yet), or too many streams waiting to say hello — it asks again
+  // by the join rule (common/join_retry.h) until join_timeout.
+  JoinRetryOptions join;
+  join.join_timeout = options.join_timeout;
+  JoinRetry retry(join, std::chrono::steady_clock::now(),
+                  (static_cast<uint64_t>(std::random_device{}()) << 32) ^ static_cast<uint32_t>(options.rank));
   v1::CoordinatorMessage first;
   auto conn = impl->Open(&first);
-  // A joining worker may be early: the job is queued, or rank 0 has not
-  // joined yet. Ask again until join_timeout.
-  const auto join_deadline = std::chrono::steady_clock::now() + options.join_timeout;
-  auto backoff = std::chrono::milliseconds(200);
-  while (!conn.ok() && conn.status().code() == absl::StatusCode::kUnavailable && options.attempt == 0 &&
-         std::chrono::steady_clock::now() < join_deadline) {
-    log::Info("{}; asking again in {} ms", std::string(conn.status().message()), backoff.count());
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  while (!conn.ok()) {
+    const std::optional<std::chrono::milliseconds> wait =
+        retry.NextWait(conn.status().code(), std::chrono::steady_clock::now());
+    if (!wait) break;
+    log::Info("{}; asking again in {} ms", std::string(conn.status().message()), wait->count());
+    std::this_thread::sleep_for(*wait);
     conn = impl->Open(&first);
   }
   if (!conn.ok()) return conn.status();

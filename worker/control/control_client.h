@@ -36,8 +36,10 @@ struct ControlOptions {
   // fault_tolerance.mode replica: the port of this rank's own store (on
   // advertise_addr); 0 otherwise.
   int32_t replica_store_port = 0;
-  // How long a joining worker waits for its job to start and for rank 0 to
-  // join (the coordinator answers UNAVAILABLE meanwhile).
+  // How long the first stream keeps asking while the coordinator refuses it
+  // for now: a joining worker's job not started or rank 0 not joined yet
+  // (UNAVAILABLE), too many streams waiting to say hello
+  // (RESOURCE_EXHAUSTED). The rule: common/join_retry.h.
   std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
   // TLS: PEM contents (empty ca: plain text).
   std::string ca_pem, cert_pem, key_pem;

@@ -11,8 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <functional>
+#include <optional>
 #include <set>
 
+#include "common/credentials.h"
 #include "server/store/job_store.h"
 #include "tests/server/coordinator_parts.h"
 #include "tests/test_util.h"
@@ -316,6 +319,173 @@ TEST_F(ReplicaStreamsTest, MembershipsGoDownTheStreamsAndReportsComeUp) {
   got = Get(job.id);
   EXPECT_EQ(got.replicas().live_size(), 2);
   EXPECT_EQ(got.replicas().healing_size(), 0);
+}
+
+}  // namespace
+}  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+// WorkerService before the hello, on a server that listens on loopback TCP
+// and on a Unix socket (two "hosts"): whose budget of streams waiting to
+// say hello a stream takes, and what a hello may carry.
+class HelloTest : public ::testing::Test {
+ protected:
+  static constexpr int kPerHost = 4, kAllHosts = 6, kPerJob = 4;
+
+  void SetUp() override {
+    auto store = JobStore::Open(dir_.path() + "/jobs.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    JobManagerOptions o;
+    o.slots = 4;
+    o.state_dir = dir_.path();
+    o.coordinator_addr = "127.0.0.1:1";
+    manager_ = std::make_unique<JobManager>(store_.get(), &launcher_, &metrics_, o);
+    ASSERT_TRUE(manager_->Recover().ok());
+    workers_ = std::make_unique<WorkerServiceImpl>(&manager_->workers(),
+                                                   HelloLimits{kPerHost, kAllHosts, kPerJob, std::chrono::seconds(30)});
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("unix:" + dir_.path() + "/workers.sock", grpc::InsecureServerCredentials());
+    builder.RegisterService(workers_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    tcp_ = v1::WorkerService::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    unix_ = v1::WorkerService::NewStub(
+        grpc::CreateChannel("unix:" + dir_.path() + "/workers.sock", grpc::InsecureChannelCredentials()));
+    auto submitted = manager_->Submit("max_steps: 10\nnum_processes: 2\n");
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    job_ = *manager_->Get(submitted->id);
+    ASSERT_FALSE(job_.worker_token.empty());
+  }
+  void TearDown() override {
+    for (auto& s : streams_) s.ctx->TryCancel();
+    streams_.clear();
+    if (server_) server_->Shutdown();
+  }
+
+  struct Stream {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> rw;
+  };
+  // A stream opened on `stub` that says nothing (yet); with the job's id
+  // and `token` in its metadata, as a worker's, when given.
+  Stream* Open(v1::WorkerService::Stub* stub, const std::optional<std::string>& token = std::nullopt) {
+    Stream s;
+    s.ctx = std::make_unique<grpc::ClientContext>();
+    if (token) AddWorkerCredentials(s.ctx.get(), job_.id, *token);
+    s.rw = stub->Connect(s.ctx.get());
+    streams_.push_back(std::move(s));
+    return &streams_.back();
+  }
+  // Opens `n` silent streams on `stub` and waits until the server counts them.
+  void Silent(v1::WorkerService::Stub* stub, int n) {
+    const int before = workers_->waiting_for_hello();
+    for (int i = 0; i < n; ++i) Open(stub);
+    ASSERT_TRUE(WaitFor([&] { return workers_->waiting_for_hello() == before + n; }, std::chrono::seconds(10)))
+        << workers_->waiting_for_hello();
+  }
+  // How the server ends a stream that has not said hello (it must end it).
+  static grpc::Status Refusal(Stream* s) {
+    v1::CoordinatorMessage down;
+    EXPECT_FALSE(s->rw->Read(&down)) << down.DebugString();
+    return s->rw->Finish();
+  }
+  // Says `hello` on `s` and reads the answer: a welcome (OK) or the refusal.
+  static grpc::Status Hello(Stream* s, const v1::WorkerHello& hello) {
+    v1::WorkerMessage up;
+    *up.mutable_hello() = hello;
+    s->rw->Write(up);
+    v1::CoordinatorMessage down;
+    if (s->rw->Read(&down)) return down.has_welcome() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::UNKNOWN, "");
+    return s->rw->Finish();
+  }
+  v1::WorkerHello RankHello(int32_t rank) const {
+    v1::WorkerHello h;
+    h.set_job_id(job_.id);
+    h.set_rank(rank);
+    h.set_attempt(job_.attempt);
+    h.set_token(job_.worker_token);
+    h.set_node("node-1");
+    return h;
+  }
+
+  TempDir dir_;
+  RecordingLauncher launcher_;
+  ServerMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<WorkerServiceImpl> workers_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::WorkerService::Stub> tcp_, unix_;
+  JobRecord job_;
+  std::deque<Stream> streams_;
+};
+
+// A stranger's silent streams fill its host's budget; the job's ranks, on
+// the same host, are admitted all the same: they prove their job when they
+// open, and take the job's budget, which the stranger cannot use.
+TEST_F(HelloTest, SilentStreamsOfAStrangerDoNotKeepAJobsRanksOut) {
+  Silent(tcp_.get(), kPerHost);
+  grpc::Status refused = Refusal(Open(tcp_.get()));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("from this host"), std::string::npos) << refused.error_message();
+  // A wrong token in the metadata proves nothing: the host's budget again.
+  EXPECT_EQ(Refusal(Open(tcp_.get(), "0123456789abcdef0123456789abcdef")).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (int32_t rank : {0, 1}) {
+    grpc::Status s = Hello(Open(tcp_.get(), job_.worker_token), RankHello(rank));
+    EXPECT_TRUE(s.ok()) << rank << ": " << s.error_message();
+  }
+  EXPECT_EQ(manager_->Get(job_.id)->state, JobState::kRunning);
+}
+
+// 127.0.0.2, .3, ... get no budget of their own beyond the bound of all
+// hosts together (here: TCP loopback and the Unix socket).
+TEST_F(HelloTest, AllHostsTogetherHaveOneBudget) {
+  Silent(tcp_.get(), kPerHost);
+  Silent(unix_.get(), kAllHosts - kPerHost);
+  grpc::Status refused = Refusal(Open(unix_.get()));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("from all hosts"), std::string::npos) << refused.error_message();
+  // A job's ranks still come in.
+  EXPECT_TRUE(Hello(Open(unix_.get(), job_.worker_token), RankHello(0)).ok());
+}
+
+// Every string of a hello is bounded and of its form, refused before it is
+// looked up or logged.
+TEST_F(HelloTest, AHelloOutOfBoundsIsRefusedNamingItsField) {
+  struct Case {
+    const char* field;
+    std::function<void(v1::WorkerHello*)> spoil;
+  };
+  const std::vector<Case> cases = {
+      {"job_id", [](v1::WorkerHello* h) { h->set_job_id(std::string(1 << 20, 'j')); }},
+      {"job_id", [](v1::WorkerHello* h) { h->set_job_id(h->job_id() + "\n[2099-01-01 00:00:00.000] [info] forged"); }},
+      {"job_id", [](v1::WorkerHello* h) { h->set_job_id("job-NOTHEX00"); }},
+      {"token", [](v1::WorkerHello* h) { h->set_token(std::string(100000, 'a')); }},
+      {"node", [](v1::WorkerHello* h) { h->set_node("node\x1b[2J"); }},
+      {"node", [](v1::WorkerHello* h) { h->set_node(std::string(256, 'n')); }},
+      {"advertise_addr", [](v1::WorkerHello* h) { h->set_advertise_addr("10.0.0.1\nforged"); }},
+      {"membership.store_addr",
+       [](v1::WorkerHello* h) { h->mutable_membership()->set_store_addr(std::string(300, 'a')); }},
+      {"membership.reason", [](v1::WorkerHello* h) { h->mutable_membership()->set_reason(std::string(5000, 'r')); }},
+  };
+  for (const Case& c : cases) {
+    v1::WorkerHello hello = RankHello(0);
+    c.spoil(&hello);
+    const grpc::Status s = Hello(Open(tcp_.get(), job_.worker_token), hello);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_NE(s.error_message().find(std::string("field '") + c.field + "'"), std::string::npos)
+        << c.field << ": " << s.error_message();
+  }
+  // Nothing of them reached the job: both ranks are still to come.
+  EXPECT_EQ(manager_->Get(job_.id)->state, JobState::kStarting);
+  EXPECT_TRUE(Hello(Open(tcp_.get(), job_.worker_token), RankHello(0)).ok());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/credentials.h"
 #include "common/wire_convert.h"
 #include "tests/test_util.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -21,8 +22,23 @@ namespace {
 
 class FakeWorkerService final : public v1::WorkerService::Service {
  public:
-  grpc::Status Connect(grpc::ServerContext*,
+  grpc::Status Connect(grpc::ServerContext* ctx,
                        grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const auto& md = ctx->client_metadata();
+      for (auto [key, out] : {std::pair{kWorkerJobMetadata, &metadata_job}, {kWorkerTokenMetadata, &metadata_token}}) {
+        auto it = md.find(key);
+        *out = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+      }
+      // Strangers fill the hello budget for a while.
+      if (refuse > 0) {
+        --refuse;
+        ++refused;
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "too many streams from this host have not said hello yet");
+      }
+    }
     v1::WorkerMessage msg;
     if (!stream->Read(&msg) || !msg.has_hello()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no hello");
     {
@@ -85,6 +101,8 @@ class FakeWorkerService final : public v1::WorkerService::Service {
 
   std::mutex mu;
   std::condition_variable cv;
+  int refuse = 0, refused = 0;  // streams to refuse with RESOURCE_EXHAUSTED; refused so far
+  std::string metadata_job, metadata_token;
   v1::WorkerHello hello;
   std::vector<int64_t> steps;
   std::vector<v1::Checkpoint> checkpoints;
@@ -233,6 +251,38 @@ TEST_F(ControlClientTest, MembershipsComeDownReplicaReportsGoUp) {
   EXPECT_DOUBLE_EQ(service_.replicas[1].seconds(), 0.5);
   EXPECT_TRUE(service_.replicas[1].healed());
   EXPECT_EQ(service_.replicas[1].heal_bytes(), 1234);
+}
+
+// Refused for now (RESOURCE_EXHAUSTED: strangers hold the hello budget), a
+// launched worker asks again by the join rule and is in once taken; its
+// stream names its job and token in the metadata from the start.
+TEST_F(ControlClientTest, AWorkerRefusedForNowAsksAgainUntilTaken) {
+  service_.refuse = 3;
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_TRUE(client.ok()) << client.status();
+  {
+    std::lock_guard<std::mutex> lock(service_.mu);
+    EXPECT_EQ(service_.refused, 3);
+    EXPECT_EQ(service_.metadata_job, "job-9");
+    EXPECT_EQ(service_.metadata_token, "token-0123456789abcdef");
+  }
+  EXPECT_EQ((*client)->welcome().attempt, 3);
+  (*client)->Finish(WorkerOutcome::kStopped, "stopped", 0);
+}
+
+// ... until its join timeout.
+TEST_F(ControlClientTest, AWorkerRefusedPastItsJoinTimeoutGivesUp) {
+  service_.refuse = 1000;
+  options_.join_timeout = std::chrono::milliseconds(1500);
+  TrainerControl control;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kResourceExhausted) << client.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  std::lock_guard<std::mutex> lock(service_.mu);
+  EXPECT_GE(service_.refused, 3);
 }
 
 TEST_F(ControlClientTest, ARefusedHelloIsTheCoordinatorsError) {
