@@ -33,6 +33,20 @@ std::string FormatNumber(double v) {
   return buf;
 }
 
+std::string FormatMetric(double v, bool known) {
+  if (!known) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+std::string FormatRate(double v) {
+  if (!(v > 0)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
 std::string FormatTime(int64_t unix_millis) {
   if (unix_millis == 0) return "-";
   std::time_t t = unix_millis / 1000;

@@ -20,6 +20,12 @@ bool IsTerminalProto(v1::JobState s);
 std::string FormatTime(int64_t unix_millis);
 // A number as `%.9g` (shortest that reads back close; "nan", "inf").
 std::string FormatNumber(double v);
+// A metric as tables show it (loss, a sweep's best, samples/s): 4
+// significant digits, one format everywhere (%.4g); "-" when not `known`
+// (a job that ran no step yet).
+std::string FormatMetric(double v, bool known = true);
+// A throughput (samples/s): one decimal, "-" for none yet (0).
+std::string FormatRate(double v);
 // "MM:SS" or "H:MM:SS"; "--:--" when unknown.
 std::string FormatDuration(double seconds);
 nlohmann::ordered_json JobJson(const v1::Job& j);

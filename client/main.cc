@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "client/trainctl.h"
+#include "common/command_line.h"
 #include "common/paths.h"
 
 int main(int argc, char** argv) {
@@ -43,6 +44,23 @@ int main(int argc, char** argv) {
                    "Override a field of the spec: KEY=VALUE, KEY dotted (data.batch_size=32), "
                    "VALUE as YAML; repeat for several")
       ->take_all();
+  int submit_nproc = 0;
+  submit->add_option("--num-processes", submit_nproc, "World size (the spec's num_processes), as torchrun's")
+      ->check(CLI::PositiveNumber);
+  // torchrun's shape: trainctl run --nproc-per-node 2 train.py -- ARGS.
+  auto* run = app.add_subcommand("run",
+                                 "Run a Python script as a job (as torchrun): run [--nproc-per-node N] "
+                                 "SCRIPT [-- ARGS...]; watches it until it ends");
+  int run_nproc = 1;
+  std::string run_name;
+  bool run_no_watch = false;
+  run->add_option("--nproc-per-node,--nproc_per_node,--num-processes", run_nproc, "Ranks (the job's num_processes)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--name", run_name, "The job's name (default: the script's)");
+  run->add_flag("--no-watch", run_no_watch, "Return once submitted");
+  run->add_option("--set", sets, "Override a field of the job's spec: KEY=VALUE (as submit --set)")->take_all();
+  run->prefix_command();  // SCRIPT and everything after it are the script's
   auto* list = app.add_subcommand("list", "List jobs");
   list->add_option("--state", state, "Only jobs in this state");
   int64_t list_limit = 0;
@@ -163,7 +181,7 @@ int main(int argc, char** argv) {
   std::string cert_file, key_file;
   app.add_option("--cert", cert_file, "Client certificate (PEM) for a mutual-TLS server");
   app.add_option("--key", key_file, "Client private key (PEM)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = trainyard::ParseCommandLine(app, argc, argv, "trainctl"); rc >= 0) return rc;
   if (const char* env = std::getenv("TRAINYARD_TOKEN"); env != nullptr) o.token = env;
   if (!token_file.empty() && !trainyard::ReadFileToString(token_file, &o.token)) {
     std::cerr << "trainctl: cannot read --token-file " << token_file << "\n";
@@ -192,8 +210,29 @@ int main(int argc, char** argv) {
                                : trainyard::OutputFormat::kTable;
   o.rpc_timeout = std::chrono::seconds(timeout_s);
 
+  // A sweep's id where a job's is expected: say which command takes it.
+  for (auto [command, name] : {std::pair{get, "get"}, std::pair{cancel, "cancel"}, std::pair{watch_cmd, "watch"}}) {
+    if (*command && id.rfind("sweep-", 0) == 0) {
+      std::cerr << "trainctl: " << id << " is a sweep, not a job: `trainctl sweep " << name << " " << id << "`\n";
+      return 2;
+    }
+  }
+  if (submit_nproc > 0) sets.insert(sets.begin(), "num_processes=" + std::to_string(submit_nproc));
+
   trainyard::Trainctl ctl(o, std::cout, std::cerr);
   if (*submit) return ctl.Submit(file, watch, accelerate_config, sets);
+  if (*run) {
+    std::vector<std::string> rest = run->remaining();
+    if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+    if (rest.empty()) {
+      std::cerr << "trainctl: run needs a script: trainctl run [--nproc-per-node N] SCRIPT [-- ARGS...]\n";
+      return 2;
+    }
+    const std::string script = rest.front();
+    rest.erase(rest.begin());
+    if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+    return ctl.Run(script, rest, run_nproc, run_name, !run_no_watch, sets);
+  }
   if (*list) return ctl.List(state, list_limit, all_users);
   if (*queue) return ctl.Queue(all_users);
   if (*get) return ctl.Get(id, rank_page_size, rank_page_token, all_ranks);

@@ -83,6 +83,12 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
     s.err << "trainctl: " << file << ": " << spec.status().message() << "\n";
     return 2;
   }
+  // ApplySpecOverrides writes the mapping as block YAML: a top-level key
+  // starts a line.
+  if (spec->rfind("sweep:", 0) == 0 || spec->find("\nsweep:") != std::string::npos) {
+    s.err << "trainctl: " << file << " has a sweep: section: submit it with `trainctl sweep submit " << file << "`\n";
+    return 2;
+  }
   v1::SubmitJobRequest req;
   req.set_spec(*spec);
   req.set_source_name(file);
@@ -116,6 +122,40 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
     s.out << "submitted " << resp.job().id() << " (" << resp.job().name() << "): " << StateName(resp.job().state())
           << "\n";
   }
+  return watch ? Watch(resp.job().id()) : 0;
+}
+
+int Trainctl::Run(const std::string& script, const std::vector<std::string>& args, int nproc, const std::string& name,
+                  bool watch, const std::vector<std::string>& sets) {
+  Impl& s = *impl_;
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::absolute(script, ec);
+  if (ec || !std::filesystem::is_regular_file(path, ec)) {
+    s.err << "trainctl: " << script << ": no such file (the server's host runs it: give its path there)\n";
+    return 2;
+  }
+  std::string job_name = name;
+  if (job_name.empty()) {  // the script's name, as a job's name may be
+    for (char c : path.stem().string()) {
+      job_name.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_');
+    }
+    if (job_name.empty()) job_name = "script";
+  }
+  const nlohmann::ordered_json spec = {{"name", job_name.substr(0, 128)},
+                                       {"num_processes", nproc},
+                                       {"script", {{"path", path.string()}, {"args", args}}}};
+  absl::StatusOr<std::string> text = ApplySpecOverrides(spec.dump(), sets);
+  if (!text.ok()) {
+    s.err << "trainctl: " << text.status().message() << "\n";
+    return 2;
+  }
+  v1::SubmitJobRequest req;
+  req.set_spec(*text);
+  req.set_source_name(path.string());
+  v1::SubmitJobResponse resp;
+  if (grpc::Status st = s.Call(&v1::JobService::Stub::SubmitJob, req, &resp); !st.ok()) return s.Fail(st);
+  s.out << "submitted " << resp.job().id() << " (" << resp.job().name() << "): " << StateName(resp.job().state())
+        << "\n";
   return watch ? Watch(resp.job().id()) : 0;
 }
 
@@ -157,12 +197,11 @@ int Trainctl::List(const std::string& state_filter, int64_t limit, bool all_user
     std::ostringstream step;
     step << j.step();
     if (j.max_steps() > 0) step << "/" << j.max_steps();
-    std::ostringstream loss;
-    loss << std::setprecision(4) << j.loss();
+    const std::string loss = FormatMetric(j.loss(), j.step() > 0);
     s.out << std::left << std::setw(14) << j.id() << std::setw(20) << j.name().substr(0, 19) << std::setw(11)
           << StateName(j.state()) << std::right << std::setw(6) << j.num_processes() << std::setw(16) << step.str()
-          << std::setw(11) << loss.str() << std::setw(12) << std::fixed << std::setprecision(1)
-          << j.samples_per_second() << std::defaultfloat << "  " << FormatTime(j.created_unix_millis()) << "\n";
+          << std::setw(11) << loss << std::setw(12) << FormatRate(j.samples_per_second()) << "  "
+          << FormatTime(j.created_unix_millis()) << "\n";
   }
   return 0;
 }
@@ -229,6 +268,7 @@ int Trainctl::Watch(const std::string& id, int printed_state) {
   bool have_job = false;
   auto start = std::chrono::steady_clock::now();
   auto last_line = start - std::chrono::hours(1);
+  auto last_redraw = last_line;
   int64_t first_step = -1;
   std::string last_progress;
   while (reader->Read(&resp)) {
@@ -265,11 +305,13 @@ int Trainctl::Watch(const std::string& id, int printed_state) {
     } else {
       line << "step " << m.step();
     }
-    line << "  " << std::fixed << std::setprecision(1) << m.samples_per_second() << " samples/s  loss "
-         << std::setprecision(4) << m.loss();
+    line << "  " << FormatRate(m.samples_per_second()) << " samples/s  loss " << FormatMetric(m.loss(), m.step() > 0);
     if (known) line << "  ETA " << FormatDuration(eta);
     last_progress = line.str();
     if (tty) {
+      // At most ~10 redraws a second, as tqdm (and the last step always).
+      if (now - last_redraw < std::chrono::milliseconds(100) && !(known && m.step() >= max_steps)) continue;
+      last_redraw = now;
       s.out << "\r" << last_progress << "\033[K" << std::flush;
     } else if (now - last_line >= std::chrono::seconds(2) || (known && m.step() >= max_steps)) {
       s.out << last_progress << "\n" << std::flush;
@@ -277,7 +319,7 @@ int Trainctl::Watch(const std::string& id, int printed_state) {
     }
   }
   grpc::Status st = reader->Finish();
-  if (tty && !last_progress.empty()) s.out << "\n";
+  if (tty && !last_progress.empty()) s.out << "\r" << last_progress << "\033[K\n";  // the last, drawn or not
   if (!st.ok()) return s.Fail(st);
   if (!have_job) {
     s.err << "trainctl: the watch of " << id << " ended without news of the job\n";

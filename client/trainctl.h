@@ -39,6 +39,12 @@ class Trainctl {
   // `sets`: "KEY=VALUE" overrides of the spec's fields (ApplySpecOverrides).
   int Submit(const std::string& file, bool watch, const std::string& accelerate_config_file = "",
              const std::vector<std::string>& sets = {});
+  // torchrun's and `ray job submit`'s shape: runs `script` (a Python file
+  // on the server's host) with `args` as a job of `nproc` ranks named
+  // `name` (default: the script's name), then watches it when `watch`.
+  // `sets` as Submit's.
+  int Run(const std::string& script, const std::vector<std::string>& args, int nproc, const std::string& name,
+          bool watch, const std::vector<std::string>& sets = {});
   // Every job (in `state_filter`, when given), oldest first, following the
   // server's pages; at most `limit` of them (0: all).
   // `all_users`: everyone's jobs (admins; group members where the server

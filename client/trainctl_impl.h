@@ -6,7 +6,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -63,7 +66,18 @@ struct Trainctl::Impl {
   std::optional<std::string> ReadSpecFile(const std::string& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
-      err << "trainctl: cannot read " << file << "\n";
+      err << "trainctl: cannot read " << file << ": " << std::strerror(errno) << "\n";
+      return std::nullopt;
+    }
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec)) {
+      err << "trainctl: cannot read " << file << ": it is a directory\n";
+      return std::nullopt;
+    }
+    if (file.size() > 3 && file.compare(file.size() - 3, 3, ".py") == 0) {
+      err << "trainctl: " << file << " is a Python script, not a job spec: run it as a job with `trainctl run "
+          << "--nproc-per-node N " << file << " -- ARGS`, or write a spec with `script: {path: " << file
+          << "}` (docs/scripts.md)\n";
       return std::nullopt;
     }
     std::stringstream buf;
@@ -110,9 +124,10 @@ struct Trainctl::Impl {
         << "reason:       " << Shown(j.reason()) << "\n"
         << "processes:    " << j.num_processes() << "\n"
         << "step:         " << j.step() << (j.max_steps() > 0 ? " / " + std::to_string(j.max_steps()) : "") << "\n"
-        << "loss:         " << j.loss() << " (first " << j.first_loss() << ")\n"
-        << "samples/s:    " << std::fixed << std::setprecision(1) << j.samples_per_second() << "\n"
-        << std::defaultfloat << "attempt:      " << j.attempt() << "\n"
+        << "loss:         "
+        << (j.step() > 0 ? FormatMetric(j.loss()) + " (first " + FormatMetric(j.first_loss()) + ")" : "-") << "\n"
+        << "samples/s:    " << FormatRate(j.samples_per_second()) << "\n"
+        << "attempt:      " << j.attempt() << "\n"
         << "created:      " << FormatTime(j.created_unix_millis()) << "\n"
         << "started:      " << FormatTime(j.started_unix_millis()) << "\n"
         << "ended:        " << FormatTime(j.ended_unix_millis()) << "\n";

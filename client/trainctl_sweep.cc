@@ -61,38 +61,39 @@ void PrintSweep(const v1::Sweep& w, OutputFormat format, std::ostream& out) {
   }
   std::string rungs;
   for (int64_t r : w.rungs()) rungs += (rungs.empty() ? "" : ",") + std::to_string(r);
-  out << "id:           " << w.id() << "\n"
+  out << "id:           " << Shown(w.id()) << "\n"
       << "name:         " << Shown(w.name()) << "\n"
       << "state:        " << StateName(w.state()) << "\n"
       << "reason:       " << Shown(w.reason()) << "\n"
-      << "searcher:     " << w.searcher() << (rungs.empty() ? "" : " (rungs at steps " + rungs + ")") << "\n"
-      << "metric:       " << w.metric() << " (" << (w.maximize() ? "maximize" : "minimize") << ")\n"
+      << "searcher:     " << Shown(w.searcher()) << (rungs.empty() ? "" : " (rungs at steps " + rungs + ")") << "\n"
+      << "metric:       " << Shown(w.metric()) << " (" << (w.maximize() ? "maximize" : "minimize") << ")\n"
       << "trials:       " << w.trials_size()
       << (w.searcher() == "pbt" ? " (a population of " + std::to_string(w.max_trials()) + ")"
                                 : " of " + (w.max_trials() > 0 ? std::to_string(w.max_trials()) : std::string("all")))
       << ", " << w.concurrency() << " at once\n";
-  if (!w.owner().empty()) out << "owner:        " << w.owner() << "\n";
+  if (!w.owner().empty()) out << "owner:        " << Shown(w.owner()) << "\n";
   out << "created:      " << FormatTime(w.created_unix_millis()) << "\n"
       << "ended:        " << FormatTime(w.ended_unix_millis()) << "\n";
   if (w.best_trial() >= 0 && w.best_trial() < w.trials_size()) {
     const auto& b = w.trials(w.best_trial());
-    out << "best:         trial " << b.number() << " (" << b.job_id() << "), " << w.metric() << " "
-        << FormatNumber(b.best_metric()) << "\n";
+    out << "best:         trial " << b.number() << " (" << Shown(b.job_id()) << "), " << Shown(w.metric()) << " "
+        << FormatMetric(b.best_metric()) << "\n";
   }
   out << "\n"
       << std::left << std::setw(6) << "TRIAL" << std::setw(24) << "JOB" << std::setw(11) << "STATE" << std::setw(8)
       << "STEP" << std::setw(6) << "RUNGS" << std::setw(14) << "BEST" << std::setw(10) << "RANK-S";
-  for (const auto& p : w.parameters()) out << std::setw(std::max<size_t>(12, p.size() + 2)) << p;
+  // Parameter names are the submitter's text: shown escaped, as every other.
+  for (const auto& p : w.parameters()) out << std::setw(std::max<size_t>(12, Shown(p).size() + 2)) << Shown(p);
   out << "REASON\n";
   for (const auto& t : w.trials()) {
     std::ostringstream rank_s;
     rank_s << std::fixed << std::setprecision(1) << t.rank_seconds();
     out << std::setw(6) << t.number() << std::setw(24) << Shown(t.job_id().empty() ? "-" : t.job_id()) << std::setw(11)
         << (t.early_stopped() ? "STOPPED" : StateName(t.state())) << std::setw(8) << t.step() << std::setw(6)
-        << t.rungs_passed() << std::setw(14) << (t.has_metric() ? FormatNumber(t.best_metric()) : "-") << std::setw(10)
+        << t.rungs_passed() << std::setw(14) << (t.has_metric() ? FormatMetric(t.best_metric()) : "-") << std::setw(10)
         << rank_s.str();
     for (int i = 0; i < w.parameters_size(); ++i) {
-      out << std::setw(std::max<size_t>(12, w.parameters(i).size() + 2))
+      out << std::setw(std::max<size_t>(12, Shown(w.parameters(i)).size() + 2))
           << (i < t.values_size() ? Shown(t.values(i)) : "");
     }
     out << Shown(t.reason()) << "\n";
@@ -166,8 +167,15 @@ int Trainctl::SweepList(bool all_users) {
   Impl& s = *impl_;
   v1::ListSweepsRequest req;
   req.set_all_users(all_users);
+  req.set_page_size(1000);
   v1::ListSweepsResponse resp;
-  if (grpc::Status st = s.Call(&v1::JobService::Stub::ListSweeps, req, &resp); !st.ok()) return s.Fail(st);
+  for (;;) {  // every page
+    v1::ListSweepsResponse page;
+    if (grpc::Status st = s.Call(&v1::JobService::Stub::ListSweeps, req, &page); !st.ok()) return s.Fail(st);
+    for (auto& w : *page.mutable_sweeps()) *resp.add_sweeps() = std::move(w);
+    if (page.next_page_token().empty()) break;
+    req.set_page_token(page.next_page_token());
+  }
   if (s.options.output == OutputFormat::kJson) {
     ordered_json all = ordered_json::array();
     for (const auto& w : resp.sweeps()) all.push_back(SweepJson(w));
@@ -182,11 +190,11 @@ int Trainctl::SweepList(bool all_users) {
     for (const auto& t : w.trials()) live += !t.job_id().empty() && !Ended(t.state());
     std::string best = "-";
     if (w.best_trial() >= 0 && w.best_trial() < w.trials_size()) {
-      best = "trial " + std::to_string(w.best_trial()) + ": " + FormatNumber(w.trials(w.best_trial()).best_metric());
+      best = "trial " + std::to_string(w.best_trial()) + ": " + FormatMetric(w.trials(w.best_trial()).best_metric());
     }
-    s.out << std::setw(16) << w.id() << std::setw(20) << Shown(w.name()) << std::setw(11) << StateName(w.state())
-          << std::setw(8) << w.searcher() << std::setw(8) << w.trials_size() << std::setw(8) << live << std::setw(10)
-          << Shown(w.owner().empty() ? "-" : w.owner()) << best << "\n";
+    s.out << std::setw(16) << Shown(w.id()) << std::setw(20) << Shown(w.name()) << std::setw(11) << StateName(w.state())
+          << std::setw(8) << Shown(w.searcher()) << std::setw(8) << w.trials_size() << std::setw(8) << live
+          << std::setw(10) << Shown(w.owner().empty() ? "-" : w.owner()) << best << "\n";
   }
   s.out << std::right;
   return 0;

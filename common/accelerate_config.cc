@@ -3,6 +3,7 @@
 #include "common/hf_layers.h"
 #include "common/model_layers.h"
 #include "common/spec/spec_reader.h"
+#include "common/spec/yaml_keys.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -495,17 +496,11 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
     } catch (const YAML::Exception& e) {
       return absl::InvalidArgumentError(absl::StrCat("accelerate config is not valid YAML: ", e.what()));
     }
+    if (auto s = CheckNoDuplicateKeys(config, "accelerate config"); !s.ok()) return s;
   } else {
-    absl::StatusOr<JobSpec> spec = ParseJobSpec(spec_text, limits);
-    if (spec.ok() && warnings != nullptr && root.IsMap() && !const_root["num_processes"] &&
-        !const_root["distributed_type"] && !const_root["script"]) {
-      // A spec written for an Accelerate config (examples/accelerate-fsdp.yaml)
-      // and sent without one: say why it runs one process.
-      warnings->push_back(
-          "the spec sets neither num_processes nor distributed_type and came without an accelerate config: "
-          "1 process, not distributed (set them, or submit with --accelerate-config FILE)");
-    }
-    return spec;
+    // A spec without num_processes runs one process: the job's "launching 1
+    // rank" says so (no note about an Accelerate config it never named).
+    return ParseJobSpec(spec_text, limits);
   }
   if (!root.IsMap()) return ParseJobSpec(spec_text, limits);  // its message for a spec that is not a mapping
 

@@ -84,7 +84,8 @@ absl::Status CheckBeneath(const fs::path& root, const fs::path& rel, const std::
 
 bool IsPathUnder(const std::string& path, const std::string& dir) { return IsUnder(fs::path(path), fs::path(dir)); }
 
-absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots) {
+absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots,
+                                              const std::string& hint) {
   auto p = Resolve(path);
   if (!p.ok()) return p.status();
   if (roots.empty()) {
@@ -101,8 +102,7 @@ absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std
     shown.push_back(r->string());
   }
   return absl::InvalidArgumentError(absl::StrCat(path, " resolves to ", p->string(), ", outside the allowed roots (",
-                                                 absl::StrJoin(shown, ", "),
-                                                 "); start the server with --allowed-root DIR to allow more"));
+                                                 absl::StrJoin(shown, ", "), "); ", hint));
 }
 
 bool ReadFileToString(const std::string& path, std::string* out) {

@@ -24,7 +24,10 @@ namespace trainyard {
 // symbolic link that leads out of the root — dangling ones too — is refused.
 // No roots: every path is refused. Returns the resolved absolute path, or
 // InvalidArgument naming both.
-absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots);
+// `hint` ends the message of a path outside them (what would allow it).
+absl::StatusOr<std::string> ResolveUnderRoots(
+    const std::string& path, const std::vector<std::string>& roots,
+    const std::string& hint = "start the server with --allowed-root DIR to allow more");
 
 // Whether `path` (absolute, resolved) is `dir` or lies beneath it.
 bool IsPathUnder(const std::string& path, const std::string& dir);

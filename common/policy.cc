@@ -11,6 +11,7 @@
 #include "common/paths.h"
 #include "common/spec/spec_reader.h"
 #include "common/spec/spec_tables.h"
+#include "common/spec/yaml_keys.h"
 
 namespace trainyard {
 namespace {
@@ -247,6 +248,7 @@ absl::StatusOr<Policy> ParsePolicy(std::string_view yaml_text, std::string_view 
                        ": holds no settings: a policy file lists the server's users (to run without "
                        "users, start the server without --policy-file)"));
     }
+    if (auto s = CheckNoDuplicateKeys(root, std::string(source)); !s.ok()) return s;
     return ParseRoot(root);
   } catch (const SpecError& e) {
     // "spec field 'x': ..." → "FILE: field 'x': ..."

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/command_line.h"
 #include "common/placement.h"
 #include "worker/base/crash_report.h"
 #include "worker/worker_main.h"
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
                "Serve a store of this rank's own for fault_tolerance.mode replica (the launcher sets it)");
   app.add_option("--exit-status-dir", exit_status_dir,
                  "Write the exit code to DIR/rank-<rank>.exit before exiting (for launchers such as Slurm's)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = trainyard::ParseCommandLine(app, argc, argv, "trainyard-worker"); rc >= 0) return rc;
   if (a.job_id.empty() && join.empty()) {
     std::fprintf(stderr,
                  "trainyard-worker: give --job JOB (started by a launcher) or --join JOB (env TRAINYARD_JOB)\n");

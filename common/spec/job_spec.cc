@@ -13,6 +13,7 @@
 #include "common/spec/model_traits.h"
 #include "common/spec/spec_reader.h"
 #include "common/spec/spec_tables.h"
+#include "common/spec/yaml_keys.h"
 
 namespace trainyard {
 namespace {
@@ -250,6 +251,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text, const SpecLimits& 
     return absl::InvalidArgumentError(absl::StrCat("spec is not valid YAML or JSON: ", e.what()));
   }
   if (!root || root.IsNull()) return absl::InvalidArgumentError("spec is empty");
+  if (auto s = CheckNoDuplicateKeys(root, "spec"); !s.ok()) return s;
   try {
     return ParseRoot(root, limits);
   } catch (const SpecError& e) {

@@ -6,7 +6,9 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec/yaml_keys.h"
 #include "common/webhook_url.h"
 
 namespace trainyard {
@@ -111,6 +113,7 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     return absl::InvalidArgumentError(absl::StrCat("the sweep is not valid YAML or JSON: ", e.msg));
   }
   if (!root.IsMap()) return absl::InvalidArgumentError("a sweep is a job spec (a mapping) with a 'sweep' section");
+  if (auto s = CheckNoDuplicateKeys(root, "sweep"); !s.ok()) return s;
   const YAML::Node sweep = root["sweep"];
   if (!sweep.IsDefined() || !sweep.IsMap()) return Bad("sweep", "a mapping is required (parameters, metric, ...)");
   if (auto s = OnlyKeys(
@@ -126,7 +129,17 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
   YAML::Emitter emitted;
   emitted << base;
   out.base_spec = emitted.c_str();
-  if (root["name"].IsDefined()) out.name = root["name"].as<std::string>("");
+  if (root["name"].IsDefined()) {
+    if (!root["name"].IsScalar()) return Bad("name", "a name: letters, digits, '-', '_' and '.'");
+    out.name = root["name"].Scalar();
+    // Each trial is named <name>-t<N>, which must be a job's name.
+    if (out.name.empty() || out.name.size() > 100) return Bad("name", "1 … 100 characters");
+    for (char c : out.name) {
+      if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+        return Bad("name", "may contain only letters, digits, '-', '_' and '.' (each trial's job is named after it)");
+      }
+    }
+  }
   out.max_steps = root["max_steps"].IsDefined() ? root["max_steps"].as<int64_t>(0) : 0;
 
   const YAML::Node params = sweep["parameters"];
@@ -137,6 +150,14 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     const std::string path = kv.first.as<std::string>();
     if (path.empty() || path.front() == '.' || path.back() == '.' || path.find("..") != std::string::npos) {
       return Bad("sweep.parameters." + path, "a dotted path into the spec (optimizer.lr)");
+    }
+    // A trial's value is set at this path as `path=value`: a path holding
+    // '=' (or anything but a field name's characters) would set another.
+    for (char c : path) {
+      if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) {
+        return Bad("sweep.parameters", absl::StrCat("'", absl::CHexEscape(path.substr(0, 64)),
+                                                    "': a dotted path of field names (letters, digits, '_', '-')"));
+      }
     }
     if (path == "sweep" || path.rfind("sweep.", 0) == 0) return Bad("sweep.parameters." + path, "not a job field");
     absl::StatusOr<SweepParameter> p = ParseParameter(path, kv.second);

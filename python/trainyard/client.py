@@ -139,6 +139,15 @@ def _to_dict(message):
     return _ints(message, d)
 
 
+def _sweep_dict(message):
+    """A sweep as `trainctl sweep get -o json` shows it: each trial's values
+    by parameter ({"optimizer.lr": "0.01"})."""
+    d = _to_dict(message)
+    for t in d.get("trials", []):
+        t["values"] = dict(zip(d.get("parameters", []), t.get("values", [])))
+    return d
+
+
 class Client:
     """A connection to one trainyard-server. `server` is HOST:PORT (default:
     $TRAINYARD_SERVER, else 127.0.0.1:50051); `token` the bearer token the
@@ -258,11 +267,11 @@ class Client:
             pass
         return self.get(job_id)
 
-    def cancel(self, job_id, checkpoint=False, wait=False):
+    def cancel(self, job_id, checkpoint=False, wait=True):
         """Cancels the job; with `checkpoint`, a running job saves a checkpoint
-        first. Returns the job as the request left it (its workers may still
-        be stopping: "RUNNING"); with `wait`, as `trainctl cancel` does, once
-        it ended ("CANCELLED")."""
+        first. Returns the job once it ended ("CANCELLED"), as `trainctl
+        cancel` does; with wait=False, as the request left it (its workers
+        may still be stopping: "RUNNING")."""
         job = _to_dict(self._call("CancelJob", self._pb.CancelJobRequest(id=job_id, checkpoint=checkpoint)).job)
         return self.wait(job_id) if wait else job
 
@@ -313,23 +322,30 @@ class Client:
             spec = json.dumps(spec)
         elif os.path.isfile(spec):
             spec = open(spec).read()
-        return _to_dict(self._call("SubmitSweep", self._pb.SubmitSweepRequest(spec=spec)).sweep)
+        return _sweep_dict(self._call("SubmitSweep", self._pb.SubmitSweepRequest(spec=spec)).sweep)
 
     def get_sweep(self, sweep_id):
-        """The sweep and its trials (each: number, job_id, values in the
-        order of `parameters`, state, early_stopped, rungs_passed,
+        """The sweep and its trials (each: number, job_id, values by
+        parameter name, state, early_stopped, rungs_passed,
         best_metric, step, rank_seconds, reason); best_trial is -1 until a
         trial reported the metric."""
-        return _to_dict(self._call("GetSweep", self._pb.GetSweepRequest(id=sweep_id)).sweep)
+        return _sweep_dict(self._call("GetSweep", self._pb.GetSweepRequest(id=sweep_id)).sweep)
 
     def list_sweeps(self, all_users=False):
-        return [_to_dict(w) for w in self._call("ListSweeps", self._pb.ListSweepsRequest(all_users=all_users)).sweeps]
+        out, token = [], ""
+        while True:  # every page (a listed sweep has no spec: get_sweep has it)
+            page = self._call("ListSweeps", self._pb.ListSweepsRequest(all_users=all_users, page_size=1000,
+                                                                       page_token=token))
+            out += [_sweep_dict(w) for w in page.sweeps]
+            token = page.next_page_token
+            if not token:
+                return out
 
     def cancel_sweep(self, sweep_id, keep_best=False):
         """Cancels every trial still queued or running (all but the best so
         far with `keep_best`); the sweep starts no more."""
         req = self._pb.CancelSweepRequest(id=sweep_id, keep_best=keep_best)
-        return _to_dict(self._call("CancelSweep", req).sweep)
+        return _sweep_dict(self._call("CancelSweep", req).sweep)
 
     def history(self, job_id, series=None, dataframe=False):
         """The job's series across its attempts (loss, eval_loss,

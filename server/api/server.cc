@@ -233,8 +233,14 @@ absl::Status Server::Impl::StartGrpc() {
   }
   if (auto s = identities->Reload(); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("--policy-file ", s.message()));
+  if (!o.policy.policy_file.empty()) {
+    spdlog::info("trainyard-server: policy {}: {} users", o.policy.policy_file, identities->policy()->users.size());
+  }
   manager->SetPolicy(identities->policy());
   notifying_store->SetPolicy(identities->policy());
+  // A sweep's trials act with its owner's rights as they are at each
+  // submission, not as they were when the sweep was submitted.
+  sweeps->set_caller_lookup([ids = identities.get()](const Caller& stored) { return ids->Current(stored); });
   job_service = std::make_unique<JobServiceImpl>(manager.get(), identities.get(), sweeps.get());
   worker_service = std::make_unique<WorkerServiceImpl>(&manager->workers());
   grpc::ServerBuilder builder;

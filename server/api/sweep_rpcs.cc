@@ -81,9 +81,16 @@ grpc::Status JobServiceImpl::GetSweep(const Caller& caller, const v1::GetSweepRe
 grpc::Status JobServiceImpl::ListSweeps(const Caller& caller, const v1::ListSweepsRequest* req,
                                         v1::ListSweepsResponse* resp, const CallContext&) {
   if (sweeps_ == nullptr) return NoSweeps();
-  auto sweeps = sweeps_->List(caller, req->all_users());
+  std::string next;
+  auto sweeps = sweeps_->List(caller, req->all_users(), req->page_size(), req->page_token(), &next);
   if (!sweeps.ok()) return ToGrpcStatus(sweeps.status());
-  for (const SweepStatus& s : *sweeps) SweepToProto(s, resp->add_sweeps());
+  for (const SweepStatus& s : *sweeps) {
+    v1::Sweep* w = resp->add_sweeps();
+    SweepToProto(s, w);
+    w->clear_spec();  // up to 1 MiB each: GetSweep has it
+    w->clear_events();
+  }
+  resp->set_next_page_token(next);
   return grpc::Status::OK;
 }
 

@@ -94,4 +94,20 @@ absl::StatusOr<Caller> Identities::Authenticate(const std::string& authorization
   return absl::UnauthenticatedError("invalid token");
 }
 
+absl::StatusOr<Caller> Identities::Current(const Caller& stored) const {
+  if (open()) return Caller{};
+  if (stored.user.empty()) {
+    if (stored.admin && !admin_token_.empty()) return Caller{"", {}, /*admin=*/true};
+    return absl::PermissionDeniedError(
+        stored.admin ? "the admin token it was submitted with is no longer the server's (--auth-token-file)"
+                     : "it was submitted without a user, and this server now has users");
+  }
+  const std::shared_ptr<const Policy> policy = this->policy();
+  const PolicyUser* u = policy->User(stored.user);
+  if (u == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat("user ", stored.user, " is no longer in the server's policy"));
+  }
+  return CallerOf(*u, *policy);
+}
+
 }  // namespace trainyard

@@ -52,6 +52,12 @@ class Identities {
   // The caller of a request with this `authorization` metadata value ("" if
   // none) and client certificate. UNAUTHENTICATED names what is wrong.
   absl::StatusOr<Caller> Authenticate(const std::string& authorization, const PeerCertificate& cert) const;
+  // The rights of a caller resolved earlier (a sweep's owner, stored with
+  // it) as the identities say now: a policy user's current role, groups,
+  // roots and unix_user; the admin token's caller while an admin token is
+  // configured; anyone's on an open server. PermissionDenied naming the user
+  // when it is no longer in the policy (or the admin token is gone).
+  absl::StatusOr<Caller> Current(const Caller& stored) const;
 
  private:
   // A non-admin user without a unix_user runs as the policy's

@@ -45,9 +45,9 @@ absl::StatusOr<Admitted> Admission::Admit(const std::string& spec_text, const st
   if (auto s = CheckResources(*spec, now.launchers); !s.ok()) return s;
   for (size_t i = 0; i < spec->notify.urls.size(); ++i) {
     auto url = ParseWebhookUrl(spec->notify.urls[i]);
-    if (url.ok() && !WebhookHostAllowed(url->host, options_.notify_allowed_hosts)) {
-      return absl::InvalidArgumentError(absl::StrCat("notify.urls[", i, "]: host ", url->host,
-                                                     " is not one this server calls (its --notify-allowed-host)"));
+    if (!url.ok()) continue;  // the parser said so already
+    if (absl::Status s = CheckWebhookHost(url->host, options_.notify_allowed_hosts); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("notify.urls[", i, "]: ", s.message()));
     }
   }
   if (now.queued >= options_.max_queued_jobs) {
@@ -156,13 +156,35 @@ std::vector<std::string> Admission::RootsOf(const Caller& by) const {
   return by.roots.empty() ? options_.allowed_roots : by.roots;
 }
 
-absl::StatusOr<std::string> Admission::ResolveFor(const std::string& path, const std::string& job_id,
-                                                  const Caller& by) const {
+absl::StatusOr<std::string> Admission::ResolveFor(const std::string& path, const std::string& job_id, const Caller& by,
+                                                  bool read_only) const {
   std::vector<std::string> roots = RootsOf(by);
   const bool user = !by.user.empty() && !by.admin;
-  const std::string own = absl::StrCat(options_.state_dir, "/jobs/", job_id);
-  if (user) roots.push_back(own);
-  absl::StatusOr<std::string> resolved = ResolveUnderRoots(path, roots);
+  std::string own = absl::StrCat(options_.state_dir, "/jobs/", job_id);
+  if (user && read_only && options_.owner_of) {
+    // Another job of the same owner: <state_dir>/jobs/<id>/...
+    std::error_code ec;
+    const std::string jobs_dir = std::filesystem::weakly_canonical(options_.state_dir + "/jobs", ec).string() + "/";
+    const std::string canonical = std::filesystem::weakly_canonical(path, ec).string();
+    if (!ec && canonical.rfind(jobs_dir, 0) == 0) {
+      const std::string other =
+          canonical.substr(jobs_dir.size(), canonical.find('/', jobs_dir.size()) - jobs_dir.size());
+      if (!other.empty() && other != job_id && options_.owner_of(other) == by.user) {
+        own = jobs_dir + other;
+      }
+    }
+  }
+  // The job's own directory first: it is no root to name in a refusal (a
+  // refused job's directory is never made), nor is the server's flag the
+  // way to widen a policy user's roots.
+  absl::StatusOr<std::string> resolved = absl::NotFoundError("");
+  if (user) resolved = ResolveUnderRoots(path, {own});
+  if (!resolved.ok()) {
+    resolved = user ? ResolveUnderRoots(path, roots,
+                                        absl::StrCat("an operator may add a directory to the roots of user ", by.user,
+                                                     " in the server's policy file"))
+                    : ResolveUnderRoots(path, roots);
+  }
   if (!resolved.ok()) {
     if (user && by.roots.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", by.Describe(),
@@ -260,7 +282,7 @@ absl::Status Admission::ResolvePaths(JobSpec& spec, const std::string& job_id, c
     if (spec.script.python.empty()) spec.script.python = options_.script_python;
   }
   if (!c.resume_from.empty() && c.resume_from != "latest") {
-    auto from = ResolveFor(c.resume_from, job_id, by);
+    auto from = ResolveFor(c.resume_from, job_id, by, /*read_only=*/true);
     if (!from.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec field 'checkpoint.resume_from': ", from.status().message()));
     }

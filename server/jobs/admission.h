@@ -13,6 +13,7 @@
 #define TRAINYARD_SERVER_JOBS_ADMISSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,8 +43,13 @@ struct AdmissionOptions {
   SpecLimits limits;
   // Jobs waiting in the queue at most.
   int max_queued_jobs = 50000;
-  // Hosts notify.urls may name; empty: any.
+  // Hosts notify.urls may name; empty: any not on the local network
+  // (common/webhook_url.h).
   std::vector<std::string> notify_allowed_hosts;
+  // The owner of job `id` ("" when unknown): a user's job may resume from
+  // a checkpoint in the directory of another job of theirs (a PBT copy
+  // resumes its source's). Unset: only its own directory.
+  std::function<std::string(const std::string& id)> owner_of;
 };
 
 // The admission options of a JobManager's (paths made absolute; default
@@ -144,7 +150,10 @@ class Admission {
  private:
   // `path` resolved beneath the caller's roots (and, for a user of the
   // policy, out of the state directory but for the job's own directory).
-  absl::StatusOr<std::string> ResolveFor(const std::string& path, const std::string& job_id, const Caller& by) const;
+  // `read_only`: a path the job only reads (resume_from), which may also
+  // lie in the directory of another job of the same owner.
+  absl::StatusOr<std::string> ResolveFor(const std::string& path, const std::string& job_id, const Caller& by,
+                                         bool read_only = false) const;
 
   const AdmissionOptions options_;
 };

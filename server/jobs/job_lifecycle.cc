@@ -201,10 +201,11 @@ void JobLifecycle::StartJob(ActiveJob& job) {
                      " ranks to join (trainyard-worker --join ", r.id, "; `trainctl join-info ", r.id, "`)"));
   }
   const std::vector<int>& gpus = scheduler_->Held(r.id).gpus;
-  jobs_->Transition(job, JobState::kStarting,
-                    absl::StrCat("launching ", ranks == r.num_processes ? "" : absl::StrCat(ranks, " of "),
-                                 r.num_processes, " ranks (attempt ", r.attempt, ", ", LauncherKindName(kind),
-                                 gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(gpus, ",")), ")"));
+  jobs_->Transition(
+      job, JobState::kStarting,
+      absl::StrCat("launching ", ranks == r.num_processes ? "" : absl::StrCat(ranks, " of "), r.num_processes,
+                   r.num_processes == 1 ? " rank" : " ranks", " (attempt ", r.attempt, ", ", LauncherKindName(kind),
+                   gpus.empty() ? "" : absl::StrCat(", GPUs ", absl::StrJoin(gpus, ",")), ")"));
   if (auto s = launchers_->Launch(job, ContextOf(job)); !s.ok()) {
     fail(absl::StrCat("launch failed: ", s.message()));
     return;

@@ -105,9 +105,11 @@ class JobLifecycle {
   // The log of `rank` in attempt `attempt` (0: the latest) of the job of
   // `record`, and that attempt; InvalidArgument out of range.
   absl::StatusOr<std::pair<std::string, int32_t>> LogPath(const JobRecord& record, int32_t rank, int32_t attempt) const;
+  // What a job of `spec` takes from the scheduler: slots or GPUs, how many,
+  // and at least how many (an elastic job's minimum).
+  Demand DemandOf(const JobSpec& spec) const;
 
  private:
-  Demand DemandOf(const JobSpec& spec) const;
   JobClaim ClaimOf(const ActiveJob& job) const;
   // Stops `victim` for `for_job`: rank 0 checkpoints at its next step
   // boundary and every rank stops; the job is queued again to resume.

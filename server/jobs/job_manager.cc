@@ -17,7 +17,14 @@ JobManager::JobManager(JobStore* store, Launcher* launcher, ServerMetrics* metri
     : metrics_(metrics),
       clock_(clock),
       options_(std::move(options)),
-      admission_(AdmissionOptionsOf(options_)),
+      admission_([&] {
+        AdmissionOptions o = AdmissionOptionsOf(options_);
+        o.owner_of = [store](const std::string& id) {
+          auto job = store->Get(id);
+          return job.ok() ? job->owner : std::string();
+        };
+        return o;
+      }()),
       jobs_(store, metrics, clock),
       scheduler_(options_.slots, options_.gpus,
                  SchedulingOf(Policy{}, options_.fair_share_half_life, options_.preemption_min_run_time),
@@ -133,6 +140,15 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
   if (!admitted.ok()) {
     if (!absl::IsUnavailable(admitted.status())) metrics_->CountRejected();  // a stopping server refuses nobody
     return admitted.status();
+  }
+  // (A preemptible job may borrow past its quota: it may start.)
+  const Demand demand = lifecycle_.DemandOf(admitted->spec);
+  if (auto s = admitted->spec.preemptible
+                   ? absl::OkStatus()
+                   : CheckQuotaCanFit(*policy_, by, demand.kind == ResourcePool::Kind::kGpus, demand.minimum());
+      !s.ok()) {
+    metrics_->CountRejected();
+    return s;
   }
   absl::StatusOr<ActiveJob*> job =
       jobs_.Submit(id, admitted->spec, admitted->notes, {by.user, by.group(), admitted->priority, by.unix_user});
@@ -332,6 +348,19 @@ void JobManager::CheckProgress() {
 std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
   ManagerLock lock(&mu_);
   jobs_.SaveHistories();
+  if (mode == ShutdownMode::kDetach) {
+    int running = 0;
+    for (const std::string& id : jobs_.ids()) {
+      const ActiveJob& job = *jobs_.Find(id);
+      running += job.attempt && job.record.state != JobState::kQueued;
+    }
+    if (running > 0) {
+      spdlog::warn(
+          "trainyard-server: {} job(s) left training, detached (--on-shutdown detach): a server started on the same "
+          "state directory adopts them; --on-shutdown stop or checkpoint stops them with the server",
+          running);
+    }
+  }
   return stops_.Shutdown(mode, &requests_);
 }
 

@@ -57,6 +57,9 @@ bool JobStops::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t reques
   switch (mode) {
     case ShutdownMode::kDetach:
       // The streams end; the workers go on and reconnect to the next coordinator.
+      jobs_->AddEvent(job,
+                      "the coordinator stopped (--on-shutdown detach): the job trains on, and a coordinator started "
+                      "on the same state directory adopts it");
       a.CloseChannels();
       for (auto& w : job.watchers) w->Close();
       return false;

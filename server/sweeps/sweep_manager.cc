@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -34,6 +35,11 @@ struct SweepManager::Live {
     std::chrono::steady_clock::time_point since;
   };
   std::vector<Exploit> exploits;
+  // A trial drawn but not yet a job: its owner's queue was full (or the
+  // server busy); submitted again at the next look.
+  std::optional<TrialPlan> pending;
+  bool pending_noted = false;  // its wait is an event once
+  int refused_in_a_row = 0;    // trials refused since the last one accepted
 };
 
 namespace {
@@ -68,6 +74,46 @@ absl::StatusOr<std::string> TrialSpec(const SweepSpec& spec, const std::string& 
   }
   sets.push_back(absl::StrCat("name=", sweep_name, "-t", plan.number));
   return ApplySpecOverrides(spec.base_spec, sets);
+}
+
+// Checks every value the search may give each parameter (each choice, a
+// range's ends), each set on trial 0's spec as a job's spec is checked, so
+// that a search space that cannot make a job is refused at submit, not
+// trial by trial. The checks are bounded: past kMaxChecks values the rest
+// are checked as their trials are submitted.
+absl::Status CheckValues(const SweepSpec& spec) {
+  constexpr int kMaxChecks = 2000;
+  auto probe = MakeSearcher(spec);
+  const std::optional<TrialPlan> first = probe->Next();
+  if (!first) return absl::InvalidArgumentError("sweep: the search space has no trial");
+  const std::string name = spec.name.empty() ? "sweep" : spec.name;
+  auto check = [&](const TrialPlan& plan, const std::string& what) -> absl::Status {
+    auto text = TrialSpec(spec, name, plan);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
+    if (auto job = ParseJobSpec(*text); !job.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", job.status().message()));
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = check(*first, "sweep trial 0"); !s.ok()) return s;
+  int checks = 1;
+  for (size_t i = 0; i < spec.parameters.size(); ++i) {
+    const SweepParameter& p = spec.parameters[i];
+    std::vector<std::string> values = p.choices;
+    if (p.kind == SweepParameter::Kind::kInt) {
+      values = {absl::StrCat(static_cast<int64_t>(p.low)), absl::StrCat(static_cast<int64_t>(p.high))};
+    } else if (p.kind != SweepParameter::Kind::kChoice) {
+      values = {absl::StrFormat("%.17g", p.low), absl::StrFormat("%.17g", p.high)};
+    }
+    for (const std::string& v : values) {
+      if (v == first->values[i]) continue;
+      if (++checks > kMaxChecks) return absl::OkStatus();
+      TrialPlan plan = *first;
+      plan.values[i] = v;
+      if (auto s = check(plan, absl::StrCat("sweep.parameters.", p.path, " value ", v)); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -125,6 +171,7 @@ absl::Status SweepManager::Recover() {
       for (const SweepTrialRecord& t : r.trials) live->seen[t.number] = std::max(live->seen[t.number], t.step);
     }
     live->cancelled = r.state == JobState::kCancelled;
+    for (auto t = r.trials.rbegin(); t != r.trials.rend() && t->job_id.empty(); ++t) ++live->refused_in_a_row;
     live->announced_best = BestTrial(live->spec, r);
     live->record = std::move(r);
     order_.push_back(live->record.id);
@@ -172,17 +219,16 @@ absl::StatusOr<SweepStatus> SweepManager::Submit(const std::string& spec_text, c
                                                      " is not one this server calls (its --notify-allowed-host)"));
     }
   }
-  // The first trial's spec is checked as a job's would be, so that a search
-  // space that cannot make a job is refused here, not trial by trial.
-  auto probe = MakeSearcher(*spec);
-  if (auto plan = probe->Next(); plan.has_value()) {
-    auto text = TrialSpec(*spec, spec->name.empty() ? "sweep" : spec->name, *plan);
-    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("sweep trial 0: ", text.status().message()));
-    if (auto job = ParseJobSpec(*text); !job.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("sweep trial 0: ", job.status().message()));
+  if (auto s = CheckValues(*spec); !s.ok()) return s;
+  if (!by.admin && !by.user.empty()) {
+    absl::MutexLock lock(&mu_);
+    int running = 0;
+    for (const auto& [id, live] : sweeps_) running += live->record.owner == by.user && !Ended(live->record.state);
+    if (running >= kMaxRunningPerUser) {
+      return absl::ResourceExhaustedError(absl::StrCat(by.Describe(), " has ", running,
+                                                       " sweeps running, the most one user may (", kMaxRunningPerUser,
+                                                       "); cancel one or wait for one to end"));
     }
-  } else {
-    return absl::InvalidArgumentError("sweep: the search space has no trial");
   }
 
   auto live = std::make_unique<Live>();
@@ -226,15 +272,28 @@ absl::StatusOr<SweepStatus> SweepManager::Get(const std::string& id, const Calle
   return out;
 }
 
-absl::StatusOr<std::vector<SweepStatus>> SweepManager::List(const Caller& by, bool all_users) {
+absl::StatusOr<std::vector<SweepStatus>> SweepManager::List(const Caller& by, bool all_users, int page_size,
+                                                            const std::string& page_token, std::string* next) {
   if (all_users && !by.admin && !by.user.empty()) {
     return absl::PermissionDeniedError("all_users: only admins list everyone's sweeps");
   }
+  if (page_size <= 0) page_size = kDefaultPageSize;
+  page_size = std::min(page_size, kMaxPageSize);
+  // The token is the position in order_ (which only grows) to go on from.
+  size_t from = 0;
+  if (!page_token.empty() && (!absl::SimpleAtoi(page_token, &from) || page_token.size() > 12)) {
+    return absl::InvalidArgumentError("page_token: not one a listing of sweeps gave");
+  }
+  if (next != nullptr) next->clear();
   absl::MutexLock lock(&mu_);
   std::vector<SweepStatus> out;
-  for (const std::string& id : order_) {
-    const Live& s = *sweeps_.at(id);
+  for (size_t i = from; i < order_.size(); ++i) {
+    const Live& s = *sweeps_.at(order_[i]);
     if (!all_users && !by.user.empty() && s.record.owner != by.user) continue;
+    if (static_cast<int>(out.size()) == page_size) {
+      if (next != nullptr) *next = absl::StrCat(i);
+      break;
+    }
     out.push_back(StatusOf(s));
   }
   return out;
@@ -375,7 +434,9 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
 void SweepManager::FinishExploits(Live& s) {
   std::vector<Live::Exploit> waiting;
   for (const Live::Exploit& x : s.exploits) {
-    SweepTrialRecord& poor = s.record.trials[x.poor];
+    if (Ended(s.record.state)) break;
+    // By index, not reference: the new trial is appended to the same vector.
+    SweepTrialRecord poor = s.record.trials[x.poor];
     const SweepTrialRecord source = s.record.trials[x.source];
     auto checkpoints = jobs_->Checkpoints(source.job_id);
     std::optional<CheckpointEvent> ck;
@@ -394,6 +455,8 @@ void SweepManager::FinishExploits(Live& s) {
                                ck->ok ? "came after it ended" : "failed: " + ck->error));
       continue;
     }
+    std::optional<Caller> by = CurrentCaller(s);
+    if (!by) break;
     std::optional<TrialPlan> plan = s.searcher->Exploited(x.poor, x.source, source.values);
     if (!plan) continue;
     if (auto cancelled = jobs_->Cancel(poor.job_id, /*checkpoint=*/false); cancelled.ok()) {
@@ -405,7 +468,7 @@ void SweepManager::FinishExploits(Live& s) {
     t.parent = x.source;
     t.from_step = ck->step;
     auto text = TrialSpec(s.spec, s.record.name, *plan, {"checkpoint.resume_from=" + ck->path});
-    auto job = text.ok() ? jobs_->Submit(*text, "", s.caller) : absl::StatusOr<JobRecord>(text.status());
+    auto job = text.ok() ? jobs_->Submit(*text, "", *by) : absl::StatusOr<JobRecord>(text.status());
     if (job.ok()) {
       t.job_id = job->id;
       t.state = job->state;
@@ -424,6 +487,7 @@ void SweepManager::FinishExploits(Live& s) {
     note_(poor.job_id, lineage);
     note_(source.job_id, lineage);
     Event(s, absl::StrFormat("trial %d (%s) %s", x.poor, poor.job_id, poor.reason));
+    s.record.trials[x.poor] = poor;
     s.record.trials.push_back(t);
     SaveTrial(s, poor);
     SaveTrial(s, t);
@@ -472,38 +536,88 @@ void SweepManager::Notify(Live& s, const std::string& event) {
   const std::string body =
       nlohmann::ordered_json{{"event", event}, {"unix_millis", now}, {"sweep", std::move(sweep)}}.dump();
   for (const std::string& url : s.spec.notify_urls) {
-    notifier_->Enqueue({r.id, url, event, absl::StrFormat("%s-%d-%d", r.id, now, ++s.deliveries), body});
+    notifier_->Enqueue(r.owner, {r.id, url, event, absl::StrFormat("%s-%d-%d", r.id, now, ++s.deliveries), body});
   }
+}
+
+std::optional<Caller> SweepManager::CurrentCaller(Live& s) {
+  if (!caller_lookup_) return s.caller;
+  absl::StatusOr<Caller> now = caller_lookup_(s.caller);
+  if (!now.ok()) {
+    Fail(s, absl::StrCat("its owner's rights are gone: ", now.status().message()));
+    return std::nullopt;
+  }
+  return *std::move(now);
+}
+
+void SweepManager::Fail(Live& s, const std::string& reason) {
+  s.pending.reset();
+  for (SweepTrialRecord& t : s.record.trials) {
+    if (t.job_id.empty() || Ended(t.state)) continue;
+    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false); job.ok()) t.state = job->state;
+    t.reason = absl::StrCat("the sweep ended: ", reason);
+    SaveTrial(s, t);
+  }
+  if (Ended(s.record.state)) return;
+  s.record.state = JobState::kFailed;
+  s.record.reason = reason;
+  s.record.ended_unix_millis = clock_->UnixMillis();
+  Save(s);
+  Event(s, absl::StrCat("FAILED: ", reason));
+  Notify(s, "FAILED");
 }
 
 void SweepManager::StartTrials(Live& s) {
   if (s.cancelled || s.budget_spent || Ended(s.record.state)) return;
   int live = 0;
   for (const SweepTrialRecord& t : s.record.trials) live += !t.job_id.empty() && !Ended(t.state);
-  while (live < s.spec.concurrency) {
-    auto plan = s.searcher->Next();
+  // Bounded per look: a refused trial is not live, so without a bound a
+  // search space whose trials are all refused would be drawn whole here.
+  for (int submitted = 0; live < s.spec.concurrency && submitted < kMaxSubmissionsPerLook; ++submitted) {
+    std::optional<TrialPlan> plan = s.pending ? std::move(s.pending) : s.searcher->Next();
+    s.pending.reset();
     if (!plan) return;
+    std::optional<Caller> by = CurrentCaller(s);
+    if (!by) return;
+    auto text = TrialSpec(s.spec, s.record.name, *plan);
+    auto job = text.ok() ? jobs_->Submit(*text, "", *by) : absl::StatusOr<JobRecord>(text.status());
+    std::string values;
+    for (size_t i = 0; i < s.spec.parameters.size() && i < plan->values.size(); ++i) {
+      absl::StrAppend(&values, i ? ", " : "", s.spec.parameters[i].path, "=", plan->values[i]);
+    }
+    if (!job.ok() && (absl::IsResourceExhausted(job.status()) || absl::IsUnavailable(job.status()))) {
+      // The owner's queue is full (or the server busy): the trial waits for
+      // the next look, drawn once.
+      if (!s.pending_noted) {
+        Event(s, absl::StrFormat("trial %d (%s) waits: %s", plan->number, values, job.status().message()));
+      }
+      s.pending_noted = true;
+      s.pending = std::move(plan);
+      return;
+    }
+    s.pending_noted = false;
     SweepTrialRecord t;
     t.number = plan->number;
     t.values = plan->values;
-    auto text = TrialSpec(s.spec, s.record.name, *plan);
-    auto job = text.ok() ? jobs_->Submit(*text, "", s.caller) : absl::StatusOr<JobRecord>(text.status());
     if (job.ok()) {
       t.job_id = job->id;
       t.state = job->state;
       ++live;
+      s.refused_in_a_row = 0;
     } else {
       t.state = JobState::kFailed;
       t.reason = absl::StrCat("refused: ", job.status().message());
-    }
-    std::string values;
-    for (size_t i = 0; i < s.spec.parameters.size() && i < t.values.size(); ++i) {
-      absl::StrAppend(&values, i ? ", " : "", s.spec.parameters[i].path, "=", t.values[i]);
+      ++s.refused_in_a_row;
     }
     Event(s, job.ok() ? absl::StrFormat("trial %d submitted as %s (%s)", t.number, t.job_id, values)
                       : absl::StrFormat("trial %d (%s) %s", t.number, values, t.reason));
     s.record.trials.push_back(t);
     SaveTrial(s, t);
+    if (s.refused_in_a_row >= kMaxRefusedInARow) {
+      Fail(s, absl::StrFormat("its last %d trials were refused (the last: %s)", s.refused_in_a_row,
+                              job.status().message()));
+      return;
+    }
   }
 }
 
@@ -512,7 +626,7 @@ void SweepManager::MaybeEnd(Live& s) {
   for (const SweepTrialRecord& t : s.record.trials) {
     if (!t.job_id.empty() && !Ended(t.state)) return;
   }
-  if ((!s.searcher->exhausted() && !s.budget_spent) || !s.exploits.empty()) return;
+  if ((!s.searcher->exhausted() && !s.budget_spent) || !s.exploits.empty() || s.pending) return;
   const int best = BestTrial(s.spec, s.record);
   s.record.ended_unix_millis = clock_->UnixMillis();
   if (best < 0) {

@@ -32,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,8 +82,14 @@ class SweepManager {
   absl::StatusOr<SweepStatus> Submit(const std::string& spec_text, const Caller& by);
   // NotFound for a sweep `by` may not see (not theirs, and not an admin).
   absl::StatusOr<SweepStatus> Get(const std::string& id, const Caller& by);
-  // Oldest first: `by`'s own, or everyone's (`all_users`, admins only).
-  absl::StatusOr<std::vector<SweepStatus>> List(const Caller& by, bool all_users);
+  // Oldest first: `by`'s own, or everyone's (`all_users`, admins only);
+  // at most `page_size` (1 … 1000) after the page `page_token` ends ("":
+  // the first), and the token of the next page in `next` ("": none).
+  // InvalidArgument for a token this manager did not make.
+  static constexpr int kDefaultPageSize = 100;
+  static constexpr int kMaxPageSize = 1000;
+  absl::StatusOr<std::vector<SweepStatus>> List(const Caller& by, bool all_users, int page_size = kDefaultPageSize,
+                                                const std::string& page_token = "", std::string* next = nullptr);
   // Cancels every trial still queued or running (all but the best so far
   // with `keep_best`); the sweep is CANCELLED and starts no more trials.
   absl::StatusOr<SweepStatus> Cancel(const std::string& id, bool keep_best, const Caller& by);
@@ -90,6 +97,24 @@ class SweepManager {
   // One look at every live sweep (the thread calls it every kTick; tests
   // may call it directly).
   void Tick();
+
+  // At most this many trials are submitted in one look at a sweep (the
+  // rest at the next looks), so that no sweep holds the lock for long.
+  static constexpr int kMaxSubmissionsPerLook = 32;
+  // A sweep whose last this many trials were refused (their specs or their
+  // owner's rights, not a full queue) ends FAILED, naming the last refusal.
+  static constexpr int kMaxRefusedInARow = 3;
+  // Running sweeps one user may have at once (admins: no limit).
+  static constexpr int kMaxRunningPerUser = 20;
+
+  // The rights a sweep's trials are submitted with: its owner's as they are
+  // now (the server's identities), looked up at every submission from the
+  // caller stored with the sweep. An error (the owner was removed, the
+  // admin token is gone) stops the sweep with that reason. Unset: the
+  // stored caller as it is (a server without identities). Set before
+  // Recover.
+  using CallerLookup = std::function<absl::StatusOr<Caller>(const Caller& stored)>;
+  void set_caller_lookup(CallerLookup lookup) { caller_lookup_ = std::move(lookup); }
 
   // Where events about a trial's job go (a PBT exploit, on both trials);
   // set before Start.
@@ -104,6 +129,11 @@ class SweepManager {
   absl::StatusOr<Live*> Find(const std::string& id, const Caller& by) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Follow(Live& s, SweepTrialRecord& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartTrials(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The owner's rights now, or the sweep stopped (FAILED) with the reason.
+  std::optional<Caller> CurrentCaller(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a sweep that can go on no more: its live trials cancelled, FAILED
+  // with `reason`.
+  void Fail(Live& s, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PBT: a poor trial whose source's checkpoint is committed is replaced
   // by a new trial resuming from it (see pbt.h).
   void FinishExploits(Live& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -122,6 +152,7 @@ class SweepManager {
   Notifier* const notifier_;
   const TimeSource* const clock_;
   JobNote note_ = [](const std::string&, const std::string&) {};
+  CallerLookup caller_lookup_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Live>> sweeps_ ABSL_GUARDED_BY(mu_);

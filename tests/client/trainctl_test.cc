@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "client/job_format.h"
 #include "client/trainctl.h"
 #include "tests/test_paths.h"
+#include "tests/test_util.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 
 namespace trainyard {
@@ -313,6 +315,59 @@ TEST(ShownTest, ControlCharactersAreShownNotSent) {
             "a\\x9b31mred");  // CSI as a C1 control (U+009B)
   EXPECT_EQ(Shown("\r"), "\\x0d");
   EXPECT_EQ(Shown("10%\r20%", /*carriage_returns=*/true), "10%\r20%");  // a log's progress bar
+}
+
+// As kubectl: a mistyped command is named with the nearest one, a bare
+// trainctl lists the commands, errors start with the program's name, and
+// --version says which trainctl this is.
+TEST(TrainctlCommandLine, UnknownCommandsBareTrainctlAndVersion) {
+  int rc = -1;
+  std::string out = RunBinary("lsit", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("trainctl: unknown command \"lsit\" for \"trainctl\"; did you mean \"list\"?"), std::string::npos)
+      << out;
+  out = RunBinary("--server 127.0.0.1:1 frobnicate", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("unknown command \"frobnicate\""), std::string::npos) << out;
+  EXPECT_EQ(out.find("did you mean"), std::string::npos) << out;
+  out = RunBinary("", &rc);
+  EXPECT_EQ(rc, 0);
+  for (const char* command : {"submit", "list", "cancel", "sweep"}) {
+    EXPECT_NE(out.find(std::string("  ") + command), std::string::npos) << command << "\n" << out;
+  }
+  out = RunBinary("--version", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out.rfind("trainctl 0.", 0), 0u) << out;
+  out = RunBinary("get", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_EQ(out.rfind("trainctl: ", 0), 0u) << out;
+}
+
+// Coming from torchrun: a script given to submit, a sweep given to submit,
+// a sweep's id given to cancel are each pointed to the command that takes
+// them, before anything is sent (the server here does not exist).
+TEST(TrainctlCommandLine, WhatComesFromTorchrunIsPointedToItsCommand) {
+  TempDir dir;
+  const std::string script = dir.path() + "/train.py";
+  std::ofstream(script) << "print('hi')\n";
+  const std::string sweep = dir.path() + "/sweep.yaml";
+  std::ofstream(sweep) << "model: {kind: mlp}\nsweep: {parameters: {seed: {int: [1, 2]}}}\n";
+  int rc = -1;
+  std::string out = RunBinary("--server 127.0.0.1:1 submit " + script, &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("is a Python script, not a job spec: run it as a job with `trainctl run --nproc-per-node N"),
+            std::string::npos)
+      << out;
+  out = RunBinary("--server 127.0.0.1:1 submit " + sweep, &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("has a sweep: section: submit it with `trainctl sweep submit"), std::string::npos) << out;
+  out = RunBinary("--server 127.0.0.1:1 cancel sweep-0123abcd", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("sweep-0123abcd is a sweep, not a job: `trainctl sweep cancel sweep-0123abcd`"), std::string::npos)
+      << out;
+  out = RunBinary("--server 127.0.0.1:1 submit " + dir.path() + "/nothere.yaml", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("nothere.yaml: No such file or directory"), std::string::npos) << out;
 }
 
 }  // namespace

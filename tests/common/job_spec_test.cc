@@ -587,5 +587,20 @@ TEST(JobSpecTest, AWorkerAcceptsWhatItsCoordinatorAccepted) {
   EXPECT_EQ(in_worker->num_processes, 12000);
 }
 
+// yaml-cpp keeps the first of two equal keys and ignores the second; a
+// repeated key is refused instead, naming it and both lines (as kubectl).
+TEST(JobSpecTest, ARepeatedKeyIsRefusedNamingItAndItsLines) {
+  auto spec = ParseJobSpec("name: tiny\nmax_steps: 10\ndata: {batch_size: 8}\nmax_steps: 5000\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "spec: key 'max_steps' appears twice (lines 2 and 4); give it once");
+  auto nested = ParseJobSpec("name: tiny\ndata:\n  batch_size: 8\n  batch_size: 16\n");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("key 'data.batch_size' appears twice (lines 3 and 4)"), std::string::npos)
+      << nested.status();
+  auto json = ParseJobSpec(R"({"name": "a", "max_steps": 1, "max_steps": 2})");
+  ASSERT_FALSE(json.ok());
+  EXPECT_NE(json.status().message().find("key 'max_steps' appears twice"), std::string::npos) << json.status();
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -179,5 +179,12 @@ TEST(Policy, RefusalsNameTheField) {
   }
 }
 
+TEST(Policy, ASecondQuotasBlockIsRefusedNotIgnored) {
+  auto p = ParsePolicy(Policy3() + "quotas:\n  users: {bob: {slots: 1}}\n", "policy.yaml");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("policy.yaml: key 'quotas' appears twice (lines 6 and 9)"), std::string::npos)
+      << p.status();
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -88,6 +88,14 @@ TEST(SweepSpec, RefusalsNameTheField) {
       {base + lr + "{uniform: [0, 1]}\n  budget: 3\n", "'sweep.budget': unknown key"},
       {base + "sweep:\n  parameters:\n    optimizer.lr: {uniform: [0, 1]}\n", "'sweep.max_trials': random and ASHA"},
       {base + "sweep:\n  max_trials: 2\n  parameters:\n    sweep.seed: {int: [1, 2]}\n", "not a job field"},
+      // A trial's value is set as `path=value` and its name is <name>-t<N>:
+      // a path that holds '=' (or an escape sequence), a name that YAML
+      // would cut at a comment, are refused.
+      {base + "sweep:\n  max_trials: 2\n  parameters:\n    \"a=b.c\": {int: [1, 2]}\n", "'a=b.c': a dotted path"},
+      {base + "sweep:\n  max_trials: 2\n  parameters:\n    \"seed\\e[31m\": {int: [1, 2]}\n",
+       "'seed\\x1b[31m': a dotted path"},
+      {"name: 'lr #x'\n" + base + lr + "{uniform: [0, 1]}\n", "'name': may contain only letters"},
+      {"name: [a]\n" + base + lr + "{uniform: [0, 1]}\n", "'name'"},
       {"[1, 2]", "a sweep is a job spec"},
       {"max_steps: [", "not valid YAML"},
   };

@@ -88,8 +88,8 @@ with Client() as c:
     assert isinstance(d["verdict"], str) and d["verdict"], d
     ck = c.checkpoint(long["id"])
     assert ck["ok"] and os.path.isdir(ck["path"]), ck
-    c.cancel(long["id"])
-    wait("the cancel", lambda: c.get(long["id"])["state"] == "CANCELLED")
+    # As `trainctl cancel`: it returns once the job ended.
+    assert c.cancel(long["id"])["state"] == "CANCELLED"
     resumed = c.resume(long["id"])
     assert resumed["attempt"] == 2 and resumed["state"] in ("QUEUED", "STARTING"), resumed
     # A checkpoint asked for at once waits for the job to run, then for the save.
@@ -105,7 +105,9 @@ with Client() as c:
     assert sweep["state"] == "RUNNING" and sweep["parameters"] == ["optimizer.lr"], sweep
     done = wait("the sweep to end", lambda: (lambda w: w if w["state"] == "SUCCEEDED" else None)(
         c.get_sweep(sweep["id"])))
-    assert [t["values"] for t in done["trials"]] == [["0.01"], ["0.0001"]], done["trials"]
+    assert [t["values"] for t in done["trials"]] == [{"optimizer.lr": "0.01"}, {"optimizer.lr": "0.0001"}], done
+    # Listed sweeps page and carry no spec (get_sweep has it).
+    assert all(not w["spec"] for w in c.list_sweeps()), c.list_sweeps()
     assert all(t["state"] == "SUCCEEDED" and t["step"] == 40 for t in done["trials"]), done["trials"]
     best = min(done["trials"], key=lambda t: t["best_metric"])
     assert done["best_trial"] == best["number"], done

@@ -63,10 +63,14 @@ function fmtTime(ms) {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
+// As C's %.<digits>g (trainctl's FormatMetric): 1.801e-05, 0.2341, 1.235e+04.
 function fmtNum(v, digits = 4) {
   v = Number(v);
   if (!isFinite(v)) return "-";
-  if (v !== 0 && (Math.abs(v) >= 1e6 || Math.abs(v) < 1e-3)) return v.toExponential(2);
+  if (v === 0) return "0";
+  const [m, x] = v.toExponential(digits - 1).split("e");
+  const e = Number(x);
+  if (e < -4 || e >= digits) return `${Number(m)}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
   return String(Number(v.toPrecision(digits)));
 }
 

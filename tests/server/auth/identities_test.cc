@@ -113,5 +113,35 @@ TEST_F(IdentitiesTest, ReloadSwapsThePolicyOrKeepsIt) {
   EXPECT_TRUE(ids.Authenticate("Bearer new-token", {}).ok());
 }
 
+// A caller resolved earlier (a sweep's owner) is looked up again: the
+// policy of now decides its rights, and a user removed is refused.
+TEST_F(IdentitiesTest, AStoredCallerHasTheRightsOfNow) {
+  const std::string path = dir_.path() + "/policy.yaml";
+  std::ofstream(path) << "users:\n  - {name: carol, token_sha256: \"" << Sha256Hex("t") << "\", role: admin}\n";
+  Identities ids("admin-secret", path, {"/data/{user}"});
+  ASSERT_TRUE(ids.Reload().ok());
+  auto stored = ids.Authenticate("Bearer t", {});
+  ASSERT_TRUE(stored.ok());
+  ASSERT_TRUE(stored->admin);
+  std::ofstream(path) << "users:\n  - {name: carol, token_sha256: \"" << Sha256Hex("t")
+                      << "\", groups: [nlp], roots: [/data/narrow]}\n";
+  ASSERT_TRUE(ids.Reload().ok());
+  auto now = ids.Current(*stored);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_FALSE(now->admin);
+  EXPECT_EQ(now->roots, std::vector<std::string>{"/data/narrow"});
+  EXPECT_EQ(now->groups, std::vector<std::string>{"nlp"});
+  std::ofstream(path) << "users: []\n";
+  ASSERT_TRUE(ids.Reload().ok());
+  auto gone = ids.Current(*stored);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().message(), "user carol is no longer in the server's policy");
+  // The admin token's caller stays an admin while the token is the server's.
+  auto admin = ids.Current(Caller{"", {}, true});
+  ASSERT_TRUE(admin.ok());
+  EXPECT_TRUE(admin->admin);
+  EXPECT_FALSE(Identities("", path, {}).Current(Caller{"", {}, true}).ok());
+}
+
 }  // namespace
 }  // namespace trainyard

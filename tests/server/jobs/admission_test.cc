@@ -105,6 +105,43 @@ TEST_F(AdmissionTest, AUsersPathsStayUnderTheirRootsAndOutOfTheStateDirectory) {
   EXPECT_TRUE(admit("script: {path: " + script + "}\n", bob).ok());
 }
 
+// A policy user's refusal names their roots (not the directory of the job
+// being refused, which is never made) and who widens them (an operator, in
+// the policy file; not the server's --allowed-root). A resume source may be
+// a checkpoint of another job of the same user (a PBT copy resumes its
+// source's), never another user's.
+TEST_F(AdmissionTest, AUsersRefusalNamesTheirRootsAndTheyMayResumeTheirOwnJobs) {
+  JobManagerOptions o;
+  o.slots = 4;
+  o.state_dir = dir_.path();
+  AdmissionOptions options = AdmissionOptionsOf(o);
+  options.owner_of = [](const std::string& id) { return id == "job-1" ? std::string("bob") : std::string("carol"); };
+  const Admission admission(options);
+  TempDir bob_root;
+  const Caller bob{"bob", {}, false, {bob_root.path()}};
+  auto admit = [&](const std::string& spec) {
+    return admission.Admit("num_processes: 1\n" + spec, "", bob, "job-9", Now()).status();
+  };
+  absl::Status s = admit("checkpoint: {project_dir: /var/tmp/elsewhere}\n");
+  EXPECT_NE(std::string(s.message())
+                .find("outside the allowed roots (" + bob_root.path() +
+                      "); an operator may add a "
+                      "directory to the roots of user bob in the server's policy file"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(std::string(s.message()).find("job-9"), std::string::npos) << s;
+  EXPECT_EQ(std::string(s.message()).find("--allowed-root"), std::string::npos) << s;
+  const std::string mine = dir_.path() + "/jobs/job-1/checkpoints/checkpoint_1";
+  const std::string theirs = dir_.path() + "/jobs/job-2/checkpoints/checkpoint_1";
+  std::filesystem::create_directories(mine);
+  std::filesystem::create_directories(theirs);
+  EXPECT_TRUE(admit("checkpoint: {resume_from: " + mine + "}\n").ok());
+  s = admit("checkpoint: {resume_from: " + theirs + "}\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // Only a resume source: no project directory in another job's.
+  EXPECT_FALSE(admit("checkpoint: {project_dir: " + mine + "}\n").ok());
+}
+
 TEST_F(AdmissionTest, EachRuleRefusesWithItsReason) {
   const Admission admission = Make(/*max_queued=*/1);
   auto refused = [&](const std::string& spec, const AdmissionState& now) {

@@ -710,6 +710,29 @@ TEST_F(JobManagerTest, PriorityClassesAndQuotasAreCheckedAtSubmit) {
   EXPECT_NE(over.status().message().find("user alice has 1 jobs queued"), std::string::npos) << over.status();
 }
 
+// A job larger than its owner's whole quota could never start: refused at
+// submit, naming the quota (as Slurm's EnforcePartLimits), not queued for
+// ever; one that fits the quota but not what is free now waits.
+TEST_F(JobManagerTest, AJobLargerThanItsOwnersWholeQuotaIsRefusedAtSubmit) {
+  auto p = std::make_shared<Policy>(*TeamPolicy());
+  p->user_quotas["bob"].slots = 2;
+  p->group_quotas["nlp"].slots = 3;
+  manager_->SetPolicy(p);
+  const Caller bob = UserCaller("bob", {"nlp"});
+  auto big = manager_->Submit("num_processes: 4\n", "", bob);
+  ASSERT_EQ(big.status().code(), absl::StatusCode::kFailedPrecondition) << big.status();
+  EXPECT_NE(big.status().message().find("needs 4 slots at least, more than user bob's whole quota (slots: 2)"),
+            std::string::npos)
+      << big.status();
+  auto group = manager_->Submit("num_processes: 3\n", "", UserCaller("carol", {"nlp"}));
+  EXPECT_TRUE(group.ok()) << group.status();
+  auto over_group = manager_->Submit("num_processes: 4\n", "", UserCaller("dan", {"nlp"}));
+  EXPECT_NE(over_group.status().message().find("group nlp's whole quota (slots: 3)"), std::string::npos)
+      << over_group.status();
+  EXPECT_TRUE(manager_->Submit("num_processes: 2\n", "", bob).ok());
+  EXPECT_TRUE(manager_->Submit("num_processes: 4\npreemptible: true\n", "", bob).ok()) << "it may borrow";
+}
+
 TEST_F(JobManagerTest, AHigherPriorityJobPreemptsALowerPreemptibleOneWhichResumes) {
   manager_->SetPolicy(TeamPolicy());
   auto low =

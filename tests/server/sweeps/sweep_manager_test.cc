@@ -1,0 +1,314 @@
+// The sweep manager over a real SQLite sweep store and a job handler that
+// stands in for the job manager (it records each submission and the rights
+// it came with, and answers as a test tells it): what a sweep does with
+// its owner's rights, with refused trials, and with PBT's copies — and
+// what it leaves in the store for a restarted coordinator.
+#include "server/sweeps/sweep_manager.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainyard {
+namespace {
+
+std::string TempDb(const std::string& name) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("sweep-manager-" + name + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir + "/trainyard.db";
+}
+
+// Jobs as the sweep manager sees them: each submission is recorded with
+// its caller; `refuse` (when set) answers a submission instead.
+class Jobs : public JobRequestHandler {
+ public:
+  struct Submission {
+    std::string spec;
+    Caller by;
+  };
+  std::vector<Submission> submissions;
+  std::function<absl::Status(const std::string& spec)> refuse;
+  std::map<std::string, JobRecord> jobs;
+  std::map<std::string, JobHistory> histories;
+  std::map<std::string, std::vector<CheckpointRecord>> checkpoints;
+  int64_t checkpoint_requests = 0;
+
+  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string&, const Caller& by) override {
+    if (refuse) {
+      if (absl::Status s = refuse(spec_text); !s.ok()) return s;
+    }
+    submissions.push_back({spec_text, by});
+    JobRecord r;
+    r.id = absl::StrCat("job-", submissions.size());
+    r.owner = by.user;
+    r.state = JobState::kRunning;
+    r.started_unix_millis = 1;
+    r.num_processes = 1;
+    jobs[r.id] = r;
+    return r;
+  }
+  // Trial `job`'s loss at `step`.
+  void Report(const std::string& job, int64_t step, double loss) {
+    StepMetrics m;
+    m.step = step;
+    m.loss = loss;
+    histories[job].Add(m, 1);
+    jobs[job].step = step;
+  }
+
+  absl::StatusOr<JobRecord> Get(const std::string& id) override {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return absl::NotFoundError(id);
+    return it->second;
+  }
+  absl::StatusOr<JobRecord> Cancel(const std::string& id, bool) override {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return absl::NotFoundError(id);
+    it->second.state = JobState::kCancelled;
+    return it->second;
+  }
+  absl::StatusOr<JobHistory> History(const std::string& id) override { return histories[id]; }
+  absl::StatusOr<int64_t> RequestCheckpoint(const std::string&, CheckpointType) override {
+    return ++checkpoint_requests;
+  }
+  absl::StatusOr<std::vector<CheckpointRecord>> Checkpoints(const std::string& id) override { return checkpoints[id]; }
+
+  absl::Status Authorize(const Caller&, const std::string&, const std::string&, bool) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<QueuePage> Queue(const Caller&, bool, int32_t, int32_t) override { return QueuePage{}; }
+  absl::StatusOr<std::vector<QuotaUse>> Usage(const Caller&, bool) override { return std::vector<QuotaUse>{}; }
+  int free_slots() override { return 0; }
+  int free_gpus() override { return 0; }
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string&) override { return std::vector<JobEvent>{}; }
+  absl::StatusOr<JobPage> List(const std::set<JobState>&, int, const std::string&, const Caller&, bool) override {
+    return JobPage{};
+  }
+  absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t, const Caller&) override { return Get(id); }
+  absl::Status AwaitRunning(const std::string&, std::chrono::system_clock::time_point) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<CheckpointEvent> WaitCheckpoint(const std::string&, int64_t,
+                                                 std::chrono::system_clock::time_point) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<JobRecord> Resume(const std::string& id, const std::string&, int32_t, const Caller&) override {
+    return Get(id);
+  }
+  absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string&) override { return absl::UnimplementedError(""); }
+  absl::StatusOr<std::pair<std::string, int32_t>> LogPath(const std::string&, int32_t, int32_t) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<JoinInfo> GetJoinInfo(const std::string&) override { return absl::UnimplementedError(""); }
+  absl::StatusOr<int64_t> RequestDiagnosis(const std::string&, std::chrono::milliseconds) override {
+    return absl::UnimplementedError("");
+  }
+  absl::StatusOr<Diagnosis> WaitDiagnosis(int64_t) override { return absl::UnimplementedError(""); }
+};
+
+constexpr char kBase[] = "model: {kind: mlp}\nmax_steps: 300\n";
+
+TEST(SweepManager, PbtCopiesAreStoredWhole) {
+  // Four trials fill the trial list's capacity: the first copy appended
+  // moves it. Every trial stored must still be one the sweep made.
+  const std::string db = TempDb("pbt");
+  auto store = SweepStore::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}}\n"
+                                          "  searcher: {kind: pbt, perturbation_interval: 100, quantile: 0.25,\n"
+                                          "             resample_probability: 0}\n"
+                                          "  max_trials: 4\n  concurrency: 4\n  seed: 3\n"),
+                             Caller{"alice", {}, false, {"/data"}, "alice"});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(jobs.submissions.size(), 4u);
+  for (int i = 0; i < 4; ++i) jobs.Report(absl::StrCat("job-", i + 1), 100, 1.0 + i);
+  sweeps.Tick();  // each member is ranked from the interval after its first report on
+  EXPECT_EQ(jobs.checkpoint_requests, 0);
+  for (int i = 0; i < 4; ++i) jobs.Report(absl::StrCat("job-", i + 1), 200, 0.5 + i);
+  sweeps.Tick();  // trial 3, the worst, asks trial 0 for a checkpoint
+  ASSERT_EQ(jobs.checkpoint_requests, 1);
+  CheckpointRecord ck;
+  ck.checkpoint = {.index = 1, .step = 200, .trigger = "request", .request_id = 1, .path = "/state/jobs/job-1/ck-1"};
+  ck.checkpoint.ok = true;
+  jobs.checkpoints["job-1"] = {ck};
+  sweeps.Tick();  // the copy replaces trial 3
+  ASSERT_EQ(jobs.submissions.size(), 5u);
+  EXPECT_TRUE(absl::StrContains(jobs.submissions[4].spec, "/state/jobs/job-1/ck-1")) << jobs.submissions[4].spec;
+
+  auto reopened = SweepStore::Open(db);  // what a restarted coordinator reads
+  ASSERT_TRUE(reopened.ok());
+  auto all = (*reopened)->List();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  const std::vector<SweepTrialRecord>& trials = all->front().trials;
+  ASSERT_EQ(trials.size(), 5u);
+  for (size_t i = 0; i < trials.size(); ++i) {
+    EXPECT_EQ(trials[i].number, static_cast<int>(i));
+    EXPECT_EQ(trials[i].job_id, absl::StrCat("job-", i + 1));
+  }
+  EXPECT_TRUE(absl::StrContains(trials[3].reason, "exploited at step 200: replaced by trial 4")) << trials[3].reason;
+  EXPECT_EQ(trials[3].state, JobState::kCancelled);
+  EXPECT_EQ(trials[4].parent, 0);
+  EXPECT_EQ(trials[4].from_step, 200);
+}
+
+TEST(SweepManager, TrialsActWithTheOwnersRightsOfNowAndStopWhenTheyAreGone) {
+  auto store = SweepStore::Open(TempDb("rights"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  // bob is an admin when he submits, a plain user later, then removed.
+  std::map<std::string, Caller> policy = {{"bob", Caller{"bob", {"ml"}, true, {}, ""}}};
+  sweeps.set_caller_lookup([&](const Caller& stored) -> absl::StatusOr<Caller> {
+    auto it = policy.find(stored.user);
+    if (it == policy.end()) return absl::PermissionDeniedError("user " + stored.user + " is no longer in the policy");
+    return it->second;
+  });
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {seed: {int: [1, 100]}}\n"
+                                          "  searcher: {kind: grid}\n  concurrency: 1\n"),
+                             policy["bob"]);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(jobs.submissions.size(), 1u);
+  EXPECT_TRUE(jobs.submissions[0].by.admin);
+
+  policy["bob"] = Caller{"bob", {"ml"}, false, {"/data/bob"}, "bob"};  // demoted
+  jobs.jobs["job-1"].state = JobState::kSucceeded;
+  sweeps.Tick();
+  ASSERT_EQ(jobs.submissions.size(), 2u);
+  EXPECT_FALSE(jobs.submissions[1].by.admin);
+  EXPECT_EQ(jobs.submissions[1].by.unix_user, "bob");
+  EXPECT_EQ(jobs.submissions[1].by.roots, std::vector<std::string>{"/data/bob"});
+
+  policy.erase("bob");  // removed
+  jobs.jobs["job-2"].state = JobState::kSucceeded;
+  sweeps.Tick();
+  EXPECT_EQ(jobs.submissions.size(), 2u);
+  auto now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->record.state, JobState::kFailed);
+  EXPECT_TRUE(absl::StrContains(now->record.reason, "user bob is no longer in the policy")) << now->record.reason;
+  sweeps.Tick();
+  EXPECT_EQ(jobs.submissions.size(), 2u);
+}
+
+TEST(SweepManager, ASweepWhoseTrialsKeepBeingRefusedEndsWithoutDrawingItsWholeSpace) {
+  auto store = SweepStore::Open(TempDb("refused"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  int refused = 0;
+  jobs.refuse = [&](const std::string&) {
+    ++refused;
+    return absl::PermissionDeniedError("spec field 'script': not allowed");
+  };
+  // A grid of a million trials, each refused.
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {seed: {int: [1, 1000000]}}\n"
+                                          "  searcher: {kind: grid}\n  concurrency: 4\n"),
+                             Caller{});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  for (int i = 0; i < 5; ++i) sweeps.Tick();
+  EXPECT_EQ(refused, SweepManager::kMaxRefusedInARow);
+  auto now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->record.state, JobState::kFailed);
+  EXPECT_TRUE(absl::StrContains(now->record.reason, "its last 3 trials were refused")) << now->record.reason;
+  EXPECT_TRUE(absl::StrContains(now->record.reason, "not allowed")) << now->record.reason;
+  EXPECT_EQ(now->record.trials.size(), 3u);
+}
+
+TEST(SweepManager, AFullQueueDelaysTrialsWithoutThrowingThemAway) {
+  auto store = SweepStore::Open(TempDb("quota"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  int queued = 0;  // the owner's quota: 1 queued job
+  jobs.refuse = [&](const std::string&) {
+    if (queued >= 1) return absl::ResourceExhaustedError("user carol has 1 jobs queued, the quota (queued_jobs)");
+    ++queued;
+    return absl::OkStatus();
+  };
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {seed: {int: [1, 20]}}\n"
+                                          "  searcher: {kind: grid}\n  concurrency: 20\n"),
+                             Caller{"carol", {}, false, {"/data"}, "carol"});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  for (int i = 0; i < 10; ++i) sweeps.Tick();
+  auto now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->record.state, JobState::kRunning);
+  ASSERT_EQ(now->record.trials.size(), 1u);  // the others wait, none was refused
+  // The queue frees: the waiting trials follow, numbered on, none lost.
+  for (int round = 0; round < 19; ++round) {
+    queued = 0;
+    sweeps.Tick();
+  }
+  now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_EQ(now->record.trials.size(), 20u);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(now->record.trials[i].number, i);
+    EXPECT_FALSE(now->record.trials[i].job_id.empty()) << now->record.trials[i].reason;
+  }
+}
+
+TEST(SweepManager, OneLookSubmitsABoundedNumberOfTrials) {
+  auto store = SweepStore::Open(TempDb("bound"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {seed: {int: [1, 1000]}}\n"
+                                          "  searcher: {kind: grid}\n  concurrency: 100\n"),
+                             Caller{});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  EXPECT_EQ(jobs.submissions.size(), static_cast<size_t>(SweepManager::kMaxSubmissionsPerLook));
+  sweeps.Tick();
+  EXPECT_EQ(jobs.submissions.size(), static_cast<size_t>(2 * SweepManager::kMaxSubmissionsPerLook));
+}
+
+TEST(SweepManager, EveryValueOfTheSearchIsCheckedAtSubmit) {
+  auto store = SweepStore::Open(TempDb("values"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  // Trial 0 (batch size 16) is valid; the third choice is not a number.
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {data.batch_size: {choice: [16, 32, lots]}}\n"
+                                          "  searcher: {kind: grid}\n"),
+                             Caller{});
+  ASSERT_FALSE(sweep.ok());
+  EXPECT_TRUE(absl::StrContains(sweep.status().message(), "sweep.parameters.data.batch_size value lots"))
+      << sweep.status();
+  EXPECT_TRUE(jobs.submissions.empty());
+}
+
+TEST(SweepManager, OneUserRunsABoundedNumberOfSweeps) {
+  auto store = SweepStore::Open(TempDb("cap"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  const std::string spec =
+      absl::StrCat(kBase, "sweep:\n  parameters: {seed: {int: [1, 2]}}\n  searcher: {kind: grid}\n");
+  const Caller dan{"dan", {}, false, {"/data"}, "dan"};
+  for (int i = 0; i < SweepManager::kMaxRunningPerUser; ++i) ASSERT_TRUE(sweeps.Submit(spec, dan).ok());
+  auto refused = sweeps.Submit(spec, dan);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_TRUE(sweeps.Submit(spec, Caller{"erin", {}, false, {"/data"}, "erin"}).ok());
+}
+
+}  // namespace
+}  // namespace trainyard
