@@ -15,6 +15,7 @@ offers after a restart. Outside Trainyard the trainyard calls do nothing.
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -48,6 +49,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--checkpoint-every", type=int, default=0, help="0: only when asked")
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (slows a demo down)")
     a = p.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -88,6 +90,8 @@ def main():
             save(trainyard.checkpoint_dir(done), done, model, opt, rank)
         if trainyard.should_stop():
             break
+        if a.step_sleep:
+            time.sleep(a.step_sleep)
 
     dist.barrier()
     dist.destroy_process_group()

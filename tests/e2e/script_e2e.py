@@ -209,6 +209,61 @@ class ScriptJobs(unittest.TestCase):
         for c in listed:
             self.assertTrue(os.path.exists(os.path.join(c["path"], "state.pt")), c)
 
+    def test_6_one_request_one_checkpoint(self):
+        # Issue 64: one `trainctl checkpoint` made a script save at every
+        # step after it. Both examples, asked twice while they train (20 ms a
+        # step), then cancelled: two checkpoints, one per request.
+        torchrun = os.path.join(REPO, "examples", "torchrun_script", "train.py")
+        runs = {
+            "accelerate": (job_spec("once-accelerate", 100000, sleep=0.02), True),
+            "torchrun": (f"name: once-torchrun\nscript:\n  path: {torchrun}\n  python: {PYTHON}\n"
+                         "  args: [--steps, '100000', --step-sleep, '0.02']\nnum_processes: 2\n"
+                         "metrics_every_steps: 1\n", False),
+        }
+        s = self.server
+        for kind, (spec, accelerate) in runs.items():
+            with self.subTest(kind):
+                job_id = self.submit("once-" + kind, spec, accelerate=accelerate)
+                try:
+                    self.asked_twice(job_id, kind)
+                finally:
+                    s.ctl("cancel", job_id)  # its slots, for the next run, should an assertion fail
+                got = json.loads(s.ctl("-o", "json", "checkpoints", job_id).stdout)
+                self.assertEqual(len(got), 2, [(c["trigger"], c["step"]) for c in got])
+                self.assertEqual(len({c["path"] for c in got}), 2, got)
+                for c in got:
+                    self.assertTrue(os.path.isdir(c["path"]), c)
+
+    def asked_twice(self, job_id, kind):
+        s = self.server
+        wait_for(lambda: s.job(job_id)["step"] >= 3, 180, "the script's first steps")
+
+        def listed():
+            return json.loads(s.ctl("-o", "json", "checkpoints", job_id).stdout)
+
+        for n in (1, 2):
+            r = s.ctl("checkpoint", job_id, "--wait", timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            saved_at = max(c["step"] for c in listed())
+            wait_for(lambda: s.job(job_id)["step"] >= saved_at + 20, 60, "20 steps after the checkpoint")
+            got = listed()
+            self.assertEqual([(c["trigger"], c["ok"]) for c in got], [("request", True)] * n,
+                             f"{kind}: {n} request(s), one checkpoint each: {[c['step'] for c in got]}")
+
+    def test_7_a_request_right_after_submit_waits_for_the_import(self):
+        # Issue 64, "Annoying 1": the script imports torch and Accelerate
+        # (seconds) before it gets to `import trainyard`; a request that
+        # comes in between waits for it instead of being refused.
+        s = self.server
+        job_id = self.submit("early", job_spec("early", 100000, sleep=0.02))
+        self.addCleanup(s.ctl, "cancel", job_id)
+        r = s.ctl("checkpoint", job_id, "--wait", "--wait-timeout", "120", timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        listed = json.loads(s.ctl("-o", "json", "checkpoints", job_id).stdout)
+        self.assertEqual([(c["trigger"], c["ok"]) for c in listed], [("request", True)], listed)
+        r = s.ctl("cancel", job_id)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_2_failures_name_what_is_wrong(self):
         broken = write_spec(self.tmp.name, "broken.py", "import trainyard\nraise ValueError('bad learning rate')\n")
         job_id = self.submit("broken", f"name: broken\nscript: {{path: {broken}, python: {PYTHON}}}\n"

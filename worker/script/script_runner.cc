@@ -14,6 +14,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
+#include <string_view>
+#include <utility>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +106,22 @@ namespace {
 constexpr char kNotListening[] =
     "the script has not imported trainyard, so no checkpoint request reaches it: call "
     "trainyard.checkpoint_requested() in its training loop (docs/scripts.md)";
+// How long a request waits for a script whose file imports trainyard to get
+// there (torch and Accelerate take seconds to import before it).
+constexpr std::chrono::seconds kImportWait{120};
+
+// Whether the script's own file has an `import trainyard` (`import x,
+// trainyard`, `from trainyard import ...`) line: then a request that comes
+// before the import ran waits for it.
+bool ImportsTrainyard(const std::string& path) {
+  static const std::regex kImport(R"(^\s*(import\s+([\w.]+(\s+as\s+\w+)?\s*,\s*)*trainyard\b|from\s+trainyard\b))");
+  std::ifstream in(path);
+  std::string line;
+  for (int n = 0; n < 100000 && std::getline(in, line); ++n) {
+    if (std::regex_search(line, kImport)) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -190,7 +209,7 @@ class ScriptSession {
  public:
   ScriptSession(const JobSpec& spec, const ScriptRank& where, MetricsSink* sink, TrainerControl* control,
                 const ScriptOptions& options, ChildProcess child, ScriptChannel channel,
-                std::optional<ProgressPattern> progress)
+                std::optional<ProgressPattern> progress, bool imports_trainyard)
       : spec_(spec),
         where_(where),
         sink_(sink),
@@ -199,7 +218,8 @@ class ScriptSession {
         child_(std::move(child)),
         channel_(std::move(channel)),
         progress_(std::move(progress)),
-        tail_(options.stderr_lines) {}
+        tail_(options.stderr_lines),
+        imports_trainyard_(imports_trainyard) {}
 
   // Until the script has ended and its streams are read; then its end.
   ScriptEnd Run(ScriptResult& result);
@@ -215,6 +235,8 @@ class ScriptSession {
     channel_.Send(s);
   }
   void FollowControl(ScriptResult& result);
+  // Answers `r` (rank 0): no checkpoint, because of `why`.
+  void Refuse(const CheckpointRequest& r, std::string_view why, const ScriptResult& result);
   void OnMessage(const ScriptMessage& m, ScriptResult& result);
   void OnSaved(const ScriptSaved& saved, ScriptResult& result);
   void OnOutputLine(std::string_view line, ScriptResult& result);
@@ -252,6 +274,11 @@ class ScriptSession {
   // Whether the script has talked to this worker (the package says hello
   // when imported): only then can it hear a checkpoint request.
   bool talked_ = false;
+  // A request that came before the script said hello, when its file imports
+  // trainyard: told at the hello; refused after kImportWait or at its end.
+  const bool imports_trainyard_;
+  const Clock::time_point started_ = Clock::now();
+  std::optional<CheckpointRequest> awaiting_import_;
   int64_t checkpoints_ = 0;
   Clock::time_point kill_at_ = Clock::time_point::max();
   // script.progress: lines of rank 0's output read as steps.
@@ -274,16 +301,18 @@ void ScriptSession::FollowControl(ScriptResult& result) {
             "without a checkpoint (SIGINT, then SIGKILL after the grace period)");
       }
       control_->RequestStop();
-    } else if (where_.rank == 0 && sink_ != nullptr) {
-      CheckpointEvent refused;
-      refused.request_id = r->request_id;
-      refused.trigger = "request";
-      refused.step = result.last_step;
-      refused.unix_millis = NowMillis();
-      refused.error = kNotListening;
-      refused.refused = true;
-      sink_->OnCheckpoint(refused);
+    } else if (imports_trainyard_) {
+      awaiting_import_ = r;  // it has not got to its `import trainyard` yet
+    } else {
+      Refuse(*r, kNotListening, result);
     }
+  }
+  if (awaiting_import_ && Clock::now() - started_ >= kImportWait) {
+    Refuse(*awaiting_import_,
+           absl::StrCat("the script has not imported trainyard in its first ", kImportWait.count(),
+                        " s, so no checkpoint request reaches it (docs/scripts.md)"),
+           result);
+    awaiting_import_.reset();
   }
   if (control_->preemption_requested() && !preempted_) {
     preempted_ = stop_told_ = true;
@@ -299,7 +328,24 @@ void ScriptSession::FollowControl(ScriptResult& result) {
   }
 }
 
+void ScriptSession::Refuse(const CheckpointRequest& r, std::string_view why, const ScriptResult& result) {
+  if (where_.rank != 0 || sink_ == nullptr) return;
+  CheckpointEvent refused;
+  refused.request_id = r.request_id;
+  refused.trigger = "request";
+  refused.step = result.last_step;
+  refused.unix_millis = NowMillis();
+  refused.error = std::string(why);
+  refused.refused = true;
+  sink_->OnCheckpoint(refused);
+}
+
 void ScriptSession::OnMessage(const ScriptMessage& message, ScriptResult& result) {
+  if (!talked_ && awaiting_import_) {
+    // The package's hello: the request that waited for it is the script's now.
+    request_ = std::exchange(awaiting_import_, std::nullopt);
+    Tell();
+  }
   talked_ = true;
   if (const auto* r = std::get_if<ScriptReport>(&message)) {
     StepMetrics s;
@@ -328,7 +374,11 @@ void ScriptSession::OnMessage(const ScriptMessage& message, ScriptResult& result
 
 void ScriptSession::OnSaved(const ScriptSaved& saved, ScriptResult& result) {
   const int64_t step = saved.step.value_or(result.last_step);
-  if (request_ && request_->request_id == saved.request_id) request_.reset();
+  if (request_ && request_->request_id == saved.request_id) {
+    // Answered: the script hears no request until the next one.
+    request_.reset();
+    Tell();
+  }
   ++checkpoints_;
   if (where_.rank != 0) return;  // rank 0 seals and reports, once
   CheckpointEvent ev;
@@ -414,6 +464,7 @@ ScriptEnd ScriptSession::Run(ScriptResult& result) {
       break;
     }
   }
+  if (awaiting_import_) Refuse(*awaiting_import_, "the script ended before it imported trainyard", result);
   return ScriptEnd{.exit = *exit,
                    .stopping = stopping_,
                    .preempted = preempted_,
@@ -505,7 +556,7 @@ ScriptResult ScriptRunner::Run() {
     });
   }
   ScriptSession session(spec_, where_, sink_, control_, options_, std::move(*child), std::move(*channel),
-                        std::move(progress));
+                        std::move(progress), ImportsTrainyard(script.path));
   ScriptEnd end = session.Run(result);
   if (flight != nullptr) flight->SetStackSource(nullptr);  // the pid is gone
   end.script_path = script.path;

@@ -167,6 +167,82 @@ while step < 500:
   EXPECT_EQ(r.last_step, rec_.steps.back().step);
 }
 
+// Issue 64: a request is saved for once, the steps after it save nothing,
+// and a second request saves once more.
+TEST_F(ScriptRunnerTest, OneRequestOneCheckpoint) {
+  const std::string done = dir_.path() + "/done";
+  const JobSpec spec = Spec(Write("twice.py", R"(import os, time, trainyard
+for step in range(1, 3001):
+    trainyard.report(step, samples=1, loss=1.0)
+    if trainyard.checkpoint_requested():
+        path = trainyard.checkpoint_dir(step)
+        os.makedirs(path)
+        trainyard.checkpoint_saved(path, step)
+    if os.path.exists(")" + done + R"("):
+        break
+    time.sleep(0.01)
+)"));
+  TrainerControl control;
+  auto steps = [&] {
+    std::lock_guard<std::mutex> lock(rec_.mu);
+    return rec_.steps.empty() ? int64_t{0} : rec_.steps.back().step;
+  };
+  auto saved = [&] {
+    std::lock_guard<std::mutex> lock(rec_.mu);
+    return rec_.checkpoints.size();
+  };
+  std::thread ask([&] {
+    for (int64_t id : {77, 78}) {
+      const size_t before = saved();
+      const int64_t from = steps();
+      WaitFor([&] { return steps() >= from + 3; }, std::chrono::seconds(30));
+      control.RequestCheckpoint({CheckpointType::kFull, id, false});
+      WaitFor([&] { return saved() > before; }, std::chrono::seconds(30));
+      const int64_t at = steps();
+      WaitFor([&] { return steps() >= at + 20; }, std::chrono::seconds(30));  // the steps after it
+    }
+    std::ofstream(done).close();
+  });
+  const ScriptResult r = Run(spec, &control);
+  ask.join();
+  ASSERT_EQ(r.outcome, WorkerOutcome::kSucceeded) << r.error;
+  std::string at;
+  for (const CheckpointEvent& c : rec_.checkpoints) at += " " + std::to_string(c.step);
+  ASSERT_EQ(rec_.checkpoints.size(), 2u) << "saved at steps" << at;
+  EXPECT_EQ(rec_.checkpoints[0].request_id, 77);
+  EXPECT_EQ(rec_.checkpoints[1].request_id, 78);
+  EXPECT_TRUE(rec_.checkpoints[0].ok && rec_.checkpoints[1].ok);
+}
+
+// A script that imports trainyard after seconds of other imports (torch,
+// Accelerate): a request that comes before it got there waits for it.
+TEST_F(ScriptRunnerTest, ARequestBeforeTheImportWaitsForIt) {
+  const std::string started = dir_.path() + "/started";
+  const JobSpec spec = Spec(Write("late.py", "import time\nopen('" + started + R"(', 'w').close()
+time.sleep(1)  # the imports before trainyard's
+import os, trainyard
+for step in range(1, 3001):
+    trainyard.report(step, samples=1, loss=1.0)
+    if trainyard.checkpoint_requested():
+        path = trainyard.checkpoint_dir(step)
+        os.makedirs(path)
+        trainyard.checkpoint_saved(path, step)
+        break
+    time.sleep(0.01)
+)"));
+  TrainerControl control;
+  std::thread ask([&] {
+    WaitFor([&] { return fs::exists(started); }, std::chrono::seconds(30));
+    control.RequestCheckpoint({CheckpointType::kFull, 7, false});
+  });
+  const ScriptResult r = Run(spec, &control);
+  ask.join();
+  ASSERT_EQ(r.outcome, WorkerOutcome::kSucceeded) << r.error;
+  ASSERT_EQ(rec_.checkpoints.size(), 1u);
+  EXPECT_TRUE(rec_.checkpoints[0].ok) << rec_.checkpoints[0].error;
+  EXPECT_EQ(rec_.checkpoints[0].request_id, 7);
+}
+
 TEST_F(ScriptRunnerTest, PreemptionTellsTheScriptToSaveAndStop) {
   const JobSpec spec = Spec(Write("preempt.py", R"(import os, time, trainyard
 step = 0
