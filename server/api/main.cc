@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
                  "Python that runs script jobs whose spec names no script.python")
       ->capture_default_str();
   app.add_option("--notify-allowed-host", o.jobs.notify_allowed_hosts,
-                 "A host a spec's notify.urls may name (repeat for several; *.example.com for a domain's); "
-                 "default: any")
+                 "A host a spec's notify.urls may name (repeat for several; *.example.com for a domain's), even "
+                 "on the local network; default: any host not on the local network (loopback, private, link-local)")
       ->take_all();
   app.add_option("--notify-secret-file", o.notify_secret_file,
                  "File with the key webhooks are signed with (X-Trainyard-Signature-256: sha256=HMAC-SHA256 of the "

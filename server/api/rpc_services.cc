@@ -385,7 +385,10 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJ
       continue;
     }
     v1::WatchJobResponse resp;
-    if (update.job) ToProto(*update.job, {}, resp.mutable_job());
+    if (update.job) {
+      HideSecrets(caller, &*update.job);
+      ToProto(*update.job, {}, resp.mutable_job());
+    }
     if (update.metrics) ToProto(*update.metrics, resp.mutable_metrics());
     if (!writer->Write(resp)) break;
   }

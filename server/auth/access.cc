@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/webhook_url.h"
 
 namespace trainyard {
 
@@ -43,15 +44,25 @@ bool InScope(const ListScope& scope, const JobRecord& job) {
 void HideSecrets(const Caller& by, JobRecord* job) {
   if (SeesEverything(by) || job->owner == by.user || job->spec_json.empty()) return;
   nlohmann::json spec = nlohmann::json::parse(job->spec_json, nullptr, /*allow_exceptions=*/false);
-  if (spec.is_discarded()) {
+  if (spec.is_discarded() || !spec.is_object()) {
     job->spec_json.clear();  // nothing unreadable goes out unchecked
     return;
   }
   auto script = spec.find("script");
-  if (script == spec.end() || !script->is_object()) return;
-  auto env = script->find("env");
-  if (env == script->end() || !env->is_object()) return;
-  for (auto& [name, value] : env->items()) value = "(hidden)";
+  if (script != spec.end() && script->is_object()) {
+    auto env = script->find("env");
+    if (env != script->end() && env->is_object()) {
+      for (auto& [name, value] : env->items()) value = "(hidden)";
+    }
+  }
+  // A webhook's path and query may hold the receiver's token.
+  auto notify = spec.find("notify");
+  if (notify != spec.end() && notify->is_object()) {
+    auto urls = notify->find("urls");
+    if (urls != notify->end() && urls->is_array()) {
+      for (auto& url : *urls) url = url.is_string() ? ShownWebhookUrl(url.get<std::string>()) : "(hidden)";
+    }
+  }
   job->spec_json = spec.dump();
 }
 

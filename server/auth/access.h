@@ -39,7 +39,9 @@ bool InScope(const ListScope& scope, const JobRecord& job);
 
 // What of `job` only its owner and admins may read, hidden from anyone
 // else who sees it (group_visibility): the values of its spec's script.env
-// (secrets a script is given), each replaced by "(hidden)".
+// (secrets a script is given), each replaced by "(hidden)", and its
+// notify.urls, each cut to scheme://host[:port] (a receiver's token lives in
+// the path or query).
 void HideSecrets(const Caller& by, JobRecord* job);
 
 // The priority of a job `by` submits naming `class_name` ("": the default

@@ -52,7 +52,8 @@ struct JobManagerOptions {
   // started (--preemption-min-run-time).
   std::chrono::seconds preemption_min_run_time{600};
   // Hosts a spec's notify.urls may name (--notify-allowed-host; "*.x.org"
-  // for a domain's); empty: any.
+  // for a domain's); empty: any not on the local network (a listed one may
+  // be on it).
   std::vector<std::string> notify_allowed_hosts;
 };
 

@@ -12,6 +12,7 @@ namespace {
 // The spec's notify section, when it names URLs.
 struct Wanted {
   std::vector<std::string> urls, on;
+  bool from_policy = false;  // the operator's
 };
 
 std::optional<Wanted> WantedOf(const std::string& spec_json) {
@@ -68,9 +69,11 @@ absl::Status NotifyingJobStore::Update(const JobRecord& job, const JobEvent* eve
   {
     absl::MutexLock lock(&mu_);
     if (policy_ != nullptr) {
-      if (!policy_->notify.urls.empty()) wanted.push_back({policy_->notify.urls, policy_->notify.on});
+      if (!policy_->notify.urls.empty()) wanted.push_back({policy_->notify.urls, policy_->notify.on, true});
       const PolicyUser* user = policy_->User(job.owner);
-      if (user != nullptr && !user->notify.urls.empty()) wanted.push_back({user->notify.urls, user->notify.on});
+      if (user != nullptr && !user->notify.urls.empty()) {
+        wanted.push_back({user->notify.urls, user->notify.on, true});
+      }
     }
   }
   if (wanted.empty()) return store_->Update(job, event);
@@ -81,18 +84,22 @@ absl::Status NotifyingJobStore::Update(const JobRecord& job, const JobEvent* eve
   if (!s.ok() || !before.ok()) return s;
   const std::string name = EventName(before->state, *event);
   if (name.empty()) return s;
-  std::vector<std::string> urls;
+  // Each URL once: the spec's first, then the policy's (the operator's).
+  std::vector<std::pair<std::string, bool>> urls;
   for (const Wanted& w : wanted) {
     if (std::find(w.on.begin(), w.on.end(), name) == w.on.end()) continue;
     for (const std::string& url : w.urls) {
-      if (std::find(urls.begin(), urls.end(), url) == urls.end()) urls.push_back(url);
+      if (std::find_if(urls.begin(), urls.end(), [&url](const auto& u) { return u.first == url; }) == urls.end()) {
+        urls.emplace_back(url, w.from_policy);
+      }
     }
   }
   if (urls.empty()) return s;
   const std::string body = WebhookBody(job, name, event->unix_millis);
-  for (const std::string& url : urls) {
+  for (const auto& [url, from_policy] : urls) {
     notifier_->Enqueue(
-        {job.id, url, name, absl::StrFormat("%s-%d-%d", job.id, event->unix_millis, ++deliveries_), body});
+        job.owner,
+        {job.id, url, name, absl::StrFormat("%s-%d-%d", job.id, event->unix_millis, ++deliveries_), body, from_policy});
   }
   return s;
 }

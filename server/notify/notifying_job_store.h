@@ -4,8 +4,10 @@
 // queued again with a "preempted" reason) hands one delivery per URL to the
 // Notifier, after the change is committed. So the core learns nothing of
 // webhooks: what it persists is what they announce. The policy's `notify`
-// (every job's) and its user's (that user's jobs') are called the same way;
-// a URL named by several is called once per change.
+// (every job's) and its user's (that user's jobs') are called the same way,
+// as the operator's (their outcomes in the server log, not the job's
+// events); a URL named by several is called once per change. Each delivery
+// is queued for the job's owner (fair between users: notifier.h).
 //
 // Thread-safe as the store and the notifier are.
 #ifndef TRAINYARD_SERVER_NOTIFY_NOTIFYING_JOB_STORE_H_

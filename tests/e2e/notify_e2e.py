@@ -3,7 +3,8 @@
 - A job with notify.urls: the receiver gets a POST when it runs and when it
   succeeds, its JSON body names the job and the state, its
   X-Trainyard-Signature-256 verifies with the server's secret (HMAC-SHA256),
-  and each delivery is in the job's events.
+  and each delivery is in the job's events, the URL shown as
+  scheme://host:port and the answer as its status class.
 - A receiver answering 500 twice: the third try is delivered (the events
   say so; the same delivery id each time).
 - A receiver that hangs: other calls are answered while it holds the
@@ -12,9 +13,15 @@
   once the budget is spent, and announces each new best trial and its end;
   its events list its trials, the budget, its end and each delivery.
 - The policy's webhooks (every job's, and a user's for that user's jobs)
-  are called for jobs that name none, and again as reloaded on SIGHUP.
+  are called for jobs that name none, and again as reloaded on SIGHUP;
+  their outcomes are in the server's log, not in the job's events.
 - URLs that are not http(s), that hold credentials or whose host the
   operator did not allow are refused at submit, naming the field.
+- On a server with no --notify-allowed-host, the local network in any
+  spelling (127.1, 2130706433, [::1], ...) is refused at submit, naming the
+  field, a job's and a sweep's; a name that resolves to it (this machine's
+  own) is refused at delivery, the receiver never called, and the job's
+  event says so without a word of libcurl's.
 
 Run by ctest with the build's bin directory as the first argument.
 """
@@ -24,6 +31,7 @@ import http.server
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -62,6 +70,10 @@ class Receiver(http.server.ThreadingHTTPServer):
 
     def url(self, path):
         return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+    def shown(self):
+        """How a job's events name its URLs: scheme://host:port."""
+        return f"http://127.0.0.1:{self.server_address[1]}"
 
     def got(self, path):
         with self.lock:
@@ -135,10 +147,13 @@ class Webhooks(unittest.TestCase):
             self.assertNotEqual(r["headers"]["X-Trainyard-Signature-256"], forged)
         self.assertEqual(bodies[1]["job"]["step"], 200)
         self.assertNotEqual(got[0]["headers"]["X-Trainyard-Delivery"], got[1]["headers"]["X-Trainyard-Delivery"])
-        wait_for(lambda: sum("webhook " + url in e for e in self.events(job)) == 2, 30, "both in the job's events")
+        shown = self.receiver.shown()
+        wait_for(lambda: sum(e.startswith(f"webhook {shown} ") for e in self.events(job)) == 2, 30,
+                 "both in the job's events")
         ev = self.events(job)
-        self.assertIn(f"webhook {url} (RUNNING): delivered, HTTP 200", ev)
-        self.assertIn(f"webhook {url} (SUCCEEDED): delivered, HTTP 200", ev)
+        self.assertIn(f"webhook {shown} (RUNNING): delivered, HTTP 2xx", ev)
+        self.assertIn(f"webhook {shown} (SUCCEEDED): delivered, HTTP 2xx", ev)
+        self.assertFalse([e for e in ev if "/ok" in e], "the URL's path is shown")
 
     def test_2_a_receiver_answering_500_gets_the_delivery_again(self):
         url = self.receiver.url("/flaky")
@@ -149,7 +164,7 @@ class Webhooks(unittest.TestCase):
         self.assertEqual(len(got), 3)
         self.assertEqual(len({r["headers"]["X-Trainyard-Delivery"] for r in got}), 1, "one delivery, three tries")
         self.assertEqual(len({r["body"] for r in got}), 1)
-        self.assertIn(f"webhook {url} (SUCCEEDED): delivered, HTTP 200 at try 3", self.events(job))
+        self.assertIn(f"webhook {self.receiver.shown()} (SUCCEEDED): delivered, HTTP 2xx at try 3", self.events(job))
 
     def test_3_a_hanging_receiver_delays_no_call(self):
         url = self.receiver.url("/hang")
@@ -208,7 +223,8 @@ sweep:
         def reasons():
             return [e["reason"] for e in json.loads(self.server.ctl("-o", "json", "sweep", "get", sweep_id).stdout)[
                 "events"]]
-        wait_for(lambda: f"webhook {url} (SUCCEEDED): delivered, HTTP 200" in reasons(), 30,
+        shown = self.receiver.shown()
+        wait_for(lambda: f"webhook {shown} (SUCCEEDED): delivered, HTTP 2xx" in reasons(), 30,
                  "the end's delivery in the sweep's events", lambda: "\n".join(reasons()))
         ev = reasons()
         self.assertTrue(ev[0].startswith("submitted by "), ev)
@@ -217,10 +233,11 @@ sweep:
                                  for e in ev), 1, ev)
         self.assertTrue(any("rank-hours used of its 0.002" in e for e in ev), ev)
         self.assertIn("SUCCEEDED: " + w["reason"], ev)
-        self.assertEqual(sum(e.startswith(f"webhook {url} (BEST): delivered") for e in ev), events.count("BEST"), ev)
+        self.assertEqual(sum(e.startswith(f"webhook {shown} (BEST): delivered") for e in ev), events.count("BEST"),
+                         ev)
         table = self.server.ctl("sweep", "get", sweep_id).stdout
         self.assertIn("events:", table)
-        self.assertIn(f"webhook {url} (SUCCEEDED): delivered", table)
+        self.assertIn(f"webhook {shown} (SUCCEEDED): delivered", table)
 
     def test_6_the_policys_webhooks_are_called_for_every_job_and_its_users(self):
         # The operator's policy: /ops for every job's failure or success,
@@ -253,11 +270,15 @@ sweep:
             self.assertEqual([(x["job"]["id"], x["event"]) for x in bodies("/alice")], [(a, "SUCCEEDED")])
             self.assertEqual(sorted((x["job"]["owner"], x["event"]) for x in bodies("/ops")),
                              [("alice", "SUCCEEDED"), ("bob", "SUCCEEDED")])
-            def delivered():
-                r = server.ctl("--token-file", tokens["alice"], "-o", "json", "history", a)
-                return any(f"webhook {self.receiver.url('/ops')} (SUCCEEDED): delivered" in e["reason"]
-                           for e in json.loads(r.stdout)["events"])
-            wait_for(delivered, 30, "the policy's delivery in the job's events")
+            # The operator's URLs (a secret may be in their path) and their
+            # outcomes are in the server's log, not in the job's events.
+            def logged():
+                return f"policy webhook {self.receiver.shown()} (SUCCEEDED) for {a}: delivered, HTTP 2xx".encode() \
+                    in open(os.path.join(d, "server.log"), "rb").read()
+            wait_for(logged, 30, "the policy's delivery in the server's log")
+            r = server.ctl("--token-file", tokens["alice"], "-o", "json", "history", a)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse([e["reason"] for e in json.loads(r.stdout)["events"] if "webhook" in e["reason"]])
             # Reloaded: alice's webhook is another.
             write_spec(d, "policy.yaml", policy(self.receiver.url("/alice2")))
             server.proc.send_signal(signal.SIGHUP)
@@ -290,6 +311,69 @@ sweep:
         r = self.server.ctl("submit", write_spec(self.tmp.name, "badon.yaml", text))
         self.assertEqual(r.returncode, 2)
         self.assertIn("notify.on", r.stderr)
+
+    def test_7_the_local_network_is_refused_at_submit_and_at_delivery(self):
+        # A server whose operator listed no host: any host but the local
+        # network's.
+        d = os.path.join(self.tmp.name, "open-server")
+        os.makedirs(d)
+        server = Server(d, slots=2)
+        port = self.receiver.server_address[1]
+        try:
+            for i, url in enumerate([f"http://127.1:{port}/x", "http://2130706433/", f"http://[::1]:{port}/",
+                                     "http://0x7f000001/", "http://0177.0.0.1/", "http://0/",
+                                     f"http://[::ffff:127.0.0.1]:{port}/", "http://foo.localhost/",
+                                     "http://169.254.169.254/latest/meta-data/", "http://10.0.0.1/"]):
+                text = JOB % dict(name=f"local{i}", steps=10, urls=f"'{url}'", on="SUCCEEDED")
+                r = server.ctl("submit", write_spec(d, f"local{i}.yaml", text))
+                self.assertEqual(r.returncode, 2, url + ": " + r.stdout)
+                self.assertIn("INVALID_ARGUMENT", r.stderr)
+                self.assertIn("notify.urls[0]: host ", r.stderr)
+                self.assertIn("address of the local network", r.stderr)
+            # A sweep's URLs as well.
+            sweep = (JOB % dict(name="localsweep", steps=10, urls="", on="SUCCEEDED")).replace(
+                "notify:\n  urls: []\n  on: [SUCCEEDED]\n", "") + """
+sweep:
+  parameters:
+    optimizer.lr: {log_uniform: [1.0e-5, 1.0e-2]}
+  searcher: {kind: random}
+  max_trials: 2
+  concurrency: 1
+  notify: {urls: ['http://127.1/x'], on: [SUCCEEDED]}
+"""
+            r = server.ctl("sweep", "submit", write_spec(d, "localsweep.yaml", sweep))
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn("sweep.notify.urls[0]", r.stderr)
+            # This machine's own name resolves to the local network: the
+            # check at submit cannot tell, the delivery does.
+            host = socket.gethostname().lower()
+            try:
+                addresses = {a[4][0] for a in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+            except socket.gaierror:
+                self.skipTest(f"{host} does not resolve")
+            url = f"http://{host}:{port}/rebound?token=s3cret"
+            job = self.submit_to(server, d, "rebound", [url])
+            shown = f"http://{host}:{port}"
+            want = f"webhook {shown} (SUCCEEDED): refused, its host resolves to an address of the local network"
+            wait_for(lambda: want in [e["reason"] for e in server.job(job)["events"]], 60,
+                     f"the delivery refused ({host}: {addresses})",
+                     lambda: "\n".join(e["reason"] for e in server.job(job)["events"]))
+            self.assertEqual(self.receiver.got("/rebound?token=s3cret"), [], "the receiver was called")
+            hooks = [e["reason"] for e in server.job(job)["events"] if "webhook" in e["reason"]]
+            self.assertEqual(hooks, [want])
+            for e in server.job(job)["events"]:
+                for leak in ("s3cret", "/rebound", "Couldn't", "Failed to"):
+                    self.assertNotIn(leak, e["reason"])
+            # The server's log says what it resolved to.
+            self.assertIn(f"refused, {host} resolves to ".encode(), open(os.path.join(d, "server.log"), "rb").read())
+        finally:
+            server.stop()
+
+    def submit_to(self, server, d, name, urls):
+        text = JOB % dict(name=name, steps=30, urls=", ".join(f"'{u}'" for u in urls), on="SUCCEEDED")
+        r = server.ctl("-o", "json", "submit", write_spec(d, name + ".yaml", text))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)["id"]
 
 
 if __name__ == "__main__":

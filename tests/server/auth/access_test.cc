@@ -55,6 +55,29 @@ TEST(Access, ScriptEnvIsHiddenFromEveryoneButTheOwnerAndAdmins) {
   EXPECT_EQ(parsed->script.path, "train.py");
 }
 
+// A webhook's path and query (a receiver's token) go to its owner and
+// admins only; others see scheme://host[:port].
+TEST(Access, WebhookUrlsAreCutToTheirHostForEveryoneButTheOwnerAndAdmins) {
+  auto spec = ParseJobSpec(
+      "notify: {urls: [\"https://hooks.slack.com/services/T0/B0/s3cret\",\n"
+      "                \"http://relay.example:8080/h?token=k3y\"]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JobRecord job = JobOf("alice", "vision");
+  job.spec_json = JobSpecToJson(*spec);
+  for (const Caller& sees : {kAlice, kOps, Caller{}}) {
+    JobRecord copy = job;
+    HideSecrets(sees, &copy);
+    EXPECT_EQ(copy.spec_json, job.spec_json) << sees.user;
+  }
+  JobRecord shown = job;
+  HideSecrets(kCarol, &shown);
+  EXPECT_EQ(shown.spec_json.find("s3cret"), std::string::npos) << shown.spec_json;
+  EXPECT_EQ(shown.spec_json.find("k3y"), std::string::npos) << shown.spec_json;
+  auto parsed = ParseJobSpec(shown.spec_json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->notify.urls, (std::vector<std::string>{"https://hooks.slack.com", "http://relay.example:8080"}));
+}
+
 TEST(Access, OwnersAndAdminsActGroupMembersOnlyLookWhenAllowed) {
   const JobRecord job = JobOf("alice", "vision");
   for (bool visible : {false, true}) {
