@@ -40,6 +40,7 @@
 // job through a restart, 1,000 submissions and a burst of 1,000 killed in
 // the middle.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -63,7 +64,8 @@ int main(int argc, char** argv) {
   double restart_after = 15;
   app.add_option("--ranks", ranks, "Rank counts, one job each")->delimiter(',')->capture_default_str();
   app.add_option("--seconds", seconds, "How long the ranks report while measured")->capture_default_str();
-  app.add_option("--channels", channels, "gRPC connections the ranks share")->capture_default_str();
+  app.add_option("--channels", channels, "gRPC connections the ranks share (0: one per rank, as workers connect)")
+      ->capture_default_str();
   app.add_option("--queued", queued, "Jobs submitted into the queue (0: no queue run)")->capture_default_str();
   app.add_option("--clients", clients, "Threads submitting")->capture_default_str();
   app.add_option("--idle-seconds", idle_seconds, "How long the idle server's CPU is measured")->capture_default_str();
@@ -85,27 +87,35 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
+  // A connection a rank (--channels 0) is a descriptor here and one in the
+  // server, which inherits this limit: as high as the hard limit allows.
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &files);
   int status = 0;  // 1: a stream failed, a rank count never ran, or a submission failed
   std::string command = "bench/scale";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   std::printf("command: %s\n", command.c_str());
   std::printf(
       "conditions: server and simulator on one machine, %u hardware threads; one step report per rank per "
-      "second; %d gRPC connections\n\n",
-      std::thread::hardware_concurrency(), channels);
+      "second; gRPC connections: %s; open files at most %llu a process\n\n",
+      std::thread::hardware_concurrency(), channels <= 0 ? "one per rank" : std::to_string(channels).c_str(),
+      static_cast<unsigned long long>(files.rlim_cur));
   if (!ranks.empty() && ranks.front() > 0) {
     std::printf(
-        "| ranks | join → RUNNING s | server CPU | RSS MB | threads | /metrics MB | series | scrape s |"
+        "| ranks | connections | server fds | join → RUNNING s | server CPU | RSS MB | threads | /metrics MB | series |"
+        " scrape s |"
         " GetJob p99 ms | ListJobs p99 ms | web job page p99 ms | report delay p99 ms | end: GetJob max ms |"
         " end: lock held ≤ ms | reports | lost | failed |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int n : ranks) {
       const trainyard::scale::RankRow r = trainyard::scale::RunRanks(server_binary, n, seconds, channels, per_rank_max);
       std::printf(
-          "| %d | %.1f | %.0f%% | %lld | %lld | %.2f | %zu | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %g | %lld | "
-          "%lld "
-          "| %d |\n",
-          r.ranks, r.join_s, r.cpu * 100, static_cast<long long>(r.rss_mb), static_cast<long long>(r.threads),
+          "| %d | %lld | %lld | %.1f | %.0f%% | %lld | %lld | %.2f | %zu | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | "
+          "%g | %lld | %lld | %d |\n",
+          r.ranks, static_cast<long long>(r.connections), static_cast<long long>(r.server_fds), r.join_s, r.cpu * 100,
+          static_cast<long long>(r.rss_mb), static_cast<long long>(r.threads),
           static_cast<double>(r.scrape.bytes) / 1e6, r.scrape.series, r.scrape.seconds, r.get_p99_ms, r.list_p99_ms,
           r.page_p99_ms, r.delay_p99_s * 1e3, r.end_hold_ms, r.end_lock_ms, static_cast<long long>(r.reports),
           static_cast<long long>(r.lost), r.failed);

@@ -191,6 +191,8 @@ RankRow RunRanks(const std::string& binary, int ranks, double seconds, int chann
   row.cpu = (server.CpuSeconds() - cpu0) / Seconds(Clock::now() - t0);
   row.rss_mb = server.Status("VmRSS") / 1024;
   row.threads = server.Status("Threads");
+  row.server_fds = server.OpenFiles();
+  row.connections = channels <= 0 ? ranks : std::min(channels, ranks);
   row.scrape = ScrapeMetrics(server.metrics_port());
   row.get_p99_ms = P99(gets);
   row.list_p99_ms = P99(lists);

@@ -20,6 +20,7 @@ struct RankRow {
   double page_p99_ms = 0;  // the web UI's job page (its three API calls); -1: not signed in
   double end_lock_ms = 0;  // the longest hold of the coordinator's lock during the end (its bucket's bound)
   int64_t rss_mb = 0, threads = 0, reports = 0;
+  int64_t connections = 0, server_fds = 0;  // the ranks' gRPC connections; the server's open descriptors
   int64_t lost = -1;  // reports written that the server did not count (its trainyard_job_samples_total)
   Scrape scrape;
   int failed = 0, retries = 0;

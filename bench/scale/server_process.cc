@@ -141,6 +141,16 @@ int64_t ServerProcess::Status(const std::string& key) const {
   return 0;
 }
 
+int64_t ServerProcess::OpenFiles() const {
+  std::error_code ec;
+  int64_t n = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid_) + "/fd", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
 HttpReply Http(int port, const std::string& method, const std::string& path, const std::string& headers,
                const std::string& body) {
   HttpReply out;

@@ -39,6 +39,8 @@ class ServerProcess {
   double CpuSeconds() const;
   // A line of /proc/<pid>/status ("VmRSS", "Threads") as a number.
   int64_t Status(const std::string& key) const;
+  // Its open file descriptors (one a connection, and its files).
+  int64_t OpenFiles() const;
 
  private:
   void Start();

@@ -277,6 +277,7 @@ void StepReporter::Stop() {
 }
 
 SimRanks::SimRanks(const std::string& addr, Shared* shared, int n, int channels) {
+  if (channels <= 0) channels = n;  // one connection per rank, as workers connect
   for (int c = 0; c < channels; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("trainyard.bench.channel", c);  // a connection each

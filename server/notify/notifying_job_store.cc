@@ -64,7 +64,43 @@ void NotifyingJobStore::SetPolicy(std::shared_ptr<const Policy> policy) {
 
 absl::Status NotifyingJobStore::Update(const JobRecord& job, const JobEvent* event) {
   if (event == nullptr) return store_->Update(job, event);
+  // Whether the job may have webhooks at all: a URL in its spec, or the
+  // policy's for everyone or for its owner (a scan, not a parse).
+  bool may_notify = job.spec_json.find("http") != std::string::npos;
+  std::optional<JobState> known;
+  {
+    absl::MutexLock lock(&mu_);
+    if (policy_ != nullptr) {
+      const PolicyUser* user = policy_->User(job.owner);
+      may_notify = may_notify || !policy_->notify.urls.empty() || (user != nullptr && !user->notify.urls.empty());
+    }
+    if (auto it = states_.find(job.id); it != states_.end()) known = it->second;
+  }
+  if (!may_notify) return store_->Update(job, event);
+  // The state before this change, as committed: as last seen here, or
+  // from the store (the job's first event since a restart).
+  JobState before = JobState::kQueued;
+  if (known) {
+    before = *known;
+  } else if (absl::StatusOr<JobRecord> stored = store_->Get(job.id); stored.ok()) {
+    before = stored->state;
+  } else {
+    return store_->Update(job, event);
+  }
+  absl::Status s = store_->Update(job, event);
+  if (!s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (IsTerminal(event->state)) {
+      states_.erase(job.id);
+    } else {
+      states_[job.id] = event->state;
+    }
+  }
+  const std::string name = EventName(before, *event);
+  if (name.empty()) return s;  // most events: nothing to announce, nothing parsed
   std::vector<Wanted> wanted;
+  ++spec_reads_;
   if (std::optional<Wanted> w = WantedOf(job.spec_json)) wanted.push_back(*std::move(w));
   {
     absl::MutexLock lock(&mu_);
@@ -76,14 +112,6 @@ absl::Status NotifyingJobStore::Update(const JobRecord& job, const JobEvent* eve
       }
     }
   }
-  if (wanted.empty()) return store_->Update(job, event);
-  // The state before this change, as committed (after a coordinator restart
-  // too).
-  absl::StatusOr<JobRecord> before = store_->Get(job.id);
-  absl::Status s = store_->Update(job, event);
-  if (!s.ok() || !before.ok()) return s;
-  const std::string name = EventName(before->state, *event);
-  if (name.empty()) return s;
   // Each URL once: the spec's first, then the policy's (the operator's).
   std::vector<std::pair<std::string, bool>> urls;
   for (const Wanted& w : wanted) {

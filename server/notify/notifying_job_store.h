@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,7 +38,12 @@ class NotifyingJobStore final : public JobStore {
   void SetPolicy(std::shared_ptr<const Policy> policy) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Status Insert(const JobRecord& job, const JobEvent& event) override { return store_->Insert(job, event); }
+  // A job's events that change nothing a webhook announces (a checkpoint
+  // saved, a rank's note: most of them) cost a lookup of the state it last
+  // had here, no parse of its spec and no read of the store.
   absl::Status Update(const JobRecord& job, const JobEvent* event) override;
+  // How often a job's spec was read for its webhooks (for tests).
+  uint64_t spec_reads() const { return spec_reads_; }
   absl::Status AddEvent(const std::string& id, const JobEvent& event) override { return store_->AddEvent(id, event); }
   absl::StatusOr<JobRecord> Get(const std::string& id) override { return store_->Get(id); }
   absl::StatusOr<std::vector<JobRecord>> List(int limit) override { return store_->List(limit); }
@@ -68,8 +74,13 @@ class NotifyingJobStore final : public JobStore {
   JobStore* const store_;
   Notifier* const notifier_;
   std::atomic<uint64_t> deliveries_{0};
+  std::atomic<uint64_t> spec_reads_{0};
   absl::Mutex mu_;
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
+  // The state each job that may have webhooks was last seen in (ended
+  // jobs leave; after a restart, read from the store at a job's first
+  // event).
+  std::map<std::string, JobState> states_ ABSL_GUARDED_BY(mu_);
 };
 
 // The JSON a webhook receives for `job` reaching `event` (SUCCEEDED, ...).

@@ -258,10 +258,15 @@ class Replicas(unittest.TestCase):
 
     def test_3_a_slow_replica_is_evicted_and_replaced(self):
         s = self.server
-        # A forward pass of a few milliseconds, so that the throttling's
-        # stops land in it as often as in the rest of the step.
+        # The throttle below stops the rank 20 ms of every 24. Its forward
+        # pass (what the straggler rule measures) must span whole periods:
+        # one of ~2 ms on a fast CPU fits in the 4 ms it runs, so the stops
+        # land in the step's collectives instead and the forward looks
+        # barely slower (the eviction then hangs on the CPU's speed). A
+        # forward of ~10 ms or more of CPU is stopped about 5/6 of its time
+        # on any machine: ~6x the others'.
         job = JOB % dict(name="replica-slow", steps=100000, eval_every=100000, min_replicas=1, restarts=0)
-        job = job.replace("hidden: [64]", "hidden: [512, 512]").replace("batch_size: 16", "batch_size: 64")
+        job = job.replace("hidden: [64]", "hidden: [1024, 1024]").replace("batch_size: 16", "batch_size: 128")
         spec = write_spec(self.tmp.name, "replica-slow.yaml", job)
         job_id = submit(s, spec)
 
@@ -288,6 +293,7 @@ class Replicas(unittest.TestCase):
             thread.join()
         events = " | ".join(e["reason"] for e in s.job(job_id)["events"])
         self.assertIn("rank 1 evicted as slow: its own work per step (forward and loss) took", events)
+        print([e["reason"] for e in s.job(job_id)["events"] if "evicted as slow" in e["reason"]], flush=True)
         self.assertNotIn("rank 0 evicted", events)
         self.assertNotIn("rank 2 evicted", events)
         wait_for(lambda: "rank 1 healed in" in " | ".join(e["reason"] for e in s.job(job_id)["events"]), 60,

@@ -31,6 +31,8 @@
 #include "server/notify/notifier.h"
 #include "server/notify/notifying_job_store.h"
 #include "server/notify/webhook_post.h"
+#include "server/store/job_store.h"
+#include "tests/test_util.h"
 
 namespace trainyard {
 namespace {
@@ -451,6 +453,43 @@ TEST(Notifier, ThePolicysWebhooksAreRateLimitedAndNeverShownToUsers) {
   EXPECT_TRUE(n.Enqueue("bob", other)) << "another user's jobs have their own allowance";
   ASSERT_TRUE(ops.AwaitRequests(4, absl::Seconds(10)));
   EXPECT_EQ(records.Count(), 0u) << "the policy's outcomes are the server log's only";
+}
+
+// Most of a job's events change nothing a webhook announces (a checkpoint
+// saved, a rank's note): the job's spec is read for its webhooks at a change
+// of state only, and the store is asked for the state before a change once
+// a job (its events under the job manager's lock stay cheap); the changes
+// themselves are still announced.
+TEST(NotifyingJobStore, ReadsAJobsWebhooksOnlyAtAChangeOfState) {
+  TempDir dir;
+  auto sqlite = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(sqlite.ok()) << sqlite.status();
+  Receiver receiver(200);
+  Records records;
+  NotifierOptions o;
+  o.allowed_hosts = {"127.0.0.1"};
+  Notifier n(o, records.Sink());
+  n.Start();
+  NotifyingJobStore store(sqlite->get(), &n);
+  JobRecord job;
+  job.id = "job-0000abcd";
+  job.owner = "alice";
+  job.spec_json =
+      nlohmann::json{{"notify", {{"urls", {receiver.Url("/hook")}}, {"on", {"RUNNING", "SUCCEEDED"}}}}}.dump();
+  ASSERT_TRUE(store.Insert(job, JobEvent{1, JobState::kQueued, "queued"}).ok());
+  job.state = JobState::kRunning;
+  const JobEvent running{2, JobState::kRunning, "running"};
+  ASSERT_TRUE(store.Update(job, &running).ok());
+  for (int i = 0; i < 500; ++i) {
+    const JobEvent saved{3 + i, JobState::kRunning, "checkpoint saved"};
+    ASSERT_TRUE(store.Update(job, &saved).ok());
+  }
+  EXPECT_EQ(store.spec_reads(), 1u) << "the spec was read at an event that changed nothing";
+  job.state = JobState::kSucceeded;
+  const JobEvent done{1000, JobState::kSucceeded, "finished"};
+  ASSERT_TRUE(store.Update(job, &done).ok());
+  EXPECT_EQ(store.spec_reads(), 2u);
+  ASSERT_TRUE(receiver.AwaitRequests(2, absl::Seconds(10))) << "RUNNING and SUCCEEDED both announced";
 }
 
 }  // namespace
