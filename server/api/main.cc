@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "common/command_line.h"
 #include "common/job_spec.h"
 #include "server/api/server.h"
 #include "spdlog/spdlog.h"
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
                  "--on-shutdown checkpoint: how long to wait for the checkpoints before stopping the groups")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = trainyard::ParseCommandLine(app, argc, argv, "trainyard-server"); rc >= 0) return rc;
   o.jobs.default_launcher = *trainyard::ValueOf(trainyard::kLauncherKindNames, launcher);
   o.local.stop_grace = std::chrono::milliseconds(stop_grace_ms);
   o.web_session_ttl = std::chrono::hours(web_session_hours);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -105,6 +106,24 @@ absl::Status CheckQueuedJobs(const Policy& policy, const Caller& by, int queued)
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("user ", by.user, " has ", queued, " jobs queued, the quota (queued_jobs); try again later"));
+}
+
+absl::Status CheckQuotaCanFit(const Policy& policy, const Caller& by, bool gpus, int minimum) {
+  const char* what = gpus ? "gpus" : "slots";
+  for (const auto& [quotas, name, kind] :
+       {std::tuple{&policy.user_quotas, by.user, "user"}, std::tuple{&policy.group_quotas, by.group(), "group"}}) {
+    if (name.empty()) continue;
+    auto q = quotas->find(name);
+    if (q == quotas->end()) continue;
+    const std::optional<int64_t> limit = gpus ? q->second.gpus : q->second.slots;
+    if (!limit || minimum <= *limit) continue;
+    return absl::FailedPreconditionError(
+        absl::StrCat("spec field 'num_processes': the job needs ", minimum, " ", what, " at least, more than ", kind,
+                     " ", name, "'s whole quota (", what, ": ", *limit,
+                     "): it could never start; submit fewer processes or ask an operator "
+                     "for a larger quota"));
+  }
+  return absl::OkStatus();
 }
 
 std::string ClassName(const Policy& policy, int64_t priority) {

@@ -52,6 +52,12 @@ absl::StatusOr<int64_t> PriorityFor(const Policy& policy, const Caller& by, cons
 // ResourceExhausted when `by` already has its quota of queued jobs.
 absl::Status CheckQueuedJobs(const Policy& policy, const Caller& by, int queued);
 
+// FailedPrecondition when a job of `by` needing at least `minimum` GPUs
+// (`gpus`) or slots could never start: more than its user's or group's
+// whole quota of them (as Slurm's EnforcePartLimits refuses a job larger
+// than its limits at submit, rather than queueing it for ever).
+absl::Status CheckQuotaCanFit(const Policy& policy, const Caller& by, bool gpus, int minimum);
+
 // The name of the class of `priority` ("" when none has it).
 std::string ClassName(const Policy& policy, int64_t priority);
 
