@@ -135,7 +135,7 @@ pack() {
     strip --strip-unneeded "$f" 2>/dev/null || true
     patchelf --set-rpath '$ORIGIN' "$f"
   done
-  cp "$root/tests/e2e/gpu_e2e.py" "$root/tests/e2e/e2e_test.py" "$kit/tests/e2e/"
+  cp "$root/tests/e2e/gpu_e2e.py" "$root/tests/e2e/e2e_test.py" "$root/tests/e2e/test_clock.py" "$kit/tests/e2e/"
   cp "$root/bench/python_llama.py" "$root/bench/python_ddp.py" "$kit/bench/"
   cp "$root/examples/export_attention.py" "$kit/examples/"
   cp -r "$root/python/trainyard" "$kit/python/"
