@@ -22,6 +22,7 @@
 
 #include "client/job_format.h"
 #include "common/credentials.h"
+#include "common/flight_record.h"
 #include "common/job_state.h"
 #include "common/spec/spec_overrides.h"
 #include "common/wire_convert.h"
@@ -159,10 +160,12 @@ int Trainctl::Run(const std::string& script, const std::vector<std::string>& arg
   return watch ? Watch(resp.job().id()) : 0;
 }
 
-int Trainctl::List(const std::string& state_filter, int64_t limit, bool all_users) {
+int Trainctl::List(const std::string& state_filter, int64_t limit, bool all_users, const std::string& name_contains,
+                   const std::string& owner) {
   Impl& s = *impl_;
   v1::ListJobsRequest req;
-  req.set_all_users(all_users);
+  req.set_all_users(all_users || !owner.empty());
+  req.set_newest_first(true);
   if (!state_filter.empty()) {
     auto st = ParseJobState(state_filter);
     if (!st) {
@@ -180,6 +183,8 @@ int Trainctl::List(const std::string& state_filter, int64_t limit, bool all_user
     if (!st.ok()) return s.Fail(st);
     for (v1::Job& j : *page.mutable_jobs()) {
       if (limit > 0 && resp.jobs_size() >= limit) break;
+      if (!owner.empty() && j.owner() != owner) continue;
+      if (!name_contains.empty() && j.name().find(name_contains) == std::string::npos) continue;
       *resp.add_jobs() = std::move(j);
     }
     req.set_page_token(page.next_page_token());
@@ -359,6 +364,22 @@ int Trainctl::Cancel(const std::string& id, bool wait, bool checkpoint) {
   if (rc == 2) return rc;
   auto final_state = Impl::LastState(s, id);
   return final_state == v1::CANCELLED ? 0 : 1;
+}
+
+int Trainctl::Delete(const std::vector<std::string>& ids) {
+  Impl& s = *impl_;
+  int rc = 0;
+  for (const std::string& id : ids) {
+    v1::DeleteJobRequest req;
+    req.set_id(id);
+    v1::DeleteJobResponse resp;
+    if (grpc::Status st = s.Call(&v1::JobService::Stub::DeleteJob, req, &resp); !st.ok()) {
+      rc = s.Fail(st);
+      continue;
+    }
+    s.out << id << ": deleted (its record, events, checkpoint entries and history); its files stay on disk\n";
+  }
+  return rc;
 }
 
 int Trainctl::Checkpoint(const std::string& id, const std::string& type, bool wait, std::chrono::seconds wait_for) {
@@ -545,7 +566,9 @@ int Trainctl::Diagnose(const std::string& id, std::chrono::milliseconds wait, in
   for (const v1::FlightRecord& r : resp.ranks()) {
     std::ostringstream since;
     since << std::fixed << std::setprecision(1) << seconds_since(r.phase_since_unix_micros()) << " s";
-    s.out << "rank " << r.rank() << ": " << r.phase() << " after step " << r.step() << " for " << since.str() << "\n";
+    // A script rank whose steps nobody reports (script.progress reads rank 0's).
+    const std::string step = r.step() == kStepUnknown ? "-" : std::to_string(r.step());
+    s.out << "rank " << r.rank() << ": " << r.phase() << " after step " << step << " for " << since.str() << "\n";
     if (!r.python_stack().empty()) {
       std::istringstream stack(r.python_stack());
       for (std::string line; std::getline(stack, line);) s.out << "  " << line << "\n";

@@ -45,11 +45,19 @@ class Trainctl {
   // `sets` as Submit's.
   int Run(const std::string& script, const std::vector<std::string>& args, int nproc, const std::string& name,
           bool watch, const std::vector<std::string>& sets = {});
-  // Every job (in `state_filter`, when given), oldest first, following the
-  // server's pages; at most `limit` of them (0: all).
-  // `all_users`: everyone's jobs (admins; group members where the server
-  // allows it), not only the caller's.
-  int List(const std::string& state_filter, int64_t limit = 0, bool all_users = false);
+  // Every job (in `state_filter`, when given), newest first, as kubectl
+  // and squeue show them, following the server's pages; at most `limit` of
+  // them (0: all): the newest. `all_users`: everyone's jobs (admins; group
+  // members where the server allows it), not only the caller's.
+  // `name_contains`: only jobs whose name holds it; `owner`: only that
+  // user's jobs (among everyone's: it implies `all_users`).
+  int List(const std::string& state_filter, int64_t limit = 0, bool all_users = false,
+           const std::string& name_contains = "", const std::string& owner = "");
+  // Removes ended jobs from the server's records (`trainctl delete`, as
+  // kubectl's): each job's record, events, checkpoint entries and history.
+  // Their files (checkpoints, logs) stay on disk. Every id is tried; 2 when
+  // one was refused (not ended, not the caller's, unknown).
+  int Delete(const std::vector<std::string>& ids);
   // The waiting jobs in the order they start: position, owner, priority,
   // estimated start and why each waits.
   int Queue(bool all_users = false);

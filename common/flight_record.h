@@ -20,9 +20,13 @@ struct CollectiveRecord {
   int64_t end_unix_micros = 0;  // 0: not finished (on NCCL: not yet enqueued)
 };
 
+// A script rank's step before its script reports one (trainyard.report on
+// this rank, or script.progress on rank 0's output): not a step 0.
+inline constexpr int64_t kStepUnknown = -1;
+
 struct FlightRecord {
   int32_t rank = 0;
-  int64_t step = 0;                           // steps this rank has completed
+  int64_t step = 0;                           // steps this rank has completed; kStepUnknown: not known
   std::string phase;                          // "data", "forward", "backward", "optimizer", ...
   int64_t phase_since_unix_micros = 0;        // when it entered `phase`
   int64_t captured_unix_micros = 0;           // when this record was taken

@@ -83,7 +83,8 @@ namespace trainyard {
     "The last Xid error code reported for the rank's GPU (0: none)")                                                  \
   X(double, model_flops, 0, "", kNone, "", true, "")                                                                  \
   X(double, peak_flops, 0, "", kNone, "", true, "")                                                                   \
-  X(int64_t, unix_millis, 0, "", kNone, "", true, "")
+  X(int64_t, unix_millis, 0, "", kNone, "", true, "")                                                                 \
+  X(int64_t, total_steps, 0, "", kNone, "", true, "")
 
 // What the numbers above mean, where several share a family.
 //   step_seconds: wall time of the whole step; data_seconds: waiting for the
@@ -101,6 +102,9 @@ namespace trainyard {
 //   (worker/gpu_monitor.h): the latest reading rides on the next step; -1
 //   where the driver gives none, and every gpu_* is -1 without NVML (a CPU
 //   job, a machine without the NVIDIA driver), when none is exported.
+//   total_steps: the steps the job will run, as a script says it
+//   (trainyard.report(step, total=N)); 0: not said (the spec's max_steps
+//   is the job's length).
 inline constexpr const char* kStepPhasesHelp =
     "Step time by phase: step (whole), data, compute (forward+backward with overlapped gradient communication), "
     "optimizer";

@@ -133,7 +133,8 @@ grpc::Status JobServiceImpl::ListJobs(const Caller& caller, const v1::ListJobsRe
       req->view() != v1::JOB_VIEW_FULL) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("field 'view': unknown view ", req->view()));
   }
-  auto page = manager_->List(states, req->page_size(), req->page_token(), caller, req->all_users());
+  auto page =
+      manager_->List(states, req->page_size(), req->page_token(), caller, req->all_users(), req->newest_first());
   if (!page.ok()) return ToGrpcStatus(page.status());
   const bool full = req->view() == v1::JOB_VIEW_FULL;
   for (JobRecord& j : page->jobs) {
@@ -199,6 +200,12 @@ grpc::Status JobServiceImpl::CancelJob(const Caller& caller, const v1::CancelJob
   if (!job.ok()) return ToGrpcStatus(job.status());
   ToProto(*job, {}, resp->mutable_job());
   return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::DeleteJob(const Caller& caller, const v1::DeleteJobRequest* req,
+                                       v1::DeleteJobResponse* resp, const CallContext& call) {
+  if (grpc::Status auth = Authorize(caller, req->id(), "delete", false); !auth.ok()) return auth;
+  return ToGrpcStatus(manager_->Delete(req->id(), caller));
 }
 
 grpc::Status JobServiceImpl::ScaleJob(const Caller& caller, const v1::ScaleJobRequest* req, v1::ScaleJobResponse* resp,

@@ -49,6 +49,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   TRAINYARD_UNARY_RPC(ListJobs)
   TRAINYARD_UNARY_RPC(GetQueue)
   TRAINYARD_UNARY_RPC(CancelJob)
+  TRAINYARD_UNARY_RPC(DeleteJob)
   TRAINYARD_UNARY_RPC(ScaleJob)
   TRAINYARD_UNARY_RPC(GetLogs)
   TRAINYARD_UNARY_RPC(CheckpointJob)

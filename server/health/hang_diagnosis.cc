@@ -53,7 +53,8 @@ std::string Describe(const CollectiveRecord& c) {
 }
 
 std::string Phase(const FlightRecord& r, int64_t now) {
-  return absl::StrCat("in ", r.phase, " after step ", r.step, " for ", Ago(r.phase_since_unix_micros, now));
+  return absl::StrCat("in ", r.phase, " after step ", r.step == kStepUnknown ? "-" : absl::StrCat(r.step), " for ",
+                      Ago(r.phase_since_unix_micros, now));
 }
 
 // The first collective (lowest number, then group) whose copies on the

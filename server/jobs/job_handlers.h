@@ -145,13 +145,18 @@ class JobRequestHandler {
   // (common/replica_protocol.h); none for other jobs.
   using ReplicaStatus = trainyard::ReplicaStatus;
   virtual std::optional<ReplicaStatus> Replicas(const std::string& /*id*/) { return std::nullopt; }
-  // One page of the jobs in `states` (all when empty), oldest first, after
-  // the page that `page_token` ends (empty: the first), at most page_size
-  // (capped at kMaxPageSize). A malformed token is InvalidArgument.
+  // One page of the jobs in `states` (all when empty), oldest first (newest
+  // first with `newest_first`), after the page that `page_token` ends
+  // (empty: the first), at most page_size (capped at kMaxPageSize). A
+  // malformed token, or one of the other order, is InvalidArgument.
   // Only `by`'s own jobs unless `all_users` (admins: everyone's; others:
   // their groups' too where the policy has group_visibility, else refused).
   virtual absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,
-                                       const Caller& by, bool all_users) = 0;
+                                       const Caller& by, bool all_users, bool newest_first = false) = 0;
+  // Forgets an ended job: its record, events, checkpoint entries and history
+  // leave the store (its files stay). FailedPrecondition while it has not
+  // ended; NotFound for an unknown id. `by` is named in the server log.
+  virtual absl::Status Delete(const std::string& id, const Caller& by) = 0;
   // With `checkpoint`, a running job saves a checkpoint at its next step
   // boundary and then stops (a later plain Cancel stops it at once).
   virtual absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint) = 0;

@@ -210,14 +210,22 @@ absl::StatusOr<JobRecord> JobManager::Scale(const std::string& id, int32_t num_p
 }
 
 absl::StatusOr<JobPage> JobManager::List(const std::set<JobState>& states, int page_size, const std::string& page_token,
-                                         const Caller& by, bool all_users) {
-  auto after = JobPageAfter(page_token);
+                                         const Caller& by, bool all_users, bool newest_first) {
+  auto after = JobPageAfter(page_token, newest_first);
   if (!after.ok()) return after.status();
   const int size = page_size <= 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
   ManagerLock lock(&mu_);
   absl::StatusOr<ListScope> scope = ListScopeFor(*policy_, by, all_users);
   if (!scope.ok()) return scope.status();
-  return jobs_.Page(std::vector<JobState>(states.begin(), states.end()), *after, size, scope->owners, scope->groups);
+  return jobs_.Page(std::vector<JobState>(states.begin(), states.end()), *after, size, scope->owners, scope->groups,
+                    newest_first);
+}
+
+absl::Status JobManager::Delete(const std::string& id, const Caller& by) {
+  ManagerLock lock(&mu_);
+  absl::StatusOr<JobRecord> ended = jobs_.Ended(id, "; cancel it first (trainctl cancel)");
+  if (!ended.ok()) return ended.status();
+  return jobs_.Delete(*ended, by.Describe());
 }
 
 absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpoint) {

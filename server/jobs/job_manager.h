@@ -92,7 +92,8 @@ class JobManager final : public JobRequestHandler {
   std::optional<ReplicaStatus> Replicas(const std::string& id) override;
   absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t num_processes, const Caller& by) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token,
-                               const Caller& by, bool all_users) override;
+                               const Caller& by, bool all_users, bool newest_first = false) override;
+  absl::Status Delete(const std::string& id, const Caller& by) override;
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token) {
     return List(states, page_size, page_token, Caller{}, /*all_users=*/true);
   }

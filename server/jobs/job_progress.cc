@@ -61,6 +61,7 @@ std::vector<StepMetrics> JobProgress::OnSamples(const std::vector<StepMetrics>& 
     if (record->step == 0 || m.step < record->step) record->first_loss = m.loss;
     record->step = m.step;
     record->loss = m.loss;
+    if (m.total_steps > 0) record->max_steps = m.total_steps;  // a script's own length, as it says it
     double total = 0;
     for (const auto& [rank, sample] : last_) total += sample.samples_per_second;
     record->samples_per_second = total;

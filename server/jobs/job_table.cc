@@ -130,16 +130,27 @@ void JobTable::AddCheckpoint(ActiveJob& job, int32_t attempt, const CheckpointEv
 }
 
 absl::StatusOr<JobPage> JobTable::Page(const std::vector<JobState>& states, int64_t after, int size,
-                                       const std::vector<std::string>& owners, const std::vector<std::string>& groups) {
-  auto page = store_->ListPage(states, after, size, owners, groups);
+                                       const std::vector<std::string>& owners, const std::vector<std::string>& groups,
+                                       bool newest_first) {
+  auto page = store_->ListPage(states, after, size, owners, groups, newest_first);
   if (!page.ok()) return page.status();
   JobPage out;
   for (JobRecord& r : page->jobs) {
     const ActiveJob* live = Find(r.id);
     out.jobs.push_back(live != nullptr ? live->record : std::move(r));  // the live one is fresher
   }
-  if (page->more) out.next_page_token = JobPageToken(page->last);
+  if (page->more) out.next_page_token = JobPageToken(page->last, newest_first);
   return out;
+}
+
+absl::Status JobTable::Delete(const JobRecord& ended, const std::string& by) {
+  if (auto s = store_->Delete(ended.id); !s.ok()) return s;
+  if (auto it = counts_.find(ended.state); it != counts_.end() && it->second > 0) {
+    it->second--;
+    metrics_->SetJobCounts(counts_);
+  }
+  spdlog::info("job {} ({}) deleted by {}; its files stay on disk", ended.id, JobStateName(ended.state), by);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<JobWatch>> JobTable::Watch(const std::string& id) {

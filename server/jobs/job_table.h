@@ -80,7 +80,11 @@ class JobTable {
   // One page of the stored jobs in `states` after insertion number `after`,
   // of `owners` or `groups` (both empty: all), live records where held.
   absl::StatusOr<JobPage> Page(const std::vector<JobState>& states, int64_t after, int size,
-                               const std::vector<std::string>& owners, const std::vector<std::string>& groups);
+                               const std::vector<std::string>& owners, const std::vector<std::string>& groups,
+                               bool newest_first = false);
+  // Removes an ended job (`ended`: its stored record) from the store and
+  // the counts of jobs by state; `by` is named in the server log.
+  absl::Status Delete(const JobRecord& ended, const std::string& by);
   // A watch of the job: its record now, then every change until it ends
   // (an ended job's watch holds its record and is closed).
   absl::StatusOr<std::shared_ptr<JobWatch>> Watch(const std::string& id);

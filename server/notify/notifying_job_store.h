@@ -48,10 +48,12 @@ class NotifyingJobStore final : public JobStore {
   absl::StatusOr<JobRecord> Get(const std::string& id) override { return store_->Get(id); }
   absl::StatusOr<std::vector<JobRecord>> List(int limit) override { return store_->List(limit); }
   absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit,
-                                const std::vector<std::string>& owners,
-                                const std::vector<std::string>& groups) override {
-    return store_->ListPage(states, after, limit, owners, groups);
+                                const std::vector<std::string>& owners, const std::vector<std::string>& groups,
+                                bool newest_first) override {
+    return store_->ListPage(states, after, limit, owners, groups, newest_first);
   }
+  // (Ended jobs, which alone may go, have left states_.)
+  absl::Status Delete(const std::string& id) override { return store_->Delete(id); }
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override { return store_->Events(id); }
   absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) override {
     return store_->AddCheckpoint(id, c);

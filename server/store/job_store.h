@@ -35,7 +35,9 @@ class JobStore {
   // Jobs in creation order, oldest first; at most `limit` (the newest ones).
   virtual absl::StatusOr<std::vector<JobRecord>> List(int limit) = 0;
   // One page of the jobs in `states` (all when empty), in creation order,
-  // after the job with insertion number `after` (0: from the first).
+  // after the job with insertion number `after` (0: from the first); with
+  // `newest_first`, newest first, before the job numbered `after` (0: from
+  // the newest).
   struct Page {
     std::vector<JobRecord> jobs;
     int64_t last = 0;   // insertion number of the page's last job
@@ -45,7 +47,11 @@ class JobStore {
   // both empty: every job.
   virtual absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit,
                                         const std::vector<std::string>& owners = {},
-                                        const std::vector<std::string>& groups = {}) = 0;
+                                        const std::vector<std::string>& groups = {}, bool newest_first = false) = 0;
+  // Removes the job's row with its events, checkpoints and history, atomically
+  // (NotFound for an unknown id). Files the job wrote stay where they are;
+  // whether the job may go (it has ended) is the caller's to check.
+  virtual absl::Status Delete(const std::string& id) = 0;
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   virtual absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) = 0;
   // In the order reported.
@@ -61,10 +67,11 @@ class JobStore {
   virtual absl::StatusOr<std::vector<std::string>> HistoryTails(const std::string& id) = 0;
 };
 
-// The page token of a listing that goes on after insertion number `last`,
-// and back; a malformed token is InvalidArgument.
-std::string JobPageToken(int64_t last);
-absl::StatusOr<int64_t> JobPageAfter(const std::string& page_token);
+// The page token of a listing that goes on after insertion number `last`
+// (`newest_first`: before it), and back; a malformed token, or one of the
+// other order, is InvalidArgument.
+std::string JobPageToken(int64_t last, bool newest_first = false);
+absl::StatusOr<int64_t> JobPageAfter(const std::string& page_token, bool newest_first = false);
 
 }  // namespace trainyard
 

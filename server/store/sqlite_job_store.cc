@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <limits>
 #include <set>
 
 #include "absl/base/thread_annotations.h"
@@ -175,23 +176,24 @@ class SqliteJobStore final : public JobStore {
   }
 
   absl::StatusOr<Page> ListPage(const std::vector<JobState>& states, int64_t after, int limit,
-                                const std::vector<std::string>& owners,
-                                const std::vector<std::string>& groups) override {
+                                const std::vector<std::string>& owners, const std::vector<std::string>& groups,
+                                bool newest_first) override {
     absl::MutexLock lock(&mu_);
     auto in = [](size_t n) {
       std::string list = "(";
       for (size_t i = 0; i < n; ++i) list += i ? ",?" : "?";
       return list + ")";
     };
-    std::string where = "seq > ?";
+    std::string where = newest_first ? "seq < ?" : "seq > ?";
     if (!states.empty()) where += " AND state IN " + in(states.size());
     if (!owners.empty() || !groups.empty()) {
       where += absl::StrCat(" AND (owner IN ", in(owners.size()), " OR grp IN ", in(groups.size()), ")");
     }
-    Stmt st(db_, absl::StrCat("SELECT seq, ", kJobColumns, " FROM jobs WHERE ", where, " ORDER BY seq LIMIT ?;"));
+    Stmt st(db_, absl::StrCat("SELECT seq, ", kJobColumns, " FROM jobs WHERE ", where, " ORDER BY seq",
+                              newest_first ? " DESC" : "", " LIMIT ?;"));
     if (!st.ok()) return Error("prepare list page");
     int i = 1;
-    st.Bind(i++, after);
+    st.Bind(i++, newest_first && after == 0 ? std::numeric_limits<int64_t>::max() : after);
     for (JobState s : states) st.Bind(i++, std::string(JobStateName(s)));
     if (!owners.empty() || !groups.empty()) {
       for (const std::string& o : owners) st.Bind(i++, o);
@@ -210,6 +212,24 @@ class SqliteJobStore final : public JobStore {
     }
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Error("list jobs");
     return page;
+  }
+
+  absl::Status Delete(const std::string& id) override {
+    absl::MutexLock lock(&mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+    // The rows that name the job first: they reference its row.
+    for (const char* table : {"job_history_tails", "job_history", "checkpoints", "job_events"}) {
+      Stmt st(db_, absl::StrCat("DELETE FROM ", table, " WHERE job_id=?;"));
+      if (!st.ok()) return Rollback(Error(absl::StrCat("prepare delete from ", table)));
+      st.Bind(1, id);
+      if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error(absl::StrCat("delete ", table, " of ", id)));
+    }
+    Stmt st(db_, "DELETE FROM jobs WHERE id=?;");
+    if (!st.ok()) return Rollback(Error("prepare delete job"));
+    st.Bind(1, id);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("delete job " + id));
+    if (sqlite3_changes(db_) == 0) return Rollback(absl::NotFoundError(absl::StrCat("job ", id, " not found")));
+    return Exec("COMMIT;");
   }
 
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) override {
@@ -459,14 +479,17 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   return std::unique_ptr<JobStore>(std::move(store));
 }
 
-std::string JobPageToken(int64_t last) { return absl::StrCat("jobs-after-", last); }
+std::string JobPageToken(int64_t last, bool newest_first) {
+  return absl::StrCat(newest_first ? "jobs-before-" : "jobs-after-", last);
+}
 
-absl::StatusOr<int64_t> JobPageAfter(const std::string& page_token) {
+absl::StatusOr<int64_t> JobPageAfter(const std::string& page_token, bool newest_first) {
   if (page_token.empty()) return 0;
-  constexpr std::string_view kPrefix = "jobs-after-";
+  const std::string_view prefix = newest_first ? "jobs-before-" : "jobs-after-";
   int64_t after = 0;
-  if (page_token.rfind(kPrefix, 0) != 0 || page_token.size() == kPrefix.size() ||
-      !absl::SimpleAtoi(page_token.substr(kPrefix.size()), &after) || after < 0 || JobPageToken(after) != page_token) {
+  if (page_token.rfind(prefix, 0) != 0 || page_token.size() == prefix.size() ||
+      !absl::SimpleAtoi(page_token.substr(prefix.size()), &after) || after < 0 ||
+      JobPageToken(after, newest_first) != page_token) {
     return absl::InvalidArgumentError("field 'page_token': not a token this server gave");
   }
   return after;

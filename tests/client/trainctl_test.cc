@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -62,18 +63,51 @@ class FakeJobService final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  // Five jobs, in pages of two; records the requests.
+  // Five jobs, job-0 the oldest, in pages of two, in the order asked;
+  // even ones alice's "mnist-N", odd ones bob's "trial-N". Records the
+  // requests.
   grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
     Record(ctx);
     std::lock_guard<std::mutex> lock(mu);
     list_requests.push_back(*req);
     const int first = req->page_token().empty() ? 0 : std::stoi(req->page_token());
-    for (int i = first; i < first + 2 && i < 5; ++i) {
+    for (int place = first; place < first + 2 && place < 5; ++place) {
+      const int i = req->newest_first() ? 4 - place : place;
       v1::Job* j = resp->add_jobs();
       j->set_id("job-" + std::to_string(i));
+      j->set_name((i % 2 ? "trial-" : "mnist-") + std::to_string(i));
+      j->set_owner(i % 2 ? "bob" : "alice");
       j->set_state(v1::SUCCEEDED);
     }
     if (first + 2 < 5) resp->set_next_page_token(std::to_string(first + 2));
+    return grpc::Status::OK;
+  }
+
+  // A script job's two ranks: rank 0's step read from its output, rank 1's
+  // not known.
+  grpc::Status DiagnoseJob(grpc::ServerContext* ctx, const v1::DiagnoseJobRequest*,
+                           v1::DiagnoseJobResponse* resp) override {
+    Record(ctx);
+    resp->set_verdict("no rank is in a collective");
+    resp->set_attempt(1);
+    for (int rank : {0, 1}) {
+      v1::FlightRecord* r = resp->add_ranks();
+      r->set_rank(rank);
+      r->set_phase("script");
+      r->set_step(rank == 0 ? 12 : -1);
+    }
+    return grpc::Status::OK;
+  }
+
+  // job-live has not ended.
+  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req, v1::DeleteJobResponse*) override {
+    Record(ctx);
+    std::lock_guard<std::mutex> lock(mu);
+    deleted.push_back(req->id());
+    if (req->id() == "job-live") {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "job job-live has not ended (RUNNING); cancel it first (trainctl cancel)");
+    }
     return grpc::Status::OK;
   }
 
@@ -108,7 +142,8 @@ class FakeJobService final : public v1::JobService::Service {
   std::mutex mu;
   bool queue_all_users = false;
   std::vector<v1::ListJobsRequest> list_requests;
-  std::string authorization;  // of the last call
+  std::vector<std::string> deleted;  // the ids DeleteJob was asked for
+  std::string authorization;         // of the last call
   v1::CheckpointType checkpoint_type = v1::CHECKPOINT_TYPE_UNSPECIFIED;
 
  private:
@@ -216,7 +251,7 @@ TEST_F(TrainctlTest, ListFollowsThePagesAndStopsAtTheLimit) {
   ASSERT_EQ(Run([](Trainctl& c) { return c.List(""); }, OutputFormat::kJson), 0) << err_.str();
   nlohmann::json all = nlohmann::json::parse(out_.str());
   ASSERT_EQ(all.size(), 5u);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(all[i]["id"], "job-" + std::to_string(i));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(all[i]["id"], "job-" + std::to_string(4 - i));  // newest first
   ASSERT_EQ(service_.list_requests.size(), 3u);
   EXPECT_EQ(service_.list_requests[1].page_token(), "2");
   EXPECT_EQ(service_.list_requests[0].view(), v1::JOB_VIEW_FULL);  // JSON shows specs
@@ -227,8 +262,11 @@ TEST_F(TrainctlTest, ListFollowsThePagesAndStopsAtTheLimit) {
   EXPECT_EQ(service_.list_requests[0].view(), v1::JOB_VIEW_BASIC);
   ASSERT_EQ(service_.list_requests[0].states_size(), 1);
   EXPECT_EQ(service_.list_requests[0].states(0), v1::SUCCEEDED);
+  EXPECT_TRUE(service_.list_requests[0].newest_first());
+  // The three newest.
   EXPECT_NE(out_.str().find("job-2"), std::string::npos);
-  EXPECT_EQ(out_.str().find("job-3"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("job-4"), std::string::npos);
+  EXPECT_EQ(out_.str().find("job-1"), std::string::npos) << out_.str();
 
   EXPECT_EQ(Run([](Trainctl& c) { return c.List("sleeping"); }), 2);
   EXPECT_NE(err_.str().find("unknown state 'sleeping'; accepted: QUEUED, STARTING, RUNNING"), std::string::npos)
@@ -273,6 +311,53 @@ TEST_F(TrainctlTest, QueueShowsOrderOwnersEstimatesAndReasons) {
   EXPECT_EQ(j[0]["priority_class"], "high");
   EXPECT_EQ(j[1]["reason"], "waiting: user bob uses 8 of 8 slots; this job needs 1");
   EXPECT_EQ(j[1]["estimated_start"], "");
+}
+
+// --name and --owner: the newest matching jobs, across pages, up to the
+// limit; --owner asks for everyone's jobs.
+TEST_F(TrainctlTest, ListFiltersByNameAndOwnerNewestFirst) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.List("", 0, false, "mnist"); }, OutputFormat::kJson), 0) << err_.str();
+  nlohmann::json jobs = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(jobs.size(), 3u) << jobs.dump();
+  EXPECT_EQ(jobs[0]["id"], "job-4");
+  EXPECT_EQ(jobs[1]["id"], "job-2");
+  EXPECT_EQ(jobs[2]["id"], "job-0");
+  EXPECT_FALSE(service_.list_requests.back().all_users());
+
+  ASSERT_EQ(Run([](Trainctl& c) { return c.List("", 1, false, "", "bob"); }, OutputFormat::kJson), 0) << err_.str();
+  jobs = nlohmann::json::parse(out_.str());
+  ASSERT_EQ(jobs.size(), 1u) << jobs.dump();
+  EXPECT_EQ(jobs[0]["id"], "job-3");
+  EXPECT_TRUE(service_.list_requests.back().all_users());
+
+  // The binary's flags.
+  int rc = -1;
+  const std::string out = RunBinary("list --server " + address_ + " -A --owner alice --name mnist --limit 2", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("job-4"), std::string::npos) << out;
+  EXPECT_NE(out.find("job-2"), std::string::npos) << out;
+  EXPECT_EQ(out.find("job-0"), std::string::npos) << out;
+  EXPECT_EQ(out.find("job-3"), std::string::npos) << out;
+  EXPECT_LT(out.find("job-4"), out.find("job-2")) << out;
+}
+
+// A rank whose step is not known is "after step -", not "after step 0".
+TEST_F(TrainctlTest, DiagnoseShowsAStepNotKnownAsADash) {
+  ASSERT_EQ(Run([](Trainctl& c) { return c.Diagnose("job-1", std::chrono::seconds(1), 0); }), 0) << err_.str();
+  EXPECT_NE(out_.str().find("rank 0: script after step 12 for"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("rank 1: script after step - for"), std::string::npos) << out_.str();
+}
+
+// delete: each id in turn, the server's refusal said, the others deleted.
+TEST_F(TrainctlTest, DeleteSaysWhatWentAndWhatStays) {
+  int rc = -1;
+  const std::string out = RunBinary("delete job-1 job-live job-2 --server " + address_, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(service_.deleted, (std::vector<std::string>{"job-1", "job-live", "job-2"}));
+  EXPECT_NE(out.find("job-1: deleted"), std::string::npos) << out;
+  EXPECT_NE(out.find("job-2: deleted"), std::string::npos) << out;
+  EXPECT_NE(out.find("its files stay on disk"), std::string::npos) << out;
+  EXPECT_NE(out.find("job job-live has not ended (RUNNING); cancel it first"), std::string::npos) << out;
 }
 
 TEST_F(TrainctlTest, ListAsksForEveryUsersJobsOnlyWhenTold) {
@@ -341,6 +426,27 @@ TEST(TrainctlCommandLine, UnknownCommandsBareTrainctlAndVersion) {
   out = RunBinary("get", &rc);
   EXPECT_EQ(rc, 2);
   EXPECT_EQ(out.rfind("trainctl: ", 0), 0u) << out;
+}
+
+// --help names what each option takes in the user's words (LINES,
+// SECONDS, FILE...), never CLI11's own types and checks ("INT:INT in [0 -
+// 1099511627776]", "TEXT", "INT:POSITIVE").
+TEST(TrainctlCommandLine, HelpSaysWhatOptionsTakeInWords) {
+  int rc = -1;
+  std::string out = RunBinary("logs --help", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--tail LINES"), std::string::npos) << out;
+  const std::regex noise(R"(\b(TEXT|INT|UINT|FLOAT|POSITIVE|NONNEGATIVE)\b| in \[)");
+  for (const char* command :
+       {"",        "submit", "run",          "list",        "queue",       "get",        "watch",       "cancel",
+        "delete",  "scale",  "checkpoint",   "checkpoints", "resume",      "join-info",  "logs",        "diagnose",
+        "history", "sweep",  "sweep submit", "sweep get",   "sweep watch", "sweep list", "sweep cancel"}) {
+    out = RunBinary(std::string(command) + " --help", &rc);
+    EXPECT_EQ(rc, 0) << command << ": " << out;
+    std::smatch m;
+    EXPECT_FALSE(std::regex_search(out, m, noise)) << "trainctl " << command << " --help: '" << m.str() << "' in\n"
+                                                   << out;
+  }
 }
 
 // Coming from torchrun: a script given to submit, a sweep given to submit,

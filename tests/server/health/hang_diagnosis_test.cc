@@ -99,6 +99,19 @@ TEST(HangDiagnosis, NoCollectiveInFlightReportsEachRanksPhase) {
             "40.0 s");
 }
 
+// A script rank whose step nobody reports (script.progress reads rank 0's
+// output only) is not said to be after step 0.
+TEST(HangDiagnosis, AStepNotKnownIsShownAsADash) {
+  std::map<int32_t, FlightRecord> answers = {
+      {0, Rank(0, "script", 40, {}, 12)},
+      {1, Rank(1, "script", 40, {}, kStepUnknown)},
+  };
+  HangDiagnosis d = DiagnoseHang(2, answers, kNow);
+  EXPECT_EQ(d.verdict,
+            "no rank is in a collective: rank 0 in script after step 12 for 40.0 s, rank 1 in script after step - for "
+            "40.0 s");
+}
+
 TEST(HangDiagnosis, RanksMomentsApartAreNotBehind) {
   // A healthy group: rank 0 started #8 a millisecond ago, rank 1 is about to.
   std::map<int32_t, FlightRecord> answers = {

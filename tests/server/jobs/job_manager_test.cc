@@ -261,6 +261,55 @@ TEST_F(JobManagerTest, CancelQueuedAndRunning) {
   EXPECT_EQ(manager_->Cancel("job-nope").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Delete forgets an ended job (record, events) and refuses a live one; a
+// list newest first pages from the newest, and no longer shows it.
+TEST_F(JobManagerTest, EndedJobsAreDeletedLiveOnesRefusedListsNewestFirst) {
+  const std::string a = Submit(4), b = Submit(1), c = Submit(1);
+  ASSERT_TRUE(manager_->Cancel(b).ok());
+  const absl::Status live = manager_->Delete(a, Caller{});
+  EXPECT_EQ(live.code(), absl::StatusCode::kFailedPrecondition) << live;
+  EXPECT_NE(live.message().find("cancel it first"), std::string::npos) << live;
+  EXPECT_EQ(manager_->Delete("job-nope", Caller{}).code(), absl::StatusCode::kNotFound);
+
+  auto first = manager_->List({}, 2, "", Caller{}, true, /*newest_first=*/true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->jobs.size(), 2u);
+  EXPECT_EQ(first->jobs[0].id, c);
+  EXPECT_EQ(first->jobs[1].id, b);
+  auto rest = manager_->List({}, 2, first->next_page_token, Caller{}, true, /*newest_first=*/true);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->jobs.size(), 1u);
+  EXPECT_EQ(rest->jobs[0].id, a);
+  EXPECT_EQ(manager_->List({}, 2, first->next_page_token, Caller{}, true).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a token of the other order";
+
+  ASSERT_TRUE(manager_->Delete(b, Caller{}).ok());
+  EXPECT_EQ(manager_->Get(b).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Events(b)->size(), 0u);
+  auto all = manager_->List({}, 0, "", Caller{}, true, /*newest_first=*/true);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->jobs.size(), 2u);
+  EXPECT_EQ(all->jobs[0].id, c);
+  EXPECT_EQ(all->jobs[1].id, a);
+}
+
+// A total the job's lead rank reports (a script's report(step, total=N))
+// is the job's max_steps from then on: `trainctl watch` draws its bar.
+TEST_F(JobManagerTest, AReportedTotalIsTheJobsLength) {
+  const std::string id = Submit(1);
+  JobRecord r = *manager_->Get(id);
+  ASSERT_TRUE(manager_->workers().AttachWorker(id, 0, r.attempt, r.worker_token).ok());
+  StepMetrics m;
+  m.step = 1;
+  manager_->workers().ReportMetrics(id, r.attempt, {m});
+  EXPECT_EQ(manager_->Get(id)->max_steps, 10) << "the spec's, until a total is said";
+  m.step = 2;
+  m.total_steps = 250;
+  manager_->workers().ReportMetrics(id, r.attempt, {m});
+  EXPECT_EQ(manager_->Get(id)->max_steps, 250);
+}
+
 // --on-shutdown: detach leaves the running job as it is (the next
 // coordinator adopts it), checkpoint asks rank 0 for a checkpoint and a stop
 // and queues the job again whatever its ranks' ends, stop ends it FAILED.

@@ -50,6 +50,73 @@ TEST(JobStoreTest, PagesAfterACursorByState) {
   EXPECT_FALSE(all->more);
 }
 
+// Newest first: the newest jobs of `states` first, a page before a cursor
+// (`trainctl list --limit N` shows the N newest); a token of one order is
+// refused in the other.
+TEST(JobStoreTest, PagesNewestFirstBeforeACursor) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int i = 0; i < 7; ++i) {
+    JobRecord r = MakeJob("j" + std::to_string(i));
+    r.state = i % 2 ? JobState::kFailed : JobState::kSucceeded;
+    ASSERT_TRUE((*store)->Insert(r, {1000, r.state, "x"}).ok());
+  }
+  auto page = (*store)->ListPage({JobState::kSucceeded}, 0, 3, {}, {}, /*newest_first=*/true);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 3u);
+  EXPECT_EQ(page->jobs[0].id, "j6");
+  EXPECT_EQ(page->jobs[1].id, "j4");
+  EXPECT_EQ(page->jobs[2].id, "j2");
+  EXPECT_TRUE(page->more);
+  auto rest = (*store)->ListPage({JobState::kSucceeded}, page->last, 3, {}, {}, /*newest_first=*/true);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->jobs.size(), 1u);
+  EXPECT_EQ(rest->jobs[0].id, "j0");
+  EXPECT_FALSE(rest->more);
+  const std::string token = JobPageToken(page->last, /*newest_first=*/true);
+  EXPECT_EQ(*JobPageAfter(token, /*newest_first=*/true), page->last);
+  EXPECT_EQ(JobPageAfter(token).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Delete takes the job's row, events, checkpoints and history, and no
+// other job's; an unknown id is NotFound.
+TEST(JobStoreTest, DeleteRemovesTheJobAndWhatNamesItOnly) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const std::string id : {"a", "b"}) {
+    ASSERT_TRUE((*store)->Insert(MakeJob(id), {1000, JobState::kQueued, "submitted"}).ok());
+    const JobEvent done{1001, JobState::kSucceeded, "done"};
+    ASSERT_TRUE((*store)->Update(MakeJob(id), &done).ok());
+    CheckpointEvent c;
+    c.step = 10;
+    c.path = "/p/" + id;
+    c.ok = true;
+    ASSERT_TRUE((*store)->AddCheckpoint(id, {1, c}).ok());
+    ASSERT_TRUE((*store)->SaveHistory(id, "whole-" + id).ok());
+    ASSERT_TRUE((*store)->AppendHistory(id, "tail-" + id).ok());
+  }
+  ASSERT_TRUE((*store)->Delete("a").ok());
+  EXPECT_EQ((*store)->Get("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE((*store)->Events("a")->empty());
+  EXPECT_TRUE((*store)->Checkpoints("a")->empty());
+  EXPECT_EQ(*(*store)->History("a"), "");
+  EXPECT_TRUE((*store)->HistoryTails("a")->empty());
+  auto all = (*store)->ListPage({}, 0, 100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->jobs.size(), 1u);
+  EXPECT_EQ(all->jobs[0].id, "b");
+  EXPECT_EQ((*store)->Events("b")->size(), 2u);
+  EXPECT_EQ((*store)->Checkpoints("b")->size(), 1u);
+  EXPECT_EQ(*(*store)->History("b"), "whole-b");
+  EXPECT_EQ((*store)->HistoryTails("b")->size(), 1u);
+  EXPECT_EQ((*store)->Delete("a").code(), absl::StatusCode::kNotFound);
+  // The id may be used again.
+  EXPECT_TRUE((*store)->Insert(MakeJob("a"), {2000, JobState::kQueued, "submitted"}).ok());
+}
+
 TEST(JobStoreTest, RoundTripAcrossReopen) {
   TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
