@@ -202,9 +202,6 @@ int RunScriptRank(ControlClient& ctl, const JobSpec& spec, ScriptRank where, Met
   options.py_spy = FindPySpy(spec.script.python);
   ScriptRunner runner(spec, where, ScriptEnvironment(spec, where, *accelerate), &sink, &g_control, options);
   const ScriptResult r = runner.Run();
-  if (r.outcome == WorkerOutcome::kSucceeded && !r.reported && where.rank == 0) {
-    ctl.OnNote("the script ended without reporting a step (trainyard.report): its progress is not known");
-  }
   log::Info("rank {}: script ended: {}{}{}", where.rank, WorkerOutcomeName(r.outcome), r.error.empty() ? "" : ": ",
             r.error);
   return Finish(ctl, r.outcome, r.error, r.last_step);

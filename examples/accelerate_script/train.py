@@ -64,7 +64,7 @@ def main():
         opt.step()
         opt.zero_grad()
         done = step + 1
-        trainyard.report(done, samples=a.batch_size, loss=loss.item())
+        trainyard.report(done, samples=a.batch_size, loss=loss.item(), total=a.steps)
         recent.append(loss.item())
         if done % 50 == 0 or done == a.steps:
             accelerator.print(f"step {done} loss {sum(recent) / len(recent):.4f}")  # the mean since the last line

@@ -80,7 +80,7 @@ def main():
         loss.backward()
         opt.step()
         done = step + 1
-        trainyard.report(done, samples=a.batch_size, loss=loss.item())
+        trainyard.report(done, samples=a.batch_size, loss=loss.item(), total=a.steps)
         recent.append(loss.item())
         if rank == 0 and (done % 50 == 0 or done == a.steps):
             print(f"step {done} loss {sum(recent) / len(recent):.4f}", flush=True)  # the mean since the last line

@@ -72,10 +72,12 @@ if _channel.connected() and threading.current_thread() is threading.main_thread(
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def report(step, samples=None, loss=None, **values):
+def report(step, samples=None, loss=None, total=None, **values):
     """Reports the end of optimizer step `step` (1, 2, ...): the samples this
     rank trained in it, its loss, and any other numbers (a gauge per name on
-    /metrics). Cheap: one local message, no waiting."""
+    /metrics). `total`, as tqdm's: the steps the script will run, the job's
+    length from then on (`trainctl watch` draws its bar and ETA). Cheap: one
+    local message, no waiting."""
     global _agreed
     _agreed = None  # the next question is about this step's boundary
     now = time.perf_counter()
@@ -83,7 +85,7 @@ def report(step, samples=None, loss=None, **values):
     if _last_report[0] is not None and _last_report[1] is not None and step > _last_report[1]:
         seconds = (now - _last_report[0]) / (step - _last_report[1])
     _last_report[0], _last_report[1] = now, step
-    _channel.send(_channel.report_message(step, samples, loss, seconds, values))
+    _channel.send(_channel.report_message(step, samples, loss, seconds, values, total))
 
 
 def _world():

@@ -39,17 +39,18 @@ def hello():
     return {"op": "hello"}
 
 
-def report_message(step, samples=None, loss=None, seconds=None, values=None):
+def report_message(step, samples=None, loss=None, seconds=None, values=None, total=None):
     """A step: `seconds` per step since the previous report (None for the
     first); `values` the script's other numbers (those that are no number
-    are left out)."""
+    are left out); `total` the steps the script will run (left out when
+    None)."""
     numbers = {}
     for k, v in (values or {}).items():
         try:
             numbers[str(k)] = float(v)
         except (TypeError, ValueError):
             continue
-    return {
+    message = {
         "op": "report",
         "step": int(step),
         "samples": None if samples is None else int(samples),
@@ -57,6 +58,9 @@ def report_message(step, samples=None, loss=None, seconds=None, values=None):
         "seconds": seconds,
         "values": numbers,
     }
+    if total is not None:
+        message["total"] = int(total)
+    return message
 
 
 def saved_message(path, step, request_id):

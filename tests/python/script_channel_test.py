@@ -35,6 +35,7 @@ class ScriptChannel(unittest.TestCase):
             "report.json": _channel.report_message(7, samples=32, loss=2.5, seconds=0.25,
                                                    values={"accuracy": 0.75, "note": "not a number"}),
             "report_first.json": _channel.report_message(1),
+            "report_total.json": _channel.report_message(3, total=1000),
             "saved_on_request.json": _channel.saved_message("/project/checkpoints/checkpoint_3", 12, 77),
             "saved_by_script.json": _channel.saved_message("/project/checkpoints/checkpoint_4", None, 0),
         }
@@ -58,8 +59,8 @@ class ScriptChannel(unittest.TestCase):
 
     def test_every_fixture_is_covered(self):
         # A line added to the fixtures is a message both ends must know.
-        named = {"hello.json", "report.json", "report_first.json", "saved_on_request.json", "saved_by_script.json",
-                 "state_idle.json", "state_checkpoint.json", "state_stop.json"}
+        named = {"hello.json", "report.json", "report_first.json", "report_total.json", "saved_on_request.json",
+                 "saved_by_script.json", "state_idle.json", "state_checkpoint.json", "state_stop.json"}
         self.assertEqual({n for n in os.listdir(FIXTURES) if n.endswith(".json")}, named)
 
 

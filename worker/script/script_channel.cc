@@ -42,6 +42,7 @@ std::optional<ScriptMessage> ParseScriptMessage(std::string_view line) {
     r.samples = ChannelNumber<int64_t>(m, "samples");
     r.loss = ChannelNumber<double>(m, "loss");
     r.seconds = ChannelNumber<double>(m, "seconds");
+    r.total = ChannelNumber<int64_t>(m, "total");
     const auto values = m.find("values");
     if (values != m.end() && values->is_object()) {
       for (const auto& [name, v] : values->items()) {
@@ -74,6 +75,7 @@ std::string ScriptMessageLine(const ScriptMessage& message) {
          {"loss", ChannelOrNull(r->loss)},
          {"seconds", ChannelOrNull(r->seconds)},
          {"values", values}};
+    if (r->total) j["total"] = *r->total;  // only when given: older packages' lines stay as they were
   } else if (const auto* s = std::get_if<ScriptSaved>(&message)) {
     j = {{"op", "saved"}, {"path", s->path}, {"step", ChannelOrNull(s->step)}, {"request_id", s->request_id}};
   } else {

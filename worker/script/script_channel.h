@@ -7,7 +7,7 @@
 // Each message is one JSON object on one line, both ways:
 //   script -> worker  ScriptHello   {"op":"hello"}  (once, at import)
 //                     ScriptReport  {"op":"report","step":N,"samples":N|null,"loss":X|null,
-//                                    "seconds":X|null,"values":{NAME:X,...}}
+//                                    "seconds":X|null,"values":{NAME:X,...}[,"total":N]}
 //                     ScriptSaved   {"op":"saved","path":DIR,"step":N|null,"request_id":N}
 //   worker -> script  ScriptState   {"checkpoint":"full"|"sharded"|null,"request_id":N,"stop":B}
 // The worker sends its whole state whenever it changes; the script keeps the
@@ -40,6 +40,7 @@ struct ScriptReport {
   std::optional<double> loss;
   std::optional<double> seconds;
   std::map<std::string, double> values;  // the script's other numbers (non-numbers are left out)
+  std::optional<int64_t> total;          // the steps the script will run (report(total=N)), when it says
   bool operator==(const ScriptReport&) const = default;
 };
 // A checkpoint the script saved at `path`: request_id is the request it

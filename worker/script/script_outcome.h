@@ -16,8 +16,8 @@ namespace trainyard {
 struct ScriptResult {
   WorkerOutcome outcome = WorkerOutcome::kFailed;
   std::string error;      // why, for a failure
-  int64_t last_step = 0;  // the last step the script reported
-  bool reported = false;  // it reported a step at all
+  int64_t last_step = 0;  // the last step the script reported, or script.progress read
+  bool reported = false;  // it reported a step at all (trainyard.report)
 };
 
 struct ScriptEnd {

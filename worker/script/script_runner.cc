@@ -354,6 +354,7 @@ void ScriptSession::OnMessage(const ScriptMessage& message, ScriptResult& result
     s.loss = r->loss.value_or(s.loss);
     s.samples = r->samples.value_or(s.samples);
     s.step_seconds = r->seconds.value_or(s.step_seconds);
+    s.total_steps = std::max<int64_t>(0, r->total.value_or(0));
     if (s.step_seconds > 0) s.samples_per_second = static_cast<double>(s.samples) / s.step_seconds;
     for (const auto& [name, v] : r->values) {
       if (s.values.size() < 64 && name.size() <= 128) s.values[name] = v;
@@ -545,7 +546,7 @@ ScriptResult ScriptRunner::Run() {
   log::Info("rank {}: started {} {} (pid {})", where_.rank, python, script.path, pid);
   FlightRecorder* flight = options_.flight_recorder;
   if (flight != nullptr) {
-    flight->SetPhase("script", 0);
+    flight->SetPhase("script", kStepUnknown);  // until the script reports one
     const std::string py_spy = options_.py_spy;
     flight->SetStackSource([pid, py_spy]() -> std::string {
       if (py_spy.empty()) return "(no py-spy here: its Python stack cannot be read)";
@@ -565,6 +566,13 @@ ScriptResult ScriptRunner::Run() {
     (void)RemoveOwnTree(fs::path(error_file->second).parent_path().string(), ::geteuid());  // nothing left in /tmp
   }
   ScriptOutcome(end, result);
+  // Steps read by script.progress count as reported (step 0 is never read).
+  if (result.outcome == WorkerOutcome::kSucceeded && !result.reported && result.last_step == 0 && where_.rank == 0 &&
+      sink_ != nullptr) {
+    sink_->OnNote(
+        "the script ended without reporting a step (trainyard.report, or script.progress): its progress is not "
+        "known");
+  }
   return result;
 }
 

@@ -2,7 +2,9 @@
 // this worker's child with the environment a rank gets from `accelerate
 // launch` and torchrun (ScriptEnvironment), and the worker stays its agent:
 //  - steps the script reports (the `trainyard` package, over a ScriptChannel
-//    the child inherits as descriptor 3) become the job's metrics;
+//    the child inherits as descriptor 3), or that script.progress reads
+//    from rank 0's output, become the job's metrics; a script that
+//    succeeds with neither has rank 0 note that its progress is not known;
 //  - checkpoints it registers become the job's checkpoints (rank 0 seals
 //    them as complete, applies checkpoint.total_limit and reports them);
 //  - a checkpoint request, a preemption (SIGTERM) or `cancel --checkpoint`

@@ -45,6 +45,7 @@ TEST(ScriptChannelTest, MessagesFromTheScript) {
   ExpectMessage("hello.json", ScriptHello{});
   ExpectMessage("report.json", ScriptReport{7, 32, 2.5, 0.25, {{"accuracy", 0.75}}});
   ExpectMessage("report_first.json", ScriptReport{1, std::nullopt, std::nullopt, std::nullopt, {}});
+  ExpectMessage("report_total.json", ScriptReport{3, std::nullopt, std::nullopt, std::nullopt, {}, 1000});
   ExpectMessage("saved_on_request.json", ScriptSaved{"/project/checkpoints/checkpoint_3", 12, 77});
   ExpectMessage("saved_by_script.json", ScriptSaved{"/project/checkpoints/checkpoint_4", std::nullopt, 0});
 }

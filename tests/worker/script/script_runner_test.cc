@@ -23,6 +23,7 @@
 #include "common/paths.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
+#include "worker/base/flight_recorder.h"
 #include "worker/script/script_outcome.h"
 
 namespace trainyard {
@@ -34,6 +35,11 @@ struct Recorder : MetricsSink {
   std::mutex mu;
   std::vector<StepMetrics> steps;
   std::vector<CheckpointEvent> checkpoints;
+  std::vector<std::string> notes;
+  void OnNote(const std::string& text) override {
+    std::lock_guard<std::mutex> lock(mu);
+    notes.push_back(text);
+  }
   void OnStep(const StepMetrics& m) override {
     std::lock_guard<std::mutex> lock(mu);
     steps.push_back(m);
@@ -427,6 +433,46 @@ TEST_F(ScriptRunnerTest, ProgressIsReadFromTheScriptsOutput) {
   EXPECT_DOUBLE_EQ(rec_.steps.back().loss, 0.2);
   EXPECT_DOUBLE_EQ(rec_.steps.front().loss, 1.0);
   EXPECT_EQ(r.last_step, 5);
+  // Steps read count as reported: no note says the progress is not known.
+  for (const std::string& note : rec_.notes) EXPECT_EQ(note.find("without reporting"), std::string::npos) << note;
+
+  // A script whose output the pattern never matches: its progress is not known.
+  spec.script.path = Write("quiet.py", "print('done')\n");
+  ASSERT_EQ(Run(spec).outcome, WorkerOutcome::kSucceeded);
+  ASSERT_EQ(rec_.notes.size(), 1u);
+  EXPECT_NE(rec_.notes[0].find("the script ended without reporting a step"), std::string::npos) << rec_.notes[0];
+}
+
+// report(step, total=N), as tqdm's total: the steps the script will run
+// ride on its steps to the coordinator (the job's max_steps from then on).
+TEST_F(ScriptRunnerTest, AReportedTotalRidesOnTheSteps) {
+  const JobSpec spec = Spec(Write("total.py",
+                                  "import trainyard\n"
+                                  "trainyard.report(1)\n"
+                                  "for step in range(2, 4): trainyard.report(step, total=3)\n"));
+  ASSERT_EQ(Run(spec).outcome, WorkerOutcome::kSucceeded);
+  ASSERT_EQ(rec_.steps.size(), 3u);
+  EXPECT_EQ(rec_.steps[0].total_steps, 0) << "not said";
+  EXPECT_EQ(rec_.steps[1].total_steps, 3);
+  EXPECT_EQ(rec_.steps[2].total_steps, 3);
+}
+
+// The step a rank's flight record shows (`trainctl diagnose`): rank 0's as
+// script.progress reads it; another rank's, whose output is not read, not
+// known rather than 0.
+TEST_F(ScriptRunnerTest, AFlightRecordShowsOnlyAStepThatIsKnown) {
+  JobSpec spec = Spec(Write("prints.py", "for i in range(1, 4): print(f'iter {i}', flush=True)\n"));
+  spec.script.progress = R"(iter (?P<step>\d+))";
+  for (int rank : {0, 1}) {
+    ScriptRank where = Where();
+    where.rank = rank;
+    FlightRecorder flight(rank);
+    ScriptOptions o;
+    o.flight_recorder = &flight;
+    ScriptRunner runner(spec, where, ScriptEnvironment(spec, where, {}), &rec_, nullptr, o);
+    ASSERT_EQ(runner.Run().outcome, WorkerOutcome::kSucceeded);
+    EXPECT_EQ(flight.step(), rank == 0 ? 3 : kStepUnknown) << "rank " << rank;
+  }
 }
 
 }  // namespace
