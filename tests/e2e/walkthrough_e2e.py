@@ -7,6 +7,8 @@ changes, and only that: the job ids (the README's are examples), the
 server's metrics port, and the long job's `--set max_steps=20000` (3,000
 here, so that the test ends in under a minute). The build and server lines
 are the test's own: the built tree's programs and a server on free ports.
+Then the torchrun example's script job, checkpointed, cancelled, resumed
+and deleted as docs/reference/trainctl.md says.
 """
 import json
 import os
@@ -37,20 +39,21 @@ class Walkthrough(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.server = Server(cls.tmp.name, slots=2)
+        # The checkout: where the torchrun example's script lies.
+        cls.server = Server(cls.tmp.name, slots=2, extra=("--allowed-root", REPO))
 
     @classmethod
     def tearDownClass(cls):
         cls.server.stop()
         cls.tmp.cleanup()
 
-    def type(self, line, job):
+    def type(self, line, job, cwd=REPO):
         line = README_JOB.sub(job, line) if job else line
         line = line.replace("127.0.0.1:9464", f"127.0.0.1:{self.server.metrics_port}")
         line = line.replace("--set max_steps=20000", "--set max_steps=3000")
         env = dict(os.environ, TRAINYARD_SERVER=self.server.addr,
                    PATH=e2e_test.BIN + os.pathsep + os.environ["PATH"])
-        r = subprocess.run(["bash", "-c", line], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, f"`{line}` exited {r.returncode}:\n{r.stdout}{r.stderr}")
         return r.stdout
 
@@ -115,6 +118,37 @@ class Walkthrough(unittest.TestCase):
         j = self.server.job(job)
         self.assertEqual((j["state"], j["attempt"], j["step"]), ("SUCCEEDED", 2, 3000), j)
         self.assertTrue(any("resum" in e["reason"] and "checkpoint_" in e["reason"] for e in j["events"]), j["events"])
+
+    def test_3_a_script_job_checkpointed_cancelled_resumed(self):
+        """A script job's remote checkpoint is one entry of `checkpoints`; cancel
+        stops it and resume starts it from that checkpoint (issue 64)."""
+        # The torchrun example as its job.yaml says to submit it, with steps
+        # that last a while (its own --step-sleep) and no periodic checkpoint.
+        line = ("trainctl submit examples/torchrun_script/job.yaml "
+                "--set 'script.args=[--steps, \"1000\", --step-sleep, \"0.005\"]'")
+        out = self.type(line, None)
+        job = re.search(r"\b(job-[0-9a-f]{8})\b", out).group(1)
+        path = self.type(f"trainctl checkpoint {job} --wait", job).strip().splitlines()[-1]
+        self.assertTrue(os.path.isdir(path), path)
+        cks = json.loads(self.type(f"trainctl checkpoints {job} -o json", job))
+        self.assertEqual([(c["trigger"], c["ok"], c["path"]) for c in cks], [("request", True, path)], cks)
+        # A live job is not deleted.
+        r = self.server.ctl("delete", job)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("FAILED_PRECONDITION", r.stderr)
+        self.assertIn("cancel it first", r.stderr)
+        self.assertIn("CANCELLED", self.type(f"trainctl cancel {job}", job))
+        self.assertEqual(len(json.loads(self.type(f"trainctl checkpoints {job} -o json", job))), 1)
+        self.assertIn("SUCCEEDED", self.type(f"trainctl resume {job} --watch", job))
+        j = self.server.job(job)
+        # The example reports its length (report(total=...)): the job's
+        # max_steps, whence watch's bar and ETA.
+        self.assertEqual((j["state"], j["attempt"], j["step"], j["max_steps"]), ("SUCCEEDED", 2, 1000, 1000), j)
+        self.assertTrue(any("resum" in e["reason"] and path in e["reason"] for e in j["events"]), j["events"])
+        # Ended, it leaves the list; its checkpoint stays on disk.
+        self.assertIn(f"{job}: deleted", self.type(f"trainctl delete {job}", job))
+        self.assertNotIn(job, self.type("trainctl list", None))
+        self.assertTrue(os.path.isdir(path), path)
 
 
 if __name__ == "__main__":
