@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(files.rlim_cur));
   if (!ranks.empty() && ranks.front() > 0) {
     std::printf(
-        "| ranks | connections | server fds | join → RUNNING s | server CPU | RSS MB | threads | /metrics MB | series |"
-        " scrape s |"
+        "| ranks | connections | server fds | join → RUNNING s | server CPU | RSS MB | threads | /metrics MB |"
+        " series | scrape s |"
         " GetJob p99 ms | ListJobs p99 ms | web job page p99 ms | report delay p99 ms | end: GetJob max ms |"
         " end: lock held ≤ ms | reports | lost | failed |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -161,10 +161,19 @@ class SharedServer(unittest.TestCase):
 
     def test_b_quota_holds_a_job_and_sighup_changes_users_without_a_restart(self):
         s = self.server
-        b = self.submit("bob", "b", spec("bob-job", steps=5, procs=2))
+        # A job larger than bob's whole quota could never start: refused at
+        # submit, naming the quota (as Slurm's EnforcePartLimits).
+        big = write_spec(self.roots.get("bob", self.tmp.name), "big.yaml", spec("bob-big", steps=5, procs=2))
+        r = self.as_("bob", "submit", big)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("the job needs 2 slots at least, more than user bob's whole quota (slots: 1)", r.stderr)
+        # One that fits it waits while the quota is in use.
+        first = self.submit("bob", "b1", spec("bob-long"))
+        wait_for(lambda: self.job("bob", first)["step"] > 0, 120, "bob's first job to train")
+        b = self.submit("bob", "b", spec("bob-job", steps=5))
         job = self.job("bob", b)
         self.assertEqual(job["state"], "QUEUED")
-        self.assertEqual(job["reason"], "waiting: user bob uses 0 of 1 slots; this job needs 2")
+        self.assertEqual(job["reason"], "waiting: user bob uses 1 of 1 slots; this job needs 1")
         queue = json.loads(self.as_("bob", "-o", "json", "queue").stdout)
         self.assertEqual([(q["id"], q["position"], q["priority_class"]) for q in queue], [(b, 1, "normal")])
         self.assertEqual(self.as_("mallory", "list").returncode, 0)
@@ -186,6 +195,7 @@ class SharedServer(unittest.TestCase):
                  lambda: f"{self.job('bob', b)}\nserver log:\n{read(s.log.name)[-4000:]}")
         job = self.job("bob", b)
         self.assertEqual(job["state"], "SUCCEEDED", " | ".join(e["reason"] for e in job["events"]))
+        self.assertEqual(self.as_("bob", "cancel", first).returncode, 0)
         self.assertEqual(s.proc.pid, pid)
         self.assertIsNone(s.proc.poll())
         # A policy file with an error keeps the previous policy.

@@ -90,9 +90,10 @@ class Jobs : public JobRequestHandler {
   int free_slots() override { return 0; }
   int free_gpus() override { return 0; }
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string&) override { return std::vector<JobEvent>{}; }
-  absl::StatusOr<JobPage> List(const std::set<JobState>&, int, const std::string&, const Caller&, bool) override {
+  absl::StatusOr<JobPage> List(const std::set<JobState>&, int, const std::string&, const Caller&, bool, bool) override {
     return JobPage{};
   }
+  absl::Status Delete(const std::string&, const Caller&) override { return absl::OkStatus(); }
   absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t, const Caller&) override { return Get(id); }
   absl::Status AwaitRunning(const std::string&, std::chrono::system_clock::time_point) override {
     return absl::OkStatus();

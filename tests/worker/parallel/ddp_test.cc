@@ -114,8 +114,12 @@ TEST_P(DdpEquivalence, MatchesSingleProcessOverConcatenatedBatch) {
     ASSERT_EQ(results[r].size(), ref_params.size());
     for (size_t i = 0; i < ref_params.size(); ++i) {
       // fp32: the averaged per-rank gradients and the full-batch gradient
-      // differ only by summation order (~1e-7 relative per step).
-      EXPECT_TRUE(torch::allclose(results[r][i], ref_params[i], /*rtol=*/1e-5, /*atol=*/1e-6))
+      // differ by summation order, which the CPU's kernels pick by shape: a
+      // half batch and a whole one are blocked differently. On an AMD EPYC
+      // the cnn's parameters ended up to 5.5e-6 apart after the 6 steps; a
+      // reduction gone wrong (a sum for a mean, a bucket not reduced) moves
+      // them by ~1e-3, over a hundred times this tolerance.
+      EXPECT_TRUE(torch::allclose(results[r][i], ref_params[i], /*rtol=*/1e-4, /*atol=*/1e-5))
           << "rank " << r << " param " << i << " max diff "
           << (results[r][i] - ref_params[i]).abs().max().item<double>();
     }

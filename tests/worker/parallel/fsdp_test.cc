@@ -150,8 +150,10 @@ TEST_P(FsdpEquivalence, MatchesSingleProcessOnTheFullBatch) {
     ASSERT_EQ(results[r].size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
       // fp32: gradients averaged over ranks vs the full-batch mean differ by
-      // summation order only (~1e-7 relative per step).
-      EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-5, 1e-6))
+      // summation order, which the CPU's kernels pick by shape (up to 1.4e-6
+      // here on an AMD EPYC; ddp_test.cc says more): a sharding bug moves
+      // parameters by ~1e-3.
+      EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-4, 1e-5))
           << c.name << " rank " << r << " param " << i << " max diff "
           << (results[r][i] - expected[i]).abs().max().item<double>();
     }
@@ -373,7 +375,7 @@ TEST(FsdpGpt, BlocksWrappedMatchSingleProcess) {
     auto expected = ref->parameters();
     for (int r = 0; r < kWorld; ++r) {
       for (size_t i = 0; i < expected.size(); ++i) {
-        EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-5, 1e-6))
+        EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-4, 1e-5))  // as above: kernels by shape
             << ShardingStrategyName(strategy) << " rank " << r << " param " << i << " max diff "
             << (results[r][i] - expected[i]).abs().max().item<double>();
       }
@@ -435,7 +437,7 @@ TEST(FsdpClipping, GlobalNormOverShardsMatchesUnshardedClipping) {
     for (int r = 0; r < kWorld; ++r) {
       for (int s = 0; s < 3; ++s) EXPECT_NEAR(norms[r][s], ref_norms[s], 1e-5 * ref_norms[s]) << "step " << s;
       for (size_t i = 0; i < expected.size(); ++i) {
-        EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-5, 1e-6))
+        EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-4, 1e-5))  // as above: kernels by shape
             << ShardingStrategyName(strategy) << " rank " << r << " param " << i;
       }
     }
