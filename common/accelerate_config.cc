@@ -507,7 +507,16 @@ absl::StatusOr<JobSpec> ParseJobSpecWithAccelerateConfig(const std::string& spec
   if (const_root["script"]) {
     // A script job: the config is the script's, as `accelerate launch
     // --config_file` would read it; only its process count is the spec's
-    // when the spec names none.
+    // when the spec names none. A config file's path is no config: refused
+    // here, not by Accelerate in every rank at run time.
+    if (!config.IsMap()) {
+      return FieldError(kRoot, absl::StrCat("must be a mapping of Accelerate's keys, got ",
+                                            config.IsSequence() ? "a list"
+                                            : config.IsScalar() ? "'" + config.Scalar() +
+                                                                      "' (a config file: trainctl submit "
+                                                                      "--accelerate-config FILE sends it)"
+                                                                : "null"));
+    }
     try {
       if (!const_root["num_processes"] && config.IsMap() && config["num_processes"] &&
           config["num_processes"].IsScalar()) {

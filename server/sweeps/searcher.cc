@@ -124,14 +124,16 @@ std::vector<int64_t> AshaRungs(int64_t min_steps, int reduction_factor, int64_t 
 }
 
 bool AshaPromotes(const std::vector<double>& recorded_before, double value, int reduction_factor) {
-  std::vector<double> all = recorded_before;
-  all.push_back(value);
-  std::sort(all.begin(), all.end());
-  // The (100 / reduction_factor)-th percentile, linearly interpolated (numpy's).
-  const double at = (static_cast<double>(all.size()) - 1) / reduction_factor;
+  // The cut is over the values recorded before this one only (the trial's
+  // own is recorded after the decision), as Ray Tune's _Bracket.cutoff.
+  if (recorded_before.empty()) return true;  // the first at a rung goes on
+  std::vector<double> before = recorded_before;
+  std::sort(before.begin(), before.end());
+  // Their (100 / reduction_factor)-th percentile, linearly interpolated (numpy's).
+  const double at = (static_cast<double>(before.size()) - 1) / reduction_factor;
   const auto lo = static_cast<size_t>(std::floor(at));
-  const size_t hi = std::min(all.size() - 1, lo + 1);
-  const double cutoff = all[lo] + (at - static_cast<double>(lo)) * (all[hi] - all[lo]);
+  const size_t hi = std::min(before.size() - 1, lo + 1);
+  const double cutoff = before[lo] + (at - static_cast<double>(lo)) * (before[hi] - before[lo]);
   return value <= cutoff;
 }
 

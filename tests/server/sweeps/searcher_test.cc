@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
 #include <set>
 
 namespace trainyard {
@@ -91,11 +94,103 @@ TEST(Searcher, AshaRungsAndItsCutMatchThePercentile) {
   const std::vector<std::vector<double>> before = {{1.0}, {1.0, 2.0}, {0.5, 0.9, 3.0, 2.2, 1.7}, {4, 4, 4}};
   for (const auto& b : before) {
     for (double v : {0.1, 0.95, 1.0, 1.2, 2.0, 4.0, 9.0}) {
-      std::vector<double> all = b;
-      all.push_back(v);
-      EXPECT_EQ(AshaPromotes(b, v, 3), v <= Percentile(all, 100.0 / 3)) << "v " << v << " after " << b.size();
+      // The cut over the values before it, not with its own among them.
+      EXPECT_EQ(AshaPromotes(b, v, 3), v <= Percentile(b, 100.0 / 3)) << "v " << v << " after " << b.size();
     }
   }
+}
+
+// Ray Tune's asynchronous successive halving as its _Bracket writes it
+// (python/ray/tune/schedulers/async_hyperband.py: on_result and cutoff),
+// in float64, maximizing a reward as Ray does: rungs from the highest
+// milestone down; a result decides at the highest milestone its iteration
+// reached that the trial has no value at yet: cutoff = nanpercentile of the
+// rewards recorded there, (1 - 1/rf) * 100; STOP when the reward is below
+// it; then the reward is recorded there.
+class RayBracket {
+ public:
+  RayBracket(int64_t min_t, int64_t max_t, int rf) : rf_(rf) {
+    for (int64_t m = min_t; m < max_t; m *= rf) milestones_.insert(milestones_.begin(), m);
+    recorded_.resize(milestones_.size());
+  }
+  // true: CONTINUE, false: STOP.
+  bool OnResult(int trial, int64_t iteration, double reward) {
+    for (size_t i = 0; i < milestones_.size(); ++i) {
+      if (iteration >= milestones_[i] && recorded_[i].count(trial)) break;
+      if (iteration < milestones_[i] || recorded_[i].count(trial)) continue;
+      bool go_on = true;
+      if (!recorded_[i].empty()) {
+        std::vector<double> rewards;
+        for (const auto& [t, r] : recorded_[i]) rewards.push_back(r);
+        go_on = !(reward < NumpyPercentile(rewards, (1.0 - 1.0 / rf_) * 100.0));
+      }
+      recorded_[i][trial] = reward;
+      return go_on;
+    }
+    return true;
+  }
+
+ private:
+  static double NumpyPercentile(std::vector<double> v, double q) {  // method="linear"
+    std::sort(v.begin(), v.end());
+    const double rank = q / 100.0 * static_cast<double>(v.size() - 1);
+    const size_t below = static_cast<size_t>(rank);
+    const size_t above = std::min(below + 1, v.size() - 1);
+    return v[below] + (rank - static_cast<double>(below)) * (v[above] - v[below]);
+  }
+  const int rf_;
+  std::vector<int64_t> milestones_;
+  std::vector<std::map<int, double>> recorded_;
+};
+
+// A fixed sequence of reports, replayed through our searcher (the loss, to
+// minimize) and through Ray's rule (the reward: its negation): every
+// decision equal. The trials report at each rung's step, in an order
+// drawn from the seed, so that later trials meet rungs others reached
+// first; sequences where the rule that counts a trial's own value among
+// those before it decides otherwise are among them.
+TEST(Searcher, AshaDecidesAsRayTunesBracketOnReplayedSequences) {
+  int differs_from_self_inclusive = 0, decisions = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    for (int rf : {2, 3, 4}) {
+      SweepSpec s = Sweep(SweepSearcher::Kind::kAsha, 30);
+      s.searcher.reduction_factor = rf;
+      s.searcher.min_steps = 10;
+      s.max_steps = 10 * rf * rf * rf;
+      auto ours = MakeSearcher(s);
+      RayBracket ray(10, s.max_steps, rf);
+      const std::vector<int64_t> rungs = AshaRungs(10, rf, s.max_steps);
+      std::mt19937_64 gen(seed * 7919 + rf);
+      std::uniform_real_distribution<double> u(0.0, 1.0);
+      // (trial, rung index) reports, each trial's rungs in order, trials interleaved.
+      std::vector<int> next(30, 0);
+      std::vector<bool> stopped(30, false);
+      std::map<int, std::vector<double>> recorded_self;  // the self-inclusive rule, for contrast
+      for (int round = 0; round < 30 * static_cast<int>(rungs.size()); ++round) {
+        const int trial = static_cast<int>(gen() % 30);
+        if (stopped[trial] || next[trial] >= static_cast<int>(rungs.size())) continue;
+        const int rung = next[trial]++;
+        const double loss = u(gen);
+        std::vector<double>& before = recorded_self[rung];
+        std::vector<double> with_own = before;
+        with_own.push_back(loss);
+        const bool self_inclusive = loss <= Percentile(with_own, 100.0 / rf);
+        const bool ray_goes_on = ray.OnResult(trial, rungs[rung], -loss);
+        const Searcher::Verdict v = ours->OnMetric(trial, rungs[rung], loss);
+        const bool ours_goes_on = v != Searcher::Verdict::kStop;
+        ASSERT_EQ(ours_goes_on, ray_goes_on) << "seed " << seed << " rf " << rf << " trial " << trial << " rung "
+                                             << rungs[rung] << " loss " << loss << " after " << before.size();
+        differs_from_self_inclusive += self_inclusive != ray_goes_on;
+        ++decisions;
+        before.push_back(loss);
+        if (!ours_goes_on) stopped[trial] = true;
+      }
+    }
+  }
+  EXPECT_GT(decisions, 2000);
+  EXPECT_GT(differs_from_self_inclusive, 0) << "the sequences include ones where the two rules differ";
+  std::printf("ASHA replay: %d decisions, %d of them where the self-inclusive rule differs\n", decisions,
+              differs_from_self_inclusive);
 }
 
 TEST(Searcher, AshaStopsTheWorstAtEachRungOfASimulatedSweep) {
