@@ -84,7 +84,10 @@ int main(int argc, char** argv) {
   run->add_option("--set", sets, "Override a field of the job's spec (as submit --set)")
       ->type_name("KEY=VALUE")
       ->take_all();
-  run->prefix_command();  // SCRIPT and everything after it are the script's
+  // SCRIPT and everything after it are the script's: nothing falls through
+  // to the global options (give those before `run`).
+  run->prefix_command();
+  run->fallthrough(false);
   auto* list = app.add_subcommand("list", "List jobs");
   list->add_option("--state", state, "Only jobs in this state (QUEUED, RUNNING, SUCCEEDED, FAILED, ...)")
       ->type_name("STATE");

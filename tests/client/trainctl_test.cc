@@ -471,6 +471,13 @@ TEST(TrainctlCommandLine, WhatComesFromTorchrunIsPointedToItsCommand) {
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("sweep-0123abcd is a sweep, not a job: `trainctl sweep cancel sweep-0123abcd`"), std::string::npos)
       << out;
+  // torchrun's shape parses: SCRIPT and all after it are the script's (the
+  // server here does not exist, so it ends at the call).
+  for (const std::string& run : {"run --nproc-per-node 2 " + script + " -- --lr 1", "run " + script + " --lr 1"}) {
+    out = RunBinary("--server 127.0.0.1:1 " + run, &rc);
+    EXPECT_EQ(rc, 2);
+    EXPECT_NE(out.find("cannot reach the trainyard server"), std::string::npos) << run << ": " << out;
+  }
   out = RunBinary("--server 127.0.0.1:1 submit " + dir.path() + "/nothere.yaml", &rc);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("nothere.yaml: No such file or directory"), std::string::npos) << out;
