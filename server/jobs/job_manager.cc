@@ -356,19 +356,6 @@ void JobManager::CheckProgress() {
 std::vector<std::string> JobManager::Shutdown(ShutdownMode mode) {
   ManagerLock lock(&mu_);
   jobs_.SaveHistories();
-  if (mode == ShutdownMode::kDetach) {
-    int running = 0;
-    for (const std::string& id : jobs_.ids()) {
-      const ActiveJob& job = *jobs_.Find(id);
-      running += job.attempt && job.record.state != JobState::kQueued;
-    }
-    if (running > 0) {
-      spdlog::warn(
-          "trainyard-server: {} job(s) left training, detached (--on-shutdown detach): a server started on the same "
-          "state directory adopts them; --on-shutdown stop or checkpoint stops them with the server",
-          running);
-    }
-  }
   return stops_.Shutdown(mode, &requests_);
 }
 

@@ -90,11 +90,18 @@ bool JobStops::StopForShutdown(ActiveJob& job, ShutdownMode mode, int64_t reques
 std::vector<std::string> JobStops::Shutdown(ShutdownMode mode, PendingRequests* requests) {
   lifecycle_->BeginShutdown();
   std::vector<std::string> stopping;
+  int running = 0;
   for (const std::string& id : jobs_->ids()) {
     ActiveJob& job = *jobs_->Find(id);
-    if (job.attempt && job.record.state != JobState::kQueued && StopForShutdown(job, mode, requests->NextId())) {
-      stopping.push_back(id);
-    }
+    if (!job.attempt || job.record.state == JobState::kQueued) continue;
+    ++running;
+    if (StopForShutdown(job, mode, requests->NextId())) stopping.push_back(id);
+  }
+  if (mode == ShutdownMode::kDetach && running > 0) {
+    spdlog::warn(
+        "trainyard-server: {} job(s) left training, detached (--on-shutdown detach): a server started on the same "
+        "state directory adopts them; --on-shutdown stop or checkpoint stops them with the server",
+        running);
   }
   return stopping;
 }

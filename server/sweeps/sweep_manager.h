@@ -47,6 +47,7 @@
 #include "server/notify/notifier.h"
 #include "server/store/sweep_store.h"
 #include "server/sweeps/searcher.h"
+#include "server/sweeps/trial_spec.h"
 
 namespace trainyard {
 
@@ -165,10 +166,6 @@ class SweepManager {
   bool stop_ ABSL_GUARDED_BY(thread_mu_) = false;
   std::thread thread_;
 };
-
-// A caller as the store keeps it (SweepRecord::caller), and back.
-std::string EncodeCaller(const Caller& c);
-Caller DecodeCaller(const std::string& text);
 
 }  // namespace trainyard
 
