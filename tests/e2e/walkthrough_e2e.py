@@ -40,7 +40,9 @@ class Walkthrough(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         # The checkout: where the torchrun example's script lies.
-        cls.server = Server(cls.tmp.name, slots=2, extra=("--allowed-root", REPO))
+        # A relative script.path is resolved against the server's working
+        # directory (docs/reference/job-spec.md): the checkout, as in the README.
+        cls.server = Server(cls.tmp.name, slots=2, extra=("--allowed-root", REPO), cwd=REPO)
 
     @classmethod
     def tearDownClass(cls):
