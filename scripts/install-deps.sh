@@ -12,7 +12,7 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev
   clang clang-format libclang-rt-dev libgloo-dev python3-grpcio python3-numpy python3-venv
   prometheus python3-yaml patchelf libre2-dev
-  libjs-chart.js libcivetweb-dev chromium chromium-driver
+  libjs-chart.js libcivetweb-dev chromium chromium-driver libpq-dev postgresql-15
   fuse3 python3-fusepy
 )
 

@@ -1,8 +1,12 @@
 // JobStore: durable record of jobs and their state-change events.
 //
 // Open() returns the SQLite implementation (WAL journal, synchronous=FULL so
-// a committed transition survives power loss). All methods are safe to call
-// concurrently from several threads; the store serializes them internally.
+// a committed transition survives power loss; the file's PRAGMA user_version
+// is its schema's version, 1 now, and a newer one is refused);
+// server/store/stores.h opens it or the PostgreSQL one (pg_stores.h), which
+// behaves alike. All methods are safe to call concurrently from several
+// threads; the SQLite store serializes them internally, the PostgreSQL one
+// runs them on a few connections.
 #ifndef TRAINYARD_SERVER_STORE_JOB_STORE_H_
 #define TRAINYARD_SERVER_STORE_JOB_STORE_H_
 
@@ -40,8 +44,9 @@ class JobStore {
   // the newest).
   struct Page {
     std::vector<JobRecord> jobs;
-    int64_t last = 0;   // insertion number of the page's last job
-    bool more = false;  // jobs in `states` follow
+    int64_t last = 0;              // insertion number of the page's last job
+    bool more = false;             // jobs in `states` follow
+    std::vector<int64_t> numbers;  // each job's insertion number (a copy keeps them: InsertCopy)
   };
   // `owners`: only jobs of these owners (or of these groups, `groups`);
   // both empty: every job.
@@ -52,6 +57,13 @@ class JobStore {
   // (NotFound for an unknown id). Files the job wrote stay where they are;
   // whether the job may go (it has ended) is the caller's to check.
   virtual absl::Status Delete(const std::string& id) = 0;
+  // Copying a store (server/store/migrate_store.h): inserts `job` as
+  // insertion number `number` with `events` in order, atomically, so that
+  // listings and page tokens read as in the store it came from; jobs
+  // inserted later are numbered after it. Unimplemented by wrappers.
+  virtual absl::Status InsertCopy(int64_t number, const JobRecord& job, const std::vector<JobEvent>& events) {
+    return absl::UnimplementedError("this job store cannot take a copy");
+  }
   virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& id) = 0;
   virtual absl::Status AddCheckpoint(const std::string& id, const CheckpointRecord& c) = 0;
   // In the order reported.

@@ -112,6 +112,7 @@ class SqliteJobStore final : public JobStore {
                                "PRAGMA busy_timeout=5000;"}) {
       if (auto s = Exec(pragma); !s.ok()) return s;
     }
+    if (auto s = SqliteSchemaVersion(db_); !s.ok()) return s;
     if (auto s = Exec(kSchema); !s.ok()) return s;
     return AddMissingColumns();
   }
@@ -125,6 +126,22 @@ class SqliteJobStore final : public JobStore {
     BindJob(st, job);
     if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("insert job " + job.id));
     if (auto s = AppendEvent(job.id, event); !s.ok()) return Rollback(s);
+    return Exec("COMMIT;");
+  }
+
+  absl::Status InsertCopy(int64_t number, const JobRecord& job, const std::vector<JobEvent>& events) override {
+    absl::MutexLock lock(&mu_);
+    if (auto s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+    // AUTOINCREMENT numbers the jobs inserted later after the largest number.
+    Stmt st(db_, absl::StrCat("INSERT INTO jobs (seq, ", kJobColumns, ") VALUES (:seq, ",
+                              JobColumns([](const std::string& c) { return ":" + c; }), ");"));
+    if (!st.ok()) return Rollback(Error("prepare insert"));
+    st.Bind("seq", number);
+    BindJob(st, job);
+    if (sqlite3_step(st.get()) != SQLITE_DONE) return Rollback(Error("insert job " + job.id));
+    for (const JobEvent& e : events) {
+      if (auto s = AppendEvent(job.id, e); !s.ok()) return Rollback(s);
+    }
     return Exec("COMMIT;");
   }
 
@@ -208,6 +225,7 @@ class SqliteJobStore final : public JobStore {
         break;
       }
       page.last = st.Int(0);
+      page.numbers.push_back(page.last);
       page.jobs.push_back(ReadJob(st));
     }
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Error("list jobs");

@@ -30,6 +30,29 @@ inline absl::Status SqliteError(sqlite3* db, const std::string& what) {
   return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
 }
 
+// The schema's version in the file's PRAGMA user_version: the tables as
+// they are now (the job and the sweep store's) are version 1, a file from
+// before versions (0) becomes 1, and a file of a newer version than this
+// binary knows is refused (FailedPrecondition), untouched.
+inline constexpr int kSqliteSchemaVersion = 1;
+inline absl::Status SqliteSchemaVersion(sqlite3* db) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, "PRAGMA user_version;", -1, &st, nullptr) != SQLITE_OK) {
+    return SqliteError(db, "read the schema's version");
+  }
+  const int64_t version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  sqlite3_finalize(st);
+  if (version > kSqliteSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("the store's schema is at version ", version,
+                                                      ", newer than this trainyard-server knows (",
+                                                      kSqliteSchemaVersion, "): run the version that wrote it"));
+  }
+  if (version < kSqliteSchemaVersion) {
+    return SqliteExec(db, absl::StrCat("PRAGMA user_version = ", kSqliteSchemaVersion, ";").c_str());
+  }
+  return absl::OkStatus();
+}
+
 // Owns one prepared statement.
 class Stmt {
  public:

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "server/store/sqlite_stmt.h"
+#include "server/store/sweep_trial_json.h"
 
 namespace trainyard {
 namespace {
@@ -49,6 +50,8 @@ CREATE TABLE IF NOT EXISTS sweep_events (
 CREATE INDEX IF NOT EXISTS sweep_events_by_sweep ON sweep_events (sweep_id, seq);
 )sql";
 
+}  // namespace
+
 std::string TrialJson(const SweepTrialRecord& t) {
   nlohmann::json j = {{"job_id", t.job_id},
                       {"values", t.values},
@@ -86,6 +89,8 @@ absl::StatusOr<SweepTrialRecord> TrialFromJson(int32_t number, const std::string
   return t;
 }
 
+namespace {
+
 class SqliteSweepStore final : public SweepStore {
  public:
   explicit SqliteSweepStore(sqlite3* db) : db_(db) {}
@@ -97,10 +102,11 @@ class SqliteSweepStore final : public SweepStore {
   absl::Status Init() {
     absl::MutexLock lock(&mu_);
     for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", "PRAGMA foreign_keys=ON;",
-                            "PRAGMA busy_timeout=5000;", kSchema}) {
+                            "PRAGMA busy_timeout=5000;"}) {
       if (auto s = Exec(sql); !s.ok()) return s;
     }
-    return absl::OkStatus();
+    if (auto s = SqliteSchemaVersion(db_); !s.ok()) return s;
+    return Exec(kSchema);
   }
 
   absl::Status Insert(const SweepRecord& w) override {
