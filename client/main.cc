@@ -9,6 +9,7 @@
 
 #include "client/trainctl.h"
 #include "common/command_line.h"
+#include "common/leader_hint.h"
 #include "common/paths.h"
 
 namespace {
@@ -33,8 +34,10 @@ int main(int argc, char** argv) {
   // Global options go before or after the subcommand, as kubectl's do:
   // `trainctl get JOB -o json` and `trainctl -o json get JOB`.
   app.fallthrough();
-  app.add_option("--server", o.server, "Server address (env TRAINYARD_SERVER)")
-      ->type_name("HOST:PORT")
+  app.add_option("--server", o.server,
+                 "Server address; several, comma-separated, for coordinators of which one leads (env "
+                 "TRAINYARD_SERVER)")
+      ->type_name("HOST:PORT[,HOST:PORT...]")
       ->capture_default_str();
   app.add_option("-o,--output", output, "Output format")
       ->type_name("FORMAT")
@@ -249,6 +252,10 @@ int main(int argc, char** argv) {
   if ((!cert_file.empty() && !trainyard::ReadFileToString(cert_file, &o.cert_pem)) ||
       (!key_file.empty() && !trainyard::ReadFileToString(key_file, &o.key_pem))) {
     std::cerr << "trainctl: cannot read --cert/--key\n";
+    return 2;
+  }
+  if (absl::StatusOr<std::vector<std::string>> servers = trainyard::SplitAddresses(o.server); !servers.ok()) {
+    std::cerr << "trainctl: --server (or TRAINYARD_SERVER): " << servers.status().message() << "\n";
     return 2;
   }
   if (o.ca_pem.empty() && !o.cert_pem.empty()) {

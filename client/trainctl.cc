@@ -115,7 +115,7 @@ int Trainctl::Submit(const std::string& file, bool watch, const std::string& acc
     req.set_accelerate_config(text.str());
   }
   v1::SubmitJobResponse resp;
-  grpc::Status st = s.Call(&v1::JobService::Stub::SubmitJob, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::SubmitJob, req, &resp, std::nullopt, Resend::kOnlyUnsent);
   if (!st.ok()) return s.Fail(st);
   if (s.options.output == OutputFormat::kJson && !watch) {
     s.PrintJob(resp.job());
@@ -154,7 +154,10 @@ int Trainctl::Run(const std::string& script, const std::vector<std::string>& arg
   req.set_spec(*text);
   req.set_source_name(path.string());
   v1::SubmitJobResponse resp;
-  if (grpc::Status st = s.Call(&v1::JobService::Stub::SubmitJob, req, &resp); !st.ok()) return s.Fail(st);
+  if (grpc::Status st = s.Call(&v1::JobService::Stub::SubmitJob, req, &resp, std::nullopt, Resend::kOnlyUnsent);
+      !st.ok()) {
+    return s.Fail(st);
+  }
   s.out << "submitted " << resp.job().id() << " (" << resp.job().name() << "): " << StateName(resp.job().state())
         << "\n";
   return watch ? Watch(resp.job().id()) : 0;
@@ -265,9 +268,6 @@ int Trainctl::Watch(const std::string& id, int printed_state) {
   const bool tty = isatty(STDOUT_FILENO) && &s.out == &std::cout;
   v1::WatchJobRequest req;
   req.set_id(id);
-  grpc::ClientContext ctx;  // no deadline: a watch lasts as long as the job
-  s.Authorize(&ctx);
-  auto reader = s.stub->WatchJob(&ctx, req);
   v1::WatchJobResponse resp;
   v1::Job job;
   bool have_job = false;
@@ -276,54 +276,90 @@ int Trainctl::Watch(const std::string& id, int printed_state) {
   auto last_redraw = last_line;
   int64_t first_step = -1;
   std::string last_progress;
-  while (reader->Read(&resp)) {
-    if (resp.has_job()) {
-      const bool changed = have_job ? resp.job().state() != job.state() : resp.job().state() != printed_state;
-      job = resp.job();
-      have_job = true;
-      if (changed && !IsTerminalProto(job.state())) {
-        if (tty && !last_progress.empty()) s.out << "\n";
-        s.out << job.id() << ": " << StateName(job.state()) << " — " << Shown(job.reason()) << "\n";
-        last_progress.clear();
+  grpc::Status st;
+  // A stream that breaks in a takeover (several coordinators, or a
+  // standby's answer) is opened again at the leader, found by a call that
+  // goes through the list (Call), within kTakeoverWindow.
+  std::optional<std::chrono::steady_clock::time_point> lost_since;
+  for (;;) {
+    grpc::ClientContext ctx;  // no deadline: a watch lasts as long as the job
+    s.Authorize(&ctx);
+    const std::string at = s.leader;
+    auto reader = s.LeaderStub()->WatchJob(&ctx, req);
+    bool read_any = false;
+    while (reader->Read(&resp)) {
+      read_any = true;
+      lost_since.reset();
+      if (resp.has_job()) {
+        const bool changed = have_job ? resp.job().state() != job.state() : resp.job().state() != printed_state;
+        job = resp.job();
+        have_job = true;
+        if (changed && !IsTerminalProto(job.state())) {
+          if (tty && !last_progress.empty()) s.out << "\n";
+          s.out << job.id() << ": " << StateName(job.state()) << " — " << Shown(job.reason()) << "\n";
+          last_progress.clear();
+        }
+        continue;
       }
-      continue;
+      if (!resp.has_metrics() || !have_job) continue;
+      const v1::MetricsSample& m = resp.metrics();
+      auto now = std::chrono::steady_clock::now();
+      if (first_step < 0) {
+        first_step = m.step();
+        start = now;
+      }
+      // A script job's length is its own (max_steps 0): its steps, no bar.
+      const bool known = job.max_steps() > 0;
+      const int64_t max_steps = std::max<int64_t>(1, job.max_steps());
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const int64_t done = m.step() - first_step;
+      const double eta = done > 0 ? elapsed / done * (max_steps - m.step()) : NAN;
+      const int width = 24;
+      const int filled = static_cast<int>(width * std::min<int64_t>(m.step(), max_steps) / max_steps);
+      std::ostringstream line;
+      if (known) {
+        line << "[" << std::string(filled, '#') << std::string(width - filled, '-') << "] step " << m.step() << "/"
+             << max_steps;
+      } else {
+        line << "step " << m.step();
+      }
+      line << "  " << FormatRate(m.samples_per_second()) << " samples/s  loss " << FormatMetric(m.loss(), m.step() > 0);
+      if (known) line << "  ETA " << FormatDuration(eta);
+      last_progress = line.str();
+      if (tty) {
+        // At most ~10 redraws a second, as tqdm (and the last step always).
+        if (now - last_redraw < std::chrono::milliseconds(100) && !(known && m.step() >= max_steps)) continue;
+        last_redraw = now;
+        s.out << "\r" << last_progress << "\033[K" << std::flush;
+      } else if (now - last_line >= std::chrono::seconds(2) || (known && m.step() >= max_steps)) {
+        s.out << last_progress << "\n" << std::flush;
+        last_line = now;
+      }
     }
-    if (!resp.has_metrics() || !have_job) continue;
-    const v1::MetricsSample& m = resp.metrics();
-    auto now = std::chrono::steady_clock::now();
-    if (first_step < 0) {
-      first_step = m.step();
-      start = now;
+    st = reader->Finish();
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE && (s.addresses.size() > 1 || IsStandbyAnswer(st))) {
+      if (const std::string hint = LeaderHint(ctx); !hint.empty()) s.leader = hint;
+      // Refused at once again and again: paced, and within the window.
+      if (!read_any && !s.AwaitLeader(st, &lost_since)) break;
+      if (read_any) {
+        if (tty && !last_progress.empty()) s.out << "\n";
+        last_progress.clear();
+        s.err << "trainctl: lost the watch's stream to " << at << " (" << st.error_message()
+              << "); following the job at the leader\n";
+      }
+      // Where the leader is: a call through the list.
+      v1::GetJobRequest get;
+      get.set_id(id);
+      v1::GetJobResponse got;
+      grpc::Status found = s.Call(&v1::JobService::Stub::GetJob, get, &got);
+      while (found.error_code() == grpc::StatusCode::UNAVAILABLE && s.AwaitLeader(found, &lost_since)) {
+        found = s.Call(&v1::JobService::Stub::GetJob, get, &got);
+      }
+      if (found.ok()) continue;
+      st = found;
     }
-    // A script job's length is its own (max_steps 0): its steps, no bar.
-    const bool known = job.max_steps() > 0;
-    const int64_t max_steps = std::max<int64_t>(1, job.max_steps());
-    const double elapsed = std::chrono::duration<double>(now - start).count();
-    const int64_t done = m.step() - first_step;
-    const double eta = done > 0 ? elapsed / done * (max_steps - m.step()) : NAN;
-    const int width = 24;
-    const int filled = static_cast<int>(width * std::min<int64_t>(m.step(), max_steps) / max_steps);
-    std::ostringstream line;
-    if (known) {
-      line << "[" << std::string(filled, '#') << std::string(width - filled, '-') << "] step " << m.step() << "/"
-           << max_steps;
-    } else {
-      line << "step " << m.step();
-    }
-    line << "  " << FormatRate(m.samples_per_second()) << " samples/s  loss " << FormatMetric(m.loss(), m.step() > 0);
-    if (known) line << "  ETA " << FormatDuration(eta);
-    last_progress = line.str();
-    if (tty) {
-      // At most ~10 redraws a second, as tqdm (and the last step always).
-      if (now - last_redraw < std::chrono::milliseconds(100) && !(known && m.step() >= max_steps)) continue;
-      last_redraw = now;
-      s.out << "\r" << last_progress << "\033[K" << std::flush;
-    } else if (now - last_line >= std::chrono::seconds(2) || (known && m.step() >= max_steps)) {
-      s.out << last_progress << "\n" << std::flush;
-      last_line = now;
-    }
+    break;
   }
-  grpc::Status st = reader->Finish();
   if (tty && !last_progress.empty()) s.out << "\r" << last_progress << "\033[K\n";  // the last, drawn or not
   if (!st.ok()) return s.Fail(st);
   if (!have_job) {
@@ -389,7 +425,8 @@ int Trainctl::Checkpoint(const std::string& id, const std::string& type, bool wa
   req.set_type(ToProto(ValueOf(kCheckpointTypeNames, type).value_or(CheckpointType::kAuto)));
   req.set_wait(wait);
   v1::CheckpointJobResponse resp;
-  grpc::Status st = s.Call(&v1::JobService::Stub::CheckpointJob, req, &resp, wait ? wait_for : s.options.rpc_timeout);
+  grpc::Status st = s.Call(&v1::JobService::Stub::CheckpointJob, req, &resp, wait ? wait_for : s.options.rpc_timeout,
+                           Resend::kOnlyUnsent);
   if (const v1::JobState state = wait && st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                                      ? Impl::LastState(s, id)
                                      : v1::JOB_STATE_UNSPECIFIED;
@@ -490,7 +527,7 @@ int Trainctl::Resume(const std::string& id, const std::string& from, int num_pro
   req.set_from(from);
   req.set_num_processes(num_processes);
   v1::ResumeJobResponse resp;
-  grpc::Status st = s.Call(&v1::JobService::Stub::ResumeJob, req, &resp);
+  grpc::Status st = s.Call(&v1::JobService::Stub::ResumeJob, req, &resp, std::nullopt, Resend::kOnlyUnsent);
   if (!st.ok()) return s.Fail(st);
   s.out << resp.job().id() << ": " << StateName(resp.job().state()) << " — " << Shown(resp.job().reason()) << "\n";
   return watch ? Watch(id, resp.job().state()) : 0;

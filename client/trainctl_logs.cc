@@ -71,13 +71,20 @@ int Trainctl::Logs(const std::string& id, const LogsOptions& o) {
   // and nothing more comes.
   const int attempt = resp.attempt();
   int64_t offset = resp.size();
+  // A takeover (several coordinators) is waited out: the polls go to the
+  // leader (Call), within kTakeoverWindow.
+  std::optional<std::chrono::steady_clock::time_point> lost_since;
   for (;;) {
     const bool ended = IsTerminalProto(Impl::LastState(s, id));
     v1::GetLogsResponse more;
     // From `offset` on; at 0 (an empty log so far) the log's end, all of it
     // while it is under the limit.
     grpc::Status st = fetch(attempt, offset, &more);
-    if (!st.ok()) return s.Fail(st);
+    if (!st.ok()) {
+      if (s.AwaitLeader(st, &lost_since)) continue;
+      return s.Fail(st);
+    }
+    lost_since.reset();
     s.out << show(more.content()) << std::flush;
     offset = more.size();
     if (ended && more.content().empty()) return 0;

@@ -455,7 +455,7 @@ grpc::Status JobServiceImpl::GetLogs(const Caller& caller, const v1::GetLogsRequ
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Connect(
     grpc::CallbackServerContext* ctx) {
-  return new WorkerStream(ctx, manager_, &hellos_);
+  return new WorkerStream(ctx, manager_, &hellos_, term_);
 }
 
 }  // namespace trainyard

@@ -96,9 +96,16 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   // The streams that have not said hello yet.
   int waiting_for_hello() { return hellos_.waiting(); }
 
+  // Where the term stamped on every message down (the welcome and each
+  // command: CoordinatorMessage.term, the fencing token of issue 65) comes
+  // from: asked as each message is written, from gRPC's threads. Unset: 0,
+  // no leadership (one coordinator). Set before the server starts.
+  void set_term_source(std::function<int64_t()> term) { term_ = std::move(term); }
+
  private:
   WorkerHandler* const manager_;
   HelloGuard hellos_;
+  std::function<int64_t()> term_;
 };
 
 void SweepToProto(const SweepStatus& sweep, v1::Sweep* out);

@@ -105,8 +105,9 @@ std::optional<std::string> ProvenJob(const grpc::CallbackServerContext* ctx, Wor
 
 }  // namespace
 
-WorkerStream::WorkerStream(grpc::CallbackServerContext* ctx, WorkerHandler* manager, HelloGuard* hellos)
-    : ctx_(ctx), manager_(manager) {
+WorkerStream::WorkerStream(grpc::CallbackServerContext* ctx, WorkerHandler* manager, HelloGuard* hellos,
+                           std::function<int64_t()> term)
+    : ctx_(ctx), manager_(manager), term_(std::move(term)) {
   if (absl::Status s = hellos->Start(ctx, ProvenJob(ctx, manager)); !s.ok()) {
     End(ToGrpcStatus(s));
     return;
@@ -171,6 +172,7 @@ void WorkerStream::Hello() {
     w->set_attempt(attempt_);
     w->set_master_addr(attached->master_addr);
     w->set_master_port(attached->master_port);
+    out_.set_term(term_ ? term_() : 0);
     writing_ = true;
     StartWrite(&out_);
   }
@@ -218,6 +220,7 @@ void WorkerStream::Pump() {
   if (!channel_->TryPop(&cmd)) return;
   out_.Clear();
   CommandToProto(cmd, &out_, &membership_sent_);
+  out_.set_term(term_ ? term_() : 0);
   writing_ = true;
   StartWrite(&out_);
 }

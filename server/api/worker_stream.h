@@ -13,6 +13,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,7 +27,9 @@ namespace trainyard {
 
 class WorkerStream final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
-  WorkerStream(grpc::CallbackServerContext* ctx, WorkerHandler* manager, HelloGuard* hellos);
+  // `term` (may be empty: 0) is stamped on every message written down.
+  WorkerStream(grpc::CallbackServerContext* ctx, WorkerHandler* manager, HelloGuard* hellos,
+               std::function<int64_t()> term = {});
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -45,6 +48,7 @@ class WorkerStream final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1:
 
   grpc::CallbackServerContext* const ctx_;
   WorkerHandler* const manager_;
+  const std::function<int64_t()> term_;
   std::optional<HelloGuard::Wait> waiting_;  // until the hello
   v1::WorkerMessage in_;
   v1::WorkerHello hello_;

@@ -17,6 +17,7 @@
 
 #include "client/job_format.h"
 #include "client/trainctl.h"
+#include "common/leader_hint_grpc.h"
 #include "tests/test_paths.h"
 #include "tests/test_util.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -139,7 +140,33 @@ class FakeJobService final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // Takes every job: job-s.
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest*, v1::SubmitJobResponse* resp) override {
+    Record(ctx);
+    std::lock_guard<std::mutex> lock(mu);
+    ++submits;
+    resp->mutable_job()->set_id("job-s");
+    resp->mutable_job()->set_name("mnist");
+    resp->mutable_job()->set_state(v1::QUEUED);
+    return grpc::Status::OK;
+  }
+
+  // job-1 running, then succeeded.
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
+    Record(ctx);
+    for (const v1::JobState state : {v1::RUNNING, v1::SUCCEEDED}) {
+      v1::WatchJobResponse resp;
+      resp.mutable_job()->set_id(req->id());
+      resp.mutable_job()->set_state(state);
+      resp.mutable_job()->set_reason(state == v1::SUCCEEDED ? "done at the new leader" : "training");
+      writer->Write(resp);
+    }
+    return grpc::Status::OK;
+  }
+
   std::mutex mu;
+  int submits = 0;
   bool queue_all_users = false;
   std::vector<v1::ListJobsRequest> list_requests;
   std::vector<std::string> deleted;  // the ids DeleteJob was asked for
@@ -481,6 +508,170 @@ TEST(TrainctlCommandLine, WhatComesFromTorchrunIsPointedToItsCommand) {
   out = RunBinary("--server 127.0.0.1:1 submit " + dir.path() + "/nothere.yaml", &rc);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("nothere.yaml: No such file or directory"), std::string::npos) << out;
+}
+
+// High availability (issue 65): a coordinator that is a standby answers
+// every call UNAVAILABLE with the leader's address in the trailing metadata
+// (none when no coordinator leads yet); a watch it served ends so when it
+// steps down.
+class StandbyJobService final : public v1::JobService::Service {
+ public:
+  // `leader`: the address named ("": no leader yet); `stopping`: answers
+  // UNAVAILABLE as a coordinator that is going away does, not as a standby.
+  explicit StandbyJobService(std::string leader, bool stopping = false)
+      : leader_(std::move(leader)), stopping_(stopping) {}
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest*, v1::GetJobResponse*) override {
+    return Answer(ctx);
+  }
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override {
+    return Answer(ctx);
+  }
+  // The job running, then the stream ends: this coordinator stepped down.
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::WatchJobResponse>* writer) override {
+    v1::WatchJobResponse resp;
+    resp.mutable_job()->set_id(req->id());
+    resp.mutable_job()->set_state(v1::RUNNING);
+    resp.mutable_job()->set_reason("training");
+    writer->Write(resp);
+    return Answer(ctx);
+  }
+  int calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  grpc::Status Answer(grpc::ServerContext* ctx) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++calls_;
+    }
+    if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping");
+    return AnswerAsStandby(ctx, leader_, 4);
+  }
+  const std::string leader_;
+  const bool stopping_;
+  std::mutex mu_;
+  int calls_ = 0;
+};
+
+// A StandbyJobService on a port of loopback.
+struct RunningStandby {
+  explicit RunningStandby(const std::string& leader, bool stopping = false) : service(leader, stopping) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    address = "127.0.0.1:" + std::to_string(port);
+  }
+  ~RunningStandby() { server->Shutdown(); }
+  StandbyJobService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+// Nothing listens there: the connection is refused.
+constexpr char kDeadAddress[] = "127.0.0.1:1";
+
+class TrainctlLeaderTest : public TrainctlTest {
+ protected:
+  int RunAt(const std::string& servers, const std::function<int(Trainctl&)>& command) {
+    TrainctlOptions o;
+    o.server = servers;
+    o.rpc_timeout = std::chrono::seconds(5);
+    out_.str("");
+    err_.str("");
+    Trainctl ctl(o, out_, err_);
+    return command(ctl);
+  }
+};
+
+TEST_F(TrainctlLeaderTest, AStandbysHintLeadsToTheLeaderEvenOutsideTheList) {
+  RunningStandby standby(address_);
+  // One address, a standby's: the call goes on to the leader it names, and
+  // the next call of the same trainctl goes there first.
+  ASSERT_EQ(RunAt(standby.address,
+                  [](Trainctl& c) {
+                    const int rc = c.Get("job-1");
+                    return rc != 0 ? rc : c.Get("job-1");
+                  }),
+            0)
+      << err_.str();
+  EXPECT_NE(out_.str().find("state:        RUNNING"), std::string::npos) << out_.str();
+  EXPECT_EQ(standby.service.calls(), 1);
+  EXPECT_TRUE(err_.str().empty()) << err_.str();
+}
+
+TEST_F(TrainctlLeaderTest, UnreachableAndLeaderlessCoordinatorsArePassedOver) {
+  RunningStandby leaderless("");
+  ASSERT_EQ(RunAt(std::string(kDeadAddress) + "," + leaderless.address + ", " + address_,
+                  [](Trainctl& c) { return c.Get("job-1"); }),
+            0)
+      << err_.str();
+  EXPECT_NE(out_.str().find("state:        RUNNING"), std::string::npos) << out_.str();
+  EXPECT_EQ(leaderless.service.calls(), 1);
+  // The leader's refusals are the call's answer, as with one coordinator.
+  EXPECT_EQ(RunAt(leaderless.address + "," + address_, [](Trainctl& c) { return c.Get("job-2"); }), 2);
+  EXPECT_EQ(err_.str(), "trainctl: NOT_FOUND: job job-2 not found\n");
+}
+
+TEST_F(TrainctlLeaderTest, NoLeaderSaysWhatEachCoordinatorSaid) {
+  RunningStandby leaderless("");
+  const std::string list = std::string(kDeadAddress) + "," + leaderless.address;
+  EXPECT_EQ(RunAt(list, [](Trainctl& c) { return c.Get("job-1"); }), 2);
+  EXPECT_EQ(err_.str(), "trainctl: no trainyard server of " + list + " answered as the leader:\n  " + kDeadAddress +
+                            ": cannot connect\n  " + leaderless.address +
+                            ": this coordinator is a standby; no leader yet\n"
+                            "Is trainyard-server running? Set --server or TRAINYARD_SERVER.\n");
+  // One coordinator that is not there: said as ever.
+  EXPECT_EQ(RunAt(kDeadAddress, [](Trainctl& c) { return c.Get("job-1"); }), 2);
+  EXPECT_NE(err_.str().find(std::string("cannot reach the trainyard server at ") + kDeadAddress), std::string::npos)
+      << err_.str();
+}
+
+TEST_F(TrainctlLeaderTest, ASubmissionGoesOnOnlyWhereItWasNotTaken) {
+  TempDir dir;
+  const std::string spec = dir.path() + "/job.yaml";
+  std::ofstream(spec) << "name: mnist\nnum_processes: 1\n";
+  // Refused unsent (no connection) and by a standby: sent to the leader, once.
+  RunningStandby standby("");
+  ASSERT_EQ(RunAt(std::string(kDeadAddress) + "," + standby.address + "," + address_,
+                  [&](Trainctl& c) { return c.Submit(spec, false); }),
+            0)
+      << err_.str();
+  EXPECT_NE(out_.str().find("submitted job-s"), std::string::npos) << out_.str();
+  EXPECT_EQ(service_.submits, 1);
+  // A coordinator that got it and answered UNAVAILABLE may have taken it:
+  // not sent again (a read is).
+  RunningStandby stopping("", /*stopping=*/true);
+  EXPECT_EQ(RunAt(stopping.address + "," + address_, [&](Trainctl& c) { return c.Submit(spec, false); }), 2);
+  EXPECT_EQ(service_.submits, 1);
+  EXPECT_EQ(stopping.service.calls(), 1);
+  EXPECT_NE(err_.str().find("the coordinator is stopping"), std::string::npos) << err_.str();
+  ASSERT_EQ(RunAt(stopping.address + "," + address_, [](Trainctl& c) { return c.Get("job-1"); }), 0) << err_.str();
+}
+
+TEST_F(TrainctlLeaderTest, AWatchFollowsTheJobToTheNewLeader) {
+  // The watch's coordinator steps down mid-stream naming the new leader.
+  RunningStandby old_leader(address_);
+  ASSERT_EQ(RunAt(old_leader.address + "," + address_, [](Trainctl& c) { return c.Watch("job-1"); }), 0) << err_.str();
+  EXPECT_NE(out_.str().find("job-1: RUNNING — training\n"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("job-1: SUCCEEDED — done at the new leader"), std::string::npos) << out_.str();
+  // RUNNING once: the new leader's RUNNING is not news.
+  EXPECT_EQ(out_.str().find("RUNNING"), out_.str().rfind("RUNNING")) << out_.str();
+  EXPECT_NE(err_.str().find("lost the watch's stream to " + old_leader.address), std::string::npos) << err_.str();
+}
+
+TEST(TrainctlCommandLine, AServerListWithAnEmptyItemIsRefused) {
+  int rc = -1;
+  const std::string out = RunBinary("--server a:1,,b:2 get job-1", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(
+      out.find("trainctl: --server (or TRAINYARD_SERVER): coordinator address list \"a:1,,b:2\": item 2 is empty"),
+      std::string::npos)
+      << out;
 }
 
 }  // namespace
