@@ -93,6 +93,10 @@ absl::Status Connection::Connect() {
     return absl::UnavailableError(
         absl::StrCat("cannot connect to ", Redacted(url_), ": ", Trimmed(PQerrorMessage(conn_))));
   }
+  // PostgreSQL's notices (CREATE TABLE IF NOT EXISTS's "already exists,
+  // skipping") are not errors: not on the program's stderr.
+  PQsetNoticeProcessor(
+      conn_, [](void*, const char*) {}, nullptr);
   if (PQsetnonblocking(conn_, 1) != 0) {
     return absl::InternalError(absl::StrCat("postgresql: cannot make the connection non-blocking"));
   }
@@ -193,7 +197,7 @@ int Connection::backend_pid() const { return conn_ ? PQbackendPID(conn_) : 0; }
 std::string Redacted(const std::string& url) {
   std::string out;
   absl::string_view rest = url;
-  if (IsPostgresUrl(url)) {
+  if (url.find("://") != std::string::npos) {  // a URI (ours, or another's in an error)
     const size_t scheme = url.find("://") + 3;
     out = url.substr(0, scheme);
     rest = absl::string_view(url).substr(scheme);

@@ -1,29 +1,46 @@
-// The sweep store on a real SQLite file: a sweep, its trials and its
+// The sweep store on a real SQLite file and a real PostgreSQL: a sweep, its trials and its
 // searcher's decisions read back as written, across a reopen (what a
 // restarted coordinator sees); and an ASHA searcher resumed from them
 // decides as the one that made them would have.
 #include "server/store/sweep_store.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
+#include <cmath>
 
+#include "server/store/stores.h"
 #include "server/sweeps/searcher.h"
 #include "server/sweeps/sweep_manager.h"
+#include "tests/server/store/pg_test_server.h"
+#include "tests/test_util.h"
 
 namespace trainyard {
 namespace {
 
-std::string TempDb() {
-  const std::string dir = std::filesystem::temp_directory_path() / ("sweep-store-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir + "/trainyard.db";
-}
+// Each test on a fresh store of each backend, opened as a coordinator
+// opens it (OpenStores), again for a reopen.
+class SweepStoreTest : public testing::TestWithParam<test::StoreBackend> {
+ protected:
+  void SetUp() override {
+    auto url = test::StoreUrl(GetParam(), dir_.path());
+    ASSERT_TRUE(url.ok()) << url.status();
+    url_ = *url;
+  }
+  absl::StatusOr<std::unique_ptr<SweepStore>> Open() {
+    auto stores = OpenStores(url_, "");
+    if (!stores.ok()) return stores.status();
+    return std::move(stores->sweeps);
+  }
 
-TEST(SweepStore, ASweepItsTrialsAndDecisionsSurviveAReopen) {
-  const std::string path = TempDb();
+  TempDir dir_;
+  std::string url_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, SweepStoreTest,
+                         testing::Values(test::StoreBackend::kSqlite, test::StoreBackend::kPostgres),
+                         [](const auto& info) { return test::BackendName(info.param); });
+
+TEST_P(SweepStoreTest, ASweepItsTrialsAndDecisionsSurviveAReopen) {
   SweepRecord w;
   w.id = "sweep-1";
   w.name = "lr";
@@ -35,7 +52,7 @@ TEST(SweepStore, ASweepItsTrialsAndDecisionsSurviveAReopen) {
   SweepTrialRecord t0{0, "job-a", {"0.001", "[64, 32]"}, JobState::kRunning, false, 1, 0.25, 300, 12.5, ""};
   SweepTrialRecord t1{1, "", {"0.1", "[64]"}, JobState::kFailed, false, 0, std::nullopt, 0, 0, "refused: bad"};
   {
-    auto store = SweepStore::Open(path);
+    auto store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->Insert(w).ok());
     EXPECT_FALSE((*store)->Insert(w).ok()) << "the same id twice";
@@ -53,7 +70,7 @@ TEST(SweepStore, ASweepItsTrialsAndDecisionsSurviveAReopen) {
     missing.id = "sweep-none";
     EXPECT_EQ((*store)->Update(missing).code(), absl::StatusCode::kNotFound);
   }
-  auto store = SweepStore::Open(path);
+  auto store = Open();
   ASSERT_TRUE(store.ok());
   auto all = (*store)->List();
   ASSERT_TRUE(all.ok()) << all.status();
@@ -77,15 +94,14 @@ TEST(SweepStore, ASweepItsTrialsAndDecisionsSurviveAReopen) {
   EXPECT_EQ(*results, (std::vector<RungResult>{{0, 100, 0.5}, {1, 120, 0.25}}));
 }
 
-TEST(SweepStore, ASweepsEventsSurviveAReopenAndOnlyTheNewestAreKept) {
-  const std::string path = TempDb();
+TEST_P(SweepStoreTest, ASweepsEventsSurviveAReopenAndOnlyTheNewestAreKept) {
   SweepRecord w;
   w.id = "sweep-ev";
   w.spec_text = "sweep: {}\n";
   SweepRecord other = w;
   other.id = "sweep-other";
   {
-    auto store = SweepStore::Open(path);
+    auto store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->Insert(w).ok());
     ASSERT_TRUE((*store)->Insert(other).ok());
@@ -94,7 +110,7 @@ TEST(SweepStore, ASweepsEventsSurviveAReopenAndOnlyTheNewestAreKept) {
     }
     ASSERT_TRUE((*store)->AddEvent(other.id, JobEvent{7, JobState::kSucceeded, "the other's"}).ok());
   }
-  auto store = SweepStore::Open(path);
+  auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   auto events = (*store)->Events(w.id);
   ASSERT_TRUE(events.ok()) << events.status();
@@ -107,6 +123,32 @@ TEST(SweepStore, ASweepsEventsSurviveAReopenAndOnlyTheNewestAreKept) {
   ASSERT_EQ(theirs->size(), 1u);
   EXPECT_EQ(theirs->front().state, JobState::kSucceeded);
   EXPECT_EQ(theirs->front().reason, "the other's");
+}
+
+// Rung results keep their values exactly (17 digits, infinities) and their
+// order; another sweep's are its own; a trial of no sweep is refused.
+TEST_P(SweepStoreTest, RungResultsKeepExactValuesInOrder) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  SweepRecord w;
+  w.id = "sweep-r";
+  SweepRecord other = w;
+  other.id = "sweep-o";
+  ASSERT_TRUE((*store)->Insert(w).ok());
+  ASSERT_TRUE((*store)->Insert(other).ok());
+  const std::vector<RungResult> mine = {
+      {3, 100, 0.1 + 0.2}, {1, 100, -1e-310}, {2, 300, HUGE_VAL}, {0, 900, -HUGE_VAL}};
+  for (const RungResult& r : mine) ASSERT_TRUE((*store)->AddRungResult(w.id, r).ok());
+  ASSERT_TRUE((*store)->AddRungResult(other.id, {0, 1, 2}).ok());
+  EXPECT_EQ(*(*store)->RungResults(w.id), mine);
+  EXPECT_EQ((*store)->RungResults(other.id)->size(), 1u);
+  EXPECT_TRUE((*store)->RungResults("sweep-none")->empty());
+  EXPECT_FALSE((*store)->SaveTrial("sweep-none", SweepTrialRecord{}).ok());
+  auto all = (*store)->List();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, "sweep-r") << "oldest first";
+  EXPECT_EQ((*all)[1].id, "sweep-o");
 }
 
 TEST(SweepStore, AnAshaSearcherResumedFromItsDecisionsDecidesAsTheOriginal) {

@@ -1,12 +1,40 @@
+// The job store's contract, on SQLite and on PostgreSQL alike.
 #include "server/store/job_store.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <limits>
+
+#include "server/store/stores.h"
+#include "tests/server/store/pg_test_server.h"
 #include "tests/test_util.h"
 
 namespace trainyard {
 namespace {
+
+// Each test on a fresh store of each backend (StoreBackend), opened as a
+// coordinator opens it (OpenStores), again for a reopen.
+class JobStoreTest : public testing::TestWithParam<test::StoreBackend> {
+ protected:
+  void SetUp() override {
+    auto url = test::StoreUrl(GetParam(), dir_.path());
+    ASSERT_TRUE(url.ok()) << url.status();
+    url_ = *url;
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> Open() {
+    auto stores = OpenStores(url_, "");
+    if (!stores.ok()) return stores.status();
+    return std::move(stores->jobs);
+  }
+
+  TempDir dir_;
+  std::string url_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, JobStoreTest,
+                         testing::Values(test::StoreBackend::kSqlite, test::StoreBackend::kPostgres),
+                         [](const auto& info) { return test::BackendName(info.param); });
 
 JobRecord MakeJob(const std::string& id) {
   JobRecord r;
@@ -23,9 +51,8 @@ JobRecord MakeJob(const std::string& id) {
 
 // Pages in insertion order after a cursor, filtered by state in SQL; the
 // page says whether more follow.
-TEST(JobStoreTest, PagesAfterACursorByState) {
-  TempDir dir;
-  auto store = JobStore::Open(dir.path() + "/jobs.db");
+TEST_P(JobStoreTest, PagesAfterACursorByState) {
+  auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   for (int i = 0; i < 7; ++i) {
     JobRecord r = MakeJob("j" + std::to_string(i));
@@ -53,9 +80,8 @@ TEST(JobStoreTest, PagesAfterACursorByState) {
 // Newest first: the newest jobs of `states` first, a page before a cursor
 // (`trainctl list --limit N` shows the N newest); a token of one order is
 // refused in the other.
-TEST(JobStoreTest, PagesNewestFirstBeforeACursor) {
-  TempDir dir;
-  auto store = JobStore::Open(dir.path() + "/jobs.db");
+TEST_P(JobStoreTest, PagesNewestFirstBeforeACursor) {
+  auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   for (int i = 0; i < 7; ++i) {
     JobRecord r = MakeJob("j" + std::to_string(i));
@@ -81,10 +107,8 @@ TEST(JobStoreTest, PagesNewestFirstBeforeACursor) {
 
 // Delete takes the job's row, events, checkpoints and history, and no
 // other job's; an unknown id is NotFound.
-TEST(JobStoreTest, DeleteRemovesTheJobAndWhatNamesItOnly) {
-  TempDir dir;
-  const std::string path = dir.path() + "/jobs.db";
-  auto store = JobStore::Open(path);
+TEST_P(JobStoreTest, DeleteRemovesTheJobAndWhatNamesItOnly) {
+  auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   for (const std::string id : {"a", "b"}) {
     ASSERT_TRUE((*store)->Insert(MakeJob(id), {1000, JobState::kQueued, "submitted"}).ok());
@@ -117,11 +141,9 @@ TEST(JobStoreTest, DeleteRemovesTheJobAndWhatNamesItOnly) {
   EXPECT_TRUE((*store)->Insert(MakeJob("a"), {2000, JobState::kQueued, "submitted"}).ok());
 }
 
-TEST(JobStoreTest, RoundTripAcrossReopen) {
-  TempDir dir;
-  const std::string path = dir.path() + "/jobs.db";
+TEST_P(JobStoreTest, RoundTripAcrossReopen) {
   {
-    auto store = JobStore::Open(path);
+    auto store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->Insert(MakeJob("a"), {1000, JobState::kQueued, "submitted"}).ok());
     ASSERT_TRUE((*store)->Insert(MakeJob("b"), {1001, JobState::kQueued, "submitted"}).ok());
@@ -137,7 +159,7 @@ TEST(JobStoreTest, RoundTripAcrossReopen) {
     JobEvent e{2000, JobState::kRunning, "all ranks connected"};
     ASSERT_TRUE((*store)->Update(a, &e).ok());
   }
-  auto store = JobStore::Open(path);
+  auto store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   auto a = (*store)->Get("a");
   ASSERT_TRUE(a.ok()) << a.status();
@@ -166,18 +188,16 @@ TEST(JobStoreTest, RoundTripAcrossReopen) {
   EXPECT_EQ((*newest)[0].id, "b");
 }
 
-TEST(JobStoreTest, MissingJobIsNotFound) {
-  TempDir dir;
-  auto store = JobStore::Open(dir.path() + "/jobs.db");
+TEST_P(JobStoreTest, MissingJobIsNotFound) {
+  auto store = Open();
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->Get("nope").status().code(), absl::StatusCode::kNotFound);
   JobRecord ghost = MakeJob("ghost");
   EXPECT_EQ((*store)->Update(ghost, nullptr).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(JobStoreTest, DuplicateIdIsRejectedAndLeavesNoEvent) {
-  TempDir dir;
-  auto store = JobStore::Open(dir.path() + "/jobs.db");
+TEST_P(JobStoreTest, DuplicateIdIsRejectedAndLeavesNoEvent) {
+  auto store = Open();
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->Insert(MakeJob("a"), {1, JobState::kQueued, "first"}).ok());
   EXPECT_FALSE((*store)->Insert(MakeJob("a"), {2, JobState::kQueued, "second"}).ok());
@@ -186,17 +206,15 @@ TEST(JobStoreTest, DuplicateIdIsRejectedAndLeavesNoEvent) {
   EXPECT_EQ(events->size(), 1u);  // the failed insert rolled back
 }
 
-TEST(JobStoreTest, UnwritablePathIsAClearError) {
+TEST(SqliteJobStoreTest, UnwritablePathIsAClearError) {
   auto store = JobStore::Open("/nonexistent-dir/x/jobs.db");
   ASSERT_FALSE(store.ok());
   EXPECT_NE(std::string(store.status().message()).find("/nonexistent-dir/x/jobs.db"), std::string::npos);
 }
 
-TEST(JobStoreTest, CheckpointsRoundTripInOrder) {
-  TempDir dir;
-  const std::string path = dir.path() + "/jobs.db";
+TEST_P(JobStoreTest, CheckpointsRoundTripInOrder) {
   {
-    auto store = JobStore::Open(path);
+    auto store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->Insert(MakeJob("a"), {1000, JobState::kQueued, "submitted"}).ok());
     CheckpointEvent c;
@@ -218,7 +236,7 @@ TEST(JobStoreTest, CheckpointsRoundTripInOrder) {
     failed.error = "disk full";
     ASSERT_TRUE((*store)->AddCheckpoint("a", {2, failed}).ok());
   }
-  auto store = JobStore::Open(path);
+  auto store = Open();
   ASSERT_TRUE(store.ok());
   auto list = (*store)->Checkpoints("a");
   ASSERT_TRUE(list.ok()) << list.status();
@@ -245,7 +263,7 @@ TEST(JobStoreTest, CheckpointsRoundTripInOrder) {
 // A store written before jobs had owners opens with its jobs intact (owned
 // by nobody); owners, groups and priorities are stored from then on, and a
 // list filters by them in SQL.
-TEST(JobStoreTest, AStoreWithoutOwnersGetsThemAndKeepsItsJobs) {
+TEST(SqliteJobStoreTest, AStoreWithoutOwnersGetsThemAndKeepsItsJobs) {
   TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
   sqlite3* db = nullptr;
@@ -290,11 +308,9 @@ TEST(JobStoreTest, AStoreWithoutOwnersGetsThemAndKeepsItsJobs) {
   EXPECT_EQ((*again)->Get("mine")->owner, "alice");
 }
 
-TEST(JobStoreTest, HistoryTailsComeInOrderUntilTheNextWholeSave) {
-  TempDir dir;
-  const std::string path = dir.path() + "/jobs.db";
+TEST_P(JobStoreTest, HistoryTailsComeInOrderUntilTheNextWholeSave) {
   {
-    auto store = JobStore::Open(path);
+    auto store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->Insert(MakeJob("a"), {1000, JobState::kQueued, "submitted"}).ok());
     ASSERT_TRUE((*store)->Insert(MakeJob("b"), {1000, JobState::kQueued, "submitted"}).ok());
@@ -302,7 +318,7 @@ TEST(JobStoreTest, HistoryTailsComeInOrderUntilTheNextWholeSave) {
     ASSERT_TRUE((*store)->AppendHistory("b", "other").ok());
     ASSERT_TRUE((*store)->AppendHistory("a", "t2").ok());
   }
-  auto store = JobStore::Open(path);  // the tails outlive the process
+  auto store = Open();  // the tails outlive the process
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->History("a").value(), "");
   EXPECT_EQ((*store)->HistoryTails("a").value(), (std::vector<std::string>{"t1", "t2"}));
@@ -313,6 +329,114 @@ TEST(JobStoreTest, HistoryTailsComeInOrderUntilTheNextWholeSave) {
   ASSERT_TRUE((*store)->AppendHistory("a", "t3").ok());
   EXPECT_EQ((*store)->HistoryTails("a").value(), std::vector<std::string>{"t3"});
   EXPECT_FALSE((*store)->AppendHistory("nosuch", "t").ok()) << "a tail of no job";
+}
+
+// Owners and groups filter a listing in SQL: owners alone, groups alone,
+// either; List with no real limit gives every job.
+TEST_P(JobStoreTest, ListsFilterByOwnerOrGroup) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::pair<std::string, std::string> who[] = {{"alice", "vision"}, {"bob", "nlp"}, {"carol", "vision"}};
+  for (const auto& [owner, group] : who) {
+    JobRecord r = MakeJob(owner);
+    r.owner = owner;
+    r.group = group;
+    r.priority = -7;
+    ASSERT_TRUE((*store)->Insert(r, {1, JobState::kQueued, "submitted"}).ok());
+  }
+  auto ids = [](const JobStore::Page& p) {
+    std::vector<std::string> out;
+    for (const JobRecord& j : p.jobs) out.push_back(j.id);
+    return out;
+  };
+  EXPECT_EQ(ids(*(*store)->ListPage({}, 0, 10, {"bob"})), std::vector<std::string>{"bob"});
+  EXPECT_EQ(ids(*(*store)->ListPage({}, 0, 10, {}, {"vision"})), (std::vector<std::string>{"alice", "carol"}));
+  EXPECT_EQ(ids(*(*store)->ListPage({}, 0, 10, {"bob"}, {"vision"})),
+            (std::vector<std::string>{"alice", "bob", "carol"}));
+  EXPECT_TRUE((*store)->ListPage({}, 0, 10, {"nobody"})->jobs.empty());
+  EXPECT_EQ((*store)->Get("alice")->priority, -7);
+  auto all = (*store)->List(std::numeric_limits<int>::max());
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 3u);
+  EXPECT_EQ((*store)->List(-1)->size(), 3u) << "a negative limit is none";
+  auto page = (*store)->ListPage({}, 0, 10);
+  ASSERT_EQ(page->numbers.size(), 3u);
+  EXPECT_LT(page->numbers[0], page->numbers[1]);
+  EXPECT_EQ(page->numbers[2], page->last);
+}
+
+// Every field round-trips exactly: extreme integers, doubles that need 17
+// digits, text with quotes and non-ASCII, a history of every byte value.
+TEST_P(JobStoreTest, ValuesRoundTripExactly) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  JobRecord r = MakeJob("exact");
+  r.name = "it's \"quoted\" \\ and ünïcødé ✓; DROP TABLE jobs; --";
+  r.max_steps = std::numeric_limits<int64_t>::max();
+  r.step = std::numeric_limits<int64_t>::min();
+  r.loss = 0.1 + 0.2;
+  r.first_loss = 1e-300;
+  r.samples_per_second = -123456789.123456789;
+  r.failed_rank = -1;
+  r.priority = std::numeric_limits<int64_t>::min();
+  ASSERT_TRUE((*store)->Insert(r, {std::numeric_limits<int64_t>::max(), JobState::kQueued, "ø"}).ok());
+  auto back = (*store)->Get("exact");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->name, r.name);
+  EXPECT_EQ(back->max_steps, r.max_steps);
+  EXPECT_EQ(back->step, r.step);
+  EXPECT_EQ(back->loss, r.loss);
+  EXPECT_EQ(back->first_loss, r.first_loss);
+  EXPECT_EQ(back->samples_per_second, r.samples_per_second);
+  EXPECT_EQ(back->failed_rank, -1);
+  EXPECT_EQ(back->priority, r.priority);
+  EXPECT_EQ((*store)->Events("exact")->at(0).unix_millis, std::numeric_limits<int64_t>::max());
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes.push_back(static_cast<char>(i));
+  ASSERT_TRUE((*store)->SaveHistory("exact", bytes).ok());
+  ASSERT_TRUE((*store)->AppendHistory("exact", bytes + bytes).ok());
+  EXPECT_EQ(*(*store)->History("exact"), bytes);
+  EXPECT_EQ(*(*store)->HistoryTails("exact"), std::vector<std::string>{bytes + bytes});
+}
+
+// A copy keeps insertion numbers (pages and their tokens read the same);
+// jobs inserted after it are numbered after the copied ones.
+TEST_P(JobStoreTest, ACopyKeepsInsertionNumbers) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::vector<JobEvent> events = {{1, JobState::kQueued, "submitted"}, {2, JobState::kRunning, "running"}};
+  ASSERT_TRUE((*store)->InsertCopy(5, MakeJob("five"), events).ok());
+  ASSERT_TRUE((*store)->InsertCopy(9, MakeJob("nine"), {}).ok());
+  EXPECT_FALSE((*store)->InsertCopy(9, MakeJob("again"), {}).ok()) << "a number taken";
+  ASSERT_TRUE((*store)->Insert(MakeJob("new"), {3, JobState::kQueued, "submitted"}).ok());
+  auto page = (*store)->ListPage({}, 0, 10);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->numbers.size(), 3u);
+  EXPECT_EQ(page->numbers[0], 5);
+  EXPECT_EQ(page->numbers[1], 9);
+  EXPECT_GT(page->numbers[2], 9);
+  EXPECT_EQ(page->jobs[2].id, "new");
+  EXPECT_EQ((*store)->ListPage({}, 5, 10)->jobs.at(0).id, "nine");
+  auto back = (*store)->Events("five");
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].reason, "running");
+  EXPECT_TRUE((*store)->Events("nine")->empty());
+}
+
+// A file of a newer schema than this binary knows is refused, untouched.
+TEST(SqliteJobStoreTest, ANewerSchemaIsRefused) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  ASSERT_TRUE(JobStore::Open(path).ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 2;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = JobStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("version 2"), std::string::npos) << store.status();
+  EXPECT_FALSE(SweepStore::Open(path).ok());
 }
 
 }  // namespace
