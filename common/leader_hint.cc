@@ -31,7 +31,8 @@ absl::StatusOr<std::vector<std::string>> SplitAddresses(const std::string& list)
     }
     if (trimmed.find_first_of(" \t\r\n") != absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat("coordinator address list \"", list, "\": item ", index, " (\"",
-                                                     trimmed, "\") has a space inside; separate addresses with commas"));
+                                                     trimmed,
+                                                     "\") has a space inside; separate addresses with commas"));
     }
     std::string address(trimmed);
     if (std::find(out.begin(), out.end(), address) == out.end()) out.push_back(std::move(address));

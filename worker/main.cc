@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/command_line.h"
+#include "common/leader_hint.h"
 #include "common/placement.h"
 #include "worker/base/crash_report.h"
 #include "worker/worker_main.h"
@@ -67,7 +68,12 @@ int main(int argc, char** argv) {
   int rank = -1;
   double join_timeout_s = 600;
   CLI::App app{"trainyard-worker: one rank of a Trainyard training job"};
-  app.add_option("--server", a.server, "Coordinator address HOST:PORT")->required()->envname("TRAINYARD_SERVER");
+  app.add_option("--server", a.server,
+                 "Coordinator address HOST:PORT; several, comma-separated, for coordinators of which one leads (the "
+                 "worker goes to the leader, and to the next one after a takeover)")
+      ->type_name("HOST:PORT[,HOST:PORT...]")
+      ->required()
+      ->envname("TRAINYARD_SERVER");
   auto* job = app.add_option("--job", a.job_id, "Job id (started by the coordinator's launcher)");
   app.add_option("--join", join,
                  "Join job JOB's current attempt (launcher: external); world size and rendezvous come from the "
@@ -112,6 +118,10 @@ int main(int argc, char** argv) {
   if (a.job_id.empty() && join.empty()) {
     std::fprintf(stderr,
                  "trainyard-worker: give --job JOB (started by a launcher) or --join JOB (env TRAINYARD_JOB)\n");
+    return trainyard::kExitUsage;
+  }
+  if (absl::StatusOr<std::vector<std::string>> servers = trainyard::SplitAddresses(a.server); !servers.ok()) {
+    std::fprintf(stderr, "trainyard-worker: --server: %s\n", std::string(servers.status().message()).c_str());
     return trainyard::kExitUsage;
   }
   if (!join.empty()) {

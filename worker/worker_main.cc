@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/allocator_tuning.h"
 #include "common/job_spec.h"
+#include "common/leader_hint.h"
 #include "common/log.h"
 #include "common/secrets.h"
 #include "common/worker_outcome.h"
@@ -212,6 +213,13 @@ std::string ErrorText(const std::exception& e) {
   return e.what();
 }
 
+// The first coordinator of --server's list: the host this rank's own
+// address is chosen toward (every coordinator of a list is on one network).
+std::string FirstServer(const std::string& servers) {
+  absl::StatusOr<std::vector<std::string>> list = SplitAddresses(servers);
+  return list.ok() && !list->empty() ? list->front() : servers;
+}
+
 }  // namespace
 
 int RunWorker(const WorkerArgs& args) {
@@ -237,7 +245,8 @@ int RunWorker(const WorkerArgs& args) {
   co.join_timeout = args.join_timeout;
   if (args.attempt == 0 && args.rank == 0) {
     // Joining as rank 0: this host serves the rendezvous store.
-    co.advertise_addr = args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
+    co.advertise_addr =
+        args.advertise_addr.empty() ? LocalAddressToward(HostPart(FirstServer(args.server))) : args.advertise_addr;
     if (co.advertise_addr.empty()) {
       log::Error("rank 0: cannot tell this host's address toward {}; give --advertise-addr", args.server);
       return kExitUsage;
@@ -252,7 +261,7 @@ int RunWorker(const WorkerArgs& args) {
     try {
       if (co.advertise_addr.empty()) {
         co.advertise_addr =
-            args.advertise_addr.empty() ? LocalAddressToward(HostPart(args.server)) : args.advertise_addr;
+            args.advertise_addr.empty() ? LocalAddressToward(HostPart(FirstServer(args.server))) : args.advertise_addr;
       }
       // Served where the members reach it (the advertised address) only.
       replica_store = std::make_unique<ReplicaStore>(co.advertise_addr.empty() ? "127.0.0.1" : co.advertise_addr);

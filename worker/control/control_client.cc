@@ -6,15 +6,19 @@
 
 #include <deque>
 #include <future>
+#include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
 #include "common/join_retry.h"
 #include "common/keepalive.h"
+#include "common/leader_hint_grpc.h"
 #include "common/log.h"
 #include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -33,11 +37,37 @@ struct Conn {
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
 };
 
+// One coordinator of the list (or one a standby named).
+struct Endpoint {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::WorkerService::Stub> stub;
+};
+
+// How a pass over the coordinators ended (Impl::OpenLeader).
+enum class PassOutcome {
+  kTaken,          // a leader (or the one coordinator) took this worker
+  kRefused,        // the leader refused it: its status says why
+  kNoLeader,       // every coordinator reached was a standby or a replaced leader
+  kNoneConnected,  // no coordinator's channel was connected
+};
+
 struct ControlClient::Impl {
   ControlOptions options;
   TrainerControl* control = nullptr;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::WorkerService::Stub> stub;
+  grpc::ChannelArguments channel_args;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The coordinators of --server, in order. With several, the one that
+  // leads is found: a standby answers UNAVAILABLE naming the leader
+  // (common/leader_hint.h), and the worker goes there.
+  std::vector<std::string> addresses;
+  // Used by Connect, then by the reader thread only.
+  std::map<std::string, Endpoint> endpoints;
+  std::string leader;  // the last coordinator that took this worker, or that a standby named
+  // The highest leadership term seen on the welcome or a command (issue
+  // 65's fencing token): a command of a lower one comes from a replaced
+  // leader and is ignored. 0: no leadership (one coordinator).
+  std::atomic<int64_t> highest_term{0};
+  int64_t stale_term_logged = -1;  // the reader's: the stale term last logged
   Welcome welcome;
 
   // Waiters await conditions on `mu`; they wake when one holds.
@@ -59,9 +89,24 @@ struct ControlClient::Impl {
   std::thread sender;
   std::promise<void> reader_done;
 
-  // Opens a stream and says hello; the coordinator answers with a welcome,
-  // or ends the stream with the reason it refuses this worker.
-  absl::StatusOr<std::shared_ptr<Conn>> Open(v1::CoordinatorMessage* first) {
+  Endpoint& EndpointAt(const std::string& address) {
+    Endpoint& e = endpoints[address];
+    if (!e.channel) {
+      e.channel = grpc::CreateCustomChannel(address, credentials, channel_args);
+      e.stub = v1::WorkerService::NewStub(e.channel);
+    }
+    return e;
+  }
+
+  // Opens a stream to `address` and says hello; the coordinator answers
+  // with a welcome, or ends the stream with the reason it refuses this
+  // worker. `*standby`: the refusal was a standby's (`*hint`: the leader it
+  // named, if any), or the welcome came from a replaced leader (a term
+  // lower than one seen).
+  absl::StatusOr<std::shared_ptr<Conn>> Open(const std::string& address, v1::CoordinatorMessage* first,
+                                             bool* standby = nullptr, std::string* hint = nullptr) {
+    if (standby != nullptr) *standby = false;
+    v1::WorkerService::Stub* stub = EndpointAt(address).stub.get();
     auto c = std::make_shared<Conn>();
     // The job and token in the metadata too: the coordinator counts the
     // stream against the job's budget of streams yet to say hello, which
@@ -83,6 +128,8 @@ struct ControlClient::Impl {
     }
     if (!c->stream->Write(hello) || !c->stream->Read(first)) {
       grpc::Status st = c->stream->Finish();
+      if (standby != nullptr) *standby = IsStandbyAnswer(st);
+      if (hint != nullptr) *hint = LeaderHint(c->ctx);
       return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
                           absl::StrCat("the coordinator refused the worker: ", st.error_message()));
     }
@@ -91,10 +138,100 @@ struct ControlClient::Impl {
       c->stream->Finish();
       return absl::InternalError("the coordinator's first message was not a welcome");
     }
+    if (const int64_t seen = highest_term.load(); first->term() < seen) {
+      c->ctx.TryCancel();
+      c->stream->Finish();
+      if (standby != nullptr) *standby = true;
+      return absl::UnavailableError(absl::StrCat("the coordinator at ", address, " leads with term ", first->term(),
+                                                 ", replaced by term ", seen, " since"));
+    }
+    if (first->term() > highest_term.load()) highest_term.store(first->term());
     return c;
   }
 
+  // One pass over the coordinators: the last leader first, then the list
+  // in its order; a leader a standby names is tried next (even one not in
+  // the list). A coordinator whose channel is not connected is passed over
+  // (its connection is started: the next pass may find it). `*status`:
+  // the leader's refusal (kRefused), or what each coordinator said.
+  PassOutcome OpenLeader(v1::CoordinatorMessage* first, std::shared_ptr<Conn>* conn, absl::Status* status) {
+    const std::vector<std::string> order = TryOrder(addresses, leader);
+    std::deque<std::string> queue(order.begin(), order.end());
+    std::set<std::string> tried;
+    std::vector<std::string> said;
+    bool reached = false;
+    while (!queue.empty()) {
+      const std::string address = queue.front();
+      queue.pop_front();
+      if (!tried.insert(address).second) continue;
+      Endpoint& e = EndpointAt(address);
+      grpc_connectivity_state state = e.channel->GetState(/*try_to_connect=*/true);
+      // A leader a standby named, outside the list, not connected yet: given a moment.
+      if (state != GRPC_CHANNEL_READY && std::find(addresses.begin(), addresses.end(), address) == addresses.end()) {
+        e.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
+        state = e.channel->GetState(false);
+      }
+      if (state != GRPC_CHANNEL_READY) {
+        said.push_back(absl::StrCat(address, ": not connected"));
+        continue;
+      }
+      reached = true;
+      bool standby = false;
+      std::string hint;
+      absl::StatusOr<std::shared_ptr<Conn>> c = Open(address, first, &standby, &hint);
+      if (c.ok()) {
+        leader = address;
+        *conn = *c;
+        return PassOutcome::kTaken;
+      }
+      if (!standby) {
+        leader = address;
+        *status = c.status();
+        return PassOutcome::kRefused;
+      }
+      said.push_back(absl::StrCat(address, ": ", c.status().message()));
+      if (!hint.empty() && hint != address) {
+        leader = hint;
+        if (tried.count(hint) == 0) queue.push_front(hint);
+      }
+    }
+    *status = absl::UnavailableError(absl::StrCat(
+        reached ? "no coordinator of " : "cannot reach the coordinator at ", options.server, reached ? " leads" : "",
+        said.size() > 1 || reached ? absl::StrCat(" (", absl::StrJoin(said, "; "), ")") : ""));
+    return reached ? PassOutcome::kNoLeader : PassOutcome::kNoneConnected;
+  }
+
+  // Until `by` at most: waits for a coordinator's channel to connect (one
+  // coordinator: gRPC's own wait, which returns as it connects; several:
+  // a short pause, their connections under way meanwhile).
+  void AwaitConnection(std::chrono::steady_clock::time_point by) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(by - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return;
+    if (endpoints.size() == 1) {
+      endpoints.begin()->second.channel->WaitForConnected(std::chrono::system_clock::now() +
+                                                          std::chrono::milliseconds(std::min<int64_t>(left, 250)));
+      return;
+    }
+    absl::MutexLock lock(&mu);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finishing && result_sent; };
+    mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(std::min<int64_t>(left, 100)));
+  }
+
   void Handle(const v1::CoordinatorMessage& msg) {
+    // Fencing (issue 65): a command of a term lower than one seen comes
+    // from a leader that has been replaced; it is not obeyed.
+    if (const int64_t seen = highest_term.load(); msg.term() < seen) {
+      if (stale_term_logged != msg.term()) {
+        log::Warn(
+            "ignored a command of leadership term {} (this worker has seen term {}): it comes from a replaced "
+            "coordinator",
+            msg.term(), seen);
+        stale_term_logged = msg.term();
+      }
+      return;
+    }
+    if (msg.term() > highest_term.load()) highest_term.store(msg.term());
     if (msg.has_stop()) {
       log::Info("coordinator asked to stop: {}", msg.stop().reason());
       control->RequestStop();
@@ -160,22 +297,33 @@ struct ControlClient::Impl {
     };
     while (std::chrono::steady_clock::now() < deadline) {
       if (finished()) return nullptr;
-      // Bounded, so that a finished worker does not wait for a coordinator.
-      if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(250))) continue;
       v1::CoordinatorMessage first;
-      auto c = Open(&first);
-      if (c.ok()) {
-        log::Info("reconnected to the coordinator at {}", options.server);
-        return *c;
+      std::shared_ptr<Conn> c;
+      absl::Status refused;
+      const PassOutcome outcome = OpenLeader(&first, &c, &refused);
+      if (outcome == PassOutcome::kTaken) {
+        if (first.term() > 0) {
+          log::Info("reconnected to the coordinator at {} (leadership term {})", leader, first.term());
+        } else {
+          log::Info("reconnected to the coordinator at {}", leader);
+        }
+        return c;
       }
-      const auto code = c.status().code();
-      if (code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kFailedPrecondition ||
-          code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
-        log::Error("{}; this worker stops", std::string(c.status().message()));
+      if (outcome == PassOutcome::kNoneConnected) {
+        // Bounded, so that a finished worker does not wait for a coordinator.
+        AwaitConnection(deadline);
+        continue;
+      }
+      const auto code = refused.code();
+      if (outcome == PassOutcome::kRefused &&
+          (code == absl::StatusCode::kPermissionDenied || code == absl::StatusCode::kFailedPrecondition ||
+           code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument)) {
+        log::Error("{}; this worker stops", std::string(refused.message()));
         control->RequestStop();
         return nullptr;
       }
-      // Connected but not taken yet (the coordinator is starting): ask again shortly.
+      // Connected but not taken yet (the coordinator is starting, no
+      // coordinator leads yet): ask again shortly.
       absl::MutexLock lock(&mu);
       auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finishing && result_sent; };
       if (mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(250))) return nullptr;
@@ -200,7 +348,7 @@ struct ControlClient::Impl {
         if (result_sent) break;  // the coordinator closes the stream after the result
         stream_broken = true;
       }
-      log::Warn("lost the stream to the coordinator at {}; training goes on, metrics are kept", options.server);
+      log::Warn("lost the stream to the coordinator at {}; training goes on, metrics are kept", leader);
       std::shared_ptr<Conn> fresh = Reconnect();
       {
         absl::MutexLock wlock(&write_mu);
@@ -280,7 +428,10 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   impl->options = options;
   impl->control = control;
   impl->every_steps = std::max(1, options.metrics_every_steps);
-  grpc::ChannelArguments args;
+  absl::StatusOr<std::vector<std::string>> addresses = SplitAddresses(options.server);
+  if (!addresses.ok()) return addresses.status();
+  impl->addresses = *std::move(addresses);
+  grpc::ChannelArguments& args = impl->channel_args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kWorkerKeepaliveMs);  // the server's accepts them (common/keepalive.h)
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kWorkerKeepaliveTimeoutMs);
   // A restarted coordinator is found within about a second (gRPC's
@@ -288,33 +439,50 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   // stream as soon as the channel connects.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffCapMs);
-  impl->channel = grpc::CreateCustomChannel(options.server,
-                                            ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem), args);
-  if (!impl->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.server));
-  }
-  impl->stub = v1::WorkerService::NewStub(impl->channel);
-  // Refused for now — a joining worker early (its job queued, rank 0 not
+  impl->credentials = ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem);
+  for (const std::string& a : impl->addresses) impl->EndpointAt(a).channel->GetState(/*try_to_connect=*/true);
+  // Until a coordinator is reached (connect_timeout), then: refused for
+  // now by the leader — a joining worker early (its job queued, rank 0 not
   // joined yet), or too many streams waiting to say hello — it asks again
-  // by the join rule (common/join_retry.h) until join_timeout.
+  // by the join rule (common/join_retry.h) until join_timeout; no
+  // coordinator leading yet (standbys only), it asks again shortly, within
+  // the join timeout too.
+  const auto reach_by = std::chrono::steady_clock::now() + options.connect_timeout;
   JoinRetryOptions join;
   join.join_timeout = options.join_timeout;
-  JoinRetry retry(join, std::chrono::steady_clock::now(),
-                  (static_cast<uint64_t>(std::random_device{}()) << 32) ^ static_cast<uint32_t>(options.rank));
+  std::optional<JoinRetry> retry;
+  const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ static_cast<uint32_t>(options.rank);
   v1::CoordinatorMessage first;
-  auto conn = impl->Open(&first);
-  while (!conn.ok()) {
-    const std::optional<std::chrono::milliseconds> wait =
-        retry.NextWait(conn.status().code(), std::chrono::steady_clock::now());
-    if (!wait) break;
-    log::Info("{}; asking again in {} ms", std::string(conn.status().message()), wait->count());
-    std::this_thread::sleep_for(*wait);
-    conn = impl->Open(&first);
+  std::shared_ptr<Conn> conn;
+  absl::Status refused;
+  for (;;) {
+    const PassOutcome outcome = impl->OpenLeader(&first, &conn, &refused);
+    if (outcome == PassOutcome::kTaken) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (outcome == PassOutcome::kNoneConnected && !retry) {
+      if (now >= reach_by) return refused;
+      impl->AwaitConnection(reach_by);
+      continue;
+    }
+    if (!retry) retry.emplace(join, now, seed);
+    if (outcome == PassOutcome::kRefused) {
+      const std::optional<std::chrono::milliseconds> wait = retry->NextWait(refused.code(), now);
+      if (!wait) return refused;
+      log::Info("{}; asking again in {} ms", std::string(refused.message()), wait->count());
+      std::this_thread::sleep_for(*wait);
+      continue;
+    }
+    if (now >= retry->deadline()) return refused;
+    if (outcome == PassOutcome::kNoLeader) {
+      log::Info("{}; asking again", std::string(refused.message()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    } else {
+      impl->AwaitConnection(retry->deadline());
+    }
   }
-  if (!conn.ok()) return conn.status();
   {
     absl::MutexLock lock(&impl->mu);
-    impl->conn = *conn;
+    impl->conn = conn;
   }
   impl->welcome.spec_json = first.welcome().spec_json();
   impl->welcome.world_size = first.welcome().world_size();

@@ -25,7 +25,10 @@ namespace trainyard {
 class FlightRecorder;
 
 struct ControlOptions {
-  std::string server;  // host:port of the coordinator
+  // host:port of the coordinator; several, comma-separated: coordinators of
+  // which one leads (issue 65), found by the standbys' hints
+  // (common/leader_hint.h), and found again after a takeover.
+  std::string server;
   std::string job_id;
   int32_t rank = 0;
   int32_t attempt = 1;  // 0: join the current attempt (external jobs)

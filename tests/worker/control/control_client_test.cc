@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/credentials.h"
+#include "common/leader_hint_grpc.h"
 #include "common/wire_convert.h"
 #include "tests/test_util.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
@@ -291,6 +292,189 @@ TEST_F(ControlClientTest, ARefusedHelloIsTheCoordinatorsError) {
   auto client = ControlClient::Connect(options_, &control);
   ASSERT_FALSE(client.ok());
   EXPECT_NE(std::string(client.status().message()).find("bad token"), std::string::npos) << client.status();
+}
+
+// High availability (issue 65): a coordinator that leads or stands by. A
+// standby answers UNAVAILABLE naming `hint`; a leader takes the hello,
+// writes the welcome and `commands` (each with its own term), and keeps the
+// stream until it steps down (then answers as a standby naming `hint`) or
+// the worker goes.
+class HaWorkerService final : public v1::WorkerService::Service {
+ public:
+  grpc::Status Connect(grpc::ServerContext* ctx,
+                       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!leading) {
+      ++standby_answers;
+      return AnswerAsStandby(ctx, hint, term);
+    }
+    lock.unlock();
+    v1::WorkerMessage hello;
+    if (!stream->Read(&hello) || !hello.has_hello())
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no hello");
+    lock.lock();
+    ++hellos;
+    cv.notify_all();
+    v1::CoordinatorMessage welcome;
+    welcome.mutable_welcome()->set_world_size(2);
+    welcome.mutable_welcome()->set_attempt(3);
+    welcome.set_term(term);
+    const std::vector<v1::CoordinatorMessage> to_send = commands;
+    lock.unlock();
+    stream->Write(welcome);
+    for (const auto& c : to_send) stream->Write(c);
+    lock.lock();
+    // gRPC's synchronous API tells a cancelled call by asking.
+    while (!step_down && !ctx->IsCancelled()) cv.wait_for(lock, std::chrono::milliseconds(20));
+    if (step_down) return AnswerAsStandby(ctx, hint, term);
+    return grpc::Status::OK;
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool leading = false;
+  bool step_down = false;  // the leader's stream ends as a standby's answer
+  std::string hint;        // the leader a standby names
+  int64_t term = 0;
+  std::vector<v1::CoordinatorMessage> commands;
+  int hellos = 0, standby_answers = 0;
+};
+
+struct RunningCoordinator {
+  RunningCoordinator() {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    address = "127.0.0.1:" + std::to_string(port);
+  }
+  ~RunningCoordinator() { server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1)); }
+  HaWorkerService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+v1::CoordinatorMessage CheckpointOfTerm(int64_t request_id, int64_t term) {
+  v1::CoordinatorMessage m;
+  m.mutable_checkpoint()->set_request_id(request_id);
+  m.set_term(term);
+  return m;
+}
+
+// Fencing: the worker obeys no command of a term lower than the highest it
+// has seen (the welcome's included); a higher one raises it.
+TEST_F(ControlClientTest, ACommandOfALowerTermIsIgnored) {
+  RunningCoordinator leader;
+  {
+    std::lock_guard<std::mutex> lock(leader.service.mu);
+    leader.service.leading = true;
+    leader.service.term = 5;
+    v1::CoordinatorMessage stale_stop;
+    stale_stop.mutable_stop()->set_reason("from a replaced leader");
+    stale_stop.set_term(3);
+    leader.service.commands = {CheckpointOfTerm(1, 4), stale_stop,
+                               CheckpointOfTerm(2, 5), CheckpointOfTerm(3, 6),
+                               CheckpointOfTerm(4, 5), CheckpointOfTerm(5, 6)};
+  }
+  options_.server = leader.address;
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_TRUE(client.ok()) << client.status();
+  // The commands are handled in order: once the last is in, all are.
+  std::vector<int64_t> obeyed;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        while (std::optional<CheckpointRequest> r = control.TakeCheckpoint()) obeyed.push_back(r->request_id);
+        return !obeyed.empty() && obeyed.back() == 5;
+      },
+      std::chrono::seconds(5)));
+  EXPECT_EQ(obeyed, (std::vector<int64_t>{2, 3, 5}));
+  EXPECT_FALSE(control.stop_requested());
+}
+
+// A standby's hint leads the worker to the leader, even one not in its list.
+TEST_F(ControlClientTest, AStandbysHintLeadsTheWorkerToTheLeader) {
+  RunningCoordinator standby;
+  standby.service.hint = options_.server;  // the stand-in coordinator of the fixture
+  options_.server = standby.address;
+  options_.join_timeout = std::chrono::seconds(5);
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->welcome().attempt, 3);
+  {
+    std::lock_guard<std::mutex> lock(service_.mu);
+    EXPECT_EQ(service_.hello.job_id(), "job-9");
+  }
+  std::lock_guard<std::mutex> lock(standby.service.mu);
+  EXPECT_EQ(standby.service.standby_answers, 1);
+}
+
+// A takeover: the leader steps down naming the other coordinator, which
+// now leads with the next term; the worker reattaches there at once and
+// obeys its commands.
+TEST_F(ControlClientTest, AfterATakeoverTheWorkerReattachesToTheNewLeader) {
+  RunningCoordinator a, b;
+  {
+    std::lock_guard<std::mutex> lock(a.service.mu);
+    a.service.leading = true;
+    a.service.term = 1;
+  }
+  {
+    std::lock_guard<std::mutex> lock(b.service.mu);
+    b.service.hint = a.address;
+    b.service.term = 1;
+  }
+  options_.server = a.address + "," + b.address;
+  options_.reconnect_timeout = std::chrono::seconds(20);
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_TRUE(client.ok()) << client.status();
+  {
+    std::lock_guard<std::mutex> lock(b.service.mu);
+    EXPECT_EQ(b.service.hellos, 0);
+    b.service.leading = true;
+    b.service.term = 2;
+    b.service.commands = {CheckpointOfTerm(7, 2)};
+  }
+  const auto takeover = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(a.service.mu);
+    a.service.leading = false;
+    a.service.step_down = true;
+    a.service.hint = b.address;
+    a.service.term = 2;
+    a.service.cv.notify_all();
+  }
+  std::optional<CheckpointRequest> r;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        if (!r) r = control.TakeCheckpoint();
+        return r.has_value();
+      },
+      std::chrono::seconds(10)));
+  EXPECT_EQ(r->request_id, 7);
+  EXPECT_LT(std::chrono::steady_clock::now() - takeover, std::chrono::seconds(2));
+  {
+    std::lock_guard<std::mutex> lock(b.service.mu);
+    EXPECT_EQ(b.service.hellos, 1);
+  }
+  {
+    std::lock_guard<std::mutex> lock(a.service.mu);
+    EXPECT_EQ(a.service.hellos, 1);  // the first stream only: then it stood by
+  }
+  EXPECT_FALSE(control.stop_requested());
+}
+
+// A list with an empty item is refused, naming it.
+TEST_F(ControlClientTest, AServerListWithAnEmptyItemIsRefused) {
+  options_.server = options_.server + ",,127.0.0.1:1";
+  TrainerControl control;
+  auto client = ControlClient::Connect(options_, &control);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(client.status().message()).find("item 2 is empty"), std::string::npos) << client.status();
 }
 
 }  // namespace
