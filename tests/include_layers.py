@@ -29,8 +29,10 @@ LAYERS = {
     "server/sweeps": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
                       "server/health", "server/replicas", "server/jobs", "server/notify"],
     "server/notify": ["server/store"],
+    "server/leadership": ["server/store"],
     "server/api": ["server/scheduling", "server/metrics", "server/store", "server/auth", "server/launch",
-                   "server/health", "server/replicas", "server/jobs", "server/sweeps", "server/notify"],
+                   "server/health", "server/replicas", "server/jobs", "server/sweeps", "server/notify",
+                   "server/leadership"],
     # The worker: a rank's libraries in layers; the binary (worker/main.cc,
     # worker/worker_main.*) composes them all.
     "worker/base": [],

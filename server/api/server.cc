@@ -4,7 +4,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
 #include <prometheus/registry.h>
 #include <unistd.h>
 
@@ -23,8 +22,11 @@
 #include "server/api/rpc_services.h"
 #include "server/api/web_ui.h"
 #include "server/jobs/job_manager.h"
+#include "server/metrics/metrics_endpoint.h"
 #include "server/notify/notifier.h"
 #include "server/notify/notifying_job_store.h"
+#include "server/store/fence.h"
+#include "server/store/stores.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -66,7 +68,9 @@ struct Server::Impl {
   std::unique_ptr<NotifyingJobStore> notifying_store;  // `store`, announcing changes of state to `notifier`
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<ServerMetrics> metrics;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsEndpoint> own_endpoint;  // without options.metrics_endpoint
+  MetricsEndpoint* endpoint = nullptr;            // where /metrics is served
+  std::string store_description;                  // sqlite:PATH or the PostgreSQL URL without its password
   std::unique_ptr<JobManager> manager;
   std::unique_ptr<SweepStore> sweep_store;
   std::unique_ptr<SweepManager> sweeps;
@@ -132,9 +136,11 @@ absl::Status Server::Impl::PrepareStateDir() {
 }
 
 absl::Status Server::Impl::OpenStoreAndMetrics() {
-  auto opened = JobStore::Open(options.jobs.state_dir + "/trainyard.db");
+  auto opened = OpenStores(options.store, options.jobs.state_dir + "/trainyard.db", options.fence);
   if (!opened.ok()) return opened.status();
-  store = std::move(*opened);
+  store = std::move(opened->jobs);
+  sweep_store = std::move(opened->sweeps);
+  store_description = opened->description;
   NotifierOptions no;
   no.allowed_hosts = options.jobs.notify_allowed_hosts;
   if (!options.notify_secret_file.empty()) {
@@ -156,18 +162,14 @@ absl::Status Server::Impl::OpenStoreAndMetrics() {
   metrics = std::make_unique<ServerMetrics>(registry);
   metrics->SetPeakFlops(options.peak_flops);
   metrics->SetPerRankLimit(options.metrics_per_rank_max_ranks, options.metrics_slowest_ranks);
-  try {
-    // A connection that sends its request slowly holds one of these threads
-    // for up to request_timeout_ms at a time: more threads than a scraper
-    // needs, and a short timeout (docs/reference/security.md).
-    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", options.metrics_listen, "num_threads", "16", "request_timeout_ms", "5000"});
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("--metrics-listen ", options.metrics_listen, ": ", e.what()));
+  endpoint = options.metrics_endpoint;
+  if (endpoint == nullptr) {
+    own_endpoint = std::make_unique<MetricsEndpoint>(options.metrics_listen);
+    if (absl::Status st = own_endpoint->Start(); !st.ok()) return st;
+    endpoint = own_endpoint.get();
   }
-  exposer->RegisterCollectable(metrics->collectable());
-  auto ports = exposer->GetListeningPorts();
-  metrics_port = ports.empty() ? 0 : ports.front();
+  endpoint->Add(metrics->collectable());
+  metrics_port = endpoint->port();
   return absl::OkStatus();
 }
 
@@ -196,9 +198,6 @@ absl::Status Server::Impl::MakeManagerAndLaunchers() {
   lo.extra_worker_args = *tls_args;
   launcher = MakeLocalLauncher(lo, [this](const std::vector<RankExit>& e) { manager->workers().OnRankExits(e); });
   manager = std::make_unique<JobManager>(notifying_store.get(), launcher.get(), metrics.get(), options.jobs);
-  auto opened = SweepStore::Open(options.jobs.state_dir + "/trainyard.db");
-  if (!opened.ok()) return opened.status();
-  sweep_store = std::move(*opened);
   sweeps = std::make_unique<SweepManager>(manager.get(), sweep_store.get(), notifier.get());
   sweeps->set_job_note([this](const std::string& job_id, const std::string& text) { NoteOnJob(job_id, text); });
   SlurmLauncherOptions so = options.slurm;
@@ -243,6 +242,9 @@ absl::Status Server::Impl::StartGrpc() {
   sweeps->set_caller_lookup([ids = identities.get()](const Caller& stored) { return ids->Current(stored); });
   job_service = std::make_unique<JobServiceImpl>(manager.get(), identities.get(), sweeps.get());
   worker_service = std::make_unique<WorkerServiceImpl>(&manager->workers());
+  // Every message down to a worker carries the term this server leads
+  // under: a worker obeys no coordinator older than the newest it has heard.
+  if (options.fence) worker_service->set_term_source([fence = options.fence] { return fence->term(); });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, *creds, &grpc_port);
   builder.RegisterService(job_service.get());
@@ -279,7 +281,14 @@ void Server::Impl::AdvertiseAddresses() {
   if (remote_addr.find(':') == std::string::npos || remote_addr.back() == ']') {
     remote_addr = absl::StrCat(remote_addr, ":", grpc_port);
   }
-  manager->set_coordinator_addr(absl::StrCat(wildcard ? "127.0.0.1" : host, ":", grpc_port), remote_addr);
+  const std::string local_addr = absl::StrCat(wildcard ? "127.0.0.1" : host, ":", grpc_port);
+  // Over a shared store workers are given every coordinator, so that they
+  // find the next leader after a takeover.
+  if (!o.ha.coordinators.empty()) {
+    manager->set_coordinator_addr(o.ha.coordinators, o.ha.coordinators);
+  } else {
+    manager->set_coordinator_addr(local_addr, remote_addr);
+  }
 }
 
 void Server::Impl::StartWatchdog() {
@@ -321,11 +330,11 @@ absl::Status Server::Start() {
   s.StartWatchdog();
   const ServerOptions& o = s.options;
   spdlog::info(
-      "trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, web UI {}, state in {}, {} slots, "
-      "{} GPUs, default launcher {}, worker {}",
+      "trainyard-server: gRPC on {}:{} (workers elsewhere use {}), metrics on {}, web UI {}, state in {} ({}), {} "
+      "slots, {} GPUs, default launcher {}, worker {}",
       HostOf(o.listen), s.grpc_port, s.remote_addr, absl::StrCat(HostOf(o.metrics_listen), ":", s.metrics_port),
       s.web_ui ? absl::StrCat("on http://", HostOf(o.http_listen), ":", s.http_port, "/ui/") : "off", o.jobs.state_dir,
-      o.jobs.slots, o.jobs.gpus, LauncherKindName(o.jobs.default_launcher), o.local.worker_binary);
+      s.store_description, o.jobs.slots, o.jobs.gpus, LauncherKindName(o.jobs.default_launcher), o.local.worker_binary);
   return s.WriteReadyFile();
 }
 
@@ -333,7 +342,9 @@ void Server::Wait() {
   if (impl_->grpc_server) impl_->grpc_server->Wait();
 }
 
-void Server::Shutdown() {
+void Server::Shutdown() { Shutdown(impl_->options.on_shutdown); }
+
+void Server::Shutdown(ShutdownMode mode) {
   Impl& s = *impl_;
   // A second caller waits until the first has finished.
   absl::MutexLock lock(&s.shutdown_mu);
@@ -349,7 +360,6 @@ void Server::Shutdown() {
     }
     s.watchdog.join();
   }
-  const ShutdownMode mode = s.options.on_shutdown;
   std::vector<std::string> stopping;
   if (s.manager) stopping = s.manager->Shutdown(mode);
   if (mode == ShutdownMode::kDetach) {
@@ -388,6 +398,8 @@ void Server::Shutdown() {
   s.launcher.reset();  // kills and reaps what is left; no callback after this
   s.slurm_launcher.reset();
   if (s.notifier) s.notifier->Stop();  // what is still waiting is recorded as not delivered
+  if (s.endpoint && s.metrics) s.endpoint->Remove(s.metrics->collectable());
+  if (s.own_endpoint) s.own_endpoint->Stop();
 }
 
 absl::Status Server::ReloadPolicy() {

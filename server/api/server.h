@@ -36,9 +36,28 @@ struct AccessOptions {
   std::string policy_file;
 };
 
+class Fence;
+class MetricsEndpoint;
+
+// Several coordinators over one shared store (PostgreSQL), one leading
+// (server/leadership; docs/operating/high-availability.md).
+struct HighAvailabilityOptions {
+  // Every coordinator's gRPC address as workers reach it, comma-separated:
+  // what workers are given, so that they find the next leader after a
+  // takeover. Empty: this coordinator's advertised address alone.
+  std::string coordinators;
+  std::chrono::milliseconds lease{5000};
+  std::chrono::milliseconds renew_every{1000};
+};
+
 // The server's options, nested per part; server/api/main.cc sets them from its
 // flags (docs/reference/server.md).
 struct ServerOptions {
+  // Where the state is kept: "" (SQLite in --state-dir), sqlite:PATH, or
+  // postgresql://... (server/store/stores.h), which other coordinators may
+  // share: then one leads at a time.
+  std::string store;
+  HighAvailabilityOptions ha;
   std::string listen = "127.0.0.1:50051";         // gRPC; port 0 = any free port
   std::string metrics_listen = "127.0.0.1:9464";  // Prometheus /metrics; port 0 = any
   // What stopping the server does to running jobs, and how long
@@ -79,6 +98,13 @@ struct ServerOptions {
   SlurmLauncherOptions slurm;
   TlsOptions tls;
   AccessOptions policy;
+
+  // Not flags: set by the Coordinator (server/api/coordinator.h) when this
+  // server leads a shared store. fence: the term its writes and its workers'
+  // commands carry (null: none, SQLite). metrics_endpoint: the process's
+  // /metrics port, which outlives this server (null: the server's own).
+  std::shared_ptr<Fence> fence;
+  MetricsEndpoint* metrics_endpoint = nullptr;
 };
 
 class Server {
@@ -88,7 +114,11 @@ class Server {
 
   absl::Status Start();
   void Wait();
+  // Stops as options.on_shutdown says.
   void Shutdown();
+  // Stops as `mode` says (a leader that lost its lease: kDetach, whatever
+  // --on-shutdown is, for the next leader adopts the jobs).
+  void Shutdown(ShutdownMode mode);
   // Reads the policy file again: new users, classes and quotas apply to the
   // next calls and scheduling decisions; connections stay. On error the
   // previous policy stays.
