@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "tests/test_paths.h"
 
 extern char** environ;
 
@@ -104,11 +106,7 @@ absl::Status PgTestServer::Init() {
   watcher_pipe_ = fds[1];
   watcher_pid_ = pid;
 
-  if (absl::Status s =
-          Run(absl::StrCat(bin_, "/initdb -D ", dir_, "/data -A trust -U postgres -E UTF8 --locale=C ", "--no-sync"));
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = MakeDataDirectory(); !s.ok()) return s;
   absl::Status started;
   for (int attempt = 0; attempt < 3; ++attempt) {  // a free port taken meanwhile: another
     port_ = FreePort();
@@ -133,6 +131,32 @@ PgTestServer::~PgTestServer() {
     int status = 0;
     ::waitpid(watcher_pid_, &status, 0);
   }
+}
+
+absl::Status PgTestServer::MakeDataDirectory() {
+  // initdb once a build (most of a start's second), copied by every program
+  // after it: the template in the build directory, made under a lock.
+  const std::string initdb =
+      absl::StrCat(bin_, "/initdb -D ", dir_, "/data -A trust -U postgres -E UTF8 ", "--locale=C --no-sync >/dev/null");
+  const std::string tmpl = absl::StrCat(TRAINYARD_BINARY_DIR, "/tests/pg-template-", geteuid());
+  const int lock = ::open((tmpl + ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+    if (lock >= 0) ::close(lock);
+    return Run(initdb);  // no template where it would go: initdb every time
+  }
+  absl::Status s;
+  if (!std::filesystem::exists(tmpl + "/PG_VERSION")) {
+    s = Run(initdb);
+    // Copied by this process (root: ownership kept), so the template needs
+    // no directory the postgres user can reach.
+    if (s.ok() && std::system(absl::StrCat("rm -rf ", tmpl, " && cp -a ", dir_, "/data ", tmpl).c_str()) != 0) {
+      std::filesystem::remove_all(tmpl);  // the next program tries again
+    }
+  } else if (std::system(absl::StrCat("cp -a ", tmpl, " ", dir_, "/data").c_str()) != 0) {
+    s = Run(initdb);
+  }
+  ::close(lock);
+  return s;
 }
 
 absl::Status PgTestServer::Run(const std::string& command) const {

@@ -3,7 +3,9 @@
 // socket in that directory), run as user postgres when the tests run as
 // root (initdb refuses root). A test program shares one (Shared(), started
 // on first use, so programs and tests that use only SQLite start none) and
-// gives each test a fresh database (NewDatabase). A helper process stops the
+// gives each test a fresh database (NewDatabase). initdb runs once a build:
+// later programs copy its data directory (build/tests/pg-template-UID). A
+// helper process stops the
 // server (pg_ctl stop -m immediate) and removes its directory when the test
 // program exits, however it exits.
 //
@@ -43,6 +45,7 @@ class PgTestServer {
  private:
   PgTestServer() = default;
   absl::Status Init();
+  absl::Status MakeDataDirectory();
   // Runs `command` (as postgres when root); its output in the error.
   absl::Status Run(const std::string& command) const;
 
