@@ -14,12 +14,24 @@ A call the server refuses raises a TrainyardError of the gRPC code's class:
 NotFound, PermissionDenied, InvalidArgument, Unauthenticated,
 FailedPrecondition, ResourceExhausted, Unavailable, DeadlineExceeded.
 
+Several coordinators (high availability: one leads, the others stand by):
+`Client("a:50051,b:50051")` or TRAINYARD_SERVER=a:50051,b:50051. Each call
+goes to the leader: the one that last answered as such first, then the
+list in order; a standby's answer (UNAVAILABLE naming the leader in the
+trailing metadata `trainyard-leader`) sends it there, an address that does
+not connect to the next. submit, submit_sweep, resume and checkpoint go on
+to another coordinator only after a standby's answer or a connection that
+never opened. `watch` opens its stream again at the new leader after a
+takeover (the job's state comes again first).
+
 Needs grpcio and protobuf. Installed with `pip install ./python`, the
 messages are generated into the package when it is built; in the source
 tree, the build generates them beside the binaries (build/python/).
 """
+import collections
 import json
 import os
+import time
 
 __all__ = ["Client", "TrainyardError", "NotFound", "PermissionDenied", "InvalidArgument", "Unauthenticated",
            "FailedPrecondition", "ResourceExhausted", "Unavailable", "DeadlineExceeded", "AlreadyExists",
@@ -97,6 +109,28 @@ def _error(code, message):
     return _ERRORS.get(name, TrainyardError)(code, message)
 
 
+_LEADER_KEY = "trainyard-leader"  # common/leader_hint.h
+_STANDBY_PREFIX = "this coordinator is a standby; "
+_TAKEOVER_WINDOW_S = 60.0  # how long a watch looks for a new leader
+
+
+def split_addresses(text):
+    """"a:50051, b:50051" -> ["a:50051", "b:50051"]: split at commas, each
+    trimmed; an empty item is a ValueError naming it (as trainctl's)."""
+    out = []
+    for i, item in enumerate(text.split(","), 1):
+        item = item.strip()
+        if not item:
+            raise ValueError(f'coordinator address list "{text}": item {i} is empty (write the addresses as '
+                             f'HOST:PORT,HOST:PORT, without empty items)')
+        if any(c.isspace() for c in item):
+            raise ValueError(f'coordinator address list "{text}": item {i} ("{item}") has a space inside; '
+                             f'separate addresses with commas')
+        if item not in out:
+            out.append(item)
+    return out
+
+
 def _modules():
     try:
         import grpc
@@ -149,8 +183,9 @@ def _sweep_dict(message):
 
 
 class Client:
-    """A connection to one trainyard-server. `server` is HOST:PORT (default:
-    $TRAINYARD_SERVER, else 127.0.0.1:50051); `token` the bearer token the
+    """A connection to a trainyard-server. `server` is HOST:PORT, or several
+    comma-separated of which one leads (default: $TRAINYARD_SERVER, else
+    127.0.0.1:50051); `token` the bearer token the
     server wants (default: $TRAINYARD_TOKEN); `ca` a CA certificate (PEM
     bytes or a path) for a TLS server, `cert`/`key` a client certificate
     and key for a mutual-TLS one; `timeout` the deadline of each call in
@@ -158,23 +193,57 @@ class Client:
 
     def __init__(self, server=None, token=None, ca=None, cert=None, key=None, timeout=60.0):
         grpc, pb, rpc = _modules()
-        self._grpc, self._pb = grpc, pb
-        server = server or os.environ.get("TRAINYARD_SERVER", "127.0.0.1:50051")
+        self._grpc, self._pb, self._rpc = grpc, pb, rpc
+        server = server or os.environ.get("TRAINYARD_SERVER") or "127.0.0.1:50051"
+        self._server = server
+        self._addresses = split_addresses(server)
+        self._leader = self._addresses[0]  # the last to answer as the leader (or named by a standby)
         self._token = token if token is not None else os.environ.get("TRAINYARD_TOKEN")
         if self._token:
             self._token = self._token.strip()
         read = lambda v: v if isinstance(v, bytes) or v is None else open(v, "rb").read()  # noqa: E731
+        self._creds = None
         if ca:
-            creds = grpc.ssl_channel_credentials(root_certificates=read(ca), private_key=read(key),
-                                                 certificate_chain=read(cert))
-            self._channel = grpc.secure_channel(server, creds)
-        else:
-            self._channel = grpc.insecure_channel(server)
-        self._stub = rpc.JobServiceStub(self._channel)
+            self._creds = grpc.ssl_channel_credentials(root_certificates=read(ca), private_key=read(key),
+                                                       certificate_chain=read(cert))
+        self._channels = {}  # address -> (channel, stub)
+        self._reached = set()  # addresses known to answer
         self._timeout = timeout
 
+    def _at(self, address):
+        if address not in self._channels:
+            options = [("grpc.max_reconnect_backoff_ms", 1000)]
+            channel = (self._grpc.secure_channel(address, self._creds, options) if self._creds else
+                       self._grpc.insecure_channel(address, options))
+            self._channels[address] = (channel, self._rpc.JobServiceStub(channel))
+        return self._channels[address]
+
+    def _reachable(self, address, timeout):
+        """Whether the coordinator at `address` answers (a health check, once
+        per address until a call to it fails): a refused connection is told at
+        once, a host that is gone within `timeout` s."""
+        if address in self._reached:
+            return True
+        grpc = self._grpc
+        probe = self._at(address)[0].unary_unary("/grpc.health.v1.Health/Check", request_serializer=bytes,
+                                                 response_deserializer=bytes)
+        try:
+            probe(b"", timeout=timeout)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED or (
+                    e.code() == grpc.StatusCode.UNAVAILABLE and not (e.details() or "").startswith(_STANDBY_PREFIX)):
+                return False
+        self._reached.add(address)
+        return True
+
+    @property
+    def _stub(self):
+        return self._at(self._leader)[1]
+
     def close(self):
-        self._channel.close()
+        for channel, _ in self._channels.values():
+            channel.close()
+        self._channels.clear()
 
     def __enter__(self):
         return self
@@ -185,11 +254,51 @@ class Client:
     def _metadata(self):
         return [("authorization", "Bearer " + self._token)] if self._token else None
 
-    def _call(self, method, request, timeout=None):
-        try:
-            return getattr(self._stub, method)(request, timeout=timeout or self._timeout, metadata=self._metadata())
-        except self._grpc.RpcError as e:
-            raise _error(e.code().name, e.details()) from None
+    def _call(self, method, request, timeout=None, once=False):
+        """One call, to the leader (see the module's doc). `once`: not sent on
+        after an answer whose outcome is unknown (UNAVAILABLE from a
+        coordinator that is not a standby)."""
+        grpc = self._grpc
+        timeout = timeout or self._timeout
+        order = [self._leader] + [a for a in self._addresses if a != self._leader]
+        queue, seen, tried, standby_answered, last = collections.deque(order), set(), [], False, None
+        while queue:
+            address = queue.popleft()
+            if address in seen:
+                continue
+            seen.add(address)
+            stub = self._at(address)[1]
+            # With several to try, one that does not connect (within 5 s) is passed over.
+            if (len(order) > 1 or len(seen) > 1) and not self._reachable(address, min(timeout, 5.0)):
+                tried.append(f"{address}: cannot connect")
+                last = None
+                continue
+            try:
+                result = getattr(stub, method)(request, timeout=timeout, metadata=self._metadata())
+                self._leader = address
+                return result
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    self._leader = address
+                    raise _error(e.code().name, e.details()) from None
+                details = e.details() or ""
+                last = details
+                tried.append(f"{address}: {details}")
+                standby = details.startswith(_STANDBY_PREFIX)
+                if not standby:
+                    self._reached.discard(address)
+                standby_answered = standby_answered or standby
+                if once and not standby and "failed to connect to all addresses" not in details:
+                    raise _error("UNAVAILABLE", details) from None
+                hint = dict(e.trailing_metadata() or ()).get(_LEADER_KEY, "")
+                if hint and hint != address:
+                    self._leader = hint
+                    if hint not in seen:
+                        queue.appendleft(hint)
+        if len(tried) == 1 and not standby_answered and last is not None:
+            raise _error("UNAVAILABLE", last)
+        raise Unavailable("UNAVAILABLE", f"no trainyard server of {self._server} answered as the leader: " +
+                          "; ".join(tried))
 
     # ---- jobs -------------------------------------------------------------
 
@@ -206,7 +315,8 @@ class Client:
         elif accelerate_config and os.path.isfile(accelerate_config):
             accelerate_config = open(accelerate_config).read()
         r = self._call("SubmitJob", self._pb.SubmitJobRequest(spec=spec, source_name=source_name,
-                                                               accelerate_config=accelerate_config or ""))
+                                                               accelerate_config=accelerate_config or ""),
+                       once=True)
         return _to_dict(r.job)
 
     def get(self, job_id, all_ranks=False):
@@ -254,12 +364,39 @@ class Client:
 
     def watch(self, job_id):
         """Yields the job's updates until it ends: {"job": ...} on every state
-        change, {"metrics": ...} for the lead rank's steps."""
-        try:
-            for u in self._stub.WatchJob(self._pb.WatchJobRequest(id=job_id), metadata=self._metadata()):
-                yield _to_dict(u)
-        except self._grpc.RpcError as e:
-            raise _error(e.code().name, e.details()) from None
+        change, {"metrics": ...} for the lead rank's steps. With several
+        coordinators, a stream lost in a takeover is opened again at the
+        leader (within 60 s); the job comes again first."""
+        grpc = self._grpc
+        lost_since = None
+        while True:
+            stream = self._stub.WatchJob(self._pb.WatchJobRequest(id=job_id), metadata=self._metadata())
+            got_any = False
+            try:
+                for u in stream:
+                    lost_since, got_any = None, True
+                    yield _to_dict(u)
+                return
+            except grpc.RpcError as e:
+                details = e.details() or ""
+                if e.code() != grpc.StatusCode.UNAVAILABLE or (
+                        len(self._addresses) < 2 and not details.startswith(_STANDBY_PREFIX)):
+                    raise _error(e.code().name, details) from None
+                hint = dict(e.trailing_metadata() or ()).get(_LEADER_KEY, "")
+                if hint:
+                    self._leader = hint
+                lost_since = lost_since or time.monotonic()
+                if not got_any:  # refused at once again: paced
+                    time.sleep(0.25)
+                # Where the leader is: a call through the list, until the window ends.
+                while True:
+                    try:
+                        self._call("GetJob", self._pb.GetJobRequest(id=job_id))
+                        break
+                    except Unavailable:
+                        if time.monotonic() - lost_since > _TAKEOVER_WINDOW_S:
+                            raise
+                        time.sleep(0.25)
 
     def wait(self, job_id):
         """Blocks until the job ends; returns it."""
@@ -288,7 +425,7 @@ class Client:
         saved (or raises when it failed)."""
         kind = self._pb.SHARDED if sharded else self._pb.CHECKPOINT_TYPE_UNSPECIFIED
         r = self._call("CheckpointJob", self._pb.CheckpointJobRequest(id=job_id, type=kind, wait=wait),
-                       timeout=timeout if wait else None)
+                       timeout=timeout if wait else None, once=True)
         return _to_dict(r.checkpoint) if wait else {"request_id": r.request_id}
 
     def checkpoints(self, job_id):
@@ -298,7 +435,7 @@ class Client:
     def resume(self, job_id, from_checkpoint="", num_processes=0):
         """Starts an ended job again from a checkpoint (default: its latest)."""
         r = self._call("ResumeJob", self._pb.ResumeJobRequest(id=job_id, num_processes=num_processes,
-                                                               **{"from": from_checkpoint}))
+                                                               **{"from": from_checkpoint}), once=True)
         return _to_dict(r.job)
 
     def logs(self, job_id, rank=0, tail_bytes=0, attempt=0):
@@ -322,7 +459,7 @@ class Client:
             spec = json.dumps(spec)
         elif os.path.isfile(spec):
             spec = open(spec).read()
-        return _sweep_dict(self._call("SubmitSweep", self._pb.SubmitSweepRequest(spec=spec)).sweep)
+        return _sweep_dict(self._call("SubmitSweep", self._pb.SubmitSweepRequest(spec=spec), once=True).sweep)
 
     def get_sweep(self, sweep_id):
         """The sweep and its trials (each: number, job_id, values by

@@ -192,6 +192,7 @@ class ReplicaStreamsTest : public ::testing::Test {
     ASSERT_TRUE(manager_->Recover().ok());
     jobs_ = std::make_unique<JobServiceImpl>(manager_.get());
     workers_ = std::make_unique<WorkerServiceImpl>(&manager_->workers());
+    workers_->set_term_source([this] { return term_.load(); });
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -215,6 +216,7 @@ class ReplicaStreamsTest : public ::testing::Test {
   struct Worker {
     std::unique_ptr<grpc::ClientContext> ctx;
     std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
+    int64_t welcome_term = -1;
   };
   // Rank `rank` connects with its hello (its store at 127.0.0.1:<29500 + rank>)
   // and reads its welcome.
@@ -233,6 +235,7 @@ class ReplicaStreamsTest : public ::testing::Test {
     v1::CoordinatorMessage welcome;
     EXPECT_TRUE(w.stream->Read(&welcome));
     EXPECT_TRUE(welcome.has_welcome());
+    w.welcome_term = welcome.term();
     streams_.push_back(std::move(w));
     return &streams_.back();
   }
@@ -263,7 +266,31 @@ class ReplicaStreamsTest : public ::testing::Test {
   std::unique_ptr<v1::JobService::Stub> job_stub_;
   std::unique_ptr<v1::WorkerService::Stub> worker_stub_;
   std::deque<Worker> streams_;
+  std::atomic<int64_t> term_{0};  // the term source's (issue 65's fencing token)
 };
+
+// The welcome and every command carry the term of the coordinator's
+// leadership as it is when written (0 without leadership).
+TEST_F(ReplicaStreamsTest, EveryMessageDownCarriesTheLeadersTerm) {
+  auto submitted = manager_->Submit(
+      "max_steps: 10\nnum_processes: 2\ndistributed_type: DDP\nfault_tolerance: {mode: replica, min_replicas: 1}\n");
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const JobRecord job = *manager_->Get(submitted->id);
+  Worker* w0 = Connect(job, 0);
+  EXPECT_EQ(w0->welcome_term, 0);
+  term_ = 7;
+  Worker* w1 = Connect(job, 1);
+  EXPECT_EQ(w1->welcome_term, 7);
+  v1::CoordinatorMessage down;
+  ASSERT_TRUE(w0->stream->Read(&down));
+  EXPECT_TRUE(down.has_membership()) << down.DebugString();
+  EXPECT_EQ(down.term(), 7);
+  term_ = 8;
+  manager_->workers().OnRankExit(RankExit::Killed(job.id, job.attempt, 1, 9));
+  ASSERT_TRUE(w0->stream->Read(&down));
+  EXPECT_EQ(down.membership().epoch(), 2);
+  EXPECT_EQ(down.term(), 8);
+}
 
 TEST_F(ReplicaStreamsTest, MembershipsGoDownTheStreamsAndReportsComeUp) {
   auto submitted = manager_->Submit(
