@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "Threads submitting")->capture_default_str();
   app.add_option("--idle-seconds", idle_seconds, "How long the idle server's CPU is measured")->capture_default_str();
   app.add_option("--server-binary", server_binary)->capture_default_str();
+  std::string store;
+  app.add_option("--store", store,
+                 "The queue run's server's --store (postgresql://...; default: SQLite in its state directory)");
   app.add_option("--metrics-per-rank-max-ranks", per_rank_max, "The server's flag of that name (0: its default, 64)")
       ->capture_default_str();
   app.add_option("--kill-burst", kill_burst,
@@ -160,11 +163,12 @@ int main(int argc, char** argv) {
     }
   }
   if (queued > 0) {
-    const trainyard::scale::QueueRow q = trainyard::scale::RunQueue(server_binary, queued, clients, idle_seconds);
-    std::printf("\n| queued | submissions/s | submit p99 ms | failed | idle CPU | GetQueue p99 ms |\n");
-    std::printf("|---|---|---|---|---|---|\n");
-    std::printf("| %d | %.0f | %.0f | %lld | %.1f%% | %.0f |\n", q.queued, q.per_second, q.p99_ms,
-                static_cast<long long>(q.failed), q.idle_cpu * 100, q.queue_p99_ms);
+    const trainyard::scale::QueueRow q =
+        trainyard::scale::RunQueue(server_binary, queued, clients, idle_seconds, store);
+    std::printf("\n| store | queued | submissions/s | submit p99 ms | failed | idle CPU | GetQueue p99 ms |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    std::printf("| %s | %d | %.0f | %.0f | %lld | %.1f%% | %.0f |\n", store.empty() ? "sqlite" : "postgresql", q.queued,
+                q.per_second, q.p99_ms, static_cast<long long>(q.failed), q.idle_cpu * 100, q.queue_p99_ms);
     if (!q.error.empty()) std::printf("  (%s)\n", q.error.c_str());
     if (q.failed > 0 || !q.error.empty()) status = 1;
   }

@@ -10,10 +10,11 @@
 
 namespace trainyard::scale {
 
-QueueRow RunQueue(const std::string& binary, int queued, int clients, double idle_seconds) {
+QueueRow RunQueue(const std::string& binary, int queued, int clients, double idle_seconds, const std::string& store) {
   QueueRow row;
   row.queued = queued;
-  ServerProcess server(binary, 16, queued + 16);
+  ServerProcess server(binary, 16, queued + 16, 0,
+                       store.empty() ? std::vector<std::string>{} : std::vector<std::string>{"--store", store});
   std::atomic<int> next{0};
   std::atomic<int64_t> failed{0};
   std::mutex mu;

@@ -19,7 +19,9 @@ struct QueueRow {
 // Submissions of local jobs from `clients` threads until `queued` are
 // queued (the server has one slot, held by the first job's stand-in
 // worker); then the idle server's CPU and GetQueue's p99 with that queue.
-QueueRow RunQueue(const std::string& binary, int queued, int clients, double idle_seconds);
+// `store`: the server's --store ("": SQLite in its state directory).
+QueueRow RunQueue(const std::string& binary, int queued, int clients, double idle_seconds,
+                  const std::string& store = "");
 
 struct KillRow {
   int acknowledged = 0, found = 0, unacknowledged_found = 0;

@@ -30,7 +30,8 @@ double P99(std::vector<double> v) {
   return v[std::min(v.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(v.size())))];
 }
 
-ServerProcess::ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max)
+ServerProcess::ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max,
+                             std::vector<std::string> extra)
     : binary_(binary) {
   dir_ = std::filesystem::temp_directory_path() / ("trainyard-bench-scale-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir_);
@@ -64,6 +65,7 @@ ServerProcess::ServerProcess(const std::string& binary, int max_processes, int m
     args_.push_back("--metrics-per-rank-max-ranks");
     args_.push_back(std::to_string(per_rank_max));
   }
+  args_.insert(args_.end(), extra.begin(), extra.end());
   Start();
 }
 
@@ -101,7 +103,9 @@ void ServerProcess::Start() {
   for (int i = 0; i < 600 && grpc_port_ == 0; ++i) {
     std::ifstream ready(dir_ + "/ready.json");
     auto j = nlohmann::json::parse(ready, nullptr, false);
-    if (!j.is_discarded() && j.contains("grpc_port")) {
+    // Over a shared store a coordinator serves as a standby first: wait
+    // until it leads.
+    if (!j.is_discarded() && j.contains("grpc_port") && j.value("role", "") != "standby") {
       grpc_port_ = j["grpc_port"].get<int>();
       metrics_port_ = j["metrics_port"].get<int>();
       http_port_ = j.value("http_port", 0);

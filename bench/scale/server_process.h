@@ -26,7 +26,9 @@ class ServerProcess {
   // `per_rank_max` 0: the server's default (not passed, for servers older
   // than the flag). Local jobs run a stand-in that sleeps: the first holds
   // the one slot, the others wait in the queue.
-  ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 0);
+  // `extra`: more of the server's flags (--store URL).
+  ServerProcess(const std::string& binary, int max_processes, int max_queued, int per_rank_max = 0,
+                std::vector<std::string> extra = {});
   ~ServerProcess();
   // kill -9, and the server started again on the same state directory and
   // ports.

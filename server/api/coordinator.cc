@@ -59,9 +59,9 @@ class RoleMetrics final : public prometheus::Collectable {
       f.metric.push_back(m);
       return f;
     };
-    return {gauge("trainyard_coordinator_leader", "1 when this coordinator leads (holds the lease), 0 when it stands by",
+    return {gauge("trainyard_coordinator_leader", "1 when this coordinator leads (holds the lease), 0 on standby",
                   v.role == Leadership::Role::kLeader ? 1 : 0),
-            gauge("trainyard_coordinator_term", "The leader's term as this coordinator last saw it (its own when leading)",
+            gauge("trainyard_coordinator_term", "The leader's term as this coordinator last saw it",
                   static_cast<double>(v.term))};
   }
 
@@ -165,8 +165,8 @@ absl::Status Coordinator::Impl::StartShared() {
   LeadershipOptions lo;
   lo.lease = o.ha.lease;
   lo.renew_every = o.ha.renew_every;
-  leadership = std::make_unique<Leadership>(
-      std::make_unique<LeaseTable>(std::move(*connection), claim, o.ha.lease), lo);
+  leadership =
+      std::make_unique<Leadership>(std::make_unique<LeaseTable>(std::move(*connection), claim, o.ha.lease), lo);
   *view = [l = leadership.get()] { return l->view(); };
   endpoint->SetReadiness([this]() -> std::pair<bool, std::string> {
     const Leadership::View v = leadership->view();
@@ -237,14 +237,14 @@ void Coordinator::Impl::RunShared() {
       serving = false;
       ended = std::move(this->server);
     }
-    spdlog::warn("trainyard-server: no longer leading (term {}: {}); the jobs go on under the next leader", *term,
-                 why);
+    spdlog::warn("trainyard-server: no longer leading (term {}: {}); the jobs go on under the next leader", *term, why);
     // Whatever --on-shutdown says: the next leader adopts the jobs.
     ended->Shutdown(ShutdownMode::kDetach);
     ended.reset();
     if (absl::Status st = standby->Start(); !st.ok()) {
       spdlog::error("trainyard-server: cannot serve as a standby again: {}", std::string(st.message()));
     }
+    WriteReadyFile(standby->port(), endpoint->port(), "standby").IgnoreError();
   }
 }
 

@@ -9,7 +9,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/command_line.h"
 #include "common/job_spec.h"
+#include "server/api/coordinator.h"
 #include "server/api/server.h"
+#include "server/store/migrate_store.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -36,6 +38,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--state-dir", o.jobs.state_dir, "Directory for the SQLite job store and worker logs")
       ->capture_default_str();
+  app.add_option("--store", o.store,
+                 "Where the state is kept: sqlite:PATH, or postgresql://USER@HOST:PORT/DB shared by several "
+                 "coordinators of which one leads (docs/operating/high-availability.md); default: SQLite in "
+                 "--state-dir");
+  app.add_option("--coordinators", o.ha.coordinators,
+                 "With a shared store: every coordinator's HOST:PORT as workers reach it, comma-separated; "
+                 "workers are given this list and find the next leader after a takeover");
+  int64_t lease_ms = o.ha.lease.count(), renew_ms = o.ha.renew_every.count();
+  app.add_option("--lease-ms", lease_ms,
+                 "With a shared store: how long the leader's lease lasts unrenewed (a standby takes over after it)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{300}, int64_t{600000}));
+  app.add_option("--lease-renew-ms", renew_ms, "With a shared store: how often the leader renews its lease")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{50}, int64_t{600000}));
   app.add_option("--slots", o.jobs.slots,
                  "CPU slots (worker processes) this host runs at once; default: number of CPUs")
       ->check(CLI::Range(1, 1 << 16));
@@ -153,7 +170,29 @@ int main(int argc, char** argv) {
                  "--on-shutdown checkpoint: how long to wait for the checkpoints before stopping the groups")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  // trainyard-server migrate-store --from sqlite:PATH --to postgresql://...
+  std::string migrate_from, migrate_to;
+  CLI::App* migrate = app.add_subcommand(
+      "migrate-store", "Copy a service's state from one store to another (an empty one), and say what was copied");
+  migrate->add_option("--from", migrate_from, "The store to copy: sqlite:PATH")->required();
+  migrate->add_option("--to", migrate_to, "The empty store to copy into: postgresql://USER@HOST:PORT/DB")->required();
   if (const int rc = trainyard::ParseCommandLine(app, argc, argv, "trainyard-server"); rc >= 0) return rc;
+  if (migrate->parsed()) {
+    auto report = trainyard::MigrateStore(migrate_from, migrate_to);
+    if (!report.ok()) {
+      std::cerr << "trainyard-server migrate-store: " << report.status().message() << "\n";
+      return 1;
+    }
+    std::cout << trainyard::Describe(*report) << "\n";
+    return 0;
+  }
+  if (lease_ms <= renew_ms * 2) {
+    std::cerr << "trainyard-server: --lease-ms " << lease_ms << " must be more than twice --lease-renew-ms " << renew_ms
+              << " (a renewal may fail once without losing the lease)\n";
+    return 2;
+  }
+  o.ha.lease = std::chrono::milliseconds(lease_ms);
+  o.ha.renew_every = std::chrono::milliseconds(renew_ms);
   o.jobs.default_launcher = *trainyard::ValueOf(trainyard::kLauncherKindNames, launcher);
   o.local.stop_grace = std::chrono::milliseconds(stop_grace_ms);
   o.web_session_ttl = std::chrono::hours(web_session_hours);
@@ -174,7 +213,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  trainyard::Server server(o);
+  trainyard::Coordinator server(o);
   if (auto s = server.Start(); !s.ok()) {
     std::cerr << "trainyard-server: " << s.message() << "\n";
     return 1;
@@ -190,7 +229,7 @@ int main(int argc, char** argv) {
     server.Shutdown();
   });
   signals.detach();
-  server.Wait();
+  server.Run();
   server.Shutdown();
   spdlog::info("trainyard-server: stopped");
   return 0;

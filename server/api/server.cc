@@ -306,7 +306,7 @@ absl::Status Server::Impl::WriteReadyFile() {
   {
     std::ofstream out(tmp);
     out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port << ", \"http_port\": " << http_port
-        << ", \"pid\": " << getpid() << "}\n";
+        << ", \"pid\": " << getpid() << (options.fence ? ", \"role\": \"leader\"" : "") << "}\n";
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

@@ -44,9 +44,8 @@ Leadership::View Leadership::view() const {
 std::optional<int64_t> Leadership::AwaitLeading() {
   absl::MutexLock l(&mu_);
   mu_.Await(absl::Condition(
-      +[](Leadership* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-        return self->stopping_ || self->view_.role == Role::kLeader;
-      },
+      +[](Leadership* self)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) { return self->stopping_ || self->view_.role == Role::kLeader; },
       this));
   if (stopping_) return std::nullopt;
   return view_.term;

@@ -84,7 +84,7 @@ class Leadership {
   mutable absl::Mutex mu_;
   View view_ ABSL_GUARDED_BY(mu_);
   int64_t lost_term_ ABSL_GUARDED_BY(mu_) = 0;  // the last term given up
-  std::string lost_why_ ABSL_GUARDED_BY(mu_);    // and why
+  std::string lost_why_ ABSL_GUARDED_BY(mu_);   // and why
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   TimeSource::Steady last_renewal_sent_ ABSL_GUARDED_BY(mu_){};
   std::thread thread_;

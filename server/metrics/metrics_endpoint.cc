@@ -75,7 +75,9 @@ void MetricsEndpoint::SetReadiness(Readiness readiness) {
   readiness_ = std::move(readiness);
 }
 
-int MetricsEndpoint::Handle(mg_connection* conn, void* self) { return static_cast<MetricsEndpoint*>(self)->Serve(conn); }
+int MetricsEndpoint::Handle(mg_connection* conn, void* self) {
+  return static_cast<MetricsEndpoint*>(self)->Serve(conn);
+}
 
 int MetricsEndpoint::Serve(mg_connection* conn) {
   const mg_request_info* ri = mg_get_request_info(conn);

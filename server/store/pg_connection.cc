@@ -103,6 +103,13 @@ absl::Status Connection::Connect() {
   broken_ = false;
   auto set = Exec(absl::StrCat("SET statement_timeout = ", statement_timeout_.count()));
   if (!set.ok()) return set.status();
+  // A coordinator stopped in the middle of a transaction (paused, cut off)
+  // holds its locks, the lease row's FOR SHARE among them, until the
+  // database ends its session: after this long, so that a standby's
+  // takeover waits no longer. A live one never idles that long between the
+  // statements of a transaction.
+  set = Exec("SET idle_in_transaction_session_timeout = 2000");
+  if (!set.ok()) return set.status();
   return absl::OkStatus();
 }
 

@@ -25,6 +25,8 @@ import unittest
 import urllib.error
 import urllib.request
 
+import grpc
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_test  # noqa: E402
 from e2e_test import Server, free_port, wait_for, worker_pids, write_spec  # noqa: E402
@@ -116,18 +118,28 @@ class Coordinators(unittest.TestCase):
 
     def test_1_a_standby_names_the_leader(self):
         b = self.coordinators["b"]
+        # Once it has looked at the lease (every 250 ms).
+        wait_for(lambda: "the leader is at" in http_status(b.metrics_port, "/readyz")[1], 10, "B to name a leader")
         status, body = http_status(b.metrics_port, "/readyz")
         self.assertEqual(status, 503, body)
-        self.assertIn(f"the leader is at 127.0.0.1:{self.ports['a']}", body)
+        self.assertIn(f"the leader is at 127.0.0.1:{self.ports['a']} (term 1)", body)
         self.assertEqual(http_status(b.metrics_port, "/livez")[0], 200)
         self.assertIn("trainyard_coordinator_leader 0", b.scrape())
         self.assertIn("trainyard_coordinator_leader 1", self.coordinators["a"].scrape())
-        # A call to the standby alone is refused, naming the leader.
+        # A call to the standby is answered UNAVAILABLE naming the leader, in
+        # its message and in the trailing metadata trainyard-leader.
+        with grpc.insecure_channel(f"127.0.0.1:{self.ports['b']}") as channel:
+            call = channel.unary_unary("/trainyard.v1.JobService/ListJobs")
+            with self.assertRaises(grpc.RpcError) as refused:
+                call(b"", timeout=10)
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertIn(f"the leader is at 127.0.0.1:{self.ports['a']}", refused.exception.details())
+        self.assertIn(("trainyard-leader", f"127.0.0.1:{self.ports['a']}"),
+                      tuple(refused.exception.trailing_metadata()))
+        # trainctl given the standby alone follows it there.
         r = subprocess.run([os.path.join(e2e_test.BIN, "trainctl"), "--server", f"127.0.0.1:{self.ports['b']}",
                             "list"], capture_output=True, text=True, timeout=60)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("standby", r.stderr)
-        self.assertIn(f"127.0.0.1:{self.ports['a']}", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
         # Given both, trainctl goes to the leader.
         self.assertEqual(self.ctl("list").returncode, 0)
 

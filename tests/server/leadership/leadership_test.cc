@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
-#include "server/leadership/lease_table.h"
 #include "server/leadership/leadership.h"
+#include "server/leadership/lease_table.h"
 #include "server/store/pg_connection.h"
 #include "server/store/stores.h"
 #include "tests/server/store/pg_test_server.h"
