@@ -14,6 +14,7 @@
 #include "common/credentials.h"
 #include "server/api/standby_server.h"
 #include "server/leadership/leadership.h"
+#include "server/metrics/metric_table.h"
 #include "server/metrics/metrics_endpoint.h"
 #include "server/store/fence.h"
 #include "server/store/pg_connection.h"
@@ -52,17 +53,16 @@ class RoleMetrics final : public prometheus::Collectable {
   explicit RoleMetrics(const Leadership* leadership) : leadership_(leadership) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
     const Leadership::View v = leadership_->view();
-    auto gauge = [](std::string name, std::string help, double value) {
-      prometheus::MetricFamily f{std::move(name), std::move(help), prometheus::MetricType::Gauge, {}};
+    auto gauge = [](const std::string& name, double value) {
+      const MetricFamily& table = MetricNamed(name);
+      prometheus::MetricFamily f{table.name, table.help, prometheus::MetricType::Gauge, {}};
       prometheus::ClientMetric m;
       m.gauge.value = value;
       f.metric.push_back(m);
       return f;
     };
-    return {gauge("trainyard_coordinator_leader", "1 when this coordinator leads (holds the lease), 0 on standby",
-                  v.role == Leadership::Role::kLeader ? 1 : 0),
-            gauge("trainyard_coordinator_term", "The leader's term as this coordinator last saw it",
-                  static_cast<double>(v.term))};
+    return {gauge("trainyard_coordinator_leader", v.role == Leadership::Role::kLeader ? 1 : 0),
+            gauge("trainyard_coordinator_term", static_cast<double>(v.term))};
   }
 
  private:

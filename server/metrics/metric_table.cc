@@ -32,6 +32,13 @@ constexpr MetricType kHistogram = MetricType::kHistogram;
 std::vector<MetricFamily> Build() {
   const std::vector<double> checkpoint_buckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900};
   std::vector<MetricFamily> t = {
+      {"trainyard_coordinator_leader",
+       T::kGauge,
+       "1 when this coordinator leads (holds the lease of a shared store), 0 on standby",
+       {},
+       {},
+       true},
+      {"trainyard_coordinator_term", T::kGauge, "The leader's term as this coordinator last saw it", {}, {}, true},
       {"trainyard_jobs", T::kGauge, "Jobs known to the server, by state", {"state"}, {}},
       {"trainyard_job_submissions_total",
        T::kCounter,

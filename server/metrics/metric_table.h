@@ -20,6 +20,9 @@ struct MetricFamily {
   std::string help;
   std::vector<std::string> labels;  // label names
   std::vector<double> buckets;      // histograms: upper bounds
+  // The coordinator process's own (server/api/coordinator.h: leader or
+  // standby), exported on a standby too: not ServerMetrics'.
+  bool coordinator = false;
 };
 
 // Every family, each once, in the order the docs list them.

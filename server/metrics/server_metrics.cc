@@ -49,6 +49,7 @@ class Exported final : public prometheus::Collectable {
 template <typename G, typename C, typename H>
 void RegisterTable(prometheus::Registry& registry, G* gauges, C* counters, H* histograms) {
   for (const MetricFamily& f : MetricTable()) {
+    if (f.coordinator) continue;
     switch (f.type) {
       case MetricType::kGauge:
         (*gauges)[f.name] = &prometheus::BuildGauge().Name(f.name).Help(f.help).Register(registry);

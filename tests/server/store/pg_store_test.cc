@@ -247,42 +247,5 @@ TEST(PgUrlTest, PasswordsAreLeftOutAndFormsAreChecked) {
       << unreachable.status();
 }
 
-// A measurement, run by hand (--gtest_also_run_disabled_tests): jobs
-// inserted a second by 8 threads, on SQLite and on PostgreSQL (fenced, as a
-// leader writes), each on a fresh store.
-TEST(StoreSpeed, DISABLED_InsertRate) {
-  for (test::StoreBackend backend : {test::StoreBackend::kSqlite, test::StoreBackend::kPostgres}) {
-    TempDir dir;
-    auto url = test::StoreUrl(backend, dir.path());
-    ASSERT_TRUE(url.ok()) << url.status();
-    auto fence = std::make_shared<Fence>(backend == test::StoreBackend::kPostgres ? 1 : 0);
-    if (backend == test::StoreBackend::kPostgres) {
-      ASSERT_TRUE(OpenStores(*url, "").ok());
-      auto c = pg::Connection::Open(*url);
-      ASSERT_TRUE(c.ok() && (*c)->Exec("UPDATE trainyard_leader SET term = 1").ok());
-    }
-    auto stores = OpenStores(*url, "", fence);
-    ASSERT_TRUE(stores.ok()) << stores.status();
-    constexpr int kThreads = 8, kEach = 250;
-    std::atomic<int> failed{0};
-    const auto start = steady_clock::now();
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        for (int i = 0; i < kEach; ++i) {
-          JobRecord r = MakeJob("job-" + std::to_string(t) + "-" + std::to_string(i));
-          r.spec_json = std::string(600, 'x');
-          if (!stores->jobs->Insert(r, {i, JobState::kQueued, "submitted"}).ok()) ++failed;
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    const double seconds = std::chrono::duration<double>(steady_clock::now() - start).count();
-    EXPECT_EQ(failed, 0);
-    std::printf("%s: %d inserts by %d threads in %.2f s: %.0f/s\n", test::BackendName(backend).c_str(),
-                kThreads * kEach, kThreads, seconds, kThreads * kEach / seconds);
-  }
-}
-
 }  // namespace
 }  // namespace trainyard
