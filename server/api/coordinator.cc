@@ -80,6 +80,8 @@ struct Coordinator::Impl {
   std::unique_ptr<Server> server ABSL_GUARDED_BY(mu);
   bool serving ABSL_GUARDED_BY(mu) = false;  // `server` started
   bool stopping ABSL_GUARDED_BY(mu) = false;
+  absl::Mutex shutdown_mu;
+  bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
 
   // PostgreSQL only.
   std::unique_ptr<MetricsEndpoint> endpoint;
@@ -250,6 +252,11 @@ void Coordinator::Impl::RunShared() {
 
 void Coordinator::Shutdown() {
   Impl& s = *impl_;
+  // A second caller (main after the signal thread's) waits until the first
+  // has finished.
+  absl::MutexLock once(&s.shutdown_mu);
+  if (s.shut_down) return;
+  s.shut_down = true;
   Server* server = nullptr;
   {
     // Once stopping, Run destroys no server: the one held is stopped here

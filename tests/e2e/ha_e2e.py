@@ -251,6 +251,20 @@ class Coordinators(unittest.TestCase):
         self.assertEqual(self.ctl("cancel", job_id).returncode, 0)
         wait_for(lambda: worker_pids(job_id) == [], 60, "the cancelled job's ranks to end")
 
+    def test_4_a_stopped_leader_hands_over(self):
+        """SIGTERM (systemctl stop) ends a leader cleanly and gives its lease
+        up: the standby leads, and a stopped standby ends cleanly too."""
+        leader = self.leader()
+        self.assertIsNotNone(leader)
+        standby = "b" if leader == "a" else "a"
+        self.assertEqual(self.coordinators[leader].stop(), 0)
+        wait_for(lambda: http_status(self.coordinators[standby].metrics_port, "/readyz")[0] == 200, 15,
+                 f"{standby} to lead")
+        self.start(leader)
+        wait_for(lambda: "the leader is at" in http_status(self.coordinators[leader].metrics_port, "/readyz")[1],
+                 15, f"{leader} back as a standby")
+        self.assertEqual(self.coordinators[leader].stop(), 0)
+
 
 if __name__ == "__main__":
     e2e_test.BIN = os.path.abspath(sys.argv.pop(1))
