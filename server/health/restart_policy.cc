@@ -18,7 +18,8 @@ std::string RestartsFrom(const AttemptEnd& end) {
 
 NextStep DecideAfterAttempt(const AttemptEnd& end) {
   using Kind = NextStep::Kind;
-  if (end.cancel_requested) return {Kind::kCancelled, "cancelled by user"};
+  if (end.cancel_requested)
+    return {Kind::kCancelled, end.cancel_reason.empty() ? "cancelled by user" : end.cancel_reason};
   if (end.stopped_for_restart) {
     return {Kind::kRequeue,
             "the coordinator stopped (--on-shutdown checkpoint): resumes from its latest checkpoint when it starts "

@@ -15,6 +15,7 @@ namespace trainyard {
 // How one attempt ended.
 struct AttemptEnd {
   bool cancel_requested = false;
+  std::string cancel_reason;  // who cancelled and why ("" : a user)
   // A rank failed, the hang watchdog fired, or the workers did not
   // reattach; `failure` says which.
   bool failed = false;

@@ -234,6 +234,7 @@ std::vector<RankExit> Attempt::RanksOnLostNodes(const std::string& job_id, Stead
 AttemptEnd Attempt::End() const {
   AttemptEnd end;
   end.cancel_requested = cancel_requested();
+  end.cancel_reason = stop_reason_;
   end.stopped_for_restart = stop_ == Stop::kForRestart;
   // A job that trained to its end before the preemption took effect is done.
   end.stopped_for_priority =

@@ -178,8 +178,15 @@ class Attempt {
   bool reported(int32_t rank) const { return results_.count(rank) > 0; }
 
   // ---- Stops the coordinator asks for
-  void RequestStop(Stop why) { stop_ = why; }
+  // `reason`: what a cancel's ranks and the job's end say ("": cancelled by
+  // a user).
+  void RequestStop(Stop why, std::string reason = "") {
+    stop_ = why;
+    if (!reason.empty()) stop_reason_ = std::move(reason);
+  }
   Stop stop() const { return stop_; }
+  // A cancel's reason, as the ranks are told it.
+  std::string stop_reason() const { return stop_reason_.empty() ? "cancelled by user" : stop_reason_; }
   // A cancel (either kind) or a coordinator restart: rank ends are no failure.
   bool stop_requested() const { return stop_ != Stop::kNone; }
   bool cancel_requested() const { return stop_ == Stop::kCancel || stop_ == Stop::kCancelAfterCheckpoint; }
@@ -216,6 +223,7 @@ class Attempt {
   AttemptFailure failure_;
   bool preempted_ = false;
   Stop stop_ = Stop::kNone;
+  std::string stop_reason_;
   int32_t succeeded_ = 0;  // ranks that ended having trained to the end
   AttemptWatchState watch_;
   std::unique_ptr<RankSupervisor> supervisor_ = std::make_unique<RankSupervisor>();

@@ -159,7 +159,9 @@ class JobRequestHandler {
   virtual absl::Status Delete(const std::string& id, const Caller& by) = 0;
   // With `checkpoint`, a running job saves a checkpoint at its next step
   // boundary and then stops (a later plain Cancel stops it at once).
-  virtual absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint) = 0;
+  // `reason`: who cancels and why, as the job's end and its ranks say it
+  // ("": a user).
+  virtual absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint, const std::string& reason = "") = 0;
   // A running elastic job runs `num_processes` ranks from now on (ranks
   // leave or are launched); `by` is named in its events.
   virtual absl::StatusOr<JobRecord> Scale(const std::string& id, int32_t num_processes, const Caller& by) = 0;

@@ -228,11 +228,11 @@ absl::Status JobManager::Delete(const std::string& id, const Caller& by) {
   return jobs_.Delete(*ended, by.Describe());
 }
 
-absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpoint) {
+absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, bool checkpoint, const std::string& reason) {
   ManagerLock lock(&mu_);
   absl::StatusOr<ActiveJob*> found = jobs_.FindActive(id, "");
   if (!found.ok()) return found.status();
-  return stops_.Cancel(**found, checkpoint, requests_.NextId());
+  return stops_.Cancel(**found, checkpoint, requests_.NextId(), reason);
 }
 
 absl::Status JobManager::AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) {

@@ -97,7 +97,8 @@ class JobManager final : public JobRequestHandler {
   absl::StatusOr<JobPage> List(const std::set<JobState>& states, int page_size, const std::string& page_token) {
     return List(states, page_size, page_token, Caller{}, /*all_users=*/true);
   }
-  absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint = false) override;
+  absl::StatusOr<JobRecord> Cancel(const std::string& id, bool checkpoint = false,
+                                   const std::string& reason = "") override;
   absl::Status AwaitRunning(const std::string& id, std::chrono::system_clock::time_point deadline) override;
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& id, CheckpointType type) override;
   absl::StatusOr<CheckpointEvent> WaitCheckpoint(const std::string& id, int64_t request_id,

@@ -5,10 +5,11 @@
 
 namespace trainyard {
 
-JobRecord JobStops::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id) {
+JobRecord JobStops::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id, const std::string& reason) {
   if (job.record.state == JobState::kQueued) {
     JobRecord r = job.record;
-    lifecycle_->End(job, JobState::kCancelled, "cancelled by user while queued");
+    lifecycle_->End(job, JobState::kCancelled,
+                    reason.empty() ? "cancelled by user while queued" : absl::StrCat(reason, " while queued"));
     return *jobs_->Record(r.id);
   }
   Attempt& a = *job.attempt;
@@ -29,9 +30,10 @@ JobRecord JobStops::Cancel(ActiveJob& job, bool checkpoint, int64_t request_id) 
                                       "stopping without a checkpoint (`trainctl resume` starts from its latest "
                                       "checkpoint, or from the beginning if it has none)"));
   }
-  a.RequestStop(Attempt::Stop::kCancel);
+  a.RequestStop(Attempt::Stop::kCancel, reason);
   spdlog::info("job {}: cancel requested; stopping {} ranks", job.record.id, job.record.num_processes);
-  a.Broadcast({WorkerCommand::Kind::kStop, "cancelled by user"});
+  if (!reason.empty()) jobs_->AddEvent(job, reason);
+  a.Broadcast({WorkerCommand::Kind::kStop, a.stop_reason()});
   lifecycle_->StopGroup(job);
   return job.record;
 }

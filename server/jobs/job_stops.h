@@ -28,7 +28,9 @@ class JobStops {
   // a running job's rank 0 saves a checkpoint (request `request_id`) at its
   // next step boundary and every rank stops; a later plain cancel stops it
   // at once. Returns its record.
-  JobRecord Cancel(ActiveJob& job, bool checkpoint, int64_t request_id);
+  // `reason`: who cancels and why, as the job's end and its ranks say it
+  // ("": a user, "cancelled by user").
+  JobRecord Cancel(ActiveJob& job, bool checkpoint, int64_t request_id, const std::string& reason = "");
   // Rank 0 of a running job saves a checkpoint of `type` (request
   // `request_id`); FailedPrecondition when the job is not running.
   absl::Status RequestCheckpoint(ActiveJob& job, CheckpointType type, int64_t request_id);

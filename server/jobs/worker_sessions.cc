@@ -41,7 +41,7 @@ absl::StatusOr<WorkerAttachment> WorkerSessions::Attach(const std::string& job_i
   auto channel = std::make_shared<WorkerChannel>();
   a.Attach(rank, channel);
   if (!node.empty()) jobs_->PlaceRank(job, rank, node);
-  if (a.cancel_requested()) channel->Push({WorkerCommand::Kind::kStop, "cancelled by user"});
+  if (a.cancel_requested()) channel->Push({WorkerCommand::Kind::kStop, a.stop_reason()});
   RunningOnceAllAttached(job);
   WorkerAttachment attachment{job.record.spec_json,  job.record.num_processes, a.number(),
                               a.place().master_addr, a.place().master_port,    channel};

@@ -225,9 +225,10 @@ absl::StatusOr<SweepStatus> SweepManager::Cancel(const std::string& id, bool kee
   s.cancelled = true;
   for (SweepTrialRecord& t : s.record.trials) {
     if (t.job_id.empty() || Ended(t.state) || t.number == best) continue;
-    auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false);
-    if (job.ok()) t.state = job->state;
     t.reason = absl::StrCat("the sweep was cancelled by ", by.Describe());
+    auto job =
+        jobs_->Cancel(t.job_id, /*checkpoint=*/false, absl::StrCat("stopped by sweep ", s.record.id, ": ", t.reason));
+    if (job.ok()) t.state = job->state;
     SaveTrial(s, t);
   }
   if (!Ended(s.record.state)) {
@@ -329,11 +330,15 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
         }
         // A trial that ended before the look that found it at the rung keeps its end.
         if (!Ended(t.state)) {
-          auto cancelled = jobs_->Cancel(t.job_id, /*checkpoint=*/false);
-          if (cancelled.ok()) t.state = cancelled->state;
           t.early_stopped = true;
           t.reason = absl::StrFormat("stopped at step %d: %s %g not among the best 1/%d at the rung", p.step,
                                      s.spec.metric, p.value, s.spec.searcher.reduction_factor);
+          // The job says who stopped it: the sweep's searcher, not a user.
+          auto cancelled = jobs_->Cancel(
+              t.job_id, /*checkpoint=*/false,
+              absl::StrFormat("stopped by sweep %s (ASHA, step %d: %s %.4g not among the best 1/%d at the rung)",
+                              s.record.id, p.step, s.spec.metric, p.value, s.spec.searcher.reduction_factor));
+          if (cancelled.ok()) t.state = cancelled->state;
           Event(s, absl::StrFormat("trial %d (%s) %s", t.number, t.job_id, t.reason));
         }
         break;
@@ -376,7 +381,11 @@ void SweepManager::FinishExploits(Live& s) {
     if (!by) break;
     std::optional<TrialPlan> plan = s.searcher->Exploited(x.poor, x.source, source.values);
     if (!plan) continue;
-    if (auto cancelled = jobs_->Cancel(poor.job_id, /*checkpoint=*/false); cancelled.ok()) {
+    if (auto cancelled = jobs_->Cancel(poor.job_id, /*checkpoint=*/false,
+                                       absl::StrFormat("stopped by sweep %s (PBT: trial %d continues from trial %d's "
+                                                       "checkpoint in its place)",
+                                                       s.record.id, plan->number, x.source));
+        cancelled.ok()) {
       poor.state = cancelled->state;
     }
     SweepTrialRecord t;
@@ -424,8 +433,12 @@ bool SweepManager::SpendBudget(Live& s) {
   s.budget_spent = true;
   for (SweepTrialRecord& t : s.record.trials) {
     if (t.job_id.empty() || Ended(t.state)) continue;
-    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false); job.ok()) t.state = job->state;
     t.reason = absl::StrFormat("the sweep's budget of %g rank-hours was spent", s.spec.max_rank_hours);
+    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false,
+                                 absl::StrCat("stopped by sweep ", s.record.id, ": ", t.reason));
+        job.ok()) {
+      t.state = job->state;
+    }
     SaveTrial(s, t);
   }
   return true;
@@ -456,8 +469,12 @@ void SweepManager::Fail(Live& s, const std::string& reason) {
   s.pending.reset();
   for (SweepTrialRecord& t : s.record.trials) {
     if (t.job_id.empty() || Ended(t.state)) continue;
-    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false); job.ok()) t.state = job->state;
     t.reason = absl::StrCat("the sweep ended: ", reason);
+    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false,
+                                 absl::StrCat("stopped by sweep ", s.record.id, ": ", t.reason));
+        job.ok()) {
+      t.state = job->state;
+    }
     SaveTrial(s, t);
   }
   if (Ended(s.record.state)) return;

@@ -70,10 +70,11 @@ class Jobs : public JobRequestHandler {
     if (it == jobs.end()) return absl::NotFoundError(id);
     return it->second;
   }
-  absl::StatusOr<JobRecord> Cancel(const std::string& id, bool) override {
+  absl::StatusOr<JobRecord> Cancel(const std::string& id, bool, const std::string& reason) override {
     auto it = jobs.find(id);
     if (it == jobs.end()) return absl::NotFoundError(id);
     it->second.state = JobState::kCancelled;
+    it->second.reason = reason.empty() ? "cancelled by user" : reason;
     return it->second;
   }
   absl::StatusOr<JobHistory> History(const std::string& id) override { return histories[id]; }
@@ -161,8 +162,38 @@ TEST(SweepManager, PbtCopiesAreStoredWhole) {
   }
   EXPECT_TRUE(absl::StrContains(trials[3].reason, "exploited at step 200: replaced by trial 4")) << trials[3].reason;
   EXPECT_EQ(trials[3].state, JobState::kCancelled);
+  // Its job says who stopped it, and why.
+  EXPECT_EQ(jobs.jobs["job-4"].reason,
+            absl::StrCat("stopped by sweep ", all->front().id,
+                         " (PBT: trial 4 continues from trial 0's checkpoint in its place)"));
   EXPECT_EQ(trials[4].parent, 0);
   EXPECT_EQ(trials[4].from_step, 200);
+}
+
+// A trial ASHA stops says so on its job: the sweep, the searcher, the step
+// and the value, not "cancelled by user".
+TEST(SweepManager, ATrialAshaStopsNamesTheSweepOnItsJob) {
+  auto store = SweepStore::Open(TempDb("asha"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {optimizer.lr: {choice: [0.1, 0.01, 0.001]}}\n"
+                                          "  searcher: {kind: asha, min_steps: 100, reduction_factor: 3}\n"
+                                          "  max_trials: 3\n  concurrency: 3\n"),
+                             Caller{"alice", {}, false, {"/data"}, "alice"});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(jobs.submissions.size(), 3u);
+  // The first to reach the rung goes on; the later, worse ones stop there.
+  jobs.Report("job-1", 100, 1.0);
+  sweeps.Tick();
+  jobs.Report("job-2", 100, 2.0);
+  jobs.Report("job-3", 100, 3.0);
+  sweeps.Tick();
+  EXPECT_EQ(jobs.jobs["job-1"].state, JobState::kRunning);
+  EXPECT_EQ(jobs.jobs["job-3"].state, JobState::kCancelled);
+  EXPECT_EQ(jobs.jobs["job-3"].reason, absl::StrCat("stopped by sweep ", sweep->record.id,
+                                                    " (ASHA, step 100: loss 3 not among the best 1/3 at the rung)"));
 }
 
 TEST(SweepManager, TrialsActWithTheOwnersRightsOfNowAndStopWhenTheyAreGone) {
