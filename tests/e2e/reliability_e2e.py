@@ -324,14 +324,14 @@ class CoordinatorRestarts(unittest.TestCase):
 # Slower steps (about 6 ms for one job alone here, 13 ms for two) than JOB's, so that the jobs
 # are still running after several server restarts.
 UPGRADE_JOB = JOB.replace("hidden: [64]", "hidden: [512, 512]").replace("batch_size: 16", "batch_size: 64")
-# Long enough that 5 server restarts (the workers train on while it is away)
+# Long enough that 3 server restarts (the workers train on while it is away)
 # leave more than 1500 steps each time. The test prints the steps its
-# restarts used: about 1,330 under detach (5 restarts, ~4 s each: the
-# server's stop, its start, the workers' reattachment within a second, 20
-# steps) and about 300 under checkpoint (3), so 3,600 leaves ~2,300 at the
-# last SIGTERM. (At 10,000 steps, when workers took ~10 s to find a
-# restarted coordinator, the restarts used ~4,200.)
-UPGRADE_STEPS = 3600
+# restarts used: about 800 under detach (3 restarts, ~4 s each: the server's
+# stop, its start, the workers' reattachment within a second, 20 steps) and
+# about 200 under checkpoint (2), so 2,600 leaves ~1,800 at the last SIGTERM.
+# (At 10,000 steps, when workers took ~10 s to find a restarted coordinator,
+# 5 restarts used ~4,200.)
+UPGRADE_STEPS = 2600
 
 
 class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
@@ -384,8 +384,8 @@ class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
 
 class CoordinatorUpgrades(unittest.TestCase):
     """SIGTERM the server (as `systemctl restart` does) while 2 jobs run,
-    under each --on-shutdown mode: detach (5 times: workers keep training
-    and reattach to the next server, no attempt restarted) and checkpoint (3
+    under each --on-shutdown mode: detach (3 times: workers keep training
+    and reattach to the next server, no attempt restarted) and checkpoint (2
     times: each job checkpoints, stops and is queued, and resumes on the
     next server) end SUCCEEDED with the model of an uninterrupted run; stop
     ends both FAILED, saying why."""
@@ -398,7 +398,7 @@ class CoordinatorUpgrades(unittest.TestCase):
         try:
             expected = uninterrupted_digests(s, state, UPGRADE_JOB, {"up0": 500, "up1": 501}, steps=UPGRADE_STEPS)
             s.stop()
-            for mode, sigterms in (("detach", 5), ("checkpoint", 3), ("stop", 1)):
+            for mode, sigterms in (("detach", 3), ("checkpoint", 2), ("stop", 1)):
                 s = Server(state, slots=4, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", mode))
                 ids = []
                 for j in range(2):
