@@ -7,11 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
+#include "common/listen_socket.h"
 #include "server/api/standby_server.h"
 #include "server/leadership/leadership.h"
 #include "server/metrics/metric_table.h"
@@ -44,6 +47,28 @@ std::string Reachable(const std::string& advertise, const std::string& listen, i
   if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = ThisHost();
   if (host.find(':') != std::string::npos && host.back() != ']') return host;  // it names its port
   return absl::StrCat(host, ":", port);
+}
+
+// Waits (up to 5 s) until nothing listens on `listen`'s port any more. gRPC
+// closes a stopped server's listening socket a moment after it returns, and
+// while it lingers the next server's (SO_REUSEPORT) shares the port: the
+// connections the kernel hands the old one are never answered, and a worker
+// waits out its connect timeout.
+void AwaitPortFree(const std::string& listen) {
+  auto [host, port_text] = SplitHostPort(listen);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port <= 0) return;
+  for (int i = 0; i < 100; ++i) {
+    std::string error;
+    const int fd = ListenOn(host.empty() ? "0.0.0.0" : host, port, &error);
+    if (fd >= 0) {
+      close(fd);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  spdlog::warn("trainyard-server: {} is still taken 5 s after its server stopped", listen);
 }
 
 // trainyard_coordinator_leader and _term, read from the leadership at each
@@ -210,6 +235,7 @@ void Coordinator::Impl::RunShared() {
     const std::optional<int64_t> term = leadership->AwaitLeading();
     if (!term) return;
     standby->Stop();
+    AwaitPortFree(options.listen);
     ServerOptions so = options;
     so.fence = std::make_shared<Fence>(*term);
     so.fence->OnLost([this, t = *term](int64_t db_term) {
@@ -243,6 +269,7 @@ void Coordinator::Impl::RunShared() {
     // Whatever --on-shutdown says: the next leader adopts the jobs.
     ended->Shutdown(ShutdownMode::kDetach);
     ended.reset();
+    AwaitPortFree(options.listen);
     if (absl::Status st = standby->Start(); !st.ok()) {
       spdlog::error("trainyard-server: cannot serve as a standby again: {}", std::string(st.message()));
     }

@@ -190,6 +190,10 @@ struct ControlClient::Impl {
         return PassOutcome::kRefused;
       }
       said.push_back(absl::StrCat(address, ": ", c.status().message()));
+      // The standby's connection ends when it becomes the leader (its
+      // server stops, the leader's starts on the port), which this channel
+      // would notice only by its keepalive: the next pass connects anew.
+      endpoints.erase(address);
       if (!hint.empty() && hint != address) {
         leader = hint;
         if (tried.count(hint) == 0) queue.push_front(hint);
@@ -213,9 +217,15 @@ struct ControlClient::Impl {
                                                           std::chrono::milliseconds(std::min<int64_t>(left, 250)));
       return;
     }
-    absl::MutexLock lock(&mu);
-    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return finishing && result_sent; };
-    mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(std::min<int64_t>(left, 100)));
+    // gRPC's synchronous API moves a channel's connection along (reads the
+    // server's GOAWAY, connects anew) only while a thread waits on it, or
+    // at its backup poll every 5 s: wait on each channel in turn.
+    const int64_t each = std::max<int64_t>(10, std::min<int64_t>(left, 100) / static_cast<int64_t>(endpoints.size()));
+    for (auto& [address, e] : endpoints) {
+      const grpc_connectivity_state state = e.channel->GetState(/*try_to_connect=*/true);
+      if (state == GRPC_CHANNEL_READY) return;
+      e.channel->WaitForStateChange(state, std::chrono::system_clock::now() + std::chrono::milliseconds(each));
+    }
   }
 
   void Handle(const v1::CoordinatorMessage& msg) {
@@ -439,6 +449,13 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   // stream as soon as the channel connects.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffCapMs);
+  // How long one connection attempt may take (gRPC's default, 20 s): a
+  // connection taken by a listening socket that is closing (a standby's
+  // port as it becomes the leader's) is given up after this, not after 20 s.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2000);
+  // Each coordinator's channel its own connection: one made anew (after a
+  // standby's answer) must not share the old one's.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   impl->credentials = ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem);
   for (const std::string& a : impl->addresses) impl->EndpointAt(a).channel->GetState(/*try_to_connect=*/true);
   // Until a coordinator is reached (connect_timeout), then: refused for
