@@ -7,12 +7,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/spec/job_spec.h"
-#include "common/spec/spec_overrides.h"
 #include "common/webhook_url.h"
-#include "nlohmann/json.hpp"
 #include "server/jobs/job_history.h"
 #include "server/sweeps/trial_spec.h"
 
@@ -226,9 +223,7 @@ absl::StatusOr<SweepStatus> SweepManager::Cancel(const std::string& id, bool kee
   for (SweepTrialRecord& t : s.record.trials) {
     if (t.job_id.empty() || Ended(t.state) || t.number == best) continue;
     t.reason = absl::StrCat("the sweep was cancelled by ", by.Describe());
-    auto job =
-        jobs_->Cancel(t.job_id, /*checkpoint=*/false, absl::StrCat("stopped by sweep ", s.record.id, ": ", t.reason));
-    if (job.ok()) t.state = job->state;
+    StopJob(s, t, ": " + t.reason);
     SaveTrial(s, t);
   }
   if (!Ended(s.record.state)) {
@@ -334,11 +329,9 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
           t.reason = absl::StrFormat("stopped at step %d: %s %g not among the best 1/%d at the rung", p.step,
                                      s.spec.metric, p.value, s.spec.searcher.reduction_factor);
           // The job says who stopped it: the sweep's searcher, not a user.
-          auto cancelled = jobs_->Cancel(
-              t.job_id, /*checkpoint=*/false,
-              absl::StrFormat("stopped by sweep %s (ASHA, step %d: %s %.4g not among the best 1/%d at the rung)",
-                              s.record.id, p.step, s.spec.metric, p.value, s.spec.searcher.reduction_factor));
-          if (cancelled.ok()) t.state = cancelled->state;
+          StopJob(s, t,
+                  absl::StrFormat(" (ASHA, step %d: %s %.4g not among the best 1/%d at the rung)", p.step,
+                                  s.spec.metric, p.value, s.spec.searcher.reduction_factor));
           Event(s, absl::StrFormat("trial %d (%s) %s", t.number, t.job_id, t.reason));
         }
         break;
@@ -381,13 +374,9 @@ void SweepManager::FinishExploits(Live& s) {
     if (!by) break;
     std::optional<TrialPlan> plan = s.searcher->Exploited(x.poor, x.source, source.values);
     if (!plan) continue;
-    if (auto cancelled = jobs_->Cancel(poor.job_id, /*checkpoint=*/false,
-                                       absl::StrFormat("stopped by sweep %s (PBT: trial %d continues from trial %d's "
-                                                       "checkpoint in its place)",
-                                                       s.record.id, plan->number, x.source));
-        cancelled.ok()) {
-      poor.state = cancelled->state;
-    }
+    StopJob(
+        s, poor,
+        absl::StrFormat(" (PBT: trial %d continues from trial %d's checkpoint in its place)", plan->number, x.source));
     SweepTrialRecord t;
     t.number = plan->number;
     t.values = plan->values;
@@ -434,11 +423,7 @@ bool SweepManager::SpendBudget(Live& s) {
   for (SweepTrialRecord& t : s.record.trials) {
     if (t.job_id.empty() || Ended(t.state)) continue;
     t.reason = absl::StrFormat("the sweep's budget of %g rank-hours was spent", s.spec.max_rank_hours);
-    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false,
-                                 absl::StrCat("stopped by sweep ", s.record.id, ": ", t.reason));
-        job.ok()) {
-      t.state = job->state;
-    }
+    StopJob(s, t, ": " + t.reason);
     SaveTrial(s, t);
   }
   return true;
@@ -465,16 +450,17 @@ std::optional<Caller> SweepManager::CurrentCaller(Live& s) {
   return *std::move(now);
 }
 
+void SweepManager::StopJob(const Live& s, SweepTrialRecord& t, const std::string& detail) {
+  auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false, absl::StrCat("stopped by sweep ", s.record.id, detail));
+  if (job.ok()) t.state = job->state;
+}
+
 void SweepManager::Fail(Live& s, const std::string& reason) {
   s.pending.reset();
   for (SweepTrialRecord& t : s.record.trials) {
     if (t.job_id.empty() || Ended(t.state)) continue;
     t.reason = absl::StrCat("the sweep ended: ", reason);
-    if (auto job = jobs_->Cancel(t.job_id, /*checkpoint=*/false,
-                                 absl::StrCat("stopped by sweep ", s.record.id, ": ", t.reason));
-        job.ok()) {
-      t.state = job->state;
-    }
+    StopJob(s, t, ": " + t.reason);
     SaveTrial(s, t);
   }
   if (Ended(s.record.state)) return;

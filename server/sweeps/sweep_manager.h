@@ -147,6 +147,9 @@ class SweepManager {
   // One of the sweep's events (kept in the store, and logged).
   void Event(const Live& s, const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SaveTrial(const Live& s, const SweepTrialRecord& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancels trial `t`'s job, which then says "stopped by sweep <id>" and
+  // `detail` (": why" or " (why)"), and takes its state.
+  void StopJob(const Live& s, SweepTrialRecord& t, const std::string& detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobRequestHandler* const jobs_;
   SweepStore* const store_;
