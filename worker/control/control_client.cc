@@ -17,30 +17,20 @@
 #include "absl/synchronization/mutex.h"
 #include "common/credentials.h"
 #include "common/join_retry.h"
-#include "common/keepalive.h"
 #include "common/leader_hint_grpc.h"
 #include "common/log.h"
 #include "common/wire_convert.h"
 #include "trainyard/v1/trainyard.grpc.pb.h"
 #include "worker/base/flight_recorder.h"
+#include "worker/control/coordinator_channels.h"
 
 namespace trainyard {
-
-// The longest gRPC waits between attempts to reach a coordinator that went
-// away (its backoff grows from 200 ms, with jitter).
-constexpr int kReconnectBackoffCapMs = 1000;
 
 // One stream to the coordinator; replaced after a reconnection.
 struct Conn {
   bool finished = false;  // Finish() was called (guarded by the client's write_mu)
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
-};
-
-// One coordinator of the list (or one a standby named).
-struct Endpoint {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::WorkerService::Stub> stub;
 };
 
 // How a pass over the coordinators ended (Impl::OpenLeader).
@@ -54,14 +44,12 @@ enum class PassOutcome {
 struct ControlClient::Impl {
   ControlOptions options;
   TrainerControl* control = nullptr;
-  grpc::ChannelArguments channel_args;
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
   // The coordinators of --server, in order. With several, the one that
   // leads is found: a standby answers UNAVAILABLE naming the leader
   // (common/leader_hint.h), and the worker goes there.
   std::vector<std::string> addresses;
   // Used by Connect, then by the reader thread only.
-  std::map<std::string, Endpoint> endpoints;
+  std::unique_ptr<CoordinatorChannels> channels;
   std::string leader;  // the last coordinator that took this worker, or that a standby named
   // The highest leadership term seen on the welcome or a command (issue
   // 65's fencing token): a command of a lower one comes from a replaced
@@ -89,15 +77,6 @@ struct ControlClient::Impl {
   std::thread sender;
   std::promise<void> reader_done;
 
-  Endpoint& EndpointAt(const std::string& address) {
-    Endpoint& e = endpoints[address];
-    if (!e.channel) {
-      e.channel = grpc::CreateCustomChannel(address, credentials, channel_args);
-      e.stub = v1::WorkerService::NewStub(e.channel);
-    }
-    return e;
-  }
-
   // Opens a stream to `address` and says hello; the coordinator answers
   // with a welcome, or ends the stream with the reason it refuses this
   // worker. `*standby`: the refusal was a standby's (`*hint`: the leader it
@@ -106,7 +85,7 @@ struct ControlClient::Impl {
   absl::StatusOr<std::shared_ptr<Conn>> Open(const std::string& address, v1::CoordinatorMessage* first,
                                              bool* standby = nullptr, std::string* hint = nullptr) {
     if (standby != nullptr) *standby = false;
-    v1::WorkerService::Stub* stub = EndpointAt(address).stub.get();
+    v1::WorkerService::Stub* stub = channels->Stub(address);
     auto c = std::make_shared<Conn>();
     // The job and token in the metadata too: the coordinator counts the
     // stream against the job's budget of streams yet to say hello, which
@@ -164,14 +143,9 @@ struct ControlClient::Impl {
       const std::string address = queue.front();
       queue.pop_front();
       if (!tried.insert(address).second) continue;
-      Endpoint& e = EndpointAt(address);
-      grpc_connectivity_state state = e.channel->GetState(/*try_to_connect=*/true);
       // A leader a standby named, outside the list, not connected yet: given a moment.
-      if (state != GRPC_CHANNEL_READY && std::find(addresses.begin(), addresses.end(), address) == addresses.end()) {
-        e.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
-        state = e.channel->GetState(false);
-      }
-      if (state != GRPC_CHANNEL_READY) {
+      const bool listed = std::find(addresses.begin(), addresses.end(), address) != addresses.end();
+      if (!channels->Connected(address, listed ? std::chrono::milliseconds(0) : std::chrono::seconds(1))) {
         said.push_back(absl::StrCat(address, ": not connected"));
         continue;
       }
@@ -190,10 +164,7 @@ struct ControlClient::Impl {
         return PassOutcome::kRefused;
       }
       said.push_back(absl::StrCat(address, ": ", c.status().message()));
-      // The standby's connection ends when it becomes the leader (its
-      // server stops, the leader's starts on the port), which this channel
-      // would notice only by its keepalive: the next pass connects anew.
-      endpoints.erase(address);
+      channels->Forget(address);  // its connection ends if it becomes the leader
       if (!hint.empty() && hint != address) {
         leader = hint;
         if (tried.count(hint) == 0) queue.push_front(hint);
@@ -203,29 +174,6 @@ struct ControlClient::Impl {
         reached ? "no coordinator of " : "cannot reach the coordinator at ", options.server, reached ? " leads" : "",
         said.size() > 1 || reached ? absl::StrCat(" (", absl::StrJoin(said, "; "), ")") : ""));
     return reached ? PassOutcome::kNoLeader : PassOutcome::kNoneConnected;
-  }
-
-  // Until `by` at most: waits for a coordinator's channel to connect (one
-  // coordinator: gRPC's own wait, which returns as it connects; several:
-  // a short pause, their connections under way meanwhile).
-  void AwaitConnection(std::chrono::steady_clock::time_point by) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(by - std::chrono::steady_clock::now()).count();
-    if (left <= 0) return;
-    if (endpoints.size() == 1) {
-      endpoints.begin()->second.channel->WaitForConnected(std::chrono::system_clock::now() +
-                                                          std::chrono::milliseconds(std::min<int64_t>(left, 250)));
-      return;
-    }
-    // gRPC's synchronous API moves a channel's connection along (reads the
-    // server's GOAWAY, connects anew) only while a thread waits on it, or
-    // at its backup poll every 5 s: wait on each channel in turn.
-    const int64_t each = std::max<int64_t>(10, std::min<int64_t>(left, 100) / static_cast<int64_t>(endpoints.size()));
-    for (auto& [address, e] : endpoints) {
-      const grpc_connectivity_state state = e.channel->GetState(/*try_to_connect=*/true);
-      if (state == GRPC_CHANNEL_READY) return;
-      e.channel->WaitForStateChange(state, std::chrono::system_clock::now() + std::chrono::milliseconds(each));
-    }
   }
 
   void Handle(const v1::CoordinatorMessage& msg) {
@@ -295,7 +243,7 @@ struct ControlClient::Impl {
 
   // Reconnects as soon as the coordinator answers again (training goes on
   // meanwhile): gRPC's channel paces the connection attempts (its reconnect
-  // backoff, capped at kReconnectBackoffCapMs), and the stream is opened the
+  // backoff, capped at a second), and the stream is opened the
   // moment the channel is connected. Null when giving up: finishing, the
   // coordinator refused this worker (a stale attempt is told to exit), or
   // reconnect_timeout passed.
@@ -321,7 +269,7 @@ struct ControlClient::Impl {
       }
       if (outcome == PassOutcome::kNoneConnected) {
         // Bounded, so that a finished worker does not wait for a coordinator.
-        AwaitConnection(deadline);
+        channels->AwaitAny(deadline);
         continue;
       }
       const auto code = refused.code();
@@ -441,23 +389,9 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
   absl::StatusOr<std::vector<std::string>> addresses = SplitAddresses(options.server);
   if (!addresses.ok()) return addresses.status();
   impl->addresses = *std::move(addresses);
-  grpc::ChannelArguments& args = impl->channel_args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kWorkerKeepaliveMs);  // the server's accepts them (common/keepalive.h)
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kWorkerKeepaliveTimeoutMs);
-  // A restarted coordinator is found within about a second (gRPC's
-  // reconnect backoff, with its jitter, capped), and Reconnect opens the
-  // stream as soon as the channel connects.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kReconnectBackoffCapMs);
-  // How long one connection attempt may take (gRPC's default, 20 s): a
-  // connection taken by a listening socket that is closing (a standby's
-  // port as it becomes the leader's) is given up after this, not after 20 s.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 2000);
-  // Each coordinator's channel its own connection: one made anew (after a
-  // standby's answer) must not share the old one's.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  impl->credentials = ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem);
-  for (const std::string& a : impl->addresses) impl->EndpointAt(a).channel->GetState(/*try_to_connect=*/true);
+  impl->channels =
+      std::make_unique<CoordinatorChannels>(ClientCredentials(options.ca_pem, options.cert_pem, options.key_pem));
+  for (const std::string& a : impl->addresses) impl->channels->Connected(a);  // connecting meanwhile
   // Until a coordinator is reached (connect_timeout), then: refused for
   // now by the leader — a joining worker early (its job queued, rank 0 not
   // joined yet), or too many streams waiting to say hello — it asks again
@@ -478,7 +412,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
     const auto now = std::chrono::steady_clock::now();
     if (outcome == PassOutcome::kNoneConnected && !retry) {
       if (now >= reach_by) return refused;
-      impl->AwaitConnection(reach_by);
+      impl->channels->AwaitAny(reach_by);
       continue;
     }
     if (!retry) retry.emplace(join, now, seed);
@@ -494,7 +428,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const Cont
       log::Info("{}; asking again", std::string(refused.message()));
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
     } else {
-      impl->AwaitConnection(retry->deadline());
+      impl->channels->AwaitAny(retry->deadline());
     }
   }
   {
