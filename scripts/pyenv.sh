@@ -24,6 +24,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # `trainctl diagnose`.
 requirements=(torch==2.15.0 nvidia-cuda-crt==13.2.86 safetensors==0.8.0 accelerate==1.15.0 numpy==2.4.6
   pillow==13.0.0 py-spy==0.4.3 transformers==5.24.0 selenium==4.51.0)
+# Added to a venv made from the list above, and out of its key, so that the ~5.7 GB venv every clone
+# shares is not made anew for a small package. torchvision: the reference of the resnet50 model and
+# bench/python_ddp.py's ResNet-50 (built for torch 2.15; pip keeps the torch above).
+extras=(torchvision==0.29.2)
 if [ -n "${TRAINYARD_VENV:-}" ]; then
   venv=$TRAINYARD_VENV
 else
@@ -48,7 +52,7 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "pyenv: creating $venv" >&2
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
-if ! "$venv/bin/python" - "${requirements[@]}" <<'PY' 2>/dev/null; then
+if ! "$venv/bin/python" - "${requirements[@]}" "${extras[@]}" <<'PY' 2>/dev/null; then
 import sys
 from importlib.metadata import version
 for req in sys.argv[1:]:
@@ -56,8 +60,8 @@ for req in sys.argv[1:]:
     if version(name).split("+")[0] != want:
         sys.exit(1)
 PY
-  echo "pyenv: installing ${requirements[*]} into $venv (torch with its CUDA libraries: ~5.4 GB, a few minutes)" >&2
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}" >&2
+  echo "pyenv: installing ${requirements[*]} ${extras[*]} into $venv (torch with its CUDA libraries: ~5.4 GB, a few minutes)" >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}" "${extras[@]}" >&2
 fi
 "$venv/bin/python" -c "import torch, safetensors, accelerate
 print('pyenv: torch', torch.__version__, '(CUDA', torch.version.cuda, ') safetensors', safetensors.__version__,
