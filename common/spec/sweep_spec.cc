@@ -40,6 +40,15 @@ absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& field) {
   }
 }
 
+// The refusal of an ASHA or PBT sweep (`what`) without its trials' length
+// in `field` (max_steps, or sweep.max_steps for a script).
+absl::Status NoLength(const std::string& field, const std::string& what) {
+  if (field == "max_steps") return Bad(field, absl::StrCat(what, " sweep needs the trials' full length (max_steps)"));
+  return Bad(field, absl::StrCat(what,
+                                 " sweep of a script needs its trials' full length: the step the script's "
+                                 "trainyard.report reaches at its end (its rungs and intervals are steps)"));
+}
+
 absl::StatusOr<SweepParameter> ParseParameter(const std::string& path, const YAML::Node& node) {
   const std::string field = "sweep.parameters." + path;
   if (!node.IsMap() || node.size() != 1) {
@@ -116,9 +125,9 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
   if (auto s = CheckNoDuplicateKeys(root, "sweep"); !s.ok()) return s;
   const YAML::Node sweep = root["sweep"];
   if (!sweep.IsDefined() || !sweep.IsMap()) return Bad("sweep", "a mapping is required (parameters, metric, ...)");
-  if (auto s = OnlyKeys(
-          sweep, "sweep",
-          {"parameters", "metric", "searcher", "max_trials", "concurrency", "seed", "max_rank_hours", "notify"});
+  if (auto s = OnlyKeys(sweep, "sweep",
+                        {"parameters", "metric", "searcher", "max_trials", "concurrency", "seed", "max_rank_hours",
+                         "notify", "max_steps"});
       !s.ok()) {
     return s;
   }
@@ -140,7 +149,29 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
       }
     }
   }
-  out.max_steps = root["max_steps"].IsDefined() ? root["max_steps"].as<int64_t>(0) : 0;
+  // A trial's full length: a built-in model's is its spec's max_steps; a
+  // script's is its own (its arguments), so its sweep says it:
+  // sweep.max_steps, the step its trainyard.report reaches at its end.
+  const bool script = root["script"].IsDefined();
+  if (sweep["max_steps"].IsDefined()) {
+    if (!script) {
+      return Bad("sweep.max_steps",
+                 "the length of a script's trials; a built-in model's trials take theirs from the spec's max_steps");
+    }
+    auto v = Scalar<int64_t>(sweep["max_steps"], "sweep.max_steps");
+    if (!v.ok()) return v.status();
+    if (*v <= 0) return Bad("sweep.max_steps", "the step the script's trainyard.report reaches at its end, above 0");
+    out.max_steps = *v;
+  } else if (!script) {
+    out.max_steps = root["max_steps"].IsDefined() ? root["max_steps"].as<int64_t>(0) : 0;
+  }
+  if (script && root["max_steps"].IsDefined()) {
+    return Bad("max_steps",
+               "a script sets its own length (script.args); a sweep of a script takes its trials' length as "
+               "sweep.max_steps (the step its trainyard.report reaches at its end)");
+  }
+  // The field that holds the length, for the refusals below.
+  const std::string length = script ? "sweep.max_steps" : "max_steps";
 
   const YAML::Node params = sweep["parameters"];
   if (!params.IsDefined() || !params.IsMap() || params.size() == 0) {
@@ -293,10 +324,10 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     return Bad("sweep.max_trials", "random and ASHA searches need a number of trials (1 … 10000)");
   }
   if (out.searcher.kind == SweepSearcher::Kind::kPbt) {
-    if (out.max_steps <= 0) return Bad("max_steps", "a PBT sweep needs the trials' full length (max_steps)");
+    if (out.max_steps <= 0) return NoLength(length, "a PBT");
     if (out.searcher.perturbation_interval <= 0 || out.searcher.perturbation_interval >= out.max_steps) {
       return Bad("sweep.searcher.perturbation_interval",
-                 absl::StrCat("steps between exploits, above 0 and below max_steps (", out.max_steps, ")"));
+                 absl::StrCat("steps between exploits, above 0 and below ", length, " (", out.max_steps, ")"));
     }
     if (!(out.searcher.quantile > 0 && out.searcher.quantile <= 0.5)) {
       return Bad("sweep.searcher.quantile", "the share of the population replaced and copied, in (0, 0.5]");
@@ -314,10 +345,10 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     if (out.searcher.reduction_factor < 2 || out.searcher.reduction_factor > 100) {
       return Bad("sweep.searcher.reduction_factor", "2 … 100");
     }
-    if (out.max_steps <= 0) return Bad("max_steps", "an ASHA sweep needs the trials' full length (max_steps)");
+    if (out.max_steps <= 0) return NoLength(length, "an ASHA");
     if (out.searcher.min_steps <= 0 || out.searcher.min_steps >= out.max_steps) {
       return Bad("sweep.searcher.min_steps",
-                 absl::StrCat("the first rung, above 0 and below max_steps (", out.max_steps, ")"));
+                 absl::StrCat("the first rung, above 0 and below ", length, " (", out.max_steps, ")"));
     }
   }
   return out;

@@ -75,7 +75,11 @@ struct SweepSearcher {
 struct SweepSpec {
   std::string name;
   std::string base_spec;  // the spec without `sweep:`, as YAML text
-  int64_t max_steps = 0;  // the base spec's: a trial's full length
+  // A trial's full length (ASHA's rungs and PBT's intervals lie below it):
+  // a built-in model's spec's max_steps; for a script (the base spec has
+  // `script:`), sweep.max_steps, the step its trainyard.report reaches at
+  // its end (a script's spec has no max_steps: its arguments set it).
+  int64_t max_steps = 0;
   std::vector<SweepParameter> parameters;
   std::string metric = "loss";  // loss, eval_loss, or a name a script reports
   bool maximize = false;
@@ -98,7 +102,10 @@ struct SweepSpec {
 // key, a range with low > high (or low <= 0 for log_uniform), an empty
 // choice list, a grid over a real range, a searcher or goal not known, or
 // limits out of range (max_trials 0 … 10,000, concurrency 1 … 1,000,
-// reduction_factor 2 … 100, 0 < min_steps < max_steps for ASHA).
+// reduction_factor 2 … 100, 0 < min_steps < max_steps for ASHA), an ASHA or
+// PBT sweep without its trials' length (max_steps; sweep.max_steps for a
+// script), sweep.max_steps beside a built-in model, max_steps beside a
+// script.
 absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text);
 
 // The number of trials a grid over `parameters` has (every parameter a

@@ -138,3 +138,61 @@ TEST(SweepSpec, ReadsItsBudgetAndWebhooksAndRefusesBadOnes) {
 
 }  // namespace
 }  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+// A script's length is its own (its arguments): its sweep says it as
+// sweep.max_steps, which ASHA's rungs and PBT's intervals lie below.
+constexpr char kScript[] =
+    "script: {path: /tmp/train.py, args: [--steps, '300']}\n"
+    "sweep:\n"
+    "  parameters:\n    script.env.LR: {log_uniform: [1.0e-3, 1.0e-1]}\n"
+    "  max_trials: 4\n  concurrency: 4\n";
+
+TEST(SweepSpec, AScriptSweepTakesItsTrialsLengthFromSweepMaxSteps) {
+  auto asha = ParseSweepSpec(std::string(kScript) + "  max_steps: 300\n  searcher: {kind: asha, min_steps: 30}\n");
+  ASSERT_TRUE(asha.ok()) << asha.status();
+  EXPECT_EQ(asha->max_steps, 300);
+  // The base spec (every trial's) has no max_steps, which a script's refuses.
+  EXPECT_EQ(asha->base_spec.find("max_steps"), std::string::npos) << asha->base_spec;
+  auto pbt =
+      ParseSweepSpec(std::string(kScript) + "  max_steps: 300\n  searcher: {kind: pbt, perturbation_interval: 100}\n");
+  ASSERT_TRUE(pbt.ok()) << pbt.status();
+  EXPECT_EQ(pbt->max_steps, 300);
+  // Grid and random need no length.
+  auto random = ParseSweepSpec(kScript);
+  ASSERT_TRUE(random.ok()) << random.status();
+  EXPECT_EQ(random->max_steps, 0);
+
+  const std::pair<std::string, std::string> bad[] = {
+      // ASHA and PBT without it: refused at submit, naming the field.
+      {std::string(kScript) + "  searcher: {kind: asha, min_steps: 30}\n",
+       "'sweep.max_steps': an ASHA sweep of a script needs its trials' full length"},
+      {std::string(kScript) + "  searcher: {kind: pbt, perturbation_interval: 100}\n",
+       "'sweep.max_steps': a PBT sweep of a script needs its trials' full length"},
+      // The spec's max_steps is a built-in model's, refused beside a script.
+      {"max_steps: 300\n" + std::string(kScript) + "  searcher: {kind: asha, min_steps: 30}\n",
+       "'max_steps': a script sets its own length (script.args); a sweep of a script takes its trials' length as "
+       "sweep.max_steps"},
+      {std::string(kScript) + "  max_steps: 0\n", "'sweep.max_steps': the step the script's trainyard.report"},
+      {std::string(kScript) + "  max_steps: lots\n", "'sweep.max_steps': not a value"},
+      {std::string(kScript) + "  max_steps: 300\n  searcher: {kind: asha, min_steps: 300}\n",
+       "'sweep.searcher.min_steps': the first rung, above 0 and below sweep.max_steps (300)"},
+      {std::string(kScript) + "  max_steps: 300\n  searcher: {kind: pbt, perturbation_interval: 300}\n",
+       "'sweep.searcher.perturbation_interval': steps between exploits, above 0 and below sweep.max_steps (300)"},
+      // A built-in model's length is its spec's max_steps alone.
+      {std::string(kAsha) + "  max_steps: 450\n",
+       "'sweep.max_steps': the length of a script's trials; a built-in model's trials take theirs from the spec's "
+       "max_steps"},
+  };
+  for (const auto& [text, want] : bad) {
+    auto r = ParseSweepSpec(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(r.status().message()).find(want), std::string::npos) << text << "\n" << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace trainyard
