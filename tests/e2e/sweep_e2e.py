@@ -19,12 +19,22 @@
   an event of both trials.
 - A metric a script reports under a name of its own (not one of the
   coordinator's series) ranks script trials; their histories keep it.
+- ASHA over script trials (their length sweep.max_steps): every decision
+  is ASHA's rule over the losses the scripts reported (replayed from the
+  trials' histories in the order of the sweep's events); a stopped trial's
+  job is cancelled by the sweep before its end.
+- PBT over script trials: the poor trial's copy resumes from the checkpoint
+  the good one saved at the sweep's request (trainyard.resume_dir(); its
+  first loss is the source's at that step) and trains at its own explored
+  LR (its env; its loss falls at that LR's rate).
 - Specs that are not sweeps are refused, naming the field.
 
 Run by ctest with the build's bin directory as the first argument.
 """
 import json
 import os
+import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -370,6 +380,139 @@ class Sweeps(unittest.TestCase):
         r = self.server.ctl("history", w["trials"][0]["job_id"], "--series", "x" * 65)
         self.assertEqual(r.returncode, 2)
         self.assertIn("INVALID_ARGUMENT: field 'series'", r.stderr)
+
+    def script_sweep(self, name, searcher, steps, step_seconds, trials, concurrency, seed):
+        """A sweep of tests/e2e/scripts/sweep_trial.py over its $LR: its
+        length, `steps`, is sweep.max_steps (the script sets its own)."""
+        script = os.path.join(self.tmp.name, "sweep_trial.py")
+        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "sweep_trial.py"), script)
+        return (f"name: {name}\n"
+                f"script: {{path: {script}, python: {PYTHON}, args: ['{steps}', '{step_seconds}'], "
+                "env: {LR: '0.01'}}\n"
+                "num_processes: 1\nmetrics_every_steps: 1\nsweep:\n"
+                "  parameters:\n    script.env.LR: {log_uniform: [1.0e-3, 5.0e-2]}\n"
+                f"  metric: {{name: loss, goal: minimize}}\n  searcher: {searcher}\n  max_steps: {steps}\n"
+                f"  max_trials: {trials}\n  concurrency: {concurrency}\n  seed: {seed}\n")
+
+    def test_8_asha_stops_script_trials_by_the_steps_they_report(self):
+        # Four script trials (seed 0 draws LR 0.0017, 0.0029, 0.026, 0.0024),
+        # two at once, rungs at steps 10 and 20 of sweep.max_steps 40: the
+        # decisions come from what the scripts report with trainyard.report.
+        s = self.server
+        steps = 40
+        text = self.script_sweep("sasha", "{kind: asha, reduction_factor: 2, min_steps: 10}", steps, 0.05, 4, 2, 0)
+        # Without its length (the spec's max_steps is a built-in model's) it is refused, naming the field.
+        for wrong, field in ((text.replace(f"  max_steps: {steps}\n", ""), "'sweep.max_steps': an ASHA sweep of"),
+                             (f"max_steps: {steps}\n" + text, "'max_steps': a script sets its own length")):
+            r = s.ctl("sweep", "submit", write_spec(self.tmp.name, "script-asha-bad.yaml", wrong))
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn("INVALID_ARGUMENT", r.stderr)
+            self.assertIn(field, r.stderr)
+        sweep_id = submit_sweep(self, s, write_spec(self.tmp.name, "script-asha.yaml", text))
+        w = self.wait_ended(sweep_id, 150)
+        self.assertEqual(w["state"], "SUCCEEDED", w["reason"])
+        self.assertEqual(w["rungs"], [10, 20])
+        trials = w["trials"]
+        self.assertEqual([t["number"] for t in trials], list(range(4)))
+        hist = {t["number"]: history(s, t["job_id"]) for t in trials}
+        for t in trials:
+            lr = float(t["values"]["script.env.LR"])
+            # The trial ran its own LR: the script's loss at step k is 9 (1 - 2 LR)^(2 (k - 1)).
+            for p in hist[t["number"]][:12]:
+                self.assertAlmostEqual(p["value"], 9 * (1 - 2 * lr) ** (2 * (p["step"] - 1)),
+                                       delta=1e-4 * p["value"])
+        # Replay ASHA's rule over the decisions in the order the sweep made
+        # them (its events), each at the trial's first report at or past the
+        # rung, with the value its history holds there: every decision is the
+        # rule's over the values the script reported.
+        decided = [re.match(r"trial (\d+) \(job-\w+\) (goes on|stopped) at step (\d+): ", e["reason"])
+                   for e in w["events"]]
+        decided = [(int(m.group(1)), m.group(2) == "goes on", int(m.group(3))) for m in decided if m]
+        recorded = {rung: [] for rung in w["rungs"]}
+        passed = {t["number"]: 0 for t in trials}
+        for number, on, step in decided:
+            rung = w["rungs"][passed[number]]
+            first = [p for p in hist[number] if p["step"] >= rung][0]
+            self.assertEqual(step, first["step"], (number, rung, decided))
+            before = sorted(recorded[rung])
+            if before:  # the 100/reduction_factor-th percentile of those before it, interpolated
+                at = (len(before) - 1) / 2
+                lo = int(at)
+                cutoff = before[lo] + (at - lo) * (before[min(lo + 1, len(before) - 1)] - before[lo])
+            self.assertEqual(on, not before or first["value"] <= cutoff, (number, rung, before, first, decided))
+            recorded[rung].append(first["value"])
+            passed[number] += on
+        stopped = [t for t in trials if t["early_stopped"]]
+        self.assertTrue(stopped, "ASHA stopped no script trial: " + json.dumps(trials, indent=1))
+        for t in trials:
+            self.assertEqual(t["rungs_passed"], passed[t["number"]], decided)
+            job = s.job(t["job_id"])
+            if t["early_stopped"]:
+                # Stopped at once: its job cancelled by the sweep, before its end.
+                self.assertEqual(job["state"], "CANCELLED")
+                self.assertIn(f"stopped by sweep {sweep_id} (ASHA, step ", job["reason"])
+                self.assertLess(hist[t["number"]][-1]["step"], steps)
+            else:
+                self.assertEqual(job["state"], "SUCCEEDED", job["reason"])
+                self.assertEqual(t["rungs_passed"], 2)
+                self.assertEqual(hist[t["number"]][-1]["step"], steps)
+        best = trials[w["best_trial"]]
+        self.assertEqual(best["values"]["script.env.LR"],
+                         max((t["values"]["script.env.LR"] for t in trials), key=float), "the largest LR fits best")
+        print(f"\nscript ASHA: {len(stopped)} of 4 stopped; best LR {best['values']['script.env.LR']}", flush=True)
+
+    def test_9_pbt_copies_a_script_trial_through_its_checkpoint(self):
+        # A population of 2 script trials (seed 8 draws LR 0.020 and 0.0016:
+        # the second is far the poorer), ranked every 20 of sweep.max_steps
+        # 60. The poor one is replaced by a copy that resumes from the good
+        # one's checkpoint (saved when the sweep asked, through
+        # trainyard.checkpoint_saved) and trains at its own explored LR.
+        s = self.server
+        text = self.script_sweep("spbt", "{kind: pbt, perturbation_interval: 20, quantile: 0.5}", 60, 0.1, 2, 2, 8)
+        sweep_id = submit_sweep(self, s, write_spec(self.tmp.name, "script-pbt.yaml", text))
+        w = self.wait_ended(sweep_id, 150)
+        self.assertEqual(w["state"], "SUCCEEDED", w["reason"])
+        trials = w["trials"]
+        copies = [t for t in trials if t["parent"] >= 0]
+        self.assertTrue(copies, "no exploit: " + json.dumps(w, indent=1)[-3000:])
+        self.assertEqual(copies[0]["parent"], 0, "the poor trial 1 copies trial 0")
+        for t in copies:
+            parent = trials[t["parent"]]
+            poor = [p for p in trials if f"replaced by trial {t['number']} " in p["reason"]]
+            self.assertEqual(len(poor), 1, [p["reason"] for p in trials])
+            self.assertEqual(s.job(poor[0]["job_id"])["state"], "CANCELLED")
+            # The checkpoint the script saved at the sweep's request...
+            cks = json.loads(s.ctl("-o", "json", "checkpoints", parent["job_id"]).stdout)
+            ck = [c for c in cks if c["step"] == t["resumed_from_step"] and c["ok"]]
+            self.assertEqual(len(ck), 1, cks)
+            job = s.job(t["job_id"])
+            # (A copy may be replaced in its turn; else it trains to the end.)
+            replaced = "replaced by trial" in t["reason"]
+            self.assertEqual(job["state"], "CANCELLED" if replaced else "SUCCEEDED", job["reason"])
+            self.assertEqual(job["spec"]["checkpoint"]["resume_from"], ck[0]["path"])
+            # ...is the copy's trainyard.resume_dir(), and its env its own LR.
+            lr = float(t["values"]["script.env.LR"])
+            self.assertEqual(job["spec"]["script"]["env"]["LR"], t["values"]["script.env.LR"])
+            self.assertNotEqual(t["values"], parent["values"])
+            log = s.ctl("logs", t["job_id"]).stdout
+            self.assertIn(f"resumed at step {t['resumed_from_step']} from {ck[0]['path']}", log)
+            mine, theirs = history(s, t["job_id"]), history(s, parent["job_id"])
+            # Its first loss is the parent's at that step (the same w)...
+            self.assertEqual(mine[0]["step"], t["resumed_from_step"] + 1)
+            at = [p for p in theirs if p["step"] == mine[0]["step"]]
+            self.assertTrue(at, f"the parent has no point at step {mine[0]['step']}")
+            self.assertAlmostEqual(mine[0]["value"], at[0]["value"], delta=1e-6 * at[0]["value"])
+            # ...and from there it falls at its own LR's rate, (1 - 2 LR)^2 a step.
+            if not replaced:
+                self.assertEqual(mine[-1]["step"], 60)
+            for a, b in zip(mine, mine[1:]):
+                self.assertAlmostEqual(b["value"] / a["value"], (1 - 2 * lr) ** 2, delta=1e-4)
+            r = s.ctl("-o", "json", "history", t["job_id"], "--series", "lr")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual({p["value"] for p in json.loads(r.stdout)["series"]["lr"]["points"]}, {lr})
+        print(f"\nscript PBT: {len(copies)} exploits; trial {copies[0]['number']} at LR "
+              f"{copies[0]['values']['script.env.LR']} from trial 0's step {copies[0]['resumed_from_step']}",
+              flush=True)
 
     def test_4_bad_sweeps_are_refused_naming_the_field(self):
         s = self.server
