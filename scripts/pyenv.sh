@@ -60,7 +60,8 @@ for req in sys.argv[1:]:
     if version(name).split("+")[0] != want:
         sys.exit(1)
 PY
-  echo "pyenv: installing ${requirements[*]} ${extras[*]} into $venv (torch with its CUDA libraries: ~5.4 GB, a few minutes)" >&2
+  echo "pyenv: installing ${requirements[*]} ${extras[*]} into $venv" \
+    "(torch with its CUDA libraries: ~5.4 GB, a few minutes)" >&2
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}" "${extras[@]}" >&2
 fi
 "$venv/bin/python" -c "import torch, safetensors, accelerate

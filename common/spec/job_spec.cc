@@ -160,8 +160,8 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
   const ModelTraits& model = TraitsOf(s.model.kind);
   if (!model.Takes(s.data.kind)) {
     if (s.data.kind == DataKind::kImageFolder) {
-      Fail("data.kind",
-           absl::StrCat("image_folder:DIR feeds the image models (resnet, cnn), not ", ModelKindName(s.model.kind)));
+      Fail("data.kind", absl::StrCat("image_folder:DIR feeds the image models (resnet, resnet50, cnn), not ",
+                                     ModelKindName(s.model.kind)));
     }
     if (s.data.kind == DataKind::kTokens) Fail("data.kind", "tokens:FILE feeds the token models (gpt, llama) only");
     if (model.input == ModelInput::kTokens) {
@@ -174,10 +174,11 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
       s.data.crop_size != 28) {
     Fail("data.crop_size", absl::StrCat("the cnn model takes 28x28 images, got crop_size ", s.data.crop_size));
   }
-  if (s.data.kind == DataKind::kImageFolder && s.model.kind == ModelKind::kResNet && s.data.crop_size != 0 &&
-      s.data.crop_size != s.model.image_size) {
-    Fail("data.crop_size", absl::StrCat("the resnet model takes ", s.model.image_size, "x", s.model.image_size,
-                                        " images (model.image_size), got crop_size ", s.data.crop_size));
+  if (s.data.kind == DataKind::kImageFolder && s.model.kind != ModelKind::kCnn && model.input == ModelInput::kImage &&
+      s.data.crop_size != 0 && s.data.crop_size != s.model.image_size) {
+    Fail("data.crop_size",
+         absl::StrCat("the ", ModelKindName(s.model.kind), " model takes ", s.model.image_size, "x", s.model.image_size,
+                      " images (model.image_size), got crop_size ", s.data.crop_size));
   }
   if (s.data.kind == DataKind::kMnist && model.input == ModelInput::kFlat && s.model.input_size != 784) {
     Fail("data.kind", "mnist:DIR images have 784 pixels; the model takes other inputs");
@@ -188,8 +189,8 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
   }
   if (s.activation_checkpointing && !model.recomputes_wrap_layer) {
     Fail("activation_checkpointing",
-         "applies to the transformer models (gpt, llama): recomputing a resnet block would update its BatchNorm "
-         "statistics twice");
+         "applies to the transformer models (gpt, llama): recomputing a resnet or resnet50 block would update its "
+         "BatchNorm statistics twice");
   }
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));

@@ -36,6 +36,11 @@ const std::vector<ModelTraits>& AllModelTraits() {
        {"Embedding", "LlamaDecoderLayer", "Head"},
        "LlamaDecoderLayer",
        true},
+      {ModelKind::kResNet50,
+       ModelInput::kImage,
+       {D::kTensors, D::kImageFolder},
+       {"Stem", "Bottleneck", "Head"},
+       "Bottleneck"},
   };
   return rows;
 }

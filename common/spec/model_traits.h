@@ -20,7 +20,7 @@ namespace trainyard {
 // What a model's forward takes.
 enum class ModelInput {
   kFlat,    // a vector of input_size values (mlp, torchscript)
-  kImage,   // C x H x W images (cnn: 1x28x28, resnet: 3 x image_size^2)
+  kImage,   // C x H x W images (cnn: 1x28x28, resnet and resnet50: 3 x image_size^2)
   kTokens,  // token ids, context per sample (gpt, llama)
 };
 
@@ -37,7 +37,8 @@ struct ModelTraits {
   // (its repeated block, as Accelerate takes a model's transformer layer).
   std::optional<std::string> wrap_layer;
   // Whether activation checkpointing may recompute wrap_layer (a transformer
-  // layer; resnet's BasicBlock would update its BatchNorm statistics twice).
+  // layer; resnet's BasicBlock and resnet50's Bottleneck would update their
+  // BatchNorm statistics twice).
   bool recomputes_wrap_layer = false;
   // A built-in classifier (logits over num_classes): mse loss is refused.
   bool classifier = true;

@@ -10,14 +10,15 @@
 
 namespace trainyard {
 
-enum class ModelKind { kMlp, kCnn, kGpt, kResNet, kTorchScript, kLlama };
+enum class ModelKind { kMlp, kCnn, kGpt, kResNet, kTorchScript, kLlama, kResNet50 };
 // kTorchScript is spelled "torchscript:PATH" in a spec.
 inline constexpr EnumName<ModelKind> kModelKindNames[] = {{"mlp", ModelKind::kMlp},
                                                           {"cnn", ModelKind::kCnn},
                                                           {"gpt", ModelKind::kGpt},
                                                           {"resnet", ModelKind::kResNet},
                                                           {"torchscript", ModelKind::kTorchScript},
-                                                          {"llama", ModelKind::kLlama}};
+                                                          {"llama", ModelKind::kLlama},
+                                                          {"resnet50", ModelKind::kResNet50}};
 
 // Path-carrying kinds are spelled "mnist:DIR", "tokens:FILE",
 // "tensors:FILE_OR_DIR" in a spec, or given a `path` key.

@@ -14,10 +14,15 @@ void CheckModel(const MapReader& r, const ModelSpec& m) {
       if (r.Has(key)) Fail(r.PathOf(key), "applies with init_from (a safetensors file or directory)");
     }
   }
-  for (const char* key : {"channels", "image_size"}) {
-    if (m.kind != ModelKind::kResNet && r.Has(key)) Fail(r.PathOf(key), "applies to the resnet model only");
+  const bool resnet50 = m.kind == ModelKind::kResNet50;
+  if (m.kind != ModelKind::kResNet && r.Has("channels")) {
+    Fail(r.PathOf("channels"), resnet50 ? "does not apply to the resnet50 model: its widths are torchvision's"
+                                        : "applies to the resnet model only");
   }
-  if (m.kind == ModelKind::kTorchScript || m.kind == ModelKind::kResNet) {
+  if (m.kind != ModelKind::kResNet && !resnet50 && r.Has("image_size")) {
+    Fail(r.PathOf("image_size"), "applies to the resnet and resnet50 models only");
+  }
+  if (m.kind == ModelKind::kTorchScript || m.kind == ModelKind::kResNet || resnet50) {
     for (const char* key : {"hidden", "input_size"}) {
       if (key == std::string("input_size") && m.kind == ModelKind::kTorchScript) continue;  // its flat input width
       if (r.Has(key)) Fail(r.PathOf(key), absl::StrCat("does not apply to the ", ModelKindName(m.kind), " model"));

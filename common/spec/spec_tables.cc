@@ -37,7 +37,7 @@ void ReadModelKind(MapReader& r, ModelSpec* m, const ReadContext&) {
 
 Field<ModelSpec> ModelKindRow() {
   Field<ModelSpec> f =
-      Own("kind", &ModelSpec::kind, "string", "`mlp`, `cnn`, `gpt`, `resnet`, `llama`, `torchscript:PATH`",
+      Own("kind", &ModelSpec::kind, "string", "`mlp`, `cnn`, `gpt`, `resnet`, `resnet50`, `llama`, `torchscript:PATH`",
           "The model (`torchscript:PATH`: a module saved by `torch.jit.script(model).save(PATH)`).", ReadModelKind);
   f.write = [](const ModelSpec& m, Json* j) {
     (*j)["kind"] = m.kind == ModelKind::kTorchScript ? "torchscript:" + m.path : std::string(ModelKindName(m.kind));
@@ -121,8 +121,10 @@ const Section<ModelSpec>& ModelTable() {
         Int("channels", &M::channels, 1, 4096, "`resnet`: channels of the first stage.").When([](const M& m) {
           return m.kind == K::kResNet;
         }),
-        Int("image_size", &M::image_size, 8, 1024, "`resnet`: the side of its square input images.")
-            .When([](const M& m) { return m.kind == K::kResNet; }),
+        Int("image_size", &M::image_size, 8, 1024, "`resnet`, `resnet50`: the side of its square input images.")
+            .When([](const M& m) {
+              return Is(m.kind, {K::kResNet, K::kResNet50});
+            }),
         Str("config", &M::config, kMaxPath, "`llama`: its Hugging Face `config.json` (file or directory).")
             .When([](const M& m) { return m.kind == K::kLlama && !m.config.empty(); })
             .Random([](Rng& g, M* m) { m->config = g.Word(1, 20, kPathChars); }),

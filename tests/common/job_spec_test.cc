@@ -201,7 +201,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"model: gpt\nactivation_checkpointing: false\nfsdp_config: {fsdp_activation_checkpointing: true}\n",
                 {"'fsdp_config.fsdp_activation_checkpointing'", "contradicts"}},
         BadSpec{"data: {kind: 'ftp:x'}\n", {"'data.kind'", "mnist:DIR"}},
-        BadSpec{"data: {kind: 'image_folder:/x'}\n", {"'data.kind'", "image models (resnet, cnn), not mlp"}},
+        BadSpec{"data: {kind: 'image_folder:/x'}\n", {"'data.kind'", "image models (resnet, resnet50, cnn), not mlp"}},
         BadSpec{"data: {kind: synthetic, random_flip: true}\n", {"'data.random_flip'", "image_folder"}},
         BadSpec{"model: resnet\ndata: {kind: 'image_folder:/x', mean: [0.5, 0.5, 0.5]}\n", {"'data.std'", "together"}},
         BadSpec{"model: resnet\ndata: {kind: 'image_folder:/x', std: [0.5, 0.5]}\n", {"'data.std'", "list of 3"}},
@@ -209,6 +209,12 @@ INSTANTIATE_TEST_SUITE_P(
                 {"'data.crop_size'", "32x32", "model.image_size"}},
         BadSpec{"model: cnn\ndata: {kind: 'image_folder:/x', crop_size: 32}\n", {"'data.crop_size'", "28x28"}},
         BadSpec{"model: {kind: mlp, image_size: 64}\n", {"'model.image_size'", "resnet"}},
+        BadSpec{"model: {kind: resnet50, channels: 16}\n", {"'model.channels'", "resnet50", "torchvision"}},
+        BadSpec{"model: {kind: resnet50, input_size: 784}\n", {"'model.input_size'", "does not apply", "resnet50"}},
+        BadSpec{"model: resnet50\nactivation_checkpointing: true\n", {"'activation_checkpointing'", "BatchNorm"}},
+        BadSpec{"model: {kind: resnet50, image_size: 64}\ndata: {kind: 'image_folder:/x', crop_size: 48}\n",
+                {"'data.crop_size'", "resnet50 model takes 64x64", "model.image_size"}},
+        BadSpec{"model: {kind: resnet50}\ndata: {kind: 'mnist:/d'}\n", {"'data.kind'", "784 pixels"}},
         BadSpec{"model: resnet\neval_every_steps: 5\ndata: {kind: 'image_folder:/x'}\n",
                 {"'data.eval_fraction'", "image_folder data needs eval_fraction or eval_path"}},
         BadSpec{"model: {kind: torchscript}\n", {"'model.kind'", "torchscript:PATH needs the path"}},
@@ -555,6 +561,24 @@ TEST(JobSpecTest, ImageFolderRoundTrips) {
   auto again = ParseJobSpec(JobSpecToJson(*spec));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(JobSpecToJson(*again), JobSpecToJson(*spec));
+}
+
+// resnet50 is torchvision's: image_size and num_classes are its fields, and
+// FSDP wraps its Bottleneck blocks when the spec names no layer.
+TEST(JobSpecTest, ResNet50RoundTripsAndWrapsItsBottlenecks) {
+  auto spec = ParseJobSpec(
+      "name: r\nmodel: {kind: resnet50, image_size: 64, num_classes: 100}\ndistributed_type: FSDP\n"
+      "num_processes: 2\nfsdp_config: {fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model.kind, ModelKind::kResNet50);
+  EXPECT_EQ(spec->model.image_size, 64);
+  EXPECT_EQ(spec->model.num_classes, 100);
+  EXPECT_EQ(spec->fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"Bottleneck"});
+  const std::string json = JobSpecToJson(*spec);
+  EXPECT_NE(json.find("\"resnet50\""), std::string::npos) << json;
+  auto again = ParseJobSpec(json);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobSpecToJson(*again), json);
 }
 
 TEST(JobSpecTest, RejectsOversizedSpec) {

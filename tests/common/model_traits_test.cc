@@ -25,7 +25,8 @@ TEST(ModelTraitsTest, OneRowPerKindInOrder) {
 
 // The submit check refuses exactly the data kinds a model's row leaves out.
 TEST(ModelTraitsTest, TheSubmitCheckFollowsTheRows) {
-  const char* models[] = {"mlp", "cnn", "gpt", "resnet", "torchscript:m.pt", "{kind: llama, config: c.json}"};
+  const char* models[] = {
+      "mlp", "cnn", "gpt", "resnet", "resnet50", "torchscript:m.pt", "{kind: llama, config: c.json}"};
   const char* data[] = {"synthetic", "mnist:d", "tokens:t.bin", "tensors:t.st", "image_folder:d"};
   for (const char* m : models) {
     for (const char* d : data) {

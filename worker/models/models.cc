@@ -10,6 +10,7 @@
 #include "worker/models/llama.h"
 #include "worker/models/mlp.h"
 #include "worker/models/resnet.h"
+#include "worker/models/resnet50.h"
 #include "worker/models/torchscript_model.h"
 
 namespace trainyard {
@@ -22,9 +23,10 @@ struct ModelFactory {
   std::shared_ptr<Model> (*make)(const ModelSpec& spec);
 };
 constexpr ModelFactory kModelFactories[] = {
-    {ModelKind::kMlp, &MakeMlp},     {ModelKind::kCnn, &MakeCnn},
-    {ModelKind::kGpt, &MakeGpt},     {ModelKind::kResNet, &MakeResNet},
-    {ModelKind::kLlama, &MakeLlama}, {ModelKind::kTorchScript, &MakeTorchScriptModel},
+    {ModelKind::kMlp, &MakeMlp},           {ModelKind::kCnn, &MakeCnn},
+    {ModelKind::kGpt, &MakeGpt},           {ModelKind::kResNet, &MakeResNet},
+    {ModelKind::kLlama, &MakeLlama},       {ModelKind::kTorchScript, &MakeTorchScriptModel},
+    {ModelKind::kResNet50, &MakeResNet50},
 };
 
 }  // namespace
