@@ -81,6 +81,8 @@ namespace trainyard {
     "Xid critical errors the driver reported for the rank's GPU while the rank ran (NVML events)")                    \
   X(int64_t, gpu_last_xid, 0, "trainyard_job_gpu_last_xid", kGauge, "", m.gpu_memory_total_bytes > 0,                 \
     "The last Xid error code reported for the rank's GPU (0: none)")                                                  \
+  X(int32_t, attention_backend, -1, "trainyard_job_attention_backend", kGauge, "", m.attention_backend >= 0,          \
+    "The attention kernel (SDPA) the model runs: 0 math, 1 flash, 2 efficient, 3 cudnn (ATen's SDPBackend)")          \
   X(double, model_flops, 0, "", kNone, "", true, "")                                                                  \
   X(double, peak_flops, 0, "", kNone, "", true, "")                                                                   \
   X(int64_t, unix_millis, 0, "", kNone, "", true, "")                                                                 \

@@ -192,6 +192,11 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
          "applies to the transformer models (gpt, llama): recomputing a resnet or resnet50 block would update its "
          "BatchNorm statistics twice");
   }
+  if (s.device == Device::kCpu &&
+      (s.fused.attention == AttentionBackend::kEfficient || s.fused.attention == AttentionBackend::kCudnn)) {
+    Fail("fused.attention", absl::StrCat("the ", AttentionBackendName(s.fused.attention),
+                                         " backend runs on CUDA only; on the CPU: auto, flash or math"));
+  }
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));
   }

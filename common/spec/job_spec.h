@@ -130,6 +130,25 @@ struct OptimizerSpec {
   bool operator==(const OptimizerSpec&) const = default;
 };
 
+// ATen's fused kernels in the built-in trainer: each on by default where it
+// applies, each switchable for ablation (docs/reference/job-spec.md).
+struct FusedSpec {
+  // optimizer.kind adamw: ATen's _fused_adamw_ over all parameters at once
+  // (torch.optim.AdamW(fused=True)); off: torch::optim::AdamW, one
+  // parameter at a time.
+  bool optimizer = true;
+  // llama: at::rms_norm (a fused kernel on CUDA when the weight's dtype is
+  // the input's); off: transformers' LlamaRMSNorm written out.
+  bool rms_norm = true;
+  // llama on one process or DDP: the output projection and cross-entropy
+  // chunk by chunk, never holding the [tokens, vocab] logits (Liger-Kernel's
+  // method); off: the whole logits, then the loss.
+  bool chunked_loss = true;
+  // The scaled_dot_product_attention backend (gpt, llama, attention).
+  AttentionBackend attention = AttentionBackend::kAuto;
+  bool operator==(const FusedSpec&) const = default;
+};
+
 // PyTorch's PowerSGDState options, with its defaults.
 struct PowerSgdOptions {
   int32_t matrix_approximation_rank = 1;
@@ -293,6 +312,7 @@ struct ScriptSpec {
 // trainer reads (the script sets them), then those the script takes from its
 // Accelerate config. One list for the parser's refusals and the JSON form.
 inline constexpr const char* kScriptRefusedTrainerFields[] = {"model",
+                                                              "fused",
                                                               "data",
                                                               "optimizer",
                                                               "scheduler",
@@ -313,6 +333,7 @@ struct JobSpec {
   ModelSpec model;
   DataSpec data;
   OptimizerSpec optimizer;
+  FusedSpec fused;
   int64_t max_steps = 100;
   int32_t num_processes = 1;
   Device device = Device::kCpu;

@@ -73,6 +73,15 @@ enum class MixedPrecision { kNo, kBf16, kFp16 };
 inline constexpr EnumName<MixedPrecision> kMixedPrecisionNames[] = {
     {"no", MixedPrecision::kNo}, {"bf16", MixedPrecision::kBf16}, {"fp16", MixedPrecision::kFp16}};
 
+// The scaled_dot_product_attention backend (PyTorch's SDPBackend): kAuto lets
+// ATen choose (its priority order among those the inputs allow).
+enum class AttentionBackend { kAuto, kFlash, kEfficient, kCudnn, kMath };
+inline constexpr EnumName<AttentionBackend> kAttentionBackendNames[] = {{"auto", AttentionBackend::kAuto},
+                                                                        {"flash", AttentionBackend::kFlash},
+                                                                        {"efficient", AttentionBackend::kEfficient},
+                                                                        {"cudnn", AttentionBackend::kCudnn},
+                                                                        {"math", AttentionBackend::kMath}};
+
 // DDP communication hooks (PyTorch's names: allreduce, fp16_compress,
 // bf16_compress, powerSGD, batched_powerSGD).
 enum class CommHookType { kNone, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd };
@@ -156,6 +165,7 @@ constexpr const char* DeviceName(Device v) { return NameOf(kDeviceNames, v); }
 constexpr const char* BackendName(Backend v) { return NameOf(kBackendNames, v); }
 constexpr const char* DistributedTypeName(DistributedType v) { return NameOf(kDistributedTypeNames, v); }
 constexpr const char* MixedPrecisionName(MixedPrecision v) { return NameOf(kMixedPrecisionNames, v); }
+constexpr const char* AttentionBackendName(AttentionBackend v) { return NameOf(kAttentionBackendNames, v); }
 constexpr const char* CommHookName(CommHookType v) { return NameOf(kCommHookNames, v); }
 constexpr const char* CommWrapperName(CommWrapper v) { return NameOf(kCommWrapperNames, v); }
 constexpr const char* IntraHostTransportName(IntraHostTransport v) { return NameOf(kIntraHostTransportNames, v); }

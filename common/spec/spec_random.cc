@@ -13,7 +13,7 @@ void ScriptRules(spec::Rng& g, JobSpec* s) {
   if (g.Coin(0.8)) s->script = ScriptSpec{};
   if (s->script.empty()) return;
   const JobSpec d;
-  s->model = d.model, s->data = d.data, s->optimizer = d.optimizer, s->scheduler = d.scheduler;
+  s->model = d.model, s->data = d.data, s->optimizer = d.optimizer, s->scheduler = d.scheduler, s->fused = d.fused;
   s->loss = d.loss, s->max_steps = d.max_steps, s->seed = d.seed, s->max_grad_norm = d.max_grad_norm;
   s->clip_grad_value = d.clip_grad_value, s->gradient_accumulation_steps = d.gradient_accumulation_steps;
   s->eval_every_steps = d.eval_every_steps, s->eval_batches = d.eval_batches;
@@ -107,6 +107,9 @@ JobSpec RandomJobSpec(uint64_t seed) {
   s.scheduler.warmup_steps = std::min(s.scheduler.warmup_steps, s.max_steps);
   if (s.loss == LossKind::kMse && TraitsOf(s.model.kind).classifier) s.loss = LossKind::kCrossEntropy;
   if (s.activation_checkpointing && !TraitsOf(s.model.kind).recomputes_wrap_layer) s.activation_checkpointing = false;
+  const bool cuda_only =
+      s.fused.attention == AttentionBackend::kEfficient || s.fused.attention == AttentionBackend::kCudnn;
+  if (s.device == Device::kCpu && cuda_only) s.fused.attention = AttentionBackend::kAuto;
   spec::Tidy(spec::JobSpecTable(), &s);
   return s;
 }

@@ -320,6 +320,23 @@ const Section<SchedulerSpec>& SchedulerTable() {
   return sec;
 }
 
+const Section<FusedSpec>& FusedTable() {
+  using F = FusedSpec;
+  static const Section<F> sec = [] {
+    Section<F> s;
+    s.fields = {
+        Flag("optimizer", &F::optimizer, "`adamw`: ATen's fused AdamW over every parameter at once."),
+        Flag("rms_norm", &F::rms_norm, "`llama`: ATen's `rms_norm` (fused on CUDA)."),
+        Flag("chunked_loss", &F::chunked_loss,
+             "`llama` (one process, DDP): output projection and cross-entropy by chunks, without the whole logits."),
+        Choice("attention", &F::attention, kAttentionBackendNames,
+               "The attention backend (SDPA): `auto` is ATen's choice; another is forced."),
+    };
+    return s;
+  }();
+  return sec;
+}
+
 // ---- checkpoint ----
 
 const Section<CheckpointSpec>& CheckpointTable() {
@@ -506,6 +523,7 @@ const Section<JobSpec>& JobSpecTable() {
         Sub("model", &J::model, ModelTable(), "The model (`model: mlp` is short for `{kind: mlp}`)."),
         Sub("data", &J::data, DataTable(), "The training data."),
         Sub("optimizer", &J::optimizer, OptimizerTable(), "The optimizer."),
+        Sub("fused", &J::fused, FusedTable(), "ATen's fused kernels, each switchable for ablation."),
         Sub("ddp", &J::ddp, DdpTable(), "DDP's options."),
         Flag("activation_checkpointing", &J::activation_checkpointing,
              "`gpt`, `llama`: recompute each transformer layer in backward."),

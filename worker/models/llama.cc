@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -10,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/models/attention_backend.h"
+
 namespace trainyard {
 namespace {
 
@@ -17,16 +20,23 @@ namespace {
 // input's dtype, then scaled.
 class LlamaRmsNormImpl final : public torch::nn::Module {
  public:
-  LlamaRmsNormImpl(int64_t dim, double eps) : eps_(eps), weight_(register_parameter("weight", torch::ones({dim}))) {}
+  LlamaRmsNormImpl(int64_t dim, double eps)
+      : dim_(dim), eps_(eps), weight_(register_parameter("weight", torch::ones({dim}))) {}
   at::Tensor forward(const at::Tensor& x) {
+    // ATen's form is transformers' whenever the input's dtype is the
+    // weight's (the residual stream is float32 under autocast).
+    if (fused_ && x.scalar_type() == weight_.scalar_type()) return at::rms_norm(x, {dim_}, weight_, eps_);
     const at::Tensor h = x.to(at::kFloat);
     const at::Tensor normed = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
     return weight_ * normed.to(x.scalar_type());
   }
+  void set_fused(bool on) { fused_ = on; }
 
  private:
+  int64_t dim_;
   double eps_;
   at::Tensor weight_;
+  bool fused_ = false;
 };
 TORCH_MODULE(LlamaRmsNorm);
 
@@ -78,8 +88,9 @@ torch::nn::Linear LlamaLinear(int64_t in, int64_t out, bool bias) {
 
 class LlamaAttentionImpl final : public torch::nn::Module {
  public:
-  explicit LlamaAttentionImpl(const LlamaConfig& c)
-      : heads_(c.num_attention_heads),
+  LlamaAttentionImpl(const LlamaConfig& c, std::shared_ptr<std::atomic<int>> backend)
+      : backend_(std::move(backend)),
+        heads_(c.num_attention_heads),
         kv_heads_(c.num_key_value_heads),
         head_dim_(c.head_dim),
         q_proj_(register_module("q_proj", LlamaLinear(c.hidden_size, heads_ * head_dim_, c.qkv_bias))),
@@ -93,6 +104,7 @@ class LlamaAttentionImpl final : public torch::nn::Module {
     const at::Tensor q = LlamaApplyRotary(split(q_proj_->forward(x), heads_), cos, sin);
     const at::Tensor k = LlamaApplyRotary(split(k_proj_->forward(x), kv_heads_), cos, sin);
     const at::Tensor v = split(v_proj_->forward(x), kv_heads_);
+    if (backend_->load(std::memory_order_relaxed) < 0) backend_->store(SdpaBackendFor(q, k, v, kv_heads_ != heads_));
     const at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,
                                                           /*enable_gqa=*/kv_heads_ != heads_);
@@ -100,6 +112,7 @@ class LlamaAttentionImpl final : public torch::nn::Module {
   }
 
  private:
+  std::shared_ptr<std::atomic<int>> backend_;  // the model's, set by the first forward
   int64_t heads_, kv_heads_, head_dim_;
   torch::nn::Linear q_proj_, k_proj_, v_proj_, o_proj_;
 };
@@ -123,8 +136,8 @@ TORCH_MODULE(LlamaMlp);
 
 class LlamaDecoderLayerImpl final : public torch::nn::Module {
  public:
-  explicit LlamaDecoderLayerImpl(const LlamaConfig& c)
-      : self_attn_(register_module("self_attn", LlamaAttention(c))),
+  LlamaDecoderLayerImpl(const LlamaConfig& c, std::shared_ptr<std::atomic<int>> backend)
+      : self_attn_(register_module("self_attn", LlamaAttention(c, std::move(backend)))),
         mlp_(register_module("mlp", LlamaMlp(c))),
         input_layernorm_(register_module("input_layernorm", LlamaRmsNorm(c.hidden_size, c.rms_norm_eps))),
         post_attention_layernorm_(
@@ -133,6 +146,10 @@ class LlamaDecoderLayerImpl final : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
     const at::Tensor h = x + self_attn_->forward(input_layernorm_->forward(x), cos, sin);
     return h + mlp_->forward(post_attention_layernorm_->forward(h));
+  }
+  void set_fused_norm(bool on) {
+    input_layernorm_->set_fused(on);
+    post_attention_layernorm_->set_fused(on);
   }
 
  private:
@@ -151,7 +168,7 @@ class Llama final : public Model {
         embed_tokens_(model_->register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size))),
         layer_list_(model_->register_module("layers", torch::nn::ModuleList())) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      LlamaDecoderLayer layer(c);
+      LlamaDecoderLayer layer(c, attention_backend_);
       layer_list_->push_back(layer);
       decoder_.push_back(layer);
     }
@@ -185,12 +202,23 @@ class Llama final : public Model {
     }
     auto norm = norm_;
     auto head = lm_head_;
-    out.push_back({"Head", head_group_, [norm, head, embed](const at::Tensor& x) mutable {
+    const bool project = !projection_left_to_loss();
+    out.push_back({"Head", head_group_, [norm, head, embed, project](const at::Tensor& x) mutable {
                      const at::Tensor h = norm->forward(x);
+                     if (!project) return h;
                      return head ? head->forward(h) : torch::matmul(h, embed->weight.t());
                    }});
     return out;
   }
+
+  void UseFusedOps(const FusedOps& ops) override {
+    for (auto& layer : decoder_) layer->set_fused_norm(ops.rms_norm);
+    norm_->set_fused(ops.rms_norm);
+  }
+
+  at::Tensor output_projection() override { return lm_head_ ? lm_head_->weight : embed_tokens_->weight; }
+
+  int attention_backend() const override { return attention_backend_->load(std::memory_order_relaxed); }
 
   std::vector<int64_t> sample_shape() const override { return {context_}; }
 
@@ -209,6 +237,7 @@ class Llama final : public Model {
   }
 
   int64_t context_;
+  std::shared_ptr<std::atomic<int>> attention_backend_ = std::make_shared<std::atomic<int>>(-1);
   std::shared_ptr<LlamaRotaryTable> rotary_;
   std::shared_ptr<torch::nn::Module> model_;
   torch::nn::Embedding embed_tokens_;

@@ -6,17 +6,23 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
+
+#include "worker/models/fused_adamw.h"
 
 namespace trainyard {
 
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerSpec& o, std::vector<at::Tensor> params) {
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerSpec& o, std::vector<at::Tensor> params,
+                                                       bool fused) {
   switch (o.kind) {
     case OptimizerKind::kSgd:
       return std::make_unique<torch::optim::SGD>(
           params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-    case OptimizerKind::kAdamW:
-      return std::make_unique<torch::optim::AdamW>(
-          params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+    case OptimizerKind::kAdamW: {
+      auto options = torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay);
+      if (fused) return std::make_unique<FusedAdamW>(std::move(params), options);
+      return std::make_unique<torch::optim::AdamW>(std::move(params), options);
+    }
   }
   throw std::invalid_argument("unknown optimizer");
 }

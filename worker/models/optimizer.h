@@ -13,8 +13,10 @@
 
 namespace trainyard {
 
-// The optimizer of `spec` over `params` (under FSDP: the rank's shards).
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::vector<at::Tensor> params);
+// The optimizer of `spec` over `params` (under FSDP: the rank's shards);
+// `fused` (the job's fused.optimizer): AdamW is FusedAdamW (fused_adamw.h).
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const OptimizerSpec& spec, std::vector<at::Tensor> params,
+                                                       bool fused = false);
 
 // The learning-rate multiplier at optimizer step `step` (0-based) of
 // `total_steps`: linear warmup from 0 over warmup_steps, then constant,

@@ -12,7 +12,7 @@ DdpModel::DdpModel(const JobSpec& spec, std::shared_ptr<Model> model, c10::Devic
     : ParallelModel(spec, std::move(model), device, /*autocast=*/true),
       ddp_(std::make_unique<DistributedDataParallel>(model_->parameters(), model_->buffers(), dist.process_group,
                                                      spec.ddp, dist.shm, /*broadcast_initial=*/!spec.replicas())) {
-  optimizer_ = MakeOptimizer(spec.optimizer, model_->parameters());
+  optimizer_ = MakeOptimizer(spec.optimizer, model_->parameters(), spec.fused.optimizer);
 }
 
 DdpModel::~DdpModel() = default;
@@ -23,10 +23,12 @@ void DdpModel::BeforeForward(bool sync) {
 }
 
 void DdpModel::Backward(const at::Tensor& loss, const at::Tensor& output, bool sync) {
-  // With find_unused_parameters the Reducer walks the graph from the outputs.
+  // With find_unused_parameters the Reducer walks the graph from the
+  // outputs, and from the loss when it applies the output projection itself.
   if (sync) {
-    ddp_->PrepareBackward(spec_.ddp.find_unused_parameters ? std::vector<at::Tensor>{output}
-                                                           : std::vector<at::Tensor>{});
+    const bool find = spec_.ddp.find_unused_parameters;
+    const at::Tensor& root = model_->projection_left_to_loss() ? loss : output;
+    ddp_->PrepareBackward(find ? std::vector<at::Tensor>{root} : std::vector<at::Tensor>{});
   }
   loss.backward();
 }

@@ -38,7 +38,7 @@ FsdpModel::FsdpModel(const JobSpec& spec, std::shared_ptr<Model> model, c10::Dev
                                                 spec.replicas() ? nullptr : dist.replicate_group, world_size)) {
   if (spec.replicas()) fsdp_->Rebind(dist.shard_group, dist.replicate_group, world_size);
   if (spec.ddp.broadcast_buffers) buffers_ = model_->buffers();
-  optimizer_ = MakeOptimizer(spec.optimizer, fsdp_->ShardParameters());
+  optimizer_ = MakeOptimizer(spec.optimizer, fsdp_->ShardParameters(), spec.fused.optimizer);
 }
 
 FsdpModel::~FsdpModel() = default;

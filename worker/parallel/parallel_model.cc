@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/model_layers.h"
+#include "worker/models/attention_backend.h"
 #include "worker/models/autocast.h"
 #include "worker/models/model_flops.h"
 #include "worker/models/models.h"
@@ -38,12 +39,24 @@ at::Tensor ParallelModel::Forward(const at::Tensor& inputs, bool sync) {
     output = RunForward(inputs);
   };
   if (forward_flops_per_sample_ < 0 && inputs.size(0) > 0) {
-    // Once: the model's FLOPs, from the first forward pass.
-    forward_flops_per_sample_ = CountForwardFlops(forward) / static_cast<double>(inputs.size(0));
+    // Once: the model's FLOPs, from the first forward pass; with the output
+    // projection left to the loss, its product too (2 FLOPs per
+    // multiply-add, as the count takes a matrix product).
+    double flops = CountForwardFlops(forward);
+    if (model_->projection_left_to_loss()) {
+      flops += 2.0 * static_cast<double>(output.numel()) * static_cast<double>(model_->output_projection().size(0));
+    }
+    forward_flops_per_sample_ = flops / static_cast<double>(inputs.size(0));
   } else {
     forward();
   }
   return output;
+}
+
+at::Tensor ParallelModel::UnderAutocast(const std::function<at::Tensor()>& loss) const {
+  const at::ScalarType dtype = spec_.mixed_precision == MixedPrecision::kFp16 ? at::kHalf : at::kBFloat16;
+  AutocastGuard guard(device_.type(), dtype, autocast_);
+  return loss();
 }
 
 void ParallelModel::Train(bool on) { model_->train(on); }
@@ -99,11 +112,21 @@ ModelMemory ParallelModel::Memory() const {
   return m;
 }
 
+void UseFusedKernels(const JobSpec& spec, Model* model) {
+  UseAttentionBackend(spec.fused.attention);
+  model->UseFusedOps(FusedOps{.rms_norm = spec.fused.rms_norm});
+  // Not under FSDP: the projection's weight is gathered for its stage only.
+  const bool chunked = spec.fused.chunked_loss && spec.loss == LossKind::kCrossEntropy &&
+                       spec.distributed_type != DistributedType::kFsdp && model->output_projection().defined();
+  model->LeaveProjectionToLoss(chunked);
+}
+
 std::unique_ptr<ParallelModel> MakeParallelModel(const JobSpec& spec, int32_t world_size, c10::Device device,
                                                  const DistContext& dist) {
   // Built on the host from the seed (identical on every rank), then moved.
   std::shared_ptr<Model> model = BuildModel(spec.model, spec.seed);
   if (spec.activation_checkpointing) model->CheckpointActivations(ModelWrapLayer(spec.model.kind).value());
+  UseFusedKernels(spec, model.get());
   if (!device.is_cpu()) model->to(device);
   if (spec.distributed_type == DistributedType::kFsdp) {
     return std::make_unique<FsdpModel>(spec, std::move(model), device, world_size, dist);

@@ -13,6 +13,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,10 @@ class ParallelModel {
   // `output` of the last Forward, with the same `sync`; with `sync` the
   // gradients are synchronized across ranks when it returns.
   virtual void Backward(const at::Tensor& loss, const at::Tensor& output, bool sync) = 0;
+  // `loss` (of the output of Forward or EvalForward) under the forward's
+  // autocast: a loss that applies the output projection itself
+  // (Model::projection_left_to_loss) does it in the forward's precision.
+  at::Tensor UnderAutocast(const std::function<at::Tensor()>& loss) const;
   // Forward without training (evaluation, under NoGradGuard); call
   // EndEvaluation after the last one.
   virtual at::Tensor EvalForward(const at::Tensor& inputs) = 0;
@@ -110,6 +115,11 @@ class ParallelModel {
   const bool autocast_;
   double forward_flops_per_sample_ = -1;
 };
+
+// The job's `fused` section applied to `model` and this process: the
+// attention backend, the fused ops, and the output projection left to a
+// chunked loss where it applies (cross-entropy, not FSDP).
+void UseFusedKernels(const JobSpec& spec, Model* model);
 
 // Builds the job's model (weights from spec.seed, identical on every rank)
 // on `device`, parallelized as spec.distributed_type asks over `dist`

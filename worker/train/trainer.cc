@@ -14,6 +14,8 @@
 #include "worker/data/data.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/job_data.h"
+#include "worker/models/attention_backend.h"
+#include "worker/models/chunked_loss.h"
 #include "worker/models/model_flops.h"
 #include "worker/models/models.h"
 #include "worker/models/optimizer.h"
@@ -33,6 +35,7 @@ using Clock = std::chrono::steady_clock;
 struct Trainer::Impl : TrainerParts {
   std::unique_ptr<StepGuard> guard;  // the fault-tolerance mode's (worker/step_guard.h)
   Checkpointer::Boundary boundary;   // of the last step
+  bool attention_noted = false;      // the attention kernel told in the job's events
 
   // The parts, on the guard's seat (collective only through DDP's initial
   // broadcast).
@@ -118,7 +121,15 @@ Trainer::MemoryBytes Trainer::Memory() const { return impl_->model->Memory(); }
 int64_t Trainer::step() const { return impl_->step; }
 
 at::Tensor Trainer::Impl::Loss(const at::Tensor& output, const at::Tensor& targets) const {
-  at::Tensor out = output.to(at::kFloat);
+  // Hidden states [B, T, H] of a model that left its output projection to
+  // the loss: the chunked loss applies it.
+  Model& m = model->model();
+  if (m.projection_left_to_loss()) {
+    return model->UnderAutocast([&] {
+      return ChunkedCrossEntropy(output.reshape({-1, output.size(-1)}), m.output_projection(), targets.reshape({-1}));
+    });
+  }
+  const at::Tensor out = output.to(at::kFloat);
   if (spec.loss == LossKind::kMse) {
     // Regression on the class: the one-hot vector of the target.
     at::Tensor want =
@@ -137,6 +148,13 @@ void Trainer::Impl::Record(StepSample sample, const ModelMemory& mem) {
   // The backward pass costs twice the forward.
   n.model_flops = 3 * std::max(0.0, model->forward_flops_per_sample()) * static_cast<double>(n.samples);
   n.peak_flops = peak_flops;
+  n.attention_backend = model->model().attention_backend();
+  if (n.attention_backend >= 0 && !attention_noted && rank == 0) {
+    attention_noted = true;
+    sink->OnNote(absl::StrCat("attention: scaled_dot_product_attention runs ATen's ",
+                              SdpaBackendName(n.attention_backend), " kernel (fused.attention ",
+                              AttentionBackendName(spec.fused.attention), ")"));
+  }
   sink->OnStep(recorder->Record(sample));
 }
 
