@@ -46,7 +46,7 @@ sweep:
 def run(server, tmp, name, searcher, a):
     path = write_spec(tmp, name + ".yaml", SPEC % dict(name=name, steps=a.steps, trials=a.trials, searcher=searcher))
     start = time.monotonic()
-    r = server.ctl("sweep", "submit", path)
+    r = server.ctl("sweep", "submit", "-q", path)
     assert r.returncode == 0, r.stderr
     sweep_id = r.stdout.strip()
 

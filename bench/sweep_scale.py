@@ -73,7 +73,7 @@ def main():
             path = write_spec(tmp, "whole.yaml", SPEC % dict(name="whole", steps=a.steps, trials=a.trials,
                                                              concurrency=a.slots))
             start = time.monotonic()
-            r, submit_s = timed(lambda: server.ctl("sweep", "submit", path))
+            r, submit_s = timed(lambda: server.ctl("sweep", "submit", "-q", path))
             assert r.returncode == 0, r.stderr
             sweep_id = r.stdout.strip()
             w = wait_for(lambda: (lambda w: w if w["state"] in ENDED and all(t["state"] in ENDED for t in w["trials"])
@@ -93,7 +93,7 @@ def main():
             # 2. Bulk cancel with `slots` live trials.
             path = write_spec(tmp, "cancelled.yaml", SPEC % dict(name="cancelled", steps=10_000_000, trials=a.trials,
                                                                  concurrency=a.slots))
-            r = server.ctl("sweep", "submit", path)
+            r = server.ctl("sweep", "submit", "-q", path)
             assert r.returncode == 0, r.stderr
             sweep_id = r.stdout.strip()
 

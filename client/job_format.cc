@@ -122,6 +122,7 @@ ordered_json JobJson(const v1::Job& j) {
     o["places"] = places;
   }
   if (!j.slurm_job_id().empty()) o["slurm_job_id"] = j.slurm_job_id();
+  if (!j.sweep_id().empty()) o["sweep"] = {{"id", j.sweep_id()}, {"trial", j.sweep_trial()}};
   if (j.has_replicas()) {
     const v1::Replicas& r = j.replicas();
     o["replicas"] = {{"epoch", r.epoch()},

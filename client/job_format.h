@@ -40,6 +40,14 @@ nlohmann::ordered_json CheckpointJson(const v1::Checkpoint& c);
 nlohmann::ordered_json QueueJson(const v1::GetQueueResponse& queue);
 void PrintQueueTable(const v1::GetQueueResponse& queue, std::ostream& out);
 
+// A sweep as trainctl shows it (client/trainctl_sweep.cc): its trials'
+// count ("3 of 3 (grid), 2 at once"), the progress line `sweep watch` prints
+// (state, trials live and ended, the best so far), and the table of its
+// trials, each column as wide as its widest cell.
+std::string SweepTrialsLine(const v1::Sweep& w);
+std::string SweepProgressLine(const v1::Sweep& w);
+void PrintTrialTable(const v1::Sweep& w, std::ostream& out);
+
 // `text` as a terminal may show it: control characters other than newline
 // and tab (ESC, BEL, backspace, DEL, the C1 controls) as \xNN, so that what a
 // job wrote cannot move the cursor, retitle the window or hide other text.

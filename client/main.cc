@@ -217,19 +217,22 @@ int main(int argc, char** argv) {
   auto* sweep = app.add_subcommand("sweep", "Hyperparameter sweeps: submit, get, list, cancel");
   sweep->require_subcommand(1);
   std::string sweep_file, sweep_id;
-  bool sweep_watch = false, keep_best = false;
+  bool sweep_watch = false, keep_best = false, sweep_quiet = false, sweep_no_wait = false;
   auto* sweep_submit = sweep->add_subcommand("submit", "Submit a job spec with a sweep: section");
   sweep_submit->add_option("FILE", sweep_file, "Sweep spec file")->type_name("")->required();
   sweep_submit->add_flag("-w,--watch", sweep_watch, "Follow the sweep until it ends");
+  sweep_submit->add_flag("-q,--quiet", sweep_quiet, "Print the sweep's id alone");
   auto* sweep_get = sweep->add_subcommand("get", "Show a sweep and its trials");
   sweep_get->add_option("ID", sweep_id, "Sweep id")->type_name("")->required();
   auto* sweep_watch_cmd = sweep->add_subcommand("watch", "Follow a sweep until it ends");
   sweep_watch_cmd->add_option("ID", sweep_id, "Sweep id")->type_name("")->required();
   auto* sweep_list = sweep->add_subcommand("list", "List sweeps");
   sweep_list->add_flag("-A,--all-users", all_users, "Everyone's sweeps (admins)");
-  auto* sweep_cancel = sweep->add_subcommand("cancel", "Cancel a sweep: every trial still queued or running");
+  auto* sweep_cancel = sweep->add_subcommand(
+      "cancel", "Cancel a sweep: every trial still queued or running, and wait until their workers stopped");
   sweep_cancel->add_option("ID", sweep_id, "Sweep id")->type_name("")->required();
   sweep_cancel->add_flag("--keep-best", keep_best, "Leave the best trial so far running");
+  sweep_cancel->add_flag("--no-wait", sweep_no_wait, "Return as soon as the cancel was accepted");
 
   std::string token_file, ca_file;
   app.add_option("--token-file", token_file, "File with the server's bearer token (env TRAINYARD_TOKEN)")
@@ -314,11 +317,11 @@ int main(int argc, char** argv) {
     }
     return ctl.History(history_jobs, history_series);
   }
-  if (*sweep_submit) return ctl.SweepSubmit(sweep_file, sweep_watch);
+  if (*sweep_submit) return ctl.SweepSubmit(sweep_file, sweep_watch, sweep_quiet);
   if (*sweep_get) return ctl.SweepGet(sweep_id);
   if (*sweep_watch_cmd) return ctl.SweepWatch(sweep_id);
   if (*sweep_list) return ctl.SweepList(all_users);
-  if (*sweep_cancel) return ctl.SweepCancel(sweep_id, keep_best);
+  if (*sweep_cancel) return ctl.SweepCancel(sweep_id, keep_best, !sweep_no_wait);
   if (*diagnose) {
     return ctl.Diagnose(id, std::chrono::milliseconds(static_cast<int64_t>(diagnose_wait_s * 1000)), last_collectives);
   }

@@ -109,14 +109,16 @@ class Trainctl {
   // table prints each job's under a "==> ID <==" line.
   int History(const std::vector<std::string>& ids, const std::vector<std::string>& series);
 
-  // Sweeps (client/trainctl_sweep.cc). Submit prints the sweep's id, or
-  // with `watch` follows it until it ends (0: SUCCEEDED). Cancel stops
-  // every trial (all but the best so far with `keep_best`).
-  int SweepSubmit(const std::string& file, bool watch);
+  // Sweeps (client/trainctl_sweep.cc). Submit says what it submitted (its
+  // id alone with `quiet`), and with `watch` follows it until it ends (0:
+  // SUCCEEDED). Cancel stops every trial (all but the best so far with
+  // `keep_best`) and, with `wait`, returns once their jobs ended; a sweep
+  // that had ended is 1 with a message.
+  int SweepSubmit(const std::string& file, bool watch, bool quiet = false);
   int SweepWatch(const std::string& id);
   int SweepGet(const std::string& id);
   int SweepList(bool all_users);
-  int SweepCancel(const std::string& id, bool keep_best);
+  int SweepCancel(const std::string& id, bool keep_best, bool wait = true);
 
  private:
   struct Impl;

@@ -248,8 +248,12 @@ struct Trainctl::Impl {
       return;
     }
     out << "id:           " << j.id() << "\n"
-        << "name:         " << Shown(j.name()) << "\n"
-        << "state:        " << StateName(j.state()) << "\n"
+        << "name:         " << Shown(j.name()) << "\n";
+    if (!j.sweep_id().empty()) {
+      out << "sweep:        " << Shown(j.sweep_id()) << ", trial " << j.sweep_trial() << " (trainctl sweep get "
+          << Shown(j.sweep_id()) << ")\n";
+    }
+    out << "state:        " << StateName(j.state()) << "\n"
         << "reason:       " << Shown(j.reason()) << "\n"
         << "processes:    " << j.num_processes() << "\n"
         << "step:         " << j.step() << (j.max_steps() > 0 ? " / " + std::to_string(j.max_steps()) : "") << "\n"

@@ -56,6 +56,9 @@ struct JobRecord {
   // The Unix account its processes run as (the owner's `unix_user` when it
   // was submitted); "": the server's own.
   std::string run_as;
+  // The sweep whose trial this job is ("": none) and the trial's number.
+  std::string sweep_id;
+  int32_t sweep_trial = -1;
 };
 
 struct JobEvent {

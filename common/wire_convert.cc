@@ -155,6 +155,10 @@ void ToProto(const JobRecord& j, const std::vector<JobEvent>& events, v1::Job* o
   out->set_owner(j.owner);
   out->set_group(j.group);
   out->set_priority(j.priority);
+  if (!j.sweep_id.empty()) {
+    out->set_sweep_id(j.sweep_id);
+    out->set_sweep_trial(j.sweep_trial);
+  }
   for (const JobEvent& e : events) {
     v1::JobEvent* pe = out->add_events();
     pe->set_unix_millis(e.unix_millis);

@@ -7,6 +7,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/spec/yaml_keys.h"
 #include "common/webhook_url.h"
@@ -198,7 +200,7 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
 
   if (const YAML::Node metric = sweep["metric"]; metric.IsDefined()) {
     if (!metric.IsMap()) return Bad("sweep.metric", "{name: loss, goal: minimize}");
-    if (auto s = OnlyKeys(metric, "sweep.metric", {"name", "goal"}); !s.ok()) return s;
+    if (auto s = OnlyKeys(metric, "sweep.metric", {"name", "goal", "scope"}); !s.ok()) return s;
     if (metric["name"].IsDefined()) out.metric = metric["name"].as<std::string>("");
     if (out.metric.empty()) return Bad("sweep.metric.name", "a metric name is required (loss, eval_loss, ...)");
     for (unsigned char c : out.metric) {
@@ -209,6 +211,23 @@ absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text) {
     const std::string goal = metric["goal"].IsDefined() ? metric["goal"].as<std::string>("") : "minimize";
     if (goal != "minimize" && goal != "maximize") return Bad("sweep.metric.goal", "minimize or maximize");
     out.maximize = goal == "maximize";
+    if (const YAML::Node scope = metric["scope"]; scope.IsDefined()) {
+      constexpr const char* kScopes =
+          "last (default), best, or last-N-avg (the mean of the last N reports: last-5-avg)";
+      const std::string text = scope.IsScalar() ? scope.as<std::string>("") : "";
+      int n = 0;
+      if (text == "last") {
+        out.metric_scope = SweepSpec::MetricScope::kLast;
+      } else if (text == "best") {
+        out.metric_scope = SweepSpec::MetricScope::kBest;
+      } else if (absl::StartsWith(text, "last-") && absl::EndsWith(text, "-avg") &&
+                 absl::SimpleAtoi(text.substr(5, text.size() - 9), &n) && n >= 2 && n <= 1000) {
+        out.metric_scope = SweepSpec::MetricScope::kLastAverage;
+        out.metric_last_n = n;
+      } else {
+        return Bad("sweep.metric.scope", kScopes);
+      }
+    }
   }
 
   if (const YAML::Node searcher = sweep["searcher"]; searcher.IsDefined()) {

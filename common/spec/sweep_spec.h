@@ -82,6 +82,12 @@ struct SweepSpec {
   int64_t max_steps = 0;
   std::vector<SweepParameter> parameters;
   std::string metric = "loss";  // loss, eval_loss, or a name a script reports
+  // A trial's value (the one its sweep ranks it by): its last report of
+  // the metric (metric.scope last, the default, as Ray Tune's scope="last"),
+  // its best (best), or the mean of its last `metric_last_n` (last-N-avg).
+  enum class MetricScope { kLast, kBest, kLastAverage };
+  MetricScope metric_scope = MetricScope::kLast;
+  int metric_last_n = 1;  // kLastAverage's N (2 ... 1000)
   bool maximize = false;
   SweepSearcher searcher;
   int max_trials = 0;   // grid: 0 is every combination

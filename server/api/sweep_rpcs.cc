@@ -21,11 +21,21 @@ void SweepToProto(const SweepStatus& sweep, v1::Sweep* out) {
   out->set_state(ToProto(r.state));
   out->set_reason(r.reason);
   out->set_spec(r.spec_text);
-  for (const SweepParameter& p : sweep.spec.parameters) out->add_parameters(p.path);
+  for (const SweepParameter& p : sweep.spec.parameters) {
+    out->add_parameters(p.path);
+    switch (p.kind) {
+      case SweepParameter::Kind::kChoice: out->add_parameter_kinds("choice"); break;
+      case SweepParameter::Kind::kUniform: out->add_parameter_kinds("uniform"); break;
+      case SweepParameter::Kind::kLogUniform: out->add_parameter_kinds("log_uniform"); break;
+      case SweepParameter::Kind::kInt: out->add_parameter_kinds("int"); break;
+    }
+  }
   out->set_metric(sweep.spec.metric);
   out->set_maximize(sweep.spec.maximize);
   out->set_searcher(SweepSearcher::Name(sweep.spec.searcher.kind));
   out->set_max_trials(sweep.spec.max_trials);
+  out->set_total_trials(static_cast<int32_t>(TotalTrials(sweep.spec)));
+  out->set_metric_scope(MetricScopeName(sweep.spec));
   out->set_concurrency(sweep.spec.concurrency);
   for (const SweepTrialRecord& t : r.trials) {
     v1::SweepTrial* p = out->add_trials();

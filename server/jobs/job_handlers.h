@@ -82,6 +82,13 @@ struct Diagnosis {
   std::map<int32_t, FlightRecord> answers;  // by rank
 };
 
+// The sweep whose trial a job is (JobRecord::sweep_id, sweep_trial): what
+// the SweepManager submits its trials with.
+struct TrialOf {
+  std::string sweep_id;
+  int32_t trial = -1;
+};
+
 // People's side.
 class JobRequestHandler {
  public:
@@ -97,9 +104,10 @@ class JobRequestHandler {
   // of its warnings becomes a QUEUED event "accelerate config: <warning>".
   // `by` owns it: its group, its roots for the paths the spec names, its
   // priority class (checked against the policy's classes and maximums) and
-  // its quota of queued jobs.
+  // its quota of queued jobs. `trial_of`: the sweep whose trial it is, kept
+  // with the job.
   virtual absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config,
-                                           const Caller& by) = 0;
+                                           const Caller& by, const TrialOf& trial_of = {}) = 0;
   // Whether `by` may do `action` ("cancel", "read the logs of"...) to job
   // `id`: admins and the owner may do anything; with the policy's
   // group_visibility, members of the job's group may look (`read_only`).

@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<QuotaUse>> JobManager::Usage(const Caller& by, bool a
 }
 
 absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const std::string& accelerate_config,
-                                             const Caller& by) {
+                                             const Caller& by, const TrialOf& trial_of) {
   // The id first (reserved: a submission in between does not draw it too),
   // then the files and paths without the lock: a slow or hostile file or
   // directory stalls this request alone.
@@ -151,7 +151,8 @@ absl::StatusOr<JobRecord> JobManager::Submit(const std::string& spec_text, const
     return s;
   }
   absl::StatusOr<ActiveJob*> job =
-      jobs_.Submit(id, admitted->spec, admitted->notes, {by.user, by.group(), admitted->priority, by.unix_user});
+      jobs_.Submit(id, admitted->spec, admitted->notes,
+                   {by.user, by.group(), admitted->priority, by.unix_user, trial_of.sweep_id, trial_of.trial});
   if (!job.ok()) return job.status();
   metrics_->CountSubmitted();
   lifecycle_.Enqueue(**job);

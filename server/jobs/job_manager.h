@@ -76,8 +76,8 @@ class JobManager final : public JobRequestHandler {
   void SetPolicy(std::shared_ptr<const Policy> policy);
 
   // JobRequestHandler.
-  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config,
-                                   const Caller& by) override;
+  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config, const Caller& by,
+                                   const TrialOf& trial_of = {}) override;
   // As anyone on a server without users.
   absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string& accelerate_config = "") {
     return Submit(spec_text, accelerate_config, Caller{});

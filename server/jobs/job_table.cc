@@ -37,6 +37,8 @@ absl::StatusOr<ActiveJob*> JobTable::Submit(const std::string& id, const JobSpec
   r.group = ownership.group;
   r.priority = ownership.priority;
   r.run_as = ownership.run_as;
+  r.sweep_id = ownership.sweep_id;
+  r.sweep_trial = ownership.sweep_id.empty() ? -1 : ownership.sweep_trial;
   if (auto s = store_->Insert(r, {r.created_unix_millis, JobState::kQueued, "submitted"}); !s.ok()) return s;
   counts_[JobState::kQueued]++;
   CountQueued(r, 1);

@@ -31,7 +31,9 @@ namespace trainyard {
 struct Ownership {
   std::string owner, group;
   int64_t priority = 0;
-  std::string run_as;  // the Unix account its processes run as ("": the server's)
+  std::string run_as;    // the Unix account its processes run as ("": the server's)
+  std::string sweep_id;  // the sweep whose trial it is ("": none)
+  int32_t sweep_trial = -1;
 };
 
 class JobTable {

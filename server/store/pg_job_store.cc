@@ -18,7 +18,7 @@ constexpr const char* kJobColumnNames[] = {
     "id",         "name",     "state",   "reason",      "spec_json",          "num_processes",
     "max_steps",  "step",     "loss",    "first_loss",  "samples_per_second", "created_ms",
     "started_ms", "ended_ms", "attempt", "failed_rank", "worker_token",       "owner",
-    "grp",        "priority", "run_as"};
+    "grp",        "priority", "run_as",  "sweep_id",    "sweep_trial"};
 constexpr int kJobColumnCount = std::size(kJobColumnNames);
 
 std::string JobColumns() {
@@ -60,6 +60,8 @@ void BindJob(Params& p, const JobRecord& j) {
   p.push_back(j.group);
   p.push_back(Int(j.priority));
   p.push_back(j.run_as);
+  p.push_back(j.sweep_id);
+  p.push_back(Int(j.sweep_trial));
 }
 
 // The job columns of `row` from column `at` on (kJobColumns' order).
@@ -89,6 +91,8 @@ JobRecord ReadJob(const Row& row, size_t at = 0) {
   j.group = text(18);
   j.priority = num(19);
   j.run_as = text(20);
+  j.sweep_id = text(21);
+  j.sweep_trial = static_cast<int32_t>(num(22));
   return j;
 }
 

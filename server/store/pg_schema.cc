@@ -108,6 +108,11 @@ CREATE TABLE sweep_events (
   reason TEXT NOT NULL);
 CREATE INDEX sweep_events_by_sweep ON sweep_events (sweep_id, seq);
 )sql",
+    // 2: a job names the sweep whose trial it is ("" and -1: none).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN sweep_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN sweep_trial BIGINT NOT NULL DEFAULT -1;
+)sql",
 };
 
 }  // namespace

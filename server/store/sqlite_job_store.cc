@@ -40,7 +40,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   owner TEXT NOT NULL DEFAULT '',
   grp TEXT NOT NULL DEFAULT '',
   priority INTEGER NOT NULL DEFAULT 0,
-  run_as TEXT NOT NULL DEFAULT ''
+  run_as TEXT NOT NULL DEFAULT '',
+  sweep_id TEXT NOT NULL DEFAULT '',
+  sweep_trial INTEGER NOT NULL DEFAULT -1
 );
 CREATE TABLE IF NOT EXISTS job_events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -85,7 +87,7 @@ constexpr const char* kJobColumnNames[] = {
     "id",         "name",     "state",   "reason",      "spec_json",          "num_processes",
     "max_steps",  "step",     "loss",    "first_loss",  "samples_per_second", "created_ms",
     "started_ms", "ended_ms", "attempt", "failed_rank", "worker_token",       "owner",
-    "grp",        "priority", "run_as"};
+    "grp",        "priority", "run_as",  "sweep_id",    "sweep_trial"};
 
 // The job columns joined as `format` makes each ("id" -> "id", ":id", "id=:id").
 template <typename F>
@@ -411,7 +413,15 @@ class SqliteJobStore final : public JobStore {
         return s;
       }
     }
-    if (!have.count("run_as")) return Exec("ALTER TABLE jobs ADD COLUMN run_as TEXT NOT NULL DEFAULT '';");
+    if (!have.count("run_as")) {
+      if (absl::Status s = Exec("ALTER TABLE jobs ADD COLUMN run_as TEXT NOT NULL DEFAULT '';"); !s.ok()) return s;
+    }
+    // Before a job named the sweep whose trial it is (none: -1).
+    if (!have.count("sweep_id")) {
+      return Exec(
+          "ALTER TABLE jobs ADD COLUMN sweep_id TEXT NOT NULL DEFAULT '';"
+          "ALTER TABLE jobs ADD COLUMN sweep_trial INTEGER NOT NULL DEFAULT -1;");
+    }
     return absl::OkStatus();
   }
 
@@ -437,6 +447,8 @@ class SqliteJobStore final : public JobStore {
     st.Bind("grp", j.group);
     st.Bind("priority", j.priority);
     st.Bind("run_as", j.run_as);
+    st.Bind("sweep_id", j.sweep_id);
+    st.Bind("sweep_trial", static_cast<int64_t>(j.sweep_trial));
   }
 
   // The job columns of the current row, by name.
@@ -463,6 +475,8 @@ class SqliteJobStore final : public JobStore {
     j.group = st.Text("grp");
     j.priority = st.Int("priority");
     j.run_as = st.Text("run_as");
+    j.sweep_id = st.Text("sweep_id");
+    j.sweep_trial = static_cast<int32_t>(st.Int("sweep_trial"));
     return j;
   }
 

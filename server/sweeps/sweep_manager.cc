@@ -44,6 +44,12 @@ namespace {
 
 bool Ended(JobState s) { return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled; }
 
+// " by user alice", " by the admin token"; "" on a server without users
+// (anyone may act there: "by anyone" says nothing).
+std::string By(const Caller& by) {
+  return by.user.empty() && !by.admin ? std::string() : absl::StrCat(" by ", by.Describe());
+}
+
 std::string NewSweepId() {
   static std::mt19937_64 gen{std::random_device{}()};
   static absl::Mutex mu;
@@ -134,6 +140,7 @@ absl::StatusOr<SweepStatus> SweepManager::Submit(const std::string& spec_text, c
     }
   }
   if (auto s = CheckValues(*spec); !s.ok()) return s;
+  if (auto s = CheckMetric(*spec); !s.ok()) return s;
   if (!by.admin && !by.user.empty()) {
     absl::MutexLock lock(&mu_);
     int running = 0;
@@ -163,8 +170,20 @@ absl::StatusOr<SweepStatus> SweepManager::Submit(const std::string& spec_text, c
   Live& s = *live;
   order_.push_back(r.id);
   sweeps_[r.id] = std::move(live);
-  Event(s, absl::StrFormat("submitted by %s: searcher %s, up to %d trials, %d at once", by.Describe(),
-                           SweepSearcher::Name(s.spec.searcher.kind), s.spec.max_trials, s.spec.concurrency));
+  const int64_t total = TotalTrials(s.spec);
+  std::string trials;
+  switch (s.spec.searcher.kind) {
+    case SweepSearcher::Kind::kGrid:
+      trials = total == GridSize(s.spec.parameters)
+                   ? absl::StrFormat("%d trial%s (every combination)", total, total == 1 ? "" : "s")
+                   : absl::StrFormat("%d trials (the first of %d combinations)", total, GridSize(s.spec.parameters));
+      break;
+    case SweepSearcher::Kind::kPbt: trials = absl::StrFormat("a population of %d trials", total); break;
+    default: trials = absl::StrFormat("up to %d trials", total);
+  }
+  Event(s, absl::StrFormat("submitted%s: searcher %s, %s, %d at once, metric %s (%s, scope %s)", By(by),
+                           SweepSearcher::Name(s.spec.searcher.kind), trials, s.spec.concurrency, s.spec.metric,
+                           s.spec.maximize ? "maximize" : "minimize", MetricScopeName(s.spec)));
   StartTrials(s);
   return StatusOf(s);
 }
@@ -222,13 +241,13 @@ absl::StatusOr<SweepStatus> SweepManager::Cancel(const std::string& id, bool kee
   s.cancelled = true;
   for (SweepTrialRecord& t : s.record.trials) {
     if (t.job_id.empty() || Ended(t.state) || t.number == best) continue;
-    t.reason = absl::StrCat("the sweep was cancelled by ", by.Describe());
+    t.reason = absl::StrCat("the sweep was cancelled", By(by));
     StopJob(s, t, ": " + t.reason);
     SaveTrial(s, t);
   }
   if (!Ended(s.record.state)) {
     s.record.state = JobState::kCancelled;
-    s.record.reason = absl::StrCat("cancelled by ", by.Describe(),
+    s.record.reason = absl::StrCat("cancelled", By(by),
                                    best >= 0 ? absl::StrCat("; trial ", best, " (the best so far) runs on") : "");
     s.record.ended_unix_millis = clock_->UnixMillis();
     Save(s);
@@ -270,7 +289,9 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
     return;
   }
   t.state = job->state;
-  t.step = job->step;
+  // A trial the searcher stopped is shown as of its decision: its step and
+  // value there, though its job may train a few steps more before it stops.
+  if (!t.early_stopped) t.step = job->step;
   if (job->started_unix_millis > 0) {
     const int64_t end = job->ended_unix_millis > 0 ? job->ended_unix_millis : clock_->UnixMillis();
     t.rank_seconds =
@@ -287,11 +308,14 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
       auto it = history->series().find(s.spec.metric);
       if (it != history->series().end()) series = &it->second;
     }
+    // The trial's reports up to the last one looked at (the decision's, when
+    // the searcher stopped it there): its value (metric.scope) is theirs.
+    std::vector<double> reports;
     if (series != nullptr) {
       int64_t& seen = s.seen[t.number];
       for (const HistoryPoint& p : series->points()) {
         if (!std::isfinite(p.value)) continue;
-        if (!t.best_metric || Better(s.spec, p.value, *t.best_metric)) t.best_metric = p.value;
+        reports.push_back(p.value);
         if (p.step <= seen) continue;
         seen = p.step;
         const double value = s.spec.maximize ? -p.value : p.value;
@@ -326,6 +350,7 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
         // A trial that ended before the look that found it at the rung keeps its end.
         if (!Ended(t.state)) {
           t.early_stopped = true;
+          t.step = p.step;
           t.reason = absl::StrFormat("stopped at step %d: %s %g not among the best 1/%d at the rung", p.step,
                                      s.spec.metric, p.value, s.spec.searcher.reduction_factor);
           // The job says who stopped it: the sweep's searcher, not a user.
@@ -337,6 +362,7 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
         break;
       }
     }
+    if (std::optional<double> value = TrialValue(s.spec, reports)) t.best_metric = value;
   }
   if (Ended(t.state) && t.reason.empty()) t.reason = job->reason;
   if (Ended(t.state) && !Ended(before.state) && !t.early_stopped) {
@@ -344,6 +370,14 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
                              t.reason));
   }
   if (!(t == before)) SaveTrial(s, t);
+  // A trial that trained to its end without ever reporting the metric: so
+  // will every other (the metric's name is wrong, or the script does not
+  // report it), and the sweep ends now, not after training them all.
+  if (t.state == JobState::kSucceeded && !Ended(before.state) && !t.best_metric && !Ended(s.record.state)) {
+    Fail(s, absl::StrFormat("trial %d (%s) ended at step %d without ever reporting the sweep's metric %s (a "
+                            "script reports it with trainyard.report(step, %s=...))",
+                            t.number, t.job_id, t.step, s.spec.metric, s.spec.metric));
+  }
 }
 
 void SweepManager::FinishExploits(Live& s) {
@@ -383,7 +417,8 @@ void SweepManager::FinishExploits(Live& s) {
     t.parent = x.source;
     t.from_step = ck->step;
     auto text = TrialSpec(s.spec, s.record.name, *plan, {"checkpoint.resume_from=" + ck->path});
-    auto job = text.ok() ? jobs_->Submit(*text, "", *by) : absl::StatusOr<JobRecord>(text.status());
+    auto job = text.ok() ? jobs_->Submit(*text, "", *by, {s.record.id, plan->number})
+                         : absl::StatusOr<JobRecord>(text.status());
     if (job.ok()) {
       t.job_id = job->id;
       t.state = job->state;
@@ -485,7 +520,8 @@ void SweepManager::StartTrials(Live& s) {
     std::optional<Caller> by = CurrentCaller(s);
     if (!by) return;
     auto text = TrialSpec(s.spec, s.record.name, *plan);
-    auto job = text.ok() ? jobs_->Submit(*text, "", *by) : absl::StatusOr<JobRecord>(text.status());
+    auto job = text.ok() ? jobs_->Submit(*text, "", *by, {s.record.id, plan->number})
+                         : absl::StatusOr<JobRecord>(text.status());
     std::string values;
     for (size_t i = 0; i < s.spec.parameters.size() && i < plan->values.size(); ++i) {
       absl::StrAppend(&values, i ? ", " : "", s.spec.parameters[i].path, "=", plan->values[i]);

@@ -1,10 +1,14 @@
 #include "server/sweeps/trial_spec.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/spec_overrides.h"
 #include "nlohmann/json.hpp"
+#include "server/jobs/job_history.h"
 
 namespace trainyard {
 
@@ -17,6 +21,66 @@ int BestTrial(const SweepSpec& spec, const SweepRecord& r) {
     if (best < 0 || Better(spec, *t.best_metric, *r.trials[best].best_metric)) best = t.number;
   }
   return best;
+}
+
+std::optional<double> TrialValue(const SweepSpec& spec, const std::vector<double>& reports) {
+  if (reports.empty()) return std::nullopt;
+  switch (spec.metric_scope) {
+    case SweepSpec::MetricScope::kLast: return reports.back();
+    case SweepSpec::MetricScope::kBest: {
+      double best = reports.front();
+      for (double v : reports) {
+        if (Better(spec, v, best)) best = v;
+      }
+      return best;
+    }
+    case SweepSpec::MetricScope::kLastAverage: {
+      const size_t n = std::min(reports.size(), static_cast<size_t>(std::max(1, spec.metric_last_n)));
+      double sum = 0;
+      for (size_t i = reports.size() - n; i < reports.size(); ++i) sum += reports[i];
+      return sum / static_cast<double>(n);
+    }
+  }
+  return reports.back();
+}
+
+std::string MetricScopeName(const SweepSpec& spec) {
+  switch (spec.metric_scope) {
+    case SweepSpec::MetricScope::kLast: return "last";
+    case SweepSpec::MetricScope::kBest: return "best";
+    case SweepSpec::MetricScope::kLastAverage: return absl::StrCat("last-", spec.metric_last_n, "-avg");
+  }
+  return "last";
+}
+
+int64_t TotalTrials(const SweepSpec& spec) {
+  if (spec.searcher.kind != SweepSearcher::Kind::kGrid) return spec.max_trials;
+  const int64_t grid = GridSize(spec.parameters);
+  return spec.max_trials > 0 ? std::min<int64_t>(spec.max_trials, grid) : grid;
+}
+
+absl::Status CheckMetric(const SweepSpec& spec) {
+  auto probe = MakeSearcher(spec);
+  const std::optional<TrialPlan> first = probe->Next();
+  if (!first) return absl::OkStatus();
+  auto text = TrialSpec(spec, spec.name.empty() ? "sweep" : spec.name, *first);
+  if (!text.ok()) return absl::OkStatus();  // CheckValues says why
+  auto job = ParseJobSpec(*text);
+  if (!job.ok() || !job->script.empty()) return absl::OkStatus();
+  const std::vector<std::string>& names = JobHistory::SeriesNames();
+  if (std::find(names.begin(), names.end(), spec.metric) == names.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep.metric.name: '", spec.metric, "' is not a series the built-in trainer reports (",
+                     absl::StrJoin(names, ", "),
+                     "); a name of your own is for a script's trials, which report it with trainyard.report(step, ",
+                     spec.metric, "=...)"));
+  }
+  if (spec.metric == "eval_loss" && job->eval_every_steps <= 0) {
+    return absl::InvalidArgumentError(
+        "sweep.metric.name: 'eval_loss': the trials never evaluate (their eval_every_steps is 0); set "
+        "eval_every_steps (and the data's eval split) in the base spec");
+  }
+  return absl::OkStatus();
 }
 
 // The spec of one trial: the base spec with the trial's values set (and

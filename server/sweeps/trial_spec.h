@@ -6,6 +6,7 @@
 #ifndef TRAINYARD_SERVER_SWEEPS_TRIAL_SPEC_H_
 #define TRAINYARD_SERVER_SWEEPS_TRIAL_SPEC_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,19 @@ bool Better(const SweepSpec& spec, double a, double b);
 // The number of the trial with the best metric so far; -1 when none
 // reported one.
 int BestTrial(const SweepSpec& spec, const SweepRecord& r);
+// A trial's value from its reports of the metric, oldest first, as the
+// sweep's metric.scope takes it: the last, the best, or the mean of the
+// last N; none without a report.
+std::optional<double> TrialValue(const SweepSpec& spec, const std::vector<double>& reports);
+// InvalidArgument naming sweep.metric.name when the trials run the built-in
+// trainer (no script) and the metric is none of its series, or is eval_loss
+// and they never evaluate. A script's own names are not known before it runs.
+absl::Status CheckMetric(const SweepSpec& spec);
+// "last", "best" or "last-N-avg", as the spec writes metric.scope.
+std::string MetricScopeName(const SweepSpec& spec);
+// The trials the search draws in all: max_trials, a grid's combinations (at
+// most max_trials when set); PBT: its population (replacements come on top).
+int64_t TotalTrials(const SweepSpec& spec);
 // The job spec of one trial: the base spec with the trial's values set (and
 // `more` "path=value" sets first), named <sweep_name>-t<N>.
 absl::StatusOr<std::string> TrialSpec(const SweepSpec& spec, const std::string& sweep_name, const TrialPlan& plan,

@@ -674,5 +674,74 @@ TEST(TrainctlCommandLine, AServerListWithAnEmptyItemIsRefused) {
       << out;
 }
 
+// Issue 67: a sweep's table keeps its columns apart, a grid counts its
+// trials, and the progress line names the best so far.
+v1::Sweep SweepOfThree(const std::string& searcher) {
+  v1::Sweep w;
+  w.set_id("sweep-0000abcd");
+  w.set_state(v1::RUNNING);
+  w.set_searcher(searcher);
+  w.set_metric("loss");
+  w.set_metric_scope("last");
+  w.set_concurrency(2);
+  w.set_total_trials(3);
+  w.add_parameters("optimizer.lr");
+  w.set_best_trial(1);
+  const double values[] = {2.6077028500001e-08, 1.8123456789, 0.5};
+  for (int i = 0; i < 3; ++i) {
+    v1::SweepTrial* t = w.add_trials();
+    t->set_number(i);
+    t->set_job_id("job-0000000" + std::to_string(i));
+    t->set_state(i == 2 ? v1::QUEUED : v1::SUCCEEDED);
+    t->set_has_metric(i < 2);
+    t->set_best_metric(values[i]);
+    t->set_step(-123456789012);  // as wide as a step gets
+    t->set_rank_seconds(1234567.25);
+    t->add_values(i == 0 ? "0.000123456789012345678" : "0.01");
+  }
+  return w;
+}
+
+TEST(SweepFormat, TheTrialTableKeepsEveryColumnApartWithFourDigits) {
+  std::ostringstream out;
+  PrintTrialTable(SweepOfThree("random"), out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find(" 2.608e-08 "), std::string::npos) << text;
+  EXPECT_NE(text.find(" 1.812 "), std::string::npos) << text;
+  EXPECT_EQ(text.find("2.60770285"), std::string::npos) << text;
+  // Every cell is followed by at least two spaces: the header's columns
+  // start where each row's do.
+  std::istringstream lines(text);
+  std::string header, row;
+  std::getline(lines, header);
+  for (const char* column : {"JOB", "STATE", "STEP", "RUNGS", "VALUE", "RANK-S", "optimizer.lr", "REASON"}) {
+    const size_t at = header.find(column);
+    ASSERT_NE(at, std::string::npos) << column;
+    ASSERT_EQ(header[at - 1], ' ') << column;
+    std::istringstream again(text);
+    std::getline(again, row);
+    while (std::getline(again, row)) {
+      ASSERT_GE(row.size(), at) << row;
+      EXPECT_EQ(row[at - 1], ' ') << column << " in\n" << text;
+      EXPECT_EQ(row[at - 2], ' ') << column << " in\n" << text;
+    }
+  }
+}
+
+TEST(SweepFormat, AGridCountsItsTrials) {
+  EXPECT_EQ(SweepTrialsLine(SweepOfThree("grid")), "3 of 3 (grid), 2 at once");
+  EXPECT_EQ(SweepTrialsLine(SweepOfThree("asha")), "3 of 3, 2 at once");
+  v1::Sweep pbt = SweepOfThree("pbt");
+  EXPECT_EQ(SweepTrialsLine(pbt), "3 started (a population of 3 and their replacements), 2 at once");
+}
+
+TEST(SweepFormat, TheProgressLineNamesTheBestSoFar) {
+  v1::Sweep w = SweepOfThree("random");
+  EXPECT_EQ(SweepProgressLine(w),
+            "sweep-0000abcd: RUNNING, 3 of 3, 2 at once, 1 live, 2 ended; best: trial 1 (job-00000001), loss 1.812");
+  w.set_best_trial(-1);
+  EXPECT_NE(SweepProgressLine(w).find("best: none yet"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -194,5 +194,26 @@ TEST(SweepSpec, AScriptSweepTakesItsTrialsLengthFromSweepMaxSteps) {
   }
 }
 
+TEST(SweepSpec, MetricScopeIsLastByDefaultBestOrAnAverageOfTheLastN) {
+  const std::string base =
+      "model: {kind: mlp}\nmax_steps: 100\nsweep:\n  parameters: {seed: {int: [1, 2]}}\n  searcher: {kind: grid}\n"
+      "  metric: {name: loss";
+  auto plain = ParseSweepSpec(base + "}\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->metric_scope, SweepSpec::MetricScope::kLast);
+  auto best = ParseSweepSpec(base + ", scope: best}\n");
+  ASSERT_TRUE(best.ok()) << best.status();
+  EXPECT_EQ(best->metric_scope, SweepSpec::MetricScope::kBest);
+  auto avg = ParseSweepSpec(base + ", scope: last-5-avg}\n");
+  ASSERT_TRUE(avg.ok()) << avg.status();
+  EXPECT_EQ(avg->metric_scope, SweepSpec::MetricScope::kLastAverage);
+  EXPECT_EQ(avg->metric_last_n, 5);
+  for (const char* bad : {"avg", "last-1-avg", "last-x-avg", "last-5", "[last]", "min"}) {
+    auto r = ParseSweepSpec(base + ", scope: " + bad + "}\n");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_TRUE(std::string(r.status().message()).find("sweep.metric.scope") != std::string::npos) << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace trainyard

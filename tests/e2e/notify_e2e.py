@@ -193,7 +193,7 @@ sweep:
   max_rank_hours: 0.002
   notify: {{urls: [{url}], on: [BEST, SUCCEEDED]}}
 """
-        r = self.server.ctl("sweep", "submit", write_spec(self.tmp.name, "budget.yaml", text))
+        r = self.server.ctl("sweep", "submit", "-q", write_spec(self.tmp.name, "budget.yaml", text))
         self.assertEqual(r.returncode, 0, r.stderr)
         sweep_id = r.stdout.strip()
 
@@ -341,7 +341,7 @@ sweep:
   concurrency: 1
   notify: {urls: ['http://127.1/x'], on: [SUCCEEDED]}
 """
-            r = server.ctl("sweep", "submit", write_spec(d, "localsweep.yaml", sweep))
+            r = server.ctl("sweep", "submit", "-q", write_spec(d, "localsweep.yaml", sweep))
             self.assertEqual(r.returncode, 2, r.stdout)
             self.assertIn("sweep.notify.urls[0]", r.stderr)
             # This machine's own name resolves to the local network: the

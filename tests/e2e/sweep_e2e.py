@@ -77,7 +77,7 @@ def sweep_json(server, sweep_id):
 
 
 def submit_sweep(test, server, path):
-    r = server.ctl("sweep", "submit", path)
+    r = server.ctl("sweep", "submit", "-q", path)
     test.assertEqual(r.returncode, 0, r.stderr)
     return r.stdout.strip()
 
@@ -240,15 +240,20 @@ class Sweeps(unittest.TestCase):
             w = sweep_json(s, sweep_id)
             return w if sum(1 for t in w["trials"] if t["best_metric"] is not None) >= 3 else None
         wait_for(three_reporting, 120, "three trials reporting loss")
+        # Each trial's job names its sweep and its number (trainctl get).
+        first = sweep_json(s, sweep_id)["trials"][1]
+        self.assertEqual(s.job(first["job_id"])["sweep"], {"id": sweep_id, "trial": 1})
+        got = s.ctl("get", first["job_id"])
+        self.assertIn(f"sweep:        {sweep_id}, trial 1", got.stdout)
         cancelled_at = time.monotonic()
         r = s.ctl("sweep", "cancel", sweep_id, "--keep-best")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("waiting for 2 trials' workers to stop", r.stdout)
 
-        def others_ended():
-            w = sweep_json(s, sweep_id)
-            others = [t for t in w["trials"] if t["number"] != w["best_trial"]]
-            return w if all(t["state"] in ENDED for t in others) else None
-        w = wait_for(others_ended, 30, "every trial but the best to end")
+        # It returned once they had ended, as `cancel` does for a job.
+        w = sweep_json(s, sweep_id)
+        others = [t for t in w["trials"] if t["number"] != w["best_trial"]]
+        self.assertTrue(all(t["state"] in ENDED for t in others), json.dumps(w["trials"], indent=1))
         print(f"\ncancel --keep-best: {len(w['trials']) - 1} trials ended "
               f"{time.monotonic() - cancelled_at:.1f} s after the cancel", flush=True)
         self.assertEqual(w["state"], "CANCELLED")
@@ -261,6 +266,11 @@ class Sweeps(unittest.TestCase):
         s.ctl("cancel", best["job_id"])
         listed = s.ctl("sweep", "list")
         self.assertIn(sweep_id, listed.stdout)
+        # A sweep that has ended has nothing to cancel, and says so.
+        again = s.ctl("sweep", "cancel", sweep_id)
+        self.assertEqual(again.returncode, 1)
+        self.assertIn(f"sweep {sweep_id} had already ended CANCELLED", again.stderr)
+        self.assertIn("nothing to cancel", again.stderr)
 
     def test_5_pbt_replaces_the_poor_trial_by_a_copy_of_the_good_one(self):
         s = self.server

@@ -20,6 +20,7 @@ against a real trainyard-server (with two users) running a real job.
 """
 import http.cookiejar
 import json
+import math
 import os
 import shutil
 import signal
@@ -297,7 +298,7 @@ class WebUi(unittest.TestCase):
         from selenium.webdriver.common.by import By
         d = self.alice
         spec = write_spec(self.tmp.name, "sweep.yaml", SWEEP)
-        r = self.server.ctl("--token-file", self.alice_token, "sweep", "submit", spec)
+        r = self.server.ctl("--token-file", self.alice_token, "sweep", "submit", "-q", spec)
         self.assertEqual(r.returncode, 0, r.stderr)
         sweep_id = r.stdout.strip()
         d.get(self.url("sweeps"))
@@ -319,7 +320,35 @@ class WebUi(unittest.TestCase):
         d.find_element(By.CSS_SELECTOR, "#trials-table th[data-key=best]").click()
         best = [c.text for c in d.find_elements(By.CSS_SELECTOR, "#trials-table tbody tr td:nth-child(7)")]
         self.assertEqual(best, sorted(best, key=float), "sorted by the best metric")
+        # Log axes where the search is logarithmic (optimizer.lr's log_uniform)
+        # and for the loss; a log axis labels only 1, 2 and 5 times a power
+        # of ten, so that its labels do not overlap.
+        self.assertEqual(d.find_element(By.ID, "sweep-scatter").get_attribute("data-log-x"), "true")
+        self.assertEqual(d.find_element(By.ID, "sweep-scatter").get_attribute("data-log-y"), "true")
+        wait_for(lambda: d.find_element(By.ID, "sweep-chart").get_attribute("data-log-y") == "true", 30,
+                 "the loss on a log axis")
+        for canvas, axis in (("sweep-scatter", "x"), ("sweep-scatter", "y"), ("sweep-chart", "y")):
+            ticks = d.execute_script(
+                "const s = Chart.getChart(document.getElementById(arguments[0])).scales[arguments[1]];"
+                "return [s.type, s.ticks.filter((t) => t.label !== '' && t.label != null).map((t) => t.value)];",
+                canvas, axis)
+            self.assertEqual(ticks[0], "logarithmic", (canvas, axis))
+            for v in ticks[1]:
+                mantissa = round(v / 10 ** math.floor(math.log10(v) + 1e-9))
+                self.assertIn(mantissa, (1, 2, 5), (canvas, axis, ticks[1]))
+        # Every trial shown has its own colour, past the palette's ten too.
+        colours = d.execute_script("return Array.from({length: 60}, (_, i) => colorOf(i));")
+        self.assertEqual(len(set(colours)), 60, colours)
         d.save_screenshot(os.path.join(ARTIFACTS, "web_ui_sweep_page.png"))
+        # A trial's job page names its sweep and number, and links to the sweep.
+        row = d.find_element(By.CSS_SELECTOR, "#trials-table tbody tr")
+        number = int(row.get_attribute("id").split("-")[1])
+        job_id = row.find_element(By.CSS_SELECTOR, "a").text
+        d.get(self.url("jobs/" + job_id))
+        wait_for(lambda: d.find_elements(By.ID, "job-sweep"), 30, "the sweep on the trial's job page")
+        self.assertEqual(d.find_element(By.ID, "job-sweep").text, f"{sweep_id}, trial {number}")
+        d.get(self.url("sweeps/" + sweep_id))
+        wait_for(lambda: lines() == 2, 60, "the sweep page again")
 
         # Both trials side by side.
         jobs = [b.get_attribute("data-job") for b in d.find_elements(By.CSS_SELECTOR, ".trial-select")]

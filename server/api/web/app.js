@@ -394,6 +394,10 @@ function jobPage(id) {
     const item = (k, v) => h("div", {}, h("span", {}, k), v);
     const entry = queue && (queue.entries || []).find((e) => e.id === id);
     put(summary, 
+      job.sweep_id
+        ? item("sweep", h("a", {id: "job-sweep", href: "/ui/sweeps/" + encodeURIComponent(job.sweep_id)},
+            `${job.sweep_id}, trial ${num(job.sweep_trial)}`))
+        : null,
       item("user", job.owner || "-"), item("group", job.group || "-"),
       item("step", num(job.max_steps) ? `${num(job.step)} / ${num(job.max_steps)}` : String(num(job.step))),
       item("loss", num(job.step) ? fmtNum(job.loss) : "-"), item("first loss", num(job.step) ? fmtNum(job.first_loss) : "-"),

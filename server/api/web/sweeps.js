@@ -7,7 +7,28 @@
 
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
   "#bcbd22", "#17becf"];
-const colorOf = (i) => PALETTE[i % PALETTE.length];
+// Trial i's colour: the palette's ten, then hues a golden angle apart at
+// three lightnesses in turn, so that no two trials shown share one.
+const colorOf = (i) => (i < PALETTE.length ? PALETTE[i]
+  : `hsl(${((i - PALETTE.length) * 137.508 + 20) % 360 | 0}, 70%, ${[38, 52, 66][(i - PALETTE.length) % 3]}%)`);
+
+// A log axis's labels: the powers of ten alone (and 2 and 5 times them when
+// the axis spans less than two decades), so that labels never overlap.
+function logTicks(axis) {
+  return (v) => {
+    if (!(v > 0)) return "";
+    const span = Math.log10(axis.max / axis.min);
+    const m = Math.round(v / 10 ** Math.floor(Math.log10(v) + 1e-9));
+    return m === 1 || (span < 2 && (m === 2 || m === 5)) ? fmtNum(v, 3) : "";
+  };
+}
+// An axis as `log` says: its type and its labels.
+function setLog(scale, log) {
+  scale.type = log ? "logarithmic" : "linear";
+  scale.ticks = {autoSkip: true, maxRotation: 0, callback: log ? function (v) { return logTicks(this)(v); } : (v) => fmtNum(v, 3)};
+}
+// Whether a metric is shown on a log axis: a loss (its values all above 0).
+const logMetric = (name, values) => /loss/.test(name) && values.length > 0 && values.every((v) => v > 0);
 
 // A line chart whose x axis is the step: one dataset per line.
 function stepChart(canvas, yTitle, logY) {
@@ -20,7 +41,7 @@ function stepChart(canvas, yTitle, logY) {
       elements: {point: {radius: 0}, line: {borderWidth: 1.5}},
       scales: {x: {type: "linear", title: {display: true, text: "step"}},
         y: {type: logY ? "logarithmic" : "linear", title: {display: true, text: yTitle},
-          ticks: {callback: (v) => fmtNum(v, 3)}}},
+          ticks: {autoSkip: true, callback: logY ? function (v) { return logTicks(this)(v); } : (v) => fmtNum(v, 3)}}},
       plugins: {legend: {display: true, position: "right"},
         tooltip: {callbacks: {label: (c) => `${c.dataset.label}: ${fmtNum(c.parsed.y, 6)} (step ${c.parsed.x})`}}},
     },
@@ -117,7 +138,7 @@ function sweepPage(id) {
       {key: "rungs", title: "Rungs", value: (t) => num(t.rungs_passed)},
       {key: "parent", title: "Copy of", value: (t) => num(t.parent),
         cell: (t) => (num(t.parent) >= 0 ? `trial ${t.parent} @ ${num(t.resumed_from_step)}` : "-")},
-      {key: "best", title: "Best " + sweep.metric, value: (t) => (t.has_metric ? Number(t.best_metric) : Infinity),
+      {key: "best", title: `${sweep.metric} (${sweep.metric_scope || "last"})`, value: (t) => (t.has_metric ? Number(t.best_metric) : Infinity),
         cell: (t) => (t.has_metric ? fmtNum(t.best_metric, 6) : "-")},
       {key: "step", title: "Step", value: (t) => num(t.step)},
       {key: "ranks", title: "Rank-s", value: (t) => Number(t.rank_seconds || 0), cell: (t) => Number(t.rank_seconds || 0).toFixed(1)},
@@ -138,6 +159,9 @@ function sweepPage(id) {
       label: `trial ${t.number}`, borderColor: colorOf(t.number), backgroundColor: colorOf(t.number),
       data: histories.get(t.job_id),
     }));
+    const logY = logMetric(sweep.metric, ts.flatMap((t) => histories.get(t.job_id).map((p) => p.y)));
+    setLog(lineChart.options.scales.y, logY);
+    lines.dataset.logY = String(logY);
     lineChart.update("none");
     lines.dataset.lines = String(ts.filter((t) => histories.get(t.job_id).length).length);
 
@@ -147,19 +171,27 @@ function sweepPage(id) {
     const points = (sweep.trials || []).filter((t) => t.has_metric && isFinite(Number((t.values || [])[i])))
       .map((t) => ({x: Number(t.values[i]), y: Number(t.best_metric), trial: t.number}));
     const xs = points.map((p) => p.x).filter((x) => x > 0);
-    const logX = xs.length === points.length && xs.length > 1 && Math.max(...xs) / Math.min(...xs) > 100;
+    // Log where the search is (log_uniform), or where positive values span
+    // more than two decades.
+    const logX = xs.length === points.length && ((sweep.parameter_kinds || [])[i] === "log_uniform" ||
+      (xs.length > 1 && Math.max(...xs) / Math.min(...xs) > 100));
+    const logV = logMetric(sweep.metric, points.map((p) => p.y));
     if (!scatter) {
       scatter = new Chart(dots, {type: "scatter", data: {datasets: [{label: "trials", data: [], pointRadius: 4,
         backgroundColor: "#1f77b4"}]}, options: {animation: false, maintainAspectRatio: false,
         plugins: {legend: {display: false}, tooltip: {callbacks: {label: (c) => `trial ${c.raw.trial}: ${fmtNum(c.raw.x, 4)} → ${fmtNum(c.raw.y, 6)}`}}},
         scales: {x: {type: "linear", title: {display: true, text: ""}, ticks: {callback: (v) => fmtNum(v, 3)}},
-          y: {title: {display: true, text: "best " + sweep.metric}}}}});
+          y: {title: {display: true, text: `${sweep.metric} (${sweep.metric_scope || "last"})`}}}}});
     }
-    scatter.options.scales.x.type = logX ? "logarithmic" : "linear";
+    setLog(scatter.options.scales.x, logX);
+    setLog(scatter.options.scales.y, logV);
     scatter.options.scales.x.title.text = ps[i] || "";
     scatter.data.datasets[0].data = points;
+    scatter.data.datasets[0].backgroundColor = points.map((p) => colorOf(p.trial));
     scatter.update("none");
     dots.dataset.points = String(points.length);
+    dots.dataset.logX = String(logX);
+    dots.dataset.logY = String(logV);
   }
 
   async function refresh() {
@@ -178,8 +210,10 @@ function sweepPage(id) {
     const best = num(sweep.best_trial) >= 0 ? ts[sweep.best_trial] : null;
     put(summary, h("dl", {class: "summary"},
       h("dt", {}, "Searcher"), h("dd", {}, sweep.searcher + ((sweep.rungs || []).length ? ` (rungs at steps ${sweep.rungs.join(", ")})` : "")),
-      h("dt", {}, "Metric"), h("dd", {}, `${sweep.metric} (${sweep.maximize ? "maximize" : "minimize"})`),
-      h("dt", {}, "Trials"), h("dd", {id: "sweep-trials"}, `${ts.length} started of ${num(sweep.max_trials) || "all"}, ` +
+      h("dt", {}, "Metric"), h("dd", {}, `${sweep.metric} (${sweep.maximize ? "maximize" : "minimize"}, ` +
+        `${sweep.metric_scope || "last"} value of each trial)`),
+      h("dt", {}, "Trials"), h("dd", {id: "sweep-trials"}, `${ts.length} started of ${num(sweep.total_trials) || num(sweep.max_trials)}` +
+        `${sweep.searcher === "grid" ? " (grid)" : ""}, ` +
         `${ts.filter((t) => t.job_id && !TERMINAL.has(t.state)).length} live, ${num(sweep.concurrency)} at once` +
         (sweep.searcher === "pbt" ? ` (a population of ${num(sweep.max_trials)})` : "")),
       h("dt", {}, "Best"), h("dd", {id: "sweep-best"}, best ? `trial ${best.number} (${best.job_id}): ${fmtNum(best.best_metric, 6)}` : "-")));

@@ -188,6 +188,32 @@ TEST_P(JobStoreTest, RoundTripAcrossReopen) {
   EXPECT_EQ((*newest)[0].id, "b");
 }
 
+// A sweep's trial names its sweep and number after a restart (issue 67);
+// a job of its own names none.
+TEST_P(JobStoreTest, ATrialsSweepAndNumberSurviveAReopen) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobRecord t = MakeJob("t");
+    t.sweep_id = "sweep-0000abcd";
+    t.sweep_trial = 7;
+    ASSERT_TRUE((*store)->Insert(t, {1000, JobState::kQueued, "submitted"}).ok());
+    ASSERT_TRUE((*store)->Insert(MakeJob("plain"), {1001, JobState::kQueued, "submitted"}).ok());
+    t.state = JobState::kRunning;
+    ASSERT_TRUE((*store)->Update(t, nullptr).ok());
+  }
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto t = (*store)->Get("t");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->sweep_id, "sweep-0000abcd");
+  EXPECT_EQ(t->sweep_trial, 7);
+  auto plain = (*store)->Get("plain");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->sweep_id, "");
+  EXPECT_EQ(plain->sweep_trial, -1);
+}
+
 TEST_P(JobStoreTest, MissingJobIsNotFound) {
   auto store = Open();
   ASSERT_TRUE(store.ok());

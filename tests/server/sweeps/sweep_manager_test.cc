@@ -42,7 +42,8 @@ class Jobs : public JobRequestHandler {
   std::map<std::string, std::vector<CheckpointRecord>> checkpoints;
   int64_t checkpoint_requests = 0;
 
-  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string&, const Caller& by) override {
+  absl::StatusOr<JobRecord> Submit(const std::string& spec_text, const std::string&, const Caller& by,
+                                   const TrialOf& trial_of) override {
     if (refuse) {
       if (absl::Status s = refuse(spec_text); !s.ok()) return s;
     }
@@ -53,6 +54,8 @@ class Jobs : public JobRequestHandler {
     r.state = JobState::kRunning;
     r.started_unix_millis = 1;
     r.num_processes = 1;
+    r.sweep_id = trial_of.sweep_id;
+    r.sweep_trial = trial_of.trial;
     jobs[r.id] = r;
     return r;
   }
@@ -217,6 +220,7 @@ TEST(SweepManager, TrialsActWithTheOwnersRightsOfNowAndStopWhenTheyAreGone) {
   EXPECT_TRUE(jobs.submissions[0].by.admin);
 
   policy["bob"] = Caller{"bob", {"ml"}, false, {"/data/bob"}, "bob"};  // demoted
+  jobs.Report("job-1", 300, 1.0);
   jobs.jobs["job-1"].state = JobState::kSucceeded;
   sweeps.Tick();
   ASSERT_EQ(jobs.submissions.size(), 2u);
@@ -225,6 +229,7 @@ TEST(SweepManager, TrialsActWithTheOwnersRightsOfNowAndStopWhenTheyAreGone) {
   EXPECT_EQ(jobs.submissions[1].by.roots, std::vector<std::string>{"/data/bob"});
 
   policy.erase("bob");  // removed
+  jobs.Report("job-2", 300, 1.0);
   jobs.jobs["job-2"].state = JobState::kSucceeded;
   sweeps.Tick();
   EXPECT_EQ(jobs.submissions.size(), 2u);
@@ -340,6 +345,160 @@ TEST(SweepManager, OneUserRunsABoundedNumberOfSweeps) {
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
   EXPECT_TRUE(sweeps.Submit(spec, Caller{"erin", {}, false, {"/data"}, "erin"}).ok());
+}
+
+// Issue 67: the sweep as its users read it.
+
+Caller Alice() { return Caller{"alice", {}, false, {"/data"}, "alice"}; }
+
+SweepTrialRecord TrialOfSweep(SweepManager& sweeps, const std::string& id, int n) {
+  auto now = sweeps.Get(id, Caller{});
+  EXPECT_TRUE(now.ok()) << now.status();
+  return now.ok() && n < static_cast<int>(now->record.trials.size()) ? now->record.trials[n] : SweepTrialRecord{};
+}
+
+TEST(SweepManager, EachTrialsJobNamesItsSweepAndNumber) {
+  auto store = SweepStore::Open(TempDb("trial-of"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {seed: {int: [1, 3]}}\n"
+                                          "  searcher: {kind: grid}\n  concurrency: 3\n"),
+                             Alice());
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(jobs.jobs.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const JobRecord& j = jobs.jobs[absl::StrCat("job-", i + 1)];
+    EXPECT_EQ(j.sweep_id, sweep->record.id);
+    EXPECT_EQ(j.sweep_trial, i);
+  }
+}
+
+TEST(SweepManager, ANativeSweepsMetricNoNativeSeriesHasIsRefusedAtSubmit) {
+  auto store = SweepStore::Open(TempDb("metric"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  const std::string params = "sweep:\n  parameters: {seed: {int: [1, 3]}}\n  searcher: {kind: grid}\n";
+  auto bad = sweeps.Submit(absl::StrCat(kBase, params, "  metric: {name: accuracy, goal: maximize}\n"), Alice());
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(bad.status().message(), "sweep.metric.name: 'accuracy'")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "loss, eval_loss")) << bad.status();
+  auto no_eval = sweeps.Submit(absl::StrCat(kBase, params, "  metric: {name: eval_loss}\n"), Alice());
+  ASSERT_EQ(no_eval.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(no_eval.status().message(), "sweep.metric.name: 'eval_loss'")) << no_eval.status();
+  EXPECT_TRUE(jobs.submissions.empty());
+  // A native series is taken; a script's own name cannot be known before it runs.
+  EXPECT_TRUE(sweeps.Submit(absl::StrCat(kBase, params, "  metric: {name: grad_norm}\n"), Alice()).ok());
+  EXPECT_TRUE(sweeps
+                  .Submit("script: {path: /data/train.py}\nsweep:\n  parameters: {script.args: {choice: [[a], [b]]}}\n"
+                          "  searcher: {kind: grid}\n"
+                          "  metric: {name: accuracy, goal: maximize}\n",
+                          Alice())
+                  .ok());
+}
+
+TEST(SweepManager, AScriptSweepFailsAfterTheFirstTrialThatEndsWithoutItsMetric) {
+  auto store = SweepStore::Open(TempDb("no-metric"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(
+      "script: {path: /data/train.py}\nsweep:\n  parameters: {script.args: {choice: [[a], [b], [c], [d]]}}\n"
+      "  searcher: {kind: grid}\n  metric: {name: accuracy, goal: maximize}\n  concurrency: 2\n",
+      Alice());
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(jobs.submissions.size(), 2u);
+  jobs.Report("job-1", 50, 2.0);  // a loss, not the accuracy asked for
+  jobs.jobs["job-1"].state = JobState::kSucceeded;
+  sweeps.Tick();
+  auto now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->record.state, JobState::kFailed);
+  EXPECT_EQ(now->record.reason,
+            "trial 0 (job-1) ended at step 50 without ever reporting the sweep's metric accuracy (a script reports "
+            "it with trainyard.report(step, accuracy=...))");
+  EXPECT_EQ(jobs.jobs["job-2"].state, JobState::kCancelled);  // the other trial stopped
+  sweeps.Tick();
+  EXPECT_EQ(jobs.submissions.size(), 2u);  // and no more started
+}
+
+// A trial's value is its last report by default (Ray Tune's scope="last"),
+// its best with scope best, the mean of its last N with last-N-avg.
+TEST(SweepManager, ATrialsValueIsItsLastReportUnlessTheScopeSaysOtherwise) {
+  for (const auto& [scope, want] : std::vector<std::pair<std::string, double>>{
+           {"", 3.0}, {"last", 3.0}, {"best", 0.5}, {"last-2-avg", 2.5}, {"last-3-avg", 5.5 / 3}}) {
+    SCOPED_TRACE(scope);
+    auto store = SweepStore::Open(TempDb("scope" + std::to_string(want)));
+    ASSERT_TRUE(store.ok());
+    Jobs jobs;
+    SweepManager sweeps(&jobs, store->get());
+    auto sweep = sweeps.Submit(absl::StrCat(kBase, "sweep:\n  parameters: {seed: {int: [1, 1]}}\n",
+                                            "  searcher: {kind: grid}\n  metric: {name: loss",
+                                            scope.empty() ? "" : ", scope: " + scope, "}\n"),
+                               Alice());
+    ASSERT_TRUE(sweep.ok()) << sweep.status();
+    jobs.Report("job-1", 10, 0.5);  // one lucky batch
+    jobs.Report("job-2", 10, 0.5);
+    jobs.Report("job-1", 20, 2.0);
+    jobs.Report("job-1", 30, 3.0);
+    sweeps.Tick();
+    const SweepTrialRecord t = TrialOfSweep(sweeps, sweep->record.id, 0);
+    ASSERT_TRUE(t.best_metric.has_value());
+    EXPECT_DOUBLE_EQ(*t.best_metric, want);
+  }
+}
+
+// A trial ASHA stopped keeps the step and value of the decision, though its
+// job reports steps after it before it stops.
+TEST(SweepManager, AStoppedTrialIsShownAsOfTheDecision) {
+  auto store = SweepStore::Open(TempDb("frozen"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {optimizer.lr: {choice: [0.1, 0.01]}}\n"
+                                          "  searcher: {kind: asha, min_steps: 100, reduction_factor: 2}\n"
+                                          "  max_trials: 2\n  concurrency: 2\n"),
+                             Alice());
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  jobs.Report("job-1", 100, 1.0);
+  sweeps.Tick();
+  jobs.Report("job-2", 100, 3.0);
+  jobs.Report("job-2", 110, 2.5);  // reported in the same look, after the rung
+  sweeps.Tick();
+  ASSERT_EQ(jobs.jobs["job-2"].state, JobState::kCancelled);
+  jobs.jobs["job-2"].state = JobState::kRunning;  // its ranks take a while to stop
+  jobs.Report("job-2", 240, 0.1);
+  jobs.jobs["job-2"].state = JobState::kCancelled;
+  sweeps.Tick();
+  const SweepTrialRecord t = TrialOfSweep(sweeps, sweep->record.id, 1);
+  EXPECT_TRUE(t.early_stopped);
+  EXPECT_EQ(t.step, 100);
+  ASSERT_TRUE(t.best_metric.has_value());
+  EXPECT_DOUBLE_EQ(*t.best_metric, 3.0);
+}
+
+TEST(SweepManager, EventsCountAGridsTrialsAndNameNoAnyone) {
+  auto store = SweepStore::Open(TempDb("grid-events"));
+  ASSERT_TRUE(store.ok());
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {seed: {int: [1, 3]}}\n"
+                                          "  searcher: {kind: grid}\n  concurrency: 1\n"),
+                             Caller{});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_TRUE(sweeps.Cancel(sweep->record.id, false, Caller{}).ok());
+  auto now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_TRUE(now.ok());
+  ASSERT_FALSE(now->events.empty());
+  EXPECT_EQ(now->events.front().reason,
+            "submitted: searcher grid, 3 trials (every combination), 1 at once, metric loss (minimize, scope last)");
+  EXPECT_EQ(now->record.reason, "cancelled");
+  EXPECT_EQ(jobs.jobs["job-1"].reason, absl::StrCat("stopped by sweep ", now->record.id, ": the sweep was cancelled"));
+  EXPECT_EQ(TotalTrials(now->spec), 3);
 }
 
 }  // namespace
