@@ -258,18 +258,25 @@ int Trainctl::SweepList(bool all_users) {
 
 int Trainctl::SweepCancel(const std::string& id, bool keep_best, bool wait) {
   Impl& s = *impl_;
+  auto ended_before = [&](const v1::Sweep& w) {
+    s.err << "trainctl: sweep " << Shown(id) << " had already ended " << StateName(w.state()) << " ("
+          << Shown(w.reason()) << "): nothing to cancel\n";
+    return 1;
+  };
+  {
+    v1::GetSweepRequest get;
+    get.set_id(id);
+    v1::GetSweepResponse before;
+    if (grpc::Status st = s.Call(&v1::JobService::Stub::GetSweep, get, &before); !st.ok()) return s.Fail(st);
+    if (Ended(before.sweep().state())) return ended_before(before.sweep());
+  }
   v1::CancelSweepRequest req;
   req.set_id(id);
   req.set_keep_best(keep_best);
   v1::CancelSweepResponse resp;
   if (grpc::Status st = s.Call(&v1::JobService::Stub::CancelSweep, req, &resp); !st.ok()) return s.Fail(st);
   v1::Sweep w = resp.sweep();
-  if (w.state() != v1::CANCELLED) {
-    // It had ended before: there was nothing to cancel.
-    s.err << "trainctl: sweep " << Shown(id) << " had already ended " << StateName(w.state()) << " ("
-          << Shown(w.reason()) << "): nothing to cancel\n";
-    return 1;
-  }
+  if (w.state() != v1::CANCELLED) return ended_before(w);  // it ended in between
   // The trials that may go on: the best one with --keep-best.
   auto stopping = [&](const v1::Sweep& sweep) {
     int n = 0;
