@@ -192,10 +192,15 @@ int Trainctl::SweepWatch(const std::string& id) {
     v1::GetSweepResponse resp;
     if (grpc::Status st = s.Call(&v1::JobService::Stub::GetSweep, req, &resp); !st.ok()) return s.Fail(st);
     const v1::Sweep& w = resp.sweep();
-    // A line each time a trial starts or ends or the best changes.
-    if (std::string line = SweepProgressLine(w); line != printed) {
-      printed = line;
-      s.out << line << "\n";
+    // A line each time a trial starts or ends or another trial is the best
+    // (not at each new value of the best: under scope last, every step).
+    int ended = 0;
+    for (const auto& t : w.trials()) ended += t.job_id().empty() || Ended(t.state());
+    const std::string key = StateName(w.state()) + " " + std::to_string(w.trials_size()) + " " + std::to_string(ended) +
+                            " " + std::to_string(w.best_trial());
+    if (key != printed) {
+      printed = key;
+      s.out << SweepProgressLine(w) << "\n";
     }
     if (Ended(w.state())) {
       bool live = false;

@@ -130,6 +130,15 @@ class Sweeps(unittest.TestCase):
         stopped = [t for t in trials if t["early_stopped"]]
         self.assertTrue(stopped, "ASHA stopped no trial")
         self.assertTrue(any(not t["early_stopped"] for t in trials), "ASHA stopped every trial")
+        # A stopped trial is shown as of the decision: its step is the rung's
+        # (its job trained on a few steps while its ranks stopped).
+        for t in stopped:
+            self.assertTrue(any(r <= t["step"] <= r + 5 for r in w["rungs"]), t)
+        # `sweep watch` names the best so far.
+        watched = s.ctl("sweep", "watch", sweep_id)
+        best = trials[w["best_trial"]]
+        self.assertIn(f"best: trial {best['number']} ({best['job_id']}), loss ", watched.stdout)
+        self.assertIn("12 of 12, 4 at once", watched.stdout)
         # The sweep's events say each decision: one stop per stopped trial,
         # one "goes on" per rung a trial passed, each trial submitted once.
         ev = [e["reason"] for e in w["events"]]
