@@ -15,6 +15,11 @@ instead: its final checkpoint loads into torchvision's resnet50, strictly.
 
 The two script examples' "run it without Trainyard" commands run as their
 docstrings give them (torchrun, accelerate launch) and print a falling loss.
+
+Each sweep of examples/sweeps/ runs as its header says (`trainctl sweep
+submit … --watch`, then `trainctl sweep get` and `trainctl logs` with the
+ids it printed): it must SUCCEED with its best trial's loss falling; the
+ASHA sweeps must stop a trial early, the PBT sweep must copy one.
 """
 import json
 import math
@@ -31,6 +36,7 @@ from e2e_test import REPO, Server  # noqa: E402
 import test_clock  # noqa: E402
 
 EXAMPLES = os.path.join(REPO, "examples")
+SWEEPS = os.path.join(EXAMPLES, "sweeps")
 # Steps where an example's own would take minutes on 2 CPU cores (its loss
 # must still fall within them).
 STEPS = {"llama-finetune": 60, "resnet50-ddp": 6}
@@ -81,7 +87,11 @@ class Examples(unittest.TestCase):
             os.symlink(os.path.join(REPO, name), os.path.join(cls.cwd, name))
         state = os.path.join(cls.tmp.name, "state")
         os.makedirs(state)
-        cls.server = Server(state, slots=2, cwd=cls.cwd)
+        # examples/ is a link to the checkout's: the scripts the sweeps run
+        # resolve there, a root of the server's as the checkout is in the
+        # demo's (beside the default ones, the state and working directories).
+        roots = ("--allowed-root", state, "--allowed-root", cls.cwd, "--allowed-root", EXAMPLES)
+        cls.server = Server(state, slots=2, cwd=cls.cwd, extra=roots)
 
     @classmethod
     def tearDownClass(cls):
@@ -143,8 +153,12 @@ class Examples(unittest.TestCase):
     def test_every_example_is_covered(self):
         specs = sorted(f[:-5] for f in os.listdir(EXAMPLES) if f.endswith(".yaml") and "config" not in f)
         tested = sorted(n[len("test_"):].replace("_", "-") for n in dir(self) if n.startswith("test_")
-                        and n not in ("test_every_example_is_covered",) and not n.startswith("test_script_"))
+                        and n not in ("test_every_example_is_covered",)
+                        and not n.startswith(("test_script_", "test_sweep_")))
         self.assertEqual(specs, tested)
+        sweeps = sorted(f[:-5] for f in os.listdir(SWEEPS) if f.endswith(".yaml"))
+        self.assertEqual(sweeps, sorted(n[len("test_sweep_"):].replace("_", "-") for n in dir(self)
+                                        if n.startswith("test_sweep_")))
 
     def test_mnist_ddp(self):
         self.run_example("mnist-ddp")
@@ -175,6 +189,53 @@ class Examples(unittest.TestCase):
 
     def test_accelerate_fsdp(self):
         self.run_example("accelerate-fsdp")
+
+    def run_sweep(self, name):
+        """examples/sweeps/NAME.yaml's header commands, typed: the sweep's
+        submission first; the ids the later ones name are the sweep's and
+        the job of its best trial that trained to the end (PBT may have
+        replaced the best). The sweep as `sweep get -o json` gives it."""
+        path = os.path.join(SWEEPS, name + ".yaml")
+        commands = documented_commands(path)
+        self.assertTrue(commands and commands[0].startswith(f"trainctl sweep submit examples/sweeps/{name}.yaml "),
+                        commands)
+        out = self.type(commands[0])
+        sweep_id = re.search(r"\bsweep-[0-9a-f]{8}\b", out).group(0)
+        self.assertIn("SUCCEEDED", out, f"{name}: `{commands[0]}` did not end SUCCEEDED:\n{out}")
+        r = self.server.ctl("-o", "json", "sweep", "get", sweep_id)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        w = json.loads(r.stdout)
+        self.assertEqual(w["state"], "SUCCEEDED", w["reason"])
+        best = w["trials"][w["best_trial"]]
+        ended = min((t for t in w["trials"] if t["state"] == "SUCCEEDED"), key=lambda t: t["best_metric"])
+        for line in commands[1:]:
+            line = re.sub(r"\bsweep-[0-9a-f]{8}\b", sweep_id, re.sub(r"\bjob-[0-9a-f]{8}\b", ended["job_id"], line))
+            out = self.type(line)
+            if line.startswith("trainctl sweep get"):
+                self.assertIn(f"best:         trial {best['number']} ({best['job_id']})", out)
+        self.check_learns(f"{name}: trial {ended['number']}", ended["job_id"])
+        return w
+
+    def test_sweep_asha(self):
+        w = self.run_sweep("asha")
+        self.assertEqual(w["rungs"], [30, 90])
+        self.assertTrue(any(t["early_stopped"] for t in w["trials"]), "ASHA stopped no trial")
+
+    def test_sweep_script_asha(self):
+        w = self.run_sweep("script-asha")
+        self.assertEqual(w["rungs"], [20, 60])
+        self.assertTrue(any(t["early_stopped"] for t in w["trials"]), "ASHA stopped no trial")
+        # `trainctl logs` of the best trial: what the script itself printed.
+        best = w["trials"][w["best_trial"]]
+        self.assertIn("step 120 loss ", self.server.ctl("logs", best["job_id"]).stdout)
+
+    def test_sweep_script_pbt(self):
+        w = self.run_sweep("script-pbt")
+        copies = [t for t in w["trials"] if t["parent"] >= 0]
+        self.assertTrue(copies, "PBT copied no trial: " + json.dumps(w["trials"], indent=1))
+        r = self.server.ctl("logs", copies[0]["job_id"])
+        self.assertIn(f"resumed at step {copies[0]['resumed_from_step']} from ", r.stdout,
+                      r.stderr + json.dumps(w["trials"], indent=1))
 
     def standalone(self, script, program, steps):
         line = docstring_command(os.path.join(EXAMPLES, script), program)

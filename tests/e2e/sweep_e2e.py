@@ -414,12 +414,15 @@ class Sweeps(unittest.TestCase):
                 f"  max_trials: {trials}\n  concurrency: {concurrency}\n  seed: {seed}\n")
 
     def test_8_asha_stops_script_trials_by_the_steps_they_report(self):
-        # Four script trials (seed 0 draws LR 0.0017, 0.0029, 0.026, 0.0024),
-        # two at once, rungs at steps 10 and 20 of sweep.max_steps 40: the
-        # decisions come from what the scripts report with trainyard.report.
+        # Four script trials, two at once, rungs at steps 10 and 20 of
+        # sweep.max_steps 40: the decisions come from what the scripts report
+        # with trainyard.report. Seed 16 draws LR 0.031, 0.020, 0.015 and
+        # 0.0084: trials 2 and 3, which start once 0 and 1 have passed the
+        # first rung, are poorer than both there, so are stopped whatever
+        # the order the trials reach it in.
         s = self.server
         steps = 40
-        text = self.script_sweep("sasha", "{kind: asha, reduction_factor: 2, min_steps: 10}", steps, 0.05, 4, 2, 0)
+        text = self.script_sweep("sasha", "{kind: asha, reduction_factor: 2, min_steps: 10}", steps, 0.1, 4, 2, 16)
         # Without its length (the spec's max_steps is a built-in model's) it is refused, naming the field.
         for wrong, field in ((text.replace(f"  max_steps: {steps}\n", ""), "'sweep.max_steps': an ASHA sweep of"),
                              (f"max_steps: {steps}\n" + text, "'max_steps': a script sets its own length")):
@@ -483,11 +486,12 @@ class Sweeps(unittest.TestCase):
     def test_9_pbt_copies_a_script_trial_through_its_checkpoint(self):
         # A population of 2 script trials (seed 8 draws LR 0.020 and 0.0016:
         # the second is far the poorer), ranked every 20 of sweep.max_steps
-        # 60. The poor one is replaced by a copy that resumes from the good
-        # one's checkpoint (saved when the sweep asked, through
+        # 60 (9 s of steps: the two overlap though one starts seconds
+        # later). The poor one is replaced by a copy that resumes from the
+        # good one's checkpoint (saved when the sweep asked, through
         # trainyard.checkpoint_saved) and trains at its own explored LR.
         s = self.server
-        text = self.script_sweep("spbt", "{kind: pbt, perturbation_interval: 20, quantile: 0.5}", 60, 0.1, 2, 2, 8)
+        text = self.script_sweep("spbt", "{kind: pbt, perturbation_interval: 20, quantile: 0.5}", 60, 0.15, 2, 2, 8)
         sweep_id = submit_sweep(self, s, write_spec(self.tmp.name, "script-pbt.yaml", text))
         w = self.wait_ended(sweep_id, 150)
         self.assertEqual(w["state"], "SUCCEEDED", w["reason"])
