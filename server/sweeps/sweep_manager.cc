@@ -408,9 +408,6 @@ void SweepManager::FinishExploits(Live& s) {
     if (!by) break;
     std::optional<TrialPlan> plan = s.searcher->Exploited(x.poor, x.source, source.values);
     if (!plan) continue;
-    StopJob(
-        s, poor,
-        absl::StrFormat(" (PBT: trial %d continues from trial %d's checkpoint in its place)", plan->number, x.source));
     SweepTrialRecord t;
     t.number = plan->number;
     t.values = plan->values;
@@ -419,17 +416,29 @@ void SweepManager::FinishExploits(Live& s) {
     auto text = TrialSpec(s.spec, s.record.name, *plan, {"checkpoint.resume_from=" + ck->path});
     auto job = text.ok() ? jobs_->Submit(*text, "", *by, {s.record.id, plan->number})
                          : absl::StatusOr<JobRecord>(text.status());
-    if (job.ok()) {
-      t.job_id = job->id;
-      t.state = job->state;
-    } else {
+    if (!job.ok()) {
+      // The copy cannot run (its spec: a checkpoint outside its owner's
+      // roots; its owner's rights): the poor trial is not stopped for
+      // nothing, it trains on (no longer ranked).
       t.state = JobState::kFailed;
       t.reason = absl::StrCat("refused: ", job.status().message());
+      Event(s, absl::StrFormat("trial %d (%s) goes on as it is: its copy of trial %d's checkpoint of step %d, trial "
+                               "%d, was refused: %s",
+                               x.poor, poor.job_id, x.source, ck->step, t.number, job.status().message()));
+      s.record.trials.push_back(t);
+      SaveTrial(s, t);
+      continue;
     }
+    t.job_id = job->id;
+    t.state = job->state;
+    // Stopped once its copy is queued: the copy starts in the slots it frees.
+    StopJob(
+        s, poor,
+        absl::StrFormat(" (PBT: trial %d continues from trial %d's checkpoint in its place)", plan->number, x.source));
     poor.reason = absl::StrFormat(
         "exploited at step %d: replaced by trial %d (%s), which resumes trial %d's "
         "checkpoint of step %d with values explored",
-        x.step, t.number, t.job_id.empty() ? "refused" : t.job_id, x.source, ck->step);
+        x.step, t.number, t.job_id, x.source, ck->step);
     const std::string lineage = absl::StrFormat(
         "sweep %s: trial %d (%s) takes trial %d's state (%s, step %d) in "
         "place of trial %d (%s)",

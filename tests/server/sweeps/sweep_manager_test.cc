@@ -173,6 +173,50 @@ TEST(SweepManager, PbtCopiesAreStoredWhole) {
   EXPECT_EQ(trials[4].from_step, 200);
 }
 
+// A copy that cannot run (here: its checkpoint is outside its owner's
+// roots) does not stop the poor trial it was to replace: that one trains on.
+TEST(SweepManager, ARefusedPbtCopyLeavesThePoorTrialTraining) {
+  auto store = SweepStore::Open(TempDb("pbt-refused"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}}\n"
+                                          "  searcher: {kind: pbt, perturbation_interval: 100, quantile: 0.5}\n"
+                                          "  max_trials: 2\n  concurrency: 2\n  seed: 3\n"),
+                             Caller{"alice", {}, false, {"/data"}, "alice"});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  for (int step : {100, 200}) {
+    jobs.Report("job-1", step, 1.0);
+    jobs.Report("job-2", step, 2.0);
+    sweeps.Tick();
+  }
+  ASSERT_EQ(jobs.checkpoint_requests, 1);  // trial 1, the worse, is to copy trial 0
+  CheckpointRecord ck;
+  ck.checkpoint = {.index = 1, .step = 200, .trigger = "request", .request_id = 1, .path = "/elsewhere/ck-1"};
+  ck.checkpoint.ok = true;
+  jobs.checkpoints["job-1"] = {ck};
+  jobs.refuse = [](const std::string& spec) {
+    return absl::StrContains(spec, "/elsewhere/") ? absl::InvalidArgumentError("outside the allowed roots")
+                                                  : absl::OkStatus();
+  };
+  sweeps.Tick();
+  EXPECT_EQ(jobs.jobs["job-2"].state, JobState::kRunning) << jobs.jobs["job-2"].reason;
+  auto now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_TRUE(now.ok());
+  ASSERT_EQ(now->record.trials.size(), 3u);
+  EXPECT_EQ(now->record.trials[1].state, JobState::kRunning);
+  EXPECT_EQ(now->record.trials[2].state, JobState::kFailed);
+  EXPECT_TRUE(absl::StrContains(now->record.trials[2].reason, "refused: outside the allowed roots"));
+  bool said = false;
+  for (const JobEvent& e : now->events) {
+    said |= absl::StrContains(e.reason,
+                              "trial 1 (job-2) goes on as it is: its copy of trial 0's checkpoint of step "
+                              "200, trial 2, was refused: outside the allowed roots");
+  }
+  EXPECT_TRUE(said);
+}
+
 // A trial ASHA stops says so on its job: the sweep, the searcher, the step
 // and the value, not "cancelled by user".
 TEST(SweepManager, ATrialAshaStopsNamesTheSweepOnItsJob) {
