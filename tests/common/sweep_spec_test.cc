@@ -217,3 +217,24 @@ TEST(SweepSpec, MetricScopeIsLastByDefaultBestOrAnAverageOfTheLastN) {
 
 }  // namespace
 }  // namespace trainyard
+
+namespace trainyard {
+namespace {
+
+// A script's arguments are swept whole, as a choice of lists; each trial's
+// spec holds the chosen list as its script.args.
+TEST(SweepSpec, AScriptsArgumentsAreSweptAsAChoiceOfLists) {
+  auto s = ParseSweepSpec(
+      "script: {path: /tmp/train.py, args: [--lr, '0.1']}\n"
+      "sweep:\n  parameters:\n    script.args: {choice: [[--lr, '0.1'], [--lr, '0.01', --warmup]]}\n"
+      "  searcher: {kind: grid}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->parameters.size(), 1u);
+  ASSERT_EQ(s->parameters[0].choices.size(), 2u);
+  auto trial = ApplySpecOverrides(s->base_spec, {"script.args=" + s->parameters[0].choices[1]});
+  ASSERT_TRUE(trial.ok()) << trial.status();
+  EXPECT_NE(trial->find("args: [--lr, 0.01, --warmup]"), std::string::npos) << *trial;  // a list, not a string
+}
+
+}  // namespace
+}  // namespace trainyard
