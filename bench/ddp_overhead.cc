@@ -52,7 +52,8 @@ struct Config {
   std::vector<int64_t> hidden;  // mlp
   int64_t batch;
   int steps;
-  int64_t channels = 16;  // resnet
+  int64_t channels = 16;    // resnet
+  int64_t image_size = 32;  // resnet, resnet50
 };
 
 using bench::Stats;
@@ -90,6 +91,7 @@ int RunRank(int rank, int world, int port, const Config& c, int warmup, bool no_
   spec.model.kind = c.kind;
   spec.model.hidden = c.hidden;
   spec.model.channels = c.channels;
+  spec.model.image_size = c.image_size;
   spec.data.batch_size = c.batch;
   spec.data.num_samples = 60000;
   spec.optimizer.kind = OptimizerKind::kAdamW;
@@ -173,6 +175,8 @@ int main(int argc, char** argv) {
       {"MLP 784-128-10, batch 32", ModelKind::kMlp, {128}, 32, 2000 * steps_scale / 100},
       {"MNIST CNN, batch 64", ModelKind::kCnn, {}, 64, 200 * steps_scale / 100},
       {"ResNet-18 (16 channels, BatchNorm) 3x32x32, batch 32", ModelKind::kResNet, {}, 32, 60 * steps_scale / 100},
+      // torchvision's resnet50 on both sides (25.5M parameters: 98 MiB of gradients a step).
+      {"ResNet-50 (torchvision) 3x32x32, batch 8", ModelKind::kResNet50, {}, 8, 51 * steps_scale / 100},
   };
   if (role == "rank") {
     Config c = configs.at(rank_hidden_cfg);
@@ -219,13 +223,14 @@ int main(int argc, char** argv) {
       return SamplesPerSecond(j, c.batch);
     };
     auto pytorch = [&](int procs, const std::vector<std::string>& extra, const bench::RunEnvironment& env) {
-      std::vector<std::string> a = {python,       script,
-                                    "--model",    ModelKindName(c.kind),
-                                    "--hidden",   Join(c.hidden),
-                                    "--channels", std::to_string(c.channels),
-                                    "--batch",    std::to_string(c.batch),
-                                    "--steps",    std::to_string(round_steps),
-                                    "--warmup",   std::to_string(warmup)};
+      std::vector<std::string> a = {python,         script,
+                                    "--model",      ModelKindName(c.kind),
+                                    "--hidden",     Join(c.hidden),
+                                    "--channels",   std::to_string(c.channels),
+                                    "--image-size", std::to_string(c.image_size),
+                                    "--batch",      std::to_string(c.batch),
+                                    "--steps",      std::to_string(round_steps),
+                                    "--warmup",     std::to_string(warmup)};
       a.insert(a.end(), extra.begin(), extra.end());
       return SamplesPerSecond(RunProcesses(a, procs, env), c.batch);
     };

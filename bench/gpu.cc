@@ -14,9 +14,10 @@
 //     checkpointing) and FSDP2 on one rank (bench/python_llama.py): tokens/s,
 //     MFU (model FLOPs as the worker counts them, over the GPU's data-sheet
 //     dense bf16 peak), peak device memory (the CUDA allocator's).
-//   resnet: the engine's ResNet-18 (CIFAR stem) on 3x64x64 images, batch
-//     128 per rank, bf16 autocast: one process, and DDP over 2 ranks that
-//     share the GPU (Gloo), against PyTorch (DDP) (bench/python_ddp.py).
+//   resnet: the engine's ResNet-18 (CIFAR stem) and ResNet-50 (torchvision's,
+//     against torchvision's resnet50) on 3x64x64 images, batch 128 per rank,
+//     bf16 autocast: one process, and DDP over 2 ranks that share the GPU
+//     (Gloo), against PyTorch (DDP) (bench/python_ddp.py).
 //   checkpoint: FULL and SHARDED checkpoints of the 1.1B llama after one
 //     step (fp32 weights and AdamW state, from GPU memory): seconds and
 //     GB/s, with the disk's own rate (the same bytes written and fsynced).
@@ -80,10 +81,19 @@ JobSpec LlamaSpec(const std::string& config_dir, int64_t batch, bool checkpointi
   return spec;
 }
 
-JobSpec ResNetSpec(int world, int steps) {
+// The image models of the resnet table: the engine's model kind and the
+// peer's --model of the same architecture.
+struct ImageModel {
+  ModelKind kind;
+  const char* title;
+};
+constexpr ImageModel kImageModels[] = {{ModelKind::kResNet, "ResNet-18 (CIFAR stem)"},
+                                       {ModelKind::kResNet50, "ResNet-50 (torchvision)"}};
+
+JobSpec ResNetSpec(ModelKind kind, int world, int steps) {
   JobSpec spec;
-  spec.model.kind = ModelKind::kResNet;
-  spec.model.channels = 64;
+  spec.model.kind = kind;
+  spec.model.channels = 64;  // resnet only
   spec.model.image_size = kImage;
   spec.data.batch_size = kImageBatch;
   spec.optimizer.kind = OptimizerKind::kAdamW;
@@ -320,12 +330,15 @@ void LlamaTable(const std::string& self, const std::string& python, const std::s
   std::cout << std::flush;
 }
 
-void ResNetTable(const std::string& self, const std::string& python, const std::string& peer_dir, int steps,
-                 int warmup) {
+void ResNetTable(const ImageModel& model, const std::string& self, const std::string& python,
+                 const std::string& peer_dir, int steps, int warmup) {
+  const std::string kind = ModelKindName(model.kind);
   auto ours = [&](int world) {
     return std::vector<std::string>{self,
                                     "--role",
                                     "resnet-rank",
+                                    "--model",
+                                    kind,
                                     "--world",
                                     std::to_string(world),
                                     "--steps",
@@ -335,7 +348,7 @@ void ResNetTable(const std::string& self, const std::string& python, const std::
   };
   auto peer = [&]() {
     return std::vector<std::string>{python,         peer_dir + "/python_ddp.py",
-                                    "--model",      "resnet",
+                                    "--model",      kind,
                                     "--channels",   "64",
                                     "--image-size", std::to_string(kImage),
                                     "--batch",      std::to_string(kImageBatch),
@@ -352,7 +365,7 @@ void ResNetTable(const std::string& self, const std::string& python, const std::
       {"Trainyard DDP, 2 ranks on the GPU (Gloo)", 2, env, ours(2), true},
       {"PyTorch DDP, 2 ranks on the GPU (Gloo), AdamW fused", 2, env, peer(), false},
   };
-  std::cout << "\n### ResNet-18 (CIFAR stem), 3x" << kImage << "x" << kImage << ", batch " << kImageBatch
+  std::cout << "\n### " << model.title << ", 3x" << kImage << "x" << kImage << ", batch " << kImageBatch
             << " per rank, bf16, one GPU\n\n"
             << "| implementation / setup | images/s per rank (median) | step s min | median | max | Trainyard vs "
                "PyTorch |\n|---|---|---|---|---|---|"
@@ -412,6 +425,7 @@ int main(int argc, char** argv) {
   int64_t batch = 4;
   bool checkpointing = false, quick = false;
   std::string role = "orchestrate", only, config_dir, python = TRAINYARD_PYTHON, peer_dir = TRAINYARD_BENCH_DIR;
+  std::string image_model = "resnet";
   std::string dir = fs::temp_directory_path().string();
   app.add_option("--only", only, "One table: llama, resnet or checkpoint")
       ->check(CLI::IsMember({"llama", "resnet", "checkpoint"}));
@@ -426,11 +440,16 @@ int main(int argc, char** argv) {
   app.add_option("--role", role, "internal");
   app.add_option("--config", config_dir, "internal");
   app.add_option("--world", world, "internal");
+  app.add_option("--model", image_model, "internal: resnet-rank's model kind")
+      ->check(CLI::IsMember({"resnet", "resnet50"}));
   app.add_flag("--checkpointing,!--no-checkpointing", checkpointing, "internal");
   CLI11_PARSE(app, argc, argv);
   try {
     if (role == "llama-rank") return RunTrainRank(LlamaSpec(config_dir, batch, checkpointing, warmup + steps), warmup);
-    if (role == "resnet-rank") return RunTrainRank(ResNetSpec(world, warmup + steps), warmup);
+    if (role == "resnet-rank") {
+      const ModelKind kind = image_model == "resnet50" ? ModelKind::kResNet50 : ModelKind::kResNet;
+      return RunTrainRank(ResNetSpec(kind, world, warmup + steps), warmup);
+    }
     if (role == "checkpoint-rank") return RunCheckpointRank(config_dir, dir);
 
     // The driver's list, not CUDA: this process only starts the ranks and
@@ -447,7 +466,9 @@ int main(int argc, char** argv) {
     std::cout << "Conditions: both sides of every row ran with " << GpuSettings().Describe() << std::endl;
     if (only.empty() || only == "llama")
       LlamaTable(self, python, peer_dir, config.string(), steps, warmup, batch, quick);
-    if (only.empty() || only == "resnet") ResNetTable(self, python, peer_dir, steps * 3, warmup);
+    if (only.empty() || only == "resnet") {
+      for (const ImageModel& m : kImageModels) ResNetTable(m, self, python, peer_dir, steps * 3, warmup);
+    }
     if (only.empty() || only == "checkpoint") {
       const fs::path ckpt = fs::path(dir) / ("trainyard-bench-gpu-ckpt-" + std::to_string(::getpid()));
       fs::create_directories(ckpt);

@@ -1,5 +1,5 @@
-"""Python peer for bench/ddp_overhead: the same model (MLP, MNIST CNN or a
-CIFAR-style ResNet-18 with BatchNorm) trained with PyTorch's own
+"""Python peer for bench/ddp_overhead and bench/gpu: the same model (MLP, MNIST CNN, a
+CIFAR-style ResNet-18 with BatchNorm, or torchvision's ResNet-50) trained with PyTorch's own
 DistributedDataParallel (gloo, CPU, 1 thread per process, gradient_as_bucket_view
 as Trainyard), through Accelerate's Accelerator (--accelerate: the same DDP
 underneath, as `accelerate launch` users run it), or without DDP at world
@@ -61,6 +61,9 @@ def build(a):
                              nn.Linear(128, a.classes)), (1, 28, 28)
     if a.model == "resnet":
         return ResNet18(a.channels, a.classes), (3, a.image_size, a.image_size)
+    if a.model == "resnet50":  # the worker's resnet50 is torchvision's, parameter for parameter
+        import torchvision
+        return torchvision.models.resnet50(num_classes=a.classes), (3, a.image_size, a.image_size)
     layers, width = [], a.input
     for h in [int(x) for x in a.hidden.split(",") if x]:
         layers += [nn.Linear(width, h), nn.ReLU()]
@@ -71,7 +74,7 @@ def build(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet"])
+    p.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet", "resnet50"])
     p.add_argument("--channels", type=int, default=16)
     p.add_argument("--input", type=int, default=784)
     p.add_argument("--hidden", default="1024,1024")
@@ -80,7 +83,7 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-ddp", action="store_true", help="train independently (no process group)")
-    p.add_argument("--image-size", type=int, default=32, help="resnet: the side of its square images")
+    p.add_argument("--image-size", type=int, default=32, help="resnet, resnet50: the side of its square images")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="cuda (bench/gpu): model and batch on GPU 0 (every rank)")
     p.add_argument("--bf16", action="store_true", help="torch.autocast(bfloat16) around forward and loss")
