@@ -223,6 +223,8 @@ int main(int argc, char** argv) {
       return SamplesPerSecond(j, c.batch);
     };
     auto pytorch = [&](int procs, const std::vector<std::string>& extra, const bench::RunEnvironment& env) {
+      // The engine's AdamW is ATen's fused one (the spec's fused.optimizer, on by default): the peer's is
+      // too, torch.optim.AdamW(fused=True).
       std::vector<std::string> a = {python,         script,
                                     "--model",      ModelKindName(c.kind),
                                     "--hidden",     Join(c.hidden),
@@ -230,7 +232,8 @@ int main(int argc, char** argv) {
                                     "--image-size", std::to_string(c.image_size),
                                     "--batch",      std::to_string(c.batch),
                                     "--steps",      std::to_string(round_steps),
-                                    "--warmup",     std::to_string(warmup)};
+                                    "--warmup",     std::to_string(warmup),
+                                    "--fused"};
       a.insert(a.end(), extra.begin(), extra.end());
       return SamplesPerSecond(RunProcesses(a, procs, env), c.batch);
     };

@@ -107,7 +107,7 @@ def main():
         # Accelerate reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (MULTI_CPU over gloo).
         accelerator = Accelerator(
             cpu=True, kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True)])
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True if a.fused else None)
         model, opt = accelerator.prepare(model, opt)
         torch.set_num_threads(1)  # Accelerate may reset it
     elif world > 1:
