@@ -7,13 +7,16 @@
 //
 //   llama: a ~1.1B-parameter Llama (hidden 2048, 16 layers, 32 heads
 //     sharing 8 K/V heads, MLP 8192, vocab 32000, untied head) at context
-//     2048 in bf16 autocast with fp32 weights on one GPU, activation
-//     checkpointing off and on, against transformers' LlamaForCausalLM of
-//     the same config.json with PyTorch's own loop (AdamW foreach, its CUDA
-//     default, and fused, its fastest documented path; gradient
-//     checkpointing) and FSDP2 on one rank (bench/python_llama.py): tokens/s,
-//     MFU (model FLOPs as the worker counts them, over the GPU's data-sheet
-//     dense bf16 peak), peak device memory (the CUDA allocator's).
+//     2048 in bf16 autocast with fp32 weights on one GPU: the fused path
+//     (the job's `fused` section) at each of --batches, then unfused and
+//     with each fused piece off, and activation checkpointing, against
+//     transformers' LlamaForCausalLM of the same config.json with
+//     PyTorch's own loop (AdamW foreach, its CUDA default, and fused, its
+//     fastest documented path; gradient checkpointing) and FSDP2 on one rank
+//     (bench/python_llama.py): tokens/s, MFU three ways over the GPU's
+//     data-sheet dense bf16 peak (attention counted, 6N, and the worker's
+//     own count; bench/llama_flops.h), the attention kernel, peak device
+//     memory (the CUDA allocator's).
 //   resnet: the engine's ResNet-18 (CIFAR stem) and ResNet-50 (torchvision's,
 //     against torchvision's resnet50) on 3x64x64 images, batch 128 per rank,
 //     bf16 autocast: one process, and DDP over 2 ranks that share the GPU
@@ -23,7 +26,7 @@
 //     GB/s, with the disk's own rate (the same bytes written and fsynced).
 //
 //   gpu_bench [--only llama|resnet|checkpoint] [--steps N] [--warmup W]
-//       [--batch B] [--quick] [--python PATH] [--peer-dir DIR] [--dir DIR]
+//       [--batches B1,B2] [--quick] [--python PATH] [--peer-dir DIR] [--dir DIR]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -35,7 +38,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_join.h"
 #include "bench/bench_util.h"
+#include "bench/llama_flops.h"
 #include "common/allocator_tuning.h"
 #include "common/checkpoint_type.h"
 #include "common/job_spec.h"
@@ -43,6 +48,7 @@
 #include "worker/base/crash_report.h"
 #include "worker/base/device.h"
 #include "worker/collectives/dist_setup.h"
+#include "worker/models/attention_backend.h"
 #include "worker/models/models.h"
 #include "worker/train/trainer.h"
 
@@ -62,8 +68,22 @@ constexpr char kConfig[] = R"({
   "tie_word_embeddings": false, "initializer_range": 0.02, "attention_bias": false, "mlp_bias": false
 })";
 
-JobSpec LlamaSpec(const std::string& config_dir, int64_t batch, bool checkpointing, int steps) {
+// The fused path with `without` turned off: "" (none), "all", "optimizer",
+// "rms_norm", "chunked_loss" or "attention" (the math kernel).
+FusedSpec FusedWithout(const std::string& without) {
+  FusedSpec f;
+  const bool all = without == "all";
+  if (all || without == "optimizer") f.optimizer = false;
+  if (all || without == "rms_norm") f.rms_norm = false;
+  if (all || without == "chunked_loss") f.chunked_loss = false;
+  if (all || without == "attention") f.attention = AttentionBackend::kMath;
+  return f;
+}
+
+JobSpec LlamaSpec(const std::string& config_dir, int64_t batch, bool checkpointing, int steps,
+                  const std::string& without = "") {
   JobSpec spec;
+  spec.fused = FusedWithout(without);
   spec.model.kind = ModelKind::kLlama;
   spec.model.config = config_dir;
   spec.model.context = kContext;
@@ -142,6 +162,7 @@ int RunTrainRank(const JobSpec& spec, int warmup) {
                                 {"peak_flops", sink.last.peak_flops},
                                 {"device", DeviceName(device)},
                                 {"device_peak_bytes", memory ? memory->peak_allocated : 0},
+                                {"attention", SdpaBackendName(sink.last.attention_backend)},
                                 {"parameters", parameters}}
                      .dump()
               << std::endl;
@@ -234,10 +255,11 @@ void PrintFailed(const Row& row, const nlohmann::json& result) {
 }
 
 void LlamaTable(const std::string& self, const std::string& python, const std::string& peer_dir,
-                const std::string& config_dir, int steps, int warmup, int64_t batch, bool quick) {
+                const std::string& config_dir, int steps, int warmup, const std::vector<int64_t>& batches, bool quick) {
   const auto config = ReadLlamaConfig(config_dir);
   if (!config.ok()) throw std::runtime_error(std::string(config.status().message()));
-  auto ours = [&](bool ac) {
+  const bench::LlamaTrainingFlops formula = bench::LlamaFlopsPerToken(*config, kContext);
+  auto ours = [&](int64_t batch, bool ac, const std::string& without) {
     return std::vector<std::string>{self,
                                     "--role",
                                     "llama-rank",
@@ -249,9 +271,11 @@ void LlamaTable(const std::string& self, const std::string& python, const std::s
                                     std::to_string(warmup),
                                     "--batch",
                                     std::to_string(batch),
-                                    ac ? "--checkpointing" : "--no-checkpointing"};
+                                    ac ? "--checkpointing" : "--no-checkpointing",
+                                    "--without",
+                                    without.empty() ? "none" : without};
   };
-  auto peer = [&](std::vector<std::string> extra) {
+  auto peer = [&](int64_t batch, std::vector<std::string> extra) {
     std::vector<std::string> a = {python,
                                   peer_dir + "/python_llama.py",
                                   config_dir,
@@ -270,57 +294,88 @@ void LlamaTable(const std::string& self, const std::string& python, const std::s
     return a;
   };
   const bench::RunEnvironment env = GpuSettings();
-  // Ours first: their FLOP count gives every row's MFU. --quick: the rows
-  // the targets need (each side without and with checkpointing, the peer
-  // on its fastest optimizer).
-  std::vector<Row> rows = {
-      {"Trainyard, 1 GPU", 1, env, ours(false), true},
-      {"Trainyard, 1 GPU, activation checkpointing", 1, env, ours(true), true},
-      {"transformers + PyTorch loop, AdamW fused", 1, env, peer({"--fused"}), false},
-      {"transformers + PyTorch loop, gradient checkpointing, AdamW fused", 1, env, peer({"--fused", "--checkpointing"}),
-       false},
+  struct LlamaRow {
+    Row row;
+    int64_t batch;
   };
+  // Ours first: their FLOP count gives every row's MFU. The fused path at
+  // each batch (the best one is the target's), then without it and without
+  // each piece, then checkpointing; --quick: the rows the targets need.
+  const int64_t first = batches.front();
+  std::vector<LlamaRow> rows;
+  for (int64_t b : batches) {
+    rows.push_back({{"Trainyard, 1 GPU (fused path)", 1, env, ours(b, false, ""), true}, b});
+  }
+  rows.push_back(
+      {{"Trainyard, 1 GPU, unfused (every fused piece off)", 1, env, ours(first, false, "all"), true}, first});
   if (!quick) {
-    rows.push_back({"transformers + PyTorch loop, AdamW foreach (default)", 1, env, peer({"--foreach"}), false});
-    rows.push_back({"transformers + FSDP2 fully_shard per layer, 1 rank, AdamW fused", 1, env,
-                    peer({"--fsdp", "--fused"}), false});
+    for (const char* piece : {"optimizer", "rms_norm", "chunked_loss", "attention"}) {
+      const std::string label =
+          std::string("Trainyard, 1 GPU, fused.") + piece + (std::string(piece) == "attention" ? " math" : " off");
+      rows.push_back({{label, 1, env, ours(first, false, piece), true}, first});
+    }
+  }
+  rows.push_back({{"Trainyard, 1 GPU, activation checkpointing", 1, env, ours(first, true, ""), true}, first});
+  rows.push_back({{"transformers + PyTorch loop, AdamW fused", 1, env, peer(first, {"--fused"}), false}, first});
+  rows.push_back({{"transformers + PyTorch loop, gradient checkpointing, AdamW fused", 1, env,
+                   peer(first, {"--fused", "--checkpointing"}), false},
+                  first});
+  if (!quick) {
+    rows.push_back(
+        {{"transformers + PyTorch loop, AdamW foreach (default)", 1, env, peer(first, {"--foreach"}), false}, first});
+    rows.push_back({{"transformers + FSDP2 fully_shard per layer, 1 rank, AdamW fused", 1, env,
+                     peer(first, {"--fsdp", "--fused"}), false},
+                    first});
   }
   std::cout << "\n### Llama ~1.1B (" << config->NumParameters() << " parameters), bf16, context " << kContext
-            << ", batch " << batch << ", one GPU\n\n"
-            << "| implementation / setup | tokens/s (median step) | step s min | median | max | MFU | peak device "
-               "memory GB |\n|---|---|---|---|---|---|---|"
+            << ", one GPU\n\n"
+            << "| implementation / setup | micro-batch | tokens/s (median step) | step s min | median | max | MFU "
+               "(attention counted) | MFU (6N) | MFU (the worker's count) | attention | peak device memory GB |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|"
             << std::endl;
-  double flops_per_token = 0, peak = 0;
+  double counted_per_token = 0, peak = 0;
   std::string device = "?";
   double ours_tps[2] = {0, 0}, peer_tps[2] = {0, 0};  // [checkpointing]
-  for (const Row& row : rows) {
+  double fused_tps = 0, unfused_tps = 0;
+  for (const LlamaRow& lr : rows) {
+    const Row& row = lr.row;
     const nlohmann::json r = RunRow(row);
     const std::vector<double> seconds = StepSeconds(r);
     if (seconds.empty()) {
       PrintFailed(row, r);
       continue;
     }
-    if (row.ours && flops_per_token == 0 && r.value("model_flops", 0.0) > 0) {
-      flops_per_token = r["model_flops"].get<double>() / static_cast<double>(batch * kContext);
+    if (row.ours && counted_per_token == 0 && r.value("model_flops", 0.0) > 0) {
+      counted_per_token = r["model_flops"].get<double>() / static_cast<double>(lr.batch * kContext);
       peak = r.value("peak_flops", 0.0);
       device = r.value("device", std::string("?"));
     }
     const bench::Stats st = bench::Summarize(seconds);
-    const double tps = batch * kContext / st.median;
+    const double tps = static_cast<double>(lr.batch * kContext) / st.median;
     const int ac = row.label.find("checkpointing") != std::string::npos ? 1 : 0;
     double& best = row.ours ? ours_tps[ac] : peer_tps[ac];
-    best = std::max(best, tps);
-    char mfu[32] = "?";
-    if (flops_per_token > 0 && peak > 0) std::snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * tps * flops_per_token / peak);
-    char line[600];
-    std::snprintf(line, sizeof(line), "| %s | %.0f | %.3f | %.3f | %.3f | %s | %.1f |", row.label.c_str(), tps, st.min,
-                  st.median, st.max, mfu, r.value("device_peak_bytes", 0.0) / 1e9);
+    if (row.ours || lr.batch == first) best = std::max(best, tps);
+    if (row.label == "Trainyard, 1 GPU (fused path)") fused_tps = std::max(fused_tps, tps);
+    if (row.label.find("unfused") != std::string::npos) unfused_tps = tps;
+    auto mfu = [&](double per_token) {
+      char out[32] = "?";
+      if (per_token > 0 && peak > 0) std::snprintf(out, sizeof(out), "%.1f%%", 100 * tps * per_token / peak);
+      return std::string(out);
+    };
+    char line[800];
+    std::snprintf(line, sizeof(line), "| %s | %lld | %.0f | %.3f | %.3f | %.3f | %s | %s | %s | %s | %.1f |",
+                  row.label.c_str(), static_cast<long long>(lr.batch), tps, st.min, st.median, st.max,
+                  mfu(formula.with_attention).c_str(), mfu(formula.six_n).c_str(), mfu(counted_per_token).c_str(),
+                  r.value("attention", std::string("sdpa (transformers)")).c_str(),
+                  r.value("device_peak_bytes", 0.0) / 1e9);
     std::cout << line << std::endl;
   }
   std::cout << "\ndevice: " << device << "; " << steps << " measured steps after " << warmup
-            << " warm-up steps per row; MFU = tokens/s x " << flops_per_token / 1e9
-            << " GFLOP per token (the worker's count: 3x the forward) / " << peak / 1e12
-            << " TFLOP/s (dense bf16 data-sheet peak)\n";
+            << " warm-up steps per row; MFU = tokens/s x FLOPs per token / " << peak / 1e12
+            << " TFLOP/s (dense bf16 data-sheet peak); FLOPs per token: " << formula.with_attention / 1e9
+            << " G with attention (nanochat's and llm-foundry's count), " << formula.six_n / 1e9 << " G (6N), "
+            << counted_per_token / 1e9 << " G (the worker's: 3x the forward as the profiler counts it)\n";
+  if (fused_tps > 0 && unfused_tps > 0) std::cout << "fused path vs unfused: " << fused_tps / unfused_tps << "x\n";
   for (int ac : {0, 1}) {
     if (ours_tps[ac] > 0 && peer_tps[ac] > 0) {
       std::cout << "Trainyard vs the peer's fastest row, checkpointing " << (ac ? "on" : "off") << ": "
@@ -423,6 +478,8 @@ int main(int argc, char** argv) {
   CLI::App app{"The GPU kit's benchmarks: Llama ~1B bf16, ResNet DDP and checkpoints on one GPU"};
   int steps = 10, warmup = 3, world = 1;
   int64_t batch = 4;
+  std::vector<int64_t> batches = {4, 8};
+  std::string without = "none";
   bool checkpointing = false, quick = false;
   std::string role = "orchestrate", only, config_dir, python = TRAINYARD_PYTHON, peer_dir = TRAINYARD_BENCH_DIR;
   std::string image_model = "resnet";
@@ -431,11 +488,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"llama", "resnet", "checkpoint"}));
   app.add_option("--steps", steps, "Measured steps per row")->capture_default_str();
   app.add_option("--warmup", warmup, "Unmeasured first steps of every row")->capture_default_str();
-  app.add_option("--batch", batch, "llama: sequences per step")->capture_default_str();
+  app.add_option("--batch", batch, "internal: llama-rank's sequences per step");
+  app.add_option("--batches", batches, "llama: the fused path's micro-batches (sequences per step)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--without", without, "internal: llama-rank's fused piece turned off (none, all, or one)");
   app.add_option("--python", python, "Python with torch and transformers for the peer")->capture_default_str();
   app.add_option("--peer-dir", peer_dir, "Directory of the peer scripts (python_llama.py, python_ddp.py)")
       ->capture_default_str();
-  app.add_flag("--quick", quick, "llama: only the rows the targets need (4 of 6)");
+  app.add_flag("--quick", quick, "llama: only the rows the targets need (no ablation, fewer peers)");
   app.add_option("--dir", dir, "checkpoint: where checkpoints are written")->capture_default_str();
   app.add_option("--role", role, "internal");
   app.add_option("--config", config_dir, "internal");
@@ -445,7 +506,10 @@ int main(int argc, char** argv) {
   app.add_flag("--checkpointing,!--no-checkpointing", checkpointing, "internal");
   CLI11_PARSE(app, argc, argv);
   try {
-    if (role == "llama-rank") return RunTrainRank(LlamaSpec(config_dir, batch, checkpointing, warmup + steps), warmup);
+    if (role == "llama-rank") {
+      return RunTrainRank(LlamaSpec(config_dir, batch, checkpointing, warmup + steps, without == "none" ? "" : without),
+                          warmup);
+    }
     if (role == "resnet-rank") {
       const ModelKind kind = image_model == "resnet50" ? ModelKind::kResNet50 : ModelKind::kResNet;
       return RunTrainRank(ResNetSpec(kind, world, warmup + steps), warmup);
@@ -465,7 +529,7 @@ int main(int argc, char** argv) {
     const std::string self = fs::read_symlink("/proc/self/exe").string();
     std::cout << "Conditions: both sides of every row ran with " << GpuSettings().Describe() << std::endl;
     if (only.empty() || only == "llama")
-      LlamaTable(self, python, peer_dir, config.string(), steps, warmup, batch, quick);
+      LlamaTable(self, python, peer_dir, config.string(), steps, warmup, batches, quick);
     if (only.empty() || only == "resnet") {
       for (const ImageModel& m : kImageModels) ResNetTable(m, self, python, peer_dir, steps * 3, warmup);
     }
@@ -476,7 +540,8 @@ int main(int argc, char** argv) {
       fs::remove_all(ckpt);
     }
     std::cout << "\ncommand: " << argv[0] << (only.empty() ? "" : " --only " + only) << " --steps " << steps
-              << " --warmup " << warmup << " --batch " << batch << (quick ? " --quick" : "") << std::endl;
+              << " --warmup " << warmup << " --batches " << absl::StrJoin(batches, ",") << (quick ? " --quick" : "")
+              << std::endl;
     fs::remove_all(config);
   } catch (const std::exception& e) {
     std::cerr << "gpu: " << e.what() << "\n";
