@@ -37,7 +37,8 @@ TEST(ParallelModel, OneRankStepsAsTheModelAndItsOptimizerAlone) {
   EXPECT_LT(pm->forward_flops_per_sample(), 0) << "not counted before the first forward";
 
   std::shared_ptr<Model> alone = BuildModel(spec.model, spec.seed);
-  std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(spec.optimizer, alone->parameters());
+  std::unique_ptr<torch::optim::Optimizer> optimizer =
+      MakeOptimizer(spec.optimizer, alone->parameters(), spec.fused.optimizer);  // as the job steps
   const at::Tensor x = torch::randn({4, spec.model.input_size});
 
   const at::Tensor out = pm->Forward(x, /*sync=*/true);
