@@ -227,7 +227,7 @@ sweep:
         wait_for(lambda: f"webhook {shown} (SUCCEEDED): delivered, HTTP 2xx" in reasons(), 30,
                  "the end's delivery in the sweep's events", lambda: "\n".join(reasons()))
         ev = reasons()
-        self.assertTrue(ev[0].startswith("submitted by "), ev)
+        self.assertTrue(ev[0].startswith("submitted: searcher random, up to 10 trials"), ev)  # a server without users
         for t in w["trials"]:
             self.assertEqual(sum(e.startswith(f"trial {t['number']} submitted as {t['job_id']} (optimizer.lr=")
                                  for e in ev), 1, ev)
