@@ -89,18 +89,17 @@ struct Trainctl::Impl {
     if (!options.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options.token);
   }
 
-  // Whether `channel` connects by `deadline`: false as soon as a
-  // connection attempt made meanwhile fails (refused), not only at the
-  // deadline. Empty when connected, else what went wrong.
+  // Whether `channel` connects by `deadline`: false as soon as its last
+  // connection attempt failed (refused), not only at the deadline. Empty
+  // when connected, else what went wrong. A channel whose attempt failed
+  // stays in TRANSIENT_FAILURE while it tries again in the background
+  // (gRPC's sticky failure, every second at most here): that state says
+  // "cannot connect" at once, however quickly it followed CONNECTING.
   static std::string Reach(grpc::Channel* channel, std::chrono::system_clock::time_point deadline) {
     grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
-    bool attempted = false;
     for (;;) {
       if (state == GRPC_CHANNEL_READY) return "";
-      if (state == GRPC_CHANNEL_SHUTDOWN || (state == GRPC_CHANNEL_TRANSIENT_FAILURE && attempted)) {
-        return "cannot connect";
-      }
-      if (state == GRPC_CHANNEL_CONNECTING) attempted = true;
+      if (state == GRPC_CHANNEL_SHUTDOWN || state == GRPC_CHANNEL_TRANSIENT_FAILURE) return "cannot connect";
       if (!channel->WaitForStateChange(state, deadline)) return "no connection within the time allowed";
       state = channel->GetState(/*try_to_connect=*/true);
     }

@@ -399,9 +399,15 @@ void SweepManager::FinishExploits(Live& s) {
       if (!given_up && !Ended(source.state)) waiting.push_back(x);
       continue;
     }
-    if (!ck->ok || Ended(poor.state)) {
-      Event(s, absl::StrFormat("trial %d goes on as it is: trial %d's checkpoint %s", x.poor, x.source,
-                               ck->ok ? "came after it ended" : "failed: " + ck->error));
+    // A checkpoint at the trials' last step leaves its copy nothing to
+    // train (the source ended before it saved): the poor trial trains on.
+    const bool spent = ck->ok && ck->step >= s.spec.max_steps;
+    if (!ck->ok || Ended(poor.state) || spent) {
+      Event(s, absl::StrFormat(
+                   "trial %d goes on as it is: trial %d's checkpoint %s", x.poor, x.source,
+                   !ck->ok  ? "failed: " + ck->error
+                   : spent  ? absl::StrFormat("is of step %d, the trials' last: its copy would train nothing", ck->step)
+                            : std::string("came after it ended")));
       continue;
     }
     std::optional<Caller> by = CurrentCaller(s);

@@ -625,6 +625,17 @@ TEST_F(TrainctlLeaderTest, NoLeaderSaysWhatEachCoordinatorSaid) {
                             ": cannot connect\n  " + leaderless.address +
                             ": this coordinator is a standby; no leader yet\n"
                             "Is trainyard-server running? Set --server or TRAINYARD_SERVER.\n");
+  // The same trainctl again: the dead address's channel now waits in
+  // TRANSIENT_FAILURE from the first call (it never shows CONNECTING
+  // again), and is still said to refuse, at once.
+  EXPECT_EQ(RunAt(list,
+                  [](Trainctl& c) {
+                    c.Get("job-1");
+                    return c.Get("job-1");
+                  }),
+            2);
+  EXPECT_NE(err_.str().rfind(std::string(kDeadAddress) + ": cannot connect\n"), std::string::npos) << err_.str();
+  EXPECT_EQ(err_.str().find("no connection within the time allowed"), std::string::npos) << err_.str();
   // One coordinator that is not there: said as ever.
   EXPECT_EQ(RunAt(kDeadAddress, [](Trainctl& c) { return c.Get("job-1"); }), 2);
   EXPECT_NE(err_.str().find(std::string("cannot reach the trainyard server at ") + kDeadAddress), std::string::npos)

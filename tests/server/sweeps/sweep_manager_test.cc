@@ -217,6 +217,44 @@ TEST(SweepManager, ARefusedPbtCopyLeavesThePoorTrialTraining) {
   EXPECT_TRUE(said);
 }
 
+// A source that reached the trials' last step before its checkpoint was
+// saved leaves its copy nothing to train: the poor trial is not stopped
+// for a copy that would end at once without a value; it trains on.
+TEST(SweepManager, ACheckpointAtTheLastStepIsNotCopied) {
+  auto store = SweepStore::Open(TempDb("pbt-spent"));
+  ASSERT_TRUE(store.ok()) << store.status();
+  Jobs jobs;
+  SweepManager sweeps(&jobs, store->get());
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}}\n"
+                                          "  searcher: {kind: pbt, perturbation_interval: 100, quantile: 0.5}\n"
+                                          "  max_trials: 2\n  concurrency: 2\n  seed: 3\n"),
+                             Caller{"alice", {}, false, {"/data"}, "alice"});
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  for (int step : {100, 200}) {
+    jobs.Report("job-1", step, 1.0);
+    jobs.Report("job-2", step, 2.0);
+    sweeps.Tick();
+  }
+  ASSERT_EQ(jobs.checkpoint_requests, 1);  // trial 1, the worse, is to copy trial 0
+  CheckpointRecord ck;  // saved when trial 0 had reached its last step, 300
+  ck.checkpoint = {.index = 1, .step = 300, .trigger = "request", .request_id = 1, .path = "/data/ck-1"};
+  ck.checkpoint.ok = true;
+  jobs.checkpoints["job-1"] = {ck};
+  sweeps.Tick();
+  EXPECT_EQ(jobs.submissions.size(), 2u) << "no copy is submitted";
+  EXPECT_EQ(jobs.jobs["job-2"].state, JobState::kRunning) << jobs.jobs["job-2"].reason;
+  auto now = sweeps.Get(sweep->record.id, Caller{});
+  ASSERT_TRUE(now.ok());
+  ASSERT_EQ(now->record.trials.size(), 2u);
+  bool said = false;
+  for (const JobEvent& e : now->events) {
+    said |= absl::StrContains(e.reason,
+                              "trial 1 goes on as it is: trial 0's checkpoint is of step 300, the trials' last");
+  }
+  EXPECT_TRUE(said);
+}
+
 // A trial ASHA stops says so on its job: the sweep, the searcher, the step
 // and the value, not "cancelled by user".
 TEST(SweepManager, ATrialAshaStopsNamesTheSweepOnItsJob) {
