@@ -405,9 +405,9 @@ void SweepManager::FinishExploits(Live& s) {
     if (!ck->ok || Ended(poor.state) || spent) {
       Event(s, absl::StrFormat(
                    "trial %d goes on as it is: trial %d's checkpoint %s", x.poor, x.source,
-                   !ck->ok  ? "failed: " + ck->error
-                   : spent  ? absl::StrFormat("is of step %d, the trials' last: its copy would train nothing", ck->step)
-                            : std::string("came after it ended")));
+                   !ck->ok ? "failed: " + ck->error
+                   : spent ? absl::StrFormat("is of step %d, the trials' last: its copy would train nothing", ck->step)
+                           : std::string("came after it ended")));
       continue;
     }
     std::optional<Caller> by = CurrentCaller(s);

@@ -237,7 +237,7 @@ TEST(SweepManager, ACheckpointAtTheLastStepIsNotCopied) {
     sweeps.Tick();
   }
   ASSERT_EQ(jobs.checkpoint_requests, 1);  // trial 1, the worse, is to copy trial 0
-  CheckpointRecord ck;  // saved when trial 0 had reached its last step, 300
+  CheckpointRecord ck;                     // saved when trial 0 had reached its last step, 300
   ck.checkpoint = {.index = 1, .step = 300, .trigger = "request", .request_id = 1, .path = "/data/ck-1"};
   ck.checkpoint.ok = true;
   jobs.checkpoints["job-1"] = {ck};
@@ -249,8 +249,8 @@ TEST(SweepManager, ACheckpointAtTheLastStepIsNotCopied) {
   ASSERT_EQ(now->record.trials.size(), 2u);
   bool said = false;
   for (const JobEvent& e : now->events) {
-    said |= absl::StrContains(e.reason,
-                              "trial 1 goes on as it is: trial 0's checkpoint is of step 300, the trials' last");
+    said |=
+        absl::StrContains(e.reason, "trial 1 goes on as it is: trial 0's checkpoint is of step 300, the trials' last");
   }
   EXPECT_TRUE(said);
 }
