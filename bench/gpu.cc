@@ -69,7 +69,8 @@ constexpr char kConfig[] = R"({
 })";
 
 // The fused path with `without` turned off: "" (none), "all", "optimizer",
-// "rms_norm", "chunked_loss" or "attention" (the math kernel).
+// "rms_norm", "chunked_loss", "attention" (the math kernel) or
+// "cuda_graph" (the step not captured).
 FusedSpec FusedWithout(const std::string& without) {
   FusedSpec f;
   const bool all = without == "all";
@@ -77,6 +78,7 @@ FusedSpec FusedWithout(const std::string& without) {
   if (all || without == "rms_norm") f.rms_norm = false;
   if (all || without == "chunked_loss") f.chunked_loss = false;
   if (all || without == "attention") f.attention = AttentionBackend::kMath;
+  if (all || without == "cuda_graph") f.cuda_graph = StepCapture::kOff;
   return f;
 }
 
@@ -309,7 +311,7 @@ void LlamaTable(const std::string& self, const std::string& python, const std::s
   rows.push_back(
       {{"Trainyard, 1 GPU, unfused (every fused piece off)", 1, env, ours(first, false, "all"), true}, first});
   if (!quick) {
-    for (const char* piece : {"optimizer", "rms_norm", "chunked_loss", "attention"}) {
+    for (const char* piece : {"optimizer", "rms_norm", "chunked_loss", "attention", "cuda_graph"}) {
       const std::string label =
           std::string("Trainyard, 1 GPU, fused.") + piece + (std::string(piece) == "attention" ? " math" : " off");
       rows.push_back({{label, 1, env, ours(first, false, piece), true}, first});
@@ -317,6 +319,8 @@ void LlamaTable(const std::string& self, const std::string& python, const std::s
   }
   rows.push_back({{"Trainyard, 1 GPU, activation checkpointing", 1, env, ours(first, true, ""), true}, first});
   rows.push_back({{"transformers + PyTorch loop, AdamW fused", 1, env, peer(first, {"--fused"}), false}, first});
+  rows.push_back(
+      {{"transformers + torch.compile, AdamW fused", 1, env, peer(first, {"--fused", "--compile"}), false}, first});
   rows.push_back({{"transformers + PyTorch loop, gradient checkpointing, AdamW fused", 1, env,
                    peer(first, {"--fused", "--checkpointing"}), false},
                   first});
@@ -476,7 +480,9 @@ int main(int argc, char** argv) {
   using namespace trainyard;
   InstallCrashReport("gpu_bench");
   CLI::App app{"The GPU kit's benchmarks: Llama ~1B bf16, ResNet DDP and checkpoints on one GPU"};
-  int steps = 10, warmup = 3, world = 1;
+  // 4 warm-up steps: the captured step's 3 eager ones and its capture;
+  // torch.compile's compilation.
+  int steps = 10, warmup = 4, world = 1;
   int64_t batch = 4;
   std::vector<int64_t> batches = {4, 8};
   std::string without = "none";

@@ -11,8 +11,10 @@ On a GPU (`--device cuda`, bench/gpu): the model is built on the GPU,
 `--bf16` runs forward and loss under torch.autocast(bfloat16) with fp32
 weights (as Trainyard's mixed_precision: bf16), `--fused` and `--foreach`
 pick AdamW's implementation (PyTorch's default on CUDA is foreach; fused is
-its fastest documented path), FSDP2 groups over NCCL, and the memory
-reported is torch.cuda.max_memory_allocated.
+its fastest documented path), `--compile` wraps the model in
+torch.compile (Inductor's default mode; the warm-up steps compile it),
+FSDP2 groups over NCCL, and the memory reported is
+torch.cuda.max_memory_allocated.
 
 Started once per rank by bench/llama with RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT in the environment. Rank 0 prints one JSON line: per-step
@@ -42,6 +44,7 @@ def main():
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--foreach", action="store_true", help="AdamW(foreach=True)")
     p.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
+    p.add_argument("--compile", action="store_true", help="torch.compile(model)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--bf16", action="store_true", help="torch.autocast(bfloat16) around forward and loss")
     a = p.parse_args()
@@ -66,6 +69,8 @@ def main():
         for layer in model.model.layers:
             fully_shard(layer)
         fully_shard(model)
+    if a.compile:
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, foreach=True if a.foreach else None,
                             fused=True if a.fused else None)
     g = torch.Generator().manual_seed(1000 + rank)

@@ -13,6 +13,7 @@
 #include "common/spec/model_traits.h"
 #include "common/spec/spec_reader.h"
 #include "common/spec/spec_tables.h"
+#include "common/spec/step_capture.h"
 #include "common/spec/yaml_keys.h"
 
 namespace trainyard {
@@ -196,6 +197,11 @@ void CheckCrossField(const JobSpec& s, const SpecLimits& limits) {
       (s.fused.attention == AttentionBackend::kEfficient || s.fused.attention == AttentionBackend::kCudnn)) {
     Fail("fused.attention", absl::StrCat("the ", AttentionBackendName(s.fused.attention),
                                          " backend runs on CUDA only; on the CPU: auto, flash or math"));
+  }
+  if (s.fused.cuda_graph == StepCapture::kOn) {
+    if (const std::string why = StepCaptureRefusal(s); !why.empty()) {
+      Fail("fused.cuda_graph", absl::StrCat("on: the step cannot be captured: ", why, " (auto runs it uncaptured)"));
+    }
   }
   if (s.distributed_type == DistributedType::kNo && s.num_processes != 1) {
     Fail("num_processes", absl::StrCat("distributed_type NO runs one process; got ", s.num_processes));

@@ -146,6 +146,11 @@ struct FusedSpec {
   bool chunked_loss = true;
   // The scaled_dot_product_attention backend (gpt, llama, attention).
   AttentionBackend attention = AttentionBackend::kAuto;
+  // The whole step (forward, backward, clipping, fused AdamW) captured once
+  // as a CUDA graph and replayed with the learning rate as a device tensor:
+  // auto where StepCaptureRefusal finds nothing against it, on (refused
+  // at submit where it cannot apply), off.
+  StepCapture cuda_graph = StepCapture::kAuto;
   bool operator==(const FusedSpec&) const = default;
 };
 

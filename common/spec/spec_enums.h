@@ -82,6 +82,13 @@ inline constexpr EnumName<AttentionBackend> kAttentionBackendNames[] = {{"auto",
                                                                         {"cudnn", AttentionBackend::kCudnn},
                                                                         {"math", AttentionBackend::kMath}};
 
+// Whether the training step is captured as one CUDA graph and replayed
+// (fused.cuda_graph): kAuto where it applies (StepCaptureRefusal), kOn
+// requires it, kOff never.
+enum class StepCapture { kAuto, kOn, kOff };
+inline constexpr EnumName<StepCapture> kStepCaptureNames[] = {
+    {"auto", StepCapture::kAuto}, {"on", StepCapture::kOn}, {"off", StepCapture::kOff}};
+
 // DDP communication hooks (PyTorch's names: allreduce, fp16_compress,
 // bf16_compress, powerSGD, batched_powerSGD).
 enum class CommHookType { kNone, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd };

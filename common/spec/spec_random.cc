@@ -4,6 +4,7 @@
 
 #include "common/spec/model_traits.h"
 #include "common/spec/spec_tables.h"
+#include "common/spec/step_capture.h"
 
 namespace trainyard {
 namespace {
@@ -110,6 +111,7 @@ JobSpec RandomJobSpec(uint64_t seed) {
   const bool cuda_only =
       s.fused.attention == AttentionBackend::kEfficient || s.fused.attention == AttentionBackend::kCudnn;
   if (s.device == Device::kCpu && cuda_only) s.fused.attention = AttentionBackend::kAuto;
+  if (s.fused.cuda_graph == StepCapture::kOn && !StepCaptureRefusal(s).empty()) s.fused.cuda_graph = StepCapture::kAuto;
   spec::Tidy(spec::JobSpecTable(), &s);
   return s;
 }

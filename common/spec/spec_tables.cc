@@ -331,6 +331,9 @@ const Section<FusedSpec>& FusedTable() {
              "`llama` (one process, DDP): output projection and cross-entropy by chunks, without the whole logits."),
         Choice("attention", &F::attention, kAttentionBackendNames,
                "The attention backend (SDPA): `auto` is ATen's choice; another is forced."),
+        Choice("cuda_graph", &F::cuda_graph, kStepCaptureNames,
+               "The step captured once as a CUDA graph and replayed: `auto` where it applies, `on` requires it "
+               "(refused where it cannot apply)."),
     };
     return s;
   }();

@@ -11,38 +11,14 @@
 #include "common/spec/job_spec.h"
 #include "common/webhook_url.h"
 #include "server/jobs/job_history.h"
+#include "server/sweeps/sweep_live.h"
 #include "server/sweeps/trial_spec.h"
 
 namespace trainyard {
 
-struct SweepManager::Live {
-  SweepRecord record;
-  SweepSpec spec;
-  Caller caller;
-  std::unique_ptr<Searcher> searcher;
-  std::map<int, int64_t> seen;  // trial -> the last step its metric was given to the searcher
-  bool cancelled = false;       // starts no more trials
-  bool budget_spent = false;    // max_rank_hours used: starts no more trials
-  int announced_best = -1;      // the best trial the last BEST webhook named
-  uint64_t deliveries = 0;
-  // PBT: poor trials waiting for their source's checkpoint.
-  struct Exploit {
-    int poor = 0, source = 0;
-    int64_t step = 0;        // the poor trial's, when it was found poor
-    int64_t request_id = 0;  // of the source's checkpoint
-    std::chrono::steady_clock::time_point since;
-  };
-  std::vector<Exploit> exploits;
-  // A trial drawn but not yet a job: its owner's queue was full (or the
-  // server busy); submitted again at the next look.
-  std::optional<TrialPlan> pending;
-  bool pending_noted = false;  // its wait is an event once
-  int refused_in_a_row = 0;    // trials refused since the last one accepted
-};
+using sweep_detail::Ended;
 
 namespace {
-
-bool Ended(JobState s) { return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled; }
 
 // " by user alice", " by the admin token"; "" on a server without users
 // (anyone may act there: "by anyone" says nothing).
@@ -378,105 +354,6 @@ void SweepManager::Follow(Live& s, SweepTrialRecord& t) {
                             "script reports it with trainyard.report(step, %s=...))",
                             t.number, t.job_id, t.step, s.spec.metric, s.spec.metric));
   }
-}
-
-void SweepManager::FinishExploits(Live& s) {
-  std::vector<Live::Exploit> waiting;
-  for (const Live::Exploit& x : s.exploits) {
-    if (Ended(s.record.state)) break;
-    // By index, not reference: the new trial is appended to the same vector.
-    SweepTrialRecord poor = s.record.trials[x.poor];
-    const SweepTrialRecord source = s.record.trials[x.source];
-    auto checkpoints = jobs_->Checkpoints(source.job_id);
-    std::optional<CheckpointEvent> ck;
-    if (checkpoints.ok()) {
-      for (const CheckpointRecord& c : *checkpoints) {
-        if (c.checkpoint.request_id == x.request_id) ck = c.checkpoint;
-      }
-    }
-    const bool given_up = Ended(poor.state) || clock_->SteadyNow() - x.since > std::chrono::seconds(120);
-    if (!ck) {
-      if (!given_up && !Ended(source.state)) waiting.push_back(x);
-      continue;
-    }
-    // A checkpoint at the trials' last step leaves its copy nothing to
-    // train (the source ended before it saved): the poor trial trains on.
-    const bool spent = ck->ok && ck->step >= s.spec.max_steps;
-    if (!ck->ok || Ended(poor.state) || spent) {
-      Event(s, absl::StrFormat(
-                   "trial %d goes on as it is: trial %d's checkpoint %s", x.poor, x.source,
-                   !ck->ok ? "failed: " + ck->error
-                   : spent ? absl::StrFormat("is of step %d, the trials' last: its copy would train nothing", ck->step)
-                           : std::string("came after it ended")));
-      continue;
-    }
-    std::optional<Caller> by = CurrentCaller(s);
-    if (!by) break;
-    std::optional<TrialPlan> plan = s.searcher->Exploited(x.poor, x.source, source.values);
-    if (!plan) continue;
-    SweepTrialRecord t;
-    t.number = plan->number;
-    t.values = plan->values;
-    t.parent = x.source;
-    t.from_step = ck->step;
-    auto text = TrialSpec(s.spec, s.record.name, *plan, {"checkpoint.resume_from=" + ck->path});
-    auto job = text.ok() ? jobs_->Submit(*text, "", *by, {s.record.id, plan->number})
-                         : absl::StatusOr<JobRecord>(text.status());
-    if (!job.ok()) {
-      // The copy cannot run (its spec: a checkpoint outside its owner's
-      // roots; its owner's rights): the poor trial is not stopped for
-      // nothing, it trains on (no longer ranked).
-      t.state = JobState::kFailed;
-      t.reason = absl::StrCat("refused: ", job.status().message());
-      Event(s, absl::StrFormat("trial %d (%s) goes on as it is: its copy of trial %d's checkpoint of step %d, trial "
-                               "%d, was refused: %s",
-                               x.poor, poor.job_id, x.source, ck->step, t.number, job.status().message()));
-      s.record.trials.push_back(t);
-      SaveTrial(s, t);
-      continue;
-    }
-    t.job_id = job->id;
-    t.state = job->state;
-    // Stopped once its copy is queued: the copy starts in the slots it frees.
-    StopJob(
-        s, poor,
-        absl::StrFormat(" (PBT: trial %d continues from trial %d's checkpoint in its place)", plan->number, x.source));
-    poor.reason = absl::StrFormat(
-        "exploited at step %d: replaced by trial %d (%s), which resumes trial %d's "
-        "checkpoint of step %d with values explored",
-        x.step, t.number, t.job_id, x.source, ck->step);
-    const std::string lineage = absl::StrFormat(
-        "sweep %s: trial %d (%s) takes trial %d's state (%s, step %d) in "
-        "place of trial %d (%s)",
-        s.record.id, t.number, t.job_id, x.source, ck->path, ck->step, x.poor, poor.job_id);
-    note_(poor.job_id, lineage);
-    note_(source.job_id, lineage);
-    Event(s, absl::StrFormat("trial %d (%s) %s", x.poor, poor.job_id, poor.reason));
-    s.record.trials[x.poor] = poor;
-    s.record.trials.push_back(t);
-    SaveTrial(s, poor);
-    SaveTrial(s, t);
-  }
-  s.exploits = std::move(waiting);
-}
-
-bool SweepManager::SpendBudget(Live& s) {
-  if (s.spec.max_rank_hours <= 0 || Ended(s.record.state)) return s.budget_spent;
-  double used = 0;
-  for (const SweepTrialRecord& t : s.record.trials) used += t.rank_seconds;
-  if (used < s.spec.max_rank_hours * 3600) return false;
-  if (!s.budget_spent) {
-    Event(s, absl::StrFormat("%.3g rank-hours used of its %g: its live trials stop, no more start", used / 3600,
-                             s.spec.max_rank_hours));
-  }
-  s.budget_spent = true;
-  for (SweepTrialRecord& t : s.record.trials) {
-    if (t.job_id.empty() || Ended(t.state)) continue;
-    t.reason = absl::StrFormat("the sweep's budget of %g rank-hours was spent", s.spec.max_rank_hours);
-    StopJob(s, t, ": " + t.reason);
-    SaveTrial(s, t);
-  }
-  return true;
 }
 
 void SweepManager::Notify(Live& s, const std::string& event) {

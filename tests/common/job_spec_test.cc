@@ -611,6 +611,43 @@ TEST(JobSpecTest, AWorkerAcceptsWhatItsCoordinatorAccepted) {
   EXPECT_EQ(in_worker->num_processes, 12000);
 }
 
+// fused.cuda_graph: on is refused at submit wherever the step cannot be
+// captured, naming the field and why; auto takes every spec (the worker
+// then captures only where it applies).
+TEST(JobSpecTest, ACapturedStepIsRefusedWhereItCannotApply) {
+  const std::string gpu = "model: {kind: llama, config: /m}\ndevice: cuda\nmixed_precision: bf16\n";
+  auto ok = ParseJobSpec(gpu + "fused: {cuda_graph: on}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->fused.cuda_graph, StepCapture::kOn);
+  ASSERT_TRUE(ParseJobSpec(gpu + "num_processes: 2\nfused: {cuda_graph: on}\n").ok());  // DDP over NCCL
+  const std::pair<std::string, std::string> refused[] = {
+      {"model: {kind: llama, config: /m}\n", "device is cpu"},
+      {gpu + "num_processes: 2\nbackend: gloo\n", "backend gloo"},
+      {gpu + "num_processes: 2\ndistributed_type: FSDP\n", "distributed_type FSDP"},
+      {"model: {kind: llama, config: /m}\ndevice: cuda\nmixed_precision: fp16\n", "mixed_precision fp16"},
+      {gpu + "optimizer: {kind: sgd}\n", "only fused AdamW"},
+      {gpu + "fused: {optimizer: false}\n", "only fused AdamW"},
+      {gpu + "num_processes: 2\nddp: {find_unused_parameters: true}\n", "ddp.find_unused_parameters"},
+      {gpu + "num_processes: 2\nddp: {comm_hook: bf16}\n", "ddp.comm_hook"},
+  };
+  for (const auto& [text, why] : refused) {
+    std::string spec = text;
+    if (spec.find("fused:") == std::string::npos) {
+      spec += "fused: {cuda_graph: on}\n";
+    } else {
+      spec.replace(spec.find("}\n", spec.find("fused:")), 2, ", cuda_graph: on}\n");
+    }
+    const std::string error = ErrorOf(spec);
+    EXPECT_NE(error.find("fused.cuda_graph"), std::string::npos) << spec << "\n" << error;
+    EXPECT_NE(error.find(why), std::string::npos) << spec << "\n" << error;
+    // auto takes it: the step runs uncaptured.
+    std::string automatic = spec;
+    automatic.replace(automatic.find("cuda_graph: on"), 14, "cuda_graph: auto");
+    EXPECT_TRUE(ParseJobSpec(automatic).ok()) << automatic;
+  }
+  EXPECT_NE(ErrorOf(gpu + "fused: {cuda_graph: always}\n").find("fused.cuda_graph"), std::string::npos);
+}
+
 // yaml-cpp keeps the first of two equal keys and ignores the second; a
 // repeated key is refused instead, naming it and both lines (as kubectl).
 TEST(JobSpecTest, ARepeatedKeyIsRefusedNamingItAndItsLines) {

@@ -245,6 +245,13 @@ void DistributedDataParallel::PrepareBackward(const std::vector<at::Tensor>& out
   }
 }
 
+void DistributedDataParallel::CountReplayedStep() {
+  if (impl_->builtin_allreduce) {
+    impl_->stats.wire_bytes += impl_->grad_bytes;
+    impl_->stats.fp32_equivalent_bytes += impl_->grad_bytes;
+  }
+}
+
 size_t DistributedDataParallel::num_buckets() const { return impl_->buckets; }
 
 }  // namespace trainyard

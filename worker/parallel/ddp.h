@@ -42,6 +42,9 @@ class DistributedDataParallel {
   // Call after forward, before backward, on steps whose gradients must be
   // synchronized. Skipping it accumulates locally (no_sync).
   void PrepareBackward(const std::vector<at::Tensor>& outputs);
+  // A replay of a captured step synchronized the gradients again without
+  // the host code above: its traffic is counted (comm_stats()).
+  void CountReplayedStep();
 
   size_t num_buckets() const;
 

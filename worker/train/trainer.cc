@@ -22,6 +22,7 @@
 #include "worker/train/checkpointer.h"
 #include "worker/train/loss_scaler.h"
 #include "worker/train/step_control.h"
+#include "worker/train/step_engine.h"
 #include "worker/train/step_recorder.h"
 #include "worker/train/trainer_parts.h"
 
@@ -33,14 +34,14 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 struct Trainer::Impl : TrainerParts {
-  std::unique_ptr<StepGuard> guard;  // the fault-tolerance mode's (worker/step_guard.h)
-  Checkpointer::Boundary boundary;   // of the last step
-  bool attention_noted = false;      // the attention kernel told in the job's events
+  std::unique_ptr<StepGuard> guard;    // the fault-tolerance mode's (worker/step_guard.h)
+  Checkpointer::Boundary boundary;     // of the last step
+  bool attention_noted = false;        // the attention kernel told in the job's events
+  std::unique_ptr<StepEngine> engine;  // the step's device work: eager or captured
 
   // The parts, on the guard's seat (collective only through DDP's initial
   // broadcast).
   void Build(const TrainerSeat& seat, MetricsSink* sink_in, TrainerControl* control_in);
-  at::Tensor Loss(const at::Tensor& output, const at::Tensor& targets) const;
   // The step's numbers and timings to the sink.
   void Record(StepSample sample, const ModelMemory& mem);
 };
@@ -76,6 +77,9 @@ void Trainer::Impl::Build(const TrainerSeat& seat, MetricsSink* sink_in, Trainer
     scaler = std::make_unique<LossScaler>();
     checkpoints->Register("loss_scaler", scaler.get());
   }
+  engine = MakeStepEngine(this, [this](const std::string& text) {
+    if (rank == 0 && sink != nullptr) sink->OnNote(text);
+  });
 }
 
 Trainer::Trainer(JobSpec spec, int32_t rank, int32_t world_size, DistContext dist, MetricsSink* sink,
@@ -120,26 +124,6 @@ torch::optim::Optimizer& Trainer::optimizer() { return impl_->model->optimizer()
 Trainer::MemoryBytes Trainer::Memory() const { return impl_->model->Memory(); }
 int64_t Trainer::step() const { return impl_->step; }
 
-at::Tensor Trainer::Impl::Loss(const at::Tensor& output, const at::Tensor& targets) const {
-  // Hidden states [B, T, H] of a model that left its output projection to
-  // the loss: the chunked loss applies it.
-  Model& m = model->model();
-  if (m.projection_left_to_loss()) {
-    return model->UnderAutocast([&] {
-      return ChunkedCrossEntropy(output.reshape({-1, output.size(-1)}), m.output_projection(), targets.reshape({-1}));
-    });
-  }
-  const at::Tensor out = output.to(at::kFloat);
-  if (spec.loss == LossKind::kMse) {
-    // Regression on the class: the one-hot vector of the target.
-    at::Tensor want =
-        targets.dim() == out.dim() ? targets.to(at::kFloat) : torch::one_hot(targets, out.size(-1)).to(at::kFloat);
-    return torch::mse_loss(out, want);
-  }
-  // [B, C] logits with [B] targets, or [B, T, V] with [B, T] (language models).
-  return torch::nn::functional::cross_entropy(out.reshape({-1, out.size(-1)}), targets.reshape({-1}));
-}
-
 void Trainer::Impl::Record(StepSample sample, const ModelMemory& mem) {
   StepMetrics& n = sample.numbers;
   n.param_bytes = mem.params;
@@ -166,36 +150,27 @@ double Trainer::Step() {
   s.control->Start(s.checkpoints->PeriodicType(), s.checkpoints->progress(), s.guard->Proposal());
   const int accum = s.spec.gradient_accumulation_steps;
   StepSample sample;
-  double loss_sum = 0;
+  SetPhase(s.flight, "data", s.step);
+  const auto d0 = Clock::now();
+  std::vector<Batch> batches;
+  batches.reserve(static_cast<size_t>(accum));
   for (int micro = 0; micro < accum; ++micro) {
-    SetPhase(s.flight, "data", s.step);
-    const auto d0 = Clock::now();
-    Batch batch = s.data.train->Next();
-    if (s.device.is_cuda()) batch = batch.To(s.device);
-    sample.data += Clock::now() - d0;
-    sample.numbers.samples += batch.inputs.size(0);
-    // Gradients are communicated on the last micro-batch only.
-    const bool sync = micro + 1 == accum;
-    SetPhase(s.flight, "forward", s.step);
-    const auto f0 = Clock::now();
-    const at::Tensor output = s.model->Forward(batch.inputs, sync);
-    const at::Tensor loss = s.Loss(output, batch.targets);
-    loss_sum += loss.item<double>();
-    sample.forward += Clock::now() - f0;
-    at::Tensor scaled = accum > 1 ? loss / accum : loss;
-    if (s.scaler) scaled = scaled * s.scaler->scale();
-    SetPhase(s.flight, "backward", s.step);
-    s.model->Backward(scaled, output, sync);
+    batches.push_back(s.data.train->Next());
+    if (s.device.is_cuda()) batches.back() = batches.back().To(s.device);
+    sample.numbers.samples += batches.back().inputs.size(0);
   }
-  SetPhase(s.flight, "optimizer", s.step);
-  const bool finite = !s.scaler || s.scaler->UnscaleAndCheck(s.model->Gradients(), s.pg);
-  const double grad_norm = finite ? s.model->ClipGradients(s.spec.max_grad_norm, s.spec.clip_grad_value) : std::nan("");
-  const auto t2 = Clock::now();
+  sample.data = Clock::now() - d0;
   const double lr = s.spec.optimizer.lr * LearningRateFactor(s.spec.scheduler, position, s.spec.max_steps);
   ModelMemory mem;
-  s.guard->BeforeApply(lr, finite);
-  s.Apply(lr, finite, &mem);
-  sample.optimizer = Clock::now() - t2;
+  StepGuard* guard = s.guard.get();
+  Impl* impl = &s;
+  const StepWork work = s.engine->Run(
+      batches, lr,
+      [&](double step_lr, bool finite) {
+        SetPhase(impl->flight, "optimizer", impl->step);
+        guard->BeforeApply(step_lr, finite);
+      },
+      &sample, &mem);
   SetPhase(s.flight, "step agreement", s.step);
   const StepAgreement agreed = s.control->Finish();
   s.checkpoints->Advance(agreed.save.written, agreed.save.failed_rank);
@@ -205,15 +180,14 @@ double Trainer::Step() {
   const int64_t every = s.spec.eval_every_steps;
   const bool eval_due = s.data.eval && every > 0 && s.guard->Position() / every > position / every;
   const double eval_loss = eval_due ? Evaluate() : std::nan("");
-  const double loss_value = loss_sum / accum;
+  const double loss_value = work.loss_sum / accum;
   if (s.sink != nullptr) {
     StepMetrics& n = sample.numbers;
     n.step = s.step;
     n.loss = loss_value;
     n.learning_rate = lr;
     n.eval_loss = eval_loss;
-    n.grad_norm = grad_norm;
-    sample.compute = t2 - t0 - sample.data;
+    n.grad_norm = work.grad_norm;
     s.Record(sample, mem);
   }
   // At the step boundary every rank agreed on: the checkpoints it triggers.

@@ -49,6 +49,10 @@ struct TrainerParts {
   std::unique_ptr<StepRecorder> recorder;
   TrainerControl* requests = nullptr;  // the control the trainer was given
 
+  // The training loss of `output` (of Forward or EvalForward) for
+  // `targets`: the job's loss kind, or the chunked loss where the model
+  // left its output projection to it.
+  at::Tensor Loss(const at::Tensor& output, const at::Tensor& targets) const;
   // The optimizer step of the step in flight (loss scale updated, gradients
   // released); `mem` (may be null): the steady-state memory, read before
   // the release.

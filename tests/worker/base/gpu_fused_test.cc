@@ -2,7 +2,9 @@
 // CUDA kernels for AdamW, RMSNorm and attention, and the chunked loss,
 // against their unfused forms in float64 on the CPU; a llama job with the
 // fused path on CUDA against the same job on the CPU; the attention kernel
-// a bf16 llama takes on CUDA is a fused one, and a forced one is honoured.
+// a bf16 llama takes on CUDA is a fused one, and a forced one is honoured;
+// the captured step (fused.cuda_graph) trains as the eager one, alone and
+// under DDP over NCCL.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +14,7 @@
 
 #include "tests/test_util.h"
 #include "tests/worker/trainer_test_util.h"
+#include "worker/collectives/dist_setup.h"
 #include "worker/models/attention_backend.h"
 #include "worker/models/autocast.h"
 #include "worker/models/chunked_loss.h"
@@ -134,6 +137,152 @@ TEST(CudaFused, Bf16LlamaTakesAFusedAttentionKernelAndAForcedOne) {
     }
   }
   UseAttentionBackend(AttentionBackend::kAuto);
+}
+
+// Notes and losses of rank 0.
+struct NotesAndLosses : MetricsSink {
+  std::vector<std::string> notes;
+  std::vector<double> loss, grad_norm, lr;
+  void OnStep(const StepMetrics& m) override {
+    loss.push_back(m.loss);
+    grad_norm.push_back(m.grad_norm);
+    lr.push_back(m.learning_rate);
+  }
+  void OnNote(const std::string& text) override { notes.push_back(text); }
+  bool Said(const std::string& part) const {
+    for (const std::string& n : notes) {
+      if (n.find(part) != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+// A llama job with clipping, a warmup schedule (the learning rate changes
+// every step: the graph reads it from its tensor) and two micro-batches.
+JobSpec CapturedLlama(const std::string& config) {
+  JobSpec spec;
+  spec.model.kind = ModelKind::kLlama;
+  spec.model.config = config;
+  spec.model.context = 64;
+  spec.data.batch_size = 4;
+  spec.device = Device::kCuda;
+  spec.max_steps = 16;
+  spec.max_grad_norm = 0.5;
+  spec.gradient_accumulation_steps = 2;
+  spec.scheduler.kind = SchedulerKind::kCosine;
+  spec.scheduler.warmup_steps = 6;
+  spec.optimizer.lr = 3e-3;
+  spec.checkpoint.save_final = false;
+  return spec;
+}
+
+// The same 16 steps eager and captured (steps 4 to 16 replayed): the same
+// losses, norms and learning rates, and the capture said in the events.
+TEST(CudaGraphStep, ACapturedStepTrainsAsTheEagerOne) {
+  TempDir dir;
+  const std::string config = GpuFusedLlamaDir(dir);
+  NotesAndLosses runs[2];
+  for (const bool captured : {false, true}) {
+    JobSpec spec = CapturedLlama(config);
+    spec.fused.cuda_graph = captured ? StepCapture::kOn : StepCapture::kOff;
+    RunTrainers(spec, 1, [&](int, Trainer& t) { t.Run(); }, &runs[captured], nullptr, {kFusedGpu});
+  }
+  ASSERT_EQ(runs[0].loss.size(), 16u);
+  ASSERT_EQ(runs[1].loss.size(), 16u);
+  EXPECT_TRUE(runs[1].Said("captured as a CUDA graph at step 4")) << ::testing::PrintToString(runs[1].notes);
+  EXPECT_FALSE(runs[0].Said("captured as a CUDA graph"));
+  for (size_t i = 0; i < 16; ++i) {
+    EXPECT_NEAR(runs[1].loss[i], runs[0].loss[i], 1e-4 * runs[0].loss[i]) << "step " << i + 1;
+    EXPECT_NEAR(runs[1].grad_norm[i], runs[0].grad_norm[i], 1e-3 * runs[0].grad_norm[i]) << "step " << i + 1;
+    EXPECT_DOUBLE_EQ(runs[1].lr[i], runs[0].lr[i]);
+  }
+  EXPECT_LT(runs[1].loss.back(), runs[1].loss.front());
+}
+
+// An epoch of 22 samples in batches of 4 ends with one of 2: that step runs
+// uncaptured (said once), the replays go on after it, and the losses are
+// the eager run's.
+TEST(CudaGraphStep, AnEpochsLastSmallerBatchRunsUncaptured) {
+  TempDir dir;
+  const std::string config = GpuFusedLlamaDir(dir);
+  NotesAndLosses runs[2];
+  for (const bool captured : {false, true}) {
+    JobSpec spec = CapturedLlama(config);
+    spec.gradient_accumulation_steps = 1;
+    spec.data.num_samples = 22;
+    spec.max_steps = 14;  // steps 6 and 12 take the 2 left of an epoch
+    spec.fused.cuda_graph = captured ? StepCapture::kOn : StepCapture::kOff;
+    RunTrainers(spec, 1, [&](int, Trainer& t) { t.Run(); }, &runs[captured], nullptr, {kFusedGpu});
+  }
+  ASSERT_EQ(runs[1].loss.size(), 14u);
+  EXPECT_TRUE(runs[1].Said("step 6 runs uncaptured: its batch has inputs [2, 64]"))
+      << ::testing::PrintToString(runs[1].notes);
+  for (size_t i = 0; i < 14; ++i) {
+    EXPECT_NEAR(runs[1].loss[i], runs[0].loss[i], 1e-4 * runs[0].loss[i]) << "step " << i + 1;
+  }
+}
+
+// A checkpoint of a captured job holds the steps the replays took (the
+// optimizer's state counts them), and resumes into the eager path where
+// the captured job goes on.
+TEST(CudaGraphStep, ACheckpointOfACapturedJobResumesEager) {
+  TempDir dir, project;
+  JobSpec spec = CapturedLlama(GpuFusedLlamaDir(dir));
+  spec.checkpoint.project_dir = project.path();
+  spec.fused.cuda_graph = StepCapture::kOn;
+  std::string saved;
+  double captured_next = 0;
+  RunTrainers(spec, 1,
+              [&](int, Trainer& t) {
+                for (int i = 0; i < 8; ++i) t.Step();  // 3 eager, then 5 replays
+                saved = t.Checkpoint(CheckpointType::kFull, "request", 0).path;
+                t.WaitForCheckpoints();
+                captured_next = t.Step();
+              },
+              nullptr, nullptr, {kFusedGpu});
+  ASSERT_FALSE(saved.empty());
+  spec.fused.cuda_graph = StepCapture::kOff;
+  double eager_next = 0;
+  RunTrainers(spec, 1,
+              [&](int, Trainer& t) {
+                t.Resume(saved);
+                EXPECT_EQ(t.step(), 8);
+                const at::Tensor first = t.model().parameters().front();
+                auto& state =
+                    static_cast<torch::optim::AdamWParamState&>(*t.optimizer().state().at(first.unsafeGetTensorImpl()));
+                EXPECT_EQ(state.step(), 8) << "the replayed steps are counted in the optimizer's state";
+                eager_next = t.Step();
+              },
+              nullptr, nullptr, {kFusedGpu});
+  EXPECT_NEAR(eager_next, captured_next, 1e-4 * captured_next);
+}
+
+// DDP over an NCCL group of one rank: the Reducer's allreduce is captured
+// with the step (after 11 eager steps), and trains as the eager run.
+TEST(CudaGraphStep, DdpOverNcclIsCapturedWithItsAllreduce) {
+  TempDir dir;
+  const std::string config = GpuFusedLlamaDir(dir);
+  NotesAndLosses runs[2];
+  for (const bool captured : {false, true}) {
+    JobSpec spec = CapturedLlama(config);
+    spec.backend = Backend::kNccl;
+    spec.max_steps = 14;
+    spec.fused.cuda_graph = captured ? StepCapture::kOn : StepCapture::kOff;
+    UseDevice(kFusedGpu);
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    DistSetup setup = SetUpGroups(spec, store, 0, 1, "127.0.0.1", std::chrono::seconds(60));
+    DistContext context = setup.context();
+    ASSERT_NE(context.process_group, nullptr);
+    context.device = kFusedGpu;
+    Trainer t(spec, 0, 1, context, &runs[captured], nullptr);
+    ASSERT_NE(t.ddp(), nullptr);
+    t.Run();
+  }
+  ASSERT_EQ(runs[1].loss.size(), 14u);
+  EXPECT_TRUE(runs[1].Said("captured as a CUDA graph at step 12")) << ::testing::PrintToString(runs[1].notes);
+  for (size_t i = 0; i < 14; ++i) {
+    EXPECT_NEAR(runs[1].loss[i], runs[0].loss[i], 1e-4 * runs[0].loss[i]) << "step " << i + 1;
+  }
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,40 @@ TEST(FusedAdamW, AReplacedStateCountsFromItsOwnStep) {
   plain.step();
   fused.step();
   EXPECT_LT(MaxDiff(a, b), 1e-10);
+}
+
+// What a captured step records: the learning rate read from a tensor (a
+// schedule changes it between replays), the host's step counts advanced
+// per replay, and the storages a replay may write (a replaced state is
+// another).
+TEST(FusedAdamW, ALearningRateTensorStepsAsTheNumber) {
+  std::vector<at::Tensor> init = FusedTestParams();
+  std::vector<at::Tensor> a = CopiesOf(init), b = CopiesOf(init);
+  torch::optim::AdamW plain(a, FusedTestOptions());
+  FusedAdamW fused(b, FusedTestOptions());
+  at::Tensor lr = at::zeros({}, at::kFloat);
+  for (int step = 0; step < 5; ++step) {
+    lr.fill_(1e-2 * (step + 1));  // the plain step takes the float32 the tensor holds
+    static_cast<torch::optim::AdamWOptions&>(plain.param_groups()[0].options()).lr(lr.item<double>());
+    SetGrads(a, b, step);
+    plain.step();
+    fused.StepWithLr(lr);
+    EXPECT_LT(MaxDiff(a, b), 1e-10) << "after step " << step;
+  }
+  auto step_of = [&](const at::Tensor& p) {
+    return static_cast<torch::optim::AdamWParamState&>(*fused.state().at(p.unsafeGetTensorImpl())).step();
+  };
+  EXPECT_EQ(step_of(b[0]), 5);
+  const std::vector<const void*> storages = fused.Storages();
+  EXPECT_EQ(storages.size(), 4 * b.size());  // each parameter, its two moments, its step counter
+  fused.CountReplayedStep();
+  fused.CountReplayedStep();
+  EXPECT_EQ(step_of(b[0]), 7);
+  EXPECT_EQ(step_of(b[1]), 7);
+  EXPECT_EQ(fused.Storages(), storages) << "counting on the host replaces no tensor";
+  auto& state = static_cast<torch::optim::AdamWParamState&>(*fused.state().at(b[0].unsafeGetTensorImpl()));
+  state.exp_avg(state.exp_avg().clone());  // as a loaded checkpoint does
+  EXPECT_NE(fused.Storages(), storages);
 }
 
 // ---- the chunked loss ----
@@ -318,6 +354,24 @@ TEST(FusedTrainer, ACheckpointOfTheFusedPathResumesUnfused) {
     plain_next = t.Step();
   });
   EXPECT_NEAR(plain_next, fused_next, 1e-4 * fused_next);
+}
+
+// fused.cuda_graph on where the step cannot be captured (here: the CPU) is
+// refused when the trainer is built, not run uncaptured; auto runs it.
+TEST(FusedTrainer, ACapturedStepWhereItCannotApplyIsRefused) {
+  TempDir dir;
+  JobSpec spec = FusedLlamaJob(FusedTinyLlamaDir(dir));
+  spec.fused.cuda_graph = StepCapture::kOn;
+  try {
+    Trainer t(spec, 0, 1, DistContext{}, nullptr, nullptr);
+    ADD_FAILURE() << "built";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "fused.cuda_graph on: the step cannot be captured: device is cpu; a CUDA graph holds CUDA work");
+  }
+  spec.fused.cuda_graph = StepCapture::kAuto;
+  Trainer t(spec, 0, 1, DistContext{}, nullptr, nullptr);
+  EXPECT_TRUE(std::isfinite(t.Step()));
 }
 
 TEST(FusedTrainer, DdpWithTheChunkedLossTrainsAsWithout) {
