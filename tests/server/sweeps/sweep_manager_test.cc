@@ -173,6 +173,31 @@ TEST(SweepManager, PbtCopiesAreStoredWhole) {
   EXPECT_EQ(trials[4].from_step, 200);
 }
 
+// alice's PBT sweep of two trials, reported at steps 100 and 200 with the
+// second the worse: it has asked the first for a checkpoint (request 1).
+absl::StatusOr<SweepStatus> PbtPairAskingForACheckpoint(Jobs& jobs, SweepManager& sweeps) {
+  auto sweep = sweeps.Submit(absl::StrCat(kBase,
+                                          "sweep:\n  parameters: {optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}}\n"
+                                          "  searcher: {kind: pbt, perturbation_interval: 100, quantile: 0.5}\n"
+                                          "  max_trials: 2\n  concurrency: 2\n  seed: 3\n"),
+                             Caller{"alice", {}, false, {"/data"}, "alice"});
+  if (!sweep.ok()) return sweep;
+  for (int step : {100, 200}) {
+    jobs.Report("job-1", step, 1.0);
+    jobs.Report("job-2", step, 2.0);
+    sweeps.Tick();
+  }
+  return sweep;
+}
+
+// The checkpoint of request 1, saved at `step` to `path`.
+CheckpointRecord RequestedCheckpoint(int64_t step, const std::string& path) {
+  CheckpointRecord ck;
+  ck.checkpoint = {.index = 1, .step = step, .trigger = "request", .request_id = 1, .path = path};
+  ck.checkpoint.ok = true;
+  return ck;
+}
+
 // A copy that cannot run (here: its checkpoint is outside its owner's
 // roots) does not stop the poor trial it was to replace: that one trains on.
 TEST(SweepManager, ARefusedPbtCopyLeavesThePoorTrialTraining) {
@@ -180,22 +205,10 @@ TEST(SweepManager, ARefusedPbtCopyLeavesThePoorTrialTraining) {
   ASSERT_TRUE(store.ok()) << store.status();
   Jobs jobs;
   SweepManager sweeps(&jobs, store->get());
-  auto sweep = sweeps.Submit(absl::StrCat(kBase,
-                                          "sweep:\n  parameters: {optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}}\n"
-                                          "  searcher: {kind: pbt, perturbation_interval: 100, quantile: 0.5}\n"
-                                          "  max_trials: 2\n  concurrency: 2\n  seed: 3\n"),
-                             Caller{"alice", {}, false, {"/data"}, "alice"});
+  auto sweep = PbtPairAskingForACheckpoint(jobs, sweeps);
   ASSERT_TRUE(sweep.ok()) << sweep.status();
-  for (int step : {100, 200}) {
-    jobs.Report("job-1", step, 1.0);
-    jobs.Report("job-2", step, 2.0);
-    sweeps.Tick();
-  }
   ASSERT_EQ(jobs.checkpoint_requests, 1);  // trial 1, the worse, is to copy trial 0
-  CheckpointRecord ck;
-  ck.checkpoint = {.index = 1, .step = 200, .trigger = "request", .request_id = 1, .path = "/elsewhere/ck-1"};
-  ck.checkpoint.ok = true;
-  jobs.checkpoints["job-1"] = {ck};
+  jobs.checkpoints["job-1"] = {RequestedCheckpoint(200, "/elsewhere/ck-1")};
   jobs.refuse = [](const std::string& spec) {
     return absl::StrContains(spec, "/elsewhere/") ? absl::InvalidArgumentError("outside the allowed roots")
                                                   : absl::OkStatus();
@@ -225,22 +238,11 @@ TEST(SweepManager, ACheckpointAtTheLastStepIsNotCopied) {
   ASSERT_TRUE(store.ok()) << store.status();
   Jobs jobs;
   SweepManager sweeps(&jobs, store->get());
-  auto sweep = sweeps.Submit(absl::StrCat(kBase,
-                                          "sweep:\n  parameters: {optimizer.lr: {log_uniform: [1.0e-4, 1.0e-1]}}\n"
-                                          "  searcher: {kind: pbt, perturbation_interval: 100, quantile: 0.5}\n"
-                                          "  max_trials: 2\n  concurrency: 2\n  seed: 3\n"),
-                             Caller{"alice", {}, false, {"/data"}, "alice"});
+  auto sweep = PbtPairAskingForACheckpoint(jobs, sweeps);
   ASSERT_TRUE(sweep.ok()) << sweep.status();
-  for (int step : {100, 200}) {
-    jobs.Report("job-1", step, 1.0);
-    jobs.Report("job-2", step, 2.0);
-    sweeps.Tick();
-  }
   ASSERT_EQ(jobs.checkpoint_requests, 1);  // trial 1, the worse, is to copy trial 0
-  CheckpointRecord ck;                     // saved when trial 0 had reached its last step, 300
-  ck.checkpoint = {.index = 1, .step = 300, .trigger = "request", .request_id = 1, .path = "/data/ck-1"};
-  ck.checkpoint.ok = true;
-  jobs.checkpoints["job-1"] = {ck};
+  // Saved when trial 0 had reached its last step, 300.
+  jobs.checkpoints["job-1"] = {RequestedCheckpoint(300, "/data/ck-1")};
   sweeps.Tick();
   EXPECT_EQ(jobs.submissions.size(), 2u) << "no copy is submitted";
   EXPECT_EQ(jobs.jobs["job-2"].state, JobState::kRunning) << jobs.jobs["job-2"].reason;

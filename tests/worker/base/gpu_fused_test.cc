@@ -176,17 +176,21 @@ JobSpec CapturedLlama(const std::string& config) {
   return spec;
 }
 
+// `spec` run to its end on the GPU eager (runs[0]) and captured (runs[1]).
+void RunEagerAndCaptured(JobSpec spec, NotesAndLosses runs[2]) {
+  for (const bool captured : {false, true}) {
+    spec.fused.cuda_graph = captured ? StepCapture::kOn : StepCapture::kOff;
+    RunTrainers(spec, 1, [&](int, Trainer& t) { t.Run(); }, &runs[captured], nullptr, {kFusedGpu});
+  }
+}
+
 // The same 16 steps eager and captured (steps 4 to 16 replayed): the same
 // losses, norms and learning rates, and the capture said in the events.
 TEST(CudaGraphStep, ACapturedStepTrainsAsTheEagerOne) {
   TempDir dir;
   const std::string config = GpuFusedLlamaDir(dir);
   NotesAndLosses runs[2];
-  for (const bool captured : {false, true}) {
-    JobSpec spec = CapturedLlama(config);
-    spec.fused.cuda_graph = captured ? StepCapture::kOn : StepCapture::kOff;
-    RunTrainers(spec, 1, [&](int, Trainer& t) { t.Run(); }, &runs[captured], nullptr, {kFusedGpu});
-  }
+  RunEagerAndCaptured(CapturedLlama(config), runs);
   ASSERT_EQ(runs[0].loss.size(), 16u);
   ASSERT_EQ(runs[1].loss.size(), 16u);
   EXPECT_TRUE(runs[1].Said("captured as a CUDA graph at step 4")) << ::testing::PrintToString(runs[1].notes);
@@ -206,14 +210,11 @@ TEST(CudaGraphStep, AnEpochsLastSmallerBatchRunsUncaptured) {
   TempDir dir;
   const std::string config = GpuFusedLlamaDir(dir);
   NotesAndLosses runs[2];
-  for (const bool captured : {false, true}) {
-    JobSpec spec = CapturedLlama(config);
-    spec.gradient_accumulation_steps = 1;
-    spec.data.num_samples = 22;
-    spec.max_steps = 14;  // steps 6 and 12 take the 2 left of an epoch
-    spec.fused.cuda_graph = captured ? StepCapture::kOn : StepCapture::kOff;
-    RunTrainers(spec, 1, [&](int, Trainer& t) { t.Run(); }, &runs[captured], nullptr, {kFusedGpu});
-  }
+  JobSpec spec = CapturedLlama(config);
+  spec.gradient_accumulation_steps = 1;
+  spec.data.num_samples = 22;
+  spec.max_steps = 14;  // steps 6 and 12 take the 2 left of an epoch
+  RunEagerAndCaptured(spec, runs);
   ASSERT_EQ(runs[1].loss.size(), 14u);
   EXPECT_TRUE(runs[1].Said("step 6 runs uncaptured: its batch has inputs [2, 64]"))
       << ::testing::PrintToString(runs[1].notes);
