@@ -6,9 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <random>
 
 namespace trainyard {
 
@@ -112,21 +115,55 @@ std::string HostPart(const std::string& host_port) {
 
 bool IsLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
-int PickFreePortOn(const std::string& bind_addr) {
+PortRange EphemeralPortRange() {
+  PortRange r{32768, 60999};
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (in >> low >> high && low > 0 && high >= low && high <= 65535) r = {low, high};
+  return r;
+}
+
+PortRange ListeningPortRange(PortRange ephemeral) {
+  constexpr int kLowest = 10000;
+  const PortRange below{kLowest, ephemeral.low - 1};
+  const PortRange above{std::max(kLowest, ephemeral.high + 1), 65535};
+  const auto size = [](const PortRange& r) { return r.high < r.low ? 0 : r.high - r.low + 1; };
+  return size(below) >= size(above) ? below : above;
+}
+
+namespace {
+
+// Binds `port` (0: the kernel picks) on `bind_addr` without SO_REUSEADDR, so
+// that a port in TIME_WAIT counts as taken; the port bound, or 0.
+int TryBind(const std::string& bind_addr, int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = 0;
+  a.sin_port = htons(static_cast<uint16_t>(port));
   if (inet_pton(AF_INET, bind_addr.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
-  int port = 0;
+  int bound = 0;
   socklen_t len = sizeof(a);
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+    bound = ntohs(a.sin_port);
   }
   close(fd);
-  return port;
+  return bound;
+}
+
+}  // namespace
+
+int PickFreePortOn(const std::string& bind_addr) {
+  const PortRange range = ListeningPortRange(EphemeralPortRange());
+  if (range.high >= range.low) {
+    thread_local std::mt19937 draw{std::random_device{}()};
+    std::uniform_int_distribution<int> port(range.low, range.high);
+    for (int tries = 0; tries < 64; ++tries) {
+      if (const int p = TryBind(bind_addr, port(draw)); p > 0) return p;
+    }
+  }
+  return TryBind(bind_addr, 0);
 }
 
 }  // namespace trainyard

@@ -40,7 +40,26 @@ std::string HostPart(const std::string& host_port);
 // Whether `host` names this machine's loopback (localhost, 127.x, ::1).
 bool IsLoopback(const std::string& host);
 
-// A TCP port free on `bind_addr` right now (bound to 0, then released).
+// The kernel's ephemeral port range (net.ipv4.ip_local_port_range), from
+// which outgoing connections take their local ports; {32768, 60999}, Linux's
+// default, where it cannot be read.
+struct PortRange {
+  int low = 0;
+  int high = 0;  // inclusive; high < low is empty
+};
+PortRange EphemeralPortRange();
+
+// Where PickFreePortOn draws from, given the ephemeral range: the larger of
+// [10000, ephemeral.low) and (ephemeral.high, 65535]; empty where the
+// ephemeral range leaves neither.
+PortRange ListeningPortRange(PortRange ephemeral);
+
+// A TCP port free on `bind_addr` right now, drawn at random outside the
+// ephemeral range: a port an outgoing connection holds (or held, in
+// TIME_WAIT) cannot be bound by a listener, here or on the other host a
+// rendezvous port is guessed for, and the kernel hands those out by the
+// thousand. Where the range leaves no room, a port the kernel picks. 0 where
+// none is free.
 int PickFreePortOn(const std::string& bind_addr);
 
 }  // namespace trainyard

@@ -1,8 +1,10 @@
 #include "common/job_spec.h"
+#include "common/listen_socket.h"
 #include "common/placement.h"
 #include "tests/test_paths.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -495,7 +497,27 @@ TEST(PlacementTest, AddressesAndHostParts) {
   EXPECT_EQ(LocalAddressToward("127.0.0.1"), "127.0.0.1");
   EXPECT_TRUE(IsLoopback("127.0.0.1"));
   EXPECT_FALSE(IsLoopback("10.231.0.1"));
-  EXPECT_GT(PickFreePortOn("127.0.0.1"), 0);
+}
+
+TEST(PlacementTest, APickedPortIsFreeAndOutsideTheEphemeralRange) {
+  // Outgoing connections take their local ports from the ephemeral range; a
+  // rendezvous port drawn from it can be held by one on the rank 0's host.
+  EXPECT_EQ(ListeningPortRange({32768, 60999}).low, 10000);
+  EXPECT_EQ(ListeningPortRange({32768, 60999}).high, 32767);
+  EXPECT_EQ(ListeningPortRange({10000, 20000}).low, 20001);
+  EXPECT_EQ(ListeningPortRange({10000, 20000}).high, 65535);
+  const PortRange none = ListeningPortRange({1024, 65535});
+  EXPECT_LT(none.high, none.low);
+  const PortRange ephemeral = EphemeralPortRange();
+  for (int i = 0; i < 20; ++i) {
+    const int port = PickFreePortOn("127.0.0.1");
+    ASSERT_GT(port, 0);
+    EXPECT_TRUE(port < ephemeral.low || port > ephemeral.high) << port;
+    std::string error;
+    const int fd = ListenOn("127.0.0.1", port, &error);
+    EXPECT_GE(fd, 0) << error;
+    if (fd >= 0) close(fd);
+  }
 }
 
 TEST(JobSpecTest, InitFromRoundTripsAndNeedsAPath) {
