@@ -154,16 +154,20 @@ int TryBind(const std::string& bind_addr, int port) {
 
 }  // namespace
 
-int PickFreePortOn(const std::string& bind_addr) {
+int PickFreePortOn(const std::string& bind_addr, const std::set<int>& avoid) {
   const PortRange range = ListeningPortRange(EphemeralPortRange());
   if (range.high >= range.low) {
     thread_local std::mt19937 draw{std::random_device{}()};
     std::uniform_int_distribution<int> port(range.low, range.high);
     for (int tries = 0; tries < 64; ++tries) {
-      if (const int p = TryBind(bind_addr, port(draw)); p > 0) return p;
+      const int p = port(draw);
+      if (avoid.count(p) == 0 && TryBind(bind_addr, p) > 0) return p;
     }
   }
-  return TryBind(bind_addr, 0);
+  for (int tries = 0; tries < 64; ++tries) {
+    if (const int p = TryBind(bind_addr, 0); p > 0 && avoid.count(p) == 0) return p;
+  }
+  return 0;
 }
 
 }  // namespace trainyard

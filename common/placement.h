@@ -5,6 +5,7 @@
 #define TRAINYARD_COMMON_PLACEMENT_H_
 
 #include <optional>
+#include <set>
 #include <string>
 
 namespace trainyard {
@@ -58,9 +59,10 @@ PortRange ListeningPortRange(PortRange ephemeral);
 // ephemeral range: a port an outgoing connection holds (or held, in
 // TIME_WAIT) cannot be bound by a listener, here or on the other host a
 // rendezvous port is guessed for, and the kernel hands those out by the
-// thousand. Where the range leaves no room, a port the kernel picks. 0 where
-// none is free.
-int PickFreePortOn(const std::string& bind_addr);
+// thousand. Never one of `avoid` (ports handed out already, whose listeners
+// may be on other hosts). Where the range leaves no room, a port the kernel
+// picks. 0 where none is free.
+int PickFreePortOn(const std::string& bind_addr, const std::set<int>& avoid = {});
 
 }  // namespace trainyard
 

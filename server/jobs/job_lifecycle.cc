@@ -184,8 +184,10 @@ void JobLifecycle::StartJob(ActiveJob& job) {
   if (!traits.ranks_join) {
     // On this host: rank 0 serves the store here. Elsewhere (Slurm): on the
     // first node of the step (the worker reads it from Slurm); the port is
-    // a guess that is free here. Joining ranks say where theirs listens.
-    const int port = PickFreePortOn(options_.master_addr);
+    // a guess that is free here, and none that a started attempt holds
+    // (its rank 0 may listen on another host). Joining ranks say where
+    // theirs listens.
+    const int port = PickFreePortOn(options_.master_addr, jobs_->RendezvousPortsHeld());
     if (port == 0) return fail("cannot find a free port for the rendezvous");
     job.attempt->place().master_addr = traits.on_this_host ? options_.master_addr : "";
     job.attempt->place().master_port = port;

@@ -107,6 +107,17 @@ absl::StatusOr<JobRecord> JobTable::Record(const std::string& id) {
   return store_->Get(id);
 }
 
+std::set<int> JobTable::RendezvousPortsHeld() const {
+  std::set<int> held;
+  for (const auto& id : started_) {
+    const auto it = jobs_.find(id);
+    if (it != jobs_.end() && it->second.attempt != nullptr && it->second.attempt->place().master_port > 0) {
+      held.insert(it->second.attempt->place().master_port);
+    }
+  }
+  return held;
+}
+
 std::vector<std::string> JobTable::ids() const {
   std::vector<std::string> out;
   for (const auto& [id, job] : jobs_) out.push_back(id);

@@ -68,6 +68,8 @@ class JobTable {
   // The jobs out of the queue (starting, running, recovering, stopping):
   // what the periodic look walks, however many wait.
   std::vector<std::string> started_ids() const { return {started_.begin(), started_.end()}; }
+  // The rendezvous ports the started jobs' attempts were given.
+  std::set<int> RendezvousPortsHeld() const;
   // QUEUED jobs by priority value (kept as jobs come, change state and go).
   const std::map<int64_t, int>& queued_by_priority() const { return queued_by_priority_; }
   // Every job of the store, oldest first (the jobs a restart finds).

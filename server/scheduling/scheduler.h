@@ -32,7 +32,8 @@
 // (usage decaying with a half-life), QuotaLedger (what each user and group
 // has in use against their quotas), QueueForecast (when resources come
 // free: the head's shadow time for backfill, and estimated starts),
-// Victims (who is preempted) and ElasticSizer (elastic jobs' sizes).
+// Victims (who is preempted) and ElasticSizer (elastic jobs' sizes; the
+// Scheduler applies its plans in scheduler_elastic.cc).
 //
 // Deterministic: the time is passed in. Not thread-safe: the JobManager
 // calls it under its mutex.

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace trainyard {
@@ -517,6 +518,21 @@ TEST(PlacementTest, APickedPortIsFreeAndOutsideTheEphemeralRange) {
     const int fd = ListenOn("127.0.0.1", port, &error);
     EXPECT_GE(fd, 0) << error;
     if (fd >= 0) close(fd);
+  }
+}
+
+TEST(PlacementTest, APickedPortIsNoneOfThoseHandedOutAlready) {
+  // Ports given to attempts whose rank 0 listens on another host look free
+  // here; the coordinator passes them to be avoided.
+  const PortRange range = ListeningPortRange(EphemeralPortRange());
+  ASSERT_LE(range.low, range.high);
+  std::set<int> avoid;
+  for (int p = range.low; p <= range.high; ++p) avoid.insert(p);
+  avoid.erase(range.low + 7);
+  for (int i = 0; i < 5; ++i) {
+    const int port = PickFreePortOn("127.0.0.1", avoid);
+    ASSERT_GT(port, 0);
+    EXPECT_EQ(avoid.count(port), 0u) << port;
   }
 }
 
