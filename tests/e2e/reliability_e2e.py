@@ -347,9 +347,10 @@ class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
         port = free_port()
         s = Server(state, slots=2, listen=f"127.0.0.1:{port}", extra=("--on-shutdown", "detach"))
         try:
-            # Long enough to outlast the server's stop, short enough to end while it is away.
+            # Long enough to outlast the server's stop (a second or two; 800
+            # steps take ~10 s), short enough to end while it is away.
             spec = write_spec(state, "away.yaml",
-                              UPGRADE_JOB % job_args(name="away", seed=7, steps=2000, restarts=0)
+                              UPGRADE_JOB % job_args(name="away", seed=7, steps=800, restarts=0)
                               + "reattach_timeout_s: 120\n")
             job_id = submit(s, spec)
             wait_for(lambda: s.job(job_id)["step"] >= 20, 120, "training to start")
@@ -360,7 +361,7 @@ class WorkersWhileTheCoordinatorIsAway(unittest.TestCase):
             self.assertEqual(len(pids), 2, "detach: the workers train on")
             logs = [os.path.join(state, "jobs", job_id, "attempt-1", f"rank-{r}.log") for r in (0, 1)]
             # Done training: the workers wait for a coordinator to take their result.
-            wait_for(lambda: all(f"rank {r}: done at step 2000 " in read(log) for r, log in enumerate(logs)), 300,
+            wait_for(lambda: all(f"rank {r}: done at step 800 " in read(log) for r, log in enumerate(logs)), 300,
                      "both ranks to finish training")
             self.assertTrue(all(os.path.exists(f"/proc/{p}") for p in pids), "the workers wait")
             t0 = time.monotonic()
