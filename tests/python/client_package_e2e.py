@@ -41,8 +41,9 @@ class ClientPackage(unittest.TestCase):
         cls.python = os.path.join(cls.venv, "bin", "python")
         # --no-compile: the modules the tests import are compiled as they are
         # imported, not the whole of Jupyter's and matplotlib's (16 of 44 s).
-        r = subprocess.run([cls.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-                            os.path.join(REPO, "python") + "[notebook]"], capture_output=True, text=True,
+        r = subprocess.run([cls.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                            "--no-compile", os.path.join(REPO, "python") + "[notebook]"],
+                           capture_output=True, text=True,
                            timeout=900, cwd=d)
         assert r.returncode == 0, f"pip install ./python[notebook] failed:\n{r.stdout}\n{r.stderr}"
         cls.token = f"token-of-alice-{os.getpid()}"
